@@ -1,0 +1,189 @@
+"""The adapter protocol: how the engine talks to any attention implementation.
+
+An adapter declares `Capabilities`, says why it cannot run a case (`unavailable_reason`,
+`supports`), and computes `forward` (and optionally `backward`) on the FP64 inputs the engine made
+for the case. The adapter converts those inputs to its own dtype, device and layout (``case.layout``)
+and returns float64 NumPy arrays; the engine compares them with the oracle under the tolerance
+policy (conformance/TOLERANCES.md). Semantics: oracles/SEMANTICS.md.
+
+Third-party code can subclass `Adapter` and pass ``--impl module:attr`` (attr = an instance or a
+zero-argument factory); a plain function with torch SDPA's signature is wrapped by
+`conformance.adapters.third_party`.
+
+Rules every adapter follows:
+- never modify the arrays in `CaseInputs`; adapters that build their own tensors report any change
+  to them in `ForwardOutput.mutated_inputs` (the engine fails the case);
+- a case the adapter declares it supports and then raises on is a FAIL, not a skip: decline in
+  `supports`, with a reason, instead;
+- return exactly ``[B, Hq, Lq, dv]`` for out and ``[B, Hq, Lq]`` for lse (natural log, -inf on
+  fully masked rows per SEMANTICS.md §8; other conventions are reported by name, not hidden).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from conformance.case import ALIGNMENTS, LAYOUTS, Case
+
+__all__ = [
+    "Adapter",
+    "BackwardOutput",
+    "Capabilities",
+    "CaseInputs",
+    "ForwardOutput",
+    "capability_reason",
+]
+
+
+@dataclass
+class CaseInputs:
+    """FP64 arrays for one case, every value exactly representable in the case dtype.
+
+    q [B, Hq, Lq, d], k [B, Hkv, Lk, d], v [B, Hkv, Lk, dv], dout [B, Hq, Lq, dv] (backward),
+    mask bool broadcastable to [B, Hq, Lq, Lk] (True = attend) or None, bias float64 likewise or
+    None. For FP8 cases, `fp8` holds the quantized codes (as float64 values of the FP8 grid) and the
+    descales; q/k/v are then the dequantized values the oracle sees (SEMANTICS.md §10).
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    dout: np.ndarray | None = None
+    mask: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    fp8: dict[str, Any] | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array field that is set, by name (used for the input-mutation check)."""
+        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter claims. A claimed feature that then fails is a FAIL."""
+
+    dtypes: frozenset[str]
+    devices: frozenset[str] = frozenset({"cpu"})
+    head_dims: frozenset[int] | None = None  # None = any head dim
+    dv_ne_d: bool = True
+    alignments: frozenset[str] = frozenset(ALIGNMENTS)  # causal alignments supported
+    window: bool = False
+    mask: bool = False  # boolean mask
+    bias: bool = False  # additive float bias
+    softcap: bool = False
+    gqa: bool = True
+    varlen: bool = False
+    custom_scale: bool = True
+    layouts: frozenset[str] = frozenset(LAYOUTS)
+    lse: bool = False
+    backward: bool = False
+    fp8: frozenset[str] = frozenset()  # FP8 granularities: per_tensor, per_head, per_tile
+    fp8_formats: frozenset[str] = frozenset()  # e4m3fn, e5m2
+    deterministic: bool = False  # bitwise identical on repeated calls
+    accepts_out: bool = False  # writes into a caller-provided buffer (engine poisons it)
+    max_seqlen: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = sorted(value) if isinstance(value, frozenset) else value
+        return out
+
+
+def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None:
+    """The first declared capability `case` needs and `caps` lacks, as a sentence; None if none."""
+    if device not in caps.devices:
+        return f"device {device!r} not in declared devices {sorted(caps.devices)}"
+    if case.fp8 is not None:
+        if case.fp8.granularity not in caps.fp8:
+            return f"FP8 {case.fp8.granularity} scaling not supported (declared: {sorted(caps.fp8) or 'none'})"
+        if caps.fp8_formats and case.fp8.format not in caps.fp8_formats:
+            return f"FP8 format {case.fp8.format} not supported"
+    elif case.dtype not in caps.dtypes:
+        return f"dtype {case.dtype} not in declared dtypes {sorted(caps.dtypes)}"
+    if caps.head_dims is not None and (case.d not in caps.head_dims or case.dv not in caps.head_dims):
+        return f"head dim d={case.d}, dv={case.dv} not in declared head dims {sorted(caps.head_dims)}"
+    if case.dv != case.d and not caps.dv_ne_d:
+        return f"dv={case.dv} != d={case.d} not supported"
+    if case.causal and case.alignment not in caps.alignments:
+        return f"causal alignment {case.alignment} not supported"
+    if case.window is not None and not caps.window:
+        return "sliding window not supported"
+    if case.mask is not None and not caps.mask:
+        return "boolean mask not supported"
+    if case.bias is not None and not caps.bias:
+        return "additive bias not supported"
+    if case.softcap is not None and not caps.softcap:
+        return "softcap not supported"
+    if case.Hq != case.Hkv and not caps.gqa:
+        return f"GQA/MQA (Hq={case.Hq}, Hkv={case.Hkv}) not supported"
+    if case.varlen and not caps.varlen:
+        return "varlen / padded sequences not supported"
+    if case.scale is not None and not caps.custom_scale:
+        return "custom scale not supported"
+    if case.layout not in caps.layouts:
+        return f"input layout {case.layout} not supported"
+    if case.backward and not caps.backward:
+        return "backward not supported"
+    if caps.max_seqlen is not None and max(case.Lq, case.Lk) > caps.max_seqlen:
+        return f"sequence length {max(case.Lq, case.Lk)} > declared max {caps.max_seqlen}"
+    return None
+
+
+@dataclass
+class ForwardOutput:
+    out: np.ndarray  # float64 [B, Hq, Lq, dv]
+    lse: np.ndarray | None = None  # float64 [B, Hq, Lq], natural log
+    out_dtype: str | None = None  # dtype the kernel produced (before the float64 copy)
+    kernels: tuple[str, ...] = ()  # kernel names observed to run (profiler), when known
+    mutated_inputs: tuple[str, ...] = ()  # names of adapter-side inputs changed by the call
+    unwritten: int = 0  # elements of a poisoned out= buffer left unwritten
+    lse_convention: str = "-inf"  # what the adapter writes for fully masked rows, e.g. "+inf"
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BackwardOutput:
+    dq: np.ndarray  # float64 [B, Hq, Lq, d]
+    dk: np.ndarray  # float64 [B, Hkv, Lk, d]
+    dv: np.ndarray  # float64 [B, Hkv, Lk, dv]
+    out: ForwardOutput | None = None  # the forward of the same call, when computed together
+    kernels: tuple[str, ...] = ()
+    mutated_inputs: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+class Adapter(abc.ABC):
+    """Base class of every implementation under test."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    capabilities: Capabilities
+    #: run in a worker process so a crash or hang costs one case (CUDA adapters)
+    isolate: ClassVar[bool] = False
+
+    def unavailable_reason(self, device: str) -> str | None:
+        """None when this adapter can run on `device` here; otherwise why not (shown by `list`)."""
+        return None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        """None when the adapter claims `case`; otherwise the reason (reported NOT_SUPPORTED)."""
+        return capability_reason(self.capabilities, case, device)
+
+    def version(self) -> str:
+        return "unknown"
+
+    @abc.abstractmethod
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        """Compute attention for `case` on `inputs`; return float64 copies of the results."""
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        """Gradients of sum(out * dout) w.r.t. q, k, v (with GQA reduction into dk, dv)."""
+        raise NotImplementedError(f"{self.name} declares no backward")

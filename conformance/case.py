@@ -1,0 +1,140 @@
+"""One conformance case: shapes, semantics and input recipe, hashable and reproducible from its id.
+
+A `Case` says *what* to compute (oracles/SEMANTICS.md §1-§9) and *how to make the inputs*
+(`distribution`, `seed`, `layout`); `conformance.inputs.make_inputs(case)` turns it into FP64 arrays
+whose values are exactly representable in ``case.dtype`` so the oracle and the kernel see the same
+numbers. The catalog (`conformance.catalog`) builds lists of cases per profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+
+__all__ = ["Case", "FP8Spec", "DTYPES", "ALIGNMENTS", "LAYOUTS", "DISTRIBUTIONS"]
+
+DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+ALIGNMENTS = ("bottom_right", "top_left")
+# contiguous: [B, H, L, D] contiguous; bshd: a [B, L, H, D] tensor transposed to [B, H, L, D];
+# kv_broadcast: K and V are one [1, Hkv, Lk, D] tensor expanded with batch stride 0.
+LAYOUTS = ("contiguous", "bshd", "kv_broadcast")
+# normal: N(0,1); outliers: N(0,1) + N(0,10^2) on 0.1% of entries (FA3 paper); large_logits:
+# |s| up to ~1e4; ties: constant rows / repeated keys; tiny_lse: LSE far below -88.7.
+DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform")
+
+
+@dataclass(frozen=True)
+class FP8Spec:
+    """FP8 forward settings (SEMANTICS.md §10-§11)."""
+
+    format: str = "e4m3fn"  # "e4m3fn" | "e5m2"
+    granularity: str = "per_tensor"  # "per_tensor" | "per_head" (B, Hkv) | "per_tile"
+    tile_q: int = 128  # B_r for per-tile Q scales
+    tile_k: int = 128  # B_c for per-tile K/V scales
+    incoherent: bool = False  # random Hadamard on Q and K
+    hadamard_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Case:
+    """A single attention problem; see oracles/SEMANTICS.md for the meaning of every field."""
+
+    family: str
+    B: int
+    Hq: int
+    Hkv: int
+    Lq: int
+    Lk: int
+    d: int
+    dv: int
+    dtype: str = "float16"
+    scale: float | None = None
+    causal: bool = False
+    alignment: str = "bottom_right"
+    window: tuple[int | None, int | None] | None = None
+    mask: str | None = None  # name of a mask recipe in conformance.inputs, e.g. "random", "full_rows"
+    bias: str | None = None  # name of a bias recipe, e.g. "random", "alibi"
+    softcap: float | None = None
+    seqlens_q: tuple[int, ...] | None = None
+    seqlens_k: tuple[int, ...] | None = None
+    distribution: str = "normal"
+    layout: str = "contiguous"
+    backward: bool = False
+    fp8: FP8Spec | None = None
+    seed: int = 0
+    note: str = field(default="", compare=False)
+
+    # -- derived -------------------------------------------------------------------------------
+    @property
+    def gqa_ratio(self) -> int:
+        return self.Hq // self.Hkv
+
+    @property
+    def varlen(self) -> bool:
+        return self.seqlens_q is not None or self.seqlens_k is not None
+
+    @property
+    def oracle_kwargs(self) -> dict:
+        """Keyword arguments of `oracles.attention` except mask/bias arrays (made by inputs)."""
+        return dict(
+            scale=self.scale,
+            causal=self.causal,
+            alignment=self.alignment,
+            window=self.window,
+            softcap=self.softcap,
+            seqlens_q=self.seqlens_q,
+            seqlens_k=self.seqlens_k,
+        )
+
+    @property
+    def id(self) -> str:
+        """Stable, human-readable id; the trailing hash makes it unique over all fields."""
+        parts = [self.family, f"b{self.B}h{self.Hq}x{self.Hkv}", f"q{self.Lq}k{self.Lk}", f"d{self.d}"]
+        if self.dv != self.d:
+            parts[-1] += f"v{self.dv}"
+        parts.append(self.dtype.replace("float", "f").replace("bf", "bf"))
+        if self.causal:
+            parts.append("causal_" + ("br" if self.alignment == "bottom_right" else "tl"))
+        if self.window is not None:
+            parts.append(f"win{self.window[0]}_{self.window[1]}")
+        if self.mask:
+            parts.append(f"mask-{self.mask}")
+        if self.bias:
+            parts.append(f"bias-{self.bias}")
+        if self.softcap:
+            parts.append(f"cap{self.softcap:g}")
+        if self.distribution != "normal":
+            parts.append(self.distribution)
+        if self.layout != "contiguous":
+            parts.append(self.layout)
+        if self.backward:
+            parts.append("bwd")
+        if self.fp8 is not None:
+            parts.append(f"fp8-{self.fp8.format}-{self.fp8.granularity}" + ("-had" if self.fp8.incoherent else ""))
+        digest = hashlib.sha1(repr(self.key()).encode()).hexdigest()[:6]
+        return "-".join(parts) + "-" + digest
+
+    def key(self) -> tuple:
+        """All semantic fields, in a fixed order (the identity of the case)."""
+        return tuple(
+            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.compare
+        )
+
+    def replace(self, **changes) -> Case:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Case:
+        data = {k: v for k, v in data.items() if k != "id"}
+        if data.get("fp8") is not None:
+            data["fp8"] = FP8Spec(**data["fp8"])
+        for name in ("window", "seqlens_q", "seqlens_k"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
+        return cls(**data)
