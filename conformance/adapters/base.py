@@ -147,6 +147,7 @@ class ForwardOutput:
     unwritten: int = 0  # elements of a poisoned out= buffer left unwritten
     lse_convention: str = "-inf"  # what the adapter writes for fully masked rows, e.g. "+inf"
     notes: list[str] = field(default_factory=list)
+    out_device: str | None = None  # device the kernel's output lived on ("cpu", "cuda:0"), when known
 
 
 @dataclass

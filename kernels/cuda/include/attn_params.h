@@ -8,12 +8,22 @@
 // rows write O = 0 and LSE = -inf.
 //
 // If you change a field here, change the ctypes mirror in kernels/cuda_lib.py in the same commit.
+//
+// CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
+//   v2 (this version): no field of AttnFwdParams / AttnBwdParams moved or changed meaning. Added:
+//     ATTN_PARAMS_VERSION; the rule that window values other than -1 must be >= 0 (launchers answer
+//     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, ANCHORS.md §3
+//     #1116); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
+//     lse_partial may be NULL (the launcher then allocates stream-ordered scratch itself);
+//     attn_params_layout() so tests can compare the ctypes mirror against the compiled layout.
 #pragma once
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define ATTN_PARAMS_VERSION 2
 
 enum AttnDtype { ATTN_FP16 = 0, ATTN_BF16 = 1 };
 
@@ -45,12 +55,15 @@ typedef struct AttnFwdParams {
     float softcap;  // 0 = off; else s = softcap * tanh(s / softcap)
     int32_t causal;             // 0/1
     int32_t align_bottom_right; // 1: j <= i + Lk - Lq ; 0: j <= i   (per sequence, real lengths)
-    int32_t window_left;        // -1 = unbounded
-    int32_t window_right;       // -1 = unbounded (causal forces 0)
+    int32_t window_left;        // -1 = unbounded; else >= 0 (other negatives are ATTN_ERR_INVALID)
+    int32_t window_right;       // -1 = unbounded; else >= 0 (causal: right = min(right, 0), i.e. 0)
     int32_t dtype;              // AttnDtype
 
-    // Split-KV (Flash-Decoding): number of splits; partial buffers are owned by the launcher's
-    // caller. 0 or 1 = no split.
+    // Split-KV (Flash-Decoding), read by attn_splitkv_fwd only. num_splits = 0: the launcher picks
+    // (attn_splitkv_num_splits tells the caller how many, to size its buffers); >= 1: that many
+    // (1 = one split, still through the partial + combine path). o_partial / lse_partial: caller-owned
+    // scratch of at least the sizes below, or both NULL: the launcher then allocates and frees them
+    // stream-ordered (cudaMallocAsync / cudaFreeAsync on the given stream).
     int32_t num_splits;
     float* o_partial;    // [S, B, Hq, Lq, dv] fp32
     float* lse_partial;  // [S, B, Hq, Lq] fp32
@@ -85,6 +98,23 @@ enum AttnStatus {
     ATTN_ERR_INVALID = 2,      // bad shapes / strides / pointers
     ATTN_ERR_CUDA = 3,         // a CUDA runtime error (message carries cudaGetErrorString)
 };
+
+// Launchers (one shared library, libattn_kernels.so). A = engineer A, B = engineer B.
+int attn_fa1_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa1.cu
+int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa1.cu
+int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // A: kernels/cuda/fa2_fwd.cu
+int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa2_bwd.cu
+int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // A: kernels/cuda/splitkv.cu
+
+// Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
+// splits attn_splitkv_fwd uses for p (p->num_splits when >= 1, else its own choice for a device with
+// num_sms multiprocessors; num_sms <= 0 = the current device's), or -1 when p is invalid.
+int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms);
+
+// Layout self-description (A: kernels/cuda/splitkv.cu): writes up to n int64 values, namely
+// [ATTN_PARAMS_VERSION, sizeof(AttnFwdParams), sizeof(AttnBwdParams)] followed by the byte offset of
+// every field of AttnFwdParams then AttnBwdParams in declaration order; returns how many it has.
+int attn_params_layout(int64_t* out, int n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,154 @@
+"""Adapters for the NumPy reference kernels (kernels/reference): FA1, FA2, FA3, FA3 FP8, split-KV.
+
+Each adapter wraps one kernel module; pass ``kernel_module=`` to build the same adapter on another
+module with the same functions (the mutation tests build adapters on mutated copies). Inputs are
+used as given (every layout is just a NumPy view here) and never modified; the kernels emulate the
+precision of ``case.dtype`` (kernels/emulate.py) and return float64 copies. Semantics: oracles/SEMANTICS.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
+from conformance.case import LAYOUTS, Case
+
+__all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
+
+_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
+
+
+def _caps(**changes: Any) -> Capabilities:
+    base = dict(dtypes=_DTYPES, devices=frozenset({"cpu"}), window=True, mask=True, bias=True, softcap=True,
+                gqa=True, varlen=True, layouts=frozenset(LAYOUTS), lse=True, backward=True, deterministic=True)
+    base.update(changes)
+    return Capabilities(**base)
+
+
+class _Reference(Adapter):
+    """Common forward/backward plumbing; subclasses name their kernel module and default knobs."""
+
+    module_name: ClassVar[str] = ""
+    default_knobs: ClassVar[dict[str, Any]] = {"block_q": 64, "block_k": 64}
+
+    def __init__(self, kernel_module: ModuleType | None = None, **knobs: Any):
+        self.kernel = kernel_module if kernel_module is not None else importlib.import_module(self.module_name)
+        self.knobs = {**self.default_knobs, **knobs}
+
+    def version(self) -> str:
+        return f"{getattr(self.kernel, '__name__', self.module_name)} (numpy {np.__version__})"
+
+    def _kwargs(self, inputs: CaseInputs, case: Case) -> dict[str, Any]:
+        kw = dict(case.oracle_kwargs)
+        kw.update(mask=inputs.mask, bias=inputs.bias, dtype=case.dtype, **self.knobs)
+        return kw
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
+        return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
+                             out_dtype=case.dtype, kernels=(f"{self.module_name}.forward",))
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        if inputs.dout is None:
+            raise ValueError(f"{self.name}: backward needs inputs.dout (case {case.id})")
+        kw = self._kwargs(inputs, case)
+        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **kw)
+        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, **kw)
+        fwd = ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
+                            out_dtype=case.dtype)
+        return BackwardOutput(dq=np.asarray(dq, dtype=np.float64), dk=np.asarray(dk, dtype=np.float64),
+                              dv=np.asarray(dv, dtype=np.float64), out=fwd,
+                              kernels=(f"{self.module_name}.forward", f"{self.module_name}.backward"))
+
+
+class ReferenceFA1(_Reference):
+    """FA1 Algorithm 1 (K/V outer, Q inner, O/l/m in HBM); backward recomputes P from the stored l, m."""
+
+    name = "reference-fa1"
+    description = "NumPy FlashAttention-1 (kernels/reference/fa1.py), emulated precision"
+    module_name = "kernels.reference.fa1"
+    capabilities = _caps()
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        if inputs.dout is None:
+            raise ValueError(f"{self.name}: backward needs inputs.dout (case {case.id})")
+        kw = self._kwargs(inputs, case)
+        out, lse, l, m = self.kernel.forward(inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
+        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m, **kw)
+        fwd = ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
+                            out_dtype=case.dtype)
+        return BackwardOutput(dq=np.asarray(dq, dtype=np.float64), dk=np.asarray(dk, dtype=np.float64),
+                              dv=np.asarray(dv, dtype=np.float64), out=fwd,
+                              kernels=(f"{self.module_name}.forward", f"{self.module_name}.backward"))
+
+
+class ReferenceFA2(_Reference):
+    """FA2: Q outer, K/V inner, one division at the end; backward Algorithm 2."""
+
+    name = "reference-fa2"
+    description = "NumPy FlashAttention-2 (kernels/reference/fa2.py), emulated precision"
+    module_name = "kernels.reference.fa2"
+    capabilities = _caps()
+
+
+class ReferenceFA3(_Reference):
+    """FA3 FP16/BF16 numerics: FA2 tiling with exp2-based float32 softmax, 128 x 128 forward tiles."""
+
+    name = "reference-fa3"
+    description = "NumPy FlashAttention-3 FP16/BF16 numerics (kernels/reference/fa3.py), emulated precision"
+    module_name = "kernels.reference.fa3"
+    default_knobs = {"block_q": 128, "block_k": 128}
+    capabilities = _caps()
+
+
+class ReferenceSplitKV(_Reference):
+    """Flash-Decoding: ``num_splits`` partials (default 3, so splits are uneven) and the combine step."""
+
+    name = "reference-splitkv"
+    description = "NumPy split-KV / Flash-Decoding (kernels/reference/splitkv.py), emulated precision"
+    module_name = "kernels.reference.splitkv"
+    default_knobs = {"block_q": 64, "block_k": 32, "num_splits": 3}
+    capabilities = _caps(backward=False)
+
+
+class ReferenceFA3FP8(_Reference):
+    """FA3 FP8 forward on the engine's quantized inputs (``CaseInputs.fp8``, SEMANTICS.md §10-§11)."""
+
+    name = "reference-fa3-fp8"
+    description = "NumPy FlashAttention-3 FP8 forward (kernels/reference/fa3.py:forward_fp8), BF16 output"
+    module_name = "kernels.reference.fa3"
+    default_knobs = {"out_dtype": "bfloat16"}
+    capabilities = _caps(dtypes=frozenset(), backward=False, fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
+                         fp8_formats=frozenset({"e4m3fn", "e5m2"}))
+
+    def supports(self, case: Case, device: str) -> str | None:
+        if case.fp8 is None:
+            return "FP8-only adapter: the case has no FP8 settings (Case.fp8 is None)"
+        return super().supports(case, device)
+
+    def _quantized(self, inputs: CaseInputs, case: Case) -> dict[str, Any]:
+        if inputs.fp8 is not None:
+            return inputs.fp8
+        from oracles import fp8
+
+        spec = case.fp8
+        return fp8.quantize_attention_inputs(inputs.q, inputs.k, inputs.v, format=spec.format,
+                                             granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
+                                             incoherent=spec.incoherent, seed=spec.hadamard_seed)
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        qi = self._quantized(inputs, case)
+        kw = dict(case.oracle_kwargs)
+        kw.update(mask=inputs.mask, bias=inputs.bias, **self.knobs)
+        out, lse = self.kernel.forward_fp8(qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
+                                           qi["v_descale"], format=qi["format"], block_q=qi["tile_q"],
+                                           block_k=qi["tile_k"], **kw)
+        return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
+                             out_dtype=self.knobs["out_dtype"], kernels=(f"{self.module_name}.forward_fp8",))
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        raise NotImplementedError(f"{self.name} is forward only (as FA3's FP8 path)")

@@ -1,0 +1,364 @@
+"""Third-party implementations: ``--impl module:attr`` as an adapter object or a plain SDPA-signature function.
+
+`load_impl(spec)` imports ``module`` from sys.path (PYTHONPATH honoured) and resolves ``attr``
+(dotted names allowed) to an `Adapter`:
+
+1. **An adapter object** - an `Adapter` instance, an `Adapter` subclass (instantiated with no
+   arguments), a zero-argument factory returning one, or any object following the same protocol
+   without subclassing (it is wrapped as is). The protocol (conformance/adapters/base.py):
+
+   - ``capabilities``: a `Capabilities` - what it claims (dtypes, devices, masks, GQA, LSE, backward...);
+     a claimed feature that then raises or is wrong is a FAIL;
+   - ``forward(inputs: CaseInputs, case: Case, device: str) -> ForwardOutput``: inputs are FP64
+     arrays exactly representable in ``case.dtype``; return float64 ``out`` [B, Hq, Lq, dv] and,
+     optionally, natural-log ``lse`` [B, Hq, Lq] (declare ``lse=True``);
+   - optional ``backward(inputs, case, device) -> BackwardOutput``: dq, dk, dv of sum(out * dout)
+     (declare ``backward=True``);
+   - optional ``supports(case, device)`` / ``unavailable_reason(device)`` returning a reason string or
+     None, ``name``, ``version()``.
+
+2. **A plain function with torch SDPA's signature**
+   ``fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)`` on
+   [B, H, L, D] torch tensors (``is_causal`` = top-left, SEMANTICS.md §4; boolean mask True = attend,
+   float mask added to the scores, §6). `wrap_sdpa_function` turns it into an adapter that:
+
+   - **probes** each feature once per process and device, lazily, on a small case: each dtype
+     (float32, float16, bfloat16, float64), GQA (``enable_gqa=True``), dv != d, boolean mask, float
+     bias, ``scale``, ``is_causal`` square and non-square, backward through autograd. Only keyword
+     arguments that differ from SDPA's defaults are passed, so a function without, say,
+     ``enable_gqa`` still runs every MHA case. A probe that raises makes that feature NOT_SUPPORTED
+     (the reason quotes the exception); a feature that probed fine and raises later is a FAIL;
+   - tests everything the signature can express: bottom-right causal, windows and varlen padding as
+     boolean masks, fully masked rows, additive biases, non-contiguous (``bshd``) and stride-0
+     (``kv_broadcast``) inputs, backward. Softcap and FP8 cannot be expressed: NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from conformance.adapters import _torch_common as tc
+from conformance.adapters._torch_common import torch
+from conformance.adapters.base import (
+    Adapter,
+    BackwardOutput,
+    Capabilities,
+    CaseInputs,
+    ForwardOutput,
+)
+from conformance.case import ALIGNMENTS, LAYOUTS, Case
+
+__all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
+
+PROBE_DTYPES = ("float32", "float16", "bfloat16", "float64")
+# probes beyond dtypes, in the order they are reported
+_FEATURES = ("gqa", "dv_ne_d", "bool_mask", "float_bias", "scale", "causal", "causal_nonsquare", "backward")
+
+# (function identity, device) -> {feature: None | exception text}; one probe per process and device
+_PROBES: dict[tuple[int, str], dict[str, str | None]] = {}
+_KEEP: dict[int, Any] = {}  # keeps probed functions alive so their id() stays unique
+
+
+def _sdpa_kwargs(attn_mask=None, is_causal: bool = False, scale: float | None = None, gqa: bool = False) -> dict:
+    """Only the keyword arguments that differ from SDPA's defaults."""
+    kwargs: dict[str, Any] = {}
+    if attn_mask is not None:
+        kwargs["attn_mask"] = attn_mask
+    if is_causal:
+        kwargs["is_causal"] = True
+    if scale is not None:
+        kwargs["scale"] = scale
+    if gqa:
+        kwargs["enable_gqa"] = True
+    return kwargs
+
+
+def _first_tensor(result):
+    if isinstance(result, (tuple, list)):
+        return result[0]
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+class SdpaFunctionAdapter(Adapter):
+    """Adapter around a plain function with torch SDPA's signature (see the module docstring)."""
+
+    description = "third-party function with torch SDPA's signature, features probed"
+
+    def __init__(self, fn, name: str):
+        if not callable(fn):
+            raise TypeError(f"{name!r} is not callable")
+        self.fn = fn
+        self.name = name
+        self.description = f"{name}: third-party SDPA-signature function (features probed once per device)"
+        _KEEP[id(fn)] = fn
+
+    def version(self) -> str:
+        module = inspect.getmodule(self.fn)
+        return str(getattr(module, "__version__", "unknown"))
+
+    # -- probing ----------------------------------------------------------------------------------
+    def probes(self, device: str) -> dict[str, str | None]:
+        """{feature: None if it ran, else the exception}, computed once per process and device."""
+        key = (id(self.fn), device)
+        if key not in _PROBES:
+            _PROBES[key] = self._probe_all(device)
+        return _PROBES[key]
+
+    def _probe_all(self, device: str) -> dict[str, str | None]:
+        results: dict[str, str | None] = {}
+        gen = torch.Generator().manual_seed(1234)
+
+        def rand(*shape, dtype):
+            return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+
+        def attempt(feature: str, call) -> None:
+            try:
+                out = _first_tensor(call())
+                if not isinstance(out, torch.Tensor):
+                    raise TypeError(f"returned {type(out).__name__}, not a torch.Tensor")
+                results[feature] = None
+            except Exception as exc:  # the probe's whole point: any exception means "not supported"
+                results[feature] = _describe(exc)
+
+        B, H, Lq, Lk, D = 1, 2, 5, 7, 16
+        for name in PROBE_DTYPES:
+            dt = tc.torch_dtype(name)
+            q, k, v = rand(B, H, Lq, D, dtype=dt), rand(B, H, Lk, D, dtype=dt), rand(B, H, Lk, D, dtype=dt)
+            attempt(f"dtype:{name}", lambda q=q, k=k, v=v: self.fn(q, k, v))
+        base = next((n for n in PROBE_DTYPES if results[f"dtype:{n}"] is None), None)
+        if base is None:
+            for feature in _FEATURES:
+                results[feature] = "no dtype probe succeeded, so no feature could be probed"
+            return results
+        dt = tc.torch_dtype(base)
+        q, k, v = rand(B, H, Lq, D, dtype=dt), rand(B, H, Lk, D, dtype=dt), rand(B, H, Lk, D, dtype=dt)
+        q4 = rand(B, 2 * H, Lq, D, dtype=dt)
+        v_wide = rand(B, H, Lk, 2 * D, dtype=dt)
+        mask = torch.rand(B, 1, Lq, Lk, generator=gen).to(device) > 0.3
+        mask[..., 0] = True
+        bias = rand(B, H, Lq, Lk, dtype=dt)
+        qs = rand(B, H, Lk, D, dtype=dt)  # square: Lq == Lk
+        attempt("gqa", lambda: self.fn(q4, k, v, **_sdpa_kwargs(gqa=True)))
+        attempt("dv_ne_d", lambda: self.fn(q, k, v_wide))
+        attempt("bool_mask", lambda: self.fn(q, k, v, **_sdpa_kwargs(attn_mask=mask)))
+        attempt("float_bias", lambda: self.fn(q, k, v, **_sdpa_kwargs(attn_mask=bias)))
+        attempt("scale", lambda: self.fn(q, k, v, **_sdpa_kwargs(scale=0.37)))
+        attempt("causal", lambda: self.fn(qs, k, v, **_sdpa_kwargs(is_causal=True)))
+        attempt("causal_nonsquare", lambda: self.fn(q, k, v, **_sdpa_kwargs(is_causal=True)))
+
+        def grad_probe():
+            leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+            with torch.enable_grad():
+                out = _first_tensor(self.fn(*leaves))
+                grads = torch.autograd.grad(out, leaves, grad_outputs=torch.ones_like(out))
+            return grads[0]
+
+        attempt("backward", grad_probe)
+        return results
+
+    # -- declared capabilities (from the probes on the default device) ----------------------------
+    def caps_for(self, device: str) -> Capabilities:
+        p = self.probes(device)
+        ok = lambda f: p.get(f) is None  # noqa: E731
+        return Capabilities(
+            dtypes=frozenset(n for n in PROBE_DTYPES if ok(f"dtype:{n}")),
+            devices=frozenset({device.split(":")[0]}),
+            dv_ne_d=ok("dv_ne_d"),
+            alignments=frozenset(ALIGNMENTS) if ok("bool_mask") or ok("causal") else frozenset(),
+            window=ok("bool_mask"),
+            mask=ok("bool_mask"),
+            bias=ok("float_bias"),
+            softcap=False,
+            gqa=ok("gqa"),
+            varlen=ok("bool_mask"),
+            custom_scale=ok("scale"),
+            layouts=frozenset(LAYOUTS),
+            lse=False,
+            backward=ok("backward"),
+        )
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+        return self.caps_for(device)
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = tc.device_unavailable_reason(device)
+        if reason:
+            return reason
+        p = self.probes(device)
+        if all(p[f"dtype:{n}"] is not None for n in PROBE_DTYPES):
+            return f"{self.name} raised on every dtype probe on {device}: {p['dtype:float32']}"
+        return None
+
+    def needs(self, case: Case) -> list[str]:
+        """The probed features `case` uses, in the order they are checked."""
+        from conformance.adapters.torch_sdpa import _needs_attn_mask
+
+        need = [f"dtype:{case.dtype}"]
+        if case.Hq != case.Hkv:
+            need.append("gqa")
+        if case.dv != case.d:
+            need.append("dv_ne_d")
+        if _needs_attn_mask(case):
+            need.append("float_bias" if case.bias is not None else "bool_mask")
+        elif case.causal:
+            need.append("causal" if case.Lq == case.Lk else "causal_nonsquare")
+        if case.scale is not None:
+            need.append("scale")
+        if case.backward:
+            need.append("backward")
+        return need
+
+    def supports(self, case: Case, device: str) -> str | None:
+        reason = tc.device_unavailable_reason(device)
+        if reason:
+            return reason
+        if case.fp8 is not None:
+            return "the SDPA signature has no FP8 inputs or descales"
+        if case.softcap is not None:
+            return "the SDPA signature cannot express softcap (tanh is not an additive bias)"
+        if case.dtype not in PROBE_DTYPES:
+            return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
+        p = self.probes(device)
+        for feature in self.needs(case):
+            if p.get(feature) is not None:
+                return f"probe '{feature}' raised on {device}: {p[feature]}"
+        return None
+
+    # -- the call ---------------------------------------------------------------------------------
+    def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
+        kwargs = _sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
+        return _first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        from conformance.adapters.torch_sdpa import _mask_tensor, sdpa_plan
+
+        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+        t = tc.materialize(inputs, case, device)
+        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
+        before = tc.snapshot(handed)
+        with tc.KernelRecorder(device) as rec:
+            out = self._call(t, mask_t, is_causal, case)
+        return ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
+                             mutated_inputs=tc.changed(before, handed), notes=[rec.error] if rec.error else [])
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        from conformance.adapters.torch_sdpa import _mask_tensor, sdpa_plan
+
+        if inputs.dout is None:
+            raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
+        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+        t = tc.materialize(inputs, case, device, requires_grad=True)
+        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t, "dout": t.dout}
+        before = tc.snapshot(handed)
+        with torch.enable_grad(), tc.KernelRecorder(device) as rec:
+            out = self._call(t, mask_t, is_causal, case)
+            dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+        mutated = tc.changed(before, handed)
+        fwd = ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
+                            mutated_inputs=mutated)
+        return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
+                              kernels=rec.names, mutated_inputs=mutated)
+
+
+def wrap_sdpa_function(fn, name: str | None = None) -> SdpaFunctionAdapter:
+    """An adapter for `fn`, a function with torch SDPA's signature (see the module docstring)."""
+    return SdpaFunctionAdapter(fn, name or getattr(fn, "__qualname__", repr(fn)))
+
+
+class _ProtocolAdapter(Adapter):
+    """Wraps an object that follows the adapter protocol without subclassing `Adapter`."""
+
+    def __init__(self, obj, name: str):
+        self.obj = obj
+        self.name = str(getattr(obj, "name", "") or name)
+        self.description = str(getattr(obj, "description", "") or f"{name}: third-party adapter object")
+        self.isolate = bool(getattr(obj, "isolate", False))
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return self.obj.capabilities
+
+    def unavailable_reason(self, device: str) -> str | None:
+        fn = getattr(self.obj, "unavailable_reason", None)
+        return fn(device) if fn else None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        fn = getattr(self.obj, "supports", None)
+        return fn(case, device) if fn else super().supports(case, device)
+
+    def version(self) -> str:
+        fn = getattr(self.obj, "version", None)
+        return str(fn()) if fn else "unknown"
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        return self.obj.forward(inputs, case, device)
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        fn = getattr(self.obj, "backward", None)
+        if fn is None:
+            raise NotImplementedError(f"{self.name} has no backward")
+        return fn(inputs, case, device)
+
+
+def _is_protocol_object(obj) -> bool:
+    return callable(getattr(obj, "forward", None)) and isinstance(getattr(obj, "capabilities", None), Capabilities)
+
+
+def _zero_arg_callable(obj) -> bool:
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in sig.parameters.values())
+
+
+def load_impl(spec: str) -> Adapter:
+    """The adapter named by ``module:attr`` (attr may be dotted); see the module docstring."""
+    if ":" not in spec:
+        raise ValueError(f"--impl {spec!r}: expected MODULE:ATTR, e.g. conformance.examples.good_sdpa:attention")
+    module_name, attr = spec.split(":", 1)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"--impl {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"--impl {spec!r}: {type(obj).__name__} {getattr(obj, '__name__', obj)!r} "
+                                 f"has no attribute {part!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, Adapter):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, Adapter):
+        return obj()
+    if _is_protocol_object(obj):
+        return _ProtocolAdapter(obj, spec)
+    if isinstance(obj, type):
+        instance = obj()
+        if isinstance(instance, Adapter):
+            return instance
+        if _is_protocol_object(instance):
+            return _ProtocolAdapter(instance, spec)
+        raise TypeError(f"--impl {spec!r}: {obj.__name__}() is neither an Adapter nor follows its protocol")
+    if callable(obj) and _zero_arg_callable(obj):
+        made = obj()
+        if isinstance(made, Adapter):
+            return made
+        if _is_protocol_object(made):
+            return _ProtocolAdapter(made, spec)
+        raise TypeError(f"--impl {spec!r}: the zero-argument factory returned {type(made).__name__}, not an Adapter")
+    if callable(obj):
+        return wrap_sdpa_function(obj, spec)
+    raise TypeError(f"--impl {spec!r}: {type(obj).__name__} is neither an Adapter, an adapter factory, nor a "
+                    "function with torch SDPA's signature")

@@ -1,0 +1,363 @@
+"""torch `scaled_dot_product_attention`, pinned to one backend so that no silent fallback is possible.
+
+Four adapters, one per `torch.nn.attention.SDPBackend`: `SdpaMath`, `SdpaFlash`, `SdpaEfficient`,
+`SdpaCudnn`. Each call runs inside ``sdpa_kernel([backend])`` with only that backend enabled: if torch
+cannot run the case on it, the call raises instead of quietly using another one.
+
+How a case (oracles/SEMANTICS.md) maps onto the SDPA signature:
+- §3 causal: ``is_causal=True`` natively when it means the case's alignment (top-left, or a square,
+  non-varlen problem where both alignments coincide) and nothing else restricts the keys; otherwise
+  the dense boolean visibility mask of `_torch_common.visibility` (bottom-right, windows §4, varlen
+  padding §6, the case's own mask §5) is passed as ``attn_mask`` (True = attend).
+- §5 additive bias: a float ``attn_mask`` in the query dtype, -inf where a key is not visible.
+- §7 GQA: ``enable_gqa=True`` when Hq != Hkv.
+- §2 softcap: not expressible (SDPA has no score hook; tanh is not an additive bias) -> NOT_SUPPORTED.
+- backward: autograd of sum(out * dout).
+- LSE (§9): SDPA returns none publicly. On CPU the flash backend's own op
+  ``aten._scaled_dot_product_flash_attention_for_cpu`` (the kernel the pinned backend runs) returns
+  it; the adapter calls it a second time for LSE and notes it if that call's output differs bitwise
+  from the public call's. Its value on fully masked rows is 0 (convention "0", reported by name).
+
+`supports` declines with torch's own words: after the declared-capability check it asks torch's
+dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
+dtype, strides, mask and requires_grad) whether the pinned backend accepts the call, and returns the
+reasons torch prints (e.g. "Flash attention does not support the is_causal flag when seqlen_q !=
+seqlen_k"). Anything torch accepts and then gets wrong is a FAIL.
+
+On CUDA the torch profiler records the kernels that ran (`ForwardOutput.kernels`); when the pinned
+backend's expected kernel (ANCHORS.md §3: ``pytorch_flash::flash_fwd_kernel``, ``fmha_cutlassF_*``,
+``cudnn_generated_fort_native_sdpa_*``) is absent from a non-empty record, a note says so.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import ClassVar
+
+import numpy as np
+
+from conformance.adapters import _torch_common as tc
+from conformance.adapters._torch_common import torch
+from conformance.adapters.base import (
+    Adapter,
+    BackwardOutput,
+    Capabilities,
+    CaseInputs,
+    ForwardOutput,
+    capability_reason,
+)
+from conformance.case import ALIGNMENTS, LAYOUTS, Case
+
+__all__ = ["SdpaAdapter", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath", "sdpa_plan"]
+
+_ALL_FLOAT = frozenset({"float64", "float32", "float16", "bfloat16"})
+_HALF = frozenset({"float16", "bfloat16"})
+
+
+def _needs_attn_mask(case: Case) -> bool:
+    """True when the case needs a dense attn_mask (anything beyond native top-left causal)."""
+    native_causal = case.causal and (case.alignment == "top_left" or case.Lq == case.Lk)
+    return (
+        case.mask is not None
+        or case.bias is not None
+        or case.window is not None
+        or case.varlen
+        or (case.causal and not native_causal)
+    )
+
+
+def sdpa_plan(case: Case, mask: np.ndarray | None, bias: np.ndarray | None) -> tuple[bool, np.ndarray | None]:
+    """(is_causal, attn_mask) expressing `case` through the SDPA signature.
+
+    attn_mask is None, a bool array (True = attend) or, with a bias, an FP64 additive array with -inf
+    where a key is not visible; shape [B, 1 or Hq, Lq, Lk].
+    """
+    if not _needs_attn_mask(case):
+        return case.causal, None
+    vis = tc.visibility(case, mask)
+    if bias is not None:
+        return False, tc.float_mask(vis, bias, case.B, case.Lq, case.Lk)
+    return False, vis
+
+
+def _mask_tensor(attn_mask: np.ndarray | None, dtype, device: str):
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == bool:
+        return torch.from_numpy(np.array(attn_mask, dtype=bool)).to(device)
+    return torch.from_numpy(np.array(attn_mask, dtype=np.float64)).to(dtype).to(device)
+
+
+def _empty_view(shape: tuple[int, ...], dtype, device: str, layout: str, requires_grad: bool):
+    """An uninitialised [B, H, L, D] tensor with the strides `layout` gives (for dispatcher queries)."""
+    B, H, L, D = shape
+    if layout == "bshd":
+        return torch.empty((B, L, H, D), dtype=dtype, device=device).requires_grad_(requires_grad).transpose(1, 2)
+    if layout == "kv_broadcast":
+        return torch.empty((1, H, L, D), dtype=dtype, device=device).requires_grad_(requires_grad).expand(shape)
+    return torch.empty(shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+
+class SdpaAdapter(Adapter):
+    """Base of the four pinned-backend adapters; subclasses set `backend_name` and the capability tables."""
+
+    backend_name: ClassVar[str] = ""  # SDPBackend member name
+    #: substrings of the CUDA kernel names the pinned backend launches (forward, backward)
+    expected_kernels: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
+    cpu_reason: ClassVar[str | None] = None  # why the backend has no CPU implementation, if it has none
+    cpu_caps: ClassVar[Capabilities | None] = None
+    cuda_caps: ClassVar[Capabilities | None] = None
+    #: LSE value the CPU op writes on fully masked rows (SEMANTICS.md §8 names conventions)
+    cpu_lse_convention: ClassVar[str] = "-inf"
+
+    def __init__(self) -> None:
+        on_cuda = torch is not None and torch.cuda.is_available()
+        caps = (self.cuda_caps if on_cuda else self.cpu_caps) or self.cuda_caps or self.cpu_caps
+        self.capabilities = caps
+
+    # -- availability -----------------------------------------------------------------------------
+    @property
+    def backend(self):
+        from torch.nn.attention import SDPBackend
+
+        return getattr(SDPBackend, self.backend_name)
+
+    def version(self) -> str:
+        return f"torch {torch.__version__}" if torch is not None else "torch missing"
+
+    def caps_for(self, device: str) -> Capabilities | None:
+        return self.cpu_caps if device.startswith("cpu") else self.cuda_caps
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = tc.device_unavailable_reason(device)
+        if reason:
+            return reason
+        if device.startswith("cpu") and self.cpu_reason:
+            return self.cpu_reason
+        if self.caps_for(device) is None:
+            return f"torch SDPA {self.backend_name} has no implementation on {device}"
+        return self._device_reason(device)
+
+    def _device_reason(self, device: str) -> str | None:
+        return None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        reason = self.unavailable_reason(device)
+        if reason:
+            return reason
+        caps = self.caps_for(device)
+        effective = case
+        if case.causal and case.Lq == case.Lk and not case.varlen:
+            effective = case.replace(alignment="top_left")  # square: both alignments are the same mask
+        reason = capability_reason(caps, effective, device)
+        if reason:
+            return reason
+        return self._torch_refusal(case, device)
+
+    def _torch_refusal(self, case: Case, device: str) -> str | None:
+        """torch's own reasons for refusing the pinned backend on this case's call, or None."""
+        from torch.nn.attention import sdpa_kernel
+
+        dtype = tc.torch_dtype(case.dtype)
+        grad = case.backward
+        q_layout = "contiguous" if case.layout == "kv_broadcast" else case.layout
+        q = _empty_view((case.B, case.Hq, case.Lq, case.d), dtype, device, q_layout, grad)
+        k = _empty_view((case.B, case.Hkv, case.Lk, case.d), dtype, device, case.layout, grad)
+        v = _empty_view((case.B, case.Hkv, case.Lk, case.dv), dtype, device, case.layout, grad)
+        mask = None
+        is_causal = case.causal
+        if _needs_attn_mask(case):
+            is_causal = False
+            mask_dtype = dtype if case.bias is not None else torch.bool
+            mask = torch.zeros((case.B, 1, case.Lq, case.Lk), dtype=mask_dtype, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([self.backend]):
+                    choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, scale=case.scale,
+                                                     enable_gqa=case.Hq != case.Hkv)
+                error = None
+            except RuntimeError as exc:
+                choice, error = None, str(exc).strip()
+        if choice == int(self.backend):
+            return None
+        said = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
+        said = [s for s in said if s and not s.endswith("kernel not used because:")]
+        if error:
+            said.append(error)
+        return f"torch refuses SDPA {self.backend_name} for this call: " + ("; ".join(said) or f"choice={choice}")
+
+    # -- the call ---------------------------------------------------------------------------------
+    def _call(self, q, k, v, attn_mask, is_causal: bool, case: Case):
+        from torch.nn.attention import sdpa_kernel
+
+        kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
+        if case.Hq != case.Hkv:
+            kwargs["enable_gqa"] = True
+        with sdpa_kernel([self.backend]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
+        notes = []
+        if rec.error:
+            notes.append(rec.error)
+        if rec.active and not rec.error and not rec.names:
+            notes.append("the profiler captured no CUDA kernel for this call")
+        expected = self.expected_kernels[which]
+        if expected:
+            note = tc.missing_kernel_note(rec.names, expected, f"pinned SDPA {self.backend_name}")
+            if note:
+                notes.append(note)
+        elif rec.names:  # math: a fused attention kernel would mean the pinning did not hold
+            fused = [n for n in rec.names if any(s in n for s in _FUSED_MARKERS)]
+            if fused:
+                notes.append(f"pinned SDPA MATH but fused attention kernels ran: {fused[:4]}")
+        return notes
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+        t = tc.materialize(inputs, case, device)
+        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
+        before = tc.snapshot(handed)
+        with tc.KernelRecorder(device) as rec:
+            out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
+        mutated = tc.changed(before, handed)
+        notes = self._kernel_notes(rec, 0)
+        lse = None
+        convention = "-inf"
+        if self.capabilities_lse(device):
+            lse, note = self._lse(t, mask_t, is_causal, case, out)
+            if note:
+                notes.append(note)
+            empty = tc.empty_rows(attn_mask, (case.B, case.Hq, case.Lq))
+            lse, convention, note = tc.translate_empty_lse(lse, empty, self.cpu_lse_convention)
+            if note:
+                notes.append(note)
+        return ForwardOutput(
+            out=tc.to_numpy(out),
+            lse=lse,
+            out_dtype=tc.dtype_name(out.dtype),
+            kernels=rec.names,
+            mutated_inputs=mutated,
+            lse_convention=convention,
+            notes=notes,
+        )
+
+    def capabilities_lse(self, device: str) -> bool:
+        caps = self.caps_for(device)
+        return bool(caps and caps.lse)
+
+    def _lse(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case, out) -> tuple[np.ndarray, str | None]:
+        raise NotImplementedError(f"{self.name} exposes no LSE")
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        if inputs.dout is None:
+            raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
+        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+        t = tc.materialize(inputs, case, device, requires_grad=True)
+        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t, "dout": t.dout}
+        before = tc.snapshot(handed)
+        with torch.enable_grad(), tc.KernelRecorder(device) as rec:
+            out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
+            dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+        mutated = tc.changed(before, handed)
+        notes = self._kernel_notes(rec, 1)
+        fwd = ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
+                            mutated_inputs=mutated)
+        return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
+                              kernels=rec.names, mutated_inputs=mutated, notes=notes)
+
+
+# kernel-name fragments of the fused SDPA backends on CUDA (ANCHORS.md §3)
+_FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "fort_native_sdpa")
+
+
+def _caps(**kw) -> Capabilities:
+    base = dict(dtypes=_ALL_FLOAT, devices=frozenset({"cpu"}), alignments=frozenset(ALIGNMENTS), window=True,
+                mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
+                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False)
+    base.update(kw)
+    return Capabilities(**base)
+
+
+class SdpaMath(SdpaAdapter):
+    """SDPA pinned to the MATH backend (separate matmul and softmax operators)."""
+
+    name = "torch-sdpa-math"
+    description = "torch SDPA, MATH backend only (sdpa_kernel pinned): explicit matmul + softmax"
+    backend_name = "MATH"
+    expected_kernels = ((), ())
+    cpu_caps = _caps()
+    cuda_caps = _caps(devices=frozenset({"cuda"}))
+
+
+class SdpaFlash(SdpaAdapter):
+    """SDPA pinned to FLASH_ATTENTION: the CPU flash kernel on CPU, the vendored FA2 on CUDA."""
+
+    name = "torch-sdpa-flash"
+    description = "torch SDPA, FLASH_ATTENTION backend only (CPU flash kernel / vendored FlashAttention-2 on CUDA)"
+    backend_name = "FLASH_ATTENTION"
+    expected_kernels = (("flash_fwd",), ("flash_bwd",))
+    # the CPU flash kernel: any float dtype, masks as additive float masks, dv must equal d, exposes LSE
+    cpu_caps = _caps(dv_ne_d=False, lse=True)
+    # the CUDA FA2: fp16/bf16, head dim a multiple of 8 up to 256, dv == d, no attn_mask at all,
+    # is_causal only for Lq == Lk (torch refuses non-square causal: FA2 would align it bottom-right)
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, head_dims=frozenset(range(8, 257, 8)),
+                      dv_ne_d=False, alignments=frozenset({"top_left"}), window=False, mask=False, bias=False,
+                      varlen=False)
+    cpu_lse_convention = "0"
+
+    def _device_reason(self, device: str) -> str | None:
+        if device.startswith("cuda"):
+            cc = tc.cuda_capability()
+            if cc is not None and cc < (8, 0):
+                return f"torch's flash backend needs sm80 or newer; this GPU is sm{cc[0]}{cc[1]}"
+        return None
+
+    def _lse(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case, out) -> tuple[np.ndarray, str | None]:
+        """LSE from the CPU flash op (the pinned backend's kernel), called again on the same tensors."""
+        k, v = t.k, t.v
+        if case.Hq != case.Hkv:
+            k = k.repeat_interleave(case.Hq // case.Hkv, dim=1)
+            v = v.repeat_interleave(case.Hq // case.Hkv, dim=1)
+        fmask = mask_t
+        if mask_t is not None and mask_t.dtype == torch.bool:
+            fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
+        out2, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            t.q, k, v, 0.0, is_causal, attn_mask=fmask, scale=case.scale)
+        note = None
+        if not torch.equal(out2, out):
+            diff = (out2.double() - out.double()).abs().max().item()
+            note = ("LSE comes from a second call of aten._scaled_dot_product_flash_attention_for_cpu whose output "
+                    f"differs from the public SDPA call's (max |diff| {diff:.3g})")
+        return tc.to_numpy(lse), note
+
+
+class SdpaEfficient(SdpaAdapter):
+    """SDPA pinned to EFFICIENT_ATTENTION (xFormers/CUTLASS memory-efficient kernels; CUDA only)."""
+
+    name = "torch-sdpa-efficient"
+    description = "torch SDPA, EFFICIENT_ATTENTION backend only (CUTLASS memory-efficient kernels, CUDA)"
+    backend_name = "EFFICIENT_ATTENTION"
+    expected_kernels = (("fmha_cutlassF",), ("fmha_cutlassB",))
+    cpu_reason = "torch SDPA's EFFICIENT_ATTENTION backend has no CPU implementation (CUDA only)"
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}))
+
+
+class SdpaCudnn(SdpaAdapter):
+    """SDPA pinned to CUDNN_ATTENTION (cuDNN fused flash attention; CUDA only)."""
+
+    name = "torch-sdpa-cudnn"
+    description = "torch SDPA, CUDNN_ATTENTION backend only (cuDNN fused attention, CUDA)"
+    backend_name = "CUDNN_ATTENTION"
+    expected_kernels = (("cudnn", "fort_native_sdpa"), ("cudnn", "fort_native_sdpa"))
+    cpu_reason = "torch SDPA's CUDNN_ATTENTION backend has no CPU implementation (CUDA + cuDNN only)"
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, head_dims=frozenset(range(8, 257, 8)))
+
+    def _device_reason(self, device: str) -> str | None:
+        if device.startswith("cuda") and not torch.backends.cudnn.is_available():
+            return "cuDNN is not available to this torch build"
+        return None

@@ -1,0 +1,183 @@
+"""Checks of one adapter result against the oracle: values, LSE, gradients, and everything beyond values.
+
+Each check returns a `QuantityStats` (for value comparisons) and/or a failure message that stands
+alone: it names the quantity, the shape, the index, the error, the tolerance there, and the case.
+Semantics: SEMANTICS.md §8 (fully masked rows), §12 (LSE), §13 (backward); the bounds:
+conformance/TOLERANCES.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "QuantityStats",
+    "compare_values",
+    "compare_lse",
+    "bitwise_equal",
+    "changed_arrays",
+    "quality_warning",
+    "QUALITY_FACTOR",
+    "QUALITY_MIN_USAGE",
+]
+
+#: secondary criterion: an error more than this times the naive same-precision error is a warning
+QUALITY_FACTOR = 2.0
+#: ... but only when the error also uses at least this fraction of the bound somewhere (noise floor)
+QUALITY_MIN_USAGE = 0.25
+
+
+@dataclass
+class QuantityStats:
+    """Error statistics of one output quantity (out, lse, dq, dk, dv)."""
+
+    name: str
+    shape: tuple[int, ...]
+    compared: int = 0
+    max_err: float = 0.0
+    max_err_index: tuple[int, ...] | None = None
+    tol_at_max_err: float | None = None
+    max_ratio: float = 0.0  # usage ratio: max over elements of error / tolerance
+    max_ratio_index: tuple[int, ...] | None = None
+    err_at_max_ratio: float | None = None
+    tol_at_max_ratio: float | None = None
+    got_at_max_ratio: float | None = None
+    ref_at_max_ratio: float | None = None
+    naive_max_err: float | None = None
+    nonfinite: int = 0
+    ok: bool = True
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("shape", "max_err_index", "max_ratio_index"):
+            if d[key] is not None:
+                d[key] = [int(x) for x in d[key]]
+        return d
+
+
+def _idx(flat: int, shape) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(int(flat), shape))
+
+
+def compare_values(
+    name: str, got: np.ndarray | None, ref: np.ndarray, tol: np.ndarray, rows: np.ndarray | None = None,
+    naive: np.ndarray | None = None,
+) -> tuple[QuantityStats, str | None]:
+    """Compare ``got`` with the oracle's ``ref`` element-wise under ``tol``.
+
+    ``rows`` (bool, broadcastable to ref) selects the compared elements (padded query rows are not
+    compared, SEMANTICS.md §7). NaN/Inf where the oracle is finite always fails.
+    """
+    stats = QuantityStats(name=name, shape=tuple(ref.shape))
+    if got is None:
+        stats.ok = False
+        return stats, f"{name}: the adapter returned nothing (expected shape {list(ref.shape)})"
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != ref.shape:
+        stats.ok = False
+        return stats, f"{name}: shape {list(got.shape)} != expected {list(ref.shape)}"
+    sel = np.ones(ref.shape, dtype=bool) if rows is None else np.broadcast_to(rows, ref.shape)
+    stats.compared = int(sel.sum())
+    bad = sel & np.isfinite(ref) & ~np.isfinite(got)
+    stats.nonfinite = int(bad.sum())
+    with np.errstate(invalid="ignore"):
+        err = np.where(sel & np.isfinite(got), np.abs(got - ref), 0.0)
+        ratio = np.where(sel & np.isfinite(got), err / tol, 0.0)
+    if naive is not None:
+        stats.naive_max_err = float(np.where(sel, np.abs(naive - ref), 0.0).max(initial=0.0))
+    if err.size:
+        i = int(np.argmax(err))
+        stats.max_err = float(err.flat[i])
+        stats.max_err_index = _idx(i, err.shape)
+        stats.tol_at_max_err = float(tol.flat[i])
+        j = int(np.argmax(ratio))
+        stats.max_ratio = float(ratio.flat[j])
+        stats.max_ratio_index = _idx(j, ratio.shape)
+        stats.err_at_max_ratio = float(err.flat[j])
+        stats.tol_at_max_ratio = float(tol.flat[j])
+        stats.got_at_max_ratio = float(got.flat[j])
+        stats.ref_at_max_ratio = float(ref.flat[j])
+    if stats.nonfinite:
+        k = _idx(int(np.argmax(bad)), bad.shape)
+        stats.ok = False
+        return stats, (
+            f"{name}: {stats.nonfinite} non-finite value(s) where the oracle is finite; first at index {list(k)}: "
+            f"got {got[k]!r}, oracle {ref[k]:.6g} (shape {list(ref.shape)})"
+        )
+    if stats.max_ratio > 1.0:
+        stats.ok = False
+        k = stats.max_ratio_index
+        return stats, (
+            f"{name}: error {stats.err_at_max_ratio:.3g} > tolerance {stats.tol_at_max_ratio:.3g} "
+            f"(usage {stats.max_ratio:.3g}) at index {list(k)} of shape {list(ref.shape)}: "
+            f"got {stats.got_at_max_ratio:.8g}, oracle {stats.ref_at_max_ratio:.8g}; "
+            f"max abs error {stats.max_err:.3g} at {list(stats.max_err_index)}"
+        )
+    return stats, None
+
+
+def compare_lse(
+    got: np.ndarray | None, ref: np.ndarray, tol: np.ndarray, rows: np.ndarray, declared: str = "-inf"
+) -> tuple[QuantityStats, str | None, list[str]]:
+    """LSE check (SEMANTICS.md §12) plus the fully-masked-row convention (§8), reported by name.
+
+    Rows where the oracle LSE is -inf must be -inf; +inf there is the FA2 convention and is recorded
+    as the finding ``lse_convention:+inf`` (not a failure); anything else fails.
+    """
+    findings: list[str] = []
+    if got is None:
+        return QuantityStats(name="lse", shape=tuple(ref.shape), ok=False), "lse: declared but not returned", findings
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != ref.shape:
+        st = QuantityStats(name="lse", shape=tuple(ref.shape), ok=False)
+        return st, f"lse: shape {list(got.shape)} != expected {list(ref.shape)}", findings
+    empty = rows & np.isneginf(ref)
+    finite_rows = rows & np.isfinite(ref)
+    msg = None
+    if empty.any():
+        g = got[empty]
+        if np.isposinf(g).all():
+            findings.append("lse_convention:+inf")
+        elif np.isneginf(g).all():
+            findings.append("lse_convention:-inf")
+        else:
+            bad = empty & ~np.isneginf(got) & ~np.isposinf(got)
+            if not bad.any():
+                findings.append("lse_convention:mixed")
+            else:
+                k = tuple(int(i) for i in np.argwhere(bad)[0])
+                msg = (f"lse: fully masked row {list(k)} must have LSE = -inf (SEMANTICS.md §8); got {got[k]!r} "
+                       f"(shape {list(ref.shape)})")
+        if declared == "+inf" and "lse_convention:+inf" not in findings and msg is None:
+            findings.append("lse_convention:declared_+inf_but_-inf_seen")
+    safe_ref = np.where(np.isfinite(ref), ref, 0.0)
+    stats, msg2 = compare_values("lse", np.where(finite_rows, got, 0.0), safe_ref, tol, rows=finite_rows)
+    if msg is not None:
+        stats.ok = False
+    return stats, msg or msg2, findings
+
+
+def quality_warning(stats: QuantityStats) -> str | None:
+    """Secondary criterion: worse than 2x the naive same-precision implementation (TOLERANCES.md §5)."""
+    if stats.naive_max_err is None or not stats.ok:
+        return None
+    if stats.max_err > QUALITY_FACTOR * stats.naive_max_err and stats.max_ratio >= QUALITY_MIN_USAGE:
+        return (f"{stats.name}: max error {stats.max_err:.3g} > {QUALITY_FACTOR:g} x the naive same-precision "
+                f"implementation's {stats.naive_max_err:.3g} (bound usage {stats.max_ratio:.2f})")
+    return None
+
+
+def bitwise_equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """True when both are None or have identical bits (NaN payloads included)."""
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def changed_arrays(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> list[str]:
+    """Names of arrays whose bits changed between two snapshots (the input-mutation check)."""
+    changed = [n for n, a in before.items() if n not in after or not bitwise_equal(a, after[n])]
+    return changed + [n for n in after if n not in before]

@@ -1,0 +1,256 @@
+"""Input recipes: turn a `Case` into FP64 arrays, deterministically from ``case.seed``.
+
+Every value is rounded to ``case.dtype`` first (SEMANTICS.md §1: the oracle is evaluated on the
+*same, already rounded* values the kernel sees), then widened to float64. The recipes:
+
+Distributions (``case.distribution``, see `conformance.case.DISTRIBUTIONS`):
+
+- ``normal``: q, k, v, dout ~ N(0, 1).
+- ``outliers``: N(0, 1) plus, on 0.1% of the entries, an extra N(0, 10^2) (FA3 paper, Table 3).
+- ``large_logits``: q, k ~ N(0, c^2) with ``scale * c^2`` about 1600, so |s| reaches ~1e4 and the
+  unscaled q.k^T passes the fp16 range (65504) for d >= 64 (torch #160841, #119131).
+- ``ties``: keys repeat (two distinct key rows per head, alternating) so scores tie exactly; every
+  fourth query row is zero, giving a constant score row (P uniform).
+- ``tiny_lse``: q ~ c*1 + N(0, 1/4), k ~ -sign(scale)*c*1 + N(0, 1/4) with c chosen so every score
+  is about -200: LSE is far below -88.7 (exp underflows in fp32; torch #196678).
+- ``uniform``: q, k ~ U(-sqrt 3, sqrt 3) (unit variance), v ~ U(0, 1): a positive V makes
+  accumulators grow linearly, which exposes low-precision accumulation (stagnation).
+- ``worked:<name>``: the explicit tiny inputs of the seed documents' worked examples (`WORKED`).
+
+Masks (``case.mask``): ``random`` [B, 1, Lq, Lk] with ~30% masked and at least one visible key per
+row; ``random_heads`` the same per head [B, Hq, Lq, Lk]; ``full_rows`` like ``random`` but rows 0,
+Lq // 2 and Lq - 1 fully masked (SEMANTICS.md §8); ``key_padding`` [B, 1, 1, Lk] masking the last
+third of the keys of odd batches; ``none_visible`` every entry False.
+
+Biases (``case.bias``): ``random`` N(0, 1) [B, Hq, Lq, Lk]; ``alibi`` -slope_h * |i + Lk - Lq - j|
+[1, Hq, Lq, Lk]; ``neg_inf_rows`` random with rows 1 and Lq - 2 set to -inf (masking through bias,
+§6). Biases are rounded to the case dtype (torch requires a float mask of the query dtype).
+
+FP8 cases (``case.fp8``): q, k, v are made in float32 from the distribution, quantized by
+`oracles.fp8.quantize_attention_inputs`, and `CaseInputs.q/k/v` are its dequantized values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from conformance.adapters.base import CaseInputs
+from conformance.case import Case
+
+__all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale"]
+
+MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
+BIASES = ("random", "alibi", "neg_inf_rows")
+
+
+def numpy_dtype(name: str):
+    """The NumPy (or ml_dtypes) scalar type of a case dtype name."""
+    if name in ("float64", "float32", "float16"):
+        return np.dtype(name)
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round ``x`` to ``dtype`` (round-to-nearest-even) and return float64; FP8 saturates at +-max."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "float64":
+        return x.copy()
+    if dtype.startswith("float8"):
+        import ml_dtypes
+
+        fmax = float(ml_dtypes.finfo(numpy_dtype(dtype)).max)
+        x = np.clip(x, -fmax, fmax)
+    return x.astype(numpy_dtype(dtype)).astype(np.float64)
+
+
+def effective_scale(case: Case) -> float:
+    return case.scale if case.scale is not None else 1.0 / math.sqrt(case.d)
+
+
+# -- worked examples of the seed documents -------------------------------------------------------
+# d = 1, q = 1 and scale = 1 make the scores equal to the key values, so a worked example given as
+# scores and values maps directly onto q, k, v.
+
+def _worked(scores, values, dout=None) -> dict[str, np.ndarray]:
+    Lk = len(scores)
+    out = {
+        "q": np.ones((1, 1, 1, 1)),
+        "k": np.asarray(scores, dtype=np.float64).reshape(1, 1, Lk, 1),
+        "v": np.asarray(values, dtype=np.float64).reshape(1, 1, Lk, 1),
+    }
+    if dout is not None:
+        out["dout"] = np.full((1, 1, 1, 1), float(dout))
+    return out
+
+
+WORKED: dict[str, Callable[[], dict[str, np.ndarray]]] = {
+    # [FA-anim] "Online softmax · 数字跟着走": blocks [1, 2] / [3, 0], values [2, 8] / [4, 10]; O ~ 4.966
+    "online_softmax": lambda: _worked([1.0, 2.0, 3.0, 0.0], [2.0, 8.0, 4.0, 10.0], dout=1.0),
+    # [FA-anim] exercise 1: block A s=0, v=10; block B s=ln 3, v=2; O = 4 (the wrong average is 6)
+    "exercise1": lambda: _worked([0.0, math.log(3.0)], [10.0, 2.0], dout=1.0),
+    # [FA-anim] "演算 · 一个 query，两个 key": q=1, k=[0, ln 3], v=[2, 6], dO=2; P=[1/4, 3/4], O=5
+    "one_query_two_keys": lambda: _worked([0.0, math.log(3.0)], [2.0, 6.0], dout=2.0),
+    # [FA2-ch] split-K example: scores [1, 2, 4, 0], values [2, 5, 1, 9]; O ~ 1.612955
+    "split_k": lambda: _worked([1.0, 2.0, 4.0, 0.0], [2.0, 5.0, 1.0, 9.0], dout=1.0),
+}
+
+
+# -- distributions -------------------------------------------------------------------------------
+
+def _normal(rng, shape):
+    return rng.standard_normal(shape)
+
+
+def _with_outliers(rng, shape):
+    x = rng.standard_normal(shape)
+    hit = rng.random(shape) < 1e-3
+    return x + hit * rng.normal(0.0, 10.0, shape)
+
+
+def _make_qkv(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    qs = (case.B, case.Hq, case.Lq, case.d)
+    kvb = 1 if case.layout == "kv_broadcast" else case.B
+    ks = (kvb, case.Hkv, case.Lk, case.d)
+    vs = (kvb, case.Hkv, case.Lk, case.dv)
+    dist = case.distribution
+    if dist.startswith("worked:"):
+        name = dist.split(":", 1)[1]
+        if name not in WORKED:
+            raise ValueError(f"unknown worked example {name!r}; known: {sorted(WORKED)}")
+        arrays = WORKED[name]()
+        shape_ok = arrays["q"].shape == qs and arrays["k"].shape == ks and arrays["v"].shape == vs
+        if not shape_ok:
+            raise ValueError(
+                f"worked example {name!r} has q{arrays['q'].shape} k{arrays['k'].shape} v{arrays['v'].shape}; "
+                f"case {case.id} expects q{qs} k{ks} v{vs}"
+            )
+        return arrays
+    if dist == "normal":
+        q, k, v = _normal(rng, qs), _normal(rng, ks), _normal(rng, vs)
+    elif dist == "outliers":
+        q, k, v = _with_outliers(rng, qs), _with_outliers(rng, ks), _with_outliers(rng, vs)
+    elif dist == "large_logits":
+        c = math.sqrt(1600.0 / abs(effective_scale(case)) / math.sqrt(case.d))
+        q, k, v = c * _normal(rng, qs), c * _normal(rng, ks), _normal(rng, vs)
+    elif dist == "ties":
+        q = _normal(rng, qs)
+        q[:, :, ::4, :] = 0.0
+        distinct = _normal(rng, (kvb, case.Hkv, 2, case.d))
+        k = distinct[:, :, np.arange(case.Lk) % 2, :]
+        v = _normal(rng, vs)
+    elif dist == "tiny_lse":
+        sc = effective_scale(case)
+        c = math.sqrt(200.0 / max(abs(sc), 1e-30) / case.d)
+        sign = 1.0 if sc >= 0 else -1.0
+        q = c + 0.25 * _normal(rng, qs)
+        k = -sign * c + 0.25 * _normal(rng, ks)
+        v = _normal(rng, vs)
+    elif dist == "uniform":
+        r3 = math.sqrt(3.0)
+        q, k = rng.uniform(-r3, r3, qs), rng.uniform(-r3, r3, ks)
+        v = rng.uniform(0.0, 1.0, vs)
+    else:
+        raise ValueError(f"unknown distribution {dist!r} in case {case.id}")
+    return {"q": q, "k": k, "v": v}
+
+
+# -- masks and biases ----------------------------------------------------------------------------
+
+def _random_mask(rng, shape) -> np.ndarray:
+    m = rng.random(shape) >= 0.3
+    if shape[-1] > 0:
+        # at least one visible key per row, so only the recipes that ask for empty rows get them
+        first = rng.integers(0, shape[-1], size=shape[:-1])
+        np.put_along_axis(m, first[..., None], True, axis=-1)
+    return m
+
+
+def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
+    name = case.mask
+    B, Hq, Lq, Lk = case.B, case.Hq, case.Lq, case.Lk
+    if name is None:
+        return None
+    if name == "random":
+        return _random_mask(rng, (B, 1, Lq, Lk))
+    if name == "random_heads":
+        return _random_mask(rng, (B, Hq, Lq, Lk))
+    if name == "full_rows":
+        m = _random_mask(rng, (B, 1, Lq, Lk))
+        for i in sorted({0, Lq // 2, Lq - 1}):
+            m[:, :, i, :] = False
+        return m
+    if name == "key_padding":
+        m = np.ones((B, 1, 1, Lk), dtype=bool)
+        m[1::2, :, :, Lk - Lk // 3:] = False
+        return m
+    if name == "none_visible":
+        return np.zeros((B, 1, Lq, Lk), dtype=bool)
+    raise ValueError(f"unknown mask recipe {name!r} in case {case.id}; known: {MASKS}")
+
+
+def make_bias(case: Case, rng: np.random.Generator) -> np.ndarray | None:
+    name = case.bias
+    B, Hq, Lq, Lk = case.B, case.Hq, case.Lq, case.Lk
+    if name is None:
+        return None
+    if name == "random":
+        bias = rng.standard_normal((B, Hq, Lq, Lk))
+    elif name == "alibi":
+        slopes = 2.0 ** (-8.0 * (np.arange(Hq) + 1) / Hq)
+        i = np.arange(Lq)[:, None] + (Lk - Lq)
+        j = np.arange(Lk)[None, :]
+        bias = -slopes[None, :, None, None] * np.abs(i - j)[None, None]
+    elif name == "neg_inf_rows":
+        bias = rng.standard_normal((B, Hq, Lq, Lk))
+        for i in sorted({min(1, Lq - 1), max(Lq - 2, 0)}):
+            bias[:, :, i, :] = -np.inf
+    else:
+        raise ValueError(f"unknown bias recipe {name!r} in case {case.id}; known: {BIASES}")
+    dtype = "bfloat16" if case.fp8 is not None else case.dtype
+    finite = np.isfinite(bias)
+    out = np.where(finite, round_to_dtype(np.where(finite, bias, 0.0), dtype), bias)
+    return out
+
+
+# -- entry point -----------------------------------------------------------------------------------
+
+def make_inputs(case: Case) -> CaseInputs:
+    """FP64 inputs for `case`, exactly representable in ``case.dtype`` (SEMANTICS.md §1).
+
+    Deterministic: the same case always gives the same arrays (NumPy PCG64 seeded by ``case.seed``).
+    """
+    rng = np.random.default_rng(case.seed)
+    raw = _make_qkv(case, rng)
+    if case.layout == "kv_broadcast" and raw["k"].shape[0] == 1 and case.B != 1:
+        raw["k"] = np.broadcast_to(raw["k"], (case.B,) + raw["k"].shape[1:])
+        raw["v"] = np.broadcast_to(raw["v"], (case.B,) + raw["v"].shape[1:])
+    dout = raw.get("dout")
+    if case.backward and dout is None:
+        dout = rng.standard_normal((case.B, case.Hq, case.Lq, case.dv))
+    mask = make_mask(case, rng)
+    bias = make_bias(case, rng)
+    fp8 = None
+    if case.fp8 is not None:
+        from oracles import fp8 as fp8mod
+
+        spec = case.fp8
+        q32, k32, v32 = (round_to_dtype(raw[n], "float32") for n in ("q", "k", "v"))
+        fp8 = fp8mod.quantize_attention_inputs(
+            q32, np.ascontiguousarray(k32), np.ascontiguousarray(v32), format=spec.format,
+            granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
+            incoherent=spec.incoherent, seed=spec.hadamard_seed,
+        )
+        q, k, v = (np.ascontiguousarray(fp8[n], dtype=np.float64) for n in ("q", "k", "v"))
+        dout_r = None if dout is None else round_to_dtype(dout, "bfloat16")
+    else:
+        q, k, v = (round_to_dtype(raw[n], case.dtype) for n in ("q", "k", "v"))
+        dout_r = None if dout is None else round_to_dtype(dout, case.dtype)
+    for name, arr in (("q", q), ("k", k), ("v", v)):
+        if not np.isfinite(arr).all():
+            raise ValueError(f"recipe {case.distribution!r} overflowed {case.dtype} in {name} for case {case.id}")
+    return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8)

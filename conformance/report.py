@@ -1,0 +1,267 @@
+"""Reports: ``report.json`` (versioned schema) and ``report.md`` (issue 3, item 7).
+
+report.json, ``"schema_version": 1``::
+
+    {
+      "schema_version": 1,
+      "created": ISO time, "command": argv, "profile": ..., "device": ..., "wall_seconds": ...,
+      "environment": {python, platform, cpu, cpu_count, numpy, torch, cuda, cudnn, gpus: [...], driver},
+      "adapters": [{name, spec, available, reason, version, description, isolate, capabilities}],
+      "summary": {"total": n, "by_outcome": {...}, "by_adapter": {name: {...}}, "exit_code": 0|1},
+      "results": [CaseResult.to_dict(): case_id, adapter, outcome, message, stats{out,lse,dq,dk,dv:
+                  max_err, max_err_index, tol_at_max_err, max_ratio, ...}, checks, findings, kernels,
+                  tolerance_model, case (all fields), seed, repro]
+    }
+
+report.md: a summary table, the adapter x feature matrix of worst outcomes, named findings (LSE
+conventions, kernels that ran), then every failure with its message and repro command.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from conformance.engine import FAILING, OUTCOMES, SEVERITY, CaseResult, worst
+from conformance.registry import LoadedAdapter
+
+__all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
+           "exit_code"]
+
+SCHEMA_VERSION = 1
+_SHORT = {"PASS": "PASS", "QUALITY_WARNING": "WARN", "FAIL": "FAIL", "NOT_SUPPORTED": "n/s", "CRASH": "CRASH",
+          "TIMEOUT": "TIMEOUT", "HARNESS_ERROR": "H-ERR"}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    """CPU, GPU, driver, numpy/torch/CUDA/cuDNN versions of this machine."""
+    import numpy
+
+    env: dict = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "numpy": numpy.__version__,
+        "torch": None, "cuda": None, "cudnn": None, "gpus": [], "driver": None,
+    }
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        try:
+            env["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        except Exception:
+            env["cudnn"] = None
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                env["gpus"].append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
+                                    "memory_gib": round(p.total_memory / 2**30, 1)})
+    except Exception as exc:
+        env["torch_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            env["driver"] = out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def adapter_info(la: LoadedAdapter) -> dict:
+    info = {"name": la.name, "spec": la.spec, "available": la.available, "reason": la.reason,
+            "version": None, "description": None, "isolate": la.isolate, "capabilities": None}
+    if la.adapter is not None:
+        try:
+            info["version"] = la.adapter.version()
+        except Exception as exc:
+            info["version"] = f"version() raised {type(exc).__name__}: {exc}"
+        info["description"] = getattr(la.adapter, "description", "")
+        try:
+            info["capabilities"] = la.adapter.capabilities.to_dict()
+        except Exception as exc:
+            info["capabilities"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return info
+
+
+def exit_code(results: Sequence[CaseResult]) -> int:
+    """0 when nothing failed; 1 for any FAIL, CRASH or TIMEOUT; 2 for a harness error."""
+    outcomes = {r.outcome for r in results}
+    if "HARNESS_ERROR" in outcomes:
+        return 2
+    return 1 if outcomes & set(FAILING) else 0
+
+
+def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter], *, profile: str, device: str,
+                 wall_seconds: float, command: Sequence[str] | None = None, extra: dict | None = None) -> dict:
+    by_outcome = {o: 0 for o in OUTCOMES}
+    by_adapter: dict[str, dict[str, int]] = defaultdict(lambda: {o: 0 for o in OUTCOMES})
+    seconds: dict[str, float] = defaultdict(float)
+    for r in results:
+        by_outcome[r.outcome] += 1
+        by_adapter[r.adapter][r.outcome] += 1
+        seconds[r.adapter] += r.seconds
+    rep = {
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": list(command or sys.argv),
+        "profile": profile,
+        "device": device,
+        "wall_seconds": round(wall_seconds, 3),
+        "environment": environment(),
+        "adapters": [adapter_info(la) for la in adapters],
+        "summary": {
+            "total": len(results),
+            "cases": len({r.case_id for r in results}),
+            "by_outcome": by_outcome,
+            "by_adapter": {k: dict(v) for k, v in by_adapter.items()},
+            "adapter_seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "exit_code": exit_code(results),
+        },
+        "results": [r.to_dict() for r in results],
+    }
+    if extra:
+        rep.update(extra)
+    return rep
+
+
+def _feature_columns(results: Sequence[CaseResult]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in results:
+        cols.setdefault("family:" + r.family, None)
+    for r in results:
+        for f in r.features:
+            cols.setdefault(f, None)
+    return list(cols)
+
+
+def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int = 200) -> str:
+    lines = [f"# Conformance report (profile `{rep['profile']}`, device `{rep['device']}`)", ""]
+    env = rep["environment"]
+    gpus = ", ".join(g["name"] for g in env.get("gpus", [])) or "none"
+    lines += [f"- created {rep['created']}, wall time {rep['wall_seconds']:.1f} s, "
+              f"{rep['summary']['cases']} cases x {len(rep['adapters'])} adapters",
+              f"- environment: {env['cpu']} ({env['cpu_count']} cores); GPU: {gpus}; driver {env.get('driver')}; "
+              f"torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}; numpy {env['numpy']}",
+              "- outcomes: PASS (within the a-priori bound of TOLERANCES.md), WARN = QUALITY_WARNING (within the "
+              "bound but > 2x the error of a naive same-precision implementation), FAIL, n/s = NOT_SUPPORTED "
+              "(declined by the adapter), CRASH, TIMEOUT, H-ERR = HARNESS_ERROR", ""]
+    lines += ["## Summary", "", "| adapter | available | " + " | ".join(_SHORT[o] for o in OUTCOMES) +
+              " | seconds |", "|---|---|" + "---|" * len(OUTCOMES) + "---|"]
+    for a in rep["adapters"]:
+        counts = rep["summary"]["by_adapter"].get(a["name"], {})
+        avail = "yes" if a["available"] else f"no: {str(a['reason'])[:80]}"
+        secs = rep["summary"]["adapter_seconds"].get(a["name"], 0.0)
+        lines.append(f"| {a['name']} | {avail} | " + " | ".join(str(counts.get(o, 0)) for o in OUTCOMES)
+                     + f" | {secs:.1f} |")
+    lines.append("")
+
+    cols = _feature_columns(results)
+    cell: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in results:
+        cell[(r.adapter, "family:" + r.family)].append(r.outcome)
+        for f in r.features:
+            cell[(r.adapter, f)].append(r.outcome)
+    names = [a["name"] for a in rep["adapters"]]
+    lines += ["## Adapter x feature matrix (worst outcome; count of that outcome / cases)", ""]
+    lines.append("| feature | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for c in cols:
+        row = []
+        for n in names:
+            outs = cell.get((n, c), [])
+            w = worst(outs)
+            row.append("" if w is None else f"{_SHORT[w]} {outs.count(w)}/{len(outs)}")
+        lines.append(f"| {c} | " + " | ".join(row) + " |")
+    lines.append("")
+
+    findings: dict[str, set[str]] = defaultdict(set)
+    kernels: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        findings[r.adapter].update(r.findings)
+        kernels[r.adapter].update(r.kernels)
+    if any(findings.values()) or any(kernels.values()):
+        lines += ["## Findings", ""]
+        for n in names:
+            if findings.get(n):
+                lines.append(f"- **{n}** conventions: " + ", ".join(sorted(findings[n])))
+            if kernels.get(n):
+                ks = sorted(kernels[n])
+                lines.append(f"- **{n}** kernels observed: " + ", ".join(f"`{k}`" for k in ks[:12])
+                             + (f" (+{len(ks) - 12} more)" if len(ks) > 12 else ""))
+        lines.append("")
+
+    bad = [r for r in results if SEVERITY[r.outcome] >= SEVERITY["QUALITY_WARNING"]]
+    bad.sort(key=lambda r: (-SEVERITY[r.outcome], r.adapter, r.case_id))
+    lines += [f"## Failures and warnings ({len(bad)})", ""]
+    for r in bad[:max_failures]:
+        lines.append(f"### {r.outcome}: `{r.adapter}` on `{r.case_id}`")
+        lines.append("")
+        st = r.stats.get("out")
+        if st and st.get("max_ratio_index") is not None:
+            lines.append(f"- out: max error {st['max_err']:.3g}, usage {st['max_ratio']:.3g} "
+                         f"(error {st['err_at_max_ratio']:.3g} vs tolerance {st['tol_at_max_ratio']:.3g} "
+                         f"at {st['max_ratio_index']}); naive same-precision error {st.get('naive_max_err')}")
+        msg = r.message.strip().splitlines()
+        if msg:
+            lines.append("- " + msg[0][:600])
+            for m in msg[1:4]:
+                lines.append("  " + m[:600])
+        lines.append(f"- repro: `{r.repro}`")
+        lines.append("")
+    if len(bad) > max_failures:
+        lines.append(f"... {len(bad) - max_failures} more in report.json")
+    ns = [r for r in results if r.outcome == "NOT_SUPPORTED"]
+    if ns:
+        reasons: dict[tuple[str, str], int] = defaultdict(int)
+        for r in ns:
+            reasons[(r.adapter, r.message.split(":")[0] if r.message.startswith("adapter unavailable") else
+                     r.message)] += 1
+        lines += ["## NOT_SUPPORTED reasons", "", "| adapter | reason | cases |", "|---|---|---|"]
+        for (a, why), n in sorted(reasons.items(), key=lambda kv: (kv[0][0], -kv[1])):
+            lines.append(f"| {a} | {why[:160]} | {n} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[CaseResult]) -> tuple[Path, Path]:
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    jp, mp = d / "report.json", d / "report.md"
+    with open(jp, "w") as f:
+        json.dump(rep, f, indent=1, default=_json_default, allow_nan=True)
+    mp.write_text(render_markdown(rep, results))
+    return jp, mp
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, frozenset | set | tuple):
+        return sorted(o) if isinstance(o, frozenset | set) else list(o)
+    return str(o)

@@ -1,0 +1,379 @@
+"""Tolerance policy: a-priori error bounds per output element (conformance/TOLERANCES.md).
+
+The bound is evaluated from the FP64 oracle's own quantities, one query block at a time (memory
+bounded like the oracle, SEMANTICS.md §3): for every (batch, query head, query block) the scores
+are rebuilt with `oracles.scores.score_block` (the oracle's own score pipeline, so the semantics
+cannot drift), ``P = exp(s - LSE)`` comes from the oracle's LSE (§12), and the per-element
+magnitudes of TOLERANCES.md are accumulated:
+
+    A_ic  = sum_j P_ij |V_jc|                                  (PV magnitude)
+    G_ic  = sum_j P_ij g_ij (|V_jc| + |O_ic|)                  (score-error propagation, per u_s)
+    gb_i  = sum_j P_ij g_ij                                    (LSE error, per u_s)
+    W_ic  = n_i (max_j |V_jc| + |O_ic|) / l_i                  (absolute P-rounding floor)
+    g_ij  = gamma(d) sigma_ij + 3 |s_ij| + |m_i|,   sigma_ij = |scale| sum_k |q_ik| |k_jk|
+
+and, for backward cases, the dQ/dK/dV bounds (TOLERANCES.md §4) with the case's precision model.
+
+The same pass evaluates the *naive same-precision implementation* (inputs in the case dtype,
+scores and softmax in fp32, P rounded to the input dtype, PV accumulated in fp32, output rounded),
+whose error is the secondary criterion (QUALITY_WARNING at more than 2x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance.case import Case
+from conformance.inputs import round_to_dtype
+
+__all__ = [
+    "LAMBDA",
+    "PrecisionModel",
+    "OracleData",
+    "gamma",
+    "precision_model",
+    "unit_roundoff",
+    "compute_oracle",
+    "forward_tolerance",
+    "lse_tolerance",
+]
+
+#: Higham-Mary probabilistic rounding-error constant: sum of n terms has error <= LAMBDA sqrt(n) u
+#: sum |terms| except with probability <= 2 exp(-LAMBDA^2 / 2) (~7.5e-6 for LAMBDA = 5).
+LAMBDA = 5.0
+_FORMAT_BITS = {  # (mantissa bits, smallest normal exponent)
+    "float64": (52, -1022),
+    "float32": (23, -126),
+    "float16": (10, -14),
+    "bfloat16": (7, -126),
+    "float8_e4m3fn": (3, -6),
+    "float8_e5m2": (2, -14),
+}
+#: Accumulation precision assumed for FP8 tensor-core GEMMs: Hopper FP8 MMA keeps ~14 bits in its
+#: accumulator (DeepSeek-V3 report, section 3.3.2), so u = 2^-13 covers it.
+FP8_ACCUMULATOR_U = 2.0**-13
+
+
+def unit_roundoff(dtype: str) -> float:
+    """u = 2^-(p) for a format with p-1 stored mantissa bits (round to nearest)."""
+    mbits, _ = _FORMAT_BITS[dtype]
+    return 2.0 ** (-(mbits + 1))
+
+
+def subnormal_half_spacing(dtype: str) -> float:
+    """Largest absolute rounding error in the subnormal range: half the subnormal spacing."""
+    mbits, emin = _FORMAT_BITS[dtype]
+    return 2.0 ** (emin - mbits - 1)
+
+
+def smallest_normal(dtype: str) -> float:
+    _, emin = _FORMAT_BITS[dtype]
+    return 2.0**emin
+
+
+def gamma(n: int | np.ndarray) -> np.ndarray | float:
+    """Growth factor of an n-term fp sum / dot product: min(n, LAMBDA sqrt(n)) (TOLERANCES.md §2)."""
+    n = np.asarray(n, dtype=np.float64)
+    out = np.minimum(n, LAMBDA * np.sqrt(n))
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class PrecisionModel:
+    """Unit roundoffs of a correct kernel for one case (TOLERANCES.md §1).
+
+    u_out: output dtype; u_p: P for the PV product (the input dtype, FP8 format for FP8 cases);
+    u_s: score GEMM accumulation; u_a: softmax / PV / gradient accumulation; eta_p: absolute
+    rounding error of a subnormal P; floor: smallest normal of the output dtype (flush-to-zero).
+    """
+
+    in_dtype: str
+    out_dtype: str
+    p_dtype: str
+    u_out: float
+    u_p: float
+    u_s: float
+    u_a: float
+    eta_p: float
+    floor: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def precision_model(case: Case, out_dtype: str | None = None) -> PrecisionModel:
+    """The precision model of a correct kernel for `case` (optionally with a different output dtype)."""
+    if case.fp8 is not None:
+        in_dt = "float8_" + case.fp8.format
+        p_dt = in_dt
+        out_dt = out_dtype or "bfloat16"
+        u_s = u_a = FP8_ACCUMULATOR_U
+    else:
+        in_dt = case.dtype
+        p_dt = in_dt
+        out_dt = out_dtype or in_dt
+        u_s = u_a = unit_roundoff("float64") if in_dt == "float64" else unit_roundoff("float32")
+    if out_dt not in _FORMAT_BITS:
+        out_dt = "float32"
+    return PrecisionModel(
+        in_dtype=in_dt, out_dtype=out_dt, p_dtype=p_dt, u_out=unit_roundoff(out_dt), u_p=unit_roundoff(p_dt),
+        u_s=u_s, u_a=u_a, eta_p=subnormal_half_spacing(p_dt), floor=smallest_normal(out_dt),
+    )
+
+
+@dataclass
+class OracleData:
+    """Everything the engine needs about one case, computed once per run (issue 3, item 8)."""
+
+    case_id: str
+    out: np.ndarray  # oracle O [B, Hq, Lq, dv]
+    lse: np.ndarray  # oracle LSE [B, Hq, Lq]
+    valid: np.ndarray  # bool [B, Hq, Lq]: rows that are compared (not padded, §7)
+    A: np.ndarray
+    G: np.ndarray
+    gb: np.ndarray
+    W: np.ndarray
+    nkeys: np.ndarray  # visible keys per row [B, Hq, Lq]
+    model: PrecisionModel
+    naive_out: np.ndarray  # the naive same-precision implementation's O
+    grads: dict[str, np.ndarray] = field(default_factory=dict)  # oracle dq, dk, dv
+    grad_tol: dict[str, np.ndarray] = field(default_factory=dict)
+    naive_grads: dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: float = 0.0
+    P2: np.ndarray | None = None  # sum_j P_ij^2 per row [B, Hq, Lq] (P-rounding error of l, LSE bound)
+
+    @property
+    def lse_empty(self) -> np.ndarray:
+        return np.isneginf(self.lse) & self.valid
+
+
+def forward_tolerance(od: OracleData, model: PrecisionModel | None = None) -> np.ndarray:
+    """Per-element bound on |O_kernel - O_oracle| (TOLERANCES.md §3)."""
+    m = model or od.model
+    absO = np.abs(od.out)
+    accum = (gamma(np.maximum(od.nkeys, 1)) + 4.0)[..., None] * m.u_a
+    return (
+        m.u_out * absO
+        + (m.u_p + accum) * (od.A + absO)
+        + m.u_s * od.G
+        + m.eta_p * od.W
+        + m.floor
+    )
+
+
+def lse_tolerance(od: OracleData, model: PrecisionModel | None = None) -> np.ndarray:
+    """Per-row bound on |LSE_kernel - LSE_oracle| for rows with a finite oracle LSE (TOLERANCES.md §3)."""
+    m = model or od.model
+    lse = np.where(np.isfinite(od.lse), od.lse, 0.0)
+    u_lse = m.u_a if m.in_dtype != "float64" else unit_roundoff("float64")
+    u_lse = max(u_lse, unit_roundoff("float32")) if m.in_dtype != "float64" else u_lse
+    p_round = 0.0 if od.P2 is None else m.u_p * np.minimum(1.0, LAMBDA * np.sqrt(od.P2))
+    return (m.u_s * od.gb + (gamma(np.maximum(od.nkeys, 1)) + 4.0) * m.u_a + p_round + u_lse * np.abs(lse)
+            + m.floor)
+
+
+# -- the block pass -------------------------------------------------------------------------------
+
+def compute_oracle(case: Case, inputs) -> OracleData:
+    """Oracle O/LSE (and gradients), magnitudes, bounds and the naive implementation for `case`."""
+    import time
+
+    import oracles
+    from oracles.scores import row_blocks, score_block
+    from oracles.validate import validate
+
+    t0 = time.perf_counter()
+    kw = dict(case.oracle_kwargs)
+    kw.update(mask=inputs.mask, bias=inputs.bias)
+    out, lse = oracles.attention(inputs.q, inputs.k, inputs.v, **kw)
+    grads: dict[str, np.ndarray] = {}
+    if case.backward:
+        dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **kw)
+        grads = {"dq": dq, "dk": dk, "dv": dv}
+    p = validate(inputs.q, inputs.k, inputs.v, inputs.dout if case.backward else None, **kw)
+    model = precision_model(case)
+
+    B, Hq, Lq, dvdim = out.shape
+    d = p.d
+    gd = gamma(d)
+    A = np.zeros_like(out)
+    G = np.zeros_like(out)
+    W = np.zeros_like(out)
+    gb = np.zeros_like(lse)
+    nkeys = np.zeros(lse.shape, dtype=np.float64)
+    P2 = np.zeros(lse.shape, dtype=np.float64)
+    valid = np.zeros(lse.shape, dtype=bool)
+    naive = np.zeros_like(out)
+    in_dt = model.in_dtype
+    out_dt = model.out_dtype
+    p_dt = model.p_dtype
+    acc = np.float64 if in_dt == "float64" else np.float32
+    absscale = abs(p.scale)
+
+    bwd = case.backward
+    if bwd:
+        dq_t = np.zeros_like(p.q)
+        dk_t = np.zeros_like(p.k)
+        dv_t = np.zeros_like(p.v)
+        ndq = np.zeros(p.q.shape, dtype=acc)
+        ndk = np.zeros(p.k.shape, dtype=acc)
+        ndv = np.zeros(p.v.shape, dtype=acc)
+
+    # pass 1: forward magnitudes and the naive forward
+    for b in range(p.B):
+        sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
+        valid[b, :, :sq] = True
+        if sq == 0:
+            continue
+        blocks = row_blocks(sq, sk)
+        for h in range(p.Hq):
+            hk = h // p.group
+            qs = p.q[b, h, :sq] * p.scale
+            kt = p.k[b, hk, :sk].T
+            vb = p.v[b, hk, :sk]
+            absv = np.abs(vb)
+            vmax = absv.max(axis=0) if sk else np.zeros(p.dv)
+            aq = np.abs(p.q[b, h, :sq]) * absscale
+            akt = np.abs(kt)
+            q32 = p.q[b, h, :sq].astype(acc)
+            k32 = p.k[b, hk, :sk].astype(acc)
+            v32 = vb.astype(acc)
+            for r0, r1 in blocks:
+                s, _ = score_block(p, b, h, r0, r1, qs, kt)
+                vis = s > -np.inf
+                L = lse[b, h, r0:r1]
+                Lf = np.where(np.isfinite(L), L, 0.0)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
+                m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1, initial=-np.inf), 0.0)
+                sigma = aq[r0:r1] @ akt
+                g = gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
+                Pg = P * g
+                O = out[b, h, r0:r1]
+                absO = np.abs(O)
+                A[b, h, r0:r1] = P @ absv
+                G[b, h, r0:r1] = Pg @ absv + absO * Pg.sum(axis=1)[:, None]
+                gb[b, h, r0:r1] = Pg.sum(axis=1)
+                P2[b, h, r0:r1] = (P * P).sum(axis=1)
+                n = vis.sum(axis=1).astype(np.float64)
+                nkeys[b, h, r0:r1] = n
+                inv_l = np.where(np.isfinite(L), np.exp(np.minimum(m - Lf, 0.0)), 0.0)
+                W[b, h, r0:r1] = (n * inv_l)[:, None] * (vmax[None, :] + absO)
+                # naive same-precision implementation (secondary criterion)
+                s32 = (q32[r0:r1] @ k32.T) * acc(p.scale)
+                if p.softcap is not None:
+                    c = acc(p.softcap)
+                    s32 = c * np.tanh(s32 / c)
+                if p.bias is not None:
+                    s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
+                s32 = np.where(vis, s32, -np.inf).astype(acc)
+                m32 = np.max(s32, axis=1, initial=-np.inf) if sk else np.full(r1 - r0, -np.inf, dtype=acc)
+                m32 = np.where(np.isfinite(m32), m32, 0).astype(acc)
+                e32 = np.exp(s32 - m32[:, None])
+                l32 = e32.sum(axis=1, dtype=acc)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    P32 = np.where(l32[:, None] > 0, e32 / l32[:, None], 0).astype(acc)
+                Pr = round_to_dtype(P32, p_dt).astype(acc)
+                o32 = Pr @ v32
+                naive[b, h, r0:r1] = round_to_dtype(o32, out_dt)
+    od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2)
+    if bwd:
+        tol_o = forward_tolerance(od)
+        _backward_pass(p, od, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd)
+        od.grad_tol = {"dq": dq_t, "dk": dk_t, "dv": dv_t}
+        od.naive_grads = {
+            "dq": round_to_dtype(ndq, out_dt), "dk": round_to_dtype(ndk, out_dt), "dv": round_to_dtype(ndv, out_dt)
+        }
+    od.seconds = time.perf_counter() - t0
+    return od
+
+
+def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd) -> None:
+    """dQ/dK/dV bounds (TOLERANCES.md §4) and the naive same-precision backward, blockwise."""
+    from oracles.scores import row_blocks, score_block
+
+    model = od.model
+    u_s, u_a, u_p, u_out = model.u_s, model.u_a, model.u_p, model.u_out
+    out, lse = od.out, od.lse
+    absscale = abs(p.scale)
+    gdv = gamma(p.dv)
+    p_dt, out_dt = model.p_dtype, model.out_dtype
+    for b in range(p.B):
+        sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
+        if sq == 0 or sk == 0:
+            continue
+        blocks = row_blocks(sq, sk)
+        gk = gamma(sq)  # terms in a dK / dV column sum (per query head; heads add below)
+        gq = gamma(sk)
+        for h in range(p.Hq):
+            hk = h // p.group
+            qs = p.q[b, h, :sq] * p.scale
+            kt = p.k[b, hk, :sk].T
+            vb = p.v[b, hk, :sk]
+            absv, absk, absq = np.abs(vb), np.abs(p.k[b, hk, :sk]), np.abs(p.q[b, h, :sq])
+            aq = absq * absscale
+            dO = p.dout[b, h, :sq]
+            absdo = np.abs(dO)
+            q32 = p.q[b, h, :sq].astype(acc)
+            k32 = p.k[b, hk, :sk].astype(acc)
+            v32 = vb.astype(acc)
+            do32 = dO.astype(acc)
+            for r0, r1 in blocks:
+                s, t = score_block(p, b, h, r0, r1, qs, kt, keep_tanh=True)
+                vis = s > -np.inf
+                L = lse[b, h, r0:r1]
+                Lf = np.where(np.isfinite(L), L, 0.0)
+                P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
+                m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1), 0.0)
+                sigma = aq[r0:r1] @ absk.T
+                eps = u_s * (gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
+                             + np.abs(Lf)[:, None])
+                epsbar = (P * eps).sum(axis=1)
+                dP_err = P * (eps + epsbar[:, None])
+                O = out[b, h, r0:r1]
+                dOb = dO[r0:r1]
+                dPm = dOb @ vb.T
+                D = (dOb * O).sum(axis=1)
+                dS = P * (dPm - D[:, None])
+                if t is not None:
+                    dS_r = dS * (1.0 - t * t)
+                else:
+                    dS_r = dS
+                tau = (u_a * gdv) * (absdo[r0:r1] @ absv.T)
+                dD = (absdo[r0:r1] * tol_o[b, h, r0:r1]).sum(axis=1) + u_a * gdv * (absdo[r0:r1] * np.abs(O)).sum(1)
+                e = dP_err * np.abs(dPm - D[:, None]) + P * (tau + dD[:, None]) + (u_p + 4 * u_a) * np.abs(dS)
+                e = np.where(vis, e, 0.0)
+                adS = np.abs(dS_r)
+                dq_t[b, h, r0:r1] += absscale * (e @ absk + gq * u_a * (adS @ absk))
+                dk_t[b, hk, :sk] += absscale * (e.T @ absq[r0:r1] + gk * u_a * (adS.T @ absq[r0:r1]))
+                dv_t[b, hk, :sk] += (dP_err + (u_p + 4 * u_a) * P).T @ absdo[r0:r1] + gk * u_a * (P.T @ absdo[r0:r1])
+                # naive same-precision backward
+                s32 = (q32[r0:r1] @ k32.T) * acc(p.scale)
+                tt = None
+                if p.softcap is not None:
+                    c = acc(p.softcap)
+                    tt = np.tanh(s32 / c)
+                    s32 = c * tt
+                if p.bias is not None:
+                    s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
+                s32 = np.where(vis, s32, -np.inf).astype(acc)
+                L32 = acc(1) * Lf.astype(acc)
+                P32 = np.where(vis, np.exp(np.where(vis, s32, 0) - L32[:, None]), 0).astype(acc)
+                O_r = round_to_dtype(O, out_dt).astype(acc)
+                dP32 = do32[r0:r1] @ v32.T
+                D32 = (do32[r0:r1] * O_r).sum(axis=1, dtype=acc)
+                dS32 = P32 * (dP32 - D32[:, None])
+                if tt is not None:
+                    dS32 = dS32 * (1 - tt * tt)
+                dSr = round_to_dtype(dS32, p_dt).astype(acc)
+                Pr = round_to_dtype(P32, p_dt).astype(acc)
+                ndq[b, h, r0:r1] += acc(p.scale) * (dSr @ k32)
+                ndk[b, hk, :sk] += acc(p.scale) * (dSr.T @ q32[r0:r1])
+                ndv[b, hk, :sk] += Pr.T @ do32[r0:r1]
+    grads = od.grads
+    dq_t += u_out * np.abs(grads["dq"]) + model.floor
+    dk_t += u_out * np.abs(grads["dk"]) + model.floor
+    dv_t += u_out * np.abs(grads["dv"]) + model.floor
+

@@ -1,0 +1,224 @@
+"""Isolation: run an adapter's calls in a worker process (issue 3, item 6; issue 7).
+
+The parent (`WorkerClient`) starts ``python -m conformance.worker`` and speaks length-prefixed
+pickles over its stdin/stdout. An illegal memory access, abort or segfault kills only the worker:
+the parent sees EOF and reports CRASH (with the tail of the worker's stderr); a call that takes
+longer than ``timeout`` seconds is killed and reported TIMEOUT. The next call starts a fresh worker,
+and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to one GPU.
+
+`call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
+snapshots every input array, calls forward/backward, and reports which inputs changed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CallResult", "call_adapter", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
+
+
+@dataclass
+class CallResult:
+    """What one adapter call produced."""
+
+    output: Any = None  # ForwardOutput | BackwardOutput
+    error: str | None = None  # formatted traceback when the adapter raised
+    error_type: str | None = None
+    mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
+    seconds: float = 0.0
+
+
+class WorkerCrash(RuntimeError):
+    pass
+
+
+class WorkerTimeout(RuntimeError):
+    pass
+
+
+def _snapshot(inputs) -> dict[str, np.ndarray]:
+    snap = {n: np.array(a, copy=True) for n, a in inputs.arrays().items()}
+    if inputs.fp8:
+        for n, a in inputs.fp8.items():
+            if isinstance(a, np.ndarray):
+                snap[f"fp8.{n}"] = np.array(a, copy=True)
+    return snap
+
+
+def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
+    """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
+    from conformance.checks import changed_arrays
+
+    before = _snapshot(inputs)
+    t0 = time.perf_counter()
+    res = CallResult()
+    try:
+        fn = adapter.forward if kind == "forward" else adapter.backward
+        res.output = fn(inputs, case, device)
+    except Exception as exc:  # a declared capability that raises is a FAIL, recorded by the engine
+        res.error = traceback.format_exc(limit=8)
+        res.error_type = type(exc).__name__
+    res.seconds = time.perf_counter() - t0
+    res.mutated = changed_arrays(before, _snapshot(inputs))
+    return res
+
+
+# -- wire format -----------------------------------------------------------------------------------
+
+def _send(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout()
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                raise WorkerTimeout()
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise WorkerCrash("worker closed its pipe")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(fd: int, deadline: float | None):
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
+    return pickle.loads(_read_exact(fd, n, deadline))
+
+
+# -- parent side ---------------------------------------------------------------------------------
+
+class WorkerClient:
+    """One worker process for one adapter spec; restarted after a crash or timeout."""
+
+    def __init__(self, spec: str, device: str, timeout: float = 300.0, env: dict[str, str] | None = None):
+        self.spec = spec
+        self.device = device
+        self.timeout = timeout
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self._stderr = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.update(self.env)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "conformance.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, env=env, start_new_session=True,
+        )
+        _send(self.proc.stdin, {"op": "load", "spec": self.spec, "device": self.device})
+        reply = _recv(self.proc.stdout.fileno(), time.monotonic() + max(self.timeout, 120.0))
+        if reply.get("error"):
+            self.close()
+            raise RuntimeError(f"worker could not load {self.spec}: {reply['error']}")
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(size - n, 0))
+            return self._stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+
+    def call(self, kind: str, inputs, case, timeout: float | None = None) -> CallResult:
+        """Run one call in the worker. Raises WorkerCrash / WorkerTimeout (the worker is then gone)."""
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.restarts += 1
+            self._start()
+        assert self.proc is not None
+        limit = self.timeout if timeout is None else timeout
+        try:
+            _send(self.proc.stdin, {"op": "call", "kind": kind, "case": case.to_dict(), "inputs": inputs})
+            reply = _recv(self.proc.stdout.fileno(), time.monotonic() + limit)
+        except WorkerTimeout:
+            self.close()
+            raise WorkerTimeout(f"no answer within {limit:g} s") from None
+        except (WorkerCrash, BrokenPipeError, EOFError, pickle.UnpicklingError) as exc:
+            code = self.proc.wait(timeout=30) if self.proc else None
+            tail = self.stderr_tail()
+            self.proc = None
+            raise WorkerCrash(f"worker died (exit code {code}): {exc}; stderr tail:\n{tail}") from None
+        return reply["result"]
+
+
+# -- worker side ---------------------------------------------------------------------------------
+
+def main() -> int:
+    """Worker loop: the real stdout carries replies only; prints from adapters go to stderr."""
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(out_fd, "wb")
+    inp = sys.stdin.buffer.fileno()
+    from conformance.case import Case
+    from conformance.registry import load
+
+    adapter = None
+    device = "cpu"
+    while True:
+        try:
+            msg = _recv(inp, None)
+        except WorkerCrash:
+            return 0
+        if msg["op"] == "load":
+            device = msg["device"]
+            loaded = load(msg["spec"], device)
+            if loaded.adapter is None:
+                _send(out, {"error": loaded.reason})
+                continue
+            adapter = loaded.adapter
+            _send(out, {"ok": True, "name": loaded.name})
+        elif msg["op"] == "call":
+            case = Case.from_dict(msg["case"])
+            result = call_adapter(adapter, msg["kind"], msg["inputs"], case, device)
+            try:
+                _send(out, {"result": result})
+            except Exception:  # an output that does not pickle
+                _send(out, {"result": CallResult(error=traceback.format_exc(limit=4), error_type="PicklingError")})
+        elif msg["op"] == "exit":
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Build every CUDA kernel in kernels/cuda/*.cu into one shared library, libattn_kernels.so.
+
+``python -m kernels.build [--out DIR] [--jobs N] [--force] [--resource-usage] [--arch 80,90a]``
+
+One library, a plain C ABI (kernels/cuda/include/attn_params.h), loaded with ctypes by
+kernels/cuda_lib.py: no torch C++ headers, so one build serves every torch version. Each ``.cu`` is
+compiled to its own object in parallel (one nvcc per core), for sm_80 and sm_90a machine code,
+then nvcc links them. A kernel that does not compile makes the command exit non-zero with nvcc's
+messages (CI runs it on every commit).
+
+Flags and why:
+- ``-O3 -std=c++17``; ``-lineinfo`` so compute-sanitizer and ncu can name source lines (no speed cost);
+- no ``--use_fast_math``: it would also flush denormals and swap ``logf``/``expf``/division for
+  approximations everywhere, including the LSE. The kernels call the fast ``ex2.approx`` instruction
+  explicitly where FlashAttention's exp2-with-folded-log2e trick needs it and keep ``logf`` exact
+  for the LSE they write, so the accuracy claim stays honest and local;
+- ``-Xcompiler -fPIC -shared``; the CUDA runtime is linked statically (nvcc's default), so the
+  library needs only the driver.
+
+A build stamp (hash of sources, headers, flags and nvcc version) makes a second call with nothing
+changed a no-op ("up to date"); ``--force`` rebuilds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+__all__ = ["CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "BuildError", "build", "find_nvcc", "main", "nvcc_flags"]
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO_ROOT / "build" / "kernels"
+LIB_NAME = "libattn_kernels.so"
+DEFAULT_ARCHS = ("80", "90a")
+
+
+class BuildError(RuntimeError):
+    """A compile or link step failed; the message carries nvcc's output."""
+
+
+def find_nvcc() -> str | None:
+    """nvcc from $NVCC, $CUDA_HOME/bin, $PATH or /usr/local/cuda/bin, else None."""
+    candidates = [os.environ.get("NVCC")]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
+    candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def nvcc_flags(archs: tuple[str, ...] = DEFAULT_ARCHS, resource_usage: bool = False) -> list[str]:
+    """Compile flags shared by every object (see the module docstring for the reasons)."""
+    flags = ["-O3", "-std=c++17", "-lineinfo", "-Xcompiler", "-fPIC", "-I", str(CUDA_DIR / "include")]
+    for a in archs:
+        flags += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    if resource_usage:
+        flags.append("--resource-usage")
+    return flags
+
+
+def _sources() -> list[Path]:
+    return sorted(CUDA_DIR.glob("*.cu"))
+
+
+def _stamp(nvcc: str, flags: list[str]) -> str:
+    h = hashlib.sha256()
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    h.update(version.encode())
+    h.update(" ".join(flags).encode())
+    files = _sources() + sorted((CUDA_DIR / "include").glob("*"))
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _compile(nvcc: str, flags: list[str], src: Path, obj: Path) -> tuple[Path, float, str]:
+    t0 = time.perf_counter()
+    cmd = [nvcc, *flags, "-c", str(src), "-o", str(obj)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{' '.join(cmd)}\n{proc.stderr}")
+    return src, dt, proc.stderr
+
+
+def build(
+    out: Path | str = DEFAULT_OUT,
+    *,
+    jobs: int | None = None,
+    force: bool = False,
+    resource_usage: bool = False,
+    archs: tuple[str, ...] = DEFAULT_ARCHS,
+    verbose: bool = True,
+) -> Path:
+    """Compile kernels/cuda/*.cu into ``out/libattn_kernels.so``; return its path.
+
+    Raises `BuildError` (with nvcc's messages) when nvcc is missing or a step fails.
+    """
+    log = print if verbose else (lambda *a, **k: None)
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BuildError("nvcc not found (set NVCC or CUDA_HOME, or put nvcc on PATH)")
+    sources = _sources()
+    if not sources:
+        raise BuildError(f"no .cu files under {CUDA_DIR}")
+    out = Path(out).resolve()
+    objdir = out / "obj"
+    objdir.mkdir(parents=True, exist_ok=True)
+    lib = out / LIB_NAME
+    flags = nvcc_flags(archs, resource_usage)
+    stamp = _stamp(nvcc, flags)
+    stamp_file = out / "build.stamp"
+    if not force and lib.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
+        log(f"[kernels.build] {lib} up to date ({len(sources)} sources)")
+        return lib
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    log(f"[kernels.build] {nvcc}: {len(sources)} sources, archs {','.join(archs)}, {jobs} jobs")
+    t0 = time.perf_counter()
+    objs = [objdir / (s.stem + ".o") for s in sources]
+    errors: list[str] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_compile, nvcc, flags, s, o) for s, o in zip(sources, objs)]
+        for fut in futures:
+            try:
+                src, dt, msgs = fut.result()
+            except BuildError as e:
+                errors.append(str(e))
+                continue
+            log(f"  {src.name:24s} {dt:6.1f} s")
+            if resource_usage and msgs:
+                log(msgs)
+    if errors:
+        raise BuildError("\n".join(errors))
+    tmp = out / (LIB_NAME + ".tmp")
+    link = [nvcc, "-shared", "-Xcompiler", "-fPIC", *[str(o) for o in objs], "-o", str(tmp)]
+    proc = subprocess.run(link, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"link failed (exit {proc.returncode}):\n{' '.join(link)}\n{proc.stderr}")
+    os.replace(tmp, lib)  # atomic: a loader never sees a half-written library
+    stamp_file.write_text(stamp)
+    log(f"[kernels.build] {lib} built in {time.perf_counter() - t0:.1f} s")
+    return lib
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default build/kernels)")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: CPU count)")
+    ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
+    ap.add_argument("--resource-usage", action="store_true", help="print registers / shared memory per kernel")
+    ap.add_argument("--arch", default=",".join(DEFAULT_ARCHS), help="comma-separated, e.g. 80,90a")
+    args = ap.parse_args(argv)
+    try:
+        build(
+            args.out,
+            jobs=args.jobs,
+            force=args.force,
+            resource_usage=args.resource_usage,
+            archs=tuple(a.strip() for a in args.arch.split(",") if a.strip()),
+        )
+    except BuildError as e:
+        print(f"[kernels.build] FAILED\n{e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+// FlashAttention-1 reference kernels: forward (Algorithm 1 loop order, statistics in global
+// memory) and backward (Algorithm 4 with recomputation from the LSE). fp32 SIMT math: these are
+// references for the harness, not speed kernels. Launchers follow attn_params.h:
+//     int attn_fa1_fwd(const AttnFwdParams*, void* stream, char* err, int errlen);
+//     int attn_fa1_bwd(const AttnBwdParams*, void* stream, char* err, int errlen);
+// Kernels: include/fa1_fwd_kernel.cuh, include/fa1_bwd_kernel.cuh; D and dQ pre/post passes:
+// include/bwd_prepost.cuh. Notes and measurements: NOTES_BWD.md.
+#include <cuda_runtime.h>
+
+#include "include/attn_params.h"
+#include "include/bwd_check.cuh"
+#include "include/bwd_prepost.cuh"
+#include "include/fa1_bwd_kernel.cuh"
+#include "include/fa1_fwd_kernel.cuh"
+
+using namespace attn_bwd;
+using namespace attn_fa1;
+
+namespace {
+
+// The fp32 running output and the m/l statistics of Algorithm 1 live in scratch the launcher
+// takes from the stream-ordered allocator and frees after the kernel (stream-ordered, so no
+// synchronisation): [B, Hq, Lq, D] + 2 x [B, Hq, Lq] floats.
+template <typename T, int D>
+int fa1_fwd_launch(const AttnFwdParams& p, cudaStream_t s, char* err, int errlen) {
+    const char* who = "attn_fa1_fwd";
+    int rc = set_smem(fa1_fwd_kernel<T, D>, fwd_smem_bytes<D>(), who, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    int dev = 0, sms = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int qtiles = (p.seqlen_q + FWD_B - 1) / FWD_B;
+    const int heads = p.batch * p.heads_q;
+    int chunks = (4 * sms + heads - 1) / heads;
+    chunks = chunks < 1 ? 1 : (chunks > qtiles ? qtiles : chunks);
+    const int rows_per_chunk = ((qtiles + chunks - 1) / chunks) * FWD_B;
+    chunks = (p.seqlen_q + rows_per_chunk - 1) / rows_per_chunk;
+
+    const size_t rows = (size_t)heads * p.seqlen_q;
+    float* scratch = nullptr;
+    rc = cuda_status(cudaMallocAsync((void**)&scratch, sizeof(float) * rows * (D + 2), s),
+                     "attn_fa1_fwd: cudaMallocAsync of the O/m/l scratch", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    dim3 grid(chunks, p.heads_q, p.batch);
+    fa1_fwd_kernel<T, D><<<grid, FWD_THREADS, fwd_smem_bytes<D>(), s>>>(p, rows_per_chunk, scratch,
+                                                                         scratch + rows * D, scratch + rows * (D + 1));
+    cudaError_t e = cudaGetLastError();
+    cudaError_t e2 = cudaFreeAsync(scratch, s);
+    rc = cuda_status(e, "attn_fa1_fwd: kernel launch", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    return cuda_status(e2, "attn_fa1_fwd: cudaFreeAsync", err, errlen);
+}
+
+template <typename T, int D>
+int fa1_bwd_launch(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
+    const char* who = "attn_fa1_bwd";
+    const AttnFwdParams& f = p.fwd;
+    int rc = cuda_status(launch_preprocess<T>(p, s), "attn_fa1_bwd: preprocess (D = rowsum(dO * O))", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (f.seqlen_k > 0) {
+        rc = set_smem(fa1_bwd_kernel<T, D>, bwd_smem_bytes<D>(), who, err, errlen);
+        if (rc != ATTN_OK) return rc;
+        dim3 grid((f.seqlen_k + BWD_B - 1) / BWD_B, f.heads_q, f.batch);
+        fa1_bwd_kernel<T, D><<<grid, BWD_THREADS, bwd_smem_bytes<D>(), s>>>(p);
+        rc = cuda_status(cudaGetLastError(), "attn_fa1_bwd: main kernel launch", err, errlen);
+        if (rc != ATTN_OK) return rc;
+    }
+    return cuda_status(launch_postprocess<T>(p, s), "attn_fa1_bwd: dq convert / GQA reduce", err, errlen);
+}
+
+template <typename T>
+int fa1_fwd_dispatch(const AttnFwdParams& p, cudaStream_t s, char* err, int errlen) {
+    switch (p.head_dim) {
+        case 64: return fa1_fwd_launch<T, 64>(p, s, err, errlen);
+        case 128: return fa1_fwd_launch<T, 128>(p, s, err, errlen);
+        default: return fa1_fwd_launch<T, 256>(p, s, err, errlen);
+    }
+}
+
+template <typename T>
+int fa1_bwd_dispatch(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
+    switch (p.fwd.head_dim) {
+        case 64: return fa1_bwd_launch<T, 64>(p, s, err, errlen);
+        case 128: return fa1_bwd_launch<T, 128>(p, s, err, errlen);
+        default: return fa1_bwd_launch<T, 256>(p, s, err, errlen);
+    }
+}
+
+}  // namespace
+
+extern "C" int attn_fa1_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
+    if (err && errlen > 0) err[0] = '\0';
+    int rc = check_fwd_params(p, "attn_fa1_fwd", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;  // nothing to write
+    cudaStream_t s = (cudaStream_t)stream;
+    return p->dtype == ATTN_FP16 ? fa1_fwd_dispatch<__half>(*p, s, err, errlen)
+                                 : fa1_fwd_dispatch<__nv_bfloat16>(*p, s, err, errlen);
+}
+
+extern "C" int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen) {
+    if (err && errlen > 0) err[0] = '\0';
+    int rc = check_bwd_params(p, "attn_fa1_bwd", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->fwd.batch == 0) return ATTN_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    return p->fwd.dtype == ATTN_FP16 ? fa1_bwd_dispatch<__half>(*p, s, err, errlen)
+                                     : fa1_bwd_dispatch<__nv_bfloat16>(*p, s, err, errlen);
+}

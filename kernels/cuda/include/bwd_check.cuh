@@ -1,0 +1,94 @@
+// Host-side argument checks shared by attn_fa1_fwd, attn_fa1_bwd and attn_fa2_bwd: every
+// rejection returns an AttnStatus and writes a message naming the argument and its value.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "attn_params.h"
+
+namespace attn_bwd {
+
+static inline int fail(char* err, int errlen, int code, const char* fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static inline int cuda_status(cudaError_t e, const char* where, char* err, int errlen) {
+    if (e == cudaSuccess) return ATTN_OK;
+    return fail(err, errlen, ATTN_ERR_CUDA, "%s: %s (%s)", where, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// Checks common to the forward and backward of FA1 and the FA2 backward.
+static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen) {
+    if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d unsupported (0=fp16, 1=bf16)", who, p->dtype);
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: head_dim=%d unsupported: kernels are instantiated for 64, 128, 256 only", who, p->head_dim);
+    if (p->head_dim_v != p->head_dim)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim_v=%d != head_dim=%d unsupported", who,
+                    p->head_dim_v, p->head_dim);
+    if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: negative size batch=%d seqlen_q=%d seqlen_k=%d", who, p->batch,
+                    p->seqlen_q, p->seqlen_k);
+    if (p->heads_q <= 0 || p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: heads_q=%d must be a positive multiple of heads_kv=%d", who,
+                    p->heads_q, p->heads_kv);
+    if (p->window_left < -1 || p->window_right < -1)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: window=(%d, %d): entries must be >= 0 or -1 (unbounded)", who,
+                    p->window_left, p->window_right);
+    if (!(p->softcap >= 0.f))
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: softcap=%g must be >= 0 (0 = off)", who, (double)p->softcap);
+    if (p->num_splits > 1)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: num_splits=%d unsupported (no split-KV here)", who,
+                    p->num_splits);
+    if (p->batch > 65535 || p->heads_q > 65535)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: batch=%d / heads_q=%d over the grid limit 65535", who,
+                    p->batch, p->heads_q);
+    const bool empty = p->batch == 0 || (p->seqlen_q == 0 && p->seqlen_k == 0);
+    if (!empty && (!p->q || !p->k || !p->v || !p->o))
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: NULL tensor pointer q=%p k=%p v=%p o=%p", who, p->q, p->k, p->v,
+                    p->o);
+    return ATTN_OK;
+}
+
+static inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, int errlen) {
+    if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    int rc = check_fwd_params(&p->fwd, who, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->fwd.batch == 0) return ATTN_OK;
+    if (!p->fwd.lse && p->fwd.seqlen_q > 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: fwd.lse is NULL; the backward recomputes P from the LSE", who);
+    if ((p->fwd.seqlen_q > 0 && (!p->dout || !p->dq || !p->dq_accum || !p->d_rowsum)) ||
+        (p->fwd.seqlen_k > 0 && (!p->dk || !p->dv)))
+        return fail(err, errlen, ATTN_ERR_INVALID,
+                    "%s: NULL pointer dout=%p dq=%p dk=%p dv=%p dq_accum=%p d_rowsum=%p", who, p->dout, p->dq, p->dk,
+                    p->dv, (void*)p->dq_accum, (void*)p->d_rowsum);
+    if (p->fwd.heads_q != p->fwd.heads_kv && p->fwd.seqlen_k > 0 && (!p->dk_accum || !p->dv_accum))
+        return fail(err, errlen, ATTN_ERR_INVALID,
+                    "%s: GQA (heads_q=%d, heads_kv=%d) needs dk_accum and dv_accum [B, Hq, Lk, d] fp32; got %p, %p",
+                    who, p->fwd.heads_q, p->fwd.heads_kv, (void*)p->dk_accum, (void*)p->dv_accum);
+    return ATTN_OK;
+}
+
+// Raise a kernel's dynamic shared-memory limit (needed above 48 KB) and check it fits the device.
+template <typename K>
+static inline int set_smem(K kernel, size_t bytes, const char* who, char* err, int errlen) {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if ((size_t)optin < bytes)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory, device %d allows %d",
+                    who, bytes, dev, optin);
+    return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), who, err,
+                       errlen);
+}
+
+}  // namespace attn_bwd

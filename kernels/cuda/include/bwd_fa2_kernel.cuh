@@ -1,0 +1,227 @@
+// FlashAttention-2 backward main loop (FA2 paper, Algorithm 2), tensor cores (mma.sync m16n8k16
+// via ldmatrix), cp.async double buffering of the Q / dO tiles.
+//
+// One CTA per (K/V tile of BC keys, query head, batch). K_j, V_j are loaded to shared memory once
+// and dK_j, dV_j are accumulated in registers (fp32) while the CTA walks the Q tiles i (BR rows)
+// that can see tile j under causal / window / varlen. Per Q tile:
+//   GEMM A   S^T = K_j Q_i^T, dP^T = V_j dO_i^T             [BC x BR], k = d
+//   epilogue P^T = exp(scale-softcap(S^T) - LSE_i) (masked or LSE = -inf -> 0),
+//            dS^T = P^T * (dP^T - D_i) * (1 - tanh^2 when softcap); both to shared memory in T
+//   GEMM B   dV_j += P^T dO_i, dK_j += dS^T Q_i               [BC x d],  k = BR
+//   GEMM C   dQ_i (partial) = dS K_j                          [BR x d],  k = BC
+//            added into the fp32 dq_accum with atomics (other CTAs own the other K/V tiles)
+// Working on S^T rather than S lets every GEMM read its operands with one ldmatrix flavour and
+// keeps LSE_i / D_i indexed by the fragment column. Each GEMM partitions its output over the 8
+// warps as WM x (8 / WM) warp tiles (traits below), so one kernel body serves d = 64, 128, 256.
+// Shared-memory rows are padded by 8 elements (16 bytes): ldmatrix's 8 row addresses then fall
+// in distinct bank groups without a swizzle.
+#pragma once
+#include "bwd_common.cuh"
+#include "bwd_mma.cuh"
+
+namespace attn_bwd {
+
+template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC>
+struct Fa2BwdTraits {
+    static constexpr int D = D_, BC = BC_, BR = BR_, NW = 8, THREADS = 32 * NW;
+    static constexpr int SROW = D + 8;   // pitch of K, V, Q, dO tiles (elements)
+    static constexpr int PROW = BR + 8;  // pitch of the P^T and dS^T tiles [BC][BR]
+    // GEMM A: [BC x BR] split WMA x (NW / WMA)
+    static constexpr int A_M = BC / WMA, A_N = BR / (NW / WMA), A_MT = A_M / 16, A_NT = A_N / 8;
+    // GEMM B: [BC x D]
+    static constexpr int B_M = BC / WMB, B_N = D / (NW / WMB), B_MT = B_M / 16, B_NT = B_N / 8;
+    // GEMM C: [BR x D]
+    static constexpr int C_M = BR / WMC, C_N = D / (NW / WMC), C_MT = C_M / 16, C_NT = C_N / 8;
+    static_assert(A_M % 16 == 0 && A_N % 16 == 0, "GEMM A warp tile");
+    static_assert(B_M % 16 == 0 && B_N % 16 == 0, "GEMM B warp tile");
+    static_assert(C_M % 16 == 0 && C_N % 16 == 0, "GEMM C warp tile");
+    template <typename T>
+    static constexpr size_t smem_bytes() {
+        return sizeof(T) * ((size_t)2 * BC * SROW + 4 * BR * SROW + 2 * BC * PROW) + sizeof(float) * 4 * BR;
+    }
+};
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::THREADS, 1) fa2_bwd_kernel(AttnBwdParams pb) {
+    using T2 = typename DT<T>::T2;
+    constexpr int D = Tr::D, BC = Tr::BC, BR = Tr::BR, SROW = Tr::SROW, PROW = Tr::PROW;
+    const AttnFwdParams& p = pb.fwd;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* sK = (T*)smem_raw;              // [BC][SROW]
+    T* sV = sK + BC * SROW;            // [BC][SROW]
+    T* sQ = sV + BC * SROW;            // [2][BR][SROW]  double buffer
+    T* sdO = sQ + 2 * BR * SROW;       // [2][BR][SROW]
+    T* sPt = sdO + 2 * BR * SROW;      // [BC][PROW]  P^T
+    T* sdSt = sPt + BC * PROW;         // [BC][PROW]  dS^T
+    float* sLse = (float*)(sdSt + BC * PROW);  // [2][BR]
+    float* sD = sLse + 2 * BR;                 // [2][BR]
+
+    const int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * BC;
+    const int G = p.heads_q / p.heads_kv, hk = h / G;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const SeqMask mask = make_mask(p, b);
+
+    const T* q = (const T*)p.q + b * p.q_batch_stride + h * p.q_head_stride;
+    const T* k = (const T*)p.k + b * p.k_batch_stride + hk * p.k_head_stride;
+    const T* v = (const T*)p.v + b * p.v_batch_stride + hk * p.v_head_stride;
+    const T* dO = (const T*)pb.dout + b * pb.do_batch_stride + h * pb.do_head_stride;
+    const float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride;
+    const size_t bh = (size_t)b * p.heads_q + h;
+    const float* Drow = pb.d_rowsum + bh * p.seqlen_q;
+    float* dqa = pb.dq_accum + bh * p.seqlen_q * D;
+
+    load_tile_async<T, BC, D, Tr::THREADS>(sK, SROW, k, p.k_row_stride, c0, mask.sk);
+    load_tile_async<T, BC, D, Tr::THREADS>(sV, SROW, v, p.v_row_stride, c0, mask.sk);
+
+    int qlo, qhi;
+    mask.rows_for_keys(c0, c0 + BC, &qlo, &qhi);
+    const int t_first = qlo / BR;
+    const int n_tiles = qlo <= qhi ? qhi / BR - t_first + 1 : 0;
+    // Start each CTA at a different Q tile so that the K/V tiles of one head do not all hit the
+    // same dq_accum rows with their atomics at the same time (the sum is order-independent up to
+    // fp32 rounding, which atomics make nondeterministic anyway).
+    const int rot = n_tiles > 0 ? (int)(blockIdx.x % (unsigned)n_tiles) : 0;
+
+    auto issue_q_tile = [&](int it, int buf) {
+        const int r0 = (t_first + (it + rot) % n_tiles) * BR;
+        load_tile_async<T, BR, D, Tr::THREADS>(sQ + buf * BR * SROW, SROW, q, p.q_row_stride, r0, mask.sq);
+        load_tile_async<T, BR, D, Tr::THREADS>(sdO + buf * BR * SROW, SROW, dO, pb.do_row_stride, r0, mask.sq);
+        // LSE_i and D_i by cp.async too: a plain load here would stall these threads (and, at the
+        // next barrier, the CTA) for a full memory latency every tile. Rows past sq read as 0.
+        for (int r = threadIdx.x; r < 2 * BR; r += Tr::THREADS) {
+            const int i = r0 + (r % BR);
+            const bool in = i < mask.sq;
+            if (r < BR) cp_async4(sLse + buf * BR + r, in ? lse + i : lse, in);
+            else cp_async4(sD + buf * BR + r - BR, in ? Drow + i : Drow, in);
+        }
+    };
+    if (n_tiles > 0) issue_q_tile(0, 0);
+    cp_async_commit();
+
+    float acc_dv[Tr::B_MT][Tr::B_NT][4], acc_dk[Tr::B_MT][Tr::B_NT][4];
+    zero_acc(acc_dv);
+    zero_acc(acc_dk);
+    const int wa_m = (warp % (BC / Tr::A_M)) * Tr::A_M, wa_n = (warp / (BC / Tr::A_M)) * Tr::A_N;
+    const int wb_m = (warp % (BC / Tr::B_M)) * Tr::B_M, wb_n = (warp / (BC / Tr::B_M)) * Tr::B_N;
+    const int wc_m = (warp % (BR / Tr::C_M)) * Tr::C_M, wc_n = (warp / (BR / Tr::C_M)) * Tr::C_N;
+
+    for (int it = 0; it < n_tiles; ++it) {
+        const int buf = it & 1;
+        const int r0 = (t_first + (it + rot) % n_tiles) * BR;
+        cp_async_wait_all();
+        __syncthreads();  // tile `it` visible; every warp is done with iteration it - 1
+        if (it + 1 < n_tiles) issue_q_tile(it + 1, buf ^ 1);
+        cp_async_commit();
+        const T* cQ = sQ + buf * BR * SROW;
+        const T* cdO = sdO + buf * BR * SROW;
+        const float* cL = sLse + buf * BR;
+        const float* cD = sD + buf * BR;
+
+        // GEMM A: S^T and dP^T for this warp's [A_M x A_N] block.
+        {
+            float acc_s[Tr::A_MT][Tr::A_NT][4], acc_p[Tr::A_MT][Tr::A_NT][4];
+            zero_acc(acc_s);
+            zero_acc(acc_p);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false>(acc_s, sK, SROW, cQ, SROW, wa_m, wa_n);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
+            // Per query column of this thread: LSE * log2 e (-inf, a row with no visible key, -> +inf
+            // so that P = 2^(-inf) = 0 rather than NaN) and D. Masking only on tiles that need it.
+            constexpr float LOG2E = 1.4426950408889634f;
+            float lse2[Tr::A_NT][2], dd[Tr::A_NT][2];
+#pragma unroll
+            for (int nt = 0; nt < Tr::A_NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int n = wa_n + 8 * nt + 2 * t4 + e;
+                    const float l = cL[n];
+                    lse2[nt][e] = l == -INFINITY ? INFINITY : l * LOG2E;
+                    dd[nt][e] = cD[n];
+                }
+            const bool need_mask = !mask.tile_full(r0, r0 + BR, c0, c0 + BC);
+            const bool capped = p.softcap > 0.f;
+            const float sl2 = p.scale * LOG2E;
+#pragma unroll
+            for (int mt = 0; mt < Tr::A_MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < Tr::A_NT; ++nt)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const int m = wa_m + 16 * mt + g + 8 * hf;  // key row within the tile
+                        const int n = wa_n + 8 * nt + 2 * t4;       // query row within the tile
+                        float pv[2], dsv[2];
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float raw = acc_s[mt][nt][2 * hf + e];
+                            float pij, dcap = 1.f;
+                            if (capped) {
+                                const float sc = apply_softcap(raw * p.scale, p.softcap, &dcap);
+                                pij = fast_exp2(sc * LOG2E - lse2[nt][e]);
+                            } else {
+                                pij = fast_exp2(raw * sl2 - lse2[nt][e]);
+                            }
+                            if (need_mask && !mask.visible(r0 + n + e, c0 + m)) pij = 0.f;
+                            pv[e] = pij;
+                            dsv[e] = pij * (acc_p[mt][nt][2 * hf + e] - dd[nt][e]) * dcap;
+                        }
+                        *(T2*)(sPt + m * PROW + n) = DT<T>::pack(pv[0], pv[1]);
+                        *(T2*)(sdSt + m * PROW + n) = DT<T>::pack(dsv[0], dsv[1]);
+                    }
+        }
+        __syncthreads();  // P^T, dS^T complete
+
+        // GEMM B: dV += P^T dO, dK += dS^T Q.
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
+
+        // GEMM C: dQ_i += dS K_j (dS read transposed out of dS^T), fp32 atomics, unscaled.
+        {
+            float acc_q[Tr::C_MT][Tr::C_NT][4];
+            zero_acc(acc_q);
+            warp_gemm<T, Tr::C_MT, Tr::C_NT, BC, true, true>(acc_q, sdSt, PROW, sK, SROW, wc_m, wc_n);
+#pragma unroll
+            for (int mt = 0; mt < Tr::C_MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int i = r0 + wc_m + 16 * mt + g + 8 * hf;
+                    if (i >= mask.sq) continue;
+                    float* row = dqa + (size_t)i * D + wc_n + 2 * t4;
+#pragma unroll
+                    for (int nt = 0; nt < Tr::C_NT; ++nt) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                        atomicAdd((float2*)(row + 8 * nt), make_float2(acc_q[mt][nt][2 * hf], acc_q[mt][nt][2 * hf + 1]));
+#else
+                        atomicAdd(row + 8 * nt, acc_q[mt][nt][2 * hf]);
+                        atomicAdd(row + 8 * nt + 1, acc_q[mt][nt][2 * hf + 1]);
+#endif
+                    }
+                }
+        }
+    }
+
+    // Epilogue: dK (times scale) and dV; rows past the real length hold zeros (no visible query).
+#pragma unroll
+    for (int mt = 0; mt < Tr::B_MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int j = c0 + wb_m + 16 * mt + g + 8 * hf;
+            if (j >= p.seqlen_k) continue;
+#pragma unroll
+            for (int nt = 0; nt < Tr::B_NT; ++nt) {
+                const int c = wb_n + 8 * nt + 2 * t4;
+                const float k0 = acc_dk[mt][nt][2 * hf] * p.scale, k1 = acc_dk[mt][nt][2 * hf + 1] * p.scale;
+                const float v0 = acc_dv[mt][nt][2 * hf], v1 = acc_dv[mt][nt][2 * hf + 1];
+                if (G == 1) {
+                    *(T2*)((T*)pb.dk + b * pb.dk_batch_stride + h * pb.dk_head_stride + j * pb.dk_row_stride + c) =
+                        DT<T>::pack(k0, k1);
+                    *(T2*)((T*)pb.dv + b * pb.dv_batch_stride + h * pb.dv_head_stride + j * pb.dv_row_stride + c) =
+                        DT<T>::pack(v0, v1);
+                } else {
+                    const size_t off = (bh * p.seqlen_k + j) * D + c;
+                    *(float2*)(pb.dk_accum + off) = make_float2(k0, k1);
+                    *(float2*)(pb.dv_accum + off) = make_float2(v0, v1);
+                }
+            }
+        }
+}
+
+}  // namespace attn_bwd

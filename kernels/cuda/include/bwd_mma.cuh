@@ -1,0 +1,137 @@
+// Tensor-core building blocks for the FA2 backward: cp.async tile loads, ldmatrix, and one warp's
+// share of a shared-memory GEMM with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate).
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//   A 16x16: a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..), a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..)
+//   B 16x8:  b0 (k 2t..2t+1, col g), b1 (k 2t+8.., col g)
+//   C 16x8:  c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, cols 2t, 2t+1)
+// ldmatrix.x4 loads four 8x8 b16 matrices; lanes 8q..8q+7 give the row addresses of matrix q and
+// every lane receives (row lane/4, cols 2(lane%4), +1) of each (.trans: the transpose). The
+// address formulas in warp_gemm pick the matrices so that the four registers come out in
+// fragment order, for operands stored either as [m][k] / [n][k] (no transpose) or [k][m] / [k][n]
+// (.trans).
+#pragma once
+#include <stdint.h>
+
+#include "bwd_common.cuh"
+
+namespace attn_bwd {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16-byte global->shared copy; pred = false writes 16 zero bytes (src-size 0, nothing is read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(pred ? 16 : 0));
+}
+// 4-byte variant for the per-row LSE and D vectors; pred = false writes 0.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(pred ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Copy rows [row0, row0 + ROWS) x [0, D) of a row-strided global matrix into shared memory with
+// row pitch ld; rows at or past `valid` are zero-filled (tails, varlen padding).
+template <typename T, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile_async(T* s, int ld, const T* g, int64_t row_stride, int row0, int valid) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int e = threadIdx.x; e < ROWS * CHUNKS; e += THREADS) {
+        const int r = e / CHUNKS, c = (e % CHUNKS) * 8;
+        const bool in = row0 + r < valid;
+        cp_async16(s + r * ld + c, in ? (const void*)(g + (int64_t)(row0 + r) * row_stride + c) : (const void*)g, in);
+    }
+}
+
+// 2^x on the SFU (ex2.approx: 2 ulp, ex2(-inf) = +0), the exp of FlashAttention's
+// exp2(s * scale * log2 e - LSE * log2 e) form.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct Mma<__half> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+// acc[MT][NT] += A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over k in [0, K), one warp.
+//   A_T = false: A stored [m][k] with pitch lda;  A_T = true: A stored [k][m] (ldmatrix.trans).
+//   B_T = false: B stored [n][k] with pitch ldb;  B_T = true: B stored [k][n] (ldmatrix.trans).
+template <typename T, int MT, int NT, int K, bool A_T, bool B_T>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, const T* sB, int ldb,
+                                          int m0, int n0) {
+    static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if (!A_T) {
+                ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
+            } else {
+                ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
+                                             ((lane / 8) % 2) * 8);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t bf[4];  // b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1
+            if (!B_T) {
+                ldmatrix_x4(bf, sB + (n0 + 8 * nt + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
+            } else {
+                ldmatrix_x4_trans(bf, sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 8 * nt +
+                                          (lane / 16) * 8);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                Mma<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
+                Mma<T>::run(acc[mt][nt + 1], a[mt], bf[2], bf[3]);
+            }
+        }
+    }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+}  // namespace attn_bwd

@@ -1,0 +1,101 @@
+// The small kernels around every backward main loop (FA2 Algorithm 2, lines 4 and the end):
+//   bwd_preprocess:  D_i = rowsum(dO_i * O_i) (fp32 [B, Hq, Lq]) and dq_accum := 0, so the caller
+//                    need not zero the dQ scratch;
+//   bwd_convert_dq:  dq = scale * dq_accum in the output dtype (padded rows get 0);
+//   bwd_reduce_gqa:  dk[b, hk] = sum over the hq/hkv query heads of dk_accum[b, h] (and dv): GQA
+//                    reduction of the per-query-head fp32 partial gradients.
+// Scratch layouts are contiguous: dq_accum [B, Hq, Lq, d], d_rowsum [B, Hq, Lq],
+// dk_accum / dv_accum [B, Hq, Lk, d].
+#pragma once
+#include "bwd_common.cuh"
+
+namespace attn_bwd {
+
+// One warp per query row; grid (ceil(Lq / 8), Hq, B), 256 threads.
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_preprocess_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, h = blockIdx.y;
+    const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= f.seqlen_q) return;
+    const int d = f.head_dim;
+    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+    const size_t bh_row = ((size_t)b * f.heads_q + h) * f.seqlen_q + row;
+    float* dqa = p.dq_accum + bh_row * d;
+    for (int k = lane; k < d; k += 32) dqa[k] = 0.f;
+    float acc = 0.f;
+    if (row < sq) {
+        const T* o = (const T*)f.o + b * f.o_batch_stride + h * f.o_head_stride + row * f.o_row_stride;
+        const T* dO = (const T*)p.dout + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
+        for (int k = lane; k < d; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.d_rowsum[bh_row] = acc;
+}
+
+// One thread per element pair; grid (ceil(Lq * d / 2 / 256), Hq, B).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, h = blockIdx.y, d = f.head_dim;
+    const long long e = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
+    if (e >= (long long)f.seqlen_q * d) return;
+    const int row = (int)(e / d), k = (int)(e % d);
+    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+    const float* src = p.dq_accum + (((size_t)b * f.heads_q + h) * f.seqlen_q + row) * d + k;
+    T* dst = (T*)p.dq + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + k;
+    const bool ok = row < sq;  // padded rows take no part: zero gradient (SEMANTICS.md §7)
+    dst[0] = DT<T>::from_f(ok ? src[0] * f.scale : 0.f);
+    dst[1] = DT<T>::from_f(ok ? src[1] * f.scale : 0.f);
+}
+
+// dk[b, hk, j, :] = sum_g dk_accum[b, hk * G + g, j, :] (already scaled), same for dv.
+// grid (ceil(Lk * d / 256), Hkv, B).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_reduce_gqa_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, hk = blockIdx.y, d = f.head_dim;
+    const long long e = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (e >= (long long)f.seqlen_k * d) return;
+    const int row = (int)(e / d), k = (int)(e % d);
+    const int G = f.heads_q / f.heads_kv;
+    float sk = 0.f, sv = 0.f;
+    for (int g = 0; g < G; ++g) {
+        const size_t off = (((size_t)b * f.heads_q + hk * G + g) * f.seqlen_k + row) * d + k;
+        sk += p.dk_accum[off];
+        sv += p.dv_accum[off];
+    }
+    ((T*)p.dk)[b * p.dk_batch_stride + hk * p.dk_head_stride + row * p.dk_row_stride + k] = DT<T>::from_f(sk);
+    ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
+}
+
+// Launch helpers shared by attn_fa1_bwd and attn_fa2_bwd.
+template <typename T>
+static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t s) {
+    const AttnFwdParams& f = p.fwd;
+    if (f.seqlen_q == 0) return cudaSuccess;
+    dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
+    bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_t s) {
+    const AttnFwdParams& f = p.fwd;
+    if (f.seqlen_q > 0) {
+        const long long pairs = (long long)f.seqlen_q * f.head_dim / 2;
+        dim3 grid((unsigned)((pairs + 255) / 256), f.heads_q, f.batch);
+        bwd_convert_dq_kernel<T><<<grid, 256, 0, s>>>(p);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    if (f.heads_q != f.heads_kv && f.seqlen_k > 0) {
+        const long long n = (long long)f.seqlen_k * f.head_dim;
+        dim3 grid((unsigned)((n + 255) / 256), f.heads_kv, f.batch);
+        bwd_reduce_gqa_kernel<T><<<grid, 256, 0, s>>>(p);
+        return cudaGetLastError();
+    }
+    return cudaSuccess;
+}
+
+}  // namespace attn_bwd

@@ -1,0 +1,173 @@
+// The forward kernel shared by FA2 (one CTA per query tile) and split-KV decoding (one CTA per
+// packed GQA query tile and key split): load Q, stream K/V tiles, S = Q K^T, mask, online softmax,
+// O += P V, write. The pieces live in their own headers (fwd_traits: tiles and shared memory,
+// fwd_mainloop: the GEMMs, softmax: statistics, mask: visibility, tile_scheduler: work mapping,
+// fwd_epilogue: stores).
+//
+// Pipeline (two shared-memory buffers, one for K and one for V, filled alternately by cp.async):
+//     load Q, K(n_hi - 1)
+//     for n = n_hi - 1 down to n_lo:
+//         wait K(n); barrier          -- K(n) landed; every warp is done reading V(n + 1)
+//         issue V(n)                  -- lands while S = Q K(n)^T and the softmax run
+//         S = Q K(n)^T; softcap; mask; online softmax
+//         wait V(n); barrier          -- V(n) landed; every warp is done reading K(n)
+//         issue K(n - 1)              -- lands while O += P V(n) runs
+//         O += P V(n)
+// Key tiles run from the last to the first so the tiles that need per-element masking (the
+// sequence tail and the causal diagonal) come first and the rest take the unmasked path.
+#pragma once
+#include "fwd_epilogue.cuh"
+#include "fwd_mainloop.cuh"
+#include "fwd_traits.cuh"
+#include "mask.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.cuh"
+
+namespace attn {
+
+template <class Tr, bool kSplit>
+__global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
+    using Elem = typename Tr::Elem;
+    using Sched = TileScheduler<kSplit>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
+    Elem* sK = sQ + Tr::kSmemQ;
+    Elem* sV = sK + Tr::kSmemKV;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int warp_row0 = warp * Tr::kWarpRows;
+    const WorkTile w = Sched::get(p);
+    const MaskInfo mask = MaskInfo::make(p, w.b);
+    const int lq = mask.lq;
+
+    // Query rows of this CTA (inclusive range, within the sequence) and the key tiles they can see.
+    int i_lo, i_hi;
+    if constexpr (!kSplit) {
+        i_lo = w.m_block * Tr::kBlockM;
+        i_hi = min(i_lo + Tr::kBlockM, lq) - 1;
+        if (i_lo >= lq) return;  // tile entirely past this sequence's length: nothing to write
+    } else {
+        if (w.m_block * Tr::kBlockM >= (p.heads_q / p.heads_kv) * lq) return;
+        i_lo = 0;  // packed rows mix query positions: take the whole range (conservative masking)
+        i_hi = lq - 1;
+    }
+    int n_lo, n_hi;
+    mask.tile_range(i_lo, i_hi, Tr::kBlockN, n_lo, n_hi);
+    if constexpr (kSplit) {
+        const int n_tiles = (mask.lk + Tr::kBlockN - 1) / Tr::kBlockN;
+        const int per = (n_tiles + num_splits - 1) / num_splits;
+        n_lo = max(n_lo, w.split * per);
+        n_hi = min(n_hi, (w.split + 1) * per);
+    }
+
+    const Elem* k_base = static_cast<const Elem*>(p.k) + w.b * p.k_batch_stride + w.hkv * p.k_head_stride;
+    const Elem* v_base = static_cast<const Elem*>(p.v) + w.b * p.v_batch_stride + w.hkv * p.v_head_stride;
+
+    float acc_o[Tr::kMTiles][Tr::kNTilesO][4];
+#pragma unroll
+    for (int mi = 0; mi < Tr::kMTiles; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
+    OnlineSoftmax<Tr::kMTiles, Tr::kNTilesS> softmax;
+    softmax.init();
+
+    // Scores are pre-multiplied when a softcap is on (tanh needs them in natural units) or the scale
+    // is not positive (the running max must be taken over scaled scores); otherwise the scale is
+    // folded into the exponent's FFMA.
+    const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
+    const float sl2 = prescale ? 1.f : p.scale * kLog2e;
+
+    if (n_lo < n_hi) {
+        // Q: row r of the tile comes from (head, query row) given by the scheduler; missing rows = 0.
+        const Elem* q = static_cast<const Elem*>(p.q);
+#pragma unroll
+        for (int c = tid; c < Tr::kBlockM * Tr::kChunksPerRow; c += Tr::kThreads) {
+            const int r = c / Tr::kChunksPerRow, col = (c % Tr::kChunksPerRow) * 8;
+            int h, i;
+            const bool valid = Sched::template row<Tr::kBlockM>(p, w, lq, r, h, i);
+            const Elem* src = valid ? q + w.b * p.q_batch_stride + h * p.q_head_stride + i * p.q_row_stride + col : q;
+            cp_async_16(sQ + Tr::swz(r, col), src, valid);
+        }
+        Tr::template load_tile<Tr::kBlockN>(sK, k_base + int64_t(n_hi - 1) * Tr::kBlockN * p.k_row_stride,
+                                            p.k_row_stride, mask.lk - (n_hi - 1) * Tr::kBlockN, tid);
+        cp_async_commit();
+
+        // Query position of each row this thread holds (masking), computed once.
+        int qi[Tr::kMTiles][2];
+#pragma unroll
+        for (int mi = 0; mi < Tr::kMTiles; ++mi)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                int h, i;
+                qi[mi][hh] = Sched::template row<Tr::kBlockM>(p, w, lq, warp_row0 + mi * 16 + (lane >> 2) + hh * 8, h, i)
+                                 ? i
+                                 : 0;
+            }
+
+        for (int n = n_hi - 1; n >= n_lo; --n) {
+            cp_async_wait<0>();
+            __syncthreads();
+            Tr::template load_tile<Tr::kBlockN>(sV, v_base + int64_t(n) * Tr::kBlockN * p.v_row_stride, p.v_row_stride,
+                                                mask.lk - n * Tr::kBlockN, tid);
+            cp_async_commit();
+
+            float acc_s[Tr::kMTiles][Tr::kNTilesS][4];
+            gemm_qk<Tr>(acc_s, sQ, sK, warp_row0, lane);
+
+            if (prescale) {
+                const float cap = p.softcap, sc = p.scale;
+#pragma unroll
+                for (int mi = 0; mi < Tr::kMTiles; ++mi)
+#pragma unroll
+                    for (int nt = 0; nt < Tr::kNTilesS; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            float s = acc_s[mi][nt][e] * sc;
+                            if (cap > 0.f) s = cap * tanhf(s / cap);
+                            acc_s[mi][nt][e] = s * kLog2e;
+                        }
+            }
+            if (mask.tile_needs_mask(n, Tr::kBlockN, i_lo, i_hi)) {
+#pragma unroll
+                for (int mi = 0; mi < Tr::kMTiles; ++mi)
+#pragma unroll
+                    for (int nt = 0; nt < Tr::kNTilesS; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int j = n * Tr::kBlockN + nt * 8 + 2 * (lane & 3) + (e & 1);
+                            if (!mask.visible(qi[mi][e >> 1], j)) acc_s[mi][nt][e] = -INFINITY;
+                        }
+            }
+            softmax.update(acc_s, acc_o, sl2);
+
+            cp_async_wait<0>();
+            __syncthreads();
+            if (n > n_lo) {
+                Tr::template load_tile<Tr::kBlockN>(sK, k_base + int64_t(n - 1) * Tr::kBlockN * p.k_row_stride,
+                                                    p.k_row_stride, mask.lk - (n - 1) * Tr::kBlockN, tid);
+                cp_async_commit();
+            }
+            gemm_pv<Tr>(acc_o, acc_s, sV, lane);
+        }
+    }
+
+    float inv_l[Tr::kMTiles][2], lse[Tr::kMTiles][2];
+    softmax.finalize(sl2, inv_l, lse);
+    store_output<Tr, kSplit>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
+}
+
+// Host side: launch fwd_kernel<Tr, kSplit> with the dynamic shared memory it needs.
+template <class Tr, bool kSplit>
+inline cudaError_t launch_fwd(const AttnFwdParams& p, dim3 grid, int num_splits, cudaStream_t stream) {
+    auto kernel = fwd_kernel<Tr, kSplit>;
+    if (Tr::kSmemBytes > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+        if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, num_splits);
+    return cudaGetLastError();
+}
+
+}  // namespace attn

@@ -1,0 +1,73 @@
+// Tile configuration and shared-memory layout of the forward kernels (FA2 and split-KV).
+//
+// A CTA owns kBlockM query rows; each of its kNWarps warps owns kMTiles * 16 consecutive rows
+// (split-Q: warps never exchange softmax statistics, unlike FA1's split-K). K and V stream through
+// shared memory in kBlockN-key tiles. Rows are kHeadDim elements; the 16-byte chunks of each row
+// are XOR-swizzled with the row index (chunk ^= row % 8 inside every 64-element group) so the eight
+// row addresses of one ldmatrix phase, and the cp.async writes, hit eight distinct bank groups.
+#pragma once
+#include "fa_ptx.cuh"
+
+namespace attn {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Elem_>
+struct FwdTraits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kNWarps = kNWarps_;
+    static constexpr int kThreads = 32 * kNWarps;
+    static constexpr int kWarpRows = kBlockM / kNWarps;
+    static constexpr int kMTiles = kWarpRows / 16;     // m16 tiles per warp
+    static constexpr int kNTilesS = kBlockN / 8;        // n8 tiles of S = Q K^T per m16 tile
+    static constexpr int kNTilesO = kHeadDim / 8;       // n8 tiles of O per m16 tile
+    static constexpr int kKStepsQK = kHeadDim / 16;     // k16 steps of Q K^T
+    static constexpr int kKStepsPV = kBlockN / 16;      // k16 steps of P V
+    static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
+    static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "each warp owns whole m16 tiles");
+    static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "tile shapes");
+
+    // Shared memory: Q [kBlockM][d], K [kBlockN][d], V [kBlockN][d]. K and V are separate buffers
+    // so that V(n) lands while Q K(n)^T runs and K(n-1) lands while P V(n) runs.
+    static constexpr int kSmemQ = kBlockM * kHeadDim;
+    static constexpr int kSmemKV = kBlockN * kHeadDim;
+    static constexpr int kSmemBytes = (kSmemQ + 2 * kSmemKV) * static_cast<int>(sizeof(Elem));
+
+    // Element offset of (row, col) in a swizzled [rows][kHeadDim] tile.
+    static __device__ __forceinline__ int swz(int row, int col) {
+        const int chunk = col >> 3;
+        return row * kHeadDim + (((chunk & ~7) | ((chunk ^ row) & 7)) << 3) + (col & 7);
+    }
+
+    // Copy `rows` rows (row r at gbase + r * row_stride) into a swizzled tile; rows >= nvalid become
+    // zeros and are not read.
+    template <int kRows>
+    static __device__ __forceinline__ void load_tile(Elem* smem, const Elem* gbase, int64_t row_stride, int nvalid,
+                                                     int tid) {
+#pragma unroll
+        for (int i = tid; i < kRows * kChunksPerRow; i += kThreads) {
+            const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+            const bool valid = r < nvalid;
+            const Elem* src = valid ? gbase + r * row_stride + c : gbase;
+            cp_async_16(smem + swz(r, c), src, valid);
+        }
+    }
+};
+
+// The configurations that are compiled (few, to keep the CI build short; see kernels/cuda/NOTES.md).
+// FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
+// MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers).
+template <int D, typename Elem> struct Fa2Config;
+template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, 128, 64, 4, Elem>; };
+template <typename Elem> struct Fa2Config<128, Elem> { using T = FwdTraits<128, 128, 64, 4, Elem>; };
+template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, 128, 64, 8, Elem>; };
+
+// Split-KV (decoding): one warp and 16 packed rows per CTA (queries of one GQA group); long key
+// tiles so each CTA keeps many bytes in flight, since decoding is bound by reading K and V.
+template <int D, typename Elem> struct SplitConfig;
+template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, 16, 128, 1, Elem>; };
+template <typename Elem> struct SplitConfig<128, Elem> { using T = FwdTraits<128, 16, 128, 1, Elem>; };
+template <typename Elem> struct SplitConfig<256, Elem> { using T = FwdTraits<256, 16, 64, 1, Elem>; };
+
+}  // namespace attn

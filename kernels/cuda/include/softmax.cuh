@@ -1,0 +1,79 @@
+// Online softmax over one warp's rows (FA2: statistics stay in registers, normalisation deferred).
+//
+// Each thread holds, per m16 tile, two rows of the S tile (rows g and g+8, g = lane / 4) and two
+// columns per n8 tile; the other three threads of its quad hold the remaining columns, so row
+// reductions are two xor-shuffles. Scores arrive in "log2 units times 1/sl2": p = 2^(s*sl2 - m*sl2)
+// with sl2 = scale * log2(e), one FFMA and one ex2 per score. O is rescaled by 2^(m_old - m_new)
+// when the maximum grows and divided by l only once, in finalize().
+#pragma once
+#include <math.h>
+
+#include "fa_ptx.cuh"
+
+namespace attn {
+
+template <int kMTiles, int kNTilesS>
+struct OnlineSoftmax {
+    float row_max[kMTiles][2];  // running maximum of s (same units as the scores)
+    float row_sum[kMTiles][2];  // this thread's partial sum of p; quad-reduced in finalize()
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_max[mi][h] = -INFINITY, row_sum[mi][h] = 0.f;
+    }
+
+    // s <- p = exp2(s*sl2 - m_new*sl2) in place; acc_o and row_sum rescaled by exp2((m_old - m_new)*sl2).
+    template <int kNTilesO>
+    __device__ __forceinline__ void update(float (&s)[kMTiles][kNTilesS][4], float (&acc_o)[kMTiles][kNTilesO][4],
+                                           float sl2) {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = row_max[mi][h];
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * h], s[mi][nt][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                // A row with no visible key so far keeps max = -inf; subtracting 0 instead keeps
+                // exp2(-inf - (-inf)) = NaN out and gives p = 0 for its masked scores.
+                const float m_scaled = (mx == -INFINITY) ? 0.f : mx * sl2;
+                const float corr = fast_exp2(row_max[mi][h] * sl2 - m_scaled);
+                row_max[mi][h] = mx;
+                row_sum[mi][h] *= corr;
+#pragma unroll
+                for (int nt = 0; nt < kNTilesO; ++nt) acc_o[mi][nt][2 * h] *= corr, acc_o[mi][nt][2 * h + 1] *= corr;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt) {
+                    const float p0 = fast_exp2(fmaf(s[mi][nt][2 * h], sl2, -m_scaled));
+                    const float p1 = fast_exp2(fmaf(s[mi][nt][2 * h + 1], sl2, -m_scaled));
+                    s[mi][nt][2 * h] = p0;
+                    s[mi][nt][2 * h + 1] = p1;
+                    sum += p0 + p1;
+                }
+                row_sum[mi][h] += sum;
+            }
+        }
+    }
+
+    // Quad-reduce l; return 1/l (0 for a row with no visible key: O = 0) and the natural-log LSE
+    // (-inf for such a row), lse = m*scale + log(l), computed with the accurate logf.
+    __device__ __forceinline__ void finalize(float sl2, float (&inv_l)[kMTiles][2], float (&lse)[kMTiles][2]) {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float l = row_sum[mi][h];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const bool empty = (l == 0.f) || (row_max[mi][h] == -INFINITY);
+                inv_l[mi][h] = empty ? 0.f : 1.f / l;
+                lse[mi][h] = empty ? -INFINITY : row_max[mi][h] * sl2 * kLn2 + logf(l);
+            }
+    }
+};
+
+}  // namespace attn

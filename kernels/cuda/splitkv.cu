@@ -1,0 +1,182 @@
+// Split-KV forward for decoding (Flash-Decoding): the keys are cut into num_splits ranges; one CTA
+// per (packed GQA query tile, split, batch x KV head) writes its split's O_s = sum p v / l_s and
+// LSE_s in fp32, then a combine kernel merges them (ANCHORS.md §2, SEMANTICS.md's merge rule):
+//     LSE = max + log sum_s exp(LSE_s - max),  O = sum_s exp(LSE_s - LSE) O_s,
+// a split with LSE_s = -inf contributes 0, and rows whose splits are all -inf get O = 0, LSE = -inf.
+// The query heads of one GQA group share a CTA (packed into M), so K/V are read once per group.
+#include <cuda_runtime.h>
+
+#include "attn_params.h"
+#include "fwd_kernel.cuh"
+#include "launch_common.cuh"
+
+namespace {
+
+constexpr int kMaxSplits = 256;
+
+template <int D>
+struct SplitBlockN {
+    static constexpr int value = attn::SplitConfig<D, __half>::T::kBlockN;
+};
+
+int block_n_for(int d) { return d == 64 ? SplitBlockN<64>::value : d == 128 ? SplitBlockN<128>::value : SplitBlockN<256>::value; }
+int block_m_for(int) { return attn::SplitConfig<128, __half>::T::kBlockM; }
+
+int num_m_blocks(const AttnFwdParams& p) {
+    const int group = p.heads_q / p.heads_kv;
+    const long long rows = static_cast<long long>(group) * p.seqlen_q;
+    return static_cast<int>((rows + block_m_for(p.head_dim) - 1) / block_m_for(p.head_dim));
+}
+
+// Enough CTAs to fill every SM a few times over (decoding is bound by reading K/V: the more loads in
+// flight the better), but no split shorter than two key tiles, and at most kMaxSplits.
+int choose_splits(const AttnFwdParams& p, int num_sms) {
+    const int n_tiles = (p.seqlen_k + block_n_for(p.head_dim) - 1) / block_n_for(p.head_dim);
+    const long long base = static_cast<long long>(p.batch) * p.heads_kv * num_m_blocks(p);
+    const long long target = 4LL * num_sms;  // ~4 CTAs per SM resident (shared memory allows 3-6)
+    long long s = (target + base - 1) / base;
+    s = std::min<long long>(s, std::max(1, n_tiles / 2));
+    s = std::max<long long>(1, std::min<long long>(s, kMaxSplits));
+    return static_cast<int>(s);
+}
+
+// One warp per output row (b, h, i): lanes stride over splits for the maxima and over the head dim
+// for the weighted sum (coalesced reads of each split's row).
+template <typename Elem>
+__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
+    if (warp >= rows) return;
+    const int i = warp % p.seqlen_q;
+    const int h = (warp / p.seqlen_q) % p.heads_q;
+    const int b = warp / (p.seqlen_q * p.heads_q);
+    const int lq = p.seqlens_q ? max(0, min(p.seqlens_q[b], p.seqlen_q)) : p.seqlen_q;
+    if (i >= lq) return;  // padded rows are not written
+    const long long split_stride = rows;  // rows per split in the partial buffers
+    const float* lse_s = p.lse_partial + warp;
+    float mx = -INFINITY;
+    for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, lse_s[s * split_stride]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float lse = -INFINITY;
+    if (mx != -INFINITY) {
+        float sum = 0.f;
+        for (int s = lane; s < num_splits; s += 32) sum += expf(lse_s[s * split_stride] - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        lse = mx + logf(sum);
+    }
+    Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + i * p.o_row_stride;
+    for (int c = lane; c < p.head_dim_v; c += 32) {
+        float acc = 0.f;
+        if (lse != -INFINITY) {
+            for (int s = 0; s < num_splits; ++s) {
+                const float ls = lse_s[s * split_stride];
+                if (ls == -INFINITY) continue;  // empty split: contributes nothing (and its O_s is 0)
+                acc += expf(ls - lse) * p.o_partial[(s * split_stride + warp) * p.head_dim_v + c];
+            }
+        }
+        if constexpr (sizeof(Elem) == 2) out[c] = static_cast<Elem>(acc);
+    }
+    if (lane == 0 && p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
+}
+
+template <int D, typename Elem>
+cudaError_t run_split(const AttnFwdParams& p, int num_splits, cudaStream_t stream) {
+    using Tr = typename attn::SplitConfig<D, Elem>::T;
+    const dim3 grid(num_m_blocks(p), num_splits, p.batch * p.heads_kv);
+    cudaError_t e = attn::launch_fwd<Tr, true>(p, grid, num_splits, stream);
+    if (e != cudaSuccess) return e;
+    const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
+    combine_kernel<Elem><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, num_splits);
+    return cudaGetLastError();
+}
+
+template <typename Elem>
+cudaError_t dispatch_dim(const AttnFwdParams& p, int num_splits, cudaStream_t stream) {
+    switch (p.head_dim) {
+        case 64: return run_split<64, Elem>(p, num_splits, stream);
+        case 128: return run_split<128, Elem>(p, num_splits, stream);
+        default: return run_split<256, Elem>(p, num_splits, stream);
+    }
+}
+
+int device_sms() {
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms > 0 ? sms : 132;
+}
+
+}  // namespace
+
+extern "C" int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms) {
+    char buf[8];
+    if (attn::validate_fwd(p, "attn_splitkv_num_splits", buf, sizeof buf) != ATTN_OK) return -1;
+    if (p->num_splits >= 1) return p->num_splits;
+    return choose_splits(*p, num_sms > 0 ? num_sms : device_sms());
+}
+
+extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
+    int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->num_splits < 0 || p->num_splits > kMaxSplits)
+        return attn::fail(err, errlen, ATTN_ERR_INVALID, "attn_splitkv_fwd: num_splits=%d: must be 0 (auto) .. %d",
+                          p->num_splits, kMaxSplits);
+    if ((p->o_partial == nullptr) != (p->lse_partial == nullptr))
+        return attn::fail(err, errlen, ATTN_ERR_INVALID,
+                          "attn_splitkv_fwd: o_partial=%p lse_partial=%p: give both or neither", (void*)p->o_partial,
+                          (void*)p->lse_partial);
+    if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
+    if (num_m_blocks(*p) > 0x7fffffff || static_cast<long long>(p->batch) * p->heads_kv > 65535)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_splitkv_fwd: batch*heads_kv=%lld exceeds 65535",
+                          static_cast<long long>(p->batch) * p->heads_kv);
+    auto s = static_cast<cudaStream_t>(stream);
+    const int num_splits = p->num_splits >= 1 ? p->num_splits : choose_splits(*p, device_sms());
+    AttnFwdParams q = *p;
+    q.num_splits = num_splits;
+    const size_t rows = static_cast<size_t>(p->batch) * p->heads_q * p->seqlen_q * num_splits;
+    void* scratch = nullptr;
+    cudaError_t e = cudaSuccess;
+    if (q.o_partial == nullptr) {
+        e = cudaMallocAsync(&scratch, rows * (p->head_dim_v + 1) * sizeof(float), s);
+        if (e != cudaSuccess)
+            return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_splitkv_fwd: scratch allocation of %zu bytes: %s",
+                              rows * (p->head_dim_v + 1) * sizeof(float), cudaGetErrorString(e));
+        q.o_partial = static_cast<float*>(scratch);
+        q.lse_partial = q.o_partial + rows * p->head_dim_v;
+    }
+    e = q.dtype == ATTN_BF16 ? dispatch_dim<__nv_bfloat16>(q, num_splits, s) : dispatch_dim<__half>(q, num_splits, s);
+    if (scratch != nullptr) {
+        cudaError_t f = cudaFreeAsync(scratch, s);
+        if (e == cudaSuccess) e = f;
+    }
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_splitkv_fwd: launch failed: %s (%s)", cudaGetErrorName(e),
+                          cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
+extern "C" int attn_params_layout(int64_t* out, int n) {
+#define ATTN_FWD_FIELDS(X)                                                                                         \
+    X(q) X(k) X(v) X(o) X(lse) X(q_batch_stride) X(q_head_stride) X(q_row_stride) X(k_batch_stride) X(k_head_stride) \
+    X(k_row_stride) X(v_batch_stride) X(v_head_stride) X(v_row_stride) X(o_batch_stride) X(o_head_stride)          \
+    X(o_row_stride) X(lse_batch_stride) X(lse_head_stride) X(batch) X(heads_q) X(heads_kv) X(seqlen_q) X(seqlen_k)  \
+    X(head_dim) X(head_dim_v) X(seqlens_q) X(seqlens_k) X(scale) X(softcap) X(causal) X(align_bottom_right)        \
+    X(window_left) X(window_right) X(dtype) X(num_splits) X(o_partial) X(lse_partial)
+#define ATTN_BWD_FIELDS(X)                                                                                         \
+    X(fwd) X(dout) X(dq) X(dk) X(dv) X(do_batch_stride) X(do_head_stride) X(do_row_stride) X(dq_batch_stride)      \
+    X(dq_head_stride) X(dq_row_stride) X(dk_batch_stride) X(dk_head_stride) X(dk_row_stride) X(dv_batch_stride)    \
+    X(dv_head_stride) X(dv_row_stride) X(dq_accum) X(d_rowsum) X(dk_accum) X(dv_accum)
+    int64_t vals[128];
+    int k = 0;
+    vals[k++] = ATTN_PARAMS_VERSION;
+    vals[k++] = sizeof(AttnFwdParams);
+    vals[k++] = sizeof(AttnBwdParams);
+#define FWD_OFF(f) vals[k++] = offsetof(AttnFwdParams, f);
+#define BWD_OFF(f) vals[k++] = offsetof(AttnBwdParams, f);
+    ATTN_FWD_FIELDS(FWD_OFF)
+    ATTN_BWD_FIELDS(BWD_OFF)
+    const int m = k < n ? k : n;
+    for (int i = 0; i < m; ++i) out[i] = vals[i];
+    return m;
+}

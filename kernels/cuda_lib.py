@@ -1,0 +1,333 @@
+"""ctypes loader for libattn_kernels.so and builders of its parameter structs from torch tensors.
+
+The library exposes a plain C ABI (kernels/cuda/include/attn_params.h): launchers take a pointer to
+`AttnFwdParams` / `AttnBwdParams` (device pointers, element strides, shapes, mask settings), a CUDA
+stream and an error buffer. Nothing of torch's C++ ABI crosses, so one build serves every torch
+version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``).
+
+- `library()` finds the library: ``$ATTN_KERNELS_LIB``, else build/kernels/libattn_kernels.so,
+  building it on demand when nvcc exists (`kernels.build`);
+- `AttnFwdParams` / `AttnBwdParams` mirror the C structs field by field (tests compare the layout
+  against the compiled one through ``attn_params_layout``);
+- `fwd_params(...)` / `bwd_params(...)` fill them from tensors in the [B, H, L, D] convention;
+- `call(name, params)` runs a launcher and raises `KernelError` (`KernelUnsupported` for
+  ATTN_ERR_UNSUPPORTED) carrying the kernel's own message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ATTN_BF16",
+    "ATTN_FP16",
+    "ATTN_PARAMS_VERSION",
+    "LAUNCHERS",
+    "AttnBwdParams",
+    "AttnFwdParams",
+    "KernelError",
+    "KernelUnsupported",
+    "LibraryUnavailable",
+    "bwd_params",
+    "call",
+    "compiled_layout",
+    "fwd_params",
+    "library",
+    "library_path",
+    "mirror_layout",
+    "splitkv_num_splits",
+]
+
+ATTN_PARAMS_VERSION = 2
+ATTN_FP16, ATTN_BF16 = 0, 1
+STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
+LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd")
+
+_vp = ctypes.c_void_p
+_i64 = ctypes.c_int64
+_i32 = ctypes.c_int32
+_f32 = ctypes.c_float
+
+
+class AttnFwdParams(ctypes.Structure):
+    """Mirror of ``AttnFwdParams`` in attn_params.h (same order, same types)."""
+
+    _fields_ = [
+        ("q", _vp), ("k", _vp), ("v", _vp), ("o", _vp), ("lse", _vp),
+        ("q_batch_stride", _i64), ("q_head_stride", _i64), ("q_row_stride", _i64),
+        ("k_batch_stride", _i64), ("k_head_stride", _i64), ("k_row_stride", _i64),
+        ("v_batch_stride", _i64), ("v_head_stride", _i64), ("v_row_stride", _i64),
+        ("o_batch_stride", _i64), ("o_head_stride", _i64), ("o_row_stride", _i64),
+        ("lse_batch_stride", _i64), ("lse_head_stride", _i64),
+        ("batch", _i32), ("heads_q", _i32), ("heads_kv", _i32),
+        ("seqlen_q", _i32), ("seqlen_k", _i32),
+        ("head_dim", _i32), ("head_dim_v", _i32),
+        ("seqlens_q", _vp), ("seqlens_k", _vp),
+        ("scale", _f32), ("softcap", _f32),
+        ("causal", _i32), ("align_bottom_right", _i32),
+        ("window_left", _i32), ("window_right", _i32),
+        ("dtype", _i32),
+        ("num_splits", _i32),
+        ("o_partial", _vp), ("lse_partial", _vp),
+    ]  # fmt: skip
+
+
+class AttnBwdParams(ctypes.Structure):
+    """Mirror of ``AttnBwdParams`` in attn_params.h."""
+
+    _fields_ = [
+        ("fwd", AttnFwdParams),
+        ("dout", _vp), ("dq", _vp), ("dk", _vp), ("dv", _vp),
+        ("do_batch_stride", _i64), ("do_head_stride", _i64), ("do_row_stride", _i64),
+        ("dq_batch_stride", _i64), ("dq_head_stride", _i64), ("dq_row_stride", _i64),
+        ("dk_batch_stride", _i64), ("dk_head_stride", _i64), ("dk_row_stride", _i64),
+        ("dv_batch_stride", _i64), ("dv_head_stride", _i64), ("dv_row_stride", _i64),
+        ("dq_accum", _vp), ("d_rowsum", _vp), ("dk_accum", _vp), ("dv_accum", _vp),
+    ]  # fmt: skip
+
+
+class LibraryUnavailable(RuntimeError):
+    """The shared library could not be found, built or loaded; the message says why."""
+
+
+class KernelError(RuntimeError):
+    """A launcher returned a non-zero AttnStatus; ``code``, ``status`` and ``message`` are the kernel's."""
+
+    def __init__(self, launcher: str, code: int, message: str):
+        self.launcher, self.code, self.message = launcher, code, message
+        self.status = STATUS.get(code, f"status {code}")
+        super().__init__(f"{launcher}: {self.status}: {message}")
+
+
+class KernelUnsupported(KernelError):
+    """ATTN_ERR_UNSUPPORTED: the kernel does not implement this head dim / dtype / feature."""
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_lib_error: str | None = None
+
+
+def library_path() -> Path:
+    """Where the library is expected: ``$ATTN_KERNELS_LIB`` or build/kernels/libattn_kernels.so."""
+    env = os.environ.get("ATTN_KERNELS_LIB")
+    if env:
+        return Path(env)
+    from kernels.build import DEFAULT_OUT, LIB_NAME
+
+    return DEFAULT_OUT / LIB_NAME
+
+
+def library(build_if_missing: bool = True) -> ctypes.CDLL:
+    """The loaded library (cached). Builds it first when it is missing and nvcc exists.
+
+    Raises `LibraryUnavailable` with the reason otherwise.
+    """
+    global _lib, _lib_error
+    with _lock:
+        if _lib is not None:
+            return _lib
+        if _lib_error is not None:
+            raise LibraryUnavailable(_lib_error)
+        path = library_path()
+        if not path.is_file() and build_if_missing and "ATTN_KERNELS_LIB" not in os.environ:
+            from kernels.build import BuildError, build, find_nvcc
+
+            if find_nvcc() is None:
+                _lib_error = f"{path} does not exist and nvcc was not found to build it"
+                raise LibraryUnavailable(_lib_error)
+            try:
+                build(path.parent, verbose=False)
+            except BuildError as e:
+                _lib_error = f"building {path} failed: {e}"
+                raise LibraryUnavailable(_lib_error) from None
+        if not path.is_file():
+            _lib_error = f"{path} does not exist (run `python -m kernels.build`)"
+            raise LibraryUnavailable(_lib_error)
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            _lib_error = f"loading {path} failed: {e}"
+            raise LibraryUnavailable(_lib_error) from None
+        for name in LAUNCHERS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                fn.argtypes = [_vp, _vp, ctypes.c_char_p, ctypes.c_int]
+        if hasattr(lib, "attn_splitkv_num_splits"):
+            lib.attn_splitkv_num_splits.restype = ctypes.c_int
+            lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
+        if hasattr(lib, "attn_params_layout"):
+            lib.attn_params_layout.restype = ctypes.c_int
+            lib.attn_params_layout.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+        _lib = lib
+        return lib
+
+
+def has_launcher(name: str) -> bool:
+    """Whether the loaded library exports ``name`` (engineer B's launchers may land later)."""
+    return getattr(library(), name, None) is not None
+
+
+def mirror_layout() -> list[int]:
+    """The ctypes mirror's layout in `compiled_layout`'s format."""
+    out = [ATTN_PARAMS_VERSION, ctypes.sizeof(AttnFwdParams), ctypes.sizeof(AttnBwdParams)]
+    out += [getattr(AttnFwdParams, n).offset for n, _ in AttnFwdParams._fields_]
+    out += [getattr(AttnBwdParams, n).offset for n, _ in AttnBwdParams._fields_]
+    return out
+
+
+def compiled_layout() -> list[int]:
+    """Version, sizes and field offsets as compiled into the library (``attn_params_layout``)."""
+    buf = (_i64 * 128)()
+    n = library().attn_params_layout(buf, 128)
+    return list(buf[:n])
+
+
+def _dtype_code(t: Any) -> int:
+    import torch
+
+    if t.dtype == torch.float16:
+        return ATTN_FP16
+    if t.dtype == torch.bfloat16:
+        return ATTN_BF16
+    raise KernelUnsupported("fwd_params", 1, f"q.dtype={t.dtype}: only float16 and bfloat16 are supported")
+
+
+def _ptr(t: Any) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def fwd_params(
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any = None,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    alignment: str = "bottom_right",
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    seqlens_q: Any = None,
+    seqlens_k: Any = None,
+    num_splits: int = 0,
+    o_partial: Any = None,
+    lse_partial: Any = None,
+) -> AttnFwdParams:
+    """Fill `AttnFwdParams` from CUDA tensors q [B,Hq,Lq,d], k [B,Hkv,Lk,d], v [B,Hkv,Lk,dv], o [B,Hq,Lq,dv].
+
+    Tensors may be any strided views whose last dimension is contiguous (stride 1); lse is fp32
+    [B, Hq, Lq] with row stride 1 or None. ``window`` is (left, right) with None = unbounded
+    (oracles/SEMANTICS.md); seqlens_* are int32 CUDA tensors of length B or None. The returned struct
+    keeps references to every tensor it points into (``_keep``), so they outlive the call.
+    """
+    B, Hq, Lq, d = q.shape
+    _, Hkv, Lk, _ = k.shape
+    dv = v.shape[-1]
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        if t.stride(-1) != 1:
+            raise KernelError("fwd_params", 2, f"{name}.stride(-1)={t.stride(-1)}: the last dimension must be contiguous")
+    if lse is not None and lse.stride(-1) != 1:
+        raise KernelError("fwd_params", 2, f"lse.stride(-1)={lse.stride(-1)}: must be 1")
+    wl, wr = (None, None) if window is None else window
+    p = AttnFwdParams()
+    p.q, p.k, p.v, p.o, p.lse = _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse)
+    p.q_batch_stride, p.q_head_stride, p.q_row_stride = q.stride(0), q.stride(1), q.stride(2)
+    p.k_batch_stride, p.k_head_stride, p.k_row_stride = k.stride(0), k.stride(1), k.stride(2)
+    p.v_batch_stride, p.v_head_stride, p.v_row_stride = v.stride(0), v.stride(1), v.stride(2)
+    p.o_batch_stride, p.o_head_stride, p.o_row_stride = o.stride(0), o.stride(1), o.stride(2)
+    if lse is not None:
+        p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
+    p.batch, p.heads_q, p.heads_kv = B, Hq, Hkv
+    p.seqlen_q, p.seqlen_k, p.head_dim, p.head_dim_v = Lq, Lk, d, dv
+    p.seqlens_q, p.seqlens_k = _ptr(seqlens_q), _ptr(seqlens_k)
+    p.scale = (1.0 / math.sqrt(d)) if scale is None else float(scale)
+    p.softcap = 0.0 if not softcap else float(softcap)
+    p.causal = int(bool(causal))
+    p.align_bottom_right = int(alignment == "bottom_right")
+    p.window_left = -1 if wl is None else int(wl)
+    p.window_right = -1 if wr is None else int(wr)
+    p.dtype = _dtype_code(q)
+    p.num_splits = int(num_splits)
+    p.o_partial, p.lse_partial = _ptr(o_partial), _ptr(lse_partial)
+    p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial]
+    return p
+
+
+def bwd_params(
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    dout: Any,
+    dq: Any,
+    dk: Any,
+    dv: Any,
+    *,
+    dq_accum: Any = None,
+    d_rowsum: Any = None,
+    dk_accum: Any = None,
+    dv_accum: Any = None,
+    **fwd_kwargs: Any,
+) -> AttnBwdParams:
+    """Fill `AttnBwdParams`: the forward's fields (`fwd_params` keywords) plus dO, dQ, dK, dV and scratch.
+
+    dq [B,Hq,Lq,d], dk [B,Hkv,Lk,d], dv [B,Hkv,Lk,dv] (written); scratch buffers as the header
+    describes (fp32, zeroed by the caller), or None for kernels that do not use them.
+    """
+    p = AttnBwdParams()
+    p.fwd = fwd_params(q, k, v, o, lse, **fwd_kwargs)
+    keep = list(p.fwd._keep)
+    p.dout, p.dq, p.dk, p.dv = _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv)
+    p.do_batch_stride, p.do_head_stride, p.do_row_stride = dout.stride(0), dout.stride(1), dout.stride(2)
+    p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride = dq.stride(0), dq.stride(1), dq.stride(2)
+    p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride = dk.stride(0), dk.stride(1), dk.stride(2)
+    p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride = dv.stride(0), dv.stride(1), dv.stride(2)
+    p.dq_accum, p.d_rowsum = _ptr(dq_accum), _ptr(d_rowsum)
+    p.dk_accum, p.dv_accum = _ptr(dk_accum), _ptr(dv_accum)
+    p._keep = keep + [dout, dq, dk, dv, dq_accum, d_rowsum, dk_accum, dv_accum]
+    return p
+
+
+def _current_stream() -> int:
+    try:
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
+    except Exception:  # no torch / no CUDA: the default stream
+        return 0
+
+
+def call(name: str, params: AttnFwdParams | AttnBwdParams, stream: int | None = None) -> None:
+    """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current).
+
+    Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and
+    `LibraryUnavailable` when the library or the launcher is missing.
+    """
+    lib = library()
+    fn = getattr(lib, name, None)
+    if fn is None:
+        raise LibraryUnavailable(f"{library_path()} does not export {name}")
+    err = ctypes.create_string_buffer(512)
+    s = _current_stream() if stream is None else stream
+    rc = fn(ctypes.byref(params), ctypes.c_void_p(s), err, len(err))
+    if rc != 0:
+        msg = err.value.decode(errors="replace") or "(no message)"
+        cls = KernelUnsupported if rc == 1 else KernelError
+        raise cls(name, rc, msg)
+
+
+def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
+    """How many splits `attn_splitkv_fwd` uses for ``params`` (to size o_partial / lse_partial)."""
+    n = library().attn_splitkv_num_splits(ctypes.byref(params), int(num_sms))
+    if n < 1:
+        raise KernelError("attn_splitkv_num_splits", 2, "invalid parameters")
+    return n

@@ -1,0 +1,114 @@
+"""Shared bookkeeping of the reference kernels: argument checks, the visibility rule, tile views.
+
+`Problem` holds one call's inputs rounded to the kernel dtype (kernels/emulate.py) and answers, for
+any tile of rows [r0, r1) x keys [c0, c1), which scores take part (oracles/SEMANTICS.md §3-§7):
+key j is visible to query i iff i < Lq_b, j < Lk_b (varlen, §6), the boolean mask allows it (§5),
+and, with causal or a window, diag - left <= j <= diag + right where diag = i + Lk_b - Lq_b
+("bottom_right") or diag = i ("top_left"); causal sets right = 0 (§4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import emulate
+
+__all__ = ["LN2", "LOG2E", "Problem", "tiles"]
+
+LOG2E = 1.4426950408889634  # log2(e): FA3 evaluates exp(x) as exp2(x * log2(e))
+LN2 = 0.6931471805599453
+
+
+def tiles(length: int, block: int) -> list[tuple[int, int]]:
+    """[(start, stop)] of consecutive blocks of ``block`` covering range(length); the last may be short."""
+    if block < 1:
+        raise ValueError(f"block size {block} must be >= 1")
+    return [(start, min(start + block, length)) for start in range(0, length, block)]
+
+
+def _seqlens(name: str, seqlens, B: int, L: int) -> np.ndarray:
+    if seqlens is None:
+        return np.full(B, L, dtype=np.int64)
+    arr = np.asarray(seqlens, dtype=np.int64).reshape(-1)
+    if arr.shape != (B,) or (arr < 0).any() or (arr > L).any():
+        raise ValueError(f"{name}={list(np.asarray(seqlens).reshape(-1))} must hold B={B} lengths in [0, {L}]")
+    return arr
+
+
+class Problem:
+    """One attention call, validated, with inputs rounded to ``dtype`` (or taken as given for FP8)."""
+
+    def __init__(self, q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
+                 bias=None, softcap=None, seqlens_q=None, seqlens_k=None, dtype="bfloat16",
+                 round_inputs: bool = True):
+        self.dtype = emulate.canonical(dtype)
+        self.acc = emulate.acc_dtype(self.dtype)
+        arrays = {}
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            x = np.asarray(x)
+            if x.ndim != 4:
+                raise ValueError(f"{name} must have rank 4 [B, H, L, D]; got shape {x.shape}")
+            arrays[name] = emulate.round_to(x, self.dtype) if round_inputs else x.astype(self.acc)
+        q, k, v = arrays["q"], arrays["k"], arrays["v"]
+        B, Hq, Lq, d = q.shape
+        _, Hkv, Lk, dv = v.shape
+        if k.shape[:3] != (B, Hkv, Lk) or k.shape[3] != d or v.shape[0] != B:
+            raise ValueError(f"shapes do not agree: q {q.shape}, k {k.shape}, v {v.shape} "
+                             f"(need k [B, Hkv, Lk, d], v [B, Hkv, Lk, dv])")
+        if Hkv == 0 or Hq % Hkv:
+            raise ValueError(f"Hq={Hq} (q {q.shape}) is not a multiple of Hkv={Hkv} (k {k.shape})")
+        if alignment not in ("bottom_right", "top_left"):
+            raise ValueError(f"alignment={alignment!r}; expected 'bottom_right' or 'top_left'")
+        self.q, self.k, self.v = q, k, v
+        self.B, self.Hq, self.Hkv, self.Lq, self.Lk, self.d, self.dv = B, Hq, Hkv, Lq, Lk, d, dv
+        self.group = Hq // Hkv
+        self.scale = float(1.0 / np.sqrt(d)) if scale is None else float(scale)
+        if softcap is not None and not softcap > 0:
+            raise ValueError(f"softcap={softcap} must be > 0 (or None)")
+        self.softcap = None if softcap is None else float(softcap)
+        left, right = (None, None) if window is None else tuple(window)
+        for name, w in (("window[0] (left)", left), ("window[1] (right)", right)):
+            if w is not None and w < 0:
+                raise ValueError(f"{name}={w} must be >= 0 or None (window={window})")
+        if causal:
+            right = 0 if right is None else min(int(right), 0)
+        self.left, self.right = left, right
+        self.len_q = _seqlens("seqlens_q", seqlens_q, B, Lq)
+        self.len_k = _seqlens("seqlens_k", seqlens_k, B, Lk)
+        self.offset = self.len_k - self.len_q if alignment == "bottom_right" else np.zeros(B, dtype=np.int64)
+        full = (B, Hq, Lq, Lk)
+        self.mask = None
+        if mask is not None:
+            m = np.asarray(mask)
+            if m.dtype != np.bool_:
+                raise ValueError(f"mask must be boolean (True = attend); got dtype {m.dtype}")
+            try:
+                self.mask = np.broadcast_to(m, full)
+            except ValueError:
+                raise ValueError(f"mask shape {m.shape} does not broadcast to [B, Hq, Lq, Lk] = {full}") from None
+        self.bias = None
+        if bias is not None:
+            b = np.asarray(bias)
+            try:
+                self.bias = np.broadcast_to(b.astype(self.acc), full)
+            except ValueError:
+                raise ValueError(f"bias shape {b.shape} does not broadcast to [B, Hq, Lq, Lk] = {full}") from None
+
+    def visible(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Boolean [B, 1 or Hq, r1 - r0, c1 - c0]: which scores of the tile take part (§3-§6)."""
+        i = np.arange(r0, r1)[None, :, None]
+        j = np.arange(c0, c1)[None, None, :]
+        ok = (i < self.len_q[:, None, None]) & (j < self.len_k[:, None, None])
+        diag = i + self.offset[:, None, None]
+        if self.right is not None:
+            ok = ok & (j <= diag + self.right)
+        if self.left is not None:
+            ok = ok & (j >= diag - self.left)
+        ok = ok[:, None]
+        if self.mask is not None:
+            ok = ok & self.mask[:, :, r0:r1, c0:c1]
+        return ok
+
+    def bias_tile(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """The additive bias of the tile, [B, Hq, r1 - r0, c1 - c0] in the accumulator dtype."""
+        return self.bias[:, :, r0:r1, c0:c1]

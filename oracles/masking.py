@@ -1,0 +1,114 @@
+"""Which key each query sees: causal alignment, sliding window, varlen padding (SEMANTICS.md §4, §5, §7).
+
+One rule, used by every dense oracle path. For batch b with real lengths ``sq = seqlens_q[b]`` and
+``sk = seqlens_k[b]``, query row i and key column j, let the *aligned diagonal* be
+
+    c(i) = i + (sk - sq)   if alignment == "bottom_right"   (§4; flash-attn, cuDNN lower-right)
+    c(i) = i               if alignment == "top_left"       (§4; torch is_causal)
+
+Key j is visible to query i iff all of
+
+    i < sq and j < sk                       (§7: padded rows / keys never take part)
+    j <= c(i)                 if causal     (§4)
+    j >= c(i) - left          if left  is not None   (§5)
+    j <= c(i) + right         if right is not None   (§5)
+
+so ``causal=True`` with ``window=(left, right)`` is the same as ``causal=False`` with
+``window=(left, 0)`` for every ``right >= 0`` (§5). The boolean ``mask`` and ``-inf`` bias entries
+(§6) are applied on top of this by the callers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .validate import ALIGNMENTS, _check_window
+
+__all__ = ["visibility", "block_visibility", "diagonal_offset"]
+
+
+def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
+    """``c(i) - i`` for a sequence with real lengths sq, sk (§4)."""
+    if alignment == "bottom_right":
+        return int(sk) - int(sq)
+    if alignment == "top_left":
+        return 0
+    raise ValueError(f"alignment must be one of {ALIGNMENTS} (§4); got {alignment!r}")
+
+
+def block_visibility(
+    row_start: int,
+    row_stop: int,
+    Lk: int,
+    *,
+    sq: int,
+    sk: int,
+    causal: bool,
+    alignment: str,
+    window: tuple[int | None, int | None],
+) -> np.ndarray | None:
+    """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7).
+
+    Returns a bool array ``[row_stop - row_start, Lk]``, or ``None`` when every entry is visible
+    (the common unmasked case, so callers can skip the masking pass).
+    """
+    left, right = window
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    off = diagonal_offset(sq, sk, alignment)
+    n = row_stop - row_start
+    everything = sq >= row_stop and sk >= Lk
+    if everything and left is None and right is None:
+        return None
+    c = np.arange(row_start, row_stop, dtype=np.int64)[:, None] + off  # aligned diagonal per row
+    j = np.arange(Lk, dtype=np.int64)[None, :]
+    vis = np.ones((n, Lk), dtype=bool)
+    if right is not None:
+        np.less_equal(j, c + right, out=vis)
+    if left is not None:
+        vis &= j >= c - left
+    if sk < Lk:
+        vis[:, sk:] = False
+    if sq < row_stop:
+        vis[max(sq - row_start, 0) :, :] = False
+    if everything and vis.all():
+        return None
+    return vis
+
+
+def visibility(
+    Lq: int,
+    Lk: int,
+    *,
+    causal: bool = False,
+    alignment: str = "bottom_right",
+    window=None,
+    seqlens_q=None,
+    seqlens_k=None,
+) -> np.ndarray:
+    """Dense boolean visibility (True = attend) for the given semantics (§4, §5, §7).
+
+    Returns shape ``[Lq, Lk]`` when both ``seqlens_q`` and ``seqlens_k`` are ``None``, otherwise
+    ``[B, 1, Lq, Lk]`` (B = the seqlens length); both broadcast to ``[B, Hq, Lq, Lk]`` and can be
+    passed as ``mask=`` to `oracles.attention` with ``causal=False, window=None`` to express the same
+    semantics explicitly. Padded query rows (i >= seqlens_q[b]) are all False.
+    """
+    win = _check_window(window, f"Lq={Lq}, Lk={Lk}")
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS} (§4); got {alignment!r}")
+    if seqlens_q is None and seqlens_k is None:
+        vis = block_visibility(0, Lq, Lk, sq=Lq, sk=Lk, causal=causal, alignment=alignment, window=win)
+        return np.ones((Lq, Lk), dtype=bool) if vis is None else vis
+    B = len(seqlens_q if seqlens_q is not None else seqlens_k)
+    sqs = [Lq] * B if seqlens_q is None else [int(x) for x in seqlens_q]
+    sks = [Lk] * B if seqlens_k is None else [int(x) for x in seqlens_k]
+    if len(sqs) != B or len(sks) != B:
+        raise ValueError(f"seqlens_q and seqlens_k must have the same length; got {len(sqs)} and {len(sks)} (§7)")
+    out = np.ones((B, 1, Lq, Lk), dtype=bool)
+    for b in range(B):
+        if not (0 <= sqs[b] <= Lq and 0 <= sks[b] <= Lk):
+            raise ValueError(f"seqlens out of range at batch {b}: sq={sqs[b]} (Lq={Lq}), sk={sks[b]} (Lk={Lk}) (§7)")
+        vis = block_visibility(0, Lq, Lk, sq=sqs[b], sk=sks[b], causal=causal, alignment=alignment, window=win)
+        if vis is not None:
+            out[b, 0] = vis
+    return out

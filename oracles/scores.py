@@ -1,0 +1,62 @@
+"""The score pipeline of one query block (SEMANTICS.md §2, §3, §6) and the block schedule.
+
+For a (batch b, query head h) pair and query rows ``[r0, r1)`` this builds, in FP64,
+
+    s = scale * q k^T                  (§2; evaluated as (scale * q) k^T)
+    s = c * tanh(s / c)                if softcap c is set (§3)
+    s = s + bias                       if bias is set (§3, §6)
+    s = -inf where not visible         visibility of §4, §5, §7 and the boolean mask of §6
+
+over the sequence's real keys ``[0, seqlens_k[b])`` only: padded keys are never read (§7).
+Only one ``[rows x Lk]`` block is alive per call (the memory contract of the oracle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .masking import block_visibility
+from .validate import Problem
+
+__all__ = ["BLOCK_ELEMENTS", "row_blocks", "score_block"]
+
+# Target size of one score block in float64 elements (2 MiB): large enough for efficient GEMMs,
+# small enough that the element-wise passes stay in cache. Tests may monkeypatch it.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def row_blocks(sq: int, sk: int, budget: int | None = None) -> list[tuple[int, int]]:
+    """Split query rows ``[0, sq)`` into blocks of about ``budget / sk`` rows (at least 8, at most sq)."""
+    budget = BLOCK_ELEMENTS if budget is None else budget
+    rows = max(8, budget // max(sk, 1))
+    rows = min(rows, max(sq, 1))
+    return [(r, min(r + rows, sq)) for r in range(0, sq, rows)]
+
+
+def score_block(
+    p: Problem, b: int, h: int, r0: int, r1: int, qs: np.ndarray, kt: np.ndarray, *, keep_tanh: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scores ``[r1 - r0, sk]`` of query head h, batch b, with ``-inf`` at invisible positions (§3).
+
+    ``qs`` is ``scale * q[b, h, :sq]`` and ``kt`` is ``k[b, h // group, :sk].T`` (prepared once per head
+    by the caller). When ``keep_tanh`` is true and softcap is set, also returns ``tanh(s / c)`` (before
+    bias and masking), which the backward pass needs for ``ds/ds_raw = 1 - tanh^2`` (§13).
+    """
+    sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
+    s = qs[r0:r1] @ kt
+    t = None
+    if p.softcap is not None:
+        s /= p.softcap
+        np.tanh(s, out=s)
+        if keep_tanh:
+            t = s.copy()
+        s *= p.softcap
+    if p.bias is not None:
+        s += p.bias[b, h, r0:r1, :sk]
+    vis = block_visibility(r0, r1, sk, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+    if p.mask is not None:
+        m = p.mask[b, h, r0:r1, :sk]
+        vis = m if vis is None else (vis & m)
+    if vis is not None:
+        np.copyto(s, -np.inf, where=~vis)
+    return s, t

@@ -1,0 +1,169 @@
+"""Kernel properties: Hypothesis draws cases an adapter claims and judges them against the oracle.
+
+One property per kind of work an adapter declares (see `properties_for`):
+
+- ``forward``: plain dtypes (fp16/bf16/fp32/fp64), every feature the capabilities claim;
+- ``backward``: the same with ``backward=True`` (dq, dk, dv checked);
+- ``fp8``: FP8 cases (format, granularity, incoherent processing) for FP8 adapters;
+- ``edges``: lengths at tile edges with fully masked rows and varlen (the bug-dense corner).
+
+Each example runs `property_tests.kernel_check.evaluate` (the engine's checks and tolerance
+policy), calls ``target()`` on the tolerance usage ratio (error / tolerance) so Hypothesis hunts the
+worst case, and ``event()`` for statistics. A failure raises `PropertyFailure` whose message carries
+the minimal case, the failing check and a one-line repro command. `PINNED` holds ``@example`` cases:
+every bug found so far is replayed first on every run.
+
+The test module (`test_kernel_properties.py`) and the mutant runner both build their tests here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import event, example, given, settings, target
+from hypothesis import strategies as st
+
+from conformance.adapters.base import Adapter
+from conformance.case import Case, FP8Spec
+from property_tests.kernel_check import Verdict, evaluate
+from property_tests.strategies import attention_cases
+
+__all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "properties_for", "repro_command"]
+
+KINDS = ("forward", "backward", "fp8", "edges")
+
+
+class PropertyFailure(AssertionError):
+    """A kernel property failed; ``case`` and ``verdict`` describe the (shrunk) counterexample."""
+
+    def __init__(self, message: str, case: Case, verdict: Verdict):
+        super().__init__(message)
+        self.case = case
+        self.verdict = verdict
+
+
+def repro_command(adapter_name: str, case: Case) -> str:
+    """A one-line shell command that re-runs ``case`` on ``adapter_name`` and prints the verdict."""
+    payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
+    return f"python -m property_tests.repro --impl {shlex.quote(adapter_name)} --case {shlex.quote(payload)}"
+
+
+def _pin(family: str, **kw) -> Case:
+    base = dict(B=1, Hq=1, Hkv=1, Lq=1, Lk=1, d=8, dv=8, dtype="float32")
+    base.update(kw)
+    return Case(family=family, **base)
+
+
+#: Pinned counterexamples (replayed first, before any random example), by property kind. Each one is a
+#: minimal case that exposed a bug (in a mutant of the catalog, or in a real kernel) during development.
+PINNED: dict[str, tuple[Case, ...]] = {
+    "forward": (
+        # tail tile: Lk one past a 16-key tile, causal bottom-right with Lq < Lk (dropped / over-read tails)
+        _pin("pinned", Lq=3, Lk=17, causal=True, alignment="bottom_right"),
+        # a fully masked row from bottom-right causal with Lq > Lk (NaN, mean(V), LSE convention)
+        _pin("pinned", Lq=3, Lk=2, causal=True, alignment="bottom_right"),
+        # large logits: exp overflows without the max subtraction
+        _pin("pinned", Lq=2, Lk=3, distribution="large_logits"),
+        # GQA 2:1 with two kv heads (h % Hkv vs h // G)
+        _pin("pinned", Hq=4, Hkv=2, Lq=2, Lk=2),
+        # many keys in fp32: l accumulated in bf16 drifts past the fp32 bound
+        _pin("pinned", Lq=1, Lk=129, distribution="uniform"),
+        # strided [B, L, H, D] input: a kernel that ignores strides reads the wrong rows
+        _pin("pinned", Hq=2, Hkv=2, Lq=3, Lk=3, layout="bshd"),
+    ),
+    "backward": (
+        _pin("pinned", Hq=2, Hkv=1, Lq=2, Lk=2, backward=True),
+        _pin("pinned", Lq=3, Lk=2, causal=True, backward=True),
+    ),
+    "fp8": (
+        _pin("pinned", Lq=2, Lk=17, d=16, dv=16, dtype="float8_e4m3fn",
+             fp8=FP8Spec(granularity="per_tensor", incoherent=True)),
+        _pin("pinned", Lq=1, Lk=64, d=16, dv=16, dtype="float8_e4m3fn", distribution="uniform",
+             fp8=FP8Spec(granularity="per_tensor")),
+    ),
+    "edges": (),
+}
+
+
+@dataclass
+class PropertyRun:
+    """A ready-to-call Hypothesis test plus the last failing case it saw (the shrunk one, after a run)."""
+
+    kind: str
+    adapter: Adapter
+    test: Callable[[], None]
+    last_failure: tuple[Case, Verdict] | None = None
+    examples_run: int = 0
+
+
+def _strategy(kind: str, adapter: Adapter, device: str) -> st.SearchStrategy[Case]:
+    caps = adapter.capabilities
+    if kind == "forward":
+        return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-fwd")
+    if kind == "backward":
+        return attention_cases(capabilities=caps, device=device, fp8=False, backward=True, family="hyp-bwd",
+                               max_work=1 << 17)
+    if kind == "fp8":
+        return attention_cases(capabilities=caps, device=device, fp8=True, backward=False, family="hyp-fp8")
+    if kind == "edges":
+        return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-edge",
+                               max_len=130, max_batch=2, max_hq=2, tile_sizes=(16, 32, 64, 128))
+    raise ValueError(f"unknown property kind {kind!r}; expected one of {KINDS}")
+
+
+def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
+    """The property kinds ``adapter`` declares work for."""
+    caps = adapter.capabilities
+    kinds = []
+    plain = [d for d in caps.dtypes if not d.startswith("float8")]
+    if plain:
+        kinds.append("forward")
+        if caps.backward:
+            kinds.append("backward")
+        if caps.varlen or caps.mask or caps.alignments:
+            kinds.append("edges")
+    if caps.fp8:
+        kinds.append("fp8")
+    return kinds
+
+
+def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_name: str | None = None,
+                   settings_obj: settings | None = None, pinned: bool = True) -> PropertyRun:
+    """A Hypothesis test of property ``kind`` on ``adapter``; call ``run.test()`` to execute it."""
+    name = adapter_name or adapter.name
+    run = PropertyRun(kind, adapter, lambda: None)
+
+    def check(case: Case) -> None:
+        run.examples_run += 1
+        verdict = evaluate(adapter, case, device)
+        if verdict.outcome == "NOT_SUPPORTED":
+            event("not supported (strategy drew an unclaimed case)")
+            return
+        event(f"{kind}: dtype {case.fp8.format + '/' + case.fp8.granularity if case.fp8 else case.dtype}")
+        feats = [f for f, on in (("causal", case.causal), ("window", case.window is not None),
+                                 ("mask", case.mask is not None), ("bias", case.bias is not None),
+                                 ("softcap", case.softcap is not None), ("varlen", case.varlen),
+                                 ("gqa", case.Hq != case.Hkv)) if on]
+        event(f"{kind}: features {'+'.join(feats) or 'none'}")
+        if not verdict.failed:
+            target(min(verdict.usage, 1e6), label=f"{kind} tolerance usage")
+            return
+        run.last_failure = (case, verdict)
+        raise PropertyFailure(
+            f"{name}: property {kind!r} failed [{verdict.outcome} in {verdict.check}]: {verdict.message}\n"
+            f"  case: {case.id} (B={case.B} Hq={case.Hq} Hkv={case.Hkv} Lq={case.Lq} Lk={case.Lk} d={case.d} "
+            f"dv={case.dv} dtype={case.dtype})\n  repro: {repro_command(name, case)}",
+            case, verdict)
+
+    test = given(case=_strategy(kind, adapter, device))(check)
+    if pinned:
+        for case in reversed(PINNED.get(kind, ())):
+            if adapter.supports(case, device) is None:
+                test = example(case=case)(test)
+    if settings_obj is not None:
+        test = settings_obj(test)
+    run.test = test
+    return run

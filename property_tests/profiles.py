@@ -1,0 +1,66 @@
+"""Hypothesis settings profiles of the property suite: ci, dev, thorough, gpu.
+
+Selected by ``pytest --hypothesis-profile NAME`` or the environment variable ``HYPOTHESIS_PROFILE``;
+the default is ``ci``. The mutant runner (`property_tests.mutants`) loads the same profiles.
+
+- ``ci``: derandomized (fixed seed, so CI is reproducible), no example database, few examples,
+  bounded time on a 2-core CPU.
+- ``dev``: random seeds, the example database in ``<repo>/.hypothesis/examples`` (gitignored), so a
+  failure found once is replayed first on every later run.
+- ``thorough``: >= 2000 examples per property, same database; for nightly or pre-release runs.
+- ``gpu``: for hardware runners (CUDA adapters): 300 examples, larger shapes are allowed by the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+__all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "register", "load", "active_profile"]
+
+#: where failing examples are stored (dev, thorough, gpu): the repo root's .hypothesis/examples
+DATABASE_DIR = Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
+#: max_examples per property for each profile (oracle properties use this; kernel properties too)
+EXAMPLES = {"ci": 25, "dev": 100, "thorough": 2000, "gpu": 300}
+PROFILES = tuple(EXAMPLES)
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+            HealthCheck.differing_executors]
+_registered = False
+
+
+def register() -> None:
+    """Register the four profiles with Hypothesis (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    common = dict(deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
+    settings.register_profile("ci", max_examples=EXAMPLES["ci"], derandomize=True, database=None, **common)
+    db = DirectoryBasedExampleDatabase(str(DATABASE_DIR))
+    settings.register_profile("dev", max_examples=EXAMPLES["dev"], database=db, **common)
+    settings.register_profile("thorough", max_examples=EXAMPLES["thorough"], database=db, **common)
+    settings.register_profile("gpu", max_examples=EXAMPLES["gpu"], database=db, **common)
+    # the mutant runner: like ci, but stop at the first failure and shrink only briefly
+    settings.register_profile(
+        "mutants", max_examples=EXAMPLES["ci"], derandomize=True, database=None, report_multiple_bugs=False,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink], **common,
+    )
+    _registered = True
+
+
+def active_profile(explicit: str | None = None) -> str:
+    """The profile to use: ``explicit``, else $HYPOTHESIS_PROFILE, else "ci"."""
+    name = explicit or os.environ.get("HYPOTHESIS_PROFILE") or "ci"
+    if name not in PROFILES and name != "mutants":
+        raise ValueError(f"unknown Hypothesis profile {name!r}; expected one of {PROFILES}")
+    return name
+
+
+def load(explicit: str | None = None) -> str:
+    """Register and load the active profile; returns its name."""
+    register()
+    name = active_profile(explicit)
+    settings.load_profile(name)
+    return name

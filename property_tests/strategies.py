@@ -1,0 +1,449 @@
+"""Hypothesis strategies for attention problems (oracles/SEMANTICS.md §1-§11).
+
+Two levels, both public and usable from other projects::
+
+    from property_tests.strategies import attention_cases, attention_arrays
+
+- `attention_cases` draws `conformance.case.Case` objects (what to compute plus the input recipe:
+  distribution, layout, seed). `conformance.inputs.make_inputs(case)` turns one into arrays. Pass an
+  adapter's `Capabilities` to draw only cases it claims.
+- `attention_arrays` draws FP64 arrays (q, k, v, optional mask / bias arrays) plus the keyword
+  arguments of `oracles.attention`, for properties of the oracle itself.
+
+The lower-level strategies (`lengths`, `head_counts`, `head_dims`, `scales`, `softcaps`, `windows`,
+`fp8_specs`, `varlen_seqlens`, `bool_masks`, ...) are the building blocks. Every draw is bounded by an
+*element budget*: ``B * Hq * Lq * Lk * (d + dv)`` (the multiply-adds of one forward) stays below
+``max_work``, so each example runs in milliseconds on a CPU. Shrinking goes towards the simplest
+problem: B = H = 1, short sequences, d = dv, default scale, no mask, N(0, 1) values, seed 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from conformance.adapters.base import Capabilities, capability_reason
+from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, Case, FP8Spec
+from conformance.inputs import BIASES, MASKS
+
+__all__ = [
+    "DEFAULT_MAX_WORK",
+    "DEFAULT_TILE_SIZES",
+    "MASK_RECIPES",
+    "BIAS_RECIPES",
+    "FP8_GRANULARITIES",
+    "FP8_FORMATS",
+    "special_lengths",
+    "lengths",
+    "head_counts",
+    "head_dims",
+    "float_dtypes",
+    "scales",
+    "softcaps",
+    "alignments",
+    "windows",
+    "distributions",
+    "layouts",
+    "fp8_specs",
+    "varlen_seqlens",
+    "bool_masks",
+    "value_arrays",
+    "attention_shapes",
+    "attention_cases",
+    "attention_arrays",
+    "sample_values",
+]
+
+#: forward multiply-adds ``B * Hq * Lq * Lk * (d + dv)`` allowed per example
+DEFAULT_MAX_WORK = 1 << 19
+#: tile sizes whose edges (tile - 1, tile, tile + 1) the length strategy favours
+DEFAULT_TILE_SIZES = (16, 32, 64, 128)
+#: mask recipe names of `conformance.inputs.MASKS` (SEMANTICS.md §6); "full_rows" forces fully masked rows
+MASK_RECIPES = tuple(MASKS)
+#: bias recipe names of `conformance.inputs.BIASES` (SEMANTICS.md §6); "neg_inf_rows" masks rows through -inf
+BIAS_RECIPES = tuple(BIASES)
+FP8_GRANULARITIES = ("per_tensor", "per_head", "per_tile")
+FP8_FORMATS = ("e4m3fn", "e5m2")
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131, 251, 257)
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+# ---------------------------------------------------------------------------------------------
+# scalars
+# ---------------------------------------------------------------------------------------------
+def special_lengths(max_len: int, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES) -> list[int]:
+    """1, small primes and tile +- 1 for every tile size, all <= max_len, sorted (shrinks to 1)."""
+    out = {1}
+    out.update(p for p in _PRIMES if p <= max_len)
+    for t in tile_sizes:
+        out.update(x for x in (t - 1, t, t + 1) if 1 <= x <= max_len)
+    return sorted(out)
+
+
+def lengths(
+    max_len: int = 130, *, min_len: int = 1, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES
+) -> st.SearchStrategy[int]:
+    """Sequence lengths in [min_len, max_len]: mostly 1, primes and tile edges, sometimes any integer."""
+    if max_len < min_len:
+        raise ValueError(f"lengths: max_len={max_len} < min_len={min_len}")
+    special = [x for x in special_lengths(max_len, tile_sizes) if x >= min_len] or [min_len]
+    return st.one_of(st.sampled_from(special), st.integers(min_len, max_len))
+
+
+def head_counts(*, max_hq: int = 8, gqa: bool = True) -> st.SearchStrategy[tuple[int, int]]:
+    """(Hq, Hkv) with Hkv dividing Hq (SEMANTICS.md §9: GQA/MQA ratios 1, 2, 4, 8, Hkv = 1)."""
+
+    @st.composite
+    def _draw(draw) -> tuple[int, int]:
+        hkv = draw(st.integers(1, max(1, max_hq)))
+        if not gqa:
+            return hkv, hkv
+        ratios = [r for r in (1, 2, 3, 4, 8) if r * hkv <= max_hq] or [1]
+        ratio = draw(st.sampled_from(ratios))
+        return hkv * ratio, hkv
+
+    return _draw()
+
+
+def head_dims(allowed: Sequence[int] | None = None, *, max_dim: int = 64) -> st.SearchStrategy[int]:
+    """Head dims: powers of two and the odd sizes kernels special-case (8, 16, 32, 64, 80, 96, 128 ...)."""
+    dims = sorted(allowed) if allowed is not None else [x for x in (8, 16, 4, 1, 2, 24, 32, 40, 64, 80, 96, 128)]
+    dims = [x for x in dims if x <= max_dim] or sorted(dims)[:1]
+    return st.sampled_from(dims)
+
+
+def float_dtypes(allowed: Sequence[str] | None = None) -> st.SearchStrategy[str]:
+    """Storage dtypes (fp16, bf16, fp32, fp64), restricted to ``allowed`` when given."""
+    opts = [d for d in _FLOAT_DTYPES if allowed is None or d in allowed]
+    if not opts:
+        raise ValueError(f"float_dtypes: none of {_FLOAT_DTYPES} in allowed={sorted(allowed or ())}")
+    return st.sampled_from(opts)
+
+
+def scales(d: int) -> st.SearchStrategy[float | None]:
+    """Softmax scale (SEMANTICS.md §2): default (None = 1/sqrt(d)), 1/d, negative, large, or any in [-2, 2]."""
+    return st.one_of(
+        st.just(None),
+        st.sampled_from([1.0 / d, -1.0 / math.sqrt(d), 4.0 / math.sqrt(d), 1.0]),
+        st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False, width=32).filter(lambda x: abs(x) >= 0.01),
+    )
+
+
+def softcaps() -> st.SearchStrategy[float | None]:
+    """Softcap c > 0 (SEMANTICS.md §3: s -> c * tanh(s / c)) or None."""
+    return st.one_of(st.just(None), st.sampled_from([1.0, 5.0, 30.0, 50.0]), st.floats(0.25, 60.0, width=32))
+
+
+def alignments() -> st.SearchStrategy[str]:
+    """Causal alignment (SEMANTICS.md §4): "bottom_right" (flash-attn) or "top_left" (torch is_causal)."""
+    return st.sampled_from(ALIGNMENTS)
+
+
+def windows(Lq: int, Lk: int) -> st.SearchStrategy[tuple[int | None, int | None]]:
+    """Sliding windows (left, right) around the aligned diagonal (SEMANTICS.md §5); None = unbounded."""
+    span = max(Lq, Lk) + 1
+    side = st.one_of(st.none(), st.integers(0, 4), st.integers(0, span))
+    return st.tuples(side, side).filter(lambda w: w != (None, None))
+
+
+def distributions(allowed: Sequence[str] = DISTRIBUTIONS) -> st.SearchStrategy[str]:
+    """Input value recipes: normal, outliers (FA3 paper mix), large_logits, ties, tiny_lse, uniform."""
+    return st.sampled_from(list(allowed))
+
+
+def layouts(allowed: Sequence[str] = LAYOUTS) -> st.SearchStrategy[str]:
+    """Memory layouts: contiguous, bshd (a transposed [B, L, H, D] tensor), kv_broadcast (stride-0 batch)."""
+    return st.sampled_from(list(allowed))
+
+
+def fp8_specs(
+    d: int,
+    *,
+    granularities: Sequence[str] = FP8_GRANULARITIES,
+    formats: Sequence[str] = FP8_FORMATS,
+    incoherent: bool | None = None,
+) -> st.SearchStrategy[FP8Spec]:
+    """FP8 settings (SEMANTICS.md §10-§11): format, scaling granularity, tile sizes, incoherent processing.
+
+    Incoherent processing needs a power-of-two head dim (Hadamard transform); it is never drawn
+    otherwise. ``incoherent=None`` draws both.
+    """
+    pow2 = d >= 1 and d & (d - 1) == 0
+    inc = st.just(False) if not pow2 else (st.booleans() if incoherent is None else st.just(bool(incoherent)))
+    if incoherent and not pow2:
+        raise ValueError(f"fp8_specs: incoherent processing needs a power-of-two head dim; got d={d}")
+    return st.builds(
+        FP8Spec,
+        format=st.sampled_from(list(formats)),
+        granularity=st.sampled_from(list(granularities)),
+        tile_q=st.sampled_from([16, 8, 32, 64, 128]),
+        tile_k=st.sampled_from([16, 8, 32, 64, 128]),
+        incoherent=inc,
+        hadamard_seed=st.integers(0, 3),
+    )
+
+
+def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True) -> st.SearchStrategy[tuple]:
+    """Per-batch real lengths ``(seqlens_q, seqlens_k)`` (SEMANTICS.md §7); each <= the padded length.
+
+    At least one sequence keeps its full length, so the padded shape is the true maximum.
+    """
+    lo = 0 if allow_empty else 1
+
+    @st.composite
+    def _draw(draw) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        sq = draw(st.lists(st.integers(min(lo, Lq), Lq), min_size=B, max_size=B))
+        sk = draw(st.lists(st.integers(min(lo, Lk), Lk), min_size=B, max_size=B))
+        full = draw(st.integers(0, B - 1))
+        sq[full], sk[full] = Lq, Lk
+        return tuple(sq), tuple(sk)
+
+    return _draw()
+
+
+# ---------------------------------------------------------------------------------------------
+# arrays
+# ---------------------------------------------------------------------------------------------
+def sample_values(rng: np.random.Generator, shape: tuple[int, ...], distribution: str = "normal") -> np.ndarray:
+    """FP64 values of one input tensor for the named distribution (see conformance.case.DISTRIBUTIONS).
+
+    normal: N(0, 1); outliers: N(0, 1) plus N(0, 10^2) on 0.1% of entries (at least one); large_logits:
+    N(0, 1) * 30 (|q.k| reaches ~1e3-1e4); ties: a few distinct values, repeated; tiny_lse: N(0, 1)
+    (callers pair it with a large negative bias); uniform: U(-1, 1).
+    """
+    if distribution == "normal" or distribution == "tiny_lse":
+        return rng.standard_normal(shape)
+    if distribution == "outliers":
+        x = rng.standard_normal(shape)
+        n = x.size
+        k = max(1, int(round(0.001 * n)))
+        idx = rng.choice(n, size=k, replace=False)
+        x.reshape(-1)[idx] += 10.0 * rng.standard_normal(k)
+        return x
+    if distribution == "large_logits":
+        return 30.0 * rng.standard_normal(shape)
+    if distribution == "ties":
+        return rng.choice(np.array([-1.0, 0.0, 0.5, 1.0]), size=shape)
+    if distribution == "uniform":
+        return rng.uniform(-1.0, 1.0, size=shape)
+    raise ValueError(f"distribution={distribution!r} unknown; expected one of {DISTRIBUTIONS}")
+
+
+def value_arrays(shape: tuple[int, ...], distribution: str | None = None) -> st.SearchStrategy[np.ndarray]:
+    """A float64 array of ``shape`` from a seeded generator (shrinks by seed, then by distribution)."""
+    dist = st.sampled_from(["normal", "uniform", "outliers", "ties", "large_logits"]) if distribution is None \
+        else st.just(distribution)
+    return st.builds(lambda seed, dd: sample_values(np.random.default_rng(seed), shape, dd),
+                     st.integers(0, 2**32 - 1), dist)
+
+
+def bool_masks(
+    shape: tuple[int, ...], *, force_full_rows: bool | None = None, min_density: float = 0.0
+) -> st.SearchStrategy[np.ndarray]:
+    """Boolean masks (True = attend, SEMANTICS.md §6) of ``shape`` [..., Lq, Lk].
+
+    Density is drawn in [min_density, 1]; with ``force_full_rows`` (or when drawn, if None) at least one
+    row is entirely False, so the fully-masked-row contract (§8: O = 0, LSE = -inf) is exercised.
+    """
+
+    @st.composite
+    def _draw(draw) -> np.ndarray:
+        seed = draw(st.integers(0, 2**32 - 1))
+        density = draw(st.sampled_from([0.5, 0.9, 0.1, 1.0]) | st.floats(min_density, 1.0))
+        density = max(density, min_density)
+        rng = np.random.default_rng(seed)
+        m = rng.random(shape) < density
+        full = draw(st.booleans()) if force_full_rows is None else force_full_rows
+        if full and shape[-2] > 0:
+            rows = m.reshape(-1, shape[-2], shape[-1])
+            nrows = draw(st.integers(1, max(1, min(3, shape[-2]))))
+            for r in rng.choice(shape[-2], size=nrows, replace=False):
+                rows[:, r, :] = False
+        return m
+
+    return _draw()
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes and cases
+# ---------------------------------------------------------------------------------------------
+def attention_shapes(
+    *,
+    max_work: int = DEFAULT_MAX_WORK,
+    max_len: int = 130,
+    max_batch: int = 3,
+    max_hq: int = 8,
+    gqa: bool = True,
+    dims: Sequence[int] | None = None,
+    max_dim: int = 64,
+    dv_ne_d: bool = True,
+    tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
+) -> st.SearchStrategy[dict[str, int]]:
+    """Dicts {B, Hq, Hkv, Lq, Lk, d, dv} whose forward work ``B*Hq*Lq*Lk*(d+dv)`` is <= ``max_work``."""
+
+    @st.composite
+    def _draw(draw) -> dict[str, int]:
+        d = draw(head_dims(dims, max_dim=max_dim))
+        dv = draw(head_dims(dims, max_dim=max_dim)) if dv_ne_d and draw(st.booleans()) else d
+        per = d + dv
+        q_cap = max(1, min(max_len, max_work // per))
+        Lq = draw(lengths(q_cap, tile_sizes=tile_sizes))
+        k_cap = max(1, min(max_len, max_work // (per * Lq)))
+        Lk = draw(lengths(k_cap, tile_sizes=tile_sizes))
+        room = max(1, max_work // (per * Lq * Lk))
+        hq, hkv = draw(head_counts(max_hq=max(1, min(max_hq, room)), gqa=gqa))
+        B = draw(st.integers(1, max(1, min(max_batch, room // hq))))
+        return dict(B=B, Hq=hq, Hkv=hkv, Lq=Lq, Lk=Lk, d=d, dv=dv)
+
+    return _draw()
+
+
+def attention_cases(
+    *,
+    capabilities: Capabilities | None = None,
+    device: str = "cpu",
+    family: str = "hypothesis",
+    dtypes: Sequence[str] | None = None,
+    fp8: bool | None = None,
+    backward: bool | None = None,
+    max_work: int = DEFAULT_MAX_WORK,
+    max_len: int = 130,
+    max_batch: int = 3,
+    max_hq: int = 8,
+    max_dim: int = 64,
+    tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
+    features: bool = True,
+    value_distributions: Sequence[str] = DISTRIBUTIONS,
+) -> st.SearchStrategy[Case]:
+    """`Case` objects, optionally restricted to what ``capabilities`` claims on ``device``.
+
+    ``fp8``: True = only FP8 cases, False = none, None = both when the capabilities allow. ``backward``
+    likewise. ``features=False`` draws only plain attention (no causal/window/mask/bias/softcap/varlen).
+    Every drawn case satisfies ``capability_reason(capabilities, case, device) is None``.
+    """
+    caps = capabilities
+
+    @st.composite
+    def _draw(draw) -> Case:
+        can_fp8 = caps is None or bool(caps.fp8)
+        want_fp8 = draw(st.booleans()) if fp8 is None and can_fp8 else bool(fp8 and can_fp8)
+        if fp8 and not can_fp8:
+            raise ValueError("attention_cases(fp8=True) but the capabilities declare no FP8 granularity")
+        dims = sorted(caps.head_dims) if caps is not None and caps.head_dims is not None else None
+        if want_fp8:
+            dims = [x for x in (dims or (16, 32, 64, 8, 24, 40)) if x >= 8] or dims
+        shape = draw(attention_shapes(
+            max_work=max_work, max_len=max_len, max_batch=max_batch, max_hq=max_hq,
+            gqa=caps is None or caps.gqa, dims=dims, max_dim=max_dim,
+            dv_ne_d=(caps is None or caps.dv_ne_d) and not want_fp8, tile_sizes=tile_sizes,
+        ))
+        d, Lq, Lk, B = shape["d"], shape["Lq"], shape["Lk"], shape["B"]
+        kw: dict[str, Any] = {}
+        if want_fp8:
+            grans = [g for g in FP8_GRANULARITIES if caps is None or g in caps.fp8]
+            fmts = [f for f in FP8_FORMATS if caps is None or not caps.fp8_formats or f in caps.fp8_formats]
+            spec = draw(fp8_specs(d, granularities=grans, formats=fmts))
+            kw["fp8"] = spec
+            kw["dtype"] = "float8_e4m3fn" if spec.format == "e4m3fn" else "float8_e5m2"
+        else:
+            allowed = [x for x in (dtypes or _FLOAT_DTYPES) if caps is None or x in caps.dtypes]
+            assume(allowed)
+            kw["dtype"] = draw(float_dtypes(allowed))
+        if caps is None or caps.custom_scale:
+            kw["scale"] = draw(scales(d))
+        if features:
+            can_causal = caps is None or bool(caps.alignments)
+            if can_causal and draw(st.booleans()):
+                kw["causal"] = True
+                kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
+            elif caps is not None and caps.alignments:
+                kw["alignment"] = sorted(caps.alignments)[0]
+            if (caps is None or caps.window) and draw(st.integers(0, 3)) == 0:
+                kw["window"] = draw(windows(Lq, Lk))
+                if "alignment" not in kw or not kw.get("causal"):
+                    kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
+            if (caps is None or caps.mask) and draw(st.integers(0, 3)) == 0:
+                kw["mask"] = draw(st.sampled_from(MASK_RECIPES))
+            if (caps is None or caps.bias) and draw(st.integers(0, 4)) == 0:
+                kw["bias"] = draw(st.sampled_from(BIAS_RECIPES))
+            if (caps is None or caps.softcap) and draw(st.integers(0, 3)) == 0:
+                kw["softcap"] = draw(softcaps())
+            if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 0:
+                kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
+        kw["distribution"] = draw(distributions(value_distributions))
+        kw["layout"] = draw(layouts([x for x in LAYOUTS if caps is None or x in caps.layouts]))
+        can_bwd = (caps is None or caps.backward) and not want_fp8
+        kw["backward"] = (draw(st.booleans()) if backward is None else bool(backward)) and can_bwd
+        if backward and not can_bwd:
+            assume(False)
+        kw["seed"] = draw(st.integers(0, 2**31 - 1))
+        case = Case(family=family, **shape, **kw)
+        if caps is not None:
+            assume(capability_reason(caps, case, device) is None)
+        return case
+
+    return _draw()
+
+
+def attention_arrays(
+    *,
+    max_work: int = 1 << 15,
+    max_len: int = 24,
+    max_batch: int = 2,
+    max_hq: int = 4,
+    max_dim: int = 16,
+    gqa: bool = True,
+    dv_ne_d: bool = True,
+    features: bool = True,
+    mask: bool | None = None,
+    bias: bool | None = None,
+    varlen: bool | None = None,
+    tile_sizes: Sequence[int] = (4, 8, 16),
+) -> st.SearchStrategy[dict[str, Any]]:
+    """FP64 arrays and oracle keywords for properties of the oracle itself.
+
+    Draws ``{"q", "k", "v", "kwargs"}`` where kwargs are keyword arguments of `oracles.attention`:
+    scale, causal, alignment, window, softcap, mask (bool array, sometimes with fully masked rows),
+    bias (float array, broadcast shapes included) and seqlens_q / seqlens_k. ``mask``, ``bias``,
+    ``varlen``: True forces the feature, False excludes it, None draws it sometimes.
+    """
+
+    @st.composite
+    def _draw(draw) -> dict[str, Any]:
+        shape = draw(attention_shapes(max_work=max_work, max_len=max_len, max_batch=max_batch, max_hq=max_hq,
+                                      gqa=gqa, max_dim=max_dim, dv_ne_d=dv_ne_d, tile_sizes=tile_sizes,
+                                      dims=[1, 2, 3, 4, 5, 8, 16]))
+        B, Hq, Hkv, Lq, Lk, d, dv = (shape[x] for x in ("B", "Hq", "Hkv", "Lq", "Lk", "d", "dv"))
+        dist = draw(st.sampled_from(["normal", "uniform", "ties", "outliers"]))
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        q = sample_values(rng, (B, Hq, Lq, d), dist)
+        k = sample_values(rng, (B, Hkv, Lk, d), dist)
+        v = sample_values(rng, (B, Hkv, Lk, dv), dist)
+        kw: dict[str, Any] = {"scale": draw(scales(d))}
+        if features:
+            if draw(st.booleans()):
+                kw["causal"] = True
+            kw["alignment"] = draw(alignments())
+            if draw(st.integers(0, 2)) == 0:
+                kw["window"] = draw(windows(Lq, Lk))
+            if draw(st.integers(0, 2)) == 0:
+                kw["softcap"] = draw(softcaps())
+            use_mask = draw(st.integers(0, 2)) == 0 if mask is None else mask
+            if use_mask:
+                mshape = draw(st.sampled_from([(B, Hq, Lq, Lk), (Lq, Lk), (B, 1, Lq, Lk), (1, Hq, Lq, Lk)]))
+                kw["mask"] = draw(bool_masks(mshape))
+            use_bias = draw(st.integers(0, 3)) == 0 if bias is None else bias
+            if use_bias:
+                bshape = draw(st.sampled_from([(B, Hq, Lq, Lk), (Lq, Lk), (1, Hq, 1, Lk)]))
+                kw["bias"] = rng.standard_normal(bshape)
+            use_varlen = draw(st.integers(0, 3)) == 0 if varlen is None else varlen
+            if use_varlen:
+                kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
+        return {"q": q, "k": k, "v": v, "kwargs": kw, "shape": shape}
+
+    return _draw()

@@ -1,0 +1,75 @@
+"""Shared checks of the adapter tests: run an adapter on a case and compare with the FP64 oracle.
+
+The bounds here are sanity bounds for tiny N(0, 1) problems (d = 16, L <= 70), a few units of the
+dtype's roundoff times the O(1) output magnitude; the engine's real policy is conformance/TOLERANCES.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import oracles
+from conformance.case import Case
+from conformance.inputs import make_inputs
+
+__all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "reference"]
+
+BOUND = {"float64": 1e-12, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def reference(case: Case, inputs):
+    return oracles.attention(inputs.q, inputs.k, inputs.v, mask=inputs.mask, bias=inputs.bias, **case.oracle_kwargs)
+
+
+def real_rows(case: Case) -> np.ndarray:
+    """bool [B, Hq, Lq]: rows the engine compares (padded query rows excluded, SEMANTICS.md §7)."""
+    rows = np.ones((case.B, case.Hq, case.Lq), dtype=bool)
+    if case.seqlens_q is not None:
+        for b, n in enumerate(case.seqlens_q):
+            rows[b, :, n:] = False
+    return rows
+
+
+def _max_err(name: str, got: np.ndarray, want: np.ndarray, rows: np.ndarray, bound: float, case: Case) -> None:
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != oracle {want.shape} (case {case.id})"
+    g, w = got[rows], want[rows]
+    same_inf = np.array_equal(np.isinf(g), np.isinf(w)) and np.array_equal(np.sign(g[np.isinf(g)]),
+                                                                              np.sign(w[np.isinf(w)]))
+    assert same_inf, f"{name}: infinities differ from the oracle's (case {case.id})"
+    finite = np.isfinite(w)
+    assert np.all(np.isfinite(g[finite])), f"{name}: NaN/Inf where the oracle is finite (case {case.id})"
+    err = np.abs(g[finite] - w[finite])
+    worst = float(err.max()) if err.size else 0.0
+    assert worst <= bound, f"{name}: max |err| {worst:.3g} > {bound:.3g} for {case.dtype} (case {case.id})"
+
+
+def check_forward(adapter, case: Case, *, lse: bool = True):
+    """Run forward, compare out (and LSE when returned) with the oracle; return (ForwardOutput, inputs)."""
+    inputs = make_inputs(case)
+    want_out, want_lse = reference(case, inputs)
+    reason = adapter.supports(case, "cpu")
+    assert reason is None, f"{adapter.name} declined {case.id}: {reason}"
+    fo = adapter.forward(inputs, case, "cpu")
+    rows = real_rows(case)
+    bound = BOUND[case.dtype]
+    _max_err("out", fo.out, want_out, rows[..., None].repeat(case.dv, -1), bound, case)
+    if lse and fo.lse is not None:
+        _max_err("lse", fo.lse, want_lse, rows, max(bound, 1e-12) * 4, case)
+    assert fo.mutated_inputs == (), f"inputs reported mutated: {fo.mutated_inputs}"
+    return fo, inputs
+
+
+def check_backward(adapter, case: Case):
+    inputs = make_inputs(case)
+    dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, mask=inputs.mask,
+                                            bias=inputs.bias, **case.oracle_kwargs)
+    assert adapter.supports(case, "cpu") is None
+    bo = adapter.backward(inputs, case, "cpu")
+    bound = 4 * BOUND[case.dtype]
+    rows = real_rows(case)
+    _max_err("dq", bo.dq, dq, rows[..., None].repeat(case.d, -1), bound, case)
+    every = np.ones(dk.shape, dtype=bool)
+    _max_err("dk", bo.dk, dk, every, bound, case)
+    _max_err("dv", bo.dv, dv, np.ones(dv.shape, dtype=bool), bound, case)
+    assert bo.mutated_inputs == ()
+    return bo

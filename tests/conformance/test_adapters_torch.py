@@ -1,0 +1,141 @@
+"""torch SDPA (math, CPU flash) and FlexAttention adapters against the FP64 oracle on small CPU cases.
+
+Covers SEMANTICS.md §4 (both causal alignments; bottom-right through a boolean mask), §5 windows,
+§6 masks and biases, §7 varlen, §8 fully masked rows (out = 0, LSE conventions by name), §9 GQA and
+dv != d, §12 LSE (CPU flash op and flex, natural log), §13 backward, and the bshd / kv_broadcast
+layouts; plus the unavailable reasons of the CUDA-only SDPA backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from adapter_helpers import check_backward, check_forward
+
+from conformance.adapters.torch_flex import FlexAttention
+from conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath, sdpa_plan
+from conformance.case import Case
+
+torch = pytest.importorskip("torch")
+
+C = Case  # family, B, Hq, Hkv, Lq, Lk, d, dv
+FORWARD_CASES = [
+    C("t", 2, 4, 2, 5, 70, 16, 16, dtype="float32"),  # GQA, Lk past a 64 tile
+    C("t", 2, 4, 2, 9, 5, 16, 16, dtype="float32", causal=True, alignment="bottom_right"),  # empty rows
+    C("t", 2, 4, 1, 5, 9, 16, 16, dtype="float32", causal=True, alignment="top_left"),  # native is_causal
+    C("t", 1, 2, 2, 6, 6, 16, 16, dtype="float64", window=(2, 1)),
+    C("t", 2, 2, 1, 6, 9, 16, 16, dtype="float32", mask="full_rows"),
+    C("t", 2, 2, 2, 6, 9, 16, 16, dtype="bfloat16", bias="neg_inf_rows"),
+    C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6), seqlens_k=(9, 3), causal=True),
+    C("t", 2, 4, 2, 5, 7, 16, 16, dtype="float32", layout="bshd", mask="random_heads"),
+    C("t", 3, 2, 1, 5, 7, 16, 16, dtype="float64", layout="kv_broadcast", scale=-0.5),
+]
+BACKWARD_CASES = [
+    C("t", 2, 4, 2, 5, 7, 16, 16, dtype="float32", layout="bshd", backward=True, causal=True),
+    C("t", 3, 4, 2, 5, 7, 16, 16, dtype="float64", layout="kv_broadcast", backward=True, mask="full_rows"),
+    C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float64", seqlens_q=(4, 6), seqlens_k=(9, 3), backward=True, causal=True),
+]
+
+
+@pytest.mark.parametrize("adapter", [SdpaMath(), SdpaFlash()], ids=lambda a: a.name)
+@pytest.mark.parametrize("case", FORWARD_CASES, ids=lambda c: c.id)
+def test_sdpa_forward_matches_oracle(adapter, case):
+    fo, _ = check_forward(adapter, case)
+    assert fo.kernels == ()  # CPU: no profiler claim
+    if adapter.name == "torch-sdpa-flash":
+        assert fo.lse is not None
+    else:
+        assert fo.lse is None
+
+
+@pytest.mark.backward
+@pytest.mark.parametrize("adapter", [SdpaMath(), SdpaFlash()], ids=lambda a: a.name)
+@pytest.mark.parametrize("case", BACKWARD_CASES, ids=lambda c: c.id)
+def test_sdpa_backward_matches_oracle(adapter, case):
+    check_backward(adapter, case)
+
+
+def test_sdpa_math_dv_ne_d_and_flash_declines_it_with_torchs_reason():
+    case = C("t", 1, 2, 2, 4, 6, 16, 8, dtype="float32")
+    check_forward(SdpaMath(), case)
+    assert "dv=8 != d=16" in SdpaFlash().supports(case, "cpu")
+    said = SdpaFlash()._torch_refusal(case, "cpu")  # torch's dispatcher, asked directly
+    assert said is not None and "same last dimension" in said
+
+
+def test_cpu_flash_lse_convention_on_empty_rows_is_zero_and_translated():
+    """The CPU flash op writes LSE = 0 on fully masked rows; the adapter maps it to -inf, names it "0"."""
+    case = C("t", 1, 2, 2, 6, 9, 16, 16, dtype="float32", mask="full_rows")
+    fo, _ = check_forward(SdpaFlash(), case)
+    assert fo.lse_convention == "0"
+    assert np.all(np.isneginf(fo.lse[:, :, [0, 3, 5]]))
+    assert np.all(fo.out[:, :, [0, 3, 5]] == 0.0)
+
+
+@pytest.mark.xfail(reason="torch 2.13 CPU flash SDPA: is_causal=True with a negative scale gives NaN rows "
+                          "(found by this harness; the math backend and a boolean causal mask are correct)",
+                   strict=False)
+def test_cpu_flash_causal_negative_scale():
+    check_forward(SdpaFlash(), C("t", 1, 1, 1, 8, 8, 16, 16, dtype="float32", causal=True, scale=-0.3))
+
+
+def test_sdpa_plan_uses_native_causal_only_where_it_means_the_case():
+    tl = C("t", 1, 1, 1, 3, 5, 4, 4, causal=True, alignment="top_left")
+    assert sdpa_plan(tl, None, None) == (True, None)
+    sq = C("t", 1, 1, 1, 4, 4, 4, 4, causal=True, alignment="bottom_right")
+    assert sdpa_plan(sq, None, None) == (True, None)
+    br = C("t", 1, 1, 1, 5, 3, 4, 4, causal=True, alignment="bottom_right")
+    is_causal, mask = sdpa_plan(br, None, None)
+    assert is_causal is False and mask.shape == (1, 1, 5, 3)
+    assert mask[0, 0].tolist()[:3] == [[False] * 3, [False] * 3, [True, False, False]]
+
+
+def test_mutation_is_reported():
+    case = C("t", 1, 2, 2, 4, 6, 16, 16, dtype="float32")
+    adapter = SdpaMath()
+    original = adapter._call
+
+    def mutating_call(q, k, v, attn_mask, is_causal, case):
+        out = original(q, k, v, attn_mask, is_causal, case)
+        with torch.no_grad():
+            k.mul_(2.0)
+        return out
+
+    adapter._call = mutating_call
+    from conformance.inputs import make_inputs
+
+    fo = adapter.forward(make_inputs(case), case, "cpu")
+    assert fo.mutated_inputs == ("k",)
+
+
+@pytest.mark.parametrize("cls", [SdpaEfficient, SdpaCudnn])
+def test_cuda_only_sdpa_backends_are_unavailable_on_cpu(cls):
+    reason = cls().unavailable_reason("cpu")
+    assert reason is not None and "no CPU implementation" in reason
+    assert cls().supports(C("t", 1, 1, 1, 2, 2, 8, 8), "cpu") == reason
+
+
+FLEX_CASES = [
+    C("t", 2, 4, 2, 9, 5, 16, 16, dtype="float32", causal=True, alignment="bottom_right"),
+    C("t", 1, 2, 2, 5, 9, 16, 16, dtype="float64", causal=True, alignment="top_left", window=(1, None)),
+    C("t", 2, 2, 1, 6, 9, 16, 8, dtype="float32", softcap=2.0, bias="random", mask="full_rows"),
+    C("t", 2, 2, 2, 6, 9, 16, 16, dtype="bfloat16", seqlens_q=(4, 6), seqlens_k=(9, 3), causal=True,
+      layout="bshd"),
+]
+
+
+@pytest.mark.parametrize("case", FLEX_CASES, ids=lambda c: c.id)
+def test_flex_forward_and_lse_match_oracle(case):
+    fo, _ = check_forward(FlexAttention(), case)
+    assert fo.lse is not None and fo.lse_convention == "-inf"
+
+
+def test_flex_lse_is_natural_log():
+    """In float64 the LSE agrees with the oracle's natural-log LSE to 1e-12 (a base-2 LSE would be off by 1/ln 2)."""
+    fo, _ = check_forward(FlexAttention(), C("t", 1, 2, 2, 4, 7, 16, 16, dtype="float64", scale=0.9))
+    assert np.all(np.abs(fo.lse) > 1e-3)  # nonzero, so a scale factor would show
+
+
+def test_flex_declares_no_cpu_backward():
+    case = C("t", 1, 1, 1, 3, 3, 16, 16, dtype="float32", backward=True)
+    assert FlexAttention().supports(case, "cpu") == "backward not supported"

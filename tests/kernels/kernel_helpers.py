@@ -1,0 +1,76 @@
+"""Shared builders for the reference-kernel tests (kernels/reference, oracles/SEMANTICS.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.reference import fa1, fa2, fa3, splitkv
+
+__all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "make_case", "repro", "run_forward"]
+
+KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3, "splitkv": splitkv}
+BWD_KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3}
+#: unit roundoff u = 2^-(mantissa bits + 1) of each emulated dtype
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
+
+# name -> (shape kwargs, semantics kwargs builder); shapes chosen so tiles of 16 leave tails
+SEMANTIC_CASES = {
+    "plain": {},
+    "causal_br_lq_lt_lk": {"causal": True},
+    "causal_tl_lq_lt_lk": {"causal": True, "alignment": "top_left"},
+    "causal_br_lq_gt_lk": {"causal": True, "_shape": {"Lq": 53, "Lk": 37}},
+    "causal_tl_lq_gt_lk": {"causal": True, "alignment": "top_left", "_shape": {"Lq": 53, "Lk": 37}},
+    "window_5_3": {"window": (5, 3)},
+    "window_left_only_causal": {"window": (7, None), "causal": True},
+    "window_right_only_top_left": {"window": (None, 2), "alignment": "top_left"},
+    "mask_random": {"mask": "random"},
+    "bias_random": {"bias": "random"},
+    "softcap": {"softcap": 1.5, "scale": 0.9},
+    "negative_scale": {"scale": -0.4},
+    "gqa_4_to_1_dv_ne_d": {"_shape": {"Hq": 4, "Hkv": 1, "dv": 8}},
+    "varlen_causal": {"causal": True, "seqlens_q": (10, 37), "seqlens_k": (53, 4)},
+    "varlen_window_tl": {"window": (3, 4), "alignment": "top_left", "seqlens_q": (37, 0), "seqlens_k": (20, 53)},
+    "all_masked_rows": {"mask": "full_rows"},
+    "everything": {"causal": True, "window": (9, None), "mask": "random", "bias": "random", "softcap": 3.0,
+                   "seqlens_q": (30, 37), "seqlens_k": (53, 41), "_shape": {"Hq": 4, "Hkv": 2, "dv": 8}},
+}
+
+
+def make_case(name: str, seed: int = 0, dout: bool = False, **shape_over):
+    """(arrays dict with q, k, v[, dout], semantic kwargs for oracle and kernels) for a named case."""
+    spec = dict(SEMANTIC_CASES[name])
+    shape = {"B": 2, "Hq": 2, "Hkv": 2, "Lq": 37, "Lk": 53, "d": 16, "dv": 16}
+    shape.update(spec.pop("_shape", {}))
+    shape.update(shape_over)
+    rng = np.random.default_rng(seed)
+    B, Hq, Hkv, Lq, Lk, d, dv = (shape[x] for x in ("B", "Hq", "Hkv", "Lq", "Lk", "d", "dv"))
+    arrays = {
+        "q": rng.standard_normal((B, Hq, Lq, d)),
+        "k": rng.standard_normal((B, Hkv, Lk, d)),
+        "v": rng.standard_normal((B, Hkv, Lk, dv)),
+    }
+    if dout:
+        arrays["dout"] = rng.standard_normal((B, Hq, Lq, dv))
+    kw = dict(spec)
+    if kw.get("mask") == "random":
+        kw["mask"] = rng.random((B, 1, Lq, Lk)) > 0.3
+    elif kw.get("mask") == "full_rows":
+        m = np.ones((B, Hq, Lq, Lk), dtype=bool)
+        m[0, 0, [0, 5, Lq - 1]] = False  # three fully masked rows, one at a tile start, one in the tail
+        m[-1, -1, 16] = False
+        kw["mask"] = m
+    if kw.get("bias") == "random":
+        kw["bias"] = rng.standard_normal((1, Hq, Lq, Lk))
+    return arrays, kw, shape
+
+
+def repro(kernel: str, name: str, **extra) -> str:
+    """A stand-alone repro line for failure messages."""
+    more = ", ".join(f"{k}={v!r}" for k, v in extra.items())
+    return (f"repro: arrays, kw, _ = tests/kernels/kernel_helpers.make_case({name!r}); "
+            f"kernels.reference.{kernel}.forward(**arrays, **kw, {more})")
+
+
+def run_forward(kernel: str, arrays: dict, kw: dict, **knobs):
+    mod = KERNELS[kernel]
+    return mod.forward(arrays["q"], arrays["k"], arrays["v"], **kw, **knobs)

@@ -1,0 +1,116 @@
+"""The FP64 oracle against an mpmath evaluation at 50 significant digits (SEMANTICS.md §2-§9, §12).
+
+The reference below is written from SEMANTICS.md directly, scalar by scalar, sharing no code with
+`oracles`. Errors are relative: for out, |out - ref| / sum_j P_j |v_j| (the natural scale of a
+convex combination, immune to cancellation); for LSE, |lse - ref| / max(1, |ref|). Bound: 1e-13.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+from oracle_helpers import case_repr, rand_qkv
+
+import oracles
+
+mpmath.mp.dps = 50
+TOL = 1e-13
+
+
+def _visible(i, j, sq, sk, causal, alignment, window):
+    if i >= sq or j >= sk:
+        return False
+    diag = i + (sk - sq) if alignment == "bottom_right" else i
+    left, right = window or (None, None)
+    if causal and j > diag:
+        return False
+    if left is not None and j < diag - left:
+        return False
+    return right is None or j <= diag + right
+
+
+def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
+                 bias=None, softcap=None, seqlens_q=None, seqlens_k=None):
+    """Scalar mpmath attention: returns (out, lse) as nested lists of mpf (None for lse = -inf)."""
+    B, Hq, Lq, d = q.shape
+    Hkv, Lk, dv = k.shape[1], k.shape[2], v.shape[3]
+    sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)
+    mask = None if mask is None else np.broadcast_to(mask, (B, Hq, Lq, Lk))
+    bias = None if bias is None else np.broadcast_to(bias, (B, Hq, Lq, Lk))
+    out = np.zeros((B, Hq, Lq, dv), dtype=object)
+    lse = np.empty((B, Hq, Lq), dtype=object)
+    scl = np.zeros((B, Hq, Lq, dv), dtype=object)
+    for b in range(B):
+        sq = Lq if seqlens_q is None else seqlens_q[b]
+        sk = Lk if seqlens_k is None else seqlens_k[b]
+        for h in range(Hq):
+            g = h // (Hq // Hkv)
+            for i in range(Lq):
+                scores = {}
+                for j in range(Lk):
+                    if not _visible(i, j, sq, sk, causal, alignment, window):
+                        continue
+                    if mask is not None and not mask[b, h, i, j]:
+                        continue
+                    s = sc * mpmath.fsum(mpmath.mpf(float(a)) * mpmath.mpf(float(c)) for a, c in zip(q[b, h, i], k[b, g, j]))
+                    if softcap is not None:
+                        s = softcap * mpmath.tanh(s / softcap)
+                    if bias is not None:
+                        s += mpmath.mpf(float(bias[b, h, i, j]))
+                    scores[j] = s
+                if not scores:
+                    lse[b, h, i] = None
+                    continue
+                total = mpmath.fsum(mpmath.exp(s) for s in scores.values())
+                lse[b, h, i] = mpmath.log(total)
+                for c in range(dv):
+                    out[b, h, i, c] = mpmath.fsum(mpmath.exp(s) / total * mpmath.mpf(float(v[b, g, j, c])) for j, s in scores.items())
+                    scl[b, h, i, c] = mpmath.fsum(mpmath.exp(s) / total * abs(mpmath.mpf(float(v[b, g, j, c]))) for j, s in scores.items())
+    return out, lse, scl
+
+
+_rng = np.random.default_rng(7)
+CASES = {
+    "plain": {},
+    "causal_bottom_right": {"causal": True},
+    "causal_top_left": {"causal": True, "alignment": "top_left"},
+    "window": {"window": (1, 1)},
+    "causal_window": {"causal": True, "window": (2, None)},
+    "softcap": {"softcap": 0.9, "scale": 2.0},
+    "negative_scale": {"scale": -0.8},
+    "bias": {"bias": _rng.standard_normal((1, 2, 3, 4))},
+    "mask_with_empty_row": {"mask": np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]], bool)},
+    "varlen": {"seqlens_q": [2], "seqlens_k": [3], "causal": True},
+    "large_logits": {"scale": 25.0},
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_oracle_matches_mpmath(name):
+    shape = dict(B=1, Hq=2, Hkv=1, Lq=3, Lk=4, d=3, dv=2, seed=11)
+    q, k, v = rand_qkv(**shape)
+    kw = CASES[name]
+    out, lse = oracles.attention(q, k, v, **kw)
+    ref_out, ref_lse, scl = mp_attention(q, k, v, **kw)
+    repro = case_repr(shape, kw)
+    for idx in np.ndindex(lse.shape):
+        r = ref_lse[idx]
+        if r is None:
+            assert lse[idx] == -np.inf, f"lse{idx} = {lse[idx]}, expected -inf (fully masked, §8); {repro}"
+            assert np.all(out[idx] == 0), f"out{idx} = {out[idx]}, expected 0 (§8); {repro}"
+            continue
+        err = abs(mpmath.mpf(float(lse[idx])) - r) / max(1, abs(r))
+        assert err <= TOL, f"lse{idx}: relative error {float(err):.3e} > {TOL}; {repro}"
+        for c in range(out.shape[-1]):
+            e = abs(mpmath.mpf(float(out[idx + (c,)])) - ref_out[idx + (c,)]) / scl[idx + (c,)]
+            assert e <= TOL, f"out{idx + (c,)}: relative error {float(e):.3e} > {TOL}; {repro}"
+
+
+def test_streaming_matches_mpmath():
+    q, k, v = rand_qkv(B=1, Hq=2, Hkv=1, Lq=3, Lk=4, d=3, dv=2, seed=12)
+    out, lse = oracles.streaming_attention(q, k, v, block=3, causal=True)
+    ref_out, ref_lse, scl = mp_attention(q, k, v, causal=True)
+    for idx in np.ndindex(out.shape):
+        e = abs(mpmath.mpf(float(out[idx])) - ref_out[idx]) / scl[idx]
+        assert e <= TOL, f"streaming out{idx}: relative error {float(e):.3e} > {TOL}"
