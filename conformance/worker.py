@@ -221,4 +221,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run from the importable module, so pickled results name it (not __main__)
+    from conformance.worker import main as _main
+
+    sys.exit(_main())

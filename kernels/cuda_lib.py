@@ -284,8 +284,9 @@ def bwd_params(
     describes (fp32, zeroed by the caller), or None for kernels that do not use them.
     """
     p = AttnBwdParams()
-    p.fwd = fwd_params(q, k, v, o, lse, **fwd_kwargs)
-    keep = list(p.fwd._keep)
+    fwd = fwd_params(q, k, v, o, lse, **fwd_kwargs)
+    p.fwd = fwd  # ctypes copies the struct; the Python attribute _keep stays on `fwd`
+    keep = list(fwd._keep)
     p.dout, p.dq, p.dk, p.dv = _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv)
     p.do_batch_stride, p.do_head_stride, p.do_row_stride = dout.stride(0), dout.stride(1), dout.stride(2)
     p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride = dq.stride(0), dq.stride(1), dq.stride(2)

@@ -15,12 +15,41 @@ Formats: "float64", "float32", "float16", "bfloat16", "float8_e4m3fn" / "e4m3fn"
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["FORMATS", "Format", "acc_dtype", "canonical", "fmt_max", "matmul", "round_exact", "round_to"]
+__all__ = ["FORMATS", "Format", "acc_dtype", "canonical", "fmt_max", "limit_blas_threads", "matmul", "round_exact",
+           "round_to"]
+
+
+def limit_blas_threads(n: int = 1) -> bool:
+    """Set NumPy's OpenBLAS thread count to ``n`` (best effort; True if it was set).
+
+    The reference kernels multiply many small tiles (64-128 wide); on a shared 2-core machine a
+    multi-threaded OpenBLAS spins its threads and runs such products 10-200x slower than one thread.
+    Called once at import unless $OPENBLAS_NUM_THREADS is set (then that setting stands).
+    """
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                fn(ctypes.c_int(n))
+                return True
+    return False
+
+
+if "OPENBLAS_NUM_THREADS" not in os.environ:
+    limit_blas_threads(1)
 
 
 @dataclass(frozen=True)
@@ -108,4 +137,4 @@ def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
 def matmul(a: np.ndarray, b: np.ndarray, fmt: str) -> np.ndarray:
     """``a @ b`` accumulated in `acc_dtype(fmt)` (float32 tensor-core style, or float64)."""
     acc = acc_dtype(fmt)
-    return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+    return np.matmul(np.ascontiguousarray(a, dtype=acc), np.ascontiguousarray(b, dtype=acc))

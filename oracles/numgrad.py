@@ -89,6 +89,8 @@ def gradcheck(
     bad = {n: r for n, r in report.items() if not r[0] <= atol}
     if bad:
         shapes = f"q{np.shape(q)} k{np.shape(k)} v{np.shape(v)} dout{np.shape(dout)}"
-        lines = [f"{n}[{idx}]: |analytic - central difference| = {err:.3e} > atol {atol:g}" for n, (err, idx) in bad.items()]
+        lines = [
+            f"{n}[{idx}]: |analytic - central difference| = {err:.3e} > atol {atol:g}" for n, (err, idx) in bad.items()
+        ]
         raise GradientMismatch(f"gradient check failed (eps={eps:g}, {shapes}): " + "; ".join(lines))
     return report

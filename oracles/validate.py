@@ -97,7 +97,9 @@ def as_real_float64(x, name: str, shapes: str) -> np.ndarray:
     """Widen ``x`` (any real dtype, incl. ml_dtypes bf16/FP8) to a float64 array, exactly (§1)."""
     arr = np.asarray(x)
     if not _is_real_dtype(arr.dtype):
-        raise ValueError(f"{name} must have a real dtype (float, int, bfloat16, float8); got dtype {arr.dtype}; {shapes}")
+        raise ValueError(
+            f"{name} must have a real dtype (float, int, bfloat16, float8); got dtype {arr.dtype}; {shapes}"
+        )
     return np.ascontiguousarray(arr, dtype=np.float64) if arr.dtype != np.float64 else arr
 
 

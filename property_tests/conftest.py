@@ -8,6 +8,8 @@ root conftest did not do it already.
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from property_tests import profiles
@@ -19,7 +21,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     try:
         parser.addoption("--impl", action="append", default=None,
                          help="adapter name(s) or module:attr to test (default: the reference-* adapters)")
-    except ValueError:  # already registered by the root conftest.py
+    except (ValueError, argparse.ArgumentError):  # already registered by the root conftest.py
         pass
 
 

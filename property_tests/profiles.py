@@ -24,7 +24,9 @@ __all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "register", "load", "active_p
 #: where failing examples are stored (dev, thorough, gpu): the repo root's .hypothesis/examples
 DATABASE_DIR = Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
 #: max_examples per property for each profile (oracle properties use this; kernel properties too)
-EXAMPLES = {"ci": 25, "dev": 100, "thorough": 2000, "gpu": 300}
+EXAMPLES = {"ci": 50, "dev": 200, "thorough": 2000, "gpu": 300}
+#: examples per property per mutant in the mutant runner (derandomized like ci)
+MUTANT_EXAMPLES = 25
 PROFILES = tuple(EXAMPLES)
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
             HealthCheck.differing_executors]
@@ -44,7 +46,7 @@ def register() -> None:
     settings.register_profile("gpu", max_examples=EXAMPLES["gpu"], database=db, **common)
     # the mutant runner: like ci, but stop at the first failure and shrink only briefly
     settings.register_profile(
-        "mutants", max_examples=EXAMPLES["ci"], derandomize=True, database=None, report_multiple_bugs=False,
+        "mutants", max_examples=MUTANT_EXAMPLES, derandomize=True, database=None, report_multiple_bugs=False,
         phases=[Phase.explicit, Phase.generate, Phase.shrink], **common,
     )
     _registered = True

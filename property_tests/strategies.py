@@ -363,17 +363,17 @@ def attention_cases(
                 kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
             elif caps is not None and caps.alignments:
                 kw["alignment"] = sorted(caps.alignments)[0]
-            if (caps is None or caps.window) and draw(st.integers(0, 3)) == 0:
+            if (caps is None or caps.window) and draw(st.integers(0, 3)) == 3:
                 kw["window"] = draw(windows(Lq, Lk))
                 if "alignment" not in kw or not kw.get("causal"):
                     kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
-            if (caps is None or caps.mask) and draw(st.integers(0, 3)) == 0:
+            if (caps is None or caps.mask) and draw(st.integers(0, 3)) == 3:
                 kw["mask"] = draw(st.sampled_from(MASK_RECIPES))
-            if (caps is None or caps.bias) and draw(st.integers(0, 4)) == 0:
+            if (caps is None or caps.bias) and draw(st.integers(0, 4)) == 4:
                 kw["bias"] = draw(st.sampled_from(BIAS_RECIPES))
-            if (caps is None or caps.softcap) and draw(st.integers(0, 3)) == 0:
+            if (caps is None or caps.softcap) and draw(st.integers(0, 3)) == 3:
                 kw["softcap"] = draw(softcaps())
-            if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 0:
+            if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 3:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
         kw["distribution"] = draw(distributions(value_distributions))
         kw["layout"] = draw(layouts([x for x in LAYOUTS if caps is None or x in caps.layouts]))
@@ -429,19 +429,19 @@ def attention_arrays(
             if draw(st.booleans()):
                 kw["causal"] = True
             kw["alignment"] = draw(alignments())
-            if draw(st.integers(0, 2)) == 0:
+            if draw(st.integers(0, 2)) == 2:
                 kw["window"] = draw(windows(Lq, Lk))
-            if draw(st.integers(0, 2)) == 0:
+            if draw(st.integers(0, 2)) == 2:
                 kw["softcap"] = draw(softcaps())
-            use_mask = draw(st.integers(0, 2)) == 0 if mask is None else mask
+            use_mask = draw(st.integers(0, 2)) == 2 if mask is None else mask
             if use_mask:
                 mshape = draw(st.sampled_from([(B, Hq, Lq, Lk), (Lq, Lk), (B, 1, Lq, Lk), (1, Hq, Lq, Lk)]))
                 kw["mask"] = draw(bool_masks(mshape))
-            use_bias = draw(st.integers(0, 3)) == 0 if bias is None else bias
+            use_bias = draw(st.integers(0, 3)) == 3 if bias is None else bias
             if use_bias:
                 bshape = draw(st.sampled_from([(B, Hq, Lq, Lk), (Lq, Lk), (1, Hq, 1, Lk)]))
                 kw["bias"] = rng.standard_normal(bshape)
-            use_varlen = draw(st.integers(0, 3)) == 0 if varlen is None else varlen
+            use_varlen = draw(st.integers(0, 3)) == 3 if varlen is None else varlen
             if use_varlen:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
         return {"q": q, "k": k, "v": v, "kwargs": kw, "shape": shape}

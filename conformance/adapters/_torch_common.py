@@ -282,16 +282,14 @@ def fully_masked_rows(vis: np.ndarray | None, shape: tuple[int, int, int]) -> np
     return np.broadcast_to(~vis.any(axis=-1), shape)
 
 
-_CONVENTIONS = {"-inf": -math.inf, "+inf": math.inf, "0": 0.0}
-
-
 def translate_empty_lse(lse: np.ndarray, empty: np.ndarray, declared: str) -> tuple[np.ndarray, str, str | None]:
-    """Map a vendor's LSE convention on fully masked rows to SEMANTICS.md §8's -inf.
+    """Bring a vendor's LSE on fully masked rows (SEMANTICS.md §8) to what the engine judges.
 
-    `empty` is bool, broadcastable to lse.shape: the rows with no visible key. Only the adapter's
-    `declared` convention ("+inf", "0") is translated, and only where every empty row holds exactly
-    that value; anything else is returned unchanged (the engine then judges the raw values) with a
-    note. Returns (lse, convention seen, note or None).
+    `empty` is bool, broadcastable to lse.shape: the rows with no visible key. -inf is the contract;
+    +inf (the FA2 kernels' convention) is left as is: the engine accepts it and reports it by name.
+    The adapter's `declared` finite convention (e.g. "0", the torch CPU flash op) is mapped to -inf,
+    and only where every empty row holds exactly that value; a note records the mapping. Anything else
+    is returned unchanged, with a note, for the engine to fail. Returns (lse, convention seen, note).
     """
     empty = np.broadcast_to(empty, lse.shape)
     if not empty.any():
@@ -299,13 +297,17 @@ def translate_empty_lse(lse: np.ndarray, empty: np.ndarray, declared: str) -> tu
     seen = lse[empty]
     if np.all(np.isneginf(seen)):
         return lse, "-inf", None
-    want = _CONVENTIONS.get(declared)
-    if want is not None and np.all(seen == want):
-        out = lse.copy()
-        out[empty] = -math.inf
-        return out, declared, None
+    if np.all(np.isposinf(seen)):
+        return lse, "+inf", None
+    if declared not in ("-inf", "+inf"):
+        want = float(declared)
+        if np.all(seen == want):
+            out = lse.copy()
+            out[empty] = -math.inf
+            return out, declared, (f"LSE = {declared} on {int(empty.sum())} fully masked row(s) (the kernel's "
+                                   f"convention), mapped to -inf (SEMANTICS.md §8)")
     sample = sorted({repr(float(x)) for x in seen[:16]})
-    return lse, "inconsistent", (f"LSE on {int(empty.sum())} fully masked rows is neither -inf nor the declared "
+    return lse, "inconsistent", (f"LSE on {int(empty.sum())} fully masked row(s) is neither -inf nor the declared "
                                  f"convention {declared!r}: values {sample[:6]}; left untranslated")
 
 

@@ -15,12 +15,12 @@ flash_attn/cute/interface.py):
   ``cu_seqlens`` (`cu_seqlens`, `pack_varlen`, `unpack_varlen`); padded query rows come back as 0.
 - decoding (FA2): ``flash_attn_with_kvcache`` for forward cases with Lq <= 4 and no seqlens_q;
   per-batch key lengths go in ``cache_seqlens``.
-- §2 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
+- §3 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
   -> NOT_SUPPORTED.
 - §12 LSE: ``return_attn_probs=True`` (FA2 func/varlen, FA3), ``return_softmax_lse=True``
   (with_kvcache), ``return_lse=True`` (FA4 when the signature has it). FA2 kernels write +inf on rows
-  with no visible key, FA3/FA4 -inf (§8): the adapter maps the declared convention to -inf on exactly
-  those rows and reports it by name (`ForwardOutput.lse_convention`).
+  with no visible key, FA3/FA4 -inf (§8): the adapter passes them through and names the convention
+  (`ForwardOutput.lse_convention`); the engine accepts +inf there and reports it as a finding.
 - FP8 (FA3, §10): q8/k8/v8 as ``float8_e4m3fn`` with ``q_descale``, ``k_descale``, ``v_descale`` of
   shape (B, Hkv) in float32 (`fa3_descales`; per-tensor scales broadcast to that shape); output bf16.
 
@@ -246,6 +246,8 @@ class _FlashAttnBase(Adapter):
         return capability_reason(self.capabilities, effective, device) or self._extra_reason(case, device)
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
+        if max(case.d, case.dv) > 256:
+            return f"flash-attn supports head dims up to 256; d={case.d}, dv={case.dv}"
         return None
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -285,9 +287,10 @@ class _FlashAttnBase(Adapter):
             out, lse, entry = self._run(t, inputs, case, device, want_lse=True)
         notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
         lse_np, convention = self._finish_lse(lse, case, notes)
-        return ForwardOutput(out=tc.to_numpy(out), lse=lse_np, out_dtype=tc.dtype_name(out.dtype),
-                             kernels=rec.names, mutated_inputs=tc.changed(before, handed),
-                             lse_convention=convention, notes=notes)
+        return ForwardOutput(
+            out=tc.to_numpy(out), lse=lse_np, out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
+            kernels=rec.names, mutated_inputs=tc.changed(before, handed), lse_convention=convention, notes=notes,
+        )
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
@@ -300,15 +303,17 @@ class _FlashAttnBase(Adapter):
             out, _, entry = self._run(t, inputs, case, device, want_lse=False)
             dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         mutated = tc.changed(before, handed)
-        fwd = ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
-                            mutated_inputs=mutated)
+        fwd = ForwardOutput(
+            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
+            kernels=rec.names, mutated_inputs=mutated,
+        )
         return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
                               kernels=rec.names, mutated_inputs=mutated,
                               notes=[f"entry point: {entry}"] + ([rec.error] if rec.error else []))
 
 
 def _fa_caps(**kw) -> Capabilities:
-    base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=frozenset(range(1, 257)), dv_ne_d=False,
+    base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=None, dv_ne_d=False,
                 alignments=frozenset({"bottom_right"}), window=True, mask=False, bias=False, softcap=True, gqa=True,
                 varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True)
     base.update(kw)
@@ -380,6 +385,8 @@ class FlashAttn3(_FlashAttnBase):
     capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}))
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
+        if max(case.d, case.dv) > 256:
+            return f"flash-attn supports head dims up to 256; d={case.d}, dv={case.dv}"
         if case.fp8 is not None:
             cc = tc.cuda_capability()
             if cc is not None and cc < (9, 0):

@@ -98,6 +98,7 @@ class SdpaFunctionAdapter(Adapter):
         self.name = name
         self.description = f"{name}: third-party SDPA-signature function (features probed once per device)"
         _KEEP[id(fn)] = fn
+        self.isolate = torch is not None and torch.cuda.is_available()  # CUDA faults cost one case
 
     def version(self) -> str:
         module = inspect.getmodule(self.fn)
@@ -248,8 +249,10 @@ class SdpaFunctionAdapter(Adapter):
         before = tc.snapshot(handed)
         with tc.KernelRecorder(device) as rec:
             out = self._call(t, mask_t, is_causal, case)
-        return ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
-                             mutated_inputs=tc.changed(before, handed), notes=[rec.error] if rec.error else [])
+        return ForwardOutput(
+            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
+            kernels=rec.names, mutated_inputs=tc.changed(before, handed), notes=[rec.error] if rec.error else [],
+        )
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         from conformance.adapters.torch_sdpa import _mask_tensor, sdpa_plan
@@ -265,8 +268,10 @@ class SdpaFunctionAdapter(Adapter):
             out = self._call(t, mask_t, is_causal, case)
             dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         mutated = tc.changed(before, handed)
-        fwd = ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
-                            mutated_inputs=mutated)
+        fwd = ForwardOutput(
+            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
+            kernels=rec.names, mutated_inputs=mutated,
+        )
         return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
                               kernels=rec.names, mutated_inputs=mutated)
 

@@ -153,6 +153,7 @@ class FlexAttention(Adapter):
     def __init__(self) -> None:
         on_cuda = torch is not None and torch.cuda.is_available()
         self.capabilities = _CUDA_CAPS if on_cuda else _CPU_CAPS
+        self.isolate = on_cuda  # compiled Triton kernels run in a worker process on CUDA
 
     def version(self) -> str:
         return f"torch {torch.__version__}" if torch is not None else "torch missing"
@@ -226,6 +227,7 @@ class FlexAttention(Adapter):
             out=tc.to_numpy(out),
             lse=tc.to_numpy(lse),
             out_dtype=tc.dtype_name(out.dtype),
+            out_device=str(out.device),
             kernels=rec.names,
             mutated_inputs=tc.changed(before, handed),
             lse_convention="-inf",
@@ -244,8 +246,10 @@ class FlexAttention(Adapter):
             out, lse, _ = self._run(t, inputs, case, device)
             dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         mutated = tc.changed(before, handed)
-        fwd = ForwardOutput(out=tc.to_numpy(out), lse=tc.to_numpy(lse.detach()), out_dtype=tc.dtype_name(out.dtype),
-                            kernels=rec.names, mutated_inputs=mutated)
+        fwd = ForwardOutput(
+            out=tc.to_numpy(out), lse=tc.to_numpy(lse.detach()), out_dtype=tc.dtype_name(out.dtype),
+            out_device=str(out.device), kernels=rec.names, mutated_inputs=mutated,
+        )
         return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
                               kernels=rec.names, mutated_inputs=mutated,
                               notes=[rec.error] if rec.error else [])

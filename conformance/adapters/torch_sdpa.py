@@ -5,18 +5,19 @@ Four adapters, one per `torch.nn.attention.SDPBackend`: `SdpaMath`, `SdpaFlash`,
 cannot run the case on it, the call raises instead of quietly using another one.
 
 How a case (oracles/SEMANTICS.md) maps onto the SDPA signature:
-- §3 causal: ``is_causal=True`` natively when it means the case's alignment (top-left, or a square,
+- §4 causal: ``is_causal=True`` natively when it means the case's alignment (top-left, or a square,
   non-varlen problem where both alignments coincide) and nothing else restricts the keys; otherwise
-  the dense boolean visibility mask of `_torch_common.visibility` (bottom-right, windows §4, varlen
-  padding §6, the case's own mask §5) is passed as ``attn_mask`` (True = attend).
-- §5 additive bias: a float ``attn_mask`` in the query dtype, -inf where a key is not visible.
-- §7 GQA: ``enable_gqa=True`` when Hq != Hkv.
-- §2 softcap: not expressible (SDPA has no score hook; tanh is not an additive bias) -> NOT_SUPPORTED.
-- backward: autograd of sum(out * dout).
-- LSE (§9): SDPA returns none publicly. On CPU the flash backend's own op
+  the dense boolean visibility mask of `_torch_common.visibility` (bottom-right §4, windows §5, varlen
+  padding §7, the case's own mask §6) is passed as ``attn_mask`` (True = attend).
+- §6 additive bias: a float ``attn_mask`` in the query dtype, -inf where a key is not visible.
+- §9 GQA: ``enable_gqa=True`` when Hq != Hkv.
+- §3 softcap: not expressible (SDPA has no score hook; tanh is not an additive bias) -> NOT_SUPPORTED.
+- §13 backward: autograd of sum(out * dout).
+- §12 LSE: SDPA returns none publicly. On CPU the flash backend's own op
   ``aten._scaled_dot_product_flash_attention_for_cpu`` (the kernel the pinned backend runs) returns
   it; the adapter calls it a second time for LSE and notes it if that call's output differs bitwise
-  from the public call's. Its value on fully masked rows is 0 (convention "0", reported by name).
+  from the public call's. Its value on fully masked rows is 0 (§8 convention "0"): mapped to -inf
+  on exactly the rows the case's mask empties, with a note; any other value is left for the engine.
 
 `supports` declines with torch's own words: after the declared-capability check it asks torch's
 dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
@@ -115,6 +116,7 @@ class SdpaAdapter(Adapter):
         on_cuda = torch is not None and torch.cuda.is_available()
         caps = (self.cuda_caps if on_cuda else self.cpu_caps) or self.cuda_caps or self.cpu_caps
         self.capabilities = caps
+        self.isolate = on_cuda  # a CUDA fault (illegal address, abort) must cost one case, not the run
 
     # -- availability -----------------------------------------------------------------------------
     @property
@@ -225,32 +227,75 @@ class SdpaAdapter(Adapter):
             out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
         mutated = tc.changed(before, handed)
         notes = self._kernel_notes(rec, 0)
-        lse = None
-        convention = "-inf"
-        if self.capabilities_lse(device):
-            lse, note = self._lse(t, mask_t, is_causal, case, out)
-            if note:
-                notes.append(note)
-            empty = tc.empty_rows(attn_mask, (case.B, case.Hq, case.Lq))
-            lse, convention, note = tc.translate_empty_lse(lse, empty, self.cpu_lse_convention)
-            if note:
-                notes.append(note)
+        lse, convention = self._lse(t, mask_t, attn_mask, is_causal, case, out, device, notes)
         return ForwardOutput(
             out=tc.to_numpy(out),
             lse=lse,
             out_dtype=tc.dtype_name(out.dtype),
+            out_device=str(out.device),
             kernels=rec.names,
             mutated_inputs=mutated,
             lse_convention=convention,
             notes=notes,
         )
 
+    # -- LSE through the backend's own (private) op ----------------------------------------------------
+    def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
+        """(out, lse [B, Hq, >= Lq]) from the backend's aten op, or None when it has none on `device`."""
+        return None
+
+    def _lse(self, t: tc.Materialized, mask_t, attn_mask, is_causal: bool, case: Case, out, device: str,
+             notes: list[str]) -> tuple[np.ndarray | None, str]:
+        """LSE from a second call of the pinned backend's aten op on the same tensors (SEMANTICS.md §12).
+
+        Where the capabilities declare LSE (CPU flash) it is returned, with a note if that call's output
+        differs from the public call's; where they do not (CUDA), it is returned only when the op's output
+        equals the public output bitwise - proof that it is the same computation - and otherwise withheld
+        with a note. Empty-row conventions go through `translate_empty_lse`.
+        """
+        declared = self.capabilities_lse(device)
+        fmask = mask_t
+        if mask_t is not None and mask_t.dtype == torch.bool:
+            fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
+        try:
+            got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
+        except Exception as exc:
+            if declared:
+                raise
+            notes.append(f"LSE not reported: the backend's aten op raised {type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}")
+            return None, "-inf"
+        if got is None:
+            return None, "-inf"
+        out2, lse_t = got
+        lse_t = lse_t.reshape(lse_t.shape[0], lse_t.shape[1], -1)[..., : case.Lq]
+        if not torch.equal(out2, out):
+            diff = (out2.double() - out.double()).abs().nan_to_num(float("inf")).max().item()
+            what = "reported anyway (declared)" if declared else "not reported"
+            notes.append(f"LSE {what}: the backend's aten op called again gave an output that differs from the "
+                         f"public SDPA call's (max |diff| {diff:.3g})")
+            if not declared:
+                return None, "-inf"
+        lse = tc.to_numpy(lse_t)
+        empty = tc.empty_rows(attn_mask, (case.B, case.Hq, case.Lq))
+        lse, convention, note = tc.translate_empty_lse(lse, empty, self.lse_convention_for(device))
+        if note:
+            notes.append(note)
+        return lse, convention
+
+    def lse_convention_for(self, device: str) -> str:
+        return self.cpu_lse_convention if device.startswith("cpu") else "-inf"
+
     def capabilities_lse(self, device: str) -> bool:
         caps = self.caps_for(device)
         return bool(caps and caps.lse)
 
-    def _lse(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case, out) -> tuple[np.ndarray, str | None]:
-        raise NotImplementedError(f"{self.name} exposes no LSE")
+    @staticmethod
+    def _repeat_kv(k, v, case: Case):
+        if case.Hq == case.Hkv:
+            return k, v
+        g = case.Hq // case.Hkv
+        return k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
@@ -265,8 +310,10 @@ class SdpaAdapter(Adapter):
             dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         mutated = tc.changed(before, handed)
         notes = self._kernel_notes(rec, 1)
-        fwd = ForwardOutput(out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), kernels=rec.names,
-                            mutated_inputs=mutated)
+        fwd = ForwardOutput(
+            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
+            kernels=rec.names, mutated_inputs=mutated,
+        )
         return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
                               kernels=rec.names, mutated_inputs=mutated, notes=notes)
 
@@ -305,9 +352,9 @@ class SdpaFlash(SdpaAdapter):
     cpu_caps = _caps(dv_ne_d=False, lse=True)
     # the CUDA FA2: fp16/bf16, head dim a multiple of 8 up to 256, dv == d, no attn_mask at all,
     # is_causal only for Lq == Lk (torch refuses non-square causal: FA2 would align it bottom-right)
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, head_dims=frozenset(range(8, 257, 8)),
-                      dv_ne_d=False, alignments=frozenset({"top_left"}), window=False, mask=False, bias=False,
-                      varlen=False)
+    # (the head-dim limits are left to torch's dispatcher check in `supports`, which words them itself)
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, dv_ne_d=False, alignments=frozenset({"top_left"}),
+                      window=False, mask=False, bias=False, varlen=False)
     cpu_lse_convention = "0"
 
     def _device_reason(self, device: str) -> str | None:
@@ -317,23 +364,15 @@ class SdpaFlash(SdpaAdapter):
                 return f"torch's flash backend needs sm80 or newer; this GPU is sm{cc[0]}{cc[1]}"
         return None
 
-    def _lse(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case, out) -> tuple[np.ndarray, str | None]:
-        """LSE from the CPU flash op (the pinned backend's kernel), called again on the same tensors."""
-        k, v = t.k, t.v
-        if case.Hq != case.Hkv:
-            k = k.repeat_interleave(case.Hq // case.Hkv, dim=1)
-            v = v.repeat_interleave(case.Hq // case.Hkv, dim=1)
-        fmask = mask_t
-        if mask_t is not None and mask_t.dtype == torch.bool:
-            fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
-        out2, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            t.q, k, v, 0.0, is_causal, attn_mask=fmask, scale=case.scale)
-        note = None
-        if not torch.equal(out2, out):
-            diff = (out2.double() - out.double()).abs().max().item()
-            note = ("LSE comes from a second call of aten._scaled_dot_product_flash_attention_for_cpu whose output "
-                    f"differs from the public SDPA call's (max |diff| {diff:.3g})")
-        return tc.to_numpy(lse), note
+    def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
+        if device.startswith("cpu"):  # returns (out, logsumexp [B, H, Lq] fp32); no GQA, masks as floats
+            k, v = self._repeat_kv(k, v, case)
+            res = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                              attn_mask=fmask, scale=case.scale)
+            return res[0], res[1]
+        # CUDA FA2: (out, logsumexp [B, H, Lq], ...); GQA native, never a mask on this backend
+        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=case.scale)
+        return res[0], res[1]
 
 
 class SdpaEfficient(SdpaAdapter):
@@ -346,6 +385,13 @@ class SdpaEfficient(SdpaAdapter):
     cpu_reason = "torch SDPA's EFFICIENT_ATTENTION backend has no CPU implementation (CUDA only)"
     cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}))
 
+    def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
+        # (out, log_sumexp [B, H, ceil(Lq / 32) * 32], seed, offset); no native GQA
+        k, v = self._repeat_kv(k, v, case)
+        res = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, fmask, True, 0.0, is_causal,
+                                                                     scale=case.scale)
+        return res[0], res[1]
+
 
 class SdpaCudnn(SdpaAdapter):
     """SDPA pinned to CUDNN_ATTENTION (cuDNN fused flash attention; CUDA only)."""
@@ -355,7 +401,14 @@ class SdpaCudnn(SdpaAdapter):
     backend_name = "CUDNN_ATTENTION"
     expected_kernels = (("cudnn", "fort_native_sdpa"), ("cudnn", "fort_native_sdpa"))
     cpu_reason = "torch SDPA's CUDNN_ATTENTION backend has no CPU implementation (CUDA + cuDNN only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, head_dims=frozenset(range(8, 257, 8)))
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF)  # shape limits: torch's dispatcher check
+
+    def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
+        # (out, logsumexp [B, H, Lq] or [B, H, Lq, 1], ...); K/V expanded to Hq heads for the second call
+        k, v = self._repeat_kv(k, v, case)
+        res = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, fmask, True, 0.0, is_causal, False,
+                                                                 scale=case.scale)
+        return res[0], res[1]
 
     def _device_reason(self, device: str) -> str | None:
         if device.startswith("cuda") and not torch.backends.cudnn.is_available():

@@ -26,13 +26,15 @@ using namespace attn_bwd;
 
 namespace {
 
-// Tile configurations (D, BC keys per CTA, BR query rows per step, warp rows of GEMM A/B/C).
-// Warp tiles near 32 x 32 where the registers allow: fewer ldmatrix per mma than 16-row strips.
-using Cfg64 = Fa2BwdTraits<64, 128, 64, 4, 4, 2>;
-using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2>;
-using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2>;  // ATTN_FA2_BWD_VARIANT=bc128
-using Cfg128Old = Fa2BwdTraits<128, 64, 64, 4, 4, 4>;    // ATTN_FA2_BWD_VARIANT=strips (first version)
-using Cfg256 = Fa2BwdTraits<256, 64, 32, 4, 4, 2>;
+// Tile configurations: Fa2BwdTraits<D, BC keys per CTA, BR query rows per step, warp rows of
+// GEMM A / B / C, Q/dO stages, min CTAs per SM>. Defaults measured fastest on the H200
+// (NOTES_BWD.md); the others stay selectable with ATTN_FA2_BWD_VARIANT for comparison.
+using Cfg64 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;        // 2 CTAs/SM, double buffer
+using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;     // "db": 1 CTA/SM, BC = 128
+using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;      // 2 CTAs/SM, single buffer
+using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;    // "db": 1 CTA/SM, double buffer
+using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>; // "bc128": 1 CTA/SM, BC = 128
+using Cfg256 = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;
 
 bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return ((uintptr_t)ptr % 16 == 0) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
@@ -78,11 +80,12 @@ int main_loop(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
         return d == 64 ? launch_simt<T, 64>(p, s, err, errlen)
                        : d == 128 ? launch_simt<T, 128>(p, s, err, errlen) : launch_simt<T, 256>(p, s, err, errlen);
     }
-    if (d == 64) return launch_tc<T, Cfg64>(p, s, err, errlen);
+    const char* var = getenv("ATTN_FA2_BWD_VARIANT");
+    const bool db = var && strcmp(var, "db") == 0, wide = var && strcmp(var, "bc128") == 0;
+    if (d == 64) return db ? launch_tc<T, Cfg64Db>(p, s, err, errlen) : launch_tc<T, Cfg64>(p, s, err, errlen);
     if (d == 128) {
-        const char* var = getenv("ATTN_FA2_BWD_VARIANT");
-        if (var && strcmp(var, "bc128") == 0) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
-        if (var && strcmp(var, "strips") == 0) return launch_tc<T, Cfg128Old>(p, s, err, errlen);
+        if (db) return launch_tc<T, Cfg128Db>(p, s, err, errlen);
+        if (wide) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
         return launch_tc<T, Cfg128>(p, s, err, errlen);
     }
     return launch_tc<T, Cfg256>(p, s, err, errlen);

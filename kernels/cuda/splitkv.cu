@@ -6,13 +6,15 @@
 // The query heads of one GQA group share a CTA (packed into M), so K/V are read once per group.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "attn_params.h"
 #include "fwd_kernel.cuh"
 #include "launch_common.cuh"
 
 namespace {
 
-constexpr int kMaxSplits = 256;
+constexpr int kMaxSplits = 1024;
 
 template <int D>
 struct SplitBlockN {
@@ -28,13 +30,37 @@ int num_m_blocks(const AttnFwdParams& p) {
     return static_cast<int>((rows + block_m_for(p.head_dim) - 1) / block_m_for(p.head_dim));
 }
 
-// Enough CTAs to fill every SM a few times over (decoding is bound by reading K/V: the more loads in
-// flight the better), but no split shorter than two key tiles, and at most kMaxSplits.
+template <int D, typename Elem>
+int resident_ctas_per_sm(const AttnFwdParams& p) {
+    using Tr = typename attn::SplitConfig<D, Elem>::T;
+    auto kernel = attn::fwd_kernel_for<Tr, true>(p);
+    if (Tr::kSmemBytes > 48 * 1024)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Tr::kThreads, Tr::kSmemBytes) != cudaSuccess || n < 1) {
+        cudaGetLastError();  // clear: the launch path reports real errors
+        n = 1;
+    }
+    return n;
+}
+
+int resident_ctas(const AttnFwdParams& p) {
+    const bool bf = p.dtype == ATTN_BF16;
+    switch (p.head_dim) {
+        case 64: return bf ? resident_ctas_per_sm<64, __nv_bfloat16>(p) : resident_ctas_per_sm<64, __half>(p);
+        case 128: return bf ? resident_ctas_per_sm<128, __nv_bfloat16>(p) : resident_ctas_per_sm<128, __half>(p);
+        default: return bf ? resident_ctas_per_sm<256, __nv_bfloat16>(p) : resident_ctas_per_sm<256, __half>(p);
+    }
+}
+
+// As many splits as fit in ONE wave of resident CTAs (decoding is bound by reading K/V: every SM
+// should stream for the whole kernel, and a second, partial wave would leave most SMs idle at the
+// end), but no split shorter than two key tiles, and at most kMaxSplits.
 int choose_splits(const AttnFwdParams& p, int num_sms) {
     const int n_tiles = (p.seqlen_k + block_n_for(p.head_dim) - 1) / block_n_for(p.head_dim);
     const long long base = static_cast<long long>(p.batch) * p.heads_kv * num_m_blocks(p);
-    const long long target = 4LL * num_sms;  // ~4 CTAs per SM resident (shared memory allows 3-6)
-    long long s = (target + base - 1) / base;
+    const long long capacity = static_cast<long long>(num_sms) * resident_ctas(p);
+    long long s = capacity / std::max(1LL, base);
     s = std::min<long long>(s, std::max(1, n_tiles / 2));
     s = std::max<long long>(1, std::min<long long>(s, kMaxSplits));
     return static_cast<int>(s);

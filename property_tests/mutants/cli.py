@@ -15,7 +15,7 @@ import sys
 import time
 
 from property_tests.mutants.catalog import MUTANTS
-from property_tests.mutants.runner import ORDERS, format_table, run_all, score_line
+from property_tests.mutants.runner import ORDERS, STEPS, format_table, run_all, score_line
 
 __all__ = ["main"]
 
@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="Hypothesis profile for the properties (default: 'mutants' for ci, 'dev' otherwise)")
     ap.add_argument("-k", dest="select", default=None, help="only mutants whose name contains this substring")
     ap.add_argument("--order", default=",".join(ORDERS),
-                    help="check order, comma separated from: conformance, properties (default: %(default)s)")
+                    help="check order, comma separated from: pinned, conformance, properties, generated "
+                         "(generated = Hypothesis without the pinned examples; default: %(default)s)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per mutant (default 60)")
     ap.add_argument("--json", default=None, help="also write the results as JSON to this path")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -52,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no mutant matches -k {args.select!r}", file=sys.stderr)
         return 2
     order = [s.strip() for s in args.order.split(",") if s.strip()]
-    bad = [s for s in order if s not in ORDERS]
+    bad = [s for s in order if s not in STEPS]
     if bad:
-        print(f"--order: unknown step(s) {bad}; expected {list(ORDERS)}", file=sys.stderr)
+        print(f"--order: unknown step(s) {bad}; expected {list(STEPS)}", file=sys.stderr)
         return 2
     hyp = args.hypothesis_profile or ("mutants" if args.profile == "ci" else "dev")
     t0 = time.perf_counter()

@@ -1,13 +1,17 @@
 """Run the checks of the harness against each mutant and record what killed it.
 
 For every mutant (`catalog.MUTANTS`) the runner builds the buggy adapter (`build_adapter`), then runs
-the checks cheap-first and stops at the first one that fails:
+the checks cheap-first and stops at the first one that fails (the default order; ``--order`` picks
+others, e.g. ``generated`` alone to measure what Hypothesis finds with no help):
 
-1. ``conformance:<profile>``: the engine's catalog cases of the profile that the adapter claims,
+1. ``pinned``: the property suite's pinned ``@example`` cases (`kernel_properties.PINNED`, tiny shapes,
+   one per bug found so far) that the adapter claims, judged by the engine;
+2. ``conformance:<profile>``: the engine's catalog cases of the profile that the adapter claims,
    cheapest first (`conformance.catalog.estimated_cost`), each judged by the engine
    (`property_tests.kernel_check.evaluate`);
-2. ``property:<kind>``: the Hypothesis kernel properties the adapter declares
-   (`property_tests.kernel_properties`), derandomized, pinned examples first, shrinking on failure.
+3. ``property:<kind>``: the Hypothesis kernel properties the adapter declares
+   (`property_tests.kernel_properties`), derandomized, shrinking on failure (``properties`` replays the
+   pinned examples first, ``generated`` does not).
 
 A mutant is *killed* when a check reports FAIL, CRASH or TIMEOUT; the result records the check, the
 minimal counterexample (catalog case, or the Hypothesis-shrunk case), the evaluations it took and the
@@ -31,9 +35,10 @@ from property_tests.mutants.apply import check_applies, load_module, load_with
 from property_tests.mutants.catalog import MUTANTS, Mutant
 from property_tests.mutants.wrappers import WRAPPERS
 
-__all__ = ["KillResult", "build_adapter", "run_mutant", "run_all", "format_table", "score_line", "ORDERS"]
+__all__ = ["KillResult", "build_adapter", "run_mutant", "run_all", "format_table", "score_line", "ORDERS", "STEPS"]
 
-ORDERS = ("conformance", "properties")
+ORDERS = ("pinned", "conformance", "properties")
+STEPS = ("pinned", "conformance", "properties", "generated")
 
 
 @dataclass
@@ -98,13 +103,32 @@ def _conformance(adapter: Adapter, profile: str, deadline: float, res: KillResul
     return False
 
 
-def _properties(adapter: Adapter, hyp_profile: str, deadline: float, res: KillResult) -> bool:
+def _pinned(adapter: Adapter, deadline: float, res: KillResult) -> bool:
+    from property_tests.kernel_properties import PINNED
+
+    for kind in properties_for(adapter):
+        for case in PINNED.get(kind, ()):
+            if time.perf_counter() > deadline:
+                return False
+            if adapter.supports(case, "cpu") is not None:
+                continue
+            res.evaluations += 1
+            v = evaluate(adapter, case)
+            if v.failed:
+                res.killed, res.check, res.failed_check = True, f"property:{kind}:pinned", v.check
+                res.counterexample = f"{case.id} ({_shape(case)})"
+                res.message = v.message.strip().splitlines()[0] if v.message else v.outcome
+                return True
+    return False
+
+
+def _properties(adapter: Adapter, hyp_profile: str, deadline: float, res: KillResult, pinned: bool = True) -> bool:
     profiles.register()
     base = settings.get_profile(hyp_profile)
     for kind in properties_for(adapter):
         if time.perf_counter() > deadline:
             return False
-        run = build_property(kind, adapter, adapter_name=adapter.name,
+        run = build_property(kind, adapter, adapter_name=adapter.name, pinned=pinned,
                              settings_obj=settings(base, report_multiple_bugs=False))
         try:
             run.test()
@@ -144,9 +168,14 @@ def run_mutant(mutant: Mutant, profile: str = "ci", *, hyp_profile: str = "mutan
         res.seconds = time.perf_counter() - t0
         return res
     for step in order:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
+        if step == "pinned" and _pinned(adapter, deadline, res):
+            break
         if step == "conformance" and _conformance(adapter, profile, deadline, res):
             break
-        if step == "properties" and _properties(adapter, hyp_profile, deadline, res):
+        if step in ("properties", "generated") and _properties(adapter, hyp_profile, deadline, res,
+                                                               pinned=step == "properties"):
             break
     res.seconds = time.perf_counter() - t0
     if res.killed and res.seconds > time_limit:

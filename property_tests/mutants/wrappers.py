@@ -16,7 +16,8 @@ import numpy as np
 from conformance.adapters.base import Adapter, BackwardOutput, CaseInputs, ForwardOutput
 from conformance.case import Case
 
-__all__ = ["WRAPPERS", "WrappedAdapter", "hadamard_q_only", "input_mutated_in_place", "noncontiguous_as_contiguous"]
+__all__ = ["WRAPPERS", "WrappedAdapter", "hadamard_q_only", "identity", "input_mutated_in_place",
+           "noncontiguous_as_contiguous"]
 
 
 class WrappedAdapter(Adapter):
@@ -119,7 +120,13 @@ def hadamard_q_only(base: Adapter) -> Adapter:
     return _HadamardQOnly(base, "hadamard_q_only")
 
 
+def identity(base: Adapter) -> Adapter:
+    """No bug: the control run (the correct adapter must survive every check)."""
+    return base
+
+
 WRAPPERS = {
+    "identity": identity,
     "input_mutated_in_place": input_mutated_in_place,
     "noncontiguous_as_contiguous": noncontiguous_as_contiguous,
     "hadamard_q_only": hadamard_q_only,

@@ -83,14 +83,17 @@ def test_visibility_combines_the_case_mask_per_head():
 
 
 def test_translate_empty_lse():
-    lse = np.array([[[1.0, np.inf, 2.0]]])
     empty = np.array([[[False, True, False]]])
-    out, conv, note = tc.translate_empty_lse(lse, empty, "+inf")
-    assert conv == "+inf" and note is None and out[0, 0, 1] == -np.inf and out[0, 0, 0] == 1.0
-    out, conv, note = tc.translate_empty_lse(lse, empty, "0")  # declared 0 but +inf seen: left alone
-    assert conv == "inconsistent" and "left untranslated" in note and out[0, 0, 1] == np.inf
-    out, conv, _ = tc.translate_empty_lse(np.array([[[1.0, -np.inf, 2.0]]]), empty, "+inf")
-    assert conv == "-inf"
+    plus = np.array([[[1.0, np.inf, 2.0]]])
+    out, conv, note = tc.translate_empty_lse(plus, empty, "+inf")  # +inf: left for the engine to name
+    assert conv == "+inf" and note is None and out[0, 0, 1] == np.inf
+    zero = np.array([[[1.0, 0.0, 2.0]]])
+    out, conv, note = tc.translate_empty_lse(zero, empty, "0")  # declared finite convention: mapped
+    assert conv == "0" and "mapped to -inf" in note and out[0, 0, 1] == -np.inf and out[0, 0, 0] == 1.0
+    out, conv, note = tc.translate_empty_lse(np.array([[[1.0, 3.5, 2.0]]]), empty, "0")  # garbage: untouched
+    assert conv == "inconsistent" and "left untranslated" in note and out[0, 0, 1] == 3.5
+    out, conv, note = tc.translate_empty_lse(np.array([[[1.0, -np.inf, 2.0]]]), empty, "0")
+    assert conv == "-inf" and note is None
 
 
 def test_changed_is_bitwise():

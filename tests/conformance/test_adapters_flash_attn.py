@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
+from adapter_helpers import BOUND, real_rows, reference
 
+import oracles
 from conformance.adapters.flash_attn import (
     FlashAttn2,
     FlashAttn3,
@@ -18,7 +22,8 @@ from conformance.adapters.flash_attn import (
     unpack_varlen,
     unpack_varlen_lse,
 )
-from conformance.case import Case
+from conformance.case import Case, FP8Spec
+from conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 
@@ -82,8 +87,7 @@ def test_varlen_lse_layouts():
 @pytest.mark.fp8
 @pytest.mark.parametrize("granularity", ["per_tensor", "per_head"])
 def test_fa3_descales_from_the_oracle_quantizer(granularity):
-    from oracles import fp8
-
+    fp8 = oracles.fp8
     rng = np.random.default_rng(0)
     q, k, v = rng.standard_normal((2, 4, 5, 16)), rng.standard_normal((2, 2, 7, 16)), rng.standard_normal((2, 2, 7, 16))
     quant = fp8.quantize_attention_inputs(q, k, v, granularity=granularity)
@@ -99,3 +103,204 @@ def test_fa3_descales_from_the_oracle_quantizer(granularity):
                                    "v_descale": np.full((2, 2), 1.0 + 2.0 ** -40)}, 2, 2)
     assert exact["k_descale"].tolist() == [[2.0, 2.0], [2.0, 2.0]]
     assert rounded == pytest.approx(2.0 ** -40)
+
+
+# -- the adapters' call paths, against stand-ins for the flash-attention modules ------------------------
+# flash-attention needs CUDA, so these tests give the adapters small plain-torch modules with the same
+# signatures and the documented flash-attn semantics (bottom-right causal, windows around the aligned
+# diagonal, softcap, GQA, varlen packing, LSE conventions +inf (FA2) / -inf (FA3, FA4)). They check the
+# adapter's translation - layouts, packing, windows, descales, LSE handling - against the FP64 oracle;
+# the kernels themselves are judged on the GPU.
+
+def _core(q, k, v, scale, causal, window, softcap, unbounded, empty_lse, descales=None):
+    """Attention on [B, L, H, D] tensors with flash-attn's semantics; returns (out [B, Lq, H, dv], lse)."""
+    B, Lq, H, D = q.shape
+    Lk, Hkv = k.shape[1], k.shape[2]
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
+    if descales is not None:  # FA3 FP8: O = softmax(scale dq dk Q8 K8^T) (dv V8), descales (B, Hkv)
+        g = H // Hkv
+        qf = qf * descales["q_descale"].repeat_interleave(g, 1)[:, :, None, None]
+        kf = kf * descales["k_descale"][:, :, None, None]
+        vf = vf * descales["v_descale"][:, :, None, None]
+    kf, vf = kf.repeat_interleave(H // Hkv, 1), vf.repeat_interleave(H // Hkv, 1)
+    scale = D ** -0.5 if scale is None else scale
+    s = qf @ kf.transpose(-1, -2) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(Lq)[:, None] + (Lk - Lq)
+    j = torch.arange(Lk)[None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool)
+    if right is not None and right != unbounded:
+        keep &= j <= i + right
+    if left is not None and left != unbounded:
+        keep &= j >= i - left
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    empty = torch.isneginf(lse)
+    p = torch.exp(s - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
+    out = (p @ vf).transpose(1, 2)
+    out_dtype = torch.bfloat16 if descales is not None else q.dtype
+    return out.to(out_dtype), torch.where(empty, torch.full_like(lse, empty_lse), lse)
+
+
+def _varlen(q, k, v, cu_q, cu_k, run):
+    outs, lses = [], []
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        o, lse = run(q[None, qs], k[None, ks], v[None, ks])
+        outs.append(o[0])
+        lses.append(lse[0])
+    return torch.cat(outs, 0), torch.cat(lses, 1)  # out [total, H, dv], lse (H, total)
+
+
+def _fake_fa2():
+    mod = types.ModuleType("fake_flash_attn")
+    mod.__version__ = "2.8.3"
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+        out, lse = _core(q, k, v, softmax_scale, causal, window_size, softcap, -1, float("inf"))
+        return (out, lse, None) if return_attn_probs else out
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                               alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None):
+        assert cu_seqlens_q.dtype == torch.int32 and max_seqlen_q == int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, lambda a, b, c: _core(
+            a, b, c, softmax_scale, causal, window_size, softcap, -1, float("inf")))
+        return (out, lse, None) if return_attn_probs else out
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+        outs, lses = [], []
+        for b in range(q.shape[0]):
+            n = int(cache_seqlens[b])
+            o, lse = _core(q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n], softmax_scale, causal,
+                           window_size, softcap, -1, float("inf"))
+            outs.append(o)
+            lses.append(lse)
+        out, lse = torch.cat(outs), torch.cat(lses)
+        return (out, lse) if return_softmax_lse else out
+
+    mod.flash_attn_func = flash_attn_func
+    mod.flash_attn_varlen_func = flash_attn_varlen_func
+    mod.flash_attn_with_kvcache = flash_attn_with_kvcache
+    return mod
+
+
+def _fake_fa3():
+    mod = types.ModuleType("fake_flash_attn_interface")
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
+                        v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
+                        pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False):
+        ds = None
+        if q.dtype == torch.float8_e4m3fn:
+            ds = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+            assert all(d.shape == (q.shape[0], k.shape[2]) and d.dtype == torch.float32 for d in ds.values())
+        out, lse = _core(q, k, v, softmax_scale, causal, window_size, softcap, -1, float("-inf"), ds)
+        return (out, lse) if return_attn_probs else out
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
+                               seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
+                               k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                               num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
+                               return_attn_probs=False):
+        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, lambda a, b, c: _core(
+            a, b, c, softmax_scale, causal, window_size, softcap, -1, float("-inf")))
+        return (out, lse) if return_attn_probs else out
+
+    mod.flash_attn_func = flash_attn_func
+    mod.flash_attn_varlen_func = flash_attn_varlen_func
+    return mod
+
+
+def _fake_fa4():
+    mod = types.ModuleType("fake_flash_attn_cute")
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(None, None), learnable_sink=None,
+                        softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, return_lse=False):
+        assert all(w is None or w >= 0 for w in window_size), f"FA4 windows use None, got {window_size}"
+        out, lse = _core(q, k, v, softmax_scale, causal, window_size, softcap, None, float("-inf"))
+        return out, (lse if return_lse else None)
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                               seqused_q=None, seqused_k=None, page_table=None, softmax_scale=None, causal=False,
+                               window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1,
+                               pack_gqa=None, deterministic=False, return_lse=False):
+        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, lambda a, b, c: _core(
+            a, b, c, softmax_scale, causal, window_size, softcap, None, float("-inf")))
+        return out, (lse if return_lse else None)
+
+    mod.flash_attn_func = flash_attn_func
+    mod.flash_attn_varlen_func = flash_attn_varlen_func
+    return mod
+
+
+FA_CASES = [
+    Case("t", 2, 4, 2, 9, 5, 16, 16, dtype="float16", causal=True),  # Lq > Lk: empty rows
+    Case("t", 2, 4, 1, 3, 70, 16, 16, dtype="bfloat16", window=(5, 2)),  # decoding-sized: with_kvcache (FA2)
+    Case("t", 2, 2, 2, 6, 9, 16, 16, dtype="float16", softcap=3.0, layout="bshd"),
+    Case("t", 3, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6, 0), seqlens_k=(9, 3, 5), causal=True),
+    # square: top-left == bottom-right
+    Case("t", 3, 2, 1, 7, 7, 16, 16, dtype="bfloat16", layout="kv_broadcast", causal=True, alignment="top_left"),
+]
+
+
+@pytest.mark.parametrize("cls,fake", [(FlashAttn2, _fake_fa2), (FlashAttn3, _fake_fa3), (FlashAttn4, _fake_fa4)],
+                         ids=["fa2", "fa3", "fa4"])
+@pytest.mark.parametrize("case", FA_CASES, ids=lambda c: c.id)
+def test_flash_attn_call_paths_against_stand_in_modules(cls, fake, case):
+    adapter = cls()
+    adapter._module = fake()
+    inputs = make_inputs(case)
+    want_out, want_lse = reference(case, inputs)
+    fo = adapter.forward(inputs, case, "cpu")
+    rows = real_rows(case)
+    assert np.abs(fo.out - want_out)[rows].max() <= BOUND[case.dtype]
+    lse_rows = rows & np.isfinite(want_lse)
+    assert np.abs(fo.lse[lse_rows] - want_lse[lse_rows]).max() <= 1e-5
+    empty = rows & np.isneginf(want_lse)
+    if empty.any():  # FA2 keeps its +inf (the engine names it), FA3/FA4 write -inf
+        assert np.all(fo.lse[empty] == (np.inf if cls is FlashAttn2 else -np.inf))
+        assert fo.lse_convention == ("+inf" if cls is FlashAttn2 else "-inf")
+    entry = fo.notes[0]
+    if case.varlen:
+        assert "varlen" in entry
+    elif cls is FlashAttn2 and case.Lq <= 4:
+        assert entry == "entry point: flash_attn_with_kvcache"
+    assert fo.mutated_inputs == ()
+
+
+@pytest.mark.backward
+@pytest.mark.parametrize("cls,fake", [(FlashAttn2, _fake_fa2), (FlashAttn4, _fake_fa4)], ids=["fa2", "fa4"])
+def test_flash_attn_backward_path_against_stand_in_modules(cls, fake):
+    case = Case("t", 2, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6), seqlens_k=(9, 3), causal=True,
+                backward=True)
+    adapter = cls()
+    adapter._module = fake()
+    inputs = make_inputs(case)
+    want = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **case.oracle_kwargs)
+    bo = adapter.backward(inputs, case, "cpu")
+    rows = real_rows(case)[..., None]
+    assert np.abs(np.where(rows, bo.dq - want[0], 0)).max() < 1e-2
+    assert np.abs(bo.dk - want[1]).max() < 1e-2 and np.abs(bo.dv - want[2]).max() < 1e-2
+
+
+@pytest.mark.fp8
+def test_fa3_fp8_path_hands_codes_and_float32_descales():
+    case = Case("t", 2, 4, 2, 16, 24, 32, 32, dtype="float8_e4m3fn", fp8=FP8Spec(granularity="per_head"))
+    adapter = FlashAttn3()
+    adapter._module = _fake_fa3()
+    inputs = make_inputs(case)
+    t = adapter._tensors(inputs, case, "cpu", False)
+    assert t.q.dtype == torch.float8_e4m3fn and np.array_equal(t.q.double().numpy(), inputs.fp8["q8"])
+    fo = adapter.forward(inputs, case, "cpu")
+    assert fo.out_dtype == "bfloat16"
+    want, _ = reference(case, inputs)
+    assert np.abs(fo.out - want).max() < 0.05  # bf16 output of an exact-in-float32 stand-in

@@ -86,8 +86,9 @@ def test_quantize_attention_inputs_contract(fmt, granularity, incoherent):
                                         incoherent=incoherent, seed=3)
     B, Hq, Lq, _ = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
+    nq, nk = -(-Lq // 16), -(-Lk // 8)  # 3 and 6 tiles, each with a short last tile
     shapes = {"per_tensor": ((), (), ()), "per_head": ((B, Hkv), (B, Hkv), (B, Hkv)),
-              "per_tile": ((B, Hq, 3), (B, Hkv, 6), (B, Hkv, 6))}[granularity]
+              "per_tile": ((B, Hq, nq), (B, Hkv, nk), (B, Hkv, nk))}[granularity]
     grid = _grid(fmt)
     for name, shape in zip("qkv", shapes):
         codes, desc = out[name + "8"], out[name + "_descale"]

@@ -18,6 +18,11 @@ mpmath.mp.dps = 50
 TOL = 1e-13
 
 
+def _mp(x) -> mpmath.mpf:
+    """The exact value of a float64 as an mpf."""
+    return mpmath.mpf(float(x))
+
+
 def _visible(i, j, sq, sk, causal, alignment, window):
     if i >= sq or j >= sk:
         return False
@@ -53,11 +58,11 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
                         continue
                     if mask is not None and not mask[b, h, i, j]:
                         continue
-                    s = sc * mpmath.fsum(mpmath.mpf(float(a)) * mpmath.mpf(float(c)) for a, c in zip(q[b, h, i], k[b, g, j]))
+                    s = sc * mpmath.fsum(_mp(a) * _mp(c) for a, c in zip(q[b, h, i], k[b, g, j]))
                     if softcap is not None:
                         s = softcap * mpmath.tanh(s / softcap)
                     if bias is not None:
-                        s += mpmath.mpf(float(bias[b, h, i, j]))
+                        s += _mp(bias[b, h, i, j])
                     scores[j] = s
                 if not scores:
                     lse[b, h, i] = None
@@ -65,8 +70,9 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
                 total = mpmath.fsum(mpmath.exp(s) for s in scores.values())
                 lse[b, h, i] = mpmath.log(total)
                 for c in range(dv):
-                    out[b, h, i, c] = mpmath.fsum(mpmath.exp(s) / total * mpmath.mpf(float(v[b, g, j, c])) for j, s in scores.items())
-                    scl[b, h, i, c] = mpmath.fsum(mpmath.exp(s) / total * abs(mpmath.mpf(float(v[b, g, j, c]))) for j, s in scores.items())
+                    terms = [mpmath.exp(s) / total * _mp(v[b, g, j, c]) for j, s in scores.items()]
+                    out[b, h, i, c] = mpmath.fsum(terms)
+                    scl[b, h, i, c] = mpmath.fsum(abs(t) for t in terms)
     return out, lse, scl
 
 

@@ -114,7 +114,11 @@ def test_varlen_equals_per_sequence_slices(causal, alignment):
     out, lse = oracles.attention(q, k, v, causal=causal, alignment=alignment, seqlens_q=sq, seqlens_k=sk)
     for b in range(3):
         o_b, l_b = oracles.attention(
-            q[b : b + 1, :, : sq[b]], k[b : b + 1, :, : sk[b]], v[b : b + 1, :, : sk[b]], causal=causal, alignment=alignment
+            q[b : b + 1, :, : sq[b]],
+            k[b : b + 1, :, : sk[b]],
+            v[b : b + 1, :, : sk[b]],
+            causal=causal,
+            alignment=alignment,
         )
         _same((out[b : b + 1, :, : sq[b]], lse[b : b + 1, :, : sq[b]]), (o_b, l_b), what=f"batch {b}")
         assert np.all(out[b, :, sq[b] :] == 0) and np.all(np.isneginf(lse[b, :, sq[b] :]))

@@ -31,7 +31,9 @@ CASES = {
 def _compare(a, b, what, repro):
     out_a, lse_a = a
     out_b, lse_b = b
-    np.testing.assert_array_equal(np.isneginf(lse_a), np.isneginf(lse_b), err_msg=f"{what}: -inf LSE rows differ; {repro}")
+    np.testing.assert_array_equal(
+        np.isneginf(lse_a), np.isneginf(lse_b), err_msg=f"{what}: -inf LSE rows differ; {repro}"
+    )
     fin = np.isfinite(lse_a)
     err = max(np.abs(out_a - out_b).max(), np.abs(lse_a[fin] - lse_b[fin]).max(initial=0.0))
     assert err <= TOL, f"{what}: max |streaming - dense| = {err:.3e} > {TOL:g}; {repro}"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracle_helpers import rand_qkv
 
 import oracles
-
-from oracle_helpers import rand_qkv
 
 
 @pytest.fixture

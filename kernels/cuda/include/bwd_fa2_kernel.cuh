@@ -21,9 +21,13 @@
 
 namespace attn_bwd {
 
-template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC>
+// QSTAGES: Q/dO buffers (2 = prefetch the next tile during this one, 1 = load then compute);
+// MINB: CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one
+// CTA's barrier phases with the other's work, at the price of 128 registers per thread.
+template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1>
 struct Fa2BwdTraits {
     static constexpr int D = D_, BC = BC_, BR = BR_, NW = 8, THREADS = 32 * NW;
+    static constexpr int QSTAGES = QSTAGES_, MINB = MINB_;
     static constexpr int SROW = D + 8;   // pitch of K, V, Q, dO tiles (elements)
     static constexpr int PROW = BR + 8;  // pitch of the P^T and dS^T tiles [BC][BR]
     // GEMM A: [BC x BR] split WMA x (NW / WMA)
@@ -37,24 +41,26 @@ struct Fa2BwdTraits {
     static_assert(C_M % 16 == 0 && C_N % 16 == 0, "GEMM C warp tile");
     template <typename T>
     static constexpr size_t smem_bytes() {
-        return sizeof(T) * ((size_t)2 * BC * SROW + 4 * BR * SROW + 2 * BC * PROW) + sizeof(float) * 4 * BR;
+        return sizeof(T) * ((size_t)2 * BC * SROW + 2 * QSTAGES * BR * SROW + 2 * BC * PROW) +
+               sizeof(float) * 2 * QSTAGES * BR;
     }
 };
 
 template <typename T, class Tr>
-__global__ void __launch_bounds__(Tr::THREADS, 1) fa2_bwd_kernel(AttnBwdParams pb) {
+__global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdParams pb) {
     using T2 = typename DT<T>::T2;
     constexpr int D = Tr::D, BC = Tr::BC, BR = Tr::BR, SROW = Tr::SROW, PROW = Tr::PROW;
     const AttnFwdParams& p = pb.fwd;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sK = (T*)smem_raw;              // [BC][SROW]
     T* sV = sK + BC * SROW;            // [BC][SROW]
-    T* sQ = sV + BC * SROW;            // [2][BR][SROW]  double buffer
-    T* sdO = sQ + 2 * BR * SROW;       // [2][BR][SROW]
-    T* sPt = sdO + 2 * BR * SROW;      // [BC][PROW]  P^T
+    constexpr int NS = Tr::QSTAGES;
+    T* sQ = sV + BC * SROW;            // [NS][BR][SROW]
+    T* sdO = sQ + NS * BR * SROW;      // [NS][BR][SROW]
+    T* sPt = sdO + NS * BR * SROW;     // [BC][PROW]  P^T
     T* sdSt = sPt + BC * PROW;         // [BC][PROW]  dS^T
-    float* sLse = (float*)(sdSt + BC * PROW);  // [2][BR]
-    float* sD = sLse + 2 * BR;                 // [2][BR]
+    float* sLse = (float*)(sdSt + BC * PROW);  // [NS][BR]
+    float* sD = sLse + NS * BR;                // [NS][BR]
 
     const int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * BC;
     const int G = p.heads_q / p.heads_kv, hk = h / G;
@@ -106,12 +112,14 @@ __global__ void __launch_bounds__(Tr::THREADS, 1) fa2_bwd_kernel(AttnBwdParams p
     const int wc_m = (warp % (BR / Tr::C_M)) * Tr::C_M, wc_n = (warp / (BR / Tr::C_M)) * Tr::C_N;
 
     for (int it = 0; it < n_tiles; ++it) {
-        const int buf = it & 1;
+        const int buf = NS == 2 ? (it & 1) : 0;
         const int r0 = (t_first + (it + rot) % n_tiles) * BR;
         cp_async_wait_all();
         __syncthreads();  // tile `it` visible; every warp is done with iteration it - 1
-        if (it + 1 < n_tiles) issue_q_tile(it + 1, buf ^ 1);
-        cp_async_commit();
+        if (NS == 2) {    // double buffer: prefetch the next tile now, it lands during this one
+            if (it + 1 < n_tiles) issue_q_tile(it + 1, buf ^ 1);
+            cp_async_commit();
+        }
         const T* cQ = sQ + buf * BR * SROW;
         const T* cdO = sdO + buf * BR * SROW;
         const float* cL = sLse + buf * BR;
@@ -172,6 +180,14 @@ __global__ void __launch_bounds__(Tr::THREADS, 1) fa2_bwd_kernel(AttnBwdParams p
         // GEMM B: dV += P^T dO, dK += dS^T Q.
         warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
         warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
+
+        // Single buffer: once every warp is past GEMM B, Q_i / dO_i are dead; the next tile's
+        // copy then overlaps GEMM C and its atomics.
+        if (NS == 1) {
+            __syncthreads();
+            if (it + 1 < n_tiles) issue_q_tile(it + 1, 0);
+            cp_async_commit();
+        }
 
         // GEMM C: dQ_i += dS K_j (dS read transposed out of dS^T), fp32 atomics, unscaled.
         {

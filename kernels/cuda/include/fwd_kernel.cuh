@@ -25,7 +25,7 @@
 
 namespace attn {
 
-template <class Tr, bool kSplit>
+template <class Tr, bool kSplit, bool kPrescale>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
     using Elem = typename Tr::Elem;
     using Sched = TileScheduler<kSplit>;
@@ -73,11 +73,11 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
     OnlineSoftmax<Tr::kMTiles, Tr::kNTilesS> softmax;
     softmax.init();
 
-    // Scores are pre-multiplied when a softcap is on (tanh needs them in natural units) or the scale
-    // is not positive (the running max must be taken over scaled scores); otherwise the scale is
-    // folded into the exponent's FFMA.
-    const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
-    const float sl2 = prescale ? 1.f : p.scale * kLog2e;
+    // kPrescale: scores are pre-multiplied when a softcap is on (tanh needs them in natural units)
+    // or the scale is not positive (the running max must be taken over scaled scores); otherwise
+    // the scale is folded into the exponent's FFMA. A template flag, so the common path carries no
+    // tanh code and no extra registers.
+    const float sl2 = kPrescale ? 1.f : p.scale * kLog2e;
 
     if (n_lo < n_hi) {
         // Q: row r of the tile comes from (head, query row) given by the scheduler; missing rows = 0.
@@ -94,17 +94,6 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
                                             p.k_row_stride, mask.lk - (n_hi - 1) * Tr::kBlockN, tid);
         cp_async_commit();
 
-        // Query position of each row this thread holds (masking), computed once.
-        int qi[Tr::kMTiles][2];
-#pragma unroll
-        for (int mi = 0; mi < Tr::kMTiles; ++mi)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                int h, i;
-                qi[mi][hh] = Sched::template row<Tr::kBlockM>(p, w, lq, warp_row0 + mi * 16 + (lane >> 2) + hh * 8, h, i)
-                                 ? i
-                                 : 0;
-            }
 
         for (int n = n_hi - 1; n >= n_lo; --n) {
             cp_async_wait<0>();
@@ -116,7 +105,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
             float acc_s[Tr::kMTiles][Tr::kNTilesS][4];
             gemm_qk<Tr>(acc_s, sQ, sK, warp_row0, lane);
 
-            if (prescale) {
+            if constexpr (kPrescale) {
                 const float cap = p.softcap, sc = p.scale;
 #pragma unroll
                 for (int mi = 0; mi < Tr::kMTiles; ++mi)
@@ -136,8 +125,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
                     for (int nt = 0; nt < Tr::kNTilesS; ++nt)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
+                            // query position of this row (rows past the length: any value, never written)
+                            int h, i;
+                            Sched::template row<Tr::kBlockM>(p, w, lq, warp_row0 + mi * 16 + (lane >> 2) + (e >> 1) * 8,
+                                                             h, i);
                             const int j = n * Tr::kBlockN + nt * 8 + 2 * (lane & 3) + (e & 1);
-                            if (!mask.visible(qi[mi][e >> 1], j)) acc_s[mi][nt][e] = -INFINITY;
+                            if (!mask.visible(i, j)) acc_s[mi][nt][e] = -INFINITY;
                         }
             }
             softmax.update(acc_s, acc_o, sl2);
@@ -158,10 +151,16 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
     store_output<Tr, kSplit>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
 }
 
-// Host side: launch fwd_kernel<Tr, kSplit> with the dynamic shared memory it needs.
+template <class Tr, bool kSplit>
+inline auto fwd_kernel_for(const AttnFwdParams& p) {
+    const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
+    return prescale ? fwd_kernel<Tr, kSplit, true> : fwd_kernel<Tr, kSplit, false>;
+}
+
+// Host side: launch fwd_kernel<Tr, kSplit, prescale?> with the dynamic shared memory it needs.
 template <class Tr, bool kSplit>
 inline cudaError_t launch_fwd(const AttnFwdParams& p, dim3 grid, int num_splits, cudaStream_t stream) {
-    auto kernel = fwd_kernel<Tr, kSplit>;
+    auto kernel = fwd_kernel_for<Tr, kSplit>(p);
     if (Tr::kSmemBytes > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
         if (e != cudaSuccess) return e;

@@ -56,18 +56,38 @@ struct FwdTraits {
 };
 
 // The configurations that are compiled (few, to keep the CI build short; see kernels/cuda/NOTES.md).
+// Each is "kBlockM, kBlockN, kNWarps" and can be overridden at build time with -D for tuning runs.
 // FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
 // MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers).
+#ifndef ATTN_FA2_D64
+#define ATTN_FA2_D64 128, 64, 4
+#endif
+#ifndef ATTN_FA2_D128
+#define ATTN_FA2_D128 128, 64, 4
+#endif
+#ifndef ATTN_FA2_D256
+#define ATTN_FA2_D256 128, 64, 8
+#endif
 template <int D, typename Elem> struct Fa2Config;
-template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, 128, 64, 4, Elem>; };
-template <typename Elem> struct Fa2Config<128, Elem> { using T = FwdTraits<128, 128, 64, 4, Elem>; };
-template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, 128, 64, 8, Elem>; };
+template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, ATTN_FA2_D64, Elem>; };
+template <typename Elem> struct Fa2Config<128, Elem> { using T = FwdTraits<128, ATTN_FA2_D128, Elem>; };
+template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, ATTN_FA2_D256, Elem>; };
 
-// Split-KV (decoding): one warp and 16 packed rows per CTA (queries of one GQA group); long key
-// tiles so each CTA keeps many bytes in flight, since decoding is bound by reading K and V.
+// Split-KV (decoding): one warp and 16 packed rows per CTA (queries of one GQA group), small shared
+// memory so many CTAs (and their cp.async loads) are resident per SM: decoding is bound by reading
+// K and V, and bytes in flight are what hides the memory latency.
+#ifndef ATTN_SPLIT_D64
+#define ATTN_SPLIT_D64 16, 64, 1
+#endif
+#ifndef ATTN_SPLIT_D128
+#define ATTN_SPLIT_D128 16, 64, 1
+#endif
+#ifndef ATTN_SPLIT_D256
+#define ATTN_SPLIT_D256 16, 64, 1
+#endif
 template <int D, typename Elem> struct SplitConfig;
-template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, 16, 128, 1, Elem>; };
-template <typename Elem> struct SplitConfig<128, Elem> { using T = FwdTraits<128, 16, 128, 1, Elem>; };
-template <typename Elem> struct SplitConfig<256, Elem> { using T = FwdTraits<256, 16, 64, 1, Elem>; };
+template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, ATTN_SPLIT_D64, Elem>; };
+template <typename Elem> struct SplitConfig<128, Elem> { using T = FwdTraits<128, ATTN_SPLIT_D128, Elem>; };
+template <typename Elem> struct SplitConfig<256, Elem> { using T = FwdTraits<256, ATTN_SPLIT_D256, Elem>; };
 
 }  // namespace attn

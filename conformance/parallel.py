@@ -1,0 +1,170 @@
+"""``run --workers N``: spread cases over N worker processes, one GPU each, into one report (issue 7).
+
+The parent sorts the cases by estimated cost (largest first) and hands each idle worker the next
+case; a worker (``python -m conformance.parallel``) loads the adapters once, keeps its own oracle
+cache, runs every adapter on the case with the same `Runner` as a single-process run, and sends the
+`CaseResult`s back. Worker i gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker
+that dies costs only the case it was running (CRASH for each adapter) and is restarted.
+
+Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the
+root conftest pins each xdist worker to a GPU with `gpu_for_worker`, and conformance/conftest.py
+orders the tests largest first.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from conformance.case import Case
+from conformance.catalog import estimated_cost
+from conformance.worker import _recv, _send
+
+__all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use, without initialising CUDA (CUDA_VISIBLE_DEVICES or nvidia-smi)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_for_worker(index: int, gpus: Sequence[str] | None = None) -> str | None:
+    gpus = list(visible_gpus() if gpus is None else gpus)
+    return gpus[index % len(gpus)] if gpus else None
+
+
+class _Worker:
+    def __init__(self, index: int, specs: list[str], device: str, timeout: float, determinism: str,
+                 gpu: str | None):
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        self.index = index
+        self.proc = subprocess.Popen([sys.executable, "-m", "conformance.parallel"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, start_new_session=True)
+        _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism})
+        self.case: Case | None = None
+        self.started = 0.0
+
+    def submit(self, case: Case) -> None:
+        self.case, self.started = case, time.monotonic()
+        _send(self.proc.stdin, case.to_dict())
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
+                 determinism: str = "sampled", progress: Callable[[str], None] | None = None) -> list:
+    """Run `cases` on the `loaded` adapters with `workers` processes; results in catalog order."""
+    from conformance.engine import CaseResult, features_of, repro_command
+
+    specs = [la.spec for la in loaded]
+    order = sorted(cases, key=lambda c: -estimated_cost(c))
+    gpus = visible_gpus() if device == "cuda" else []
+    pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None)
+            for i in range(workers)]
+    pending = list(order)
+    results: dict[str, list[CaseResult]] = {}
+    case_limit = timeout * (len(specs) + 1) * 3
+    t0 = time.perf_counter()
+    try:
+        for w in pool:
+            if pending:
+                w.submit(pending.pop(0))
+        while any(w.case is not None for w in pool):
+            busy = {w.proc.stdout.fileno(): w for w in pool if w.case is not None}
+            ready, _, _ = select.select(list(busy), [], [], 1.0)
+            for fd in ready:
+                w = busy[fd]
+                case = w.case
+                try:
+                    reply = _recv(fd, time.monotonic() + 60)
+                    results[case.id] = reply
+                except Exception as exc:  # the worker died: only this case is lost
+                    results[case.id] = [
+                        CaseResult(case.id, la.name, la.spec, "CRASH", case.family, features_of(case),
+                                   message=f"CRASH: worker {w.index} died running this case: {exc}",
+                                   case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
+                        for la in loaded]
+                    w.kill()
+                    pool[pool.index(w)] = w = _Worker(w.index, specs, device, timeout, determinism,
+                                                      gpu_for_worker(w.index, gpus) if gpus else None)
+                w.case = None
+                if pending:
+                    w.submit(pending.pop(0))
+                if progress is not None and len(results) % 25 == 0:
+                    progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] "
+                             f"elapsed {time.perf_counter() - t0:.0f}s")
+            for w in pool:
+                if w.case is not None and time.monotonic() - w.started > case_limit:
+                    case = w.case
+                    results[case.id] = [
+                        CaseResult(case.id, la.name, la.spec, "TIMEOUT", case.family, features_of(case),
+                                   message=f"TIMEOUT: worker {w.index} exceeded {case_limit:g} s on this case",
+                                   case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
+                        for la in loaded]
+                    w.kill()
+                    nw = _Worker(w.index, specs, device, timeout, determinism,
+                                 gpu_for_worker(w.index, gpus) if gpus else None)
+                    pool[pool.index(w)] = nw
+                    if pending:
+                        nw.submit(pending.pop(0))
+    finally:
+        for w in pool:
+            try:
+                w.proc.stdin.close()
+            except OSError:
+                pass
+            w.kill()
+    return [r for c in cases for r in results.get(c.id, [])]
+
+
+def main() -> int:
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(out_fd, "wb")
+    inp = sys.stdin.buffer.fileno()
+    from conformance.engine import Runner
+    from conformance.registry import load_many
+    from conformance.worker import WorkerCrash
+
+    cfg = _recv(inp, None)
+    runner = Runner(load_many(cfg["specs"], cfg["device"]), cfg["device"], timeout=cfg["timeout"],
+                    determinism=cfg["determinism"])
+    try:
+        while True:
+            try:
+                data = _recv(inp, None)
+            except WorkerCrash:
+                return 0
+            case = Case.from_dict(data)
+            results = [runner.run_case(la, case) for la in runner.adapters]
+            runner.cache.evict(case.id)
+            _send(out, results)
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":
+    # run from the importable module, so pickled results name it (not __main__)
+    from conformance.parallel import main as _main
+
+    sys.exit(_main())

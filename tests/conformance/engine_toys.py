@@ -1,0 +1,149 @@
+"""Tiny NumPy adapters for the engine's own tests: a correct emulated kernel with switchable bugs.
+
+`EmulatedKernel` computes attention the way a FlashAttention kernel does (key tiles, online
+softmax with running max m, sum l and unnormalised output o), with each intermediate rounded to a
+chosen format, so a test can turn one precision or semantics bug on at a time:
+
+- ``acc``: format of the l / o accumulators (correct: float32; bug: bfloat16);
+- ``p_fmt``: format P is rounded to before the PV product (correct: the input dtype; bug: FP8);
+- ``score_fmt``: format the scores are rounded to (correct: float32; bug: bfloat16);
+- misc behaviours: mutate an input, return NaN, wrong shape, LSE +inf on empty rows, raise,
+  nondeterminism, crash (os.abort), hang.
+
+Semantics (SEMANTICS.md §3-§9) come from `oracles.visibility`; only the arithmetic is emulated.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, ForwardOutput
+from conformance.inputs import round_to_dtype
+
+ALL_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
+
+
+def _r(x, fmt):
+    return round_to_dtype(x, fmt) if fmt != "float64" else np.asarray(x, dtype=np.float64)
+
+
+class EmulatedKernel(Adapter):
+    name = "toy-emulated"
+    capabilities = Capabilities(dtypes=ALL_DTYPES, mask=True, bias=True, window=True, softcap=True,
+                                varlen=True, lse=True, backward=True, deterministic=True)
+
+    def __init__(self, acc: str = "float32", p_fmt: str | None = None, score_fmt: str = "float32",
+                 tile: int = 64, behaviour: str = "correct", lse_empty: float = -math.inf):
+        self.acc, self.p_fmt, self.score_fmt, self.tile = acc, p_fmt, score_fmt, tile
+        self.behaviour, self.lse_empty = behaviour, lse_empty
+        self.calls = 0
+
+    def version(self) -> str:
+        return "toy"
+
+    def forward(self, inputs, case, device):
+        import oracles
+
+        self.calls += 1
+        b = self.behaviour
+        if b == "raise":
+            raise RuntimeError("toy kernel failure")
+        if b == "abort":
+            os.abort()
+        if b == "hang":
+            time.sleep(3600)
+        if b == "mutate":
+            inputs.q[..., 0] += 1.0
+        dt = case.dtype
+        acc = "float64" if dt == "float64" else self.acc
+        sfmt = "float64" if dt == "float64" else self.score_fmt
+        pfmt = self.p_fmt or dt
+        q, k, v = inputs.q, inputs.k, inputs.v
+        B, Hq, Lq, _ = q.shape
+        Hkv, Lk, dv = k.shape[1], k.shape[2], v.shape[3]
+        scale = case.scale if case.scale is not None else 1.0 / math.sqrt(q.shape[3])
+        vis = np.broadcast_to(oracles.visibility(Lq, Lk, causal=case.causal, alignment=case.alignment,
+                                                 window=case.window, seqlens_q=case.seqlens_q,
+                                                 seqlens_k=case.seqlens_k), (B, Hq, Lq, Lk))
+        if inputs.mask is not None:
+            vis = vis & inputs.mask
+        out = np.zeros((B, Hq, Lq, dv))
+        lse = np.full((B, Hq, Lq), -np.inf)
+        g = Hq // Hkv
+        for bi in range(B):
+            for h in range(Hq):
+                s = _r(_r(q[bi, h].astype(np.float32) @ k[bi, h // g].T.astype(np.float32), "float32") * scale,
+                       sfmt) if dt != "float64" else (q[bi, h] @ k[bi, h // g].T) * scale
+                if case.softcap:
+                    s = case.softcap * np.tanh(s / case.softcap)
+                if inputs.bias is not None:
+                    s = s + np.broadcast_to(inputs.bias, (B, Hq, Lq, Lk))[bi, h]
+                s = np.where(vis[bi, h], s, -np.inf)
+                m = np.full(Lq, -np.inf)
+                l_ = np.zeros(Lq)
+                o = np.zeros((Lq, dv))
+                for t0 in range(0, Lk, self.tile):
+                    blk = s[:, t0:t0 + self.tile]
+                    m_new = np.maximum(m, blk.max(axis=1, initial=-np.inf))
+                    safe = np.where(np.isneginf(m_new), 0.0, m_new)
+                    alpha = np.exp(m - safe)
+                    p = _r(np.exp(blk - safe[:, None]), "float32" if acc != "float64" else "float64")
+                    l_ = _r(alpha * l_, acc)
+                    for j in range(p.shape[1]):  # one rounding per accumulated key: a real accumulator
+                        l_ = _r(l_ + p[:, j], acc)
+                    pr = _r(p, pfmt)
+                    o = _r(alpha[:, None] * o, acc)
+                    for j in range(p.shape[1]):
+                        o = _r(o + pr[:, j:j + 1] * v[bi, h // g, t0 + j][None, :], acc)
+                    m = m_new
+                empty = l_ == 0
+                out[bi, h] = _r(np.where(empty[:, None], 0.0, o / np.where(empty, 1.0, l_)[:, None]), dt)
+                with np.errstate(divide="ignore"):
+                    lse[bi, h] = np.where(empty, self.lse_empty, m + np.log(np.where(empty, 1.0, l_)))
+        if b == "nan":
+            out[0, 0, 0, 0] = np.nan
+        if b == "nondeterministic":
+            out = out + (self.calls % 2) * 2.0**-30 * np.abs(out)
+        if b == "wrong_shape":
+            out = out[:, :, :-1]
+        return ForwardOutput(out=out, lse=lse, out_dtype=dt, lse_convention="+inf" if self.lse_empty > 0 else "-inf")
+
+    def backward(self, inputs, case, device):
+        import oracles
+
+        kw = dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias)
+        dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **kw)
+        dq, dk, dv = (_r(x, case.dtype) for x in (dq, dk, dv))
+        if self.behaviour == "bad_dq":
+            dq = dq * 1.01
+        return BackwardOutput(dq=dq, dk=dk, dv=dv)
+
+
+def make(**kw):
+    """Factory used by ``module:attr`` specs in worker tests."""
+    return EmulatedKernel(**kw)
+
+
+class Aborting(EmulatedKernel):
+    name = "toy-abort"
+    isolate = True
+
+    def __init__(self):
+        super().__init__(behaviour="abort")
+
+
+class Hanging(EmulatedKernel):
+    name = "toy-hang"
+    isolate = True
+
+    def __init__(self):
+        super().__init__(behaviour="hang")
+
+
+class IsolatedCorrect(EmulatedKernel):
+    name = "toy-isolated"
+    isolate = True

@@ -1,0 +1,70 @@
+"""The CLI end to end: list, run (exit codes, reports, --workers), repro of a broken function."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BROKEN = "conformance.examples.broken_sdpa:attention"
+
+
+def _cli(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=timeout)
+
+
+def test_list_names_every_builtin():
+    from conformance.adapters import BUILTIN
+
+    p = _cli("list")
+    assert p.returncode == 0, p.stderr
+    for name in BUILTIN:
+        assert name in p.stdout
+
+
+def test_usage_errors_exit_2(tmp_path):
+    p = _cli("run", "-k", "no-such-case-xyz", "--impl", "reference-fa2", "--report-dir", str(tmp_path))
+    assert p.returncode == 2
+    assert _cli("repro", "no-such-case").returncode == 2
+    assert _cli("frobnicate").returncode == 2
+
+
+def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
+    pytest.importorskip("torch")
+    p = _cli("run", "--impl", BROKEN, "-k", "tile_edges and q1k129 or tile_edges-b1h2x2-q64k64", "--report-dir",
+             str(tmp_path), "--quiet")
+    assert p.returncode == 1, p.stdout + p.stderr
+    rep = json.loads((tmp_path / "report.json").read_text())
+    failed = [r for r in rep["results"] if r["outcome"] == "FAIL"]
+    passed = [r for r in rep["results"] if r["outcome"] == "PASS"]
+    assert failed and passed
+    assert "repro" in (tmp_path / "report.md").read_text()
+    cmd = failed[0]["repro"].split()
+    assert cmd[:4] == ["python", "-m", "conformance", "repro"]
+    snippet = _cli(*cmd[3:])
+    assert snippet.returncode == 0, snippet.stderr
+    script = tmp_path / "repro.py"
+    script.write_text(snippet.stdout)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1 and "FAIL" in run.stdout, run.stdout + run.stderr
+    good = _cli("repro", passed[0]["case_id"], "--impl", BROKEN)
+    script.write_text(good.stdout)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0 and "PASS" in run.stdout, run.stdout + run.stderr
+
+
+def test_workers_give_the_same_outcomes(tmp_path):
+    args = ["--impl", "reference-fa2", "-k", "gqa or masked_rows", "--quiet"]
+    one = _cli("run", *args, "--report-dir", str(tmp_path / "w1"))
+    two = _cli("run", *args, "--report-dir", str(tmp_path / "w2"), "--workers", "2")
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    a, b = (json.loads((tmp_path / w / "report.json").read_text())["results"] for w in ("w1", "w2"))
+    key = lambda rs: [(r["case_id"], r["adapter"], r["outcome"]) for r in rs]
+    assert key(a) == key(b) and len(a) > 5

@@ -1,0 +1,103 @@
+"""The tolerance policy in both directions (conformance/TOLERANCES.md).
+
+Correct implementations never fail across a sweep (the naive same-precision emulation on every ci
+case; an FA-style tiled kernel with fp32 accumulators; torch's math backend at fp16/bf16/fp32), and
+precision bugs do fail (bf16 accumulators over thousands of keys, P rounded to FP8 in a bf16 kernel,
+scores rounded to bf16 with large logits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engine_toys import EmulatedKernel
+
+from conformance import catalog
+from conformance.engine import Runner
+from conformance.inputs import make_inputs
+from conformance.registry import LoadedAdapter
+from conformance.tolerance import compute_oracle, forward_tolerance, gamma, precision_model, unit_roundoff
+
+
+def _run(adapter, case):
+    runner = Runner([LoadedAdapter("toy", "toy", adapter)], "cpu", determinism="none")
+    return runner.run_case(runner.adapters[0], case)
+
+
+def test_unit_roundoffs_and_gamma():
+    assert unit_roundoff("float16") == 2.0**-11
+    assert unit_roundoff("bfloat16") == 2.0**-8
+    assert unit_roundoff("float32") == 2.0**-24
+    assert unit_roundoff("float8_e4m3fn") == 2.0**-4
+    assert gamma(4) == 4.0 and gamma(10000) == pytest.approx(500.0)
+    m = precision_model(catalog.cases("ci")[0].replace(dtype="bfloat16"))
+    assert (m.u_out, m.u_p, m.u_s) == (2.0**-8, 2.0**-8, 2.0**-24)
+
+
+def test_naive_same_precision_never_fails_on_ci_sweep():
+    worst = 0.0
+    for case in catalog.cases("ci"):
+        od = compute_oracle(case, make_inputs(case))
+        tol = forward_tolerance(od)
+        ratio = np.where(od.valid[..., None], np.abs(od.naive_out - od.out) / tol, 0.0).max(initial=0.0)
+        worst = max(worst, ratio)
+        assert ratio <= 1.0, f"naive same-precision kernel exceeds the bound on {case.id}: usage {ratio:.3g}"
+        for name, ref in od.grads.items():
+            r = (np.abs(od.naive_grads[name] - ref) / od.grad_tol[name]).max()
+            assert r <= 1.0, f"naive backward {name} exceeds the bound on {case.id}: usage {r:.3g}"
+    assert worst > 0.05, f"bound suspiciously loose: the worst usage over the sweep is only {worst:.3g}"
+
+
+SWEEP = [c for c in catalog.cases("ci") if c.family in ("tile_edges", "distribution", "accumulation", "scale",
+                                                         "softcap", "masked_rows", "worked")
+         and c.fp8 is None and not c.backward and c.Lk <= 4096][::2]
+
+
+@pytest.mark.parametrize("case", SWEEP, ids=lambda c: c.id)
+def test_tiled_fp32_accumulating_kernel_passes(case):
+    res = _run(EmulatedKernel(), case)
+    assert res.outcome in ("PASS", "QUALITY_WARNING"), res.message
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_torch_math_backend_passes(dtype):
+    pytest.importorskip("torch")
+    from conformance.registry import load
+
+    la = load("torch-sdpa-math", "cpu")
+    if not la.available:
+        pytest.skip(la.reason)
+    runner = Runner([la], "cpu", determinism="none")
+    cases = [c.replace(dtype=dtype) for c in catalog.cases("ci")
+             if c.family in ("tile_edges", "distribution", "scale", "gqa", "dtype") and c.fp8 is None][::3]
+    for case in cases:
+        res = runner.run_case(la, case)
+        assert res.outcome in ("PASS", "QUALITY_WARNING", "NOT_SUPPORTED"), f"{case.id}: {res.message}"
+
+
+def _accum_case(dtype="bfloat16"):
+    return catalog._seeded(catalog._mk("accumulation", B=1, Hq=1, Hkv=1, Lq=8, Lk=4096, d=64,
+                                       distribution="uniform", dtype=dtype))
+
+
+def test_bf16_accumulators_over_4096_keys_fail():
+    case = _accum_case()
+    assert _run(EmulatedKernel(), case).outcome == "PASS"
+    res = _run(EmulatedKernel(acc="bfloat16"), case)
+    assert res.outcome == "FAIL", res.message
+    assert res.stats["out"]["max_ratio"] > 2
+
+
+def test_fp8_p_in_bf16_kernel_fails():
+    case = catalog._seeded(catalog._mk("distribution", Lq=65, Lk=129, d=64, dtype="bfloat16"))
+    assert _run(EmulatedKernel(), case).outcome == "PASS"
+    res = _run(EmulatedKernel(p_fmt="float8_e4m3fn"), case)
+    assert res.outcome == "FAIL", res.message
+
+
+def test_bf16_scores_with_large_logits_fail():
+    case = catalog._seeded(catalog._mk("distribution", Lq=65, Lk=129, d=64, dtype="bfloat16",
+                                       distribution="large_logits"))
+    assert _run(EmulatedKernel(), case).outcome == "PASS"
+    res = _run(EmulatedKernel(score_fmt="bfloat16"), case)
+    assert res.outcome == "FAIL", res.message
