@@ -117,20 +117,29 @@ def _cmd_run(args) -> int:
               f"on {device}, profile {args.profile}", file=sys.stderr)
     t0 = time.perf_counter()
     progress = None if args.quiet else stderr_progress
+    command = ["python", "-m", "conformance"] + sys.argv[1:]
+
+    def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
+        rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
+                           command=command, extra={"workers": args.workers, "partial": True,
+                                                   "cases_planned": len(cases)})
+        write_report(args.report_dir, rep, done)
+
     if args.workers > 1:
         from conformance.parallel import run_parallel
 
         results = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
-                               determinism=args.determinism, progress=progress)
+                               determinism=args.determinism, progress=progress, checkpoint=checkpoint,
+                               every=args.progress_every)
     else:
         runner = Runner(loaded, device, timeout=args.timeout, determinism=args.determinism)
         try:
-            results = runner.run(cases, progress=progress, every=args.progress_every)
+            results = runner.run(cases, progress=progress, every=args.progress_every, checkpoint=checkpoint)
         finally:
             runner.close()
     wall = time.perf_counter() - t0
-    rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall,
-                       command=["python", "-m", "conformance"] + sys.argv[1:], extra={"workers": args.workers})
+    rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
+                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases)})
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]

@@ -326,8 +326,8 @@ class Runner:
 
     # -- a suite ---------------------------------------------------------------------------------
     def run(self, cases: Sequence[Case], progress: Callable[[str], None] | None = None,
-            every: int = 25) -> list[CaseResult]:
-        """Case-major loop; prints one progress line every ``every`` cases (counts and ETA)."""
+            every: int = 25, checkpoint: Callable[[list[CaseResult]], None] | None = None) -> list[CaseResult]:
+        """Case-major loop; one progress line (counts, ETA) and one ``checkpoint(results)`` every ``every`` cases."""
         results: list[CaseResult] = []
         counts: dict[str, int] = {}
         total_cost = sum(estimated_cost(c) + 1e5 for c in cases) or 1.0
@@ -345,6 +345,8 @@ class Runner:
                 eta = el * (total_cost - done_cost) / max(done_cost, 1.0)
                 summary = " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
                 progress(f"[{i}/{len(cases)} cases] {summary} elapsed {el:.0f}s ETA {eta:.0f}s")
+            if checkpoint is not None and i % every == 0 and i < len(cases):
+                checkpoint(results)
         return results
 
 

@@ -46,12 +46,15 @@ def gpu_for_worker(index: int, gpus: Sequence[str] | None = None) -> str | None:
 
 class _Worker:
     def __init__(self, index: int, specs: list[str], device: str, timeout: float, determinism: str,
-                 gpu: str | None):
+                 gpu: str | None, workers: int = 1):
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        threads = str(max(1, (os.cpu_count() or 1) // max(workers, 1)))
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(var, threads)  # N workers share the cores instead of oversubscribing them
         self.index = index
         self.proc = subprocess.Popen([sys.executable, "-m", "conformance.parallel"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, start_new_session=True)
@@ -72,14 +75,16 @@ class _Worker:
 
 
 def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
-                 determinism: str = "sampled", progress: Callable[[str], None] | None = None) -> list:
+                 determinism: str = "sampled", progress: Callable[[str], None] | None = None,
+                 checkpoint: Callable[[list], None] | None = None, every: int = 25) -> list:
     """Run `cases` on the `loaded` adapters with `workers` processes; results in catalog order."""
     from conformance.engine import CaseResult, features_of, repro_command
 
     specs = [la.spec for la in loaded]
     order = sorted(cases, key=lambda c: -estimated_cost(c))
     gpus = visible_gpus() if device == "cuda" else []
-    pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None)
+    pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None,
+                    workers)
             for i in range(workers)]
     pending = list(order)
     results: dict[str, list[CaseResult]] = {}
@@ -106,13 +111,16 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                         for la in loaded]
                     w.kill()
                     pool[pool.index(w)] = w = _Worker(w.index, specs, device, timeout, determinism,
-                                                      gpu_for_worker(w.index, gpus) if gpus else None)
+                                                      gpu_for_worker(w.index, gpus) if gpus else None, workers)
                 w.case = None
                 if pending:
                     w.submit(pending.pop(0))
-                if progress is not None and len(results) % 25 == 0:
-                    progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] "
-                             f"elapsed {time.perf_counter() - t0:.0f}s")
+                if len(results) % every == 0:
+                    if progress is not None:
+                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] "
+                                 f"elapsed {time.perf_counter() - t0:.0f}s")
+                    if checkpoint is not None and len(results) < len(cases):
+                        checkpoint([r for c in cases for r in results.get(c.id, [])])
             for w in pool:
                 if w.case is not None and time.monotonic() - w.started > case_limit:
                     case = w.case
@@ -123,7 +131,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                         for la in loaded]
                     w.kill()
                     nw = _Worker(w.index, specs, device, timeout, determinism,
-                                 gpu_for_worker(w.index, gpus) if gpus else None)
+                                 gpu_for_worker(w.index, gpus) if gpus else None, workers)
                     pool[pool.index(w)] = nw
                     if pending:
                         nw.submit(pending.pop(0))

@@ -19,7 +19,9 @@ conventions, kernels that ran), then every failure with its message and repro co
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -51,7 +53,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment() -> dict:
+@functools.lru_cache(maxsize=1)
+def _environment() -> dict:
     """CPU, GPU, driver, numpy/torch/CUDA/cuDNN versions of this machine."""
     import numpy
 
@@ -87,6 +90,11 @@ def environment() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return env
+
+
+def environment() -> dict:
+    """CPU, GPU, driver, numpy/torch/CUDA/cuDNN versions of this machine (probed once per process)."""
+    return copy.deepcopy(_environment())
 
 
 def adapter_info(la: LoadedAdapter) -> dict:
@@ -158,6 +166,9 @@ def _feature_columns(results: Sequence[CaseResult]) -> list[str]:
 
 def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int = 200) -> str:
     lines = [f"# Conformance report (profile `{rep['profile']}`, device `{rep['device']}`)", ""]
+    if rep.get("partial"):
+        lines += [f"**Partial report**: {rep['summary']['cases']} of {rep.get('cases_planned')} cases done "
+                  "(checkpoint of a run still in progress or stopped).", ""]
     env = rep["environment"]
     gpus = ", ".join(g["name"] for g in env.get("gpus", [])) or "none"
     lines += [f"- created {rep['created']}, wall time {rep['wall_seconds']:.1f} s, "

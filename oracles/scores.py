@@ -20,9 +20,10 @@ from .validate import Problem
 
 __all__ = ["BLOCK_ELEMENTS", "row_blocks", "score_block"]
 
-# Target size of one score block in float64 elements (32 MiB): large enough for efficient GEMMs
-# (measured: 64-row blocks cost 5x, 256+ rows ~1.05x), small enough for the 1 GiB budget at L=16384.
-BLOCK_ELEMENTS = 1 << 22
+# Target size of one score block in float64 elements (64 MiB): large enough for efficient GEMMs
+# (measured on 2 shared cores: 64-256-row blocks cost 3-15x under load, the BLAS threads spin),
+# small enough for the 1 GiB budget at L=16384 (512-row blocks).
+BLOCK_ELEMENTS = 1 << 23
 
 
 def row_blocks(sq: int, sk: int, budget: int | None = None) -> list[tuple[int, int]]:

@@ -115,10 +115,11 @@ def render(result: dict[str, float], shape: str) -> str:
         lines.append(f"| {name} | {value:.2e} | {PAPER[name]:.1e} | {value / PAPER[name]:.2f} |")
     lines += [
         "",
-        f"Paper's incoherent processing gain: {paper_gain:.1f}x. Without incoherent processing the FP8 error",
-        "comes mostly from query/key pairs that share an outlier channel (an exact-looking product of two",
-        "outliers quantized with 3 mantissa bits); their number per query row grows with N, so the gain",
-        "grows with the sequence length (run with --seqlen 2048 or 4096 to see it shrink).",
+        f"Paper's incoherent processing gain: {paper_gain:.1f}x. The gain depends on the shape: the error that",
+        "incoherent processing removes comes from query/key pairs sharing an outlier channel (a product of two",
+        "outliers, each with a 3-bit-mantissa rounding error, in one score; the Hadamard spreads it over d",
+        "terms whose errors partly cancel). Such pairs per query row grow with N, so the gain grows with N",
+        "(try --seqlen 2048).",
         "",
         f"incoherent processing gain: {gain:.1f}x",
     ]

@@ -35,6 +35,10 @@ using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;      // 2 CTAs/SM, sing
 using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;    // "db": 1 CTA/SM, double buffer
 using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>; // "bc128": 1 CTA/SM, BC = 128
 using Cfg256 = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;
+// "w16": one CTA of 16 warps per SM, BC = 128 (d = 64, 128) or BR = 64 (d = 256), <= 128 registers.
+using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;
+using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;
+using Cfg256W16 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;
 
 bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return ((uintptr_t)ptr % 16 == 0) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
@@ -82,6 +86,11 @@ int main_loop(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
     }
     const char* var = getenv("ATTN_FA2_BWD_VARIANT");
     const bool db = var && strcmp(var, "db") == 0, wide = var && strcmp(var, "bc128") == 0;
+    const bool w16 = var && strcmp(var, "w16") == 0;
+    if (w16) {
+        return d == 64 ? launch_tc<T, Cfg64W16>(p, s, err, errlen)
+                       : d == 128 ? launch_tc<T, Cfg128W16>(p, s, err, errlen) : launch_tc<T, Cfg256W16>(p, s, err, errlen);
+    }
     if (d == 64) return db ? launch_tc<T, Cfg64Db>(p, s, err, errlen) : launch_tc<T, Cfg64>(p, s, err, errlen);
     if (d == 128) {
         if (db) return launch_tc<T, Cfg128Db>(p, s, err, errlen);

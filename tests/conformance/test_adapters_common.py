@@ -108,3 +108,31 @@ def test_kernel_recorder_claims_nothing_on_cpu():
     with tc.KernelRecorder("cpu") as rec:
         torch.ones(3).sum()
     assert rec.names == () and rec.error is None and not rec.active
+
+
+def test_kernel_name_parsing_and_missing_kernel_notes():
+    """The CUDA half of KernelRecorder, on a stand-in for the profiler's event list."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from conformance.adapters.torch_sdpa import SdpaFlash, SdpaMath
+
+    events = [SimpleNamespace(name="aten::scaled_dot_product_attention", device_type=DeviceType.CPU),
+              SimpleNamespace(name="void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>",
+                              device_type=DeviceType.CUDA),
+              SimpleNamespace(name="void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>",
+                              device_type=DeviceType.CUDA),
+              SimpleNamespace(name="ampere_fp16_s16816gemm", device_type=DeviceType.CUDA)]
+    names = tc._cuda_kernel_names(SimpleNamespace(events=lambda: events))
+    assert names == (events[1].name, "ampere_fp16_s16816gemm")
+    assert tc.missing_kernel_note(names, ("flash_fwd",), "x") is None
+    assert "none of the captured CUDA kernels matches ['fmha_cutlassF']" in tc.missing_kernel_note(
+        names, ("fmha_cutlassF",), "pinned SDPA EFFICIENT_ATTENTION")
+    assert tc.missing_kernel_note((), ("flash_fwd",), "x") is None  # nothing captured: no claim either way
+    rec = tc.KernelRecorder("cuda:0")
+    rec.names = names
+    assert SdpaFlash()._kernel_notes(rec, 0) == []
+    assert "fused attention kernels ran" in SdpaMath()._kernel_notes(rec, 0)[0]
+    rec.names = ()
+    assert SdpaFlash()._kernel_notes(rec, 0) == ["the profiler captured no CUDA kernel for this call"]

@@ -37,7 +37,7 @@ def test_catalog_ids_unique_and_sizes():
     for p in catalog.PROFILES:
         ids = [c.id for c in catalog.cases(p)]
         assert len(ids) == len(set(ids)), p
-    assert 150 <= sizes["ci"] <= 300 and sizes["ci"] < sizes["full"] < sizes["gpu"]
+    assert 150 <= sizes["ci"] <= 300 and sizes["ci"] < sizes["full"] and sizes["ci"] < sizes["gpu"]
     gpu = catalog.cases("gpu")
     assert max(c.Lk for c in gpu) == 16384 and max(c.d for c in gpu) == 256
 

@@ -304,6 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--fa1", action="store_true", help="with --bench: also time the FA1 reference kernels")
     ap.add_argument("--variants", default="", help="comma-separated ATTN_FA2_BWD_VARIANT values to re-check")
+    ap.add_argument("--bench-variants", default="db,bc128", help="ATTN_FA2_BWD_VARIANT values to time too")
     ap.add_argument("--only", default="", help="comma-separated case ids (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
@@ -335,7 +336,7 @@ def main(argv=None) -> int:
             dict(N=8192, d=64),
             dict(N=8192, d=256),
         ):
-            var = {128: ("default", "db", "bc128"), 64: ("default", "db")}.get(kw["d"], ("default",))
+            var = tuple(["default"] + [v for v in args.bench_variants.split(",") if v])
             rows.append(bench(**kw, variants=var))
         report["bench"] = rows
         for r in rows:

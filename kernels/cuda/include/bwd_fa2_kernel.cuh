@@ -11,8 +11,8 @@
 //   GEMM C   dQ_i (partial) = dS K_j                          [BR x d],  k = BC
 //            added into the fp32 dq_accum with atomics (other CTAs own the other K/V tiles)
 // Working on S^T rather than S lets every GEMM read its operands with one ldmatrix flavour and
-// keeps LSE_i / D_i indexed by the fragment column. Each GEMM partitions its output over the 8
-// warps as WM x (8 / WM) warp tiles (traits below), so one kernel body serves d = 64, 128, 256.
+// keeps LSE_i / D_i indexed by the fragment column. Each GEMM partitions its output over the NW
+// warps as WM x (NW / WM) warp tiles (traits below), so one kernel body serves d = 64, 128, 256.
 // Shared-memory rows are padded by 8 elements (16 bytes): ldmatrix's 8 row addresses then fall
 // in distinct bank groups without a swizzle.
 #pragma once
@@ -24,9 +24,10 @@ namespace attn_bwd {
 // QSTAGES: Q/dO buffers (2 = prefetch the next tile during this one, 1 = load then compute);
 // MINB: CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one
 // CTA's barrier phases with the other's work, at the price of 128 registers per thread.
-template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1>
+// NW: warps per CTA (8, or 16 for one large CTA per SM with small warp tiles).
+template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1, int NW_ = 8>
 struct Fa2BwdTraits {
-    static constexpr int D = D_, BC = BC_, BR = BR_, NW = 8, THREADS = 32 * NW;
+    static constexpr int D = D_, BC = BC_, BR = BR_, NW = NW_, THREADS = 32 * NW;
     static constexpr int QSTAGES = QSTAGES_, MINB = MINB_;
     static constexpr int SROW = D + 8;   // pitch of K, V, Q, dO tiles (elements)
     static constexpr int PROW = BR + 8;  // pitch of the P^T and dS^T tiles [BC][BR]
