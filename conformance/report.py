@@ -233,7 +233,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
         if st and st.get("max_ratio_index") is not None:
             lines.append(f"- out: max error {st['max_err']:.3g}, usage {st['max_ratio']:.3g} "
                          f"(error {st['err_at_max_ratio']:.3g} vs tolerance {st['tol_at_max_ratio']:.3g} "
-                         f"at {st['max_ratio_index']}); naive same-precision error {st.get('naive_max_err')}")
+                         f"at {st['max_ratio_index']}); naive same-precision error {_fmt(st.get('naive_max_err'))}")
         msg = r.message.strip().splitlines()
         if msg:
             lines.append("- " + msg[0][:600])
@@ -276,3 +276,7 @@ def _json_default(o):
     if isinstance(o, frozenset | set | tuple):
         return sorted(o) if isinstance(o, frozenset | set) else list(o)
     return str(o)
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3g}"

@@ -6,7 +6,8 @@ Public API (NumPy in, float64 out):
 - `streaming_attention`: an independently written row-streaming online-softmax forward.
 - `merge_partials`, `split_partials`: split-KV partials and their merge (Flash-Decoding, §14).
 - `visibility`: dense boolean mask for causal / window / varlen semantics (§4, §5, §7).
-- `numerical_gradients`, `gradcheck`: central-difference gradient checker.
+- `numerical_gradients`, `gradcheck`, `compare_gradients`: central-difference gradient checker.
+- `python -m oracles.selfcheck`, `python -m oracles.lab`, `python -m oracles.bench`: self-check, seed lab, speed.
 - `fp8` (lazy submodule, written separately): FP8 quantisation and the random Hadamard transform.
 """
 

@@ -79,7 +79,6 @@ def block_visibility(
 def visibility(
     Lq: int,
     Lk: int,
-    *,
     causal: bool = False,
     alignment: str = "bottom_right",
     window=None,

@@ -173,8 +173,8 @@ def validate(
     Raises ``ValueError`` naming the argument and the shapes of q, k, v for: rank != 4, batch /
     kv-head / key-length / head-dim mismatches, Hq not a multiple of Hkv, dout of the wrong shape,
     mask not boolean or not broadcastable, bias not broadcastable, window entries < 0, softcap <= 0,
-    non-finite scale, seqlens of the wrong length or out of range, NaN/Inf in q, k, v, dout (and
-    NaN/+Inf in bias) unless ``allow_nonfinite=True``, unknown alignment.
+    non-finite scale, seqlens of the wrong length or out of range, NaN/Inf in the non-padded part of
+    q, k, v, dout (and NaN/+Inf in bias) unless ``allow_nonfinite=True``, unknown alignment.
     """
     raw = {"q": q, "k": k, "v": v}
     if dout is not None:
@@ -242,14 +242,17 @@ def validate(
     sq = _check_seqlens(seqlens_q, "seqlens_q", B, Lq, "Lq", shapes)
     sk = _check_seqlens(seqlens_k, "seqlens_k", B, Lk, "Lk", shapes)
 
-    if not allow_nonfinite:
+    if not allow_nonfinite:  # only the positions that are read: padding may hold anything (§7)
         for n, a in arrs.items():
-            idx = _first_nonfinite(a)
-            if idx is not None:
-                raise ValueError(
-                    f"{n} has a non-finite value {a[idx]} at index {idx} (§15); pass allow_nonfinite=True to "
-                    f"propagate NaN/Inf with IEEE semantics; {shapes}"
-                )
+            lengths = sk if n in ("k", "v") else sq
+            for bi in range(B):
+                idx = _first_nonfinite(a[bi, :, : lengths[bi]])
+                if idx is not None:
+                    idx = (bi, *idx)
+                    raise ValueError(
+                        f"{n} has a non-finite value {a[idx]} at index {idx} (§15); pass allow_nonfinite=True "
+                        f"to propagate NaN/Inf with IEEE semantics; {shapes}"
+                    )
 
     return Problem(
         q=q64,

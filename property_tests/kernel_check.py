@@ -16,6 +16,7 @@ fresh copies of the inputs, so a kernel that writes into its inputs cannot poiso
 
 from __future__ import annotations
 
+import atexit
 import time
 from dataclasses import dataclass, field
 
@@ -105,6 +106,35 @@ def _copy_inputs(inputs):
     return fresh
 
 
+_RUNNERS: dict[tuple[int, str, str], tuple] = {}
+
+
+def _close_runners() -> None:
+    for _, _, runner in _RUNNERS.values():
+        runner.close()
+    _RUNNERS.clear()
+
+
+atexit.register(_close_runners)
+
+
+def _runner_for(adapter: Adapter, device: str, spec: str | None):
+    """One engine Runner per adapter object (isolated adapters keep their worker process between cases)."""
+    key = (id(adapter), device, spec or adapter.name)
+    hit = _RUNNERS.get(key)
+    if hit is not None:  # the entry holds a reference to the adapter, so its id cannot be reused meanwhile
+        return hit
+    isolate = bool(getattr(adapter, "isolate", False))
+    rec = adapter if isolate else _Recorder(adapter)
+    la = LoadedAdapter(spec or adapter.name, adapter.name, rec, None)
+    runner = Runner([la], device, determinism="sampled")
+    runner.cache = _CACHE
+    if len(_RUNNERS) > 64:
+        _close_runners()
+    _RUNNERS[key] = (la, rec, runner)
+    return la, rec, runner
+
+
 def _first_failed_check(res) -> str:
     for name, state in res.checks.items():
         if state == "fail":
@@ -115,15 +145,8 @@ def _first_failed_check(res) -> str:
 def evaluate(adapter: Adapter, case: Case, device: str = "cpu", spec: str | None = None) -> Verdict:
     """Run ``adapter`` on ``case`` through the engine and return the `Verdict` (see the module docstring)."""
     t0 = time.perf_counter()
-    isolate = bool(getattr(adapter, "isolate", False))
-    rec = adapter if isolate else _Recorder(adapter)
-    la = LoadedAdapter(spec or adapter.name, adapter.name, rec, None)
-    runner = Runner([la], device, determinism="sampled")
-    runner.cache = _CACHE
-    try:
-        res = runner.run_case(la, case)
-    finally:
-        runner.close()
+    la, rec, runner = _runner_for(adapter, device, spec)
+    res = runner.run_case(la, case)
     usage = 0.0
     for st in res.stats.values():
         ratio = st.get("max_ratio") or 0.0

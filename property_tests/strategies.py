@@ -69,7 +69,7 @@ MASK_RECIPES = tuple(MASKS)
 BIAS_RECIPES = tuple(BIASES)
 FP8_GRANULARITIES = ("per_tensor", "per_head", "per_tile")
 FP8_FORMATS = ("e4m3fn", "e5m2")
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131, 251, 257)
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131, 193, 251, 257)
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -312,7 +312,7 @@ def attention_cases(
     fp8: bool | None = None,
     backward: bool | None = None,
     max_work: int = DEFAULT_MAX_WORK,
-    max_len: int = 130,
+    max_len: int = 260,
     max_batch: int = 3,
     max_hq: int = 8,
     max_dim: int = 64,

@@ -48,6 +48,7 @@ __all__ = [
     "fully_masked_rows",
     "materialize",
     "missing_kernel_note",
+    "neutral_padded_bias",
     "snapshot",
     "to_numpy",
     "to_torch",
@@ -273,6 +274,24 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
         for b, sq in enumerate(case.seqlens_q):
             vis[b, :, int(sq):, :] = True
     return vis
+
+
+def neutral_padded_bias(bias: np.ndarray | None, case: Case) -> np.ndarray | None:
+    """`bias` broadcast to [B, Hb, Lq, Lk] with padded query rows (i >= seqlens_q[b]) set to 0.
+
+    Padded rows attend to every key (see `visibility`); a bias row of -inf there (the
+    ``neg_inf_rows`` recipe) would make them empty again and could put NaN into gradients that
+    flow through them, so their bias is neutralised (SEMANTICS.md §7: their values are ignored).
+    """
+    if bias is None or case.seqlens_q is None:
+        return bias
+    b = np.asarray(bias, dtype=np.float64)
+    while b.ndim < 4:
+        b = b[None]
+    b = np.array(np.broadcast_to(b, (case.B, b.shape[1], case.Lq, case.Lk)))
+    for i, n in enumerate(case.seqlens_q):
+        b[i, :, int(n):, :] = 0.0
+    return b
 
 
 def fully_masked_rows(vis: np.ndarray | None, shape: tuple[int, int, int]) -> np.ndarray:

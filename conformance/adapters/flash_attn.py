@@ -13,8 +13,8 @@ flash_attn/cute/interface.py):
   None (FA4); causal forces right = 0 (`fa_window`). Negative windows never reach the kernel.
 - §7 varlen: ``flash_attn_varlen_func`` on sequences packed to [total, H, D] with int32
   ``cu_seqlens`` (`cu_seqlens`, `pack_varlen`, `unpack_varlen`); padded query rows come back as 0.
-- decoding (FA2): ``flash_attn_with_kvcache`` for forward cases with Lq <= 4 and no seqlens_q;
-  per-batch key lengths go in ``cache_seqlens``.
+- decoding (FA2, FA3): ``flash_attn_with_kvcache`` for forward cases with Lq <= 4 and no seqlens_q;
+  per-batch key lengths (``seqlens_k``) go in ``cache_seqlens``.
 - §3 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
   -> NOT_SUPPORTED.
 - §12 LSE: ``return_attn_probs=True`` (FA2 func/varlen, FA3), ``return_softmax_lse=True``
@@ -347,6 +347,15 @@ class FlashAttn2(_FlashAttnBase):
         softcap = case.softcap if case.softcap is not None else 0.0
         common = dict(softmax_scale=scale, causal=case.causal, window_size=window)
         extra = dict(softcap=softcap) if softcap else {}
+        decoding = case.Lq <= 4 and not case.backward and case.seqlens_q is None
+        if decoding and hasattr(mod, "flash_attn_with_kvcache"):
+            # the KV-cache entry point; per-batch key lengths (seqlens_k) become cache_seqlens
+            _, sk = self._lengths(case)
+            cache_seqlens = torch.tensor(sk, dtype=torch.int32, device=device)
+            res = _call(mod.flash_attn_with_kvcache, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)),
+                        dict(cache_seqlens=cache_seqlens, **common, **extra), dict(return_softmax_lse=want_lse))
+            out, lse = _split_result(res)
+            return out.transpose(1, 2), lse, "flash_attn_with_kvcache"
         if case.varlen:
             sq, sk = self._lengths(case)
             cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
@@ -360,12 +369,6 @@ class FlashAttn2(_FlashAttnBase):
                 lse = unpack_varlen_lse(lse, sq, case.Lq)
             return out, lse, "flash_attn_varlen_func"
         q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
-        if case.Lq <= 4 and not case.backward and hasattr(mod, "flash_attn_with_kvcache"):
-            cache_seqlens = torch.full((case.B,), case.Lk, dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_with_kvcache, (q, k, v), dict(cache_seqlens=cache_seqlens, **common, **extra),
-                        dict(return_softmax_lse=want_lse))
-            out, lse = _split_result(res)
-            return out.transpose(1, 2), lse, "flash_attn_with_kvcache"
         res = _call(mod.flash_attn_func, (q, k, v), dict(dropout_p=0.0, **common, **extra),
                     dict(return_attn_probs=want_lse))
         out, lse = _split_result(res)
@@ -420,6 +423,15 @@ class FlashAttn3(_FlashAttnBase):
             for name, arr in ds.items():
                 required[name] = torch.from_numpy(arr).to(device)
         optional = dict(return_attn_probs=want_lse)
+        decoding = case.Lq <= 4 and not case.backward and case.seqlens_q is None
+        if decoding and hasattr(mod, "flash_attn_with_kvcache"):
+            # KV-cache entry point (split-KV heuristics, num_splits=0); seqlens_k become cache_seqlens
+            _, sk = self._lengths(case)
+            required["cache_seqlens"] = torch.tensor(sk, dtype=torch.int32, device=device)
+            res = _call(mod.flash_attn_with_kvcache, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)),
+                        required, dict(return_softmax_lse=want_lse))
+            out, lse = _split_result(res)
+            return out.transpose(1, 2), (lse if want_lse else None), "flash_attn_interface.flash_attn_with_kvcache"
         if case.varlen:
             sq, sk = self._lengths(case)
             cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)

@@ -127,7 +127,7 @@ def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, devi
     bias_t = None
     bias_heads = 1
     if bias is not None:
-        full = _full(bias, shape)
+        full = _full(tc.neutral_padded_bias(bias, case), shape)
         bias_heads = full.shape[1]
         bias_t = torch.from_numpy(full).to(score_dtype).to(device)
     if cap is not None or bias_t is not None:

@@ -78,7 +78,7 @@ def sdpa_plan(case: Case, mask: np.ndarray | None, bias: np.ndarray | None) -> t
         return case.causal, None
     vis = tc.visibility(case, mask)
     if bias is not None:
-        return False, tc.float_mask(vis, bias, case.B, case.Lq, case.Lk)
+        return False, tc.float_mask(vis, tc.neutral_padded_bias(bias, case), case.B, case.Lq, case.Lk)
     return False, vis
 
 

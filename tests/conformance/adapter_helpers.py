@@ -43,13 +43,13 @@ def _max_err(name: str, got: np.ndarray, want: np.ndarray, rows: np.ndarray, bou
     assert worst <= bound, f"{name}: max |err| {worst:.3g} > {bound:.3g} for {case.dtype} (case {case.id})"
 
 
-def check_forward(adapter, case: Case, *, lse: bool = True):
+def check_forward(adapter, case: Case, *, lse: bool = True, device: str = "cpu"):
     """Run forward, compare out (and LSE when returned) with the oracle; return (ForwardOutput, inputs)."""
     inputs = make_inputs(case)
     want_out, want_lse = reference(case, inputs)
-    reason = adapter.supports(case, "cpu")
+    reason = adapter.supports(case, device)
     assert reason is None, f"{adapter.name} declined {case.id}: {reason}"
-    fo = adapter.forward(inputs, case, "cpu")
+    fo = adapter.forward(inputs, case, device)
     rows = real_rows(case)
     bound = BOUND[case.dtype]
     _max_err("out", fo.out, want_out, rows[..., None].repeat(case.dv, -1), bound, case)
@@ -59,12 +59,13 @@ def check_forward(adapter, case: Case, *, lse: bool = True):
     return fo, inputs
 
 
-def check_backward(adapter, case: Case):
+def check_backward(adapter, case: Case, *, device: str = "cpu"):
     inputs = make_inputs(case)
     dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, mask=inputs.mask,
                                             bias=inputs.bias, **case.oracle_kwargs)
-    assert adapter.supports(case, "cpu") is None
-    bo = adapter.backward(inputs, case, "cpu")
+    reason = adapter.supports(case, device)
+    assert reason is None, f"{adapter.name} declined {case.id}: {reason}"
+    bo = adapter.backward(inputs, case, device)
     bound = 4 * BOUND[case.dtype]
     rows = real_rows(case)
     _max_err("dq", bo.dq, dq, rows[..., None].repeat(case.d, -1), bound, case)

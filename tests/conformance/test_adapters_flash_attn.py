@@ -215,8 +215,29 @@ def _fake_fa3():
             a, b, c, softmax_scale, causal, window_size, softcap, -1, float("-inf")))
         return (out, lse) if return_attn_probs else out
 
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
+                                cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                                q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
+                                window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
+                                scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
+                                return_softmax_lse=False):
+        outs, lses = [], []
+        for b in range(q.shape[0]):
+            n = int(cache_seqlens[b])
+            ds = None
+            if q.dtype == torch.float8_e4m3fn:
+                ds = dict(q_descale=q_descale[b:b + 1], k_descale=k_descale[b:b + 1], v_descale=v_descale[b:b + 1])
+            o, lse = _core(q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n], softmax_scale, causal,
+                           window_size, softcap, -1, float("-inf"), ds)
+            outs.append(o)
+            lses.append(lse)
+        out, lse = torch.cat(outs), torch.cat(lses)
+        return (out, lse) if return_softmax_lse else out
+
     mod.flash_attn_func = flash_attn_func
     mod.flash_attn_varlen_func = flash_attn_varlen_func
+    mod.flash_attn_with_kvcache = flash_attn_with_kvcache
     return mod
 
 
@@ -247,6 +268,7 @@ FA_CASES = [
     Case("t", 2, 4, 1, 3, 70, 16, 16, dtype="bfloat16", window=(5, 2)),  # decoding-sized: with_kvcache (FA2)
     Case("t", 2, 2, 2, 6, 9, 16, 16, dtype="float16", softcap=3.0, layout="bshd"),
     Case("t", 3, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6, 0), seqlens_k=(9, 3, 5), causal=True),
+    Case("t", 3, 4, 2, 2, 40, 16, 16, dtype="bfloat16", seqlens_k=(40, 1, 17), causal=True),  # KV-cache decode
     # square: top-left == bottom-right
     Case("t", 3, 2, 1, 7, 7, 16, 16, dtype="bfloat16", layout="kv_broadcast", causal=True, alignment="top_left"),
 ]
@@ -270,10 +292,10 @@ def test_flash_attn_call_paths_against_stand_in_modules(cls, fake, case):
         assert np.all(fo.lse[empty] == (np.inf if cls is FlashAttn2 else -np.inf))
         assert fo.lse_convention == ("+inf" if cls is FlashAttn2 else "-inf")
     entry = fo.notes[0]
-    if case.varlen:
+    if cls is not FlashAttn4 and case.Lq <= 4 and case.seqlens_q is None:
+        assert entry.endswith("flash_attn_with_kvcache")
+    elif case.varlen:
         assert "varlen" in entry
-    elif cls is FlashAttn2 and case.Lq <= 4:
-        assert entry == "entry point: flash_attn_with_kvcache"
     assert fo.mutated_inputs == ()
 
 

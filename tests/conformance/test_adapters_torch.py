@@ -148,3 +148,21 @@ def test_flex_lse_is_natural_log():
 def test_flex_declares_no_cpu_backward():
     case = C("t", 1, 1, 1, 3, 3, 16, 16, dtype="float32", backward=True)
     assert FlexAttention().supports(case, "cpu") == "backward not supported"
+
+
+@pytest.mark.backward
+def test_varlen_padded_rows_get_a_neutral_bias():
+    """Padded query rows attend everywhere with bias 0: a -inf bias row there (rows 1 and 4 here, padded since
+    seqlens_q = 1) would leave a naive softmax with NaN rows that poison dK/dV through autograd."""
+    from conformance.adapters.third_party import wrap_sdpa_function
+
+    def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        if attn_mask is not None:
+            s = s + attn_mask if attn_mask.dtype != torch.bool else s.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v  # NaN on rows with no finite score
+
+    case = C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float64", seqlens_q=(1, 1), seqlens_k=(9, 4), bias="neg_inf_rows",
+             backward=True)
+    check_backward(wrap_sdpa_function(naive, "naive"), case)
+    check_forward(FlexAttention(), case.replace(backward=False))

@@ -98,3 +98,16 @@ def test_gradcheck_helper_catches_a_wrong_gradient():
         oracles.gradcheck(lambda a, b, c: oracles.attention(a, b, c)[0], wrong, q, k, v, dout)
     report = oracles.gradcheck(lambda a, b, c: oracles.attention(a, b, c)[0], oracles.attention_backward, q, k, v, dout)
     assert max(e for e, _ in report.values()) <= ATOL
+
+
+@pytest.mark.backward
+def test_padded_rows_and_keys_in_backward():
+    """§7: padded query rows get dq = 0 and their dout is ignored; padded keys get dk = dv = 0."""
+    q, k, v, dout = rand_qkv(**SHAPES["gqa_dv_ne_d"], dout=True, seed=12)
+    kw = dict(seqlens_q=[3, 5], seqlens_k=[4, 6], causal=True)
+    dq, dk, dv = oracles.attention_backward(q, k, v, dout, **kw)
+    assert np.all(dq[0, :, 3:] == 0) and np.all(dk[0, :, 4:] == 0) and np.all(dv[0, :, 4:] == 0)
+    dout2 = dout.copy()
+    dout2[0, :, 3:] = 1e6
+    for a, b in zip((dq, dk, dv), oracles.attention_backward(q, k, v, dout2, **kw)):
+        np.testing.assert_array_equal(a, b)

@@ -132,6 +132,14 @@ def test_padded_keys_are_never_read():
     k2[0, :, 4:] = np.nan
     v2[0, :, 4:] = np.inf
     _same(oracles.attention(q, k2, v2, allow_nonfinite=True, **kw), ref, atol=0)
+    q2 = q.copy()
+    q2[0, :, 2:] = np.nan  # padded query rows too; and padding is not an input error (§7, §15)
+    _same(oracles.attention(q2, k2, v2, **kw), ref, atol=0)
+    dout = np.ones((2, 4, 4, 3))
+    dout[0, :, 2:] = np.nan
+    clean = oracles.attention_backward(q, k, v, np.ones_like(dout), **kw)
+    for a, b in zip(oracles.attention_backward(q2, k2, v2, dout, **kw), clean):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_masked_nan_key_does_not_poison_output():

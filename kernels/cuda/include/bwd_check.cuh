@@ -52,8 +52,9 @@ static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char
     if (p->batch > 65535 || p->heads_q > 65535)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: batch=%d / heads_q=%d over the grid limit 65535", who,
                     p->batch, p->heads_q);
-    const bool empty = p->batch == 0 || (p->seqlen_q == 0 && p->seqlen_k == 0);
-    if (!empty && (!p->q || !p->k || !p->v || !p->o))
+    // Empty tensors may carry NULL data pointers (torch does): only tensors with elements must be set.
+    const bool has_q = p->batch > 0 && p->seqlen_q > 0, has_k = p->batch > 0 && p->seqlen_k > 0;
+    if ((has_q && (!p->q || !p->o)) || (has_k && (!p->k || !p->v)))
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: NULL tensor pointer q=%p k=%p v=%p o=%p", who, p->q, p->k, p->v,
                     p->o);
     return ATTN_OK;

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
     using Sched = TileScheduler<kSplit>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-    Elem* sK = sQ + Tr::kSmemQ;
+    Elem* sK = sQ + Tr::kSmemQ;  // with kStages > 1: stage t's K at sK + 2t * kSmemKV, its V right after
     Elem* sV = sK + Tr::kSmemKV;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -90,21 +90,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
             const Elem* src = valid ? q + w.b * p.q_batch_stride + h * p.q_head_stride + i * p.q_row_stride + col : q;
             cp_async_16(sQ + Tr::swz(r, col), src, valid);
         }
-        Tr::template load_tile<Tr::kBlockN>(sK, k_base + int64_t(n_hi - 1) * Tr::kBlockN * p.k_row_stride,
-                                            p.k_row_stride, mask.lk - (n_hi - 1) * Tr::kBlockN, tid);
-        cp_async_commit();
-
-
-        for (int n = n_hi - 1; n >= n_lo; --n) {
-            cp_async_wait<0>();
-            __syncthreads();
-            Tr::template load_tile<Tr::kBlockN>(sV, v_base + int64_t(n) * Tr::kBlockN * p.v_row_stride, p.v_row_stride,
-                                                mask.lk - n * Tr::kBlockN, tid);
-            cp_async_commit();
-
+        // One key tile: S = Q K^T, softcap / prescale, mask, online softmax (S becomes P), O += P V.
+        auto process_tile = [&](int n, const Elem* tK, const Elem* tV, auto&& between) {
             float acc_s[Tr::kMTiles][Tr::kNTilesS][4];
-            gemm_qk<Tr>(acc_s, sQ, sK, warp_row0, lane);
-
+            gemm_qk<Tr>(acc_s, sQ, tK, warp_row0, lane);
             if constexpr (kPrescale) {
                 const float cap = p.softcap, sc = p.scale;
 #pragma unroll
@@ -134,15 +123,63 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
                         }
             }
             softmax.update(acc_s, acc_o, sl2);
+            between();
+            gemm_pv<Tr>(acc_o, acc_s, tV, lane);
+        };
+        auto load_k = [&](Elem* dst, int n) {
+            Tr::template load_tile<Tr::kBlockN>(dst, k_base + int64_t(n) * Tr::kBlockN * p.k_row_stride, p.k_row_stride,
+                                                mask.lk - n * Tr::kBlockN, tid);
+        };
+        auto load_v = [&](Elem* dst, int n) {
+            Tr::template load_tile<Tr::kBlockN>(dst, v_base + int64_t(n) * Tr::kBlockN * p.v_row_stride, p.v_row_stride,
+                                                mask.lk - n * Tr::kBlockN, tid);
+        };
 
-            cp_async_wait<0>();
-            __syncthreads();
-            if (n > n_lo) {
-                Tr::template load_tile<Tr::kBlockN>(sK, k_base + int64_t(n - 1) * Tr::kBlockN * p.k_row_stride,
-                                                    p.k_row_stride, mask.lk - (n - 1) * Tr::kBlockN, tid);
+        if constexpr (Tr::kStages == 1) {
+            // FA2 ping-pong (see the pipeline at the top of this file).
+            load_k(sK, n_hi - 1);
+            cp_async_commit();
+            for (int n = n_hi - 1; n >= n_lo; --n) {
+                cp_async_wait<0>();
+                __syncthreads();
+                load_v(sV, n);
+                cp_async_commit();
+                process_tile(n, sK, sV, [&] {
+                    cp_async_wait<0>();
+                    __syncthreads();
+                    if (n > n_lo) {
+                        load_k(sK, n - 1);
+                        cp_async_commit();
+                    }
+                });
+            }
+        } else {
+            // Ring of kStages (K, V) pairs: tile t (counting down from n_hi - 1) lives in stage t % kStages;
+            // kStages - 1 tiles are in flight while one is used. Every step commits a group (possibly
+            // empty) so wait_group<kStages - 2> always means "tile t has landed".
+            constexpr int S = Tr::kStages;
+            const int n_tiles = n_hi - n_lo;
+#pragma unroll
+            for (int t = 0; t < S - 1; ++t) {
+                if (t < n_tiles) {
+                    load_k(sK + t * 2 * Tr::kSmemKV, n_hi - 1 - t);
+                    load_v(sK + t * 2 * Tr::kSmemKV + Tr::kSmemKV, n_hi - 1 - t);
+                }
                 cp_async_commit();
             }
-            gemm_pv<Tr>(acc_o, acc_s, sV, lane);
+            for (int t = 0; t < n_tiles; ++t) {
+                cp_async_wait<S - 2>();
+                __syncthreads();  // tile t landed for every thread; stage (t - 1) % S is free again
+                const int tp = t + S - 1;
+                if (tp < n_tiles) {
+                    Elem* st = sK + (tp % S) * 2 * Tr::kSmemKV;
+                    load_k(st, n_hi - 1 - tp);
+                    load_v(st + Tr::kSmemKV, n_hi - 1 - tp);
+                }
+                cp_async_commit();
+                const Elem* st = sK + (t % S) * 2 * Tr::kSmemKV;
+                process_tile(n_hi - 1 - t, st, st + Tr::kSmemKV, [] {});
+            }
         }
     }
 

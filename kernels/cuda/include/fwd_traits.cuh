@@ -10,13 +10,17 @@
 
 namespace attn {
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Elem_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, typename Elem_>
 struct FwdTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kNWarps = kNWarps_;
+    // kStages = 1: FA2's K/V ping-pong (one K and one V buffer, each filled while the other is used).
+    // kStages >= 2: a ring of kStages (K, V) tile pairs with kStages - 1 pairs in flight (split-KV,
+    // where one warp per CTA cannot hide a memory round trip per tile behind its own arithmetic).
+    static constexpr int kStages = kStages_;
     static constexpr int kThreads = 32 * kNWarps;
     static constexpr int kWarpRows = kBlockM / kNWarps;
     static constexpr int kMTiles = kWarpRows / 16;     // m16 tiles per warp
@@ -28,11 +32,11 @@ struct FwdTraits {
     static_assert(kWarpRows % 16 == 0 && kMTiles >= 1, "each warp owns whole m16 tiles");
     static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "tile shapes");
 
-    // Shared memory: Q [kBlockM][d], K [kBlockN][d], V [kBlockN][d]. K and V are separate buffers
-    // so that V(n) lands while Q K(n)^T runs and K(n-1) lands while P V(n) runs.
+    // Shared memory: Q [kBlockM][d], then kStages x (K [kBlockN][d], V [kBlockN][d]). With one stage K
+    // and V are separate buffers so that V(n) lands while Q K(n)^T runs and K(n-1) while P V(n) runs.
     static constexpr int kSmemQ = kBlockM * kHeadDim;
     static constexpr int kSmemKV = kBlockN * kHeadDim;
-    static constexpr int kSmemBytes = (kSmemQ + 2 * kSmemKV) * static_cast<int>(sizeof(Elem));
+    static constexpr int kSmemBytes = (kSmemQ + 2 * kStages * kSmemKV) * static_cast<int>(sizeof(Elem));
 
     // Element offset of (row, col) in a swizzled [rows][kHeadDim] tile.
     static __device__ __forceinline__ int swz(int row, int col) {
@@ -56,17 +60,18 @@ struct FwdTraits {
 };
 
 // The configurations that are compiled (few, to keep the CI build short; see kernels/cuda/NOTES.md).
-// Each is "kBlockM, kBlockN, kNWarps" and can be overridden at build time with -D for tuning runs.
+// Each is "kBlockM, kBlockN, kNWarps, kStages" and can be overridden at build time with -D for tuning runs.
 // FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
-// MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers).
+// MMAs), 4 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers).
+// Chosen by measurement on the H200 (kernels/cuda/NOTES.md, tuning table).
 #ifndef ATTN_FA2_D64
-#define ATTN_FA2_D64 128, 64, 4
+#define ATTN_FA2_D64 128, 128, 4, 1
 #endif
 #ifndef ATTN_FA2_D128
-#define ATTN_FA2_D128 128, 64, 4
+#define ATTN_FA2_D128 128, 64, 4, 1
 #endif
 #ifndef ATTN_FA2_D256
-#define ATTN_FA2_D256 128, 64, 8
+#define ATTN_FA2_D256 64, 64, 4, 1
 #endif
 template <int D, typename Elem> struct Fa2Config;
 template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, ATTN_FA2_D64, Elem>; };
@@ -77,13 +82,13 @@ template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, 
 // memory so many CTAs (and their cp.async loads) are resident per SM: decoding is bound by reading
 // K and V, and bytes in flight are what hides the memory latency.
 #ifndef ATTN_SPLIT_D64
-#define ATTN_SPLIT_D64 16, 64, 1
+#define ATTN_SPLIT_D64 16, 64, 1, 4
 #endif
 #ifndef ATTN_SPLIT_D128
-#define ATTN_SPLIT_D128 16, 64, 1
+#define ATTN_SPLIT_D128 16, 64, 1, 3
 #endif
 #ifndef ATTN_SPLIT_D256
-#define ATTN_SPLIT_D256 16, 64, 1
+#define ATTN_SPLIT_D256 16, 32, 1, 3
 #endif
 template <int D, typename Elem> struct SplitConfig;
 template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, ATTN_SPLIT_D64, Elem>; };
