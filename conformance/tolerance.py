@@ -300,6 +300,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
     absscale = abs(p.scale)
     gdv = gamma(p.dv)
     p_dt, out_dt = model.p_dtype, model.out_dtype
+    tol_lse = lse_tolerance(od)
     for b in range(p.B):
         sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
         if sq == 0 or sk == 0:
@@ -328,8 +329,10 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1), 0.0)
                 sigma = aq[r0:r1] @ absk.T
-                eps = u_s * (gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
-                             + np.abs(Lf)[:, None])
+                # P = exp(s - L) is recomputed from the kernel's own stored LSE, whose error is bounded
+                # by the LSE tolerance (TOLERANCES.md §3, §4)
+                eps = u_s * (gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]) \
+                    + tol_lse[b, h, r0:r1][:, None]
                 epsbar = (P * eps).sum(axis=1)
                 dP_err = P * (eps + epsbar[:, None])
                 O = out[b, h, r0:r1]

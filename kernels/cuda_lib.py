@@ -233,7 +233,8 @@ def fwd_params(
     dv = v.shape[-1]
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         if t.stride(-1) != 1:
-            raise KernelError("fwd_params", 2, f"{name}.stride(-1)={t.stride(-1)}: the last dimension must be contiguous")
+            raise KernelError("fwd_params", 2,
+                              f"{name}.stride(-1)={t.stride(-1)}: the last dimension must be contiguous")
     if lse is not None and lse.stride(-1) != 1:
         raise KernelError("fwd_params", 2, f"lse.stride(-1)={lse.stride(-1)}: must be 1")
     wl, wr = (None, None) if window is None else window

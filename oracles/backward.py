@@ -1,6 +1,7 @@
 """Analytic FP64 attention backward, one query block at a time (SEMANTICS.md §13).
 
-Per (batch, query head, block of query rows) the scores are recomputed (`oracles.scores`), P is
+Per (batch, query head, block of query rows) the scores are recomputed over the block's reachable
+keys (`oracles.masking.key_range`, `oracles.scores`), P is
 rebuilt exactly as in the forward pass (§12), and
 
     dP = dout V^T,  D = rowsum(dout * out),  dS = P * (dP - D),  dR = dS * (1 - tanh^2) [softcap]
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .forward import softmax_block
+from .masking import key_range
 from .scores import row_blocks, score_block
 from .validate import validate
 
@@ -60,12 +62,14 @@ def attention_backward(
             hk = h // p.group
             qb = p.q[b, h, :sq]
             qs = qb * p.scale
-            kb = p.k[b, hk, :sk]
-            vb = p.v[b, hk, :sk]
-            kt = kb.T
+            kh = p.k[b, hk]
             do = p.dout[b, h, :sq]
             for r0, r1 in blocks:
-                s, t = score_block(p, b, h, r0, r1, qs, kt, keep_tanh=True)
+                lo, hi = key_range(r0, r1, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+                if hi == lo:
+                    continue  # fully masked rows: dq = 0, no contribution (§8)
+                kb, vb = kh[lo:hi], p.v[b, hk, lo:hi]
+                s, t = score_block(p, b, h, r0, r1, lo, hi, qs, kh, keep_tanh=True)
                 w, _, l = softmax_block(s)
                 empty = l == 0
                 w /= np.where(empty, 1.0, l)[:, None]  # P, zero rows where fully masked (§8)
@@ -80,6 +84,6 @@ def attention_backward(
                     np.subtract(1.0, t, out=t)
                     dp *= t  # dR = dS * (1 - tanh^2(r / c))
                 dq[b, h, r0:r1] = p.scale * (dp @ kb)
-                dk[b, hk, :sk] += p.scale * (dp.T @ qb[r0:r1])
-                dv[b, hk, :sk] += w.T @ dob
+                dk[b, hk, lo:hi] += p.scale * (dp.T @ qb[r0:r1])
+                dv[b, hk, lo:hi] += w.T @ dob
     return dq, dk, dv

@@ -1,7 +1,8 @@
 """Dense FP64 attention forward, one query block at a time (SEMANTICS.md §1-§9, §12).
 
-For every (batch, query head) and block of query rows: scores by `oracles.scores.score_block`
-(§3), then the safe softmax of §12 with the fully-masked-row convention of §8:
+For every (batch, query head) and block of query rows: scores over the block's reachable keys
+(`oracles.masking.key_range`, `oracles.scores.score_block`, §3), then the safe softmax of §12 with
+the fully-masked-row convention of §8:
 
     m = max_j s_j,   P_j = exp(s_j - m),   l = sum_j P_j,   O = (P V) / l,   LSE = m + log l
     rows with no visible key (m = -inf): O = 0, LSE = -inf (§8); padded query rows likewise (§7).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .masking import key_range
 from .scores import row_blocks, score_block
 from .validate import Problem, validate
 
@@ -52,14 +54,18 @@ def _forward(p: Problem, out: np.ndarray, lse: np.ndarray) -> None:
         for h in range(p.Hq):
             hk = h // p.group
             qs = p.q[b, h, :sq] * p.scale
-            kt = p.k[b, hk, :sk].T
-            vb = p.v[b, hk, :sk]
-            v_nonfinite = not np.isfinite(vb).all()
+            kb = p.k[b, hk]
+            vb = p.v[b, hk]
             for r0, r1 in blocks:
-                s, _ = score_block(p, b, h, r0, r1, qs, kt)
+                lo, hi = key_range(r0, r1, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+                if hi == lo:
+                    continue  # every row of the block is fully masked: O = 0, LSE = -inf (§8)
+                s, _ = score_block(p, b, h, r0, r1, lo, hi, qs, kb)
+                vr = vb[lo:hi]
+                v_nonfinite = not np.isfinite(vr).all()
                 visible = s > -np.inf if v_nonfinite else None
                 w, m, l = softmax_block(s)
-                o = _pv_nonfinite(w, visible, vb) if v_nonfinite else w @ vb
+                o = _pv_nonfinite(w, visible, vr) if v_nonfinite else w @ vr
                 empty = m == -np.inf  # no visible key (§8); otherwise l >= 1 (the max term is exp(0) = 1)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     o /= np.where(empty, 1.0, l)[:, None]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .validate import ALIGNMENTS, _check_window
 
-__all__ = ["visibility", "block_visibility", "diagonal_offset"]
+__all__ = ["visibility", "block_visibility", "block_invisible", "key_range", "diagonal_offset"]
 
 
 def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
@@ -34,6 +34,62 @@ def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
     if alignment == "top_left":
         return 0
     raise ValueError(f"alignment must be one of {ALIGNMENTS} (§4); got {alignment!r}")
+
+
+def _effective_window(causal: bool, window: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
+    """§5: causal is the window (left, min(right, 0))."""
+    left, right = window
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    return left, right
+
+
+def key_range(
+    row_start: int, row_stop: int, *, sq: int, sk: int, causal: bool, alignment: str, window
+) -> tuple[int, int]:
+    """Keys ``[lo, hi)`` that any query row in ``[row_start, row_stop)`` can see by §4, §5, §7.
+
+    Keys outside this range are invisible to every row of the block, so the oracle need not score
+    them (their weight is exactly 0). ``hi <= lo`` means the whole block is fully masked (§8).
+    """
+    left, right = _effective_window(causal, window)
+    off = diagonal_offset(sq, sk, alignment)
+    lo = 0 if left is None else max(0, row_start + off - left)
+    hi = sk if right is None else min(sk, row_stop - 1 + off + right + 1)
+    return lo, max(lo, hi)
+
+
+def block_invisible(
+    row_start: int,
+    row_stop: int,
+    col_start: int,
+    col_stop: int,
+    *,
+    sq: int,
+    sk: int,
+    causal: bool,
+    alignment: str,
+    window: tuple[int | None, int | None],
+) -> np.ndarray | None:
+    """True where query i in ``[row_start, row_stop)`` may *not* see key j in ``[col_start, col_stop)``
+    (§4, §5, §7), as a bool array ``[rows, cols]``; ``None`` when every pair is visible."""
+    left, right = _effective_window(causal, window)
+    c = np.arange(row_start, row_stop, dtype=np.int64)[:, None] + diagonal_offset(sq, sk, alignment)
+    j = np.arange(col_start, col_stop, dtype=np.int64)[None, :]
+    inv = None
+    if right is not None and col_stop - 1 > row_start + diagonal_offset(sq, sk, alignment) + right:
+        inv = j > c + right
+    if left is not None and col_start < row_stop - 1 + diagonal_offset(sq, sk, alignment) - left:
+        far = j < c - left
+        inv = far if inv is None else (inv | far)
+    pad_rows, pad_cols = row_stop > sq, col_stop > sk
+    if pad_rows or pad_cols:
+        inv = np.zeros((row_stop - row_start, col_stop - col_start), bool) if inv is None else inv
+        if pad_cols:
+            inv[:, max(sk - col_start, 0) :] = True
+        if pad_rows:
+            inv[max(sq - row_start, 0) :, :] = True
+    return inv
 
 
 def block_visibility(
@@ -49,31 +105,12 @@ def block_visibility(
 ) -> np.ndarray | None:
     """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7).
 
-    Returns a bool array ``[row_stop - row_start, Lk]``, or ``None`` when every entry is visible
-    (the common unmasked case, so callers can skip the masking pass).
+    Returns a bool array ``[row_stop - row_start, Lk]``, or ``None`` when every entry is visible.
     """
-    left, right = window
-    if causal:
-        right = 0 if right is None else min(right, 0)
-    off = diagonal_offset(sq, sk, alignment)
-    n = row_stop - row_start
-    everything = sq >= row_stop and sk >= Lk
-    if everything and left is None and right is None:
-        return None
-    c = np.arange(row_start, row_stop, dtype=np.int64)[:, None] + off  # aligned diagonal per row
-    j = np.arange(Lk, dtype=np.int64)[None, :]
-    vis = np.ones((n, Lk), dtype=bool)
-    if right is not None:
-        np.less_equal(j, c + right, out=vis)
-    if left is not None:
-        vis &= j >= c - left
-    if sk < Lk:
-        vis[:, sk:] = False
-    if sq < row_stop:
-        vis[max(sq - row_start, 0) :, :] = False
-    if everything and vis.all():
-        return None
-    return vis
+    inv = block_invisible(
+        row_start, row_stop, 0, Lk, sq=sq, sk=sk, causal=causal, alignment=alignment, window=window
+    )
+    return None if inv is None else ~inv
 
 
 def visibility(

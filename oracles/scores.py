@@ -7,7 +7,8 @@ For a (batch b, query head h) pair and query rows ``[r0, r1)`` this builds, in F
     s = s + bias                       if bias is set (§3, §6)
     s = -inf where not visible         visibility of §4, §5, §7 and the boolean mask of §6
 
-over the sequence's real keys ``[0, seqlens_k[b])`` only: padded keys are never read (§7).
+over the keys ``[lo, hi)`` that some row of the block can see (`oracles.masking.key_range`): padded
+keys and keys outside every row's causal/window range are never read (§7).
 Only one ``[rows x Lk]`` block is alive per call (the memory contract of the oracle).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .masking import block_visibility
+from .masking import block_invisible
 from .validate import Problem
 
 __all__ = ["BLOCK_ELEMENTS", "row_blocks", "score_block"]
@@ -35,16 +36,19 @@ def row_blocks(sq: int, sk: int, budget: int | None = None) -> list[tuple[int, i
 
 
 def score_block(
-    p: Problem, b: int, h: int, r0: int, r1: int, qs: np.ndarray, kt: np.ndarray, *, keep_tanh: bool = False
+    p: Problem, b: int, h: int, r0: int, r1: int, lo: int, hi: int, qs: np.ndarray, k: np.ndarray,
+    *, keep_tanh: bool = False,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Scores ``[r1 - r0, sk]`` of query head h, batch b, with ``-inf`` at invisible positions (§3).
+    """Scores ``[r1 - r0, hi - lo]`` of query head h, batch b, keys ``[lo, hi)``, ``-inf`` where invisible (§3).
 
-    ``qs`` is ``scale * q[b, h, :sq]`` and ``kt`` is ``k[b, h // group, :sk].T`` (prepared once per head
-    by the caller). When ``keep_tanh`` is true and softcap is set, also returns ``tanh(s / c)`` (before
-    bias and masking), which the backward pass needs for ``ds/ds_raw = 1 - tanh^2`` (§13).
+    ``qs`` is ``scale * q[b, h]`` and ``k`` is ``k[b, h // group]`` (prepared once per head by the
+    caller); ``[lo, hi)`` comes from `oracles.masking.key_range`, so keys outside it (invisible to
+    every row of the block, weight exactly 0) are never scored. When ``keep_tanh`` is true and
+    softcap is set, also returns ``tanh(r / c)`` before bias and masking, which the backward pass
+    needs for ``ds/dr = 1 - tanh^2`` (§13).
     """
     sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
-    s = qs[r0:r1] @ kt
+    s = qs[r0:r1] @ k[lo:hi].T
     t = None
     if p.softcap is not None:
         s /= p.softcap
@@ -53,11 +57,11 @@ def score_block(
             t = s.copy()
         s *= p.softcap
     if p.bias is not None:
-        s += p.bias[b, h, r0:r1, :sk]
-    vis = block_visibility(r0, r1, sk, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+        s += p.bias[b, h, r0:r1, lo:hi]
+    inv = block_invisible(r0, r1, lo, hi, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
     if p.mask is not None:
-        m = p.mask[b, h, r0:r1, :sk]
-        vis = m if vis is None else (vis & m)
-    if vis is not None:
-        np.copyto(s, -np.inf, where=~vis)
+        hidden = ~p.mask[b, h, r0:r1, lo:hi]
+        inv = hidden if inv is None else (inv | hidden)
+    if inv is not None:
+        np.copyto(s, -np.inf, where=inv)
     return s, t

@@ -5,7 +5,9 @@ One property per kind of work an adapter declares (see `properties_for`):
 - ``forward``: plain dtypes (fp16/bf16/fp32/fp64), every feature the capabilities claim;
 - ``backward``: the same with ``backward=True`` (dq, dk, dv checked);
 - ``fp8``: FP8 cases (format, granularity, incoherent processing) for FP8 adapters;
-- ``edges``: lengths at tile edges with fully masked rows and varlen (the bug-dense corner);
+- ``edges``: lengths at tile edges only, always with a source of fully masked rows
+  (`strategies.edge_cases`: empty mask rows, -inf bias rows, bottom-right causal with Lq > Lk, empty
+  varlen sequences, narrow windows);
 - ``fp8_offset``: FP8 adapters on *peaked* rows (one dominant key, hundreds of keys whose probability
   is ~2^-11 .. 2^-13 of it), judged with the subnormal floor of P lowered by the max offset 2^8 of
   SEMANTICS.md §10 (P~ = P * 256 before the FP8 rounding keeps those probabilities out of the
@@ -24,8 +26,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
@@ -33,7 +36,7 @@ from hypothesis import strategies as st
 from conformance.adapters.base import Adapter
 from conformance.case import Case, FP8Spec
 from property_tests.kernel_check import Verdict, evaluate
-from property_tests.strategies import attention_cases
+from property_tests.strategies import attention_cases, edge_cases
 
 __all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "properties_for", "repro_command"]
 
@@ -178,6 +181,12 @@ class PropertyRun:
     test: Callable[[], None]
     last_failure: tuple[Case, Verdict] | None = None
     examples_run: int = 0
+    events: Counter = field(default_factory=Counter)  # the same labels as event(), counted per example
+    max_usage: float = 0.0
+
+    def event(self, label: str) -> None:
+        self.events[label] += 1
+        event(label)
 
 
 def _strategy(kind: str, adapter: Adapter, device: str) -> st.SearchStrategy[Case]:
@@ -190,8 +199,7 @@ def _strategy(kind: str, adapter: Adapter, device: str) -> st.SearchStrategy[Cas
     if kind == "fp8":
         return attention_cases(capabilities=caps, device=device, fp8=True, backward=False, family="hyp-fp8")
     if kind == "edges":
-        return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-edge",
-                               max_len=260, max_batch=2, max_hq=2, tile_sizes=(16, 32, 64, 128, 256))
+        return edge_cases(capabilities=caps, device=device, family="hyp-edge")
     if kind == "fp8_offset":
         return _peaked_fp8_cases(caps)
     raise ValueError(f"unknown property kind {kind!r}; expected one of {KINDS}")
@@ -206,7 +214,7 @@ def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
         kinds.append("forward")
         if caps.backward:
             kinds.append("backward")
-        if caps.varlen or caps.mask or caps.alignments:
+        if caps.varlen or caps.mask or caps.bias or caps.window or "bottom_right" in caps.alignments:
             kinds.append("edges")
     if caps.fp8:
         kinds.extend(["fp8", "fp8_offset"])
@@ -223,15 +231,16 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
         run.examples_run += 1
         verdict = evaluate(adapter, case, device)
         if verdict.outcome == "NOT_SUPPORTED":
-            event("not supported (strategy drew an unclaimed case)")
+            run.event("not supported (strategy drew an unclaimed case)")
             return
-        event(f"{kind}: dtype {case.fp8.format + '/' + case.fp8.granularity if case.fp8 else case.dtype}")
+        run.event(f"dtype {case.fp8.format + '/' + case.fp8.granularity if case.fp8 else case.dtype}")
         feats = [f for f, on in (("causal", case.causal), ("window", case.window is not None),
                                  ("mask", case.mask is not None), ("bias", case.bias is not None),
                                  ("softcap", case.softcap is not None), ("varlen", case.varlen),
                                  ("gqa", case.Hq != case.Hkv)) if on]
-        event(f"{kind}: features {'+'.join(feats) or 'none'}")
+        run.event(f"features {'+'.join(feats) or 'none'}")
         if not verdict.failed:
+            run.max_usage = max(run.max_usage, verdict.usage)
             target(min(verdict.usage, 1e6), label=f"{kind} tolerance usage")
             return
         run.last_failure = (case, verdict)
@@ -246,8 +255,9 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
             case, peak, seed = drawn
             run.examples_run += 1
             verdict = _check_fp8_offset(adapter, case, peak, seed, device)
-            event(f"fp8_offset: {case.fp8.format}/{case.fp8.granularity}")
+            run.event(f"{case.fp8.format}/{case.fp8.granularity}" + (" +hadamard" if case.fp8.incoherent else ""))
             if not verdict.failed:
+                run.max_usage = max(run.max_usage, verdict.usage)
                 target(min(verdict.usage, 1e6), label="fp8_offset tolerance usage")
                 return
             run.last_failure = (case, verdict)

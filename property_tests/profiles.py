@@ -24,7 +24,7 @@ __all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "register", "load", "active_p
 #: where failing examples are stored (dev, thorough, gpu): the repo root's .hypothesis/examples
 DATABASE_DIR = Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
 #: max_examples per property for each profile (oracle properties use this; kernel properties too)
-EXAMPLES = {"ci": 50, "dev": 200, "thorough": 2000, "gpu": 300}
+EXAMPLES = {"ci": 100, "dev": 200, "thorough": 2000, "gpu": 300}
 #: examples per property per mutant in the mutant runner (derandomized like ci)
 MUTANT_EXAMPLES = 25
 PROFILES = tuple(EXAMPLES)

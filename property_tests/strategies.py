@@ -55,6 +55,8 @@ __all__ = [
     "value_arrays",
     "attention_shapes",
     "attention_cases",
+    "edge_cases",
+    "EDGE_KINDS",
     "attention_arrays",
     "sample_values",
 ]
@@ -86,12 +88,15 @@ def special_lengths(max_len: int, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES
 
 
 def lengths(
-    max_len: int = 130, *, min_len: int = 1, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES
+    max_len: int = 130, *, min_len: int = 1, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES, edges_only: bool = False
 ) -> st.SearchStrategy[int]:
-    """Sequence lengths in [min_len, max_len]: mostly 1, primes and tile edges, sometimes any integer."""
+    """Sequence lengths in [min_len, max_len]: mostly 1, primes and tile edges, sometimes any integer
+    (never, with ``edges_only``)."""
     if max_len < min_len:
         raise ValueError(f"lengths: max_len={max_len} < min_len={min_len}")
     special = [x for x in special_lengths(max_len, tile_sizes) if x >= min_len] or [min_len]
+    if edges_only:
+        return st.sampled_from(special)
     return st.one_of(st.sampled_from(special), st.integers(min_len, max_len))
 
 
@@ -283,6 +288,7 @@ def attention_shapes(
     max_dim: int = 64,
     dv_ne_d: bool = True,
     tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
+    edges_only: bool = False,
 ) -> st.SearchStrategy[dict[str, int]]:
     """Dicts {B, Hq, Hkv, Lq, Lk, d, dv} whose forward work ``B*Hq*Lq*Lk*(d+dv)`` is <= ``max_work``."""
 
@@ -292,9 +298,9 @@ def attention_shapes(
         dv = draw(head_dims(dims, max_dim=max_dim)) if dv_ne_d and draw(st.booleans()) else d
         per = d + dv
         q_cap = max(1, min(max_len, max_work // per))
-        Lq = draw(lengths(q_cap, tile_sizes=tile_sizes))
+        Lq = draw(lengths(q_cap, tile_sizes=tile_sizes, edges_only=edges_only))
         k_cap = max(1, min(max_len, max_work // (per * Lq)))
-        Lk = draw(lengths(k_cap, tile_sizes=tile_sizes))
+        Lk = draw(lengths(k_cap, tile_sizes=tile_sizes, edges_only=edges_only))
         room = max(1, max_work // (per * Lq * Lk))
         hq, hkv = draw(head_counts(max_hq=max(1, min(max_hq, room)), gqa=gqa))
         B = draw(st.integers(1, max(1, min(max_batch, room // hq))))
@@ -319,6 +325,7 @@ def attention_cases(
     tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
     features: bool = True,
     value_distributions: Sequence[str] = DISTRIBUTIONS,
+    edges_only: bool = False,
 ) -> st.SearchStrategy[Case]:
     """`Case` objects, optionally restricted to what ``capabilities`` claims on ``device``.
 
@@ -340,7 +347,7 @@ def attention_cases(
         shape = draw(attention_shapes(
             max_work=max_work, max_len=max_len, max_batch=max_batch, max_hq=max_hq,
             gqa=caps is None or caps.gqa, dims=dims, max_dim=max_dim,
-            dv_ne_d=(caps is None or caps.dv_ne_d) and not want_fp8, tile_sizes=tile_sizes,
+            dv_ne_d=(caps is None or caps.dv_ne_d) and not want_fp8, tile_sizes=tile_sizes, edges_only=edges_only,
         ))
         d, Lq, Lk, B = shape["d"], shape["Lq"], shape["Lk"], shape["B"]
         kw: dict[str, Any] = {}
@@ -383,6 +390,68 @@ def attention_cases(
             assume(False)
         kw["seed"] = draw(st.integers(0, 2**31 - 1))
         case = Case(family=family, **shape, **kw)
+        if caps is not None:
+            assume(capability_reason(caps, case, device) is None)
+        return case
+
+    return _draw()
+
+
+EDGE_KINDS = ("mask_full_rows", "mask_none_visible", "bias_neg_inf_rows", "causal_lq_gt_lk", "varlen_empty",
+              "window_narrow")
+
+
+def edge_cases(
+    *,
+    capabilities: Capabilities | None = None,
+    device: str = "cpu",
+    family: str = "edges",
+    max_len: int = 260,
+    max_work: int = DEFAULT_MAX_WORK,
+    tile_sizes: Sequence[int] = (16, 32, 64, 128, 256),
+) -> st.SearchStrategy[Case]:
+    """Forward cases in the bug-dense corner: lengths only at 1, primes and tile edges, and always at least
+    one source of fully masked rows (SEMANTICS.md §8): a mask with empty rows or no visible entry, -inf bias
+    rows, bottom-right causal with Lq > Lk, varlen with empty sequences, or a narrow window. Only kinds the
+    ``capabilities`` claim are drawn."""
+    caps = capabilities
+
+    @st.composite
+    def _draw(draw) -> Case:
+        kinds = []
+        if caps is None or caps.mask:
+            kinds += ["mask_full_rows", "mask_none_visible"]
+        if caps is None or caps.bias:
+            kinds.append("bias_neg_inf_rows")
+        if caps is None or "bottom_right" in caps.alignments:
+            kinds.append("causal_lq_gt_lk")
+        if caps is None or caps.varlen:
+            kinds.append("varlen_empty")
+        if caps is None or (caps.window and "bottom_right" in caps.alignments):
+            kinds.append("window_narrow")
+        assume(kinds)
+        kind = draw(st.sampled_from(kinds))
+        case = draw(attention_cases(capabilities=caps, device=device, family=family, fp8=False, backward=False,
+                                    max_len=max_len, max_work=max_work, max_batch=2, max_hq=4, tile_sizes=tile_sizes,
+                                    features=False, edges_only=True))
+        if kind == "mask_full_rows":
+            case = case.replace(mask="full_rows")
+        elif kind == "mask_none_visible":
+            case = case.replace(mask="none_visible")
+        elif kind == "bias_neg_inf_rows":
+            case = case.replace(bias="neg_inf_rows")
+        elif kind == "causal_lq_gt_lk":
+            lq, lk = max(case.Lq, case.Lk), min(case.Lq, case.Lk)
+            assume(lq > lk)
+            case = case.replace(causal=True, alignment="bottom_right", Lq=lq, Lk=lk)
+        elif kind == "varlen_empty":
+            sq, sk = draw(varlen_seqlens(case.B, case.Lq, case.Lk))
+            empty = draw(st.integers(0, case.B - 1))
+            sk = tuple(0 if b == empty else x for b, x in enumerate(sk)) if case.B > 1 else sk
+            case = case.replace(seqlens_q=sq, seqlens_k=sk)
+        else:
+            w = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+            case = case.replace(window=w, alignment="bottom_right")
         if caps is not None:
             assume(capability_reason(caps, case, device) is None)
         return case

@@ -66,4 +66,12 @@ def test_kernel_property(impl_kind, request):
     """The adapter agrees with the oracle, within the tolerance policy, on every drawn case it claims."""
     spec, adapter, kind = impl_kind
     run = build_property(kind, adapter, _device(request.config), adapter_name=spec)
-    run.test()
+    try:
+        run.test()
+    finally:
+        STATS[request.node.nodeid] = (run.examples_run, run.max_usage, dict(run.events))
+    assert run.examples_run > 0, f"{spec} {kind}: no example ran"
+
+
+#: per test node: (examples run, worst tolerance usage seen, event counts); printed by conftest.py
+STATS: dict[str, tuple[int, float, dict[str, int]]] = {}

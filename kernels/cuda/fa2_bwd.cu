@@ -27,18 +27,22 @@ using namespace attn_bwd;
 namespace {
 
 // Tile configurations: Fa2BwdTraits<D, BC keys per CTA, BR query rows per step, warp rows of
-// GEMM A / B / C, Q/dO stages, min CTAs per SM, warps per CTA (default 8)>. Defaults measured fastest on the H200
-// (NOTES_BWD.md); the others stay selectable with ATTN_FA2_BWD_VARIANT for comparison.
-using Cfg64 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;        // 2 CTAs/SM, double buffer
-using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;     // "db": 1 CTA/SM, BC = 128
-using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;      // 2 CTAs/SM, single buffer
-using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;    // "db": 1 CTA/SM, double buffer
-using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>; // "bc128": 1 CTA/SM, BC = 128
-using Cfg256 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;  // 1 CTA of 16 warps/SM, <= 128 registers
-using Cfg256Db = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;      // "db": 8 warps, 255 registers
-// "w16": one CTA of 16 warps per SM with BC = 128, <= 128 registers (d = 256's default shape).
-using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;
-using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;
+// GEMM A / B / C, Q/dO stages, min CTAs per SM, warps per CTA (default 8)>. The defaults measured
+// fastest on the H200 (NOTES_BWD.md).
+using Cfg64 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;          // 2 CTAs/SM, double buffer
+using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;        // 2 CTAs/SM, single buffer
+using Cfg256 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;    // 1 CTA of 16 warps/SM, <= 128 registers
+using Cfg256Small = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;   // 8 warps, 146 KB: devices under 217 KB
+
+#ifdef ATTN_BWD_TUNING_VARIANTS
+// The other shapes measured in NOTES_BWD.md, selected at run time with ATTN_FA2_BWD_VARIANT; only
+// compiled with -DATTN_BWD_TUNING_VARIANTS (each one costs CI compile time).
+using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;       // "db": 1 CTA/SM, BC = 128
+using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;  // "w16": 16 warps, BC = 128
+using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;      // "db": 1 CTA/SM, double buffer
+using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>;   // "bc128": 1 CTA/SM, BC = 128
+using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;  // "w16": 16 warps, BC = 128
+#endif
 
 bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return ((uintptr_t)ptr % 16 == 0) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
@@ -84,23 +88,25 @@ int main_loop(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
         return d == 64 ? launch_simt<T, 64>(p, s, err, errlen)
                        : d == 128 ? launch_simt<T, 128>(p, s, err, errlen) : launch_simt<T, 256>(p, s, err, errlen);
     }
+#ifdef ATTN_BWD_TUNING_VARIANTS
     const char* var = getenv("ATTN_FA2_BWD_VARIANT");
     const bool db = var && strcmp(var, "db") == 0, wide = var && strcmp(var, "bc128") == 0;
     const bool w16 = var && strcmp(var, "w16") == 0;
-    if (w16 && d == 64) return launch_tc<T, Cfg64W16>(p, s, err, errlen);
-    if (w16 && d == 128) return launch_tc<T, Cfg128W16>(p, s, err, errlen);
-    if (d == 64) return db ? launch_tc<T, Cfg64Db>(p, s, err, errlen) : launch_tc<T, Cfg64>(p, s, err, errlen);
-    if (d == 128) {
-        if (db) return launch_tc<T, Cfg128Db>(p, s, err, errlen);
-        if (wide) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
-        return launch_tc<T, Cfg128>(p, s, err, errlen);
-    }
+    if (d == 64 && db) return launch_tc<T, Cfg64Db>(p, s, err, errlen);
+    if (d == 64 && w16) return launch_tc<T, Cfg64W16>(p, s, err, errlen);
+    if (d == 128 && db) return launch_tc<T, Cfg128Db>(p, s, err, errlen);
+    if (d == 128 && wide) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
+    if (d == 128 && w16) return launch_tc<T, Cfg128W16>(p, s, err, errlen);
+    if (d == 256 && db) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
+#endif
+    if (d == 64) return launch_tc<T, Cfg64>(p, s, err, errlen);
+    if (d == 128) return launch_tc<T, Cfg128>(p, s, err, errlen);
     // Cfg256 needs 217 KB of shared memory (Hopper has 227 KB per block); an A100 (163 KB) or a
     // smaller part runs the 8-warp shape instead.
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (db || (size_t)optin < Cfg256::smem_bytes<T>()) return launch_tc<T, Cfg256Db>(p, s, err, errlen);
+    if ((size_t)optin < Cfg256::smem_bytes<T>()) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
     return launch_tc<T, Cfg256>(p, s, err, errlen);
 }
 

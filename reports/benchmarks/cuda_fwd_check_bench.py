@@ -234,7 +234,7 @@ def bench(quick):
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kernel="fa2_fwd", B=B, H=H, N=N, d=d, causal=causal)
-        for name, fn in (("ours", lambda: cuda_lib.call("attn_fa2_fwd", p)),
+        for name, fn in (("ours", lambda p=p: cuda_lib.call("attn_fa2_fwd", p)),
                          ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                          ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))):
             try:
@@ -264,8 +264,8 @@ def bench(quick):
         p2 = cuda_lib.fwd_params(q, k, v, o, lse, num_splits=splits, o_partial=part_o, lse_partial=part_l)
         bytes_moved = 2 * B * 8 * Lk * 128 * 2
         row = dict(kernel="splitkv_decode", B=B, Hq=32, Hkv=8, Lq=1, Lk=Lk, d=128, num_splits=splits)
-        for name, fn in (("ours", lambda: cuda_lib.call("attn_splitkv_fwd", p2)),
-                         ("ours_autoalloc", lambda: cuda_lib.call("attn_splitkv_fwd", p)),
+        for name, fn in (("ours", lambda p2=p2: cuda_lib.call("attn_splitkv_fwd", p2)),
+                         ("ours_autoalloc", lambda p=p: cuda_lib.call("attn_splitkv_fwd", p)),
                          ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, False, gqa=True)),
                          ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, False, gqa=True))):
             try:
@@ -285,8 +285,8 @@ def bench(quick):
 def env_info():
     props = torch.cuda.get_device_properties(0)
     drv = os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null").read().strip()
-    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=props.name, sms=props.multi_processor_count,
-                driver=drv, cuda=torch.version.cuda, torch=torch.__version__,
+    return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=props.name,
+                sms=props.multi_processor_count, driver=drv, cuda=torch.version.cuda, torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version(), python=platform.python_version(),
                 library=str(cuda_lib.library_path()))
 

@@ -304,7 +304,11 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--fa1", action="store_true", help="with --bench: also time the FA1 reference kernels")
     ap.add_argument("--variants", default="", help="comma-separated ATTN_FA2_BWD_VARIANT values to re-check")
-    ap.add_argument("--bench-variants", default="db,bc128", help="ATTN_FA2_BWD_VARIANT values to time too")
+    ap.add_argument(
+        "--bench-variants",
+        default="",
+        help="ATTN_FA2_BWD_VARIANT values to time too (needs a library built with -DATTN_BWD_TUNING_VARIANTS)",
+    )
     ap.add_argument("--only", default="", help="comma-separated case ids (default: all)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)

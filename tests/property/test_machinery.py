@@ -133,3 +133,18 @@ def test_runner_rejects_unknown_steps():
 
     with pytest.raises(ValueError, match="unknown step"):
         run_mutant(MUTANTS[0], order=("bogus",))
+
+
+def test_cli_exit_status_follows_the_score(monkeypatch, capsys):
+    """Exit 0 only when every mutant is killed: a catalog holding only the unmutated kernel gives 0/1 and exit 1."""
+    from property_tests.mutants import cli
+    from property_tests.mutants.catalog import MUTANTS, Mutant
+
+    control = Mutant("control_identity", "none", "-", "reference-fa2", wrapper="identity")
+    monkeypatch.setattr(cli, "MUTANTS", (control,))
+    assert cli.main(["--order", "pinned"]) == 1
+    assert "mutation score: 0/1 (0%)" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "MUTANTS", MUTANTS[:1])
+    assert cli.main(["--order", "pinned"]) == 0
+    assert "mutation score: 1/1 (100%)" in capsys.readouterr().out
+    assert cli.main(["--order", "bogus"]) == 2

@@ -1,5 +1,6 @@
 // FlashAttention-2 backward main loop (FA2 paper, Algorithm 2), tensor cores (mma.sync m16n8k16
-// via ldmatrix), cp.async double buffering of the Q / dO tiles.
+// via ldmatrix), Q / dO / LSE / D tiles by cp.async (double buffered, or single buffered with the
+// next copy overlapping GEMM C).
 //
 // One CTA per (K/V tile of BC keys, query head, batch). K_j, V_j are loaded to shared memory once
 // and dK_j, dV_j are accumulated in registers (fp32) while the CTA walks the Q tiles i (BR rows)

@@ -1,0 +1,247 @@
+"""Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
+
+``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward) and ``cuda-splitkv``
+(split-KV forward with its combine kernel). Each call runs in a worker process (``isolate = True``)
+so a crash or hang costs one case.
+
+How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
+- §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
+  of real lengths, padded [B, H, L, D] layout), §9 GQA: native fields; no boolean mask or bias (§6).
+- layouts: the views of `_torch_common.materialize` go in as they are (element strides; [B, L, H, D]
+  transposed and stride-0 K/V included); the kernels need 16-byte aligned rows (head dims 64/128/256).
+- §8 fully masked rows: the kernels write O = 0, LSE = -inf (declared convention "-inf").
+- §7 padded query rows are never written by the kernels; the adapter reports them as 0 / -inf (the
+  engine does not compare them) and counts only real rows as unwritten.
+
+Every output (O, LSE, dQ, dK, dV) is written into a buffer poisoned with NaN that sits inside a
+larger allocation with sentinel guard bands before and after it. A changed sentinel is an
+out-of-bounds write: it is recorded in ``notes`` as ``oob_write: ...`` and the call raises
+AssertionError so the case fails; NaN left in a real row is counted in ``ForwardOutput.unwritten``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from conformance.adapters import _torch_common as tc
+from conformance.adapters._torch_common import torch
+from conformance.adapters.base import (
+    Adapter,
+    BackwardOutput,
+    Capabilities,
+    CaseInputs,
+    ForwardOutput,
+    capability_reason,
+)
+from conformance.case import ALIGNMENTS, LAYOUTS, Case
+
+__all__ = ["CudaFA1", "CudaFA2", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
+
+#: sentinel elements before and after every output buffer
+GUARD_ELEMS = 1024
+_SENTINEL = 1234.5  # exactly representable in fp16, bf16 and fp32
+
+
+class GuardedBuffer:
+    """A [shape] view poisoned with NaN inside a flat allocation with sentinel guard bands."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, device: str):
+        self.name, self.shape = name, tuple(shape)
+        n = math.prod(self.shape)
+        self.flat = torch.full((n + 2 * GUARD_ELEMS,), _SENTINEL, dtype=dtype, device=device)
+        self.view = self.flat[GUARD_ELEMS : GUARD_ELEMS + n].view(self.shape)
+        self.view.fill_(float("nan"))
+
+    def oob_report(self) -> str | None:
+        """None when both guard bands are intact; otherwise where the first changed sentinel lies."""
+        for side, band in (("before", self.flat[:GUARD_ELEMS]), ("after", self.flat[-GUARD_ELEMS:])):
+            bad = torch.nonzero(band != _SENTINEL)
+            if bad.numel():
+                pos = int(bad[0])
+                off = pos - GUARD_ELEMS if side == "before" else pos
+                return (f"oob_write: {self.name} (shape {self.shape}, dtype {tc.dtype_name(self.flat.dtype)}): "
+                        f"{bad.numel()} sentinel element(s) changed {side} the buffer, first at element offset "
+                        f"{off} {'before the start' if side == 'before' else 'past the end'} "
+                        f"(value {float(band[pos])!r})")
+        return None
+
+
+def _rows_valid(case: Case) -> np.ndarray:
+    """[B, Hq, Lq] bool: real query rows (SEMANTICS.md §7)."""
+    valid = np.ones((case.B, case.Hq, case.Lq), dtype=bool)
+    if case.seqlens_q is not None:
+        for b, n in enumerate(case.seqlens_q):
+            valid[b, :, int(n):] = False
+    return valid
+
+
+class _CudaAdapter(Adapter):
+    """Shared forward/backward plumbing; subclasses name their launchers."""
+
+    isolate: ClassVar[bool] = True
+    fwd_launcher: ClassVar[str] = ""
+    bwd_launcher: ClassVar[str | None] = None
+    capabilities = Capabilities(
+        dtypes=frozenset({"float16", "bfloat16"}),
+        devices=frozenset({"cuda"}),
+        head_dims=frozenset({64, 128, 256}),
+        dv_ne_d=False,
+        alignments=frozenset(ALIGNMENTS),
+        window=True,
+        softcap=True,
+        gqa=True,
+        varlen=True,
+        custom_scale=True,
+        layouts=frozenset(LAYOUTS),
+        lse=True,
+        backward=False,
+        accepts_out=True,
+    )
+
+    # -- availability ---------------------------------------------------------------------------------
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = tc.device_unavailable_reason(device)
+        if reason:
+            return reason
+        if not device.startswith("cuda"):
+            return f"{self.name} runs on CUDA devices only (asked for {device!r})"
+        cap = tc.cuda_capability()
+        if cap is None or cap < (8, 0):
+            return f"{self.name} needs compute capability >= 8.0 (sm_80 / sm_90a builds); device has {cap}"
+        try:
+            from kernels import cuda_lib
+
+            lib = cuda_lib.library()
+        except Exception as e:  # LibraryUnavailable, or an import problem
+            return f"CUDA kernel library unavailable: {e}"
+        for name in (self.fwd_launcher, self.bwd_launcher):
+            if name and getattr(lib, name, None) is None:
+                return f"{cuda_lib.library_path()} does not export {name}"
+        return None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        return capability_reason(self.capabilities, case, device.split(":")[0])
+
+    def version(self) -> str:
+        try:
+            from kernels import cuda_lib
+
+            return f"libattn_kernels ABI v{cuda_lib.ATTN_PARAMS_VERSION} ({cuda_lib.library_path()})"
+        except Exception:
+            return "unknown"
+
+    # -- calls ------------------------------------------------------------------------------------------
+    def _extra_fwd_kwargs(self, case: Case) -> dict:
+        return {}
+
+    def _semantics(self, case: Case, device: str) -> dict:
+        kw: dict[str, Any] = dict(scale=case.scale, causal=case.causal, alignment=case.alignment, window=case.window,
+                                  softcap=case.softcap)
+        for name in ("seqlens_q", "seqlens_k"):
+            lens = getattr(case, name)
+            if lens is not None:
+                kw[name] = torch.tensor([int(x) for x in lens], dtype=torch.int32, device=device)
+        return kw
+
+    def _forward_raw(self, m: tc.Materialized, case: Case, device: str, notes: list[str]):
+        from kernels import cuda_lib
+
+        dtype = m.q.dtype
+        o = GuardedBuffer("out", (case.B, case.Hq, case.Lq, case.dv), dtype, device)
+        lse = GuardedBuffer("lse", (case.B, case.Hq, case.Lq), torch.float32, device)
+        kw = self._semantics(case, device)
+        kw.update(self._extra_fwd_kwargs(case))
+        params = cuda_lib.fwd_params(m.q, m.k, m.v, o.view, lse.view, **kw)
+        if self.fwd_launcher == "attn_splitkv_fwd":
+            notes.append(f"num_splits={cuda_lib.splitkv_num_splits(params)} (auto)")
+        cuda_lib.call(self.fwd_launcher, params)
+        torch.cuda.synchronize()
+        oob = [r for r in (o.oob_report(), lse.oob_report()) if r]
+        return o, lse, kw, oob
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        m = tc.materialize(inputs, case, device)
+        before = tc.snapshot(m.named())
+        notes: list[str] = []
+        o, lse, _, oob = self._forward_raw(m, case, device, notes)
+        notes += oob
+        if oob:
+            raise AssertionError("; ".join(oob))
+        return self._forward_output(o, lse, case, notes, tc.changed(before, m.named()))
+
+    def _forward_output(self, o, lse, case: Case, notes: list[str], mutated) -> ForwardOutput:
+        valid = _rows_valid(case)
+        out = tc.to_numpy(o.view)
+        lse_np = tc.to_numpy(lse.view)
+        unwritten = int(np.isnan(out[valid]).sum() + np.isnan(lse_np[valid]).sum())
+        out[~valid] = 0.0  # padded rows are never written (§7); the engine ignores them
+        lse_np[~valid] = -np.inf
+        return ForwardOutput(out=out, lse=lse_np, out_dtype=tc.dtype_name(o.view.dtype), unwritten=unwritten,
+                             mutated_inputs=tuple(mutated), lse_convention="-inf", notes=notes)
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        if self.bwd_launcher is None:
+            raise NotImplementedError(f"{self.name} declares no backward")
+        from kernels import cuda_lib
+
+        m = tc.materialize(inputs, case, device)
+        before = tc.snapshot(m.named())
+        notes: list[str] = []
+        o, lse, kw, oob = self._forward_raw(m, case, device, notes)
+        B, Hq, Hkv, Lq, Lk, d, dv = case.B, case.Hq, case.Hkv, case.Lq, case.Lk, case.d, case.dv
+        dtype = m.q.dtype
+        dq = GuardedBuffer("dq", (B, Hq, Lq, d), dtype, device)
+        dk = GuardedBuffer("dk", (B, Hkv, Lk, d), dtype, device)
+        dvb = GuardedBuffer("dv", (B, Hkv, Lk, dv), dtype, device)
+        f32 = dict(dtype=torch.float32, device=device)
+        scratch = dict(dq_accum=torch.zeros(B, Hq, Lq, d, **f32), d_rowsum=torch.zeros(B, Hq, Lq, **f32),
+                       dk_accum=torch.zeros(B, Hq, Lk, d, **f32), dv_accum=torch.zeros(B, Hq, Lk, dv, **f32))
+        params = cuda_lib.bwd_params(m.q, m.k, m.v, o.view, lse.view, m.dout, dq.view, dk.view, dvb.view, **scratch,
+                                     **kw)
+        cuda_lib.call(self.bwd_launcher, params)
+        torch.cuda.synchronize()
+        oob += [r for r in (o.oob_report(), lse.oob_report(), dq.oob_report(), dk.oob_report(), dvb.oob_report())
+                if r]
+        notes += oob
+        if oob:
+            raise AssertionError("; ".join(oob))
+        mutated = tc.changed(before, m.named())
+        fo = self._forward_output(o, lse, case, [], mutated)
+        valid = _rows_valid(case)
+        dq_np = tc.to_numpy(dq.view)
+        if np.isnan(dq_np[valid]).any() or np.isnan(tc.to_numpy(dk.view)).any() or np.isnan(
+                tc.to_numpy(dvb.view)).any():
+            notes.append("unwritten: NaN poison left in dq/dk/dv")
+        dq_np[~valid] = 0.0
+        return BackwardOutput(dq=dq_np, dk=tc.to_numpy(dk.view), dv=tc.to_numpy(dvb.view), out=fo,
+                              mutated_inputs=tuple(mutated), notes=notes)
+
+
+class CudaFA2(_CudaAdapter):
+    name = "cuda-fa2"
+    description = ("FlashAttention-2 CUDA kernels (kernels/cuda/fa2_fwd.cu, fa2_bwd.cu): split-Q, mma.sync "
+                   "m16n8k16, cp.async K/V ping-pong, deferred normalisation")
+    fwd_launcher = "attn_fa2_fwd"
+    bwd_launcher = "attn_fa2_bwd"
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True)
+
+
+class CudaFA1(_CudaAdapter):
+    name = "cuda-fa1"
+    description = ("FlashAttention-1 CUDA kernels (kernels/cuda/fa1.cu): Algorithm 1 loop order, statistics in "
+                   "global memory")
+    fwd_launcher = "attn_fa1_fwd"
+    bwd_launcher = "attn_fa1_bwd"
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True)
+
+
+class CudaSplitKV(_CudaAdapter):
+    name = "cuda-splitkv"
+    description = ("Split-KV (Flash-Decoding) CUDA forward (kernels/cuda/splitkv.cu): GQA group packed into M, "
+                   "per-split fp32 partials (O_s, LSE_s) and a combine kernel; num_splits chosen automatically")
+    fwd_launcher = "attn_splitkv_fwd"
+    bwd_launcher = None

@@ -1,0 +1,138 @@
+"""CPU-side tests of the CUDA kernel build, the ctypes loader and the cuda-* adapters.
+
+- the build (`python -m kernels.build`) succeeds when nvcc is present; CI builds first, so the build
+  stamp makes the call here a no-op instead of a second full compile;
+- the ctypes mirror of AttnFwdParams / AttnBwdParams matches the C header, checked two ways: a tiny C
+  program compiled with the host compiler prints sizeof/offsetof, and the library's own
+  ``attn_params_layout`` (what nvcc compiled);
+- launchers reject bad parameters with a status and a message naming the argument (validation
+  runs before any CUDA call, so this needs the library but no GPU);
+- without a GPU the adapters say why they are unavailable, and decline unsupported cases cleanly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kernels import build as kbuild
+from kernels import cuda_lib
+
+torch = pytest.importorskip("torch")
+
+HAS_NVCC = kbuild.find_nvcc() is not None
+
+
+def _lib_or_skip():
+    try:
+        return cuda_lib.library(build_if_missing=HAS_NVCC)
+    except cuda_lib.LibraryUnavailable as e:
+        pytest.skip(f"kernel library unavailable: {e}")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found")
+def test_build_succeeds_and_is_up_to_date():
+    lib = kbuild.build(kbuild.DEFAULT_OUT, verbose=False)  # no-op when CI already built this tree
+    assert lib.is_file() and lib.stat().st_size > 0, f"{lib} missing or empty after build"
+
+
+def test_build_flags_target_sm80_and_sm90a():
+    flags = " ".join(kbuild.nvcc_flags())
+    assert "arch=compute_80,code=sm_80" in flags and "arch=compute_90a,code=sm_90a" in flags, flags
+    assert "--use_fast_math" not in flags, "fast-math would approximate the LSE's logf (see kernels/build.py)"
+
+
+def _c_layout() -> list[int]:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    fwd = [n for n, _ in cuda_lib.AttnFwdParams._fields_]
+    bwd = [n for n, _ in cuda_lib.AttnBwdParams._fields_]
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "attn_params.h"', "int main(void) {",
+             'printf("%d %zu %zu\\n", ATTN_PARAMS_VERSION, sizeof(AttnFwdParams), sizeof(AttnBwdParams));']
+    lines += [f'printf("%zu\\n", offsetof(AttnFwdParams, {n}));' for n in fwd]
+    lines += [f'printf("%zu\\n", offsetof(AttnBwdParams, {n}));' for n in bwd]
+    lines += ["return 0; }"]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "layout.c", Path(d) / "layout"
+        src.write_text("\n".join(lines))
+        subprocess.run([cc, "-I", str(kbuild.CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    return [int(x) for x in out]
+
+
+def test_ctypes_mirror_matches_c_header():
+    c = _c_layout()
+    mine = cuda_lib.mirror_layout()
+    fields = (["version", "sizeof(fwd)", "sizeof(bwd)"] + [f"fwd.{n}" for n, _ in cuda_lib.AttnFwdParams._fields_]
+              + [f"bwd.{n}" for n, _ in cuda_lib.AttnBwdParams._fields_])
+    diffs = [f"{f}: header {a} vs ctypes {b}" for f, a, b in zip(fields, c, mine) if a != b]
+    assert len(c) == len(mine) and not diffs, f"attn_params.h and kernels/cuda_lib.py disagree: {diffs}"
+
+
+def test_ctypes_mirror_matches_compiled_library():
+    _lib_or_skip()
+    assert cuda_lib.compiled_layout() == cuda_lib.mirror_layout(), (
+        "libattn_kernels.so was compiled with a different AttnFwdParams/AttnBwdParams layout than "
+        "kernels/cuda_lib.py mirrors: rebuild (python -m kernels.build --force) or fix the mirror")
+
+
+def _cpu_params(**kw):
+    B, Hq, Hkv, Lq, Lk, d = 2, 4, 2, 5, 7, kw.pop("d", 64)
+    q = torch.zeros(B, Lq, Hq, d, dtype=torch.bfloat16).transpose(1, 2)  # [B, L, H, D] view
+    k = torch.zeros(1, Hkv, Lk, d, dtype=torch.bfloat16).expand(B, -1, -1, -1)  # stride-0 batch
+    v = torch.zeros(B, Hkv, Lk, d, dtype=torch.bfloat16)
+    o = torch.zeros(B, Hq, Lq, d, dtype=torch.bfloat16)
+    lse = torch.zeros(B, Hq, Lq)
+    return cuda_lib.fwd_params(q, k, v, o, lse, **kw), (q, k, v, o, lse)
+
+
+def test_fwd_params_fills_strides_and_semantics():
+    p, (q, k, v, o, lse) = _cpu_params(causal=True, alignment="top_left", window=(None, 3), softcap=2.5)
+    assert (p.q_batch_stride, p.q_head_stride, p.q_row_stride) == q.stride()[:3]
+    assert p.k_batch_stride == 0, "expanded K must keep batch stride 0 (no copy)"
+    assert (p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim) == (2, 4, 2, 5, 7, 64)
+    assert (p.causal, p.align_bottom_right, p.window_left, p.window_right) == (1, 0, -1, 3)
+    assert p.dtype == cuda_lib.ATTN_BF16 and abs(p.scale - 64 ** -0.5) < 1e-7 and p.softcap == 2.5
+    assert p.q == q.data_ptr() and p.lse == lse.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "launcher, kw, status, needle",
+    [
+        ("attn_fa2_fwd", dict(d=96), "ATTN_ERR_UNSUPPORTED", "head_dim=96"),
+        ("attn_fa2_fwd", dict(window=(-2, 0)), "ATTN_ERR_INVALID", "window=(-2, 0)"),
+        ("attn_splitkv_fwd", dict(d=32), "ATTN_ERR_UNSUPPORTED", "head_dim=32"),
+        ("attn_splitkv_fwd", dict(num_splits=-3), "ATTN_ERR_INVALID", "num_splits=-3"),
+    ],
+)
+def test_launchers_reject_bad_parameters_with_a_message(launcher, kw, status, needle):
+    _lib_or_skip()
+    p, _ = _cpu_params(**kw)
+    with pytest.raises(cuda_lib.KernelError) as ei:
+        cuda_lib.call(launcher, p, stream=0)
+    assert ei.value.status == status and needle in ei.value.message, (
+        f"{launcher} with {kw}: expected {status} mentioning {needle!r}, got {ei.value}")
+
+
+def test_adapters_unavailable_or_declining_cleanly_without_gpu():
+    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
+    from conformance.case import Case
+
+    for cls in (CudaFA1, CudaFA2, CudaSplitKV):
+        a = cls()
+        if not torch.cuda.is_available():
+            reason = a.unavailable_reason("cuda")
+            assert isinstance(reason, str) and reason, f"{a.name}: no reason given without a GPU"
+        assert a.unavailable_reason("cpu"), f"{a.name} must refuse the cpu device"
+        case = Case(family="t", B=1, Hq=2, Hkv=1, Lq=8, Lk=8, d=96, dv=96, dtype="bfloat16")
+        assert "head dim" in a.supports(case, "cuda")
+        assert "dtype float32" in a.supports(case.replace(d=64, dv=64, dtype="float32"), "cuda")
+        assert a.supports(case.replace(d=64, dv=64), "cuda") is None
+    assert CudaSplitKV().supports(Case(family="t", B=1, Hq=2, Hkv=1, Lq=8, Lk=8, d=64, dv=64, dtype="float16",
+                                       backward=True), "cuda") == "backward not supported"
