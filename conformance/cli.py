@@ -89,7 +89,7 @@ def _safe_version(adapter) -> str:
 def _cmd_run(args) -> int:
     from conformance import catalog
     from conformance.engine import Runner, stderr_progress
-    from conformance.registry import load_many, resolve_specs
+    from conformance.registry import builtin_names, load_many, resolve_specs
     from conformance.report import build_report, exit_code, write_report
 
     device = args.device or os.environ.get("CONFORMANCE_DEVICE", "cpu")
@@ -97,6 +97,11 @@ def _cmd_run(args) -> int:
     loaded = load_many(specs, device)
     if not explicit:
         loaded = [la for la in loaded if la.available]
+    broken = [la for la in loaded if la.adapter is None and la.spec not in builtin_names()]
+    if broken:  # a module:attr the user named that cannot be imported or is not an adapter: usage error
+        for la in broken:
+            print(f"error: --impl {la.spec}: {la.reason}", file=sys.stderr)
+        return 2
     for la in loaded:
         if not la.available:
             print(f"warning: {la.spec} is unavailable on {device}: {la.reason} (its cases are NOT_SUPPORTED)",

@@ -174,6 +174,26 @@ def lse_tolerance(od: OracleData, model: PrecisionModel | None = None) -> np.nda
             + m.floor)
 
 
+#: score-block size (float64 elements) of the bound pass; several arrays of this size are alive at once
+BLOCK_ELEMENTS = 1 << 21
+
+
+def _score_block(p, b: int, h: int, r0: int, r1: int, qs, k, *, keep_tanh: bool = False):
+    """Scores [r1 - r0, sk] of (b, h) over all real keys, -inf where invisible: the oracle's own pipeline.
+
+    Calls `oracles.scores.score_block` (SEMANTICS.md §3); supports both its key-range signature
+    ``(p, b, h, r0, r1, lo, hi, qs, k)`` and the earlier ``(p, b, h, r0, r1, qs, kt)``.
+    """
+    import inspect
+
+    from oracles.scores import score_block
+
+    sk = int(p.seqlens_k[b])
+    if "lo" in inspect.signature(score_block).parameters:
+        return score_block(p, b, h, r0, r1, 0, sk, qs, k, keep_tanh=keep_tanh)
+    return score_block(p, b, h, r0, r1, qs, k[:sk].T, keep_tanh=keep_tanh)
+
+
 # -- the block pass -------------------------------------------------------------------------------
 
 def compute_oracle(case: Case, inputs) -> OracleData:
@@ -181,7 +201,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     import time
 
     import oracles
-    from oracles.scores import row_blocks, score_block
+    from oracles.scores import row_blocks
     from oracles.validate import validate
 
     t0 = time.perf_counter()
@@ -227,11 +247,12 @@ def compute_oracle(case: Case, inputs) -> OracleData:
         valid[b, :, :sq] = True
         if sq == 0:
             continue
-        blocks = row_blocks(sq, sk)
+        blocks = row_blocks(sq, sk, BLOCK_ELEMENTS)
         for h in range(p.Hq):
             hk = h // p.group
             qs = p.q[b, h, :sq] * p.scale
             kt = p.k[b, hk, :sk].T
+            kfull = p.k[b, hk]
             vb = p.v[b, hk, :sk]
             absv = np.abs(vb)
             vmax = absv.max(axis=0) if sk else np.zeros(p.dv)
@@ -241,12 +262,18 @@ def compute_oracle(case: Case, inputs) -> OracleData:
             k32 = p.k[b, hk, :sk].astype(acc)
             v32 = vb.astype(acc)
             for r0, r1 in blocks:
-                s, _ = score_block(p, b, h, r0, r1, qs, kt)
+                s, _ = _score_block(p, b, h, r0, r1, qs, kfull)
                 vis = s > -np.inf
                 L = lse[b, h, r0:r1]
                 Lf = np.where(np.isfinite(L), L, 0.0)
                 with np.errstate(invalid="ignore", over="ignore"):
                     P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
+                rowsum = P.sum(axis=1)
+                drift = np.abs(rowsum - np.isfinite(L))
+                if drift.size and drift.max() > 1e-9:  # P must be the oracle's softmax (same scores, same LSE)
+                    i = int(np.argmax(drift))
+                    raise RuntimeError(f"bound pass disagrees with the oracle: sum_j P = {rowsum[i]!r} at batch {b}, "
+                                       f"head {h}, row {r0 + i} (LSE {L[i]!r}); case {case.id}")
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1, initial=-np.inf), 0.0)
                 sigma = aq[r0:r1] @ akt
                 g = gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
@@ -292,7 +319,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
 
 def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd) -> None:
     """dQ/dK/dV bounds (TOLERANCES.md §4) and the naive same-precision backward, blockwise."""
-    from oracles.scores import row_blocks, score_block
+    from oracles.scores import row_blocks
 
     model = od.model
     u_s, u_a, u_p, u_out = model.u_s, model.u_a, model.u_p, model.u_out
@@ -305,13 +332,13 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
         sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
         if sq == 0 or sk == 0:
             continue
-        blocks = row_blocks(sq, sk)
+        blocks = row_blocks(sq, sk, BLOCK_ELEMENTS)
         gk = gamma(sq)  # terms in a dK / dV column sum (per query head; heads add below)
         gq = gamma(sk)
         for h in range(p.Hq):
             hk = h // p.group
             qs = p.q[b, h, :sq] * p.scale
-            kt = p.k[b, hk, :sk].T
+            kfull = p.k[b, hk]
             vb = p.v[b, hk, :sk]
             absv, absk, absq = np.abs(vb), np.abs(p.k[b, hk, :sk]), np.abs(p.q[b, h, :sq])
             aq = absq * absscale
@@ -322,7 +349,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
             v32 = vb.astype(acc)
             do32 = dO.astype(acc)
             for r0, r1 in blocks:
-                s, t = score_block(p, b, h, r0, r1, qs, kt, keep_tanh=True)
+                s, t = _score_block(p, b, h, r0, r1, qs, kfull, keep_tanh=True)
                 vis = s > -np.inf
                 L = lse[b, h, r0:r1]
                 Lf = np.where(np.isfinite(L), L, 0.0)

@@ -66,45 +66,57 @@ int choose_splits(const AttnFwdParams& p, int num_sms) {
     return static_cast<int>(s);
 }
 
-// One warp per output row (b, h, i): lanes stride over splits for the maxima and over the head dim
-// for the weighted sum (coalesced reads of each split's row).
+// One CTA per output row (b, h, i). Warp 0 reduces the split LSEs to the row's LSE and turns them
+// into weights w_s = exp(LSE_s - LSE) in shared memory (0 for empty splits, all 0 when every split is
+// empty); then every thread owns head-dim columns and sums w_s * O_s[c] over the splits, with the
+// loads of consecutive splits independent of each other so they overlap (the first version walked
+// the splits with a data-dependent branch per load and its latency chain showed in decoding times).
+constexpr int kCombineThreads = 128;
+
 template <typename Elem>
-__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_constant__ AttnFwdParams p,
+                                                                  int num_splits) {
+    extern __shared__ float w[];  // [num_splits]
+    __shared__ float row_lse;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
-    if (warp >= rows) return;
-    const int i = warp % p.seqlen_q;
-    const int h = (warp / p.seqlen_q) % p.heads_q;
-    const int b = warp / (p.seqlen_q * p.heads_q);
+    const long long row = blockIdx.x;
+    const int i = static_cast<int>(row % p.seqlen_q);
+    const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+    const int b = static_cast<int>(row / (static_cast<long long>(p.seqlen_q) * p.heads_q));
     const int lq = p.seqlens_q ? max(0, min(p.seqlens_q[b], p.seqlen_q)) : p.seqlen_q;
     if (i >= lq) return;  // padded rows are not written
-    const long long split_stride = rows;  // rows per split in the partial buffers
-    const float* lse_s = p.lse_partial + warp;
-    float mx = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, lse_s[s * split_stride]);
+    const float* lse_s = p.lse_partial + row;  // split s at lse_s[s * rows]
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float mx = -INFINITY;
+        for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, lse_s[s * rows]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float lse = -INFINITY;
-    if (mx != -INFINITY) {
-        float sum = 0.f;
-        for (int s = lane; s < num_splits; s += 32) sum += expf(lse_s[s * split_stride] - mx);
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float lse = -INFINITY;
+        if (mx != -INFINITY) {
+            float sum = 0.f;
+            for (int s = lane; s < num_splits; s += 32) sum += expf(lse_s[s * rows] - mx);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        lse = mx + logf(sum);
-    }
-    Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + i * p.o_row_stride;
-    for (int c = lane; c < p.head_dim_v; c += 32) {
-        float acc = 0.f;
-        if (lse != -INFINITY) {
-            for (int s = 0; s < num_splits; ++s) {
-                const float ls = lse_s[s * split_stride];
-                if (ls == -INFINITY) continue;  // empty split: contributes nothing (and its O_s is 0)
-                acc += expf(ls - lse) * p.o_partial[(s * split_stride + warp) * p.head_dim_v + c];
-            }
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            lse = mx + logf(sum);
         }
-        if constexpr (sizeof(Elem) == 2) out[c] = static_cast<Elem>(acc);
+        for (int s = lane; s < num_splits; s += 32) {
+            const float ls = lse_s[s * rows];
+            w[s] = (lse == -INFINITY || ls == -INFINITY) ? 0.f : expf(ls - lse);
+        }
+        if (lane == 0) row_lse = lse;
     }
-    if (lane == 0 && p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
+    __syncthreads();
+    Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + i * p.o_row_stride;
+    const float* o_s = p.o_partial + row * p.head_dim_v;  // split s at o_s[s * rows * dv]
+    const long long split_stride = rows * p.head_dim_v;
+    for (int c = threadIdx.x; c < p.head_dim_v; c += kCombineThreads) {
+        float acc = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < num_splits; ++s) acc += w[s] * o_s[s * split_stride + c];  // empty split: w = 0, O_s = 0
+        out[c] = static_cast<Elem>(acc);
+    }
+    if (threadIdx.x == 0 && p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = row_lse;
 }
 
 template <int D, typename Elem>
@@ -114,7 +126,8 @@ cudaError_t run_split(const AttnFwdParams& p, int num_splits, cudaStream_t strea
     cudaError_t e = attn::launch_fwd<Tr, true>(p, grid, num_splits, stream);
     if (e != cudaSuccess) return e;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
-    combine_kernel<Elem><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, num_splits);
+    if (rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    combine_kernel<Elem><<<static_cast<unsigned>(rows), kCombineThreads, num_splits * sizeof(float), stream>>>(p, num_splits);
     return cudaGetLastError();
 }
 

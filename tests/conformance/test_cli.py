@@ -32,6 +32,7 @@ def test_usage_errors_exit_2(tmp_path):
     p = _cli("run", "-k", "no-such-case-xyz", "--impl", "reference-fa2", "--report-dir", str(tmp_path))
     assert p.returncode == 2
     assert _cli("repro", "no-such-case").returncode == 2
+    assert _cli("run", "--impl", "no_such_module_xyz:fn", "--report-dir", str(tmp_path)).returncode == 2
     assert _cli("frobnicate").returncode == 2
 
 

@@ -59,11 +59,30 @@ def test_streaming_handles_huge_score_jumps():
         _compare(oracles.streaming_attention(q, k, v, block=block, scale=1.0), dense, f"block={block}", "jumps")
 
 
-def test_dense_block_size_does_not_matter(monkeypatch):
-    """The dense oracle's own query blocking (scores.BLOCK_ELEMENTS) is invisible in the result."""
-    q, k, v = rand_qkv(B=1, Hq=2, Hkv=1, Lq=37, Lk=29, d=4, seed=3)
-    ref = oracles.attention(q, k, v, causal=True, window=(5, None))
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"causal": True, "window": (5, None)},
+        {"window": (3, 2), "alignment": "top_left", "softcap": 1.5},
+        {"causal": True, "seqlens_q": [37, 20], "seqlens_k": [29, 11], "bias": "random", "mask": "random"},
+    ],
+    ids=["causal_window", "window_top_left_softcap", "varlen_bias_mask"],
+)
+def test_dense_block_size_does_not_matter(kw, monkeypatch):
+    """The dense oracle's query blocking and per-block key ranges (scores.BLOCK_ELEMENTS, masking.key_range)
+    are invisible in the results, forward and backward."""
+    q, k, v, dout = rand_qkv(B=2, Hq=2, Hkv=1, Lq=37, Lk=29, d=4, seed=3, dout=True)
+    rng = np.random.default_rng(5)
+    kw = dict(kw)
+    if kw.get("bias") == "random":
+        kw["bias"] = rng.standard_normal((2, 1, 37, 29))
+    if kw.get("mask") == "random":
+        kw["mask"] = rng.random((37, 29)) > 0.2
+    ref = oracles.attention(q, k, v, **kw)
+    ref_grads = oracles.attention_backward(q, k, v, dout, **kw)
     import oracles.scores as scores
 
     monkeypatch.setattr(scores, "BLOCK_ELEMENTS", 1)  # 8-row blocks
-    _compare(oracles.attention(q, k, v, causal=True, window=(5, None)), ref, "8-row blocks", "dense blocking")
+    _compare(oracles.attention(q, k, v, **kw), ref, "8-row blocks", repr(kw))
+    for name, a, b in zip(("dq", "dk", "dv"), oracles.attention_backward(q, k, v, dout, **kw), ref_grads):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-13, err_msg=f"{name} with 8-row blocks, {kw}")

@@ -82,13 +82,13 @@ template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, 
 // memory so many CTAs (and their cp.async loads) are resident per SM: decoding is bound by reading
 // K and V, and bytes in flight are what hides the memory latency.
 #ifndef ATTN_SPLIT_D64
-#define ATTN_SPLIT_D64 16, 64, 1, 4
+#define ATTN_SPLIT_D64 16, 64, 1, 2
 #endif
 #ifndef ATTN_SPLIT_D128
-#define ATTN_SPLIT_D128 16, 64, 1, 3
+#define ATTN_SPLIT_D128 16, 64, 1, 2
 #endif
 #ifndef ATTN_SPLIT_D256
-#define ATTN_SPLIT_D256 16, 32, 1, 3
+#define ATTN_SPLIT_D256 16, 32, 1, 2
 #endif
 template <int D, typename Elem> struct SplitConfig;
 template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, ATTN_SPLIT_D64, Elem>; };
