@@ -218,9 +218,12 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             if findings.get(n):
                 lines.append(f"- **{n}** conventions: " + ", ".join(sorted(findings[n])))
             if kernels.get(n):
-                ks = sorted(kernels[n])
-                lines.append(f"- **{n}** kernels observed: " + ", ".join(f"`{k}`" for k in ks[:12])
-                             + (f" (+{len(ks) - 12} more)" if len(ks) > 12 else ""))
+                ks = sorted({_short_kernel(k) for k in kernels[n] if _is_attention_kernel(k)})
+                rest = len({k for k in kernels[n] if not _is_attention_kernel(k)})
+                lines.append(f"- **{n}** attention / GEMM kernels observed (profiler): "
+                             + (", ".join(f"`{k}`" for k in ks[:16]) or "none")
+                             + (f" (+{len(ks) - 16} more)" if len(ks) > 16 else "")
+                             + f"; plus {rest} copy / elementwise / reduction kernels (names in report.json)")
         lines.append("")
 
     bad = [r for r in results if SEVERITY[r.outcome] >= SEVERITY["QUALITY_WARNING"]]
@@ -280,3 +283,17 @@ def _json_default(o):
 
 def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3g}"
+
+
+def _short_kernel(name: str, width: int = 90) -> str:
+    """A kernel name without its argument list, cut to `width` characters (report.json keeps it whole)."""
+    short = name.split("(")[0] if not name.startswith("void ") else name[5:].split("(")[0]
+    return short if len(short) <= width else short[: width - 3] + "..."
+
+
+_ATTENTION_WORDS = ("flash", "fmha", "sdpa", "attention", "attn", "triton", "gemm", "cutlass", "cudnn", "xmma")
+
+
+def _is_attention_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(w in low for w in _ATTENTION_WORDS)

@@ -18,7 +18,9 @@ Flags and why:
   library needs only the driver.
 
 A build stamp (hash of sources, headers, flags and nvcc version) makes a second call with nothing
-changed a no-op ("up to date"); ``--force`` rebuilds.
+changed a no-op ("up to date"), and a per-object key reuses the object of every ``.cu`` whose
+source, headers and flags are unchanged (a header change recompiles everything, since any object
+may include it); ``--force`` rebuilds all.
 """
 
 from __future__ import annotations
@@ -73,25 +75,42 @@ def _sources() -> list[Path]:
     return sorted(CUDA_DIR.glob("*.cu"))
 
 
-def _stamp(nvcc: str, flags: list[str]) -> str:
+def _common_key(nvcc: str, flags: list[str]) -> str:
+    """Hash of what every object depends on: nvcc's version, the flags and every header."""
     h = hashlib.sha256()
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h.update(version.encode())
     h.update(" ".join(flags).encode())
-    files = _sources() + sorted((CUDA_DIR / "include").glob("*"))
-    for f in files:
+    for f in sorted((CUDA_DIR / "include").glob("*")):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 
 
-def _compile(nvcc: str, flags: list[str], src: Path, obj: Path) -> tuple[Path, float, str]:
+def _stamp(nvcc: str, flags: list[str]) -> str:
+    h = hashlib.sha256(_common_key(nvcc, flags).encode())
+    for f in _sources():
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _object_key(src: Path, common: str) -> str:
+    """Hash of one object's inputs: the shared part (nvcc, flags, headers) plus the source itself."""
+    return hashlib.sha256(common.encode() + src.read_bytes()).hexdigest()
+
+
+def _compile(nvcc: str, flags: list[str], src: Path, obj: Path, key: str, reuse: bool) -> tuple[Path, float, str]:
+    key_file = obj.with_suffix(".key")
+    if reuse and obj.is_file() and key_file.is_file() and key_file.read_text() == key:
+        return src, 0.0, "(unchanged, reused)"
     t0 = time.perf_counter()
     cmd = [nvcc, *flags, "-c", str(src), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{' '.join(cmd)}\n{proc.stderr}")
+    key_file.write_text(key)
     return src, dt, proc.stderr
 
 
@@ -131,7 +150,9 @@ def build(
     objs = [objdir / (s.stem + ".o") for s in sources]
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_compile, nvcc, flags, s, o) for s, o in zip(sources, objs)]
+        common = _common_key(nvcc, flags)
+        futures = [pool.submit(_compile, nvcc, flags, s, o, _object_key(s, common), not force)
+                   for s, o in zip(sources, objs)]
         for fut in futures:
             try:
                 src, dt, msgs = fut.result()

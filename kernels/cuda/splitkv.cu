@@ -76,7 +76,7 @@ constexpr int kCombineThreads = 128;
 template <typename Elem>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_constant__ AttnFwdParams p,
                                                                   int num_splits) {
-    extern __shared__ float w[];  // [num_splits]
+    __shared__ float w[kMaxSplits];  // static: num_splits <= kMaxSplits is checked by the launcher
     __shared__ float row_lse;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
     const long long row = blockIdx.x;
@@ -127,7 +127,7 @@ cudaError_t run_split(const AttnFwdParams& p, int num_splits, cudaStream_t strea
     if (e != cudaSuccess) return e;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
     if (rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    combine_kernel<Elem><<<static_cast<unsigned>(rows), kCombineThreads, num_splits * sizeof(float), stream>>>(p, num_splits);
+    combine_kernel<Elem><<<static_cast<unsigned>(rows), kCombineThreads, 0, stream>>>(p, num_splits);
     return cudaGetLastError();
 }
 

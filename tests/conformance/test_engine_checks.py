@@ -168,3 +168,12 @@ def test_report_files(tmp_path):
     assert {"outcome", "stats", "case", "seed", "repro", "tolerance_model"} <= set(r0)
     md = mp.read_text()
     assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m conformance repro" in md
+
+
+def test_progress_and_checkpoints():
+    lines, snaps = [], []
+    runner = Runner([LoadedAdapter("toy", "toy", EmulatedKernel())], "cpu", determinism="none")
+    cases = [SMALL, EMPTY_ROWS, SMALL.replace(seed=7)]
+    results = runner.run(cases, progress=lines.append, every=1, checkpoint=lambda rs: snaps.append(len(rs)))
+    assert len(results) == 3 and snaps == [1, 2]
+    assert lines[-1].startswith("[3/3 cases] PASS=3") and "ETA" in lines[0]
