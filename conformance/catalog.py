@@ -129,6 +129,10 @@ def _scales(profile: str) -> Iterator[Case]:
     for sc in (None, 1.0 / d, -1.0 / math.sqrt(d), 1.0, 4.0):
         yield _mk("scale", Lq=45, Lk=45, d=d, scale=sc)
         yield _mk("scale", Lq=45, Lk=61, d=d, scale=sc, causal=True)
+    # Square causal with a non-positive scale goes through backends' native causal path (not a mask):
+    # a kernel that masks with -inf before multiplying by the scale turns masked keys into +inf/NaN.
+    for sc in (-1.0 / math.sqrt(d), 0.0):
+        yield _mk("scale", Lq=45, Lk=45, d=d, scale=sc, causal=True)
 
 
 def _softcap(profile: str) -> Iterator[Case]:

@@ -104,7 +104,7 @@ def compare_values(
         stats.ok = False
         return stats, (
             f"{name}: {stats.nonfinite} non-finite value(s) where the oracle is finite; first at index {list(k)}: "
-            f"got {got[k]!r}, oracle {ref[k]:.6g} (shape {list(ref.shape)})"
+            f"got {float(got[k])!r}, oracle {ref[k]:.6g} (shape {list(ref.shape)})"
         )
     if stats.max_ratio > 1.0:
         stats.ok = False
