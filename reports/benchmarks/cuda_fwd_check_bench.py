@@ -6,8 +6,8 @@
    float64 torch reference on the same GPU (SEMANTICS.md: causal alignments, window, GQA, varlen,
    softcap, §8 fully masked rows O = 0 / LSE = -inf). Outputs live inside guard bands (sentinels
    before and after) and are poisoned with NaN first: a changed sentinel or an unwritten element
-   fails. Error bound: ||out - ref|| / ||ref|| under 2^-8 (bf16) / 2^-10 (fp16) relative to the
-   rounding of the output itself plus the rounded P, and max |lse - ref| <= 1e-3.
+   fails. Error bound: ||out - ref|| / ||ref|| <= 1.2e-2 (bf16, ~3 units of 2^-8: output rounding plus
+   P rounded to bf16 before the PV product) or 2e-3 (fp16, ~4 units of 2^-11), and max |lse - ref| <= 2e-3.
 2. Timing (CUDA events, warm-up, median of >= 20 launches) side by side with torch SDPA's flash
    and cuDNN backends on the same inputs; TFLOPs/s = 4*B*H*Lq*Lk*d (halved for causal).
 

@@ -8,6 +8,8 @@ and input immutability (`reports.benchmarks.cuda_fwd_check_bench.check_case`).
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -42,5 +44,5 @@ def test_forward_matches_float64_reference(launcher, spec):
         cuda_lib.library()
     except cuda_lib.LibraryUnavailable as e:
         pytest.skip(str(e))
-    res = check_case(launcher, seed=hash(str(spec)) % 1000, **spec)
+    res = check_case(launcher, seed=zlib.crc32(repr(sorted(spec.items())).encode()) % 1000, **spec)
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"

@@ -13,6 +13,8 @@
 //         wait V(n); barrier          -- V(n) landed; every warp is done reading K(n)
 //         issue K(n - 1)              -- lands while O += P V(n) runs
 //         O += P V(n)
+// Split-KV configurations use kStages >= 2 instead: a ring of (K, V) tile pairs with kStages - 1 pairs
+// in flight (see the loop below), since one warp per CTA cannot hide a round trip per tile.
 // Key tiles run from the last to the first so the tiles that need per-element masking (the
 // sequence tail and the causal diagonal) come first and the rest take the unmasked path.
 #pragma once
