@@ -306,9 +306,22 @@ def cases(profile: str = "ci") -> list[Case]:
     base = "ci" if profile == "gpu" else profile
     for name, gen in GROUPS.items():
         for c in gen(profile if name == "large" else base):
-            c = _seeded(c)
-            seen.setdefault(c.id, c)
+            for variant in _profile_variants(c, profile):
+                variant = _seeded(variant)
+                seen.setdefault(variant.id, variant)
     return list(seen.values())
+
+
+def _profile_variants(case: Case, profile: str) -> Iterator[Case]:
+    """The case itself and, in the gpu profile, a d=64 twin of every small-head structural case.
+
+    The structural groups (causal alignment, masked rows, GQA, varlen, ...) use d=32 to stay cheap on
+    the CPU, but production GPU kernels are compiled for head dims 64/128/256 only and would decline
+    every one of them; the twin makes sure those semantics are exercised on such kernels too.
+    """
+    yield case
+    if profile == "gpu" and case.d == 32 and case.dv == 32 and case.family != "head_dims":
+        yield case.replace(d=64, dv=64)
 
 
 def case_by_id(case_id: str) -> Case:
