@@ -251,6 +251,19 @@ class Runner:
             return False
         return zlib.crc32(case.id.encode()) % 4 == 0
 
+    @staticmethod
+    def _record_values(name: str, stats, msg: str | None, failures, warnings, res) -> None:
+        """Store one `checks.compare_values` result: its stats, pass/fail, and the failure message,
+        or else the secondary-criterion quality warning when there is one."""
+        res.stats[name] = stats.to_dict()
+        res.checks[name] = "pass" if msg is None else "fail"
+        if msg:
+            failures.append(msg)
+        else:
+            w = checks.quality_warning(stats)
+            if w:
+                warnings.append(w)
+
     def _check_forward(self, la, case, inputs, od: OracleData, fwd: CallResult, failures, warnings, res) -> None:
         fo = fwd.output
         caps = la.adapter.capabilities
@@ -275,14 +288,7 @@ class Runner:
                 failures.append(f"device: output lived on {dev!r}, the run asked for {self.device!r}")
         tol = forward_tolerance(od, model)
         stats, msg = checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out)
-        res.stats["out"] = stats.to_dict()
-        res.checks["out"] = "pass" if msg is None else "fail"
-        if msg:
-            failures.append(msg)
-        else:
-            w = checks.quality_warning(stats)
-            if w:
-                warnings.append(w)
+        self._record_values("out", stats, msg, failures, warnings, res)
         if caps.lse or fo.lse is not None:
             lstats, lmsg, findings = checks.compare_lse(fo.lse, od.lse, lse_tolerance(od, model), od.valid,
                                                         declared=getattr(fo, "lse_convention", "-inf"))
@@ -315,14 +321,7 @@ class Runner:
             rows = rows_q if name == "dq" else None
             stats, msg = checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
                                                naive=od.naive_grads.get(name))
-            res.stats[name] = stats.to_dict()
-            res.checks[name] = "pass" if msg is None else "fail"
-            if msg:
-                failures.append(msg)
-            else:
-                w = checks.quality_warning(stats)
-                if w:
-                    warnings.append(w)
+            self._record_values(name, stats, msg, failures, warnings, res)
 
     # -- a suite ---------------------------------------------------------------------------------
     def run(self, cases: Sequence[Case], progress: Callable[[str], None] | None = None,

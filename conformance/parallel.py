@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from conformance.case import Case
 from conformance.catalog import estimated_cost
-from conformance.worker import _recv, _send
+from conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
 
@@ -90,6 +90,21 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     results: dict[str, list[CaseResult]] = {}
     case_limit = timeout * (len(specs) + 1) * 3
     t0 = time.perf_counter()
+
+    def lost(case: Case, outcome: str, message: str) -> list[CaseResult]:
+        """One `outcome` result per adapter for a case whose worker did not send its results back."""
+        return [CaseResult(case.id, la.name, la.spec, outcome, case.family, features_of(case), message=message,
+                           case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
+                for la in loaded]
+
+    def restart(w: _Worker) -> _Worker:
+        """Kill `w`; a fresh worker with its index (and GPU) takes its place in the pool and is returned."""
+        w.kill()
+        nw = _Worker(w.index, specs, device, timeout, determinism, gpu_for_worker(w.index, gpus) if gpus else None,
+                     workers)
+        pool[pool.index(w)] = nw
+        return nw
+
     try:
         for w in pool:
             if pending:
@@ -104,14 +119,8 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     reply = _recv(fd, time.monotonic() + 60)
                     results[case.id] = reply
                 except Exception as exc:  # the worker died: only this case is lost
-                    results[case.id] = [
-                        CaseResult(case.id, la.name, la.spec, "CRASH", case.family, features_of(case),
-                                   message=f"CRASH: worker {w.index} died running this case: {exc}",
-                                   case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
-                        for la in loaded]
-                    w.kill()
-                    pool[pool.index(w)] = w = _Worker(w.index, specs, device, timeout, determinism,
-                                                      gpu_for_worker(w.index, gpus) if gpus else None, workers)
+                    results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
+                    w = restart(w)
                 w.case = None
                 if pending:
                     w.submit(pending.pop(0))
@@ -124,15 +133,9 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
             for w in pool:
                 if w.case is not None and time.monotonic() - w.started > case_limit:
                     case = w.case
-                    results[case.id] = [
-                        CaseResult(case.id, la.name, la.spec, "TIMEOUT", case.family, features_of(case),
-                                   message=f"TIMEOUT: worker {w.index} exceeded {case_limit:g} s on this case",
-                                   case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
-                        for la in loaded]
-                    w.kill()
-                    nw = _Worker(w.index, specs, device, timeout, determinism,
-                                 gpu_for_worker(w.index, gpus) if gpus else None, workers)
-                    pool[pool.index(w)] = nw
+                    results[case.id] = lost(case, "TIMEOUT",
+                                            f"TIMEOUT: worker {w.index} exceeded {case_limit:g} s on this case")
+                    nw = restart(w)
                     if pending:
                         nw.submit(pending.pop(0))
     finally:
@@ -146,10 +149,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
 
 
 def main() -> int:
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    out = os.fdopen(out_fd, "wb")
-    inp = sys.stdin.buffer.fileno()
+    out, inp = _worker_channels()
     from conformance.engine import Runner
     from conformance.registry import load_many
     from conformance.worker import WorkerCrash

@@ -185,12 +185,17 @@ class WorkerClient:
 
 # -- worker side ---------------------------------------------------------------------------------
 
-def main() -> int:
-    """Worker loop: the real stdout carries replies only; prints from adapters go to stderr."""
+def _worker_channels() -> tuple[Any, int]:
+    """(reply stream, request fd) of a worker process: the real stdout becomes the reply channel and
+    fd 1 is pointed at stderr, so prints from adapters cannot corrupt the replies."""
     out_fd = os.dup(1)
     os.dup2(2, 1)
-    out = os.fdopen(out_fd, "wb")
-    inp = sys.stdin.buffer.fileno()
+    return os.fdopen(out_fd, "wb"), sys.stdin.buffer.fileno()
+
+
+def main() -> int:
+    """Worker loop: the real stdout carries replies only; prints from adapters go to stderr."""
+    out, inp = _worker_channels()
     from conformance.case import Case
     from conformance.registry import load
 

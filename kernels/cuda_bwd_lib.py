@@ -9,7 +9,8 @@ allocate outputs and the scratch buffers the backward launchers need (attn_param
   the main kernel and summed over each query-head group into dk / dv.
 
 Semantics (mask, alignment, window, varlen, fully masked rows) are oracles/SEMANTICS.md's; the
-keyword arguments are `kernels.cuda_lib.fwd_params`'s.
+keyword arguments are `kernels.cuda_lib.fwd_params`'s. ``bwd_params`` is `kernels.cuda_lib.bwd_params`,
+re-exported here for the callers of this module.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernels import cuda_lib
+from kernels.cuda_lib import bwd_params  # re-exported: the one builder of `AttnBwdParams`
 
 __all__ = ["BWD_LAUNCHERS", "backward", "bwd_params", "bwd_scratch", "fa1_forward"]
 
@@ -70,38 +72,3 @@ def backward(
     cuda_lib.call(launcher, params)
     return dq, dk, dv
 
-
-def bwd_params(
-    q: Any,
-    k: Any,
-    v: Any,
-    o: Any,
-    lse: Any,
-    dout: Any,
-    dq: Any,
-    dk: Any,
-    dv: Any,
-    *,
-    dq_accum: Any = None,
-    d_rowsum: Any = None,
-    dk_accum: Any = None,
-    dv_accum: Any = None,
-    **fwd_kwargs: Any,
-) -> cuda_lib.AttnBwdParams:
-    """`cuda_lib.AttnBwdParams` for the given tensors; keeps every referenced tensor alive in ``_keep``.
-
-    (Assigning a ctypes struct to a field copies it, so the forward half's ``_keep`` list is kept
-    on the outer struct here.)
-    """
-    fwd = cuda_lib.fwd_params(q, k, v, o, lse, **fwd_kwargs)
-    p = cuda_lib.AttnBwdParams()
-    p.fwd = fwd
-    p.dout, p.dq, p.dk, p.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-    p.do_batch_stride, p.do_head_stride, p.do_row_stride = dout.stride(0), dout.stride(1), dout.stride(2)
-    p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride = dq.stride(0), dq.stride(1), dq.stride(2)
-    p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride = dk.stride(0), dk.stride(1), dk.stride(2)
-    p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride = dv.stride(0), dv.stride(1), dv.stride(2)
-    ptr = lambda t: None if t is None else t.data_ptr()
-    p.dq_accum, p.d_rowsum, p.dk_accum, p.dv_accum = ptr(dq_accum), ptr(d_rowsum), ptr(dk_accum), ptr(dv_accum)
-    p._keep = list(fwd._keep) + [dout, dq, dk, dv, dq_accum, d_rowsum, dk_accum, dv_accum]
-    return p

@@ -169,11 +169,6 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
         return lib
 
 
-def has_launcher(name: str) -> bool:
-    """Whether the loaded library exports ``name`` (engineer B's launchers may land later)."""
-    return getattr(library(), name, None) is not None
-
-
 def mirror_layout() -> list[int]:
     """The ctypes mirror's layout in `compiled_layout`'s format."""
     out = [ATTN_PARAMS_VERSION, ctypes.sizeof(AttnFwdParams), ctypes.sizeof(AttnBwdParams)]

@@ -82,8 +82,12 @@ def test_unmutated_kernels_survive():
 
 
 def test_mutation_score_ci(capsys):
-    """The ci mutant table: every mutant killed within 60 s (stop at the first failing check)."""
-    results = run_all(MUTANTS, "ci", time_limit=TIME_LIMIT)
+    """The ci mutant table: every mutant killed within 60 s (stop at the first failing check).
+
+    Run without the pinned examples (engine catalog first, then Hypothesis-generated cases only), so
+    the score does not rest on examples written after the mutants; ``python -m conformance mutants``
+    (default order, pinned examples first) is faster still."""
+    results = run_all(MUTANTS, "ci", time_limit=TIME_LIMIT, order=("conformance", "generated"))
     table = format_table(results)
     line = score_line(results, TIME_LIMIT)
     with capsys.disabled():

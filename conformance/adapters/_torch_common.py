@@ -17,6 +17,7 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
   changed by the call (`ForwardOutput.mutated_inputs`).
 - `KernelRecorder`: on CUDA, the names of the device kernels that actually ran (torch.profiler,
   CUDA activity); on CPU it records nothing and claims nothing.
+- `autograd_output`: the `BackwardOutput` of a backward taken through torch autograd (§13).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ try:  # torch is optional for the harness as a whole; the torch adapters report 
 except ImportError:  # pragma: no cover - exercised only on machines without torch
     torch = None  # type: ignore[assignment]
 
-from conformance.adapters.base import CaseInputs
+from conformance.adapters.base import BackwardOutput, CaseInputs, ForwardOutput
 from conformance.case import Case
 
 __all__ = [
     "TORCH_DTYPES",
     "KernelRecorder",
     "Materialized",
+    "autograd_output",
     "changed",
     "cuda_capability",
     "device_unavailable_reason",
@@ -205,6 +207,21 @@ def materialize(inputs: CaseInputs, case: Case, device: str, *, dtype: torch.dty
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """A float64 NumPy copy of `tensor` (any dtype, any device, any strides)."""
     return tensor.detach().to("cpu").to(torch.float64).contiguous().numpy().copy()
+
+
+def autograd_output(out: torch.Tensor, grads: Sequence[torch.Tensor], rec: KernelRecorder,
+                    mutated: tuple[str, ...], *, lse: torch.Tensor | None = None,
+                    notes: Sequence[str] = ()) -> BackwardOutput:
+    """`BackwardOutput` of a backward taken through autograd: float64 copies of ``grads`` = (dq, dk, dv)
+    (SEMANTICS.md §13) and of the forward `out` (and `lse` when given) of the same call; the kernels
+    `rec` saw and the `mutated` input names go on both the forward and the backward record."""
+    dq, dk, dv = grads
+    fwd = ForwardOutput(
+        out=to_numpy(out), lse=None if lse is None else to_numpy(lse), out_dtype=dtype_name(out.dtype),
+        out_device=str(out.device), kernels=rec.names, mutated_inputs=mutated,
+    )
+    return BackwardOutput(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv), out=fwd, kernels=rec.names,
+                          mutated_inputs=mutated, notes=list(notes))
 
 
 # -- mutation check ----------------------------------------------------------------------------------

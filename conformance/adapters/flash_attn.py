@@ -178,7 +178,7 @@ class _FlashAttnBase(Adapter):
     min_cc: ClassVar[tuple[int, int]] = (8, 0)
     cc_text: ClassVar[str] = "sm80 or newer"
     lse_declared: ClassVar[str] = "-inf"
-    unbounded: ClassVar[int | None] = -1
+    unbounded: ClassVar[int | None] = -1  # `fa_window`'s value for an unbounded side
 
     def __init__(self) -> None:
         self._module = None
@@ -301,15 +301,9 @@ class _FlashAttnBase(Adapter):
         before = tc.snapshot(handed)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, _, entry = self._run(t, inputs, case, device, want_lse=False)
-            dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        mutated = tc.changed(before, handed)
-        fwd = ForwardOutput(
-            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
-            kernels=rec.names, mutated_inputs=mutated,
-        )
-        return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
-                              kernels=rec.names, mutated_inputs=mutated,
-                              notes=[f"entry point: {entry}"] + ([rec.error] if rec.error else []))
+            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed),
+                                  notes=[f"entry point: {entry}"] + ([rec.error] if rec.error else []))
 
 
 def _fa_caps(**kw) -> Capabilities:
@@ -343,7 +337,7 @@ class FlashAttn2(_FlashAttnBase):
     def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
         scale = case.scale
-        window = fa_window(case, -1)
+        window = fa_window(case, self.unbounded)
         softcap = case.softcap if case.softcap is not None else 0.0
         common = dict(softmax_scale=scale, causal=case.causal, window_size=window)
         extra = dict(softcap=softcap) if softcap else {}
@@ -388,8 +382,9 @@ class FlashAttn3(_FlashAttnBase):
     capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}))
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
-        if max(case.d, case.dv) > 256:
-            return f"flash-attn supports head dims up to 256; d={case.d}, dv={case.dv}"
+        reason = super()._extra_reason(case, device)  # head dims up to 256
+        if reason:
+            return reason
         if case.fp8 is not None:
             cc = tc.cuda_capability()
             if cc is not None and cc < (9, 0):
@@ -402,7 +397,7 @@ class FlashAttn3(_FlashAttnBase):
 
     def _tensors(self, inputs, case, device, requires_grad):
         if case.fp8 is None:
-            return tc.materialize(inputs, case, device, requires_grad=requires_grad)
+            return super()._tensors(inputs, case, device, requires_grad)
         fp8 = inputs.fp8
         if fp8 is None:
             raise ValueError(f"FP8 case {case.id} without CaseInputs.fp8")
@@ -411,7 +406,7 @@ class FlashAttn3(_FlashAttnBase):
 
     def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
-        window = fa_window(case, -1)
+        window = fa_window(case, self.unbounded)
         softcap = case.softcap if case.softcap is not None else 0.0
         required = dict(softmax_scale=case.scale, causal=case.causal, window_size=window)
         if softcap:
@@ -464,7 +459,7 @@ class FlashAttn4(_FlashAttnBase):
 
     def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
-        window = fa_window(case, None)
+        window = fa_window(case, self.unbounded)
         required = dict(softmax_scale=case.scale, causal=case.causal)
         if window != (None, None):
             required["window_size"] = window

@@ -47,6 +47,12 @@ class _Reference(Adapter):
         kw.update(mask=inputs.mask, bias=inputs.bias, dtype=case.dtype, **self.knobs)
         return kw
 
+    def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
+        """(out, lse, dq, dk, dv): the kernel's forward, then its backward on that forward's outputs."""
+        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **kw)
+        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, **kw)
+        return out, lse, dq, dk, dv
+
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
@@ -55,9 +61,7 @@ class _Reference(Adapter):
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
             raise ValueError(f"{self.name}: backward needs inputs.dout (case {case.id})")
-        kw = self._kwargs(inputs, case)
-        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **kw)
-        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, **kw)
+        out, lse, dq, dk, dv = self._forward_backward(inputs, self._kwargs(inputs, case))
         fwd = ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                             out_dtype=case.dtype)
         return BackwardOutput(dq=np.asarray(dq, dtype=np.float64), dk=np.asarray(dk, dtype=np.float64),
@@ -73,17 +77,11 @@ class ReferenceFA1(_Reference):
     module_name = "kernels.reference.fa1"
     capabilities = _caps()
 
-    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
-        if inputs.dout is None:
-            raise ValueError(f"{self.name}: backward needs inputs.dout (case {case.id})")
-        kw = self._kwargs(inputs, case)
+    def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
+        """As the base, with the forward's row statistics l, m handed to the backward (FA1 stores them)."""
         out, lse, l, m = self.kernel.forward(inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
         dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m, **kw)
-        fwd = ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
-                            out_dtype=case.dtype)
-        return BackwardOutput(dq=np.asarray(dq, dtype=np.float64), dk=np.asarray(dk, dtype=np.float64),
-                              dv=np.asarray(dv, dtype=np.float64), out=fwd,
-                              kernels=(f"{self.module_name}.forward", f"{self.module_name}.backward"))
+        return out, lse, dq, dk, dv
 
 
 class ReferenceFA2(_Reference):

@@ -24,6 +24,7 @@ long run never silently drops to the unfused path.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -56,18 +57,11 @@ _CPU_CAPS = Capabilities(
     lse=True,
     backward=False,
 )
-_CUDA_CAPS = Capabilities(
+# the CPU claims, less float64, plus the backward that only the compiled CUDA path has
+_CUDA_CAPS = dataclasses.replace(
+    _CPU_CAPS,
     dtypes=frozenset({"float32", "float16", "bfloat16"}),
     devices=frozenset({"cuda"}),
-    alignments=frozenset(ALIGNMENTS),
-    window=True,
-    mask=True,
-    bias=True,
-    softcap=True,
-    gqa=True,
-    varlen=True,
-    layouts=frozenset(LAYOUTS),
-    lse=True,
     backward=True,
 )
 
@@ -244,12 +238,6 @@ class FlexAttention(Adapter):
         before = tc.snapshot(handed)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, lse, _ = self._run(t, inputs, case, device)
-            dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        mutated = tc.changed(before, handed)
-        fwd = ForwardOutput(
-            out=tc.to_numpy(out), lse=tc.to_numpy(lse.detach()), out_dtype=tc.dtype_name(out.dtype),
-            out_device=str(out.device), kernels=rec.names, mutated_inputs=mutated,
-        )
-        return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
-                              kernels=rec.names, mutated_inputs=mutated,
-                              notes=[rec.error] if rec.error else [])
+            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed), lse=lse,
+                                  notes=[rec.error] if rec.error else [])

@@ -307,15 +307,8 @@ class SdpaAdapter(Adapter):
         before = tc.snapshot(handed)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
-            dq, dk, dv = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        mutated = tc.changed(before, handed)
-        notes = self._kernel_notes(rec, 1)
-        fwd = ForwardOutput(
-            out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
-            kernels=rec.names, mutated_inputs=mutated,
-        )
-        return BackwardOutput(dq=tc.to_numpy(dq), dk=tc.to_numpy(dk), dv=tc.to_numpy(dv), out=fwd,
-                              kernels=rec.names, mutated_inputs=mutated, notes=notes)
+            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed), notes=self._kernel_notes(rec, 1))
 
 
 # kernel-name fragments of the fused SDPA backends on CUDA (ANCHORS.md §3)

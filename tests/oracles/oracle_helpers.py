@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rand_qkv", "case_repr"]
+__all__ = ["rand_qkv", "case_repr", "scalar_visible"]
 
 
 def rand_qkv(B=2, Hq=4, Hkv=2, Lq=5, Lk=6, d=3, dv=None, seed=0, dout=False):
@@ -19,6 +19,21 @@ def rand_qkv(B=2, Hq=4, Hkv=2, Lq=5, Lk=6, d=3, dv=None, seed=0, dout=False):
     if dout:
         arrs.append(rng.standard_normal((B, Hq, Lq, dv)))
     return arrs
+
+
+def scalar_visible(i, j, sq, sk, causal, alignment, window) -> bool:
+    """Whether key j takes part for query i, one pair at a time (SEMANTICS.md §4 causal and its
+    alignment, §5 window ``(left, right)`` or None, §7 real lengths sq, sk): a scalar restatement of
+    the rule, independent of `oracles.masking`, for the oracle self-tests to check it against."""
+    if i >= sq or j >= sk:
+        return False
+    diag = i + (sk - sq) if alignment == "bottom_right" else i
+    left, right = window or (None, None)
+    if causal and j > diag:
+        return False
+    if left is not None and j < diag - left:
+        return False
+    return right is None or j <= diag + right
 
 
 def case_repr(shape_args: dict, kw: dict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 import pytest
-from oracle_helpers import case_repr, rand_qkv
+from oracle_helpers import case_repr, rand_qkv, scalar_visible
 
 import oracles
 
@@ -21,18 +21,6 @@ TOL = 1e-13
 def _mp(x) -> mpmath.mpf:
     """The exact value of a float64 as an mpf."""
     return mpmath.mpf(float(x))
-
-
-def _visible(i, j, sq, sk, causal, alignment, window):
-    if i >= sq or j >= sk:
-        return False
-    diag = i + (sk - sq) if alignment == "bottom_right" else i
-    left, right = window or (None, None)
-    if causal and j > diag:
-        return False
-    if left is not None and j < diag - left:
-        return False
-    return right is None or j <= diag + right
 
 
 def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
@@ -54,7 +42,7 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
             for i in range(Lq):
                 scores = {}
                 for j in range(Lk):
-                    if not _visible(i, j, sq, sk, causal, alignment, window):
+                    if not scalar_visible(i, j, sq, sk, causal, alignment, window):
                         continue
                     if mask is not None and not mask[b, h, i, j]:
                         continue

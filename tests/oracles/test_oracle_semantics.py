@@ -7,7 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from oracle_helpers import rand_qkv
+from oracle_helpers import rand_qkv, scalar_visible
 
 import oracles
 
@@ -238,14 +238,6 @@ def test_lse_is_natural_log_of_final_scores():
     np.testing.assert_allclose(lse[0, 0], np.log(np.exp(s).sum(axis=1)), rtol=0, atol=1e-14)
 
 
-def _scalar_visible(i, j, sq, sk, causal, alignment, window):
-    if i >= sq or j >= sk:
-        return False
-    c = i + (sk - sq if alignment == "bottom_right" else 0)
-    left, right = window
-    return not ((causal and j > c) or (left is not None and j < c - left) or (right is not None and j > c + right))
-
-
 @pytest.mark.parametrize("Lq,Lk", [(5, 7), (7, 4)])
 def test_block_masks_and_key_ranges_match_the_scalar_rule(Lq, Lk):
     """Every sub-block of `block_invisible` and every `key_range` agree with §4, §5, §7 pair by pair."""
@@ -256,7 +248,7 @@ def test_block_masks_and_key_ranges_match_the_scalar_rule(Lq, Lk):
             for alignment in ("bottom_right", "top_left"):
                 for window in [(None, None), (0, 0), (1, None), (None, 2), (2, 1)]:
                     sem = dict(sq=sq, sk=sk, causal=causal, alignment=alignment, window=window)
-                    full = np.array([[_scalar_visible(i, j, **sem) for j in range(Lk)] for i in range(Lq)], bool)
+                    full = np.array([[scalar_visible(i, j, **sem) for j in range(Lk)] for i in range(Lq)], bool)
                     for r0, r1, c0, c1 in [(0, Lq, 0, Lk), (1, 3, 2, Lk), (Lq - 1, Lq, 0, 2), (2, Lq, 1, 3)]:
                         inv = block_invisible(r0, r1, c0, c1, **sem)
                         got = np.ones((r1 - r0, c1 - c0), bool) if inv is None else ~inv
