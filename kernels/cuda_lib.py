@@ -277,7 +277,7 @@ def bwd_params(
     """Fill `AttnBwdParams`: the forward's fields (`fwd_params` keywords) plus dO, dQ, dK, dV and scratch.
 
     dq [B,Hq,Lq,d], dk [B,Hkv,Lk,d], dv [B,Hkv,Lk,dv] (written); scratch buffers as the header
-    describes (fp32, zeroed by the caller), or None for kernels that do not use them.
+    describes (fp32; the launchers initialise them, so torch.empty is enough), or None for kernels that do not use them.
     """
     p = AttnBwdParams()
     fwd = fwd_params(q, k, v, o, lse, **fwd_kwargs)

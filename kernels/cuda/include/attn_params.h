@@ -79,9 +79,11 @@ typedef struct AttnBwdParams {
     int64_t dq_batch_stride, dq_head_stride, dq_row_stride;
     int64_t dk_batch_stride, dk_head_stride, dk_row_stride;
     int64_t dv_batch_stride, dv_head_stride, dv_row_stride;
-    // Scratch the caller allocates (zeroed): fp32 dQ accumulator [B, Hq, Lq, d], D = rowsum(dO*O)
-    // [B, Hq, Lq], and fp32 dK/dV accumulators [B, Hq, Lk, d|dv] for the per-q-head pass before the
-    // GQA reduction. Kernels that do not need one ignore it.
+    // Scratch the caller allocates, contents need not be initialised: fp32 dQ accumulator
+    // [B, Hq, Lq, d] (the launchers' preprocess kernel zeroes it on the stream before the atomics),
+    // D = rowsum(dO*O) [B, Hq, Lq] (written by the preprocess), and fp32 dK/dV accumulators
+    // [B, Hq, Lk, d|dv] for the per-q-head pass before the GQA reduction (fully overwritten; only read
+    // when Hq != Hkv). Kernels that do not need one ignore it.
     float* dq_accum;
     float* d_rowsum;
     float* dk_accum;
