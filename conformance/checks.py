@@ -124,7 +124,9 @@ def compare_lse(
     """LSE check (SEMANTICS.md §12) plus the fully-masked-row convention (§8), reported by name.
 
     Rows where the oracle LSE is -inf must be -inf; +inf there is the FA2 convention and is recorded
-    as the finding ``lse_convention:+inf`` (not a failure); anything else fails.
+    as the finding ``lse_convention:+inf`` (not a failure) *when the adapter declares it*
+    (`ForwardOutput.lse_convention == "+inf"`); an adapter that declares -inf and writes +inf has its
+    sign wrong and fails, as does any other value.
     """
     findings: list[str] = []
     if got is None:
@@ -140,6 +142,10 @@ def compare_lse(
         g = got[empty]
         if np.isposinf(g).all():
             findings.append("lse_convention:+inf")
+            if declared != "+inf":
+                k = tuple(int(i) for i in np.argwhere(empty)[0])
+                msg = (f"lse: fully masked row {list(k)} has LSE = +inf but the adapter declares the "
+                       f"{declared!r} convention (SEMANTICS.md §8: -inf; +inf only where declared, as FA2 does)")
         elif np.isneginf(g).all():
             findings.append("lse_convention:-inf")
         else:

@@ -111,6 +111,12 @@ def test_lse_convention_reported_by_name():
     assert res.outcome == "FAIL" and "-inf" in res.message
 
 
+def test_undeclared_plus_inf_lse_convention_fails():
+    """+inf on empty rows is a named convention only when declared; otherwise the sign is wrong."""
+    res = _run(EmulatedKernel(lse_empty=math.inf, declare_plus_inf=False), EMPTY_ROWS)
+    assert res.outcome == "FAIL" and "declares" in res.message, res.message
+
+
 def test_backward_error_fails():
     case = SMALL.replace(backward=True)
     assert _run(EmulatedKernel(), case).outcome == "PASS"
