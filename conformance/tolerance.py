@@ -267,7 +267,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                 L = lse[b, h, r0:r1]
                 Lf = np.where(np.isfinite(L), L, 0.0)
                 with np.errstate(invalid="ignore", over="ignore"):
-                    P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
+                    P = np.where(vis, np.exp(np.where(vis, s, Lf[:, None]) - Lf[:, None]), 0.0)
                 rowsum = P.sum(axis=1)
                 drift = np.abs(rowsum - np.isfinite(L))
                 if drift.size and drift.max() > 1e-9:  # P must be the oracle's softmax (same scores, same LSE)
@@ -353,7 +353,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 vis = s > -np.inf
                 L = lse[b, h, r0:r1]
                 Lf = np.where(np.isfinite(L), L, 0.0)
-                P = np.where(vis, np.exp(np.where(vis, s, 0.0) - Lf[:, None]), 0.0)
+                P = np.where(vis, np.exp(np.where(vis, s, Lf[:, None]) - Lf[:, None]), 0.0)
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1), 0.0)
                 sigma = aq[r0:r1] @ absk.T
                 # P = exp(s - L) is recomputed from the kernel's own stored LSE, whose error is bounded
@@ -390,7 +390,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                     s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
                 s32 = np.where(vis, s32, -np.inf).astype(acc)
                 L32 = acc(1) * Lf.astype(acc)
-                P32 = np.where(vis, np.exp(np.where(vis, s32, 0) - L32[:, None]), 0).astype(acc)
+                P32 = np.where(vis, np.exp(np.where(vis, s32, L32[:, None]) - L32[:, None]), 0).astype(acc)
                 O_r = round_to_dtype(O, out_dt).astype(acc)
                 dP32 = do32[r0:r1] @ v32.T
                 D32 = (do32[r0:r1] * O_r).sum(axis=1, dtype=acc)
