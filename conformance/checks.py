@@ -126,7 +126,8 @@ def compare_lse(
     Rows where the oracle LSE is -inf must be -inf; +inf there is the FA2 convention and is recorded
     as the finding ``lse_convention:+inf`` (not a failure) *when the adapter declares it*
     (`ForwardOutput.lse_convention == "+inf"`); an adapter that declares -inf and writes +inf has its
-    sign wrong and fails, as does any other value.
+    sign wrong and fails, as does any other value. An adapter that wrote a finite convention and mapped
+    it to -inf itself (``declared`` = that value, e.g. ``"0"``) is reported as ``lse_convention:0``.
     """
     findings: list[str] = []
     if got is None:
@@ -147,7 +148,8 @@ def compare_lse(
                 msg = (f"lse: fully masked row {list(k)} has LSE = +inf but the adapter declares the "
                        f"{declared!r} convention (SEMANTICS.md §8: -inf; +inf only where declared, as FA2 does)")
         elif np.isneginf(g).all():
-            findings.append("lse_convention:-inf")
+            # a finite vendor convention the adapter mapped to -inf (e.g. "0", torch's CPU flash op) keeps its name
+            findings.append("lse_convention:-inf" if declared in ("-inf", "+inf") else f"lse_convention:{declared}")
         else:
             bad = empty & ~np.isneginf(got) & ~np.isposinf(got)
             if not bad.any():

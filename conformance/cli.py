@@ -122,7 +122,7 @@ def _cmd_run(args) -> int:
               f"on {device}, profile {args.profile}", file=sys.stderr)
     t0 = time.perf_counter()
     progress = None if args.quiet else stderr_progress
-    command = ["python", "-m", "conformance"] + sys.argv[1:]
+    command = ["python", "-m", "conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
 
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
         rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "mutants":
         return _cmd_mutants(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded in report.json as the command that produced it
     handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases}
     try:
         return handlers[args.command](args)

@@ -2,8 +2,9 @@
 
 The snippet spells the case out field by field (so it still works if the catalog changes), makes
 the inputs from the case's seed, calls the adapter, evaluates the FP64 oracle and the tolerance of
-conformance/TOLERANCES.md, prints the max error, where it occurs, the tolerance there and the
-verdict, and exits 1 on failure.
+conformance/TOLERANCES.md, compares out, LSE (with its empty-row convention), the inputs after the
+call and, for backward cases, dQ/dK/dV; prints the max error, where it occurs, the tolerance there and
+the verdict, and exits 1 on failure.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from conformance import checks
 from conformance.case import Case
 from conformance.inputs import make_inputs
 from conformance.registry import load
-from conformance.tolerance import compute_oracle, forward_tolerance
+from conformance.tolerance import compute_oracle, forward_tolerance, lse_tolerance
 
 case = Case.from_dict({case_dict!r})
 assert case.id == {case_id!r}, case.id
@@ -38,7 +39,8 @@ reason = adapter.supports(case, {device!r})
 if reason:
     sys.exit(f"NOT_SUPPORTED: {{reason}}")
 
-# the call under test
+# the call under test (inputs snapshotted first: a kernel must not modify them)
+before = {{n: np.array(getattr(inputs, n), copy=True) for n in ("q", "k", "v") if getattr(inputs, n) is not None}}
 result = adapter.forward(inputs, case, {device!r})
 
 # the FP64 oracle (SEMANTICS.md) on the same, already rounded inputs
@@ -55,6 +57,18 @@ print(f"out: worst usage error/tolerance = {{stats.max_ratio:.4g}} at {{stats.ma
       f"{{stats.naive_max_err}}")
 if msg:
     print("FAIL", msg)
+    failed = True
+if result.lse is not None or adapter.capabilities.lse:  # LSE and its empty-row convention (SEMANTICS.md §8, §12)
+    lst, lmsg, findings = checks.compare_lse(result.lse, od.lse, lse_tolerance(od), od.valid,
+                                             declared=getattr(result, "lse_convention", "-inf"))
+    print(f"lse: max |error| {{lst.max_err}}, worst usage {{lst.max_ratio}} at {{lst.max_ratio_index}}; {{findings}}")
+    if lmsg:
+        print("FAIL", lmsg)
+        failed = True
+changed = checks.changed_arrays(before, {{n: getattr(inputs, n) for n in before}})
+changed += [n for n in (getattr(result, "mutated_inputs", ()) or ()) if n not in changed]
+if changed:
+    print("FAIL inputs changed by the call:", changed)
     failed = True
 if case.backward:
     grads = adapter.backward(inputs, case, {device!r})

@@ -36,17 +36,26 @@ _SPEC: dict[str, tuple[int, int, float]] = {"float8_e4m3fn": (3, -6, 448.0), "fl
 GRANULARITIES = ("per_tensor", "per_head", "per_tile")
 
 
-def _format(format: str) -> str:
+def _format(format: str, shapes: str = "") -> str:
     key = format[len("float8_"):] if isinstance(format, str) and format.startswith("float8_") else format
     if key not in FP8_FORMATS:
-        raise ValueError(f"format={format!r} is not a known FP8 format; expected one of {sorted(FP8_FORMATS)}")
+        raise ValueError(
+            f"format={format!r} is not a known FP8 format; expected one of {sorted(FP8_FORMATS)} (§10){shapes}"
+        )
     return FP8_FORMATS[key]
 
 
-def _granularity(granularity: str) -> str:
+def _granularity(granularity: str, shapes: str = "") -> str:
     if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity={granularity!r} is not known; expected one of {list(GRANULARITIES)}")
+        raise ValueError(
+            f"granularity={granularity!r} is not known; expected one of {list(GRANULARITIES)} (§10){shapes}"
+        )
     return granularity
+
+
+def _shapes(**arrays) -> str:
+    """'; q.shape=(...), ...' suffix naming the input shapes in an error message (SEMANTICS.md §15)."""
+    return "; " + ", ".join(f"{n}.shape={tuple(np.shape(a))}" for n, a in arrays.items())
 
 
 def fp8_max(format: str) -> float:
@@ -128,11 +137,12 @@ def quantize(x: np.ndarray, *, format: str = "e4m3fn", granularity: str = "per_t
     (batch, kv head) with ``group`` query heads per kv head (shape (B, H // group)), or tiles of
     ``tile`` rows x D (shape (B, H, ceil(L / tile))). See SEMANTICS.md §10.
     """
-    fmt = _format(format)
-    granularity = _granularity(granularity)
+    shapes = _shapes(**{name: x})
+    fmt = _format(format, shapes)
+    granularity = _granularity(granularity, shapes)
     x = _check_rank4(name, x)
     if tile < 1:
-        raise ValueError(f"tile={tile} must be >= 1")
+        raise ValueError(f"tile={tile} must be >= 1{shapes}")
     fmax = _SPEC[fmt][2]
     descale = _descale(x, granularity, fmax, group, tile)
     rows = expand_descale(descale, x.shape, group=group, tile=tile)
@@ -158,8 +168,9 @@ def quantize_attention_inputs(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fo
     for Q and ``tile_k`` rows for K and V), "q", "k", "v" (the dequantized float64 arrays the oracle
     sees, rotated when incoherent), "format", "granularity", "tile_q", "tile_k", "incoherent", "signs".
     """
-    fmt = _format(format)
-    granularity = _granularity(granularity)
+    shapes = _shapes(q=q, k=k, v=v)
+    fmt = _format(format, shapes)
+    granularity = _granularity(granularity, shapes)
     q = _check_rank4("q", q)
     k = _check_rank4("k", k)
     v = _check_rank4("v", v)
@@ -171,7 +182,10 @@ def quantize_attention_inputs(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fo
         raise ValueError(f"q and k head dims differ: q {q.shape}, k {k.shape}")
     for name, t in (("tile_q", tile_q), ("tile_k", tile_k)):
         if int(t) < 1:
-            raise ValueError(f"{name}={t} must be >= 1")
+            raise ValueError(f"{name}={t} must be >= 1{shapes}")
+    if incoherent and (q.shape[3] < 1 or q.shape[3] & (q.shape[3] - 1)):
+        raise ValueError(f"incoherent=True needs a head dim that is a power of two (Hadamard transform, §11); "
+                         f"got d={q.shape[3]}{shapes}")
     group = q.shape[1] // k.shape[1]
     signs = None
     if incoherent:

@@ -42,6 +42,12 @@ class _Reference(Adapter):
     def version(self) -> str:
         return f"{getattr(self.kernel, '__name__', self.module_name)} (numpy {np.__version__})"
 
+    def unavailable_reason(self, device: str) -> str | None:
+        """NumPy kernels run on the CPU only: on any other device `list` and `run` say so (not a silent n/s run)."""
+        if str(device).split(":")[0] != "cpu":
+            return f"{self.name} is a NumPy kernel and runs on the CPU only (asked for device {device!r})"
+        return None
+
     def _kwargs(self, inputs: CaseInputs, case: Case) -> dict[str, Any]:
         kw = dict(case.oracle_kwargs)
         kw.update(mask=inputs.mask, bias=inputs.bias, dtype=case.dtype, **self.knobs)

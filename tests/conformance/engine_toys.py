@@ -150,3 +150,36 @@ class Hanging(EmulatedKernel):
 class IsolatedCorrect(EmulatedKernel):
     name = "toy-isolated"
     isolate = True
+
+
+class AbortsInProcessOnEmptyRows(EmulatedKernel):
+    """Not isolated: kills the process that runs it on cases with fully masked rows (``mask="full_rows"``).
+
+    Under ``run --workers N`` that process is a pool worker, so the parallel runner must turn the lost
+    case into CRASH, restart the worker, and go on (issue 7)."""
+
+    name = "toy-abort-in-process"
+    isolate = False
+
+    def forward(self, inputs, case, device):
+        if case.mask == "full_rows":
+            os.abort()
+        return super().forward(inputs, case, device)
+
+
+class ZeroLseOnEmptyRows(EmulatedKernel):
+    """Right outputs, but LSE = 0 (not -inf) on fully masked rows, undeclared: an LSE-only failure."""
+
+    name = "toy-zero-lse"
+
+    def __init__(self):
+        super().__init__(lse_empty=0.0)
+
+
+class MutatesQ(EmulatedKernel):
+    """Right outputs computed after adding 1 to q in place: an inputs-unchanged-only failure."""
+
+    name = "toy-mutates-q"
+
+    def __init__(self):
+        super().__init__(behaviour="mutate")

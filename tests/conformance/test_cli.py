@@ -62,10 +62,43 @@ def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
 
 
 def test_workers_give_the_same_outcomes(tmp_path):
-    args = ["--impl", "reference-fa2", "-k", "gqa or masked_rows", "--quiet"]
+    pytest.importorskip("torch")
+    # the broken function fails on q1k129 (its tail-tile bug), so the comparison covers FAIL as well as PASS
+    args = ["--impl", "reference-fa2", BROKEN, "-k", "gqa or masked_rows or tile_edges-b1h2x2-q1k129", "--quiet"]
     one = _cli("run", *args, "--report-dir", str(tmp_path / "w1"))
     two = _cli("run", *args, "--report-dir", str(tmp_path / "w2"), "--workers", "2")
-    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert one.returncode == two.returncode == 1, one.stderr + two.stderr
     a, b = (json.loads((tmp_path / w / "report.json").read_text())["results"] for w in ("w1", "w2"))
     key = lambda rs: [(r["case_id"], r["adapter"], r["outcome"]) for r in rs]
     assert key(a) == key(b) and len(a) > 5
+    assert {"PASS", "FAIL"} <= {r["outcome"] for r in a}, key(a)
+
+
+def test_report_records_the_command_of_an_in_process_call(tmp_path):
+    """`main(argv)` called from Python (not the shell) records *its* argv as the command in report.json."""
+    from conformance.cli import main
+
+    argv = ["run", "--impl", "reference-fa2", "-k", "tile_edges-b1h2x2-q1k129", "--report-dir", str(tmp_path),
+            "--quiet"]
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["command"] == ["python", "-m", "conformance", *argv], rep["command"]
+
+
+@pytest.mark.parametrize("toy,needle", [("ZeroLseOnEmptyRows", "lse: fully masked row"),
+                                        ("MutatesQ", "inputs changed by the call")])
+def test_repro_reproduces_failures_beyond_out_values(tmp_path, toy, needle):
+    """A case that FAILs on LSE alone, or on a modified input alone, must also FAIL in its repro snippet."""
+    toys = os.path.join(ROOT, "tests", "conformance")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, toys]))
+    spec = f"engine_toys:{toy}"
+    case_id = next(c for c in _cli("cases", "-k", "masked_rows and mask-full_rows and f32").stdout.split())
+    run = subprocess.run([sys.executable, "-m", "conformance", "run", "--impl", spec, "-k", case_id, "--report-dir",
+                          str(tmp_path), "--quiet"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    snippet = subprocess.run([sys.executable, "-m", "conformance", "repro", case_id, "--impl", spec],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    script = tmp_path / "repro.py"
+    script.write_text(snippet.stdout)
+    rep = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert rep.returncode == 1 and needle in rep.stdout, rep.stdout + rep.stderr

@@ -111,10 +111,48 @@ def test_lse_convention_reported_by_name():
     assert res.outcome == "FAIL" and "-inf" in res.message
 
 
+def test_mapped_finite_lse_convention_keeps_its_name():
+    """An adapter that maps its vendor's finite empty-row LSE (torch CPU flash: 0) to -inf is reported by
+    that convention's name, not as the contract's -inf (issue 3 item 5: conventions reported by name)."""
+    from conformance import checks
+
+    ref = np.array([[[-np.inf, 0.5, -np.inf]]])
+    rows = np.ones(ref.shape, dtype=bool)
+    tol = np.full(ref.shape, 1e-6)
+    _, msg, findings = checks.compare_lse(ref.copy(), ref, tol, rows, declared="0")
+    assert msg is None and findings == ["lse_convention:0"], (msg, findings)
+    _, msg, findings = checks.compare_lse(ref.copy(), ref, tol, rows, declared="-inf")
+    assert msg is None and findings == ["lse_convention:-inf"], (msg, findings)
+    got = np.where(np.isneginf(ref), 0.0, ref)  # unmapped 0 on empty rows is still a FAIL
+    _, msg, _ = checks.compare_lse(got, ref, tol, rows, declared="0")
+    assert msg is not None and "-inf" in msg, msg
+
+
 def test_undeclared_plus_inf_lse_convention_fails():
     """+inf on empty rows is a named convention only when declared; otherwise the sign is wrong."""
     res = _run(EmulatedKernel(lse_empty=math.inf, declare_plus_inf=False), EMPTY_ROWS)
     assert res.outcome == "FAIL" and "declares" in res.message, res.message
+
+
+@pytest.mark.parametrize("unwritten", [0, 3])
+def test_out_buffer_left_poisoned_fails(unwritten):
+    """An adapter that writes into a NaN-poisoned out= buffer reports how many elements it left unwritten;
+    any is a FAIL, even when the values it returns are right (issue 3 item 5)."""
+    import dataclasses
+
+    class PoisonedOut(EmulatedKernel):
+        name = "toy-out-buffer"
+        capabilities = dataclasses.replace(EmulatedKernel.capabilities, accepts_out=True)
+
+        def forward(self, inputs, case, device):
+            return dataclasses.replace(super().forward(inputs, case, device), unwritten=unwritten)
+
+    res = _run(PoisonedOut(), SMALL)
+    if unwritten == 0:
+        assert res.outcome == "PASS" and res.checks["out_fully_written"] == "pass", res.message
+    else:
+        assert res.outcome == "FAIL" and res.checks["out_fully_written"] == "fail", res.message
+        assert "3 element(s) still hold the NaN poison" in res.message, res.message
 
 
 def test_backward_error_fails():

@@ -98,3 +98,14 @@ def test_capabilities_are_honest():
     bwd_case = CASE.replace(backward=True)
     assert _adapter("reference-splitkv").supports(bwd_case, "cpu") is not None
     assert _adapter("reference-fa1").supports(CASE, "cuda") is not None
+
+
+def test_reference_adapters_are_unavailable_off_the_cpu():
+    """On --device cuda the NumPy adapters are unavailable with a reason, so a CUDA run never 'passes'
+    by reporting every case of a CPU-only kernel NOT_SUPPORTED."""
+    from conformance.registry import load
+
+    for name in NAMES:
+        assert load(name, "cpu").available
+        la = load(name, "cuda")
+        assert not la.available and "CPU only" in la.reason and "'cuda'" in la.reason, la.reason

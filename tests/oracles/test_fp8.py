@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import ml_dtypes
 import numpy as np
@@ -150,11 +151,14 @@ def test_incoherent_processing_spreads_outliers():
 
 def test_errors_name_the_argument():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="format"):
+    shapes = rf"q.shape={re.escape(str(q.shape))}, k.shape={re.escape(str(k.shape))}"
+    with pytest.raises(ValueError, match=rf"format='e3m4' is not a known FP8 format.*{shapes}"):
         fp8.quantize_attention_inputs(q, k, v, format="e3m4")
-    with pytest.raises(ValueError, match="granularity"):
+    with pytest.raises(ValueError, match=rf"granularity='per_row' is not known.*{shapes}"):
         fp8.quantize_attention_inputs(q, k, v, granularity="per_row")
-    with pytest.raises(ValueError, match="power of two"):
+    with pytest.raises(ValueError, match=r"format='e3m4' is not a known FP8 format.*x.shape=\("):
+        fp8.quantize(q, format="e3m4")
+    with pytest.raises(ValueError, match=r"power of two.*q.shape=\(2, 4, 37, 12\)"):
         fp8.quantize_attention_inputs(q[..., :12], k[..., :12], v, incoherent=True)
     with pytest.raises(ValueError, match="rank 4"):
         fp8.quantize_attention_inputs(q[0], k, v)

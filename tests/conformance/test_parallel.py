@@ -1,0 +1,62 @@
+"""``run --workers N`` (conformance/parallel.py, issue 7): GPU pinning, largest-first order, crash isolation.
+
+The end-to-end comparison of 1 and 2 workers through the CLI is in test_cli.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conformance import catalog, parallel
+from conformance.registry import load
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
+EMPTY_ROWS = catalog._seeded(catalog._mk("unit", Lq=12, Lk=12, d=16, dtype="float32", mask="full_rows"))
+BIG = catalog._seeded(catalog._mk("unit", Lq=65, Lk=129, d=32, dtype="float32"))
+
+
+@pytest.fixture
+def toys_on_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(HERE)
+
+
+def test_gpu_for_worker_is_round_robin_over_visible_gpus(monkeypatch):
+    assert [parallel.gpu_for_worker(i, ["0", "1"]) for i in range(5)] == ["0", "1", "0", "1", "0"]
+    assert parallel.gpu_for_worker(3, []) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
+    assert parallel.visible_gpus() == ["2", "5"]
+    assert parallel.gpu_for_worker(1) == "5"
+
+
+def test_cases_are_handed_out_largest_estimated_cost_first(toys_on_path, monkeypatch):
+    handed: list[str] = []
+    submit = parallel._Worker.submit
+
+    def recording_submit(self, case):
+        handed.append(case.id)
+        submit(self, case)
+
+    monkeypatch.setattr(parallel._Worker, "submit", recording_submit)
+    cases = [SMALL, BIG, EMPTY_ROWS]
+    results = parallel.run_parallel([load("engine_toys:IsolatedCorrect")], cases, "cpu", workers=1,
+                                    determinism="none")
+    costs = {c.id: catalog.estimated_cost(c) for c in cases}
+    assert handed[0] == BIG.id and [costs[i] for i in handed] == sorted(costs.values(), reverse=True), handed
+    assert [r.case_id for r in results] == [c.id for c in cases], "results must come back in catalog order"
+    assert [r.outcome for r in results] == ["PASS"] * 3, [(r.outcome, r.message) for r in results]
+
+
+def test_a_dying_worker_costs_only_its_case(toys_on_path):
+    crashing = load("engine_toys:AbortsInProcessOnEmptyRows")
+    assert crashing.available and not crashing.isolate, crashing.reason
+    cases = [SMALL, EMPTY_ROWS, BIG]
+    results = parallel.run_parallel([crashing], cases, "cpu", workers=2, determinism="none")
+    outcomes = {r.case_id: r.outcome for r in results}
+    assert outcomes == {SMALL.id: "PASS", EMPTY_ROWS.id: "CRASH", BIG.id: "PASS"}, [
+        (r.case_id, r.outcome, r.message) for r in results]
+    crash = next(r for r in results if r.outcome == "CRASH")
+    assert "died" in crash.message and crash.repro.startswith("python -m conformance repro")
