@@ -102,10 +102,15 @@ def _cmd_run(args) -> int:
         for la in broken:
             print(f"error: --impl {la.spec}: {la.reason}", file=sys.stderr)
         return 2
-    for la in loaded:
-        if not la.available:
-            print(f"warning: {la.spec} is unavailable on {device}: {la.reason} (its cases are NOT_SUPPORTED)",
-                  file=sys.stderr)
+    missing = [la for la in loaded if not la.available]
+    if explicit and missing:  # named with --impl but cannot run here: a CI job must not pass without testing it
+        for la in missing:
+            print(f"error: --impl {la.spec} is unavailable on {device}: {la.reason} "
+                  f"(see `python -m conformance list --device {device}`)", file=sys.stderr)
+        return 2
+    for la in missing:  # only with --impl all: every built-in is listed, the unavailable ones as NOT_SUPPORTED
+        print(f"warning: {la.spec} is unavailable on {device}: {la.reason} (its cases are NOT_SUPPORTED)",
+              file=sys.stderr)
     if not loaded:
         print(f"error: no adapter available on {device} (try `python -m conformance list`)", file=sys.stderr)
         return 2

@@ -33,6 +33,10 @@ def test_usage_errors_exit_2(tmp_path):
     assert p.returncode == 2
     assert _cli("repro", "no-such-case").returncode == 2
     assert _cli("run", "--impl", "no_such_module_xyz:fn", "--report-dir", str(tmp_path)).returncode == 2
+    # a built-in named explicitly but unavailable here must not pass silently with every case NOT_SUPPORTED
+    p = _cli("run", "--impl", "torch-sdpa-efficient", "-k", "tile_edges-b1h2x2-q1k129", "--device", "cpu",
+             "--report-dir", str(tmp_path))
+    assert p.returncode == 2 and "torch-sdpa-efficient is unavailable" in p.stderr, p.stderr
     assert _cli("frobnicate").returncode == 2
 
 
