@@ -9,6 +9,8 @@ the verdict, and exits 1 on failure.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conformance.case import Case
 
 __all__ = ["snippet"]
@@ -19,14 +21,16 @@ _TEMPLATE = '''\
 # Equivalent: conformance.catalog.case_by_id({case_id!r}); inputs are deterministic from seed {seed}.
 import sys
 
-import numpy as np
+sys.path.insert(0, {root!r})  # the harness checkout that wrote this snippet (no install needed)
 
-import oracles
-from conformance import checks
-from conformance.case import Case
-from conformance.inputs import make_inputs
-from conformance.registry import load
-from conformance.tolerance import compute_oracle, forward_tolerance, lse_tolerance
+import numpy as np  # noqa: E402
+
+import oracles  # noqa: E402
+from conformance import checks  # noqa: E402
+from conformance.case import Case  # noqa: E402
+from conformance.inputs import make_inputs  # noqa: E402
+from conformance.registry import load  # noqa: E402
+from conformance.tolerance import compute_oracle, forward_tolerance, lse_tolerance  # noqa: E402
 
 case = Case.from_dict({case_dict!r})
 assert case.id == {case_id!r}, case.id
@@ -88,4 +92,5 @@ def snippet(case: Case, spec: str = "torch-sdpa-math", device: str = "cpu") -> s
     """The repro snippet for `case` on the adapter `spec`."""
     d = case.to_dict()
     d.pop("id", None)
-    return _TEMPLATE.format(case_id=case.id, spec=spec, device=device, seed=case.seed, case_dict=d)
+    root = str(Path(__file__).resolve().parent.parent)
+    return _TEMPLATE.format(case_id=case.id, spec=spec, device=device, seed=case.seed, case_dict=d, root=root)
