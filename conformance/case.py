@@ -20,8 +20,11 @@ ALIGNMENTS = ("bottom_right", "top_left")
 # kv_broadcast: K and V are one [1, Hkv, Lk, D] tensor expanded with batch stride 0.
 LAYOUTS = ("contiguous", "bshd", "kv_broadcast")
 # normal: N(0,1); outliers: N(0,1) + N(0,10^2) on 0.1% of entries (FA3 paper); large_logits:
-# |s| up to ~1e4; ties: constant rows / repeated keys; tiny_lse: LSE far below -88.7.
-DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform")
+# |s| up to ~1e4; ties: constant rows / repeated keys; tiny_lse: LSE far below -88.7;
+# nan_padding: normal values, but with varlen the padded rows (q and dout rows i >= seqlens_q[b],
+# k and v rows j >= seqlens_k[b]) are NaN: a kernel that reads them (P = 0 times V = NaN is NaN)
+# fails (SEMANTICS.md §7, §15; torch #101967, flash-attention #443, #752).
+DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")
 
 
 @dataclass(frozen=True)

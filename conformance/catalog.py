@@ -170,6 +170,28 @@ def _varlen(profile: str) -> Iterator[Case]:
     yield _mk("varlen", B=3, Hq=4, Hkv=2, Lq=64, Lk=64, seqlens_q=sq, seqlens_k=sk, window=(8, 0))
 
 
+def _nan_padding(profile: str) -> Iterator[Case]:
+    """Varlen with NaN in every padded row of q, k, v, dout (SEMANTICS.md §7; inputs ``nan_padding``).
+
+    A kernel that reads padded keys (P = 0 times V = NaN, torch #101967) or padded queries / dO (NaN
+    dQ, dK at padded positions, flash-attention #443, #752) returns NaN in compared rows and fails.
+    """
+    np_ = dict(distribution="nan_padding")
+    sq, sk = (37, 64, 1), (64, 20, 50)
+    yield _mk("nan_padding", B=3, Lq=64, Lk=64, seqlens_q=sq, seqlens_k=sk, dtype="float16", **np_)
+    yield _mk("nan_padding", B=3, Lq=64, Lk=64, seqlens_q=sq, seqlens_k=sk, causal=True, dtype="bfloat16", **np_)
+    yield _mk("nan_padding", B=2, Lq=33, Lk=80, seqlens_k=(80, 17), causal=True, dtype="float32", **np_,
+              note="padding in K/V only (torch #101967)")
+    yield _mk("nan_padding", B=3, Hq=4, Hkv=2, Lq=40, Lk=48, seqlens_q=(33, 20, 7), seqlens_k=(48, 0, 13),
+              causal=True, dtype="float16", **np_, note="GQA; batch 1 has no keys")
+    b = dict(backward=True, **np_)
+    yield _mk("nan_padding", B=3, Lq=64, Lk=64, seqlens_q=sq, seqlens_k=sk, causal=True, dtype="float16", **b,
+              note="NaN dQ at padded keys (flash-attention #443, #752)")
+    yield _mk("nan_padding", B=3, Hq=4, Hkv=2, Lq=40, Lk=48, seqlens_q=(33, 20, 7), seqlens_k=(48, 0, 13),
+              causal=True, dtype="bfloat16", **b, note="GQA backward; batch 1 has no keys")
+    yield _mk("nan_padding", B=2, Lq=24, Lk=40, seqlens_q=(24, 9), seqlens_k=(31, 40), dtype="float32", **b)
+
+
 def _dtypes(profile: str) -> Iterator[Case]:
     for dt in ("float64", "float32", "float16", "bfloat16"):
         yield _mk("dtype", B=2, Lq=47, Lk=81, d=64, dtype=dt)
@@ -282,6 +304,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "distribution": _distributions,
     "layout": _layouts,
     "varlen": _varlen,
+    "nan_padding": _nan_padding,
     "dtype": _dtypes,
     "mask_bias": _mask_bias,
     "window": _windows,

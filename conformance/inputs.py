@@ -15,6 +15,12 @@ Distributions (``case.distribution``, see `conformance.case.DISTRIBUTIONS`):
   is about -200: LSE is far below -88.7 (exp underflows in fp32; torch #196678).
 - ``uniform``: q, k ~ U(-sqrt 3, sqrt 3) (unit variance), v ~ U(0, 1): a positive V makes
   accumulators grow linearly, which exposes low-precision accumulation (stagnation).
+- ``nan_padding``: ``normal`` values, then every padded row of a varlen case is NaN: q and dout rows
+  ``i >= seqlens_q[b]``, k and v rows ``j >= seqlens_k[b]`` (SEMANTICS.md §7: padded rows are never
+  read; §15: non-finite padding is not an input error). A kernel that reads padded K/V (``P = 0``
+  times ``V = NaN`` is NaN; torch #101967) or padded Q / dout (NaN dQ, dK; flash-attention #443,
+  #752) gets NaN in the compared rows. Without seqlens nothing is padded and nothing is NaN; with
+  ``kv_broadcast`` only keys padded in every sequence are NaN; FP8 cases get no NaN (`poison_padding`).
 - ``worked:<name>``: the explicit tiny inputs of the seed documents' worked examples (`WORKED`).
 
 Masks (``case.mask``): ``random`` [B, 1, Lq, Lk] with ~30% masked and at least one visible key per
@@ -40,7 +46,8 @@ import numpy as np
 from conformance.adapters.base import CaseInputs
 from conformance.case import Case
 
-__all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale"]
+__all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
+           "poison_padding"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
 BIASES = ("random", "alibi", "neg_inf_rows")
@@ -150,6 +157,8 @@ def _make_qkv(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
         q = c + 0.25 * _normal(rng, qs)
         k = -sign * c + 0.25 * _normal(rng, ks)
         v = _normal(rng, vs)
+    elif dist == "nan_padding":  # the NaNs go in after rounding, in `poison_padding`
+        q, k, v = _normal(rng, qs), _normal(rng, ks), _normal(rng, vs)
     elif dist == "uniform":
         r3 = math.sqrt(3.0)
         q, k = rng.uniform(-r3, r3, qs), rng.uniform(-r3, r3, ks)
@@ -217,6 +226,36 @@ def make_bias(case: Case, rng: np.random.Generator) -> np.ndarray | None:
     return out
 
 
+# -- padding guard values ------------------------------------------------------------------------
+
+def poison_padding(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray | None):
+    """Copies of q, k, v, dout with NaN in the padded rows (SEMANTICS.md §7), for ``nan_padding``.
+
+    Rows ``i >= seqlens_q[b]`` of q and dout and rows ``j >= seqlens_k[b]`` of k and v become NaN; the
+    real rows are unchanged. A case without seqlens has no padding and comes back unchanged. With the
+    ``kv_broadcast`` layout (one K/V shared by the batch) only the key rows padded in *every* sequence,
+    ``j >= max_b seqlens_k[b]``, become NaN, so K and V stay identical across the batch. FP8 cases come
+    back unchanged: the kernel reads the quantized codes (``CaseInputs.fp8``), made before this step.
+    """
+    if case.fp8 is not None or not case.varlen:
+        return q, k, v, dout
+    q, k, v = (np.array(x, dtype=np.float64) for x in (q, k, v))
+    dout = None if dout is None else np.array(dout, dtype=np.float64)
+    shared_k = None
+    if case.seqlens_k is not None and case.layout == "kv_broadcast":
+        shared_k = max(int(n) for n in case.seqlens_k) if case.B else 0
+    for b in range(case.B):
+        if case.seqlens_q is not None:
+            q[b, :, int(case.seqlens_q[b]):, :] = np.nan
+            if dout is not None:
+                dout[b, :, int(case.seqlens_q[b]):, :] = np.nan
+        if case.seqlens_k is not None:
+            sk = int(case.seqlens_k[b]) if shared_k is None else shared_k
+            k[b, :, sk:, :] = np.nan
+            v[b, :, sk:, :] = np.nan
+    return q, k, v, dout
+
+
 # -- entry point -----------------------------------------------------------------------------------
 
 def make_inputs(case: Case) -> CaseInputs:
@@ -253,4 +292,6 @@ def make_inputs(case: Case) -> CaseInputs:
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not np.isfinite(arr).all():
             raise ValueError(f"recipe {case.distribution!r} overflowed {case.dtype} in {name} for case {case.id}")
+    if case.distribution == "nan_padding":
+        q, k, v, dout_r = poison_padding(case, q, k, v, dout_r)
     return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8)

@@ -2,7 +2,8 @@
 
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
-standalone message and the repro command.
+standalone message and the repro command. A FAIL listed in `conformance.known_findings` (an upstream
+bug this harness reproduces) is an expected failure, and fails the test once it stops reproducing.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
+
+from conformance.known_findings import known_finding
 
 
 def test_case(conformance_session, conformance_case, conformance_spec):
@@ -32,6 +35,14 @@ def test_case(conformance_session, conformance_case, conformance_spec):
         pytest.skip(f"NOT_SUPPORTED: {result.message}")
     if result.outcome == "QUALITY_WARNING":
         warnings.warn(f"QUALITY_WARNING {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
+    known = known_finding(conformance_case, conformance_spec, session.device)
+    if known is not None:
+        if result.outcome == "FAIL" and known.symptom in result.message:
+            pytest.xfail(f"known finding: {known.reason}\n{result.message.splitlines()[0]}")
+        if result.outcome in ("PASS", "QUALITY_WARNING"):
+            pytest.fail(f"known finding no longer reproduces: {conformance_spec} {result.outcome} on "
+                        f"{conformance_case.id}; remove it from conformance/known_findings.py ({known.reason})",
+                        pytrace=False)
     if result.outcome not in ("PASS", "QUALITY_WARNING"):
         pytest.fail(f"{result.outcome}: {conformance_spec} on {conformance_case.id}\n{result.message}\n"
                     f"repro: {result.repro}", pytrace=False)

@@ -76,6 +76,11 @@ class Problem:
         self.len_q = _seqlens("seqlens_q", seqlens_q, B, Lq)
         self.len_k = _seqlens("seqlens_k", seqlens_k, B, Lk)
         self.offset = self.len_k - self.len_q if alignment == "bottom_right" else np.zeros(B, dtype=np.int64)
+        # The tile loader's bounds check: padded rows (§7) load as 0 and their memory is never used, so
+        # NaN or garbage there cannot reach a result (P = 0 times a NaN V row would still be NaN).
+        self.q = self.load_q_rows(self.q)
+        self.k = self.load_k_rows(self.k)
+        self.v = self.load_k_rows(self.v)
         full = (B, Hq, Lq, Lk)
         self.mask = None
         if mask is not None:
@@ -93,6 +98,16 @@ class Problem:
                 self.bias = np.broadcast_to(b.astype(self.acc), full)
             except ValueError:
                 raise ValueError(f"bias shape {b.shape} does not broadcast to [B, Hq, Lq, Lk] = {full}") from None
+
+    def load_q_rows(self, x: np.ndarray) -> np.ndarray:
+        """``x`` [B, H, Lq, D] with the padded query rows (i >= seqlens_q[b]) read as 0 (a new array)."""
+        real = np.arange(x.shape[2])[None, :] < self.len_q[:, None]
+        return np.where(real[:, None, :, None], x, np.zeros((), dtype=x.dtype))
+
+    def load_k_rows(self, x: np.ndarray) -> np.ndarray:
+        """``x`` [B, Hkv, Lk, D] with the padded key rows (j >= seqlens_k[b]) read as 0 (a new array)."""
+        real = np.arange(x.shape[2])[None, :] < self.len_k[:, None]
+        return np.where(real[:, None, :, None], x, np.zeros((), dtype=x.dtype))
 
     def visible(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """Boolean [B, 1 or Hq, r1 - r0, c1 - c0]: which scores of the tile take part (§3-§6)."""

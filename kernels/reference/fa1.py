@@ -82,6 +82,8 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
                 softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
     O = emulate.round_to(np.asarray(out), p.dtype)
     dO = emulate.round_to(np.asarray(dout), p.dtype)
+    O = p.load_q_rows(O)  # padded query rows of out and dO are never read (SEMANTICS.md §7, §13)
+    dO = p.load_q_rows(dO)
     if m is None or l is None:
         m = np.asarray(lse).astype(p.acc)
         l = np.where(m == -np.inf, 0.0, 1.0).astype(p.acc)

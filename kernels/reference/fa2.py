@@ -67,6 +67,8 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
                 softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
     O = emulate.round_to(np.asarray(out), p.dtype)
     dO = emulate.round_to(np.asarray(dout), p.dtype)
+    O = p.load_q_rows(O)  # padded query rows of out and dO are never read (SEMANTICS.md §7, §13)
+    dO = p.load_q_rows(dO)
     L = np.asarray(lse).astype(p.acc)
     L_safe = np.where(L == -np.inf, 0.0, L).astype(p.acc)
     kv_head = np.arange(p.Hq) // p.group
