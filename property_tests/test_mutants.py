@@ -26,6 +26,8 @@ REQUIRED = {
     "alignment swapped": ["common_alignment_swapped"],
     "tail block dropped": ["common_tail_block_dropped"],
     "tail block over-read": ["common_tail_over_read"],
+    "padded / out-of-bounds rows read (no bounds check on the tile load)": [
+        "fa2_reads_padded_v", "fa2_bwd_reads_padded_dout", "fa1_reads_padded_k", "fa3_reads_padded_q"],
     "fully masked row giving NaN": ["fa2_masked_row_nan"],
     "fully masked row giving mean(V)": ["fa2_masked_row_mean_v"],
     "LSE sign convention wrong": ["fa2_lse_plus_inf", "fa2_lse_negated"],

@@ -128,6 +128,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("fa2_gqa_modulo", "GQA mapping h % Hkv instead of h // G", "§9", "reference-fa2", _FA2,
        [Edit("kv_head = np.arange(p.Hq) // p.group", "kv_head = np.arange(p.Hq) % p.Hkv", FWD)],
        origin="flash-attention #648; torch #193893"),
+    # -- bounds checks: padded / out-of-bounds rows read (killed by NaN padding, SEMANTICS.md §7) ----
+    # The references load tiles through Problem.load_q_rows / load_k_rows (padded rows read as 0); each
+    # mutant drops one such check, so the NaN a ``nan_padding`` input holds in padded rows reaches a result
+    # through P = 0 times NaN (the mask sets the score to -inf, but the product 0 * NaN stays NaN).
+    _m("fa2_reads_padded_v", "FA2 forward V tile loaded without the bounds check (padded V rows read)", "§7",
+       "reference-fa2", _COMMON, [Edit("self.v = self.load_k_rows(self.v)", "self.v = self.v")],
+       origin="torch #101967 (NaN in masked-out K/V poisons the output)"),
+    _m("fa2_bwd_reads_padded_dout", "FA2 backward dO rows loaded without the bounds check (padded dO read)",
+       "§7, §13", "reference-fa2", _FA2, [Edit("dO = p.load_q_rows(dO)", "dO = dO", BWD)],
+       origin="flash-attention #443, #752 (NaN gradients from padded rows in varlen)"),
+    _m("fa1_reads_padded_k", "FA1 K tile loaded without the bounds check (padded K rows read: NaN dQ)", "§7, §13",
+       "reference-fa1", _COMMON, [Edit("self.k = self.load_k_rows(self.k)", "self.k = self.k")],
+       origin="flash-attention #443, #752 (NaN dQ at padded keys in varlen)"),
+    _m("fa3_reads_padded_q", "FA3 Q tile loaded without the bounds check (padded Q rows read: NaN dK)", "§7, §13",
+       "reference-fa3", _COMMON, [Edit("self.q = self.load_q_rows(self.q)", "self.q = self.q")],
+       origin="flash-attention #443, #752"),
     # -- split-KV ---------------------------------------------------------------------------------
     _m("split_merge_average", "split merge averages the normalised partial outputs", "§14", "reference-splitkv",
        _SPLIT, [Edit("out = np.sum(weighted, axis=0)", "out = np.mean(outs, axis=0)", COMBINE)],
