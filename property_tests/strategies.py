@@ -382,7 +382,11 @@ def attention_cases(
                 kw["softcap"] = draw(softcaps())
             if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 3:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
-        kw["distribution"] = draw(distributions(value_distributions))
+        if kw.get("seqlens_k") is not None and "nan_padding" in value_distributions and draw(st.booleans()):
+            # padding exists: half the time fill it with NaN, so a kernel that reads padded rows shows it
+            kw["distribution"] = "nan_padding"
+        else:
+            kw["distribution"] = draw(distributions(value_distributions))
         kw["layout"] = draw(layouts([x for x in LAYOUTS if caps is None or x in caps.layouts]))
         can_bwd = (caps is None or caps.backward) and not want_fp8
         kw["backward"] = (draw(st.booleans()) if backward is None else bool(backward)) and can_bwd
