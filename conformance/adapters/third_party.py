@@ -240,34 +240,26 @@ class SdpaFunctionAdapter(Adapter):
         return _first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        from conformance.adapters.torch_sdpa import _mask_tensor, sdpa_plan
+        from conformance.adapters.torch_sdpa import prepare_sdpa_call
 
-        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
-        t = tc.materialize(inputs, case, device)
-        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
-        before = tc.snapshot(handed)
+        c = prepare_sdpa_call(inputs, case, device)
         with tc.KernelRecorder(device) as rec:
-            out = self._call(t, mask_t, is_causal, case)
+            out = self._call(c.t, c.mask_t, c.is_causal, case)
         return ForwardOutput(
             out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
-            kernels=rec.names, mutated_inputs=tc.changed(before, handed), notes=[rec.error] if rec.error else [],
+            kernels=rec.names, mutated_inputs=c.mutated(), notes=[rec.error] if rec.error else [],
         )
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
-        from conformance.adapters.torch_sdpa import _mask_tensor, sdpa_plan
+        from conformance.adapters.torch_sdpa import prepare_sdpa_call
 
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
-        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
-        t = tc.materialize(inputs, case, device, requires_grad=True)
-        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t, "dout": t.dout}
-        before = tc.snapshot(handed)
+        c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
-            out = self._call(t, mask_t, is_causal, case)
-            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        return tc.autograd_output(out, grads, rec, tc.changed(before, handed))
+            out = self._call(c.t, c.mask_t, c.is_causal, case)
+            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+        return tc.autograd_output(out, grads, rec, c.mutated())
 
 
 def wrap_sdpa_function(fn, name: str | None = None) -> SdpaFunctionAdapter:

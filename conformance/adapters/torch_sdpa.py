@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -50,7 +51,8 @@ from conformance.adapters.base import (
 )
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["SdpaAdapter", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath", "sdpa_plan"]
+__all__ = ["SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath", "prepare_sdpa_call",
+           "sdpa_plan"]
 
 _ALL_FLOAT = frozenset({"float64", "float32", "float16", "bfloat16"})
 _HALF = frozenset({"float16", "bfloat16"})
@@ -88,6 +90,35 @@ def _mask_tensor(attn_mask: np.ndarray | None, dtype, device: str):
     if attn_mask.dtype == bool:
         return torch.from_numpy(np.array(attn_mask, dtype=bool)).to(device)
     return torch.from_numpy(np.array(attn_mask, dtype=np.float64)).to(dtype).to(device)
+
+
+@dataclass
+class SdpaCall:
+    """One call through the SDPA signature, prepared the same way by every SDPA-signature adapter.
+
+    `handed` is everything the kernel receives (the mutation check compares it with `before`).
+    """
+
+    t: tc.Materialized
+    attn_mask: np.ndarray | None  # the FP64/bool mask `sdpa_plan` built, or None
+    mask_t: object  # attn_mask as a tensor on the device, or None
+    is_causal: bool
+    handed: dict
+    before: dict
+
+    def mutated(self) -> tuple[str, ...]:
+        return tc.changed(self.before, self.handed)
+
+
+def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: bool = False) -> SdpaCall:
+    """Tensors in the case's layout, (is_causal, attn_mask) from `sdpa_plan`, and a snapshot of them."""
+    is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+    t = tc.materialize(inputs, case, device, requires_grad=backward)
+    mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+    handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
+    if backward:
+        handed["dout"] = t.dout
+    return SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed))
 
 
 def _empty_view(shape: tuple[int, ...], dtype, device: str, layout: str, requires_grad: bool):
@@ -218,16 +249,12 @@ class SdpaAdapter(Adapter):
         return notes
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
-        t = tc.materialize(inputs, case, device)
-        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
-        before = tc.snapshot(handed)
+        c = prepare_sdpa_call(inputs, case, device)
         with tc.KernelRecorder(device) as rec:
-            out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
-        mutated = tc.changed(before, handed)
+            out = self._call(c.t.q, c.t.k, c.t.v, c.mask_t, c.is_causal, case)
+        mutated = c.mutated()
         notes = self._kernel_notes(rec, 0)
-        lse, convention = self._lse(t, mask_t, attn_mask, is_causal, case, out, device, notes)
+        lse, convention = self._lse(c.t, c.mask_t, c.attn_mask, c.is_causal, case, out, device, notes)
         return ForwardOutput(
             out=tc.to_numpy(out),
             lse=lse,
@@ -300,15 +327,11 @@ class SdpaAdapter(Adapter):
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
-        is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
-        t = tc.materialize(inputs, case, device, requires_grad=True)
-        mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-        handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t, "dout": t.dout}
-        before = tc.snapshot(handed)
+        c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
-            out = self._call(t.q, t.k, t.v, mask_t, is_causal, case)
-            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        return tc.autograd_output(out, grads, rec, tc.changed(before, handed), notes=self._kernel_notes(rec, 1))
+            out = self._call(c.t.q, c.t.k, c.t.v, c.mask_t, c.is_causal, case)
+            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+        return tc.autograd_output(out, grads, rec, c.mutated(), notes=self._kernel_notes(rec, 1))
 
 
 # kernel-name fragments of the fused SDPA backends on CUDA (ANCHORS.md §3)
