@@ -25,6 +25,7 @@ from typing import Any
 from conformance import checks
 from conformance.case import Case
 from conformance.catalog import estimated_cost
+from conformance.eta import EtaModel
 from conformance.registry import LoadedAdapter
 from conformance.tolerance import OracleData, compute_oracle, forward_tolerance, lse_tolerance, precision_model
 from conformance.worker import CallResult, WorkerClient, WorkerCrash, WorkerTimeout, call_adapter
@@ -329,19 +330,20 @@ class Runner:
         """Case-major loop; one progress line (counts, ETA) and one ``checkpoint(results)`` every ``every`` cases."""
         results: list[CaseResult] = []
         counts: dict[str, int] = {}
-        total_cost = sum(estimated_cost(c) + 1e5 for c in cases) or 1.0
-        done_cost = 0.0
+        costs = [estimated_cost(c) for c in cases]
+        eta_model = EtaModel()
         t0 = time.perf_counter()
         for i, case in enumerate(cases, 1):
+            t_case = time.perf_counter()
             for la in self.adapters:
                 r = self.run_case(la, case)
                 results.append(r)
                 counts[r.outcome] = counts.get(r.outcome, 0) + 1
             self.cache.evict(case.id)
-            done_cost += estimated_cost(case) + 1e5
+            eta_model.observe(costs[i - 1], time.perf_counter() - t_case)
             if progress is not None and (i % every == 0 or i == len(cases)):
                 el = time.perf_counter() - t0
-                eta = el * (total_cost - done_cost) / max(done_cost, 1.0)
+                eta = eta_model.remaining(costs[i:])
                 summary = " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
                 progress(f"[{i}/{len(cases)} cases] {summary} elapsed {el:.0f}s ETA {eta:.0f}s")
             if checkpoint is not None and i % every == 0 and i < len(cases):

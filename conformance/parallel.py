@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from conformance.case import Case
 from conformance.catalog import estimated_cost
+from conformance.eta import EtaModel
 from conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
@@ -89,6 +90,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     pending = list(order)
     results: dict[str, list[CaseResult]] = {}
     case_limit = timeout * (len(specs) + 1) * 3
+    eta_model = EtaModel()  # per-case seconds in one worker; time left ~ remaining work / workers
     t0 = time.perf_counter()
 
     def lost(case: Case, outcome: str, message: str) -> list[CaseResult]:
@@ -118,6 +120,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                 try:
                     reply = _recv(fd, time.monotonic() + 60)
                     results[case.id] = reply
+                    eta_model.observe(estimated_cost(case), time.monotonic() - w.started)
                 except Exception as exc:  # the worker died: only this case is lost
                     results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
                     w = restart(w)
@@ -126,8 +129,11 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     w.submit(pending.pop(0))
                 if len(results) % every == 0:
                     if progress is not None:
+                        left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool
+                                                                       if x.case is not None]
                         progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] "
-                                 f"elapsed {time.perf_counter() - t0:.0f}s")
+                                 f"elapsed {time.perf_counter() - t0:.0f}s "
+                                 f"ETA {eta_model.remaining(left) / workers:.0f}s")
                     if checkpoint is not None and len(results) < len(cases):
                         checkpoint([r for c in cases for r in results.get(c.id, [])])
             for w in pool:
