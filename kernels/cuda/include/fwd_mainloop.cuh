@@ -20,16 +20,19 @@ __device__ __forceinline__ void gemm_qk(float (&acc_s)[Tr::kMTiles][Tr::kNTilesS
         for (int nt = 0; nt < Tr::kNTilesS; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_s[mi][nt][e] = 0.f;
+    // Lane bases (Tr::lane_base): Q rows warp_row0 + (lane & 15), chunk bit lane >> 4; K rows
+    // (lane & 7) + 8 (lane >> 4), chunk bit (lane >> 3) & 1.
+    const uint32_t q_base = Tr::lane_base(sQ, warp_row0 + (lane & 15), lane >> 4);
+    const uint32_t k_base = Tr::lane_base(sK, (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 #pragma unroll
     for (int ks = 0; ks < Tr::kKStepsQK; ++ks) {
         uint32_t a[Tr::kMTiles][4];
 #pragma unroll
-        for (int mi = 0; mi < Tr::kMTiles; ++mi)
-            ldmatrix_x4(a[mi], sQ + Tr::swz(warp_row0 + mi * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8));
+        for (int mi = 0; mi < Tr::kMTiles; ++mi) ldmatrix_x4_a(a[mi], Tr::step_addr(q_base, 2 * ks, mi * 16));
 #pragma unroll
         for (int np = 0; np < Tr::kNTilesS / 2; ++np) {
             uint32_t b[4];
-            ldmatrix_x4(b, sK + Tr::swz(np * 16 + (lane & 7) + (lane >> 4) * 8, ks * 16 + ((lane >> 3) & 1) * 8));
+            ldmatrix_x4_a(b, Tr::step_addr(k_base, 2 * ks, np * 16));
 #pragma unroll
             for (int mi = 0; mi < Tr::kMTiles; ++mi) {
                 Mma::run(acc_s[mi][2 * np], a[mi], b[0], b[1]);
@@ -44,6 +47,8 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[Tr::kMTiles][Tr::kNTilesO
                                         const float (&p)[Tr::kMTiles][Tr::kNTilesS][4], const typename Tr::Elem* sV,
                                         int lane) {
     using Mma = MmaOp<typename Tr::Elem>;
+    // V rows (lane & 7) + 8 ((lane >> 3) & 1), chunk bit lane >> 4 (see Tr::lane_base).
+    const uint32_t v_base = Tr::lane_base(sV, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 #pragma unroll
     for (int ks = 0; ks < Tr::kKStepsPV; ++ks) {
         uint32_t a[Tr::kMTiles][4];
@@ -57,7 +62,7 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[Tr::kMTiles][Tr::kNTilesO
 #pragma unroll
         for (int np = 0; np < Tr::kNTilesO / 2; ++np) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, sV + Tr::swz(ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, np * 16 + (lane >> 4) * 8));
+            ldmatrix_x4_trans_a(b, Tr::step_addr(v_base, 2 * np, ks * 16));
 #pragma unroll
             for (int mi = 0; mi < Tr::kMTiles; ++mi) {
                 Mma::run(acc_o[mi][2 * np], a[mi], b[0], b[1]);

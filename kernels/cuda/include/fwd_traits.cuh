@@ -44,17 +44,52 @@ struct FwdTraits {
         return row * kHeadDim + (((chunk & ~7) | ((chunk ^ row) & 7)) << 3) + (col & 7);
     }
 
+    // Incremental form of swz() for ldmatrix addresses. A lane reads chunk c + c0 of row r, where c0
+    // in {0, 1} and r % 8 depend only on the lane and c (even) only on the unrolled step. Because c0
+    // and c % 8 use disjoint bits, the swizzled chunk is (c & ~7) | ((c0 ^ r % 8) ^ (c % 8)): a
+    // per-lane base XOR a step constant. The base is computed once; each step costs one LOP3 and an
+    // immediate offset instead of recomputing row * pitch + swizzle per (step, lane). Needs the tile
+    // 128-byte aligned in the shared window (bits 4-6 of the base are then exactly the lane's chunk
+    // bits): the dynamic shared array is __align__(128) and every tile size is a multiple of 128 B.
+    static constexpr uint32_t kRowBytes = kHeadDim * sizeof(Elem);
+    static __device__ __forceinline__ uint32_t lane_base(const Elem* tile, int row, int c0) {
+        return smem_u32(tile) + row * kRowBytes + (((c0 ^ row) & 7) << 4);
+    }
+    // chunk: even, a constant after unrolling (the lane part owns bit 0); row_off: rows added to
+    // the lane's row, a multiple of 8 (keeps r % 8).
+    static __device__ __forceinline__ uint32_t step_addr(uint32_t base, int chunk, int row_off) {
+        return (base ^ ((chunk & 7) << 4)) + ((chunk & ~7) << 4) + row_off * kRowBytes;
+    }
+
     // Copy `rows` rows (row r at gbase + r * row_stride) into a swizzled tile; rows >= nvalid become
     // zeros and are not read.
     template <int kRows>
     static __device__ __forceinline__ void load_tile(Elem* smem, const Elem* gbase, int64_t row_stride, int nvalid,
                                                      int tid) {
+        constexpr int kRowStep = kThreads / kChunksPerRow;  // rows one pass of the CTA covers
+        if constexpr (kThreads % kChunksPerRow == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0) {
+            // Every pass keeps row % 8, so the swizzled column is the same in every pass: one
+            // shared address plus an immediate, one global pointer bumped by a stride. (Indexing
+            // each pass from scratch let the compiler keep all passes' addresses live across the
+            // main loop, at 4 warps x 32 rows that alone pushed the d=128 tile into spills.)
+            const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * 8;
+            const uint32_t dst = smem_u32(smem + swz(r0, c));
+            const Elem* src = gbase + r0 * row_stride + c;
+            const int64_t step = kRowStep * row_stride;
 #pragma unroll
-        for (int i = tid; i < kRows * kChunksPerRow; i += kThreads) {
-            const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
-            const bool valid = r < nvalid;
-            const Elem* src = valid ? gbase + r * row_stride + c : gbase;
-            cp_async_16(smem + swz(r, c), src, valid);
+            for (int k = 0; k < kRows / kRowStep; ++k) {
+                const bool valid = r0 + k * kRowStep < nvalid;
+                cp_async_16_a(dst + k * kRowStep * kRowBytes, valid ? src : gbase, valid);
+                src += step;
+            }
+        } else {
+#pragma unroll
+            for (int i = tid; i < kRows * kChunksPerRow; i += kThreads) {
+                const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+                const bool valid = r < nvalid;
+                const Elem* src = valid ? gbase + r * row_stride + c : gbase;
+                cp_async_16(smem + swz(r, c), src, valid);
+            }
         }
     }
 };
