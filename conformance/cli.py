@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ls.add_argument("--impl", nargs="+", action="extend", default=None, help="also list these specs")
 
-    run = sub.add_parser("run", help="run the suite and write report.json / report.md")
+    run = sub.add_parser("run", help="run the suite and write report.json / report.md / report.html")
     run.add_argument("--impl", nargs="+", action="extend", default=None, metavar="NAME_OR_MODULE:ATTR",
                      help="adapters to run: built-in names, 'all', or module:attr (default: all available here)")
     run.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))

@@ -1,4 +1,4 @@
-"""Reports: ``report.json`` (versioned schema) and ``report.md`` (issue 3, item 7).
+"""Reports: ``report.json`` (versioned schema), ``report.md`` and ``report.html`` (issue 3, item 7).
 
 report.json, ``"schema_version": 1``::
 
@@ -266,6 +266,9 @@ def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[Cas
     with open(jp, "w") as f:
         json.dump(rep, f, indent=1, default=_json_default, allow_nan=True)
     mp.write_text(render_markdown(rep, results))
+    from conformance.report_html import render_html
+
+    (d / "report.html").write_text(render_html(json.loads(json.dumps(rep, default=_json_default))))
     return jp, mp
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -212,6 +213,22 @@ def test_report_files(tmp_path):
     assert {"outcome", "stats", "case", "seed", "repro", "tolerance_model"} <= set(r0)
     md = mp.read_text()
     assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m conformance repro" in md
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    fail = next(r for r in data["results"] if r["outcome"] == "FAIL")
+    assert html.escape(fail["repro"], quote=True) in page and "<b>FAIL</b>" in page
+    assert "<script" not in page  # self-contained and inert
+
+
+def test_report_html_escapes_adapter_text():
+    from conformance.report_html import render_html
+
+    rep = {"profile": "ci", "device": "cpu", "summary": {"cases": 1, "by_adapter": {}}, "environment": {},
+           "adapters": [{"name": "<img src=x>", "available": False, "reason": "a & b"}],
+           "results": [{"case_id": "c<1>", "adapter": "<img src=x>", "outcome": "FAIL", "family": "f",
+                        "features": [], "message": "<script>alert(1)</script>", "repro": "x"}]}
+    page = render_html(rep)
+    assert "<img src=x>" not in page and "<script>" not in page and "&lt;script&gt;" in page
 
 
 def test_progress_and_checkpoints():

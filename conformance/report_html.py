@@ -1,0 +1,169 @@
+"""``report.html``: the conformance report as one self-contained page (no scripts, no external files).
+
+Rendered from the report.json dictionary alone (schema_version 1, see `conformance.report`), so it
+also renders reports written by earlier runs or on other machines:
+
+    python -m conformance.report_html reports/gpu/report.json [-o report.html]
+
+Sections: run and environment, summary per adapter, the adapter x feature matrix coloured by worst
+outcome (hover a cell for its counts), every failure and warning as a collapsible entry with the
+error at the worst element and the repro command, and the NOT_SUPPORTED reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from conformance.engine import OUTCOMES, SEVERITY, worst
+
+__all__ = ["render_html", "main"]
+
+_SHORT = {"PASS": "PASS", "QUALITY_WARNING": "WARN", "FAIL": "FAIL", "NOT_SUPPORTED": "n/s", "CRASH": "CRASH",
+          "TIMEOUT": "TIMEOUT", "HARNESS_ERROR": "H-ERR"}
+_COLOUR = {"PASS": "#d8f0d8", "QUALITY_WARNING": "#fff2c2", "FAIL": "#f7c6c6", "NOT_SUPPORTED": "#eeeeee",
+           "CRASH": "#e9a3a3", "TIMEOUT": "#f0b48a", "HARNESS_ERROR": "#c9b3e6"}
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; }
+th { background: #f4f4f4; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code, pre { font-family: ui-monospace, monospace; font-size: 12px; }
+pre { background: #f7f7f7; padding: 6px; white-space: pre-wrap; }
+details { margin: 4px 0; border-left: 4px solid #ccc; padding-left: 8px; }
+summary { cursor: pointer; }
+.legend span { padding: 2px 6px; margin-right: 6px; }
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+    """A table; cells are pre-rendered HTML (callers escape)."""
+    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"]
+    out += ["<tr>" + "".join(row) + "</tr>" for row in rows]
+    return "\n".join(out) + "</table>"
+
+
+def _cell(outcome: str | None, text: str, title: str = "") -> str:
+    if outcome is None:
+        return "<td></td>"
+    return f'<td style="background:{_COLOUR[outcome]}" title="{_e(title)}">{_e(text)}</td>'
+
+
+def _fmt(x: object) -> str:
+    return "n/a" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def render_html(rep: dict) -> str:
+    """The whole page for one report.json dictionary."""
+    results = rep.get("results", [])
+    env = rep.get("environment", {})
+    names = [a["name"] for a in rep.get("adapters", [])]
+    gpus = ", ".join(g["name"] for g in env.get("gpus", [])) or "none"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Conformance report: {_e(rep.get('profile'))}"
+             f" / {_e(rep.get('device'))}</title><style>{_STYLE}</style></head><body>",
+             f"<h1>Conformance report (profile <code>{_e(rep.get('profile'))}</code>, device "
+             f"<code>{_e(rep.get('device'))}</code>)</h1>"]
+    if rep.get("partial"):
+        done = rep["summary"].get("cases")
+        parts.append(f"<p><b>Partial report</b>: {done} of {rep.get('cases_planned')} cases.</p>")
+    parts.append(
+        "<ul>"
+        f"<li>created {_e(rep.get('created'))}, wall time {rep.get('wall_seconds', 0):.1f} s, "
+        f"{rep['summary'].get('cases', '?')} cases x {len(names)} adapters, workers {_e(rep.get('workers', 1))}</li>"
+        f"<li>command: <code>{_e(' '.join(rep.get('command', [])))}</code></li>"
+        f"<li>{_e(env.get('cpu'))} ({_e(env.get('cpu_count'))} cores); GPU: {_e(gpus)}; driver "
+        f"{_e(env.get('driver'))}; torch {_e(env.get('torch'))}, CUDA {_e(env.get('cuda'))}, cuDNN "
+        f"{_e(env.get('cudnn'))}; numpy {_e(env.get('numpy'))}</li></ul>")
+    parts.append('<p class="legend">' + "".join(
+        f'<span style="background:{_COLOUR[o]}">{_SHORT[o]}</span>' for o in OUTCOMES) +
+        " (PASS: within the a-priori bound of TOLERANCES.md; WARN: within it but over 2x a naive "
+        "same-precision implementation; n/s: declined by the adapter)</p>")
+
+    # Summary
+    rows = []
+    for a in rep.get("adapters", []):
+        counts = rep["summary"].get("by_adapter", {}).get(a["name"], {})
+        avail = "yes" if a.get("available") else f"no: {a.get('reason')}"
+        row = [f"<td><b>{_e(a['name'])}</b><br><small>{_e(a.get('version') or '')}</small></td>",
+               f"<td>{_e(avail)}</td>"]
+        row += [_cell(o, str(counts.get(o, 0))) if counts.get(o) else '<td class="num">0</td>' for o in OUTCOMES]
+        row.append(f'<td class="num">{rep["summary"].get("adapter_seconds", {}).get(a["name"], 0.0):.1f}</td>')
+        rows.append(row)
+    parts += ["<h2>Summary</h2>", _table(["adapter", "available", *(_SHORT[o] for o in OUTCOMES), "seconds"], rows)]
+
+    # Matrix
+    cols: dict[str, None] = {}
+    cell: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in results:
+        cols.setdefault("family:" + r["family"], None)
+    for r in results:
+        for f in r.get("features", []):
+            cols.setdefault(f, None)
+        for f in ("family:" + r["family"], *r.get("features", [])):
+            cell[(r["adapter"], f)].append(r["outcome"])
+    rows = []
+    for c in cols:
+        row = [f"<td>{_e(c)}</td>"]
+        for n in names:
+            outs = cell.get((n, c), [])
+            w = worst(outs)
+            title = ", ".join(f"{_SHORT[o]} {outs.count(o)}" for o in OUTCOMES if o in outs)
+            row.append(_cell(w, f"{_SHORT[w]} {outs.count(w)}/{len(outs)}" if w else "", title))
+        rows.append(row)
+    parts += ["<h2>Adapter x feature matrix (worst outcome; count of it / cases)</h2>",
+              _table(["feature", *(_e(n) for n in names)], rows)]
+
+    # Failures
+    bad = [r for r in results if SEVERITY[r["outcome"]] >= SEVERITY["QUALITY_WARNING"]]
+    bad.sort(key=lambda r: (-SEVERITY[r["outcome"]], r["adapter"], r["case_id"]))
+    parts.append(f"<h2>Failures and warnings ({len(bad)})</h2>")
+    for r in bad:
+        st = (r.get("stats") or {}).get("out") or {}
+        where = ""
+        if st.get("max_ratio_index") is not None:
+            where = (f"<li>out: max error {_fmt(st.get('max_err'))}, usage {_fmt(st.get('max_ratio'))} (error "
+                     f"{_fmt(st.get('err_at_max_ratio'))} vs tolerance {_fmt(st.get('tol_at_max_ratio'))} at "
+                     f"{_e(st.get('max_ratio_index'))}); naive same-precision error {_fmt(st.get('naive_max_err'))}"
+                     "</li>")
+        parts.append(
+            f'<details style="border-color:{_COLOUR[r["outcome"]]}"><summary><b>{_SHORT[r["outcome"]]}</b> '
+            f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code></summary><ul>{where}"
+            f"<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
+            f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
+
+    # NOT_SUPPORTED reasons
+    reasons: dict[tuple[str, str], int] = defaultdict(int)
+    for r in results:
+        if r["outcome"] == "NOT_SUPPORTED":
+            reasons[(r["adapter"], r.get("message", ""))] += 1
+    if reasons:
+        rows = [[f"<td>{_e(a)}</td>", f"<td>{_e(why[:200])}</td>", f'<td class="num">{n}</td>']
+                for (a, why), n in sorted(reasons.items(), key=lambda kv: (kv[0][0], -kv[1]))]
+        parts += ["<h2>NOT_SUPPORTED reasons</h2>", _table(["adapter", "reason", "cases"], rows)]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("report", type=Path, help="a report.json")
+    ap.add_argument("-o", "--output", type=Path, help="where to write (default: report.html beside the JSON)")
+    args = ap.parse_args(argv)
+    out = args.output or args.report.with_suffix(".html")
+    out.write_text(render_html(json.loads(args.report.read_text())))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
