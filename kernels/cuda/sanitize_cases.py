@@ -20,6 +20,7 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa2_fwd", dict(B=1, Hq=1, Hkv=1, Lq=129, Lk=65, d=128, causal=True, alignment="top_left")),
     ("attn_fa2_fwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=256, window=(20, 5), varlen=True)),
     ("attn_fa2_fwd", dict(B=1, Hq=2, Hkv=1, Lq=64, Lk=64, d=128, softcap=4.0, dtype="float16")),
+    ("attn_fa2_fwd", dict(B=1, Hq=2, Hkv=2, Lq=200, Lk=520, d=128)),  # unmasked tiles, K/V ping-pong
     ("attn_splitkv_fwd", dict(B=1, Hq=8, Hkv=2, Lq=1, Lk=1000, d=128, num_splits=5)),
     ("attn_splitkv_fwd", dict(B=2, Hq=4, Hkv=1, Lq=3, Lk=70, d=64, causal=True, num_splits=4, varlen=True)),
     ("attn_splitkv_fwd", dict(B=1, Hq=2, Hkv=2, Lq=2, Lk=300, d=256, num_splits=0)),
@@ -28,6 +29,8 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa1_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa2_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa2_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=100, d=128, window=(20, 5), varlen=True)),
+    ("attn_fa2_bwd", dict(B=1, Hq=2, Hkv=2, Lq=200, Lk=300, d=128)),  # several Q tiles, key-tile tail
+    ("attn_fa2_bwd", dict(B=1, Hq=2, Hkv=1, Lq=96, Lk=130, d=256, causal=True)),
 ]
 
 
@@ -68,10 +71,19 @@ def _run(launcher: str, spec: dict) -> str:
         )
         bp = cuda_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **scratch, **kw)
         cuda_lib.call(launcher, bp)
+        outputs = {"dq": dq, "dk": dk, "dv": dv}  # padded varlen rows are written as zeros
     else:
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
         cuda_lib.call(launcher, p)
+        rows = torch.ones(B, 1, Lq, 1, dtype=torch.bool, device=dev)
+        if varlen:  # rows past seqlens_q[b] stay unwritten (the NaN poison), by contract
+            rows = torch.arange(Lq, device=dev)[None, None, :, None] < kw["seqlens_q"][:, None, None, None]
+        outputs = {"o (valid rows)": torch.where(rows, o, 0)}
     torch.cuda.synchronize()
+    for name, t in outputs.items():
+        bad = int((~torch.isfinite(t.float())).sum())
+        if bad:
+            raise RuntimeError(f"{name}: {bad} non-finite value(s) of shape {list(t.shape)}")
     return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
 
 
