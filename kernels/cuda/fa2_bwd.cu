@@ -27,21 +27,31 @@ using namespace attn_bwd;
 namespace {
 
 // Tile configurations: Fa2BwdTraits<D, BC keys per CTA, BR query rows per step, warp rows of
-// GEMM A / B / C, Q/dO stages, min CTAs per SM, warps per CTA (default 8)>. The defaults measured
-// fastest on the H200 (NOTES_BWD.md).
-using Cfg64 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;          // 2 CTAs/SM, double buffer
-using Cfg128 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;        // 2 CTAs/SM, single buffer
-using Cfg256 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;    // 1 CTA of 16 warps/SM, <= 128 registers
-using Cfg256Small = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;   // 8 warps, 146 KB: devices under 217 KB
+// GEMM A / B / C, Q/dO stages, min CTAs per SM, warps per CTA (default 8), pipelined fragment
+// loads>. The defaults measured fastest on the H200 (NOTES_BWD.md); each large one has a smaller
+// fallback for devices with less shared memory per block (A100: 163 KB, sm_86/89: 99 KB).
+using Cfg64 = Fa2BwdTraits<64, 128, 128, 4, 4, 4, 2, 1, 8, true>;  // FA2's d=64 shape, 1 CTA/SM, 178 KB
+using Cfg64Small = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;         // 2 CTAs/SM, 75 KB
+using Cfg128 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 8, true>;  // FA2's d=128 shape, 1 CTA/SM, 173 KB
+using Cfg128Small = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;       // 2 CTAs/SM, single buffer, 87 KB
+using Cfg256 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;        // 1 CTA of 16 warps/SM, 217 KB
+using Cfg256Small = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;       // 8 warps, 143 KB
 
 #ifdef ATTN_BWD_TUNING_VARIANTS
 // The other shapes measured in NOTES_BWD.md, selected at run time with ATTN_FA2_BWD_VARIANT; only
-// compiled with -DATTN_BWD_TUNING_VARIANTS (each one costs CI compile time).
-using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;       // "db": 1 CTA/SM, BC = 128
-using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;  // "w16": 16 warps, BC = 128
-using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;      // "db": 1 CTA/SM, double buffer
-using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>;   // "bc128": 1 CTA/SM, BC = 128
-using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;  // "w16": 16 warps, BC = 128
+// compiled with -DATTN_BWD_TUNING_VARIANTS (each one costs CI compile time). "small" runs the
+// fallbacks above (the previous defaults); "fa2p" is the default of d = 64 / 128.
+using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;              // "db": 1 CTA/SM, BC = 128
+using Cfg64DbP = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1, 8, true>;    // "dbp": "db" pipelined
+using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;         // "w16": 16 warps, BC = 128
+using Cfg64W16P = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16, true>;  // "w16p"
+using Cfg64P2 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2, 8, true>;      // "p2": "small" pipelined
+using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;             // "db": 1 CTA/SM, double buffer
+using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>;          // "bc128": the default, not pipelined
+using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;       // "w16": 16 warps, BC = 128
+using Cfg128W16P = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16, true>;  // "w16p"
+using Cfg128P2 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2, 8, true>;      // "p2": "small" pipelined
+using Cfg256P = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16, true>;      // "fa2p" / "w16p" at d = 256
 #endif
 
 bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
@@ -90,22 +100,39 @@ int main_loop(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
     }
 #ifdef ATTN_BWD_TUNING_VARIANTS
     const char* var = getenv("ATTN_FA2_BWD_VARIANT");
-    const bool db = var && strcmp(var, "db") == 0, wide = var && strcmp(var, "bc128") == 0;
-    const bool w16 = var && strcmp(var, "w16") == 0;
-    if (d == 64 && db) return launch_tc<T, Cfg64Db>(p, s, err, errlen);
-    if (d == 64 && w16) return launch_tc<T, Cfg64W16>(p, s, err, errlen);
-    if (d == 128 && db) return launch_tc<T, Cfg128Db>(p, s, err, errlen);
-    if (d == 128 && wide) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
-    if (d == 128 && w16) return launch_tc<T, Cfg128W16>(p, s, err, errlen);
-    if (d == 256 && db) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
+    auto is = [var](const char* name) { return var && strcmp(var, name) == 0; };
+    if (d == 64) {
+        if (is("small")) return launch_tc<T, Cfg64Small>(p, s, err, errlen);
+        if (is("db")) return launch_tc<T, Cfg64Db>(p, s, err, errlen);
+        if (is("dbp")) return launch_tc<T, Cfg64DbP>(p, s, err, errlen);
+        if (is("w16")) return launch_tc<T, Cfg64W16>(p, s, err, errlen);
+        if (is("w16p")) return launch_tc<T, Cfg64W16P>(p, s, err, errlen);
+        if (is("p2")) return launch_tc<T, Cfg64P2>(p, s, err, errlen);
+    } else if (d == 128) {
+        if (is("small")) return launch_tc<T, Cfg128Small>(p, s, err, errlen);
+        if (is("db")) return launch_tc<T, Cfg128Db>(p, s, err, errlen);
+        if (is("bc128")) return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
+        if (is("w16")) return launch_tc<T, Cfg128W16>(p, s, err, errlen);
+        if (is("w16p")) return launch_tc<T, Cfg128W16P>(p, s, err, errlen);
+        if (is("p2")) return launch_tc<T, Cfg128P2>(p, s, err, errlen);
+    } else {
+        if (is("small") || is("db")) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
+        if (is("fa2p") || is("w16p")) return launch_tc<T, Cfg256P>(p, s, err, errlen);
+    }
 #endif
-    if (d == 64) return launch_tc<T, Cfg64>(p, s, err, errlen);
-    if (d == 128) return launch_tc<T, Cfg128>(p, s, err, errlen);
-    // Cfg256 needs 217 KB of shared memory (Hopper has 227 KB per block); an A100 (163 KB) or a
-    // smaller part runs the 8-warp shape instead.
+    // The large shapes need more shared memory per block than an A100 (163 KB) or an sm_86 / sm_89
+    // part (99 KB) grants; those run the smaller shape of the same head dim.
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (d == 64) {
+        if ((size_t)optin < Cfg64::smem_bytes<T>()) return launch_tc<T, Cfg64Small>(p, s, err, errlen);
+        return launch_tc<T, Cfg64>(p, s, err, errlen);
+    }
+    if (d == 128) {
+        if ((size_t)optin < Cfg128::smem_bytes<T>()) return launch_tc<T, Cfg128Small>(p, s, err, errlen);
+        return launch_tc<T, Cfg128>(p, s, err, errlen);
+    }
     if ((size_t)optin < Cfg256::smem_bytes<T>()) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
     return launch_tc<T, Cfg256>(p, s, err, errlen);
 }

@@ -70,6 +70,9 @@ CASES = [
     BwdCase("bf16-d256-varlen-window-gqa", "bf16", 256, 96, 130, Hkv=2, window=(20, 40),
             seqlens_q=(96, 50), seqlens_k=(0, 130)),
     BwdCase("fp16-d64-long-causal", "fp16", 64, 1000, 1000, B=1, causal=True),
+    # whole tiles, no masking: the unmasked epilogue of the d = 128 / 256 kernels
+    BwdCase("bf16-d128-full-tiles", "bf16", 128, 256, 256, B=1),
+    BwdCase("fp16-d256-full-tiles-gqa", "fp16", 256, 128, 128, B=1, Hkv=2),
 ]  # fmt: skip
 
 _DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -282,6 +285,13 @@ def bench(B=4, H=16, N=8192, d=128, causal=False, reps=20, variants=("default",)
         "torch_flash_bwd_tflops": flops / t_torch / 1e9,
     }
     tq, tk, tv = torch.autograd.grad(og, (qg, kg, vg), dout, retain_graph=True)
+    try:  # cuDNN's backward on the same inputs (its own forward's o / stats), where torch offers it
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            oc = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        t_cudnn = _time_ms(lambda: torch.autograd.grad(oc, (qg, kg, vg), dout, retain_graph=True), reps=reps)
+        row["cudnn_bwd_ms"], row["cudnn_bwd_tflops"] = t_cudnn, flops / t_cudnn / 1e9
+    except Exception as e:  # pragma: no cover - depends on the torch build
+        row["cudnn_bwd_error"] = f"{type(e).__name__}: {e}"[:200]
     for var in variants:
         if var == "default":
             os.environ.pop("ATTN_FA2_BWD_VARIANT", None)
@@ -349,9 +359,10 @@ def main(argv=None) -> int:
                 for k in r
                 if k.startswith("fa2_bwd_") and k.endswith("_ms")
             )
+            cudnn = f"cudnn {r['cudnn_bwd_ms']:.2f}ms" if "cudnn_bwd_ms" in r else r.get("cudnn_bwd_error", "")
             lines.append(
                 f"N={r['N']} d={r['d']} causal={r['causal']}: torch-flash bwd {r['torch_flash_bwd_ms']:.2f}ms "
-                f"({r['torch_flash_bwd_tflops']:.0f}TF)  {extra}"
+                f"({r['torch_flash_bwd_tflops']:.0f}TF)  {cudnn}  {extra}"
             )
         # FA1 reference forward/backward, reported only (fp32 SIMT).
         from kernels import cuda_bwd_lib as L

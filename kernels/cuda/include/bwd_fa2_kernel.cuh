@@ -20,16 +20,21 @@
 #include "bwd_common.cuh"
 #include "bwd_mma.cuh"
 
+#include <type_traits>
+
 namespace attn_bwd {
 
 // QSTAGES: Q/dO buffers (2 = prefetch the next tile during this one, 1 = load then compute);
 // MINB: CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one
 // CTA's barrier phases with the other's work, at the price of 128 registers per thread.
 // NW: warps per CTA (8, or 16 for one large CTA per SM with small warp tiles).
-template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1, int NW_ = 8>
+// PIPE: software-pipelined fragment loads in every warp GEMM (warp_gemm, bwd_mma.cuh).
+template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1, int NW_ = 8,
+          bool PIPE_ = false>
 struct Fa2BwdTraits {
     static constexpr int D = D_, BC = BC_, BR = BR_, NW = NW_, THREADS = 32 * NW;
     static constexpr int QSTAGES = QSTAGES_, MINB = MINB_;
+    static constexpr bool PIPE = PIPE_;
     static constexpr int SROW = D + 8;   // pitch of K, V, Q, dO tiles (elements)
     static constexpr int PROW = BR + 8;  // pitch of the P^T and dS^T tiles [BC][BR]
     // GEMM A: [BC x BR] split WMA x (NW / WMA)
@@ -89,14 +94,39 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
     // same dq_accum rows with their atomics at the same time (the sum is order-independent up to
     // fp32 rounding, which atomics make nondeterministic anyway).
     const int rot = n_tiles > 0 ? (int)(blockIdx.x % (unsigned)n_tiles) : 0;
+    // First query row of the it-th tile visited (0 <= it < n_tiles): (it + rot) mod n_tiles without
+    // a division in the loop.
+    auto tile_row = [&](int it) {
+        const int t = it + rot;
+        return (t_first + (t >= n_tiles ? t - n_tiles : t)) * BR;
+    };
 
+    // Q_i / dO_i copy, per thread: 16-byte chunk column lc of rows lr, lr + RSTEP, ... (the same
+    // for both tiles, so the shared-memory offset and the row predicate are computed once).
+    constexpr int CH = D / 8, RSTEP = Tr::THREADS / CH;
+    static_assert(Tr::THREADS % CH == 0 && BR % RSTEP == 0, "Q/dO copy: whole rows per pass");
+    const int cp_lr = threadIdx.x / CH, cp_lc = (threadIdx.x % CH) * 8;
+    const int cp_soff = cp_lr * SROW + cp_lc;
+    const int64_t q_step = (int64_t)RSTEP * p.q_row_stride, do_step = (int64_t)RSTEP * pb.do_row_stride;
     auto issue_q_tile = [&](int it, int buf) {
-        const int r0 = (t_first + (it + rot) % n_tiles) * BR;
-        load_tile_async<T, BR, D, Tr::THREADS>(sQ + buf * BR * SROW, SROW, q, p.q_row_stride, r0, mask.sq);
-        load_tile_async<T, BR, D, Tr::THREADS>(sdO + buf * BR * SROW, SROW, dO, pb.do_row_stride, r0, mask.sq);
+        const int r0 = tile_row(it);
+        T* q_s = sQ + buf * BR * SROW + cp_soff;
+        T* do_s = sdO + buf * BR * SROW + cp_soff;
+        // One 64-bit multiply per tile; the passes step by the (uniform) RSTEP rows.
+        const T* qrow = q + (int64_t)(r0 + cp_lr) * p.q_row_stride + cp_lc;
+        const T* dorow = dO + (int64_t)(r0 + cp_lr) * pb.do_row_stride + cp_lc;
+#pragma unroll
+        for (int j = 0; j < BR / RSTEP; ++j) {
+            const bool in = r0 + cp_lr + j * RSTEP < mask.sq;  // rows past the end: zero-filled, nothing read
+            cp_async16(q_s + j * RSTEP * SROW, in ? (const void*)(qrow + j * q_step) : q, in);
+            cp_async16(do_s + j * RSTEP * SROW, in ? (const void*)(dorow + j * do_step) : dO, in);
+        }
         // LSE_i and D_i by cp.async too: a plain load here would stall these threads (and, at the
         // next barrier, the CTA) for a full memory latency every tile. Rows past sq read as 0.
-        for (int r = threadIdx.x; r < 2 * BR; r += Tr::THREADS) {
+#pragma unroll
+        for (int j = 0; j < (2 * BR + Tr::THREADS - 1) / Tr::THREADS; ++j) {
+            const int r = threadIdx.x + j * Tr::THREADS;
+            if ((2 * BR) % Tr::THREADS != 0 && r >= 2 * BR) break;
             const int i = r0 + (r % BR);
             const bool in = i < mask.sq;
             if (r < BR) cp_async4(sLse + buf * BR + r, in ? lse + i : lse, in);
@@ -115,7 +145,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
 
     for (int it = 0; it < n_tiles; ++it) {
         const int buf = NS == 2 ? (it & 1) : 0;
-        const int r0 = (t_first + (it + rot) % n_tiles) * BR;
+        const int r0 = tile_row(it);
         cp_async_wait_all();
         __syncthreads();  // tile `it` visible; every warp is done with iteration it - 1
         if (NS == 2) {    // double buffer: prefetch the next tile now, it lands during this one
@@ -132,8 +162,8 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
             float acc_s[Tr::A_MT][Tr::A_NT][4], acc_p[Tr::A_MT][Tr::A_NT][4];
             zero_acc(acc_s);
             zero_acc(acc_p);
-            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false>(acc_s, sK, SROW, cQ, SROW, wa_m, wa_n);
-            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::PIPE>(acc_s, sK, SROW, cQ, SROW, wa_m, wa_n);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::PIPE>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
             // Per query column of this thread: LSE * log2 e (-inf, a row with no visible key, -> +inf
             // so that P = 2^(-inf) = 0 rather than NaN) and D. Masking only on tiles that need it.
             constexpr float LOG2E = 1.4426950408889634f;
@@ -148,40 +178,63 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
                     dd[nt][e] = cD[n];
                 }
             const bool need_mask = !mask.tile_full(r0, r0 + BR, c0, c0 + BC);
-            const bool capped = p.softcap > 0.f;
             const float sl2 = p.scale * LOG2E;
+            const float scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+            // The element loop is instantiated per (softcap on, masking needed) and the choice is
+            // made once per tile: tested inside the loop, the two flags put a branch around every
+            // element, and the unmasked, uncapped case (almost every tile) lost its straight-line
+            // exp2 / FMA schedule (measured: SASS of the previous version, NOTES_BWD.md).
+            auto epilogue = [&](auto capped_c, auto masked_c) {
+                constexpr bool CAPPED = decltype(capped_c)::value, MASKED = decltype(masked_c)::value;
 #pragma unroll
-            for (int mt = 0; mt < Tr::A_MT; ++mt)
+                for (int mt = 0; mt < Tr::A_MT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < Tr::A_NT; ++nt)
+                    for (int nt = 0; nt < Tr::A_NT; ++nt)
 #pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        const int m = wa_m + 16 * mt + g + 8 * hf;  // key row within the tile
-                        const int n = wa_n + 8 * nt + 2 * t4;       // query row within the tile
-                        float pv[2], dsv[2];
+                        for (int hf = 0; hf < 2; ++hf) {
+                            const int m = wa_m + 16 * mt + g + 8 * hf;  // key row within the tile
+                            const int n = wa_n + 8 * nt + 2 * t4;       // query row within the tile
+                            float pv[2], dsv[2];
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const float raw = acc_s[mt][nt][2 * hf + e];
-                            float pij, dcap = 1.f;
-                            if (capped) {
-                                const float sc = apply_softcap(raw * p.scale, p.softcap, &dcap);
-                                pij = fast_exp2(sc * LOG2E - lse2[nt][e]);
-                            } else {
-                                pij = fast_exp2(raw * sl2 - lse2[nt][e]);
+                            for (int e = 0; e < 2; ++e) {
+                                const float raw = acc_s[mt][nt][2 * hf + e];
+                                float pij, dcap = 1.f;
+                                if constexpr (CAPPED) {  // apply_softcap with the division hoisted
+                                    const float th = tanhf(raw * scale_over_cap);
+                                    dcap = 1.f - th * th;
+                                    pij = fast_exp2(p.softcap * th * LOG2E - lse2[nt][e]);
+                                } else {
+                                    pij = fast_exp2(raw * sl2 - lse2[nt][e]);
+                                }
+                                if constexpr (MASKED) {
+                                    if (!mask.visible(r0 + n + e, c0 + m)) pij = 0.f;
+                                }
+                                pv[e] = pij;
+                                if constexpr (CAPPED) {
+                                    dsv[e] = pij * (acc_p[mt][nt][2 * hf + e] - dd[nt][e]) * dcap;
+                                } else {
+                                    dsv[e] = pij * (acc_p[mt][nt][2 * hf + e] - dd[nt][e]);
+                                }
                             }
-                            if (need_mask && !mask.visible(r0 + n + e, c0 + m)) pij = 0.f;
-                            pv[e] = pij;
-                            dsv[e] = pij * (acc_p[mt][nt][2 * hf + e] - dd[nt][e]) * dcap;
+                            *(T2*)(sPt + m * PROW + n) = DT<T>::pack(pv[0], pv[1]);
+                            *(T2*)(sdSt + m * PROW + n) = DT<T>::pack(dsv[0], dsv[1]);
                         }
-                        *(T2*)(sPt + m * PROW + n) = DT<T>::pack(pv[0], pv[1]);
-                        *(T2*)(sdSt + m * PROW + n) = DT<T>::pack(dsv[0], dsv[1]);
-                    }
+            };
+            using Yes = std::true_type;
+            using No = std::false_type;
+            if (p.softcap > 0.f) {
+                if (need_mask) epilogue(Yes{}, Yes{});
+                else epilogue(Yes{}, No{});
+            } else {
+                if (need_mask) epilogue(No{}, Yes{});
+                else epilogue(No{}, No{});
+            }
         }
         __syncthreads();  // P^T, dS^T complete
 
         // GEMM B: dV += P^T dO, dK += dS^T Q.
-        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
-        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::PIPE>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::PIPE>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
 
         // Single buffer: once every warp is past GEMM B, Q_i / dO_i are dead; the next tile's
         // copy then overlaps GEMM C and its atomics.
@@ -195,7 +248,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
         {
             float acc_q[Tr::C_MT][Tr::C_NT][4];
             zero_acc(acc_q);
-            warp_gemm<T, Tr::C_MT, Tr::C_NT, BC, true, true>(acc_q, sdSt, PROW, sK, SROW, wc_m, wc_n);
+            warp_gemm<T, Tr::C_MT, Tr::C_NT, BC, true, true, Tr::PIPE>(acc_q, sdSt, PROW, sK, SROW, wc_m, wc_n);
 #pragma unroll
             for (int mt = 0; mt < Tr::C_MT; ++mt)
 #pragma unroll

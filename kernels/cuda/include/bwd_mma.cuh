@@ -39,8 +39,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <typename T, int ROWS, int D, int THREADS>
 __device__ __forceinline__ void load_tile_async(T* s, int ld, const T* g, int64_t row_stride, int row0, int valid) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    constexpr int ITERS = (ROWS * CHUNKS + THREADS - 1) / THREADS;  // compile-time count: fully unrolled
 #pragma unroll
-    for (int e = threadIdx.x; e < ROWS * CHUNKS; e += THREADS) {
+    for (int it = 0; it < ITERS; ++it) {
+        const int e = threadIdx.x + it * THREADS;
+        if ((ROWS * CHUNKS) % THREADS != 0 && e >= ROWS * CHUNKS) break;
         const int r = e / CHUNKS, c = (e % CHUNKS) * 8;
         const bool in = row0 + r < valid;
         cp_async16(s + r * ld + c, in ? (const void*)(g + (int64_t)(row0 + r) * row_stride + c) : (const void*)g, in);
@@ -86,39 +89,91 @@ template <> struct Mma<__half> {
     }
 };
 
-// acc[MT][NT] += A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over k in [0, K), one warp.
+// One k-step (16) of a warp's fragments: A for MT m-tiles, B for NT n-tiles (two per ldmatrix.x4).
 //   A_T = false: A stored [m][k] with pitch lda;  A_T = true: A stored [k][m] (ldmatrix.trans).
 //   B_T = false: B stored [n][k] with pitch ldb;  B_T = true: B stored [k][n] (ldmatrix.trans).
-template <typename T, int MT, int NT, int K, bool A_T, bool B_T>
+template <typename T, int MT, int NT, bool A_T, bool B_T>
+__device__ __forceinline__ void load_frags(uint32_t (&a)[MT][4], uint32_t (&b)[NT / 2][4], const T* sA, int lda,
+                                           const T* sB, int ldb, int m0, int n0, int kk, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        if (!A_T) {
+            ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
+        } else {
+            ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
+                                         ((lane / 8) % 2) * 8);
+        }
+    }
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {  // b0, b1 of n-tile 2 np, then b0, b1 of n-tile 2 np + 1
+        if (!B_T) {
+            ldmatrix_x4(b[np], sB + (n0 + 16 * np + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
+        } else {
+            ldmatrix_x4_trans(b[np], sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 16 * np +
+                                         (lane / 16) * 8);
+        }
+    }
+}
+
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void mma_frags(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
+                                          const uint32_t (&b)[NT / 2][4]) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(acc[mt][2 * np], a[mt], b[np][0], b[np][1]);
+            Mma<T>::run(acc[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
+        }
+}
+
+// acc[MT][NT] += A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over k in [0, K), one warp (operand
+// layouts as in load_frags). PIPE = true software-pipelines the fragment loads: the ldmatrix of
+// k-step ks + 1 are issued before the mma of k-step ks (two fragment buffers, 4 (MT + NT / 2) more
+// registers). On the H200 it measured within 2 % of the plain order (ptxas interleaves LDSM and
+// HMMA either way; NOTES_BWD.md, history row 5).
+template <typename T, int MT, int NT, int K, bool A_T, bool B_T, bool PIPE = false>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, const T* sB, int ldb,
                                           int m0, int n0) {
     static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
     const int lane = threadIdx.x % 32;
+    if constexpr (PIPE) {
+        uint32_t a[2][MT][4], b[2][NT / 2][4];
+        load_frags<T, MT, NT, A_T, B_T>(a[0], b[0], sA, lda, sB, ldb, m0, n0, 0, lane);
 #pragma unroll
-    for (int kk = 0; kk < K; kk += 16) {
-        uint32_t a[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            if (!A_T) {
-                ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
-            } else {
-                ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
-                                             ((lane / 8) % 2) * 8);
-            }
+        for (int ks = 0; ks < K / 16; ++ks) {
+            if (ks + 1 < K / 16)
+                load_frags<T, MT, NT, A_T, B_T>(a[(ks + 1) % 2], b[(ks + 1) % 2], sA, lda, sB, ldb, m0, n0,
+                                                16 * (ks + 1), lane);
+            mma_frags<T, MT, NT>(acc, a[ks % 2], b[ks % 2]);
         }
+    } else {  // A fragments of the k-step, then each B pair just before its mma (fewest registers)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-            uint32_t bf[4];  // b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1
-            if (!B_T) {
-                ldmatrix_x4(bf, sB + (n0 + 8 * nt + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
-            } else {
-                ldmatrix_x4_trans(bf, sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 8 * nt +
-                                          (lane / 16) * 8);
-            }
+        for (int kk = 0; kk < K; kk += 16) {
+            uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                Mma<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
-                Mma<T>::run(acc[mt][nt + 1], a[mt], bf[2], bf[3]);
+                if (!A_T) {
+                    ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
+                } else {
+                    ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
+                                                 ((lane / 8) % 2) * 8);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt += 2) {
+                uint32_t bf[4];
+                if (!B_T) {
+                    ldmatrix_x4(bf, sB + (n0 + 8 * nt + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
+                } else {
+                    ldmatrix_x4_trans(bf, sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 8 * nt +
+                                              (lane / 16) * 8);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    Mma<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
+                    Mma<T>::run(acc[mt][nt + 1], a[mt], bf[2], bf[3]);
+                }
             }
         }
     }
