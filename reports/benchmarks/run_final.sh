@@ -16,6 +16,7 @@ for tool in memcheck racecheck; do
 done
 timeout 120 python3 tests/kernels/test_cuda_bwd_device.py --out $R > $R/bwd_check.txt 2>&1
 echo "bwd check rc=$?"; grep -E "PASS|FAIL" $R/bwd_check.txt | tail -4
+tar czf $OUT/checks.tgz -C $R memcheck.txt racecheck.txt bwd_check.txt  # back even if a later step overruns
 timeout 200 python3 -m pytest -q -p no:cacheprovider -m benchmark_only --benchmark-enable \
     --benchmark-json=$R/bench.json tests/kernels/test_cuda_bench.py > $R/bench_log.txt 2>&1
 echo "bench rc=$?"; tail -2 $R/bench_log.txt
@@ -24,5 +25,5 @@ cp $R/bench.json $OUT/
 if [ "${WORKERS:-1}" != 0 ]; then
     OUT=$R LIMIT=${LIMIT:-200} bash reports/benchmarks/run_workers.sh
     cp $R/workers.md $R/workers.json $OUT/ 2>/dev/null
+    tar czf $OUT/workers.tgz -C $R w1 w2 w1.log w2.log
 fi
-tar czf $OUT/final.tgz -C /tmp final
