@@ -8,11 +8,29 @@
 
 namespace {
 
+template <class Tr>
+cudaError_t launch_tiles(const AttnFwdParams& p, cudaStream_t stream) {
+    const dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
+    return attn::launch_fwd<Tr, false>(p, grid, 1, stream);
+}
+
+// Largest dynamic shared memory a block may opt into on the current device (0 if unknown).
+int max_block_smem() {
+    int dev = 0, bytes = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return bytes;
+}
+
 template <int D, typename Elem>
 cudaError_t run_fa2(const AttnFwdParams& p, cudaStream_t stream) {
     using Tr = typename attn::Fa2Config<D, Elem>::T;
-    const dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
-    return attn::launch_fwd<Tr, false>(p, grid, 1, stream);
+    if constexpr (D == 256) {
+        using Small = typename attn::Fa2ConfigSmallSmem<Elem>::T;
+        const int avail = max_block_smem();
+        if (avail > 0 && avail < Tr::kSmemBytes && avail >= Small::kSmemBytes) return launch_tiles<Small>(p, stream);
+    }
+    return launch_tiles<Tr>(p, stream);
 }
 
 template <typename Elem>

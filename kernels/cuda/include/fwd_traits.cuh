@@ -97,8 +97,9 @@ struct FwdTraits {
 // The configurations that are compiled (few, to keep the CI build short; see kernels/cuda/NOTES.md).
 // Each is "kBlockM, kBlockN, kNWarps, kStages" and can be overridden at build time with -D for tuning runs.
 // FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
-// MMAs), 4 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers).
-// Chosen by measurement on the H200 (kernels/cuda/NOTES.md, tuning table).
+// MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers;
+// 8 warps share each K/V tile, half the global->shared copies per FLOP of the 4-warp 64-row tile).
+// Chosen by measurement on the H200 (kernels/cuda/NOTES.md, tuning table and v6).
 #ifndef ATTN_FA2_D64
 #define ATTN_FA2_D64 128, 128, 4, 1
 #endif
@@ -106,12 +107,15 @@ struct FwdTraits {
 #define ATTN_FA2_D128 128, 64, 4, 1
 #endif
 #ifndef ATTN_FA2_D256
-#define ATTN_FA2_D256 64, 64, 4, 1
+#define ATTN_FA2_D256 128, 64, 8, 1
 #endif
 template <int D, typename Elem> struct Fa2Config;
 template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, ATTN_FA2_D64, Elem>; };
 template <typename Elem> struct Fa2Config<128, Elem> { using T = FwdTraits<128, ATTN_FA2_D128, Elem>; };
 template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, ATTN_FA2_D256, Elem>; };
+// d = 256 on devices that grant a block less shared memory than the default tile's 128 KB (sm_86 /
+// sm_89 parts run the sm_80 code with ~100 KB): the previous 4-warp 64-row tile, 96 KB.
+template <typename Elem> struct Fa2ConfigSmallSmem { using T = FwdTraits<256, 64, 64, 4, 1, Elem>; };
 
 // Split-KV (decoding): one warp and 16 packed rows per CTA (queries of one GQA group), small shared
 // memory so many CTAs (and their cp.async loads) are resident per SM: decoding is bound by reading
