@@ -21,11 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from conformance.engine import OUTCOMES, SEVERITY, worst
+from conformance.report import _SHORT
 
 __all__ = ["render_html", "main"]
 
-_SHORT = {"PASS": "PASS", "QUALITY_WARNING": "WARN", "FAIL": "FAIL", "NOT_SUPPORTED": "n/s", "CRASH": "CRASH",
-          "TIMEOUT": "TIMEOUT", "HARNESS_ERROR": "H-ERR"}
 _COLOUR = {"PASS": "#d8f0d8", "QUALITY_WARNING": "#fff2c2", "FAIL": "#f7c6c6", "NOT_SUPPORTED": "#eeeeee",
            "CRASH": "#e9a3a3", "TIMEOUT": "#f0b48a", "HARNESS_ERROR": "#c9b3e6"}
 _STYLE = """

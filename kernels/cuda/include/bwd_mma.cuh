@@ -89,6 +89,25 @@ template <> struct Mma<__half> {
     }
 };
 
+// The A fragment of m-tile rows [m, m + 16) and the B fragments of n-tiles [n, n + 16) (b0, b1 of the
+// first n-tile, then of the second) at k-step offset kk; operand layouts as in load_frags.
+template <typename T, bool A_T>
+__device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const T* sA, int lda, int m, int kk, int lane) {
+    if (!A_T) {
+        ldmatrix_x4(a, sA + (m + (lane % 16)) * lda + kk + (lane / 16) * 8);
+    } else {
+        ldmatrix_x4_trans(a, sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m + ((lane / 8) % 2) * 8);
+    }
+}
+template <typename T, bool B_T>
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[4], const T* sB, int ldb, int n, int kk, int lane) {
+    if (!B_T) {
+        ldmatrix_x4(b, sB + (n + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
+    } else {
+        ldmatrix_x4_trans(b, sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n + (lane / 16) * 8);
+    }
+}
+
 // One k-step (16) of a warp's fragments: A for MT m-tiles, B for NT n-tiles (two per ldmatrix.x4).
 //   A_T = false: A stored [m][k] with pitch lda;  A_T = true: A stored [k][m] (ldmatrix.trans).
 //   B_T = false: B stored [n][k] with pitch ldb;  B_T = true: B stored [k][n] (ldmatrix.trans).
@@ -96,23 +115,9 @@ template <typename T, int MT, int NT, bool A_T, bool B_T>
 __device__ __forceinline__ void load_frags(uint32_t (&a)[MT][4], uint32_t (&b)[NT / 2][4], const T* sA, int lda,
                                            const T* sB, int ldb, int m0, int n0, int kk, int lane) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        if (!A_T) {
-            ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
-        } else {
-            ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
-                                         ((lane / 8) % 2) * 8);
-        }
-    }
+    for (int mt = 0; mt < MT; ++mt) load_a_frag<T, A_T>(a[mt], sA, lda, m0 + 16 * mt, kk, lane);
 #pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {  // b0, b1 of n-tile 2 np, then b0, b1 of n-tile 2 np + 1
-        if (!B_T) {
-            ldmatrix_x4(b[np], sB + (n0 + 16 * np + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
-        } else {
-            ldmatrix_x4_trans(b[np], sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 16 * np +
-                                         (lane / 16) * 8);
-        }
-    }
+    for (int np = 0; np < NT / 2; ++np) load_b_pair<T, B_T>(b[np], sB, ldb, n0 + 16 * np, kk, lane);
 }
 
 template <typename T, int MT, int NT>
@@ -152,23 +157,11 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
         for (int kk = 0; kk < K; kk += 16) {
             uint32_t a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                if (!A_T) {
-                    ldmatrix_x4(a[mt], sA + (m0 + 16 * mt + (lane % 16)) * lda + kk + (lane / 16) * 8);
-                } else {
-                    ldmatrix_x4_trans(a[mt], sA + (kk + (lane % 8) + (lane / 16) * 8) * lda + m0 + 16 * mt +
-                                                 ((lane / 8) % 2) * 8);
-                }
-            }
+            for (int mt = 0; mt < MT; ++mt) load_a_frag<T, A_T>(a[mt], sA, lda, m0 + 16 * mt, kk, lane);
 #pragma unroll
             for (int nt = 0; nt < NT; nt += 2) {
                 uint32_t bf[4];
-                if (!B_T) {
-                    ldmatrix_x4(bf, sB + (n0 + 8 * nt + (lane % 8) + (lane / 16) * 8) * ldb + kk + ((lane / 8) % 2) * 8);
-                } else {
-                    ldmatrix_x4_trans(bf, sB + (kk + (lane % 8) + ((lane / 8) % 2) * 8) * ldb + n0 + 8 * nt +
-                                              (lane / 16) * 8);
-                }
+                load_b_pair<T, B_T>(bf, sB, ldb, n0 + 8 * nt, kk, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     Mma<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
