@@ -12,19 +12,30 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
-__all__ = ["Case", "FP8Spec", "DTYPES", "ALIGNMENTS", "LAYOUTS", "DISTRIBUTIONS"]
+__all__ = ["Case", "FP8Spec", "DTYPES", "ALIGNMENTS", "LAYOUTS", "PAGED_LAYOUTS", "DISTRIBUTIONS", "page_size_of"]
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 ALIGNMENTS = ("bottom_right", "top_left")
 # contiguous: [B, H, L, D] contiguous; bshd: a [B, L, H, D] tensor transposed to [B, H, L, D];
 # kv_broadcast: K and V are one [1, Hkv, Lk, D] tensor expanded with batch stride 0.
 LAYOUTS = ("contiguous", "bshd", "kv_broadcast")
+# pagedN: K and V stored in pages of N keys behind a block table (SEMANTICS.md §16); the logical K/V,
+# what the oracle sees, are the dense arrays. Deliberately NOT part of LAYOUTS: an adapter claims paged
+# storage only by listing these in `Capabilities.layouts` (the default, frozenset(LAYOUTS), does not).
+PAGED_LAYOUTS = ("paged64", "paged128", "paged256")
 # normal: N(0,1); outliers: N(0,1) + N(0,10^2) on 0.1% of entries (FA3 paper); large_logits:
 # |s| up to ~1e4; ties: constant rows / repeated keys; tiny_lse: LSE far below -88.7;
 # nan_padding: normal values, but with varlen the padded rows (q and dout rows i >= seqlens_q[b],
 # k and v rows j >= seqlens_k[b]) are NaN: a kernel that reads them (P = 0 times V = NaN is NaN)
 # fails (SEMANTICS.md §7, §15; torch #101967, flash-attention #443, #752).
 DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")
+
+
+def page_size_of(layout: str) -> int | None:
+    """Keys per page of a paged layout (``"paged128"`` -> 128, SEMANTICS.md §16); None for a dense layout."""
+    if layout in PAGED_LAYOUTS:
+        return int(layout[len("paged"):])
+    return None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Profiles:
 - ``ci``: small shapes for the CPU (every CPU adapter together in <= 5 min on 2 cores);
 - ``full``: ``ci`` plus longer lengths, every dtype crossed with the main groups, more backward;
 - ``gpu``: ``ci`` plus large shapes (L up to 16384, d up to 256) meant for a CUDA device (a run
-  over five CUDA backends fits in minutes; ``--profile full --device cuda`` runs the rest).
+  over five CUDA backends fits in minutes; ``--profile full --device cuda`` runs the rest), and the
+  full paged-K/V decoding set plus two long paged caches.
 
 Each group below is one generator of cases; `cases(profile)` concatenates them, gives each case a
 seed derived from its semantic fields (stable across runs and machines) and drops duplicates.
@@ -192,6 +193,50 @@ def _nan_padding(profile: str) -> Iterator[Case]:
     yield _mk("nan_padding", B=2, Lq=24, Lk=40, seqlens_q=(24, 9), seqlens_k=(31, 40), dtype="float32", **b)
 
 
+def _paged(profile: str) -> Iterator[Case]:
+    """Decoding over a paged K/V cache (layouts ``paged64/128/256``, SEMANTICS.md §16; flash-attention #2709).
+
+    Page pools hold decoy pages and NaN in every slot past each sequence's length, and table entries past
+    its last page point at decoys (`conformance.inputs.paged_storage`): a kernel that reads a slot, a page
+    or a table entry it should not gets NaN (or another sequence's keys) into a compared row. Lengths have
+    tails (257, 1000, 4096), sequences are short or empty, table rows are wider than the longest sequence,
+    d is 64 or 128 and the dtype fp16/bf16, so CUDA split-KV kernels with page_size % kBlockN == 0 run them.
+    """
+    dec = dict(causal=True, alignment="bottom_right")
+    yield _mk("paged", B=1, Hq=8, Hkv=2, Lq=1, Lk=257, d=64, layout="paged64", **dec,
+              note="key 256 alone on the fifth page")
+    yield _mk("paged", B=3, Hq=8, Hkv=2, Lq=1, Lk=1000, d=64, dtype="bfloat16", layout="paged64",
+              seqlens_k=(700, 1, 0), **dec, note="short and empty caches; 16-entry table rows, 11 pages used")
+    yield _mk("paged", B=2, Hq=4, Hkv=4, Lq=4, Lk=1000, d=128, layout="paged128", seqlens_k=(1000, 333), **dec)
+    yield _mk("paged", B=2, Hq=4, Hkv=2, Lq=16, Lk=600, d=64, dtype="bfloat16", layout="paged256",
+              seqlens_k=(600, 255), **dec)
+    yield _mk("paged", B=2, Hq=4, Hkv=1, Lq=8, Lk=257, d=64, layout="paged128", seqlens_k=(257, 129),
+              note="not causal")
+    yield _mk("paged", B=4, Hq=4, Hkv=2, Lq=2, Lk=200, d=128, dtype="bfloat16", layout="paged64",
+              seqlens_k=(64, 65, 63, 0), **dec, note="lengths at a page boundary")
+    if profile == "ci":
+        return
+    yield _mk("paged", B=2, Hq=8, Hkv=2, Lq=1, Lk=4096, d=128, dtype="bfloat16", layout="paged256",
+              seqlens_k=(4096, 3001), **dec)
+    yield _mk("paged", B=1, Hq=8, Hkv=1, Lq=16, Lk=4096, d=64, layout="paged64", **dec)
+    yield _mk("paged", B=2, Hq=4, Hkv=2, Lq=4, Lk=1000, d=64, layout="paged128", seqlens_k=(1000, 450),
+              window=(200, 0))
+    yield _mk("paged", B=2, Hq=4, Hkv=2, Lq=16, Lk=257, d=64, layout="paged64", seqlens_k=(257, 40),
+              causal=True, alignment="top_left")
+    yield _mk("paged", B=2, Hq=4, Hkv=2, Lq=3, Lk=1000, d=64, dtype="float32", layout="paged64",
+              seqlens_k=(999, 500), **dec)
+    yield _mk("paged", B=2, Hq=4, Hkv=2, Lq=65, Lk=300, d=64, layout="paged128", seqlens_q=(65, 30),
+              seqlens_k=(300, 30), **dec, note="chunked prefill: varlen queries on a paged cache")
+    yield _mk("paged", B=3, Hq=4, Hkv=2, Lq=4, Lk=513, d=128, dtype="bfloat16", layout="paged256",
+              seqlens_k=(513, 256, 0), distribution="nan_padding", **dec)
+    if profile != "gpu":
+        return
+    yield _mk("paged", B=4, Hq=32, Hkv=8, Lq=1, Lk=16384, d=128, dtype="bfloat16", layout="paged256",
+              seqlens_k=(16384, 9000, 1, 0), **dec)
+    yield _mk("paged", B=8, Hq=16, Hkv=2, Lq=4, Lk=8192, d=64, layout="paged128",
+              seqlens_k=(8192, 8000, 4097, 4096, 1000, 257, 64, 0), **dec)
+
+
 def _dtypes(profile: str) -> Iterator[Case]:
     for dt in ("float64", "float32", "float16", "bfloat16"):
         yield _mk("dtype", B=2, Lq=47, Lk=81, d=64, dtype=dt)
@@ -305,6 +350,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "layout": _layouts,
     "varlen": _varlen,
     "nan_padding": _nan_padding,
+    "paged": _paged,
     "dtype": _dtypes,
     "mask_bias": _mask_bias,
     "window": _windows,
@@ -313,6 +359,10 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "accumulation": _accumulation,
     "large": _large,
 }
+
+
+#: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
+_OWN_PROFILE = ("large", "paged")
 
 
 def _seeded(case: Case) -> Case:
@@ -328,7 +378,7 @@ def cases(profile: str = "ci") -> list[Case]:
     seen: dict[str, Case] = {}
     base = "ci" if profile == "gpu" else profile
     for name, gen in GROUPS.items():
-        for c in gen(profile if name == "large" else base):
+        for c in gen(profile if name in _OWN_PROFILE else base):
             for variant in _profile_variants(c, profile):
                 variant = _seeded(variant)
                 seen.setdefault(variant.id, variant)

@@ -34,6 +34,12 @@ Biases (``case.bias``): ``random`` N(0, 1) [B, Hq, Lq, Lk]; ``alibi`` -slope_h *
 
 FP8 cases (``case.fp8``): q, k, v are made in float32 from the distribution, quantized by
 `oracles.fp8.quantize_attention_inputs`, and `CaseInputs.q/k/v` are its dequantized values.
+
+Paged layouts (``case.layout`` in `conformance.case.PAGED_LAYOUTS`, SEMANTICS.md §16): q, k, v are made
+exactly as for ``contiguous`` (same values, so the oracle sees the dense logical K/V), and
+`paged_storage` also stores K and V in pages behind a block table (`CaseInputs.paged`), from a random
+stream of its own: a seeded page permutation (never the identity), extra decoy pages, and NaN in every
+page, slot or table entry a correct kernel does not read (flash-attention #2709).
 """
 
 from __future__ import annotations
@@ -44,10 +50,10 @@ from collections.abc import Callable
 import numpy as np
 
 from conformance.adapters.base import CaseInputs
-from conformance.case import Case
+from conformance.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
-           "poison_padding"]
+           "poison_padding", "paged_storage"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
 BIASES = ("random", "alibi", "neg_inf_rows")
@@ -256,12 +262,74 @@ def poison_padding(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, dout
     return q, k, v, dout
 
 
+# -- paged K/V storage -------------------------------------------------------------------------------
+
+_PAGED_STREAM = 0x9A6ED  # second seed word of the paging generator: paging never shifts the main stream
+
+
+def _page_permutation(rng: np.random.Generator, num_pages: int, dense_index: np.ndarray) -> np.ndarray:
+    """A random permutation of the pool slots that is not the identity and does not place the real pages
+    (enumerated batch-major) at their dense index ``b * pages_per_seq + p`` either (SEMANTICS.md §16)."""
+    n_real = len(dense_index)
+    perm = rng.permutation(num_pages)
+    for _ in range(64):
+        real = perm[:n_real]
+        if n_real == 0 or not ((real == np.arange(n_real)).all() or (real == dense_index).all()):
+            return perm
+        perm = rng.permutation(num_pages)
+    return np.roll(np.arange(num_pages), 1)  # num_pages >= n_real + 2, so this moves every page
+
+
+def paged_storage(case: Case, k: np.ndarray, v: np.ndarray) -> dict:
+    """K/V of a paged case stored in pages behind a block table (SEMANTICS.md §16), for `CaseInputs.paged`.
+
+    Returns ``dict(k_pool, v_pool, block_table, page_size)``: ``k_pool`` [num_pages, Hkv, page_size, d] and
+    ``v_pool`` [num_pages, Hkv, page_size, dv] float64, ``block_table`` int32 [B, ceil(Lk / page_size)];
+    key j < seqlens_k[b] of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]`` and equals
+    ``k[b, :, j]`` / ``v[b, :, j]``. Batch b owns ceil(seqlens_k[b] / page_size) real pages; their pool
+    slots are a seeded random permutation (never the identity), and the pool holds decoy pages too.
+    NaN (like ``nan_padding``): every decoy page, every slot of a real page at or past the sequence's
+    length (j >= seqlens_k[b], or j >= Lk), and every table entry past the real pages points at a decoy.
+    Deterministic in ``case.seed``, from a generator of its own (the dense inputs are not changed).
+    """
+    page_size = page_size_of(case.layout)
+    if page_size is None:
+        raise ValueError(f"case {case.id}: layout {case.layout!r} is not paged")
+    if case.fp8 is not None:
+        raise ValueError(f"case {case.id}: paged layouts are not combined with FP8 (the codes would need pages)")
+    B, Hkv, Lk, d = k.shape
+    dv = v.shape[3]
+    pages_per_seq = -(-Lk // page_size)
+    lens = [Lk if case.seqlens_k is None else min(int(case.seqlens_k[b]), Lk) for b in range(B)]
+    need = [-(-n // page_size) for n in lens]  # pages holding real keys, per sequence
+    dense_index = np.array([b * pages_per_seq + p for b in range(B) for p in range(need[b])], dtype=np.int64)
+    n_real = len(dense_index)
+    num_pages = n_real + 2 + n_real // 4
+    rng = np.random.default_rng([case.seed, _PAGED_STREAM])
+    slot = _page_permutation(rng, num_pages, dense_index)
+    decoys = slot[n_real:]
+    k_pool = np.full((num_pages, Hkv, page_size, d), np.nan)
+    v_pool = np.full((num_pages, Hkv, page_size, dv), np.nan)
+    table = np.empty((B, pages_per_seq), dtype=np.int32)
+    i = 0
+    for b in range(B):
+        for p in range(need[b]):
+            j0, j1 = p * page_size, min((p + 1) * page_size, lens[b])
+            k_pool[slot[i], :, : j1 - j0] = k[b, :, j0:j1]
+            v_pool[slot[i], :, : j1 - j0] = v[b, :, j0:j1]
+            table[b, p] = slot[i]
+            i += 1
+        table[b, need[b]:] = rng.choice(decoys, size=pages_per_seq - need[b])
+    return dict(k_pool=k_pool, v_pool=v_pool, block_table=table, page_size=page_size)
+
+
 # -- entry point -----------------------------------------------------------------------------------
 
 def make_inputs(case: Case) -> CaseInputs:
     """FP64 inputs for `case`, exactly representable in ``case.dtype`` (SEMANTICS.md §1).
 
     Deterministic: the same case always gives the same arrays (NumPy PCG64 seeded by ``case.seed``).
+    Paged layouts also get `CaseInputs.paged` (`paged_storage`, SEMANTICS.md §16).
     """
     rng = np.random.default_rng(case.seed)
     raw = _make_qkv(case, rng)
@@ -294,4 +362,5 @@ def make_inputs(case: Case) -> CaseInputs:
             raise ValueError(f"recipe {case.distribution!r} overflowed {case.dtype} in {name} for case {case.id}")
     if case.distribution == "nan_padding":
         q, k, v, dout_r = poison_padding(case, q, k, v, dout_r)
-    return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8)
+    paged = paged_storage(case, k, v) if page_size_of(case.layout) is not None else None
+    return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8, paged=paged)

@@ -100,9 +100,13 @@ def _copy_inputs(inputs):
 
     fresh = copy.copy(inputs)
     for name, arr in inputs.arrays().items():
-        setattr(fresh, name, np.array(arr, copy=True))
-    if inputs.fp8 is not None:
-        fresh.fp8 = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in inputs.fp8.items()}
+        if "." not in name:  # "paged.k_pool" etc. live in the dict copied below
+            setattr(fresh, name, np.array(arr, copy=True))
+    for group in ("fp8", "paged"):
+        held = getattr(inputs, group, None)
+        if held is not None:
+            setattr(fresh, group, {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+                                   for k, v in held.items()})
     return fresh
 
 

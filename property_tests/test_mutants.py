@@ -46,6 +46,8 @@ REQUIRED = {
     "FP8 V descale not applied": ["fp8_v_descale_missing"],
     "Hadamard applied to Q only": ["fp8_hadamard_q_only"],
     "P not rescaled by the FP8 max offset": ["fp8_p_no_max_offset"],
+    "paged-KV block table out-of-bounds read (FA #2709)": [
+        "paged_reads_past_seqlen", "paged_last_page_over_read", "paged_table_not_consulted", "paged_table_row_stride"],
 }
 
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from conformance.case import ALIGNMENTS, LAYOUTS, Case
+from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = [
     "Adapter",
@@ -48,6 +48,12 @@ class CaseInputs:
     mask bool broadcastable to [B, Hq, Lq, Lk] (True = attend) or None, bias float64 likewise or
     None. For FP8 cases, `fp8` holds the quantized codes (as float64 values of the FP8 grid) and the
     descales; q/k/v are then the dequantized values the oracle sees (SEMANTICS.md §10).
+
+    For a paged layout (`conformance.case.PAGED_LAYOUTS`) `paged` holds the K/V *storage* a paged kernel
+    reads (SEMANTICS.md §16): ``k_pool`` [num_pages, Hkv, page_size, d], ``v_pool`` [num_pages, Hkv,
+    page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
+    j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
+    entry a kernel must not read leads to NaN. k/v stay the dense logical arrays the oracle sees.
     """
 
     q: np.ndarray
@@ -57,11 +63,19 @@ class CaseInputs:
     mask: np.ndarray | None = None
     bias: np.ndarray | None = None
     fp8: dict[str, Any] | None = None
+    paged: dict[str, Any] | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every array field that is set, by name (used for the input-mutation check)."""
+        """Every array field that is set, by name (used for the input-mutation check).
+
+        The arrays of ``paged`` are included as ``"paged.k_pool"``, ``"paged.v_pool"``,
+        ``"paged.block_table"``, so a kernel that writes into the page pool or the table is caught too.
+        """
         named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
+        out = {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
+        if self.paged:
+            out.update({f"paged.{k}": v for k, v in self.paged.items() if isinstance(v, np.ndarray)})
+        return out
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,11 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
     if case.scale is not None and not caps.custom_scale:
         return "custom scale not supported"
     if case.layout not in caps.layouts:
+        page_size = page_size_of(case.layout)
+        if page_size is not None:
+            claimed = sorted(x for x in caps.layouts if page_size_of(x) is not None)
+            return (f"paged K/V layout {case.layout} (block table, {page_size} keys per page, SEMANTICS.md §16) "
+                    f"not supported (declared paged layouts: {claimed or 'none'})")
         return f"input layout {case.layout} not supported"
     if case.backward and not caps.backward:
         return "backward not supported"

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
-from conformance.case import LAYOUTS, Case
+from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
 
@@ -110,13 +110,32 @@ class ReferenceFA3(_Reference):
 
 
 class ReferenceSplitKV(_Reference):
-    """Flash-Decoding: ``num_splits`` partials (default 3, so splits are uneven) and the combine step."""
+    """Flash-Decoding: ``num_splits`` partials (default 3, so splits are uneven) and the combine step.
+
+    Claims the paged layouts too (SEMANTICS.md §16): for those it hands the kernel the page pools and the
+    block table of ``CaseInputs.paged``, never the dense K/V, so every key it uses went through the table.
+    """
 
     name = "reference-splitkv"
     description = "NumPy split-KV / Flash-Decoding (kernels/reference/splitkv.py), emulated precision"
     module_name = "kernels.reference.splitkv"
     default_knobs = {"block_q": 64, "block_k": 32, "num_splits": 3}
-    capabilities = _caps(backward=False)
+    capabilities = _caps(backward=False, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        page_size = page_size_of(case.layout)
+        if page_size is None:
+            return super().forward(inputs, case, device)
+        paged = inputs.paged
+        if paged is None or int(paged["page_size"]) != page_size:
+            got = None if paged is None else paged.get("page_size")
+            raise ValueError(f"{self.name}: case {case.id} has layout {case.layout} but inputs.paged is "
+                             f"{'missing' if paged is None else f'for page_size {got}'} "
+                             f"(conformance.inputs.make_inputs builds it)")
+        out, lse = self.kernel.forward(inputs.q, paged["k_pool"], paged["v_pool"], block_table=paged["block_table"],
+                                       page_size=page_size, seqlen_k=case.Lk, **self._kwargs(inputs, case))
+        return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
+                             out_dtype=case.dtype, kernels=(f"{self.module_name}.forward[paged]",))
 
 
 class ReferenceFA3FP8(_Reference):

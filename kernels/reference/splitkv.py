@@ -9,6 +9,11 @@ its own tiles and stores a float32 partial O_s normalised by its own row sum, an
 
 with all-empty rows giving O = 0, LSE = -inf; an empty split (LSE_s = -inf) is selected out, not
 multiplied (§14). Precision emulation: kernels/emulate.py.
+
+Paged K/V (``block_table=``, SEMANTICS.md §16): k and v are then page pools [num_pages, Hkv, page_size, D]
+and each K/V tile is gathered through the block table as a GPU kernel does (`paged_tile`: per key tile,
+look up the page of each page-run, copy its rows); rows past the sequence's real length load as 0 and
+neither their slots nor their table entries are read (the bounds check, as for padded rows, §7).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 from kernels import emulate
 from kernels.reference._common import Problem, tiles
 
-__all__ = ["combine", "forward", "forward_partials", "split_ranges"]
+__all__ = ["combine", "forward", "forward_partials", "paged_tile", "split_ranges"]
 
 
 def split_ranges(Lk: int, block_k: int, num_splits: int) -> list[tuple[int, int]]:
@@ -35,15 +40,83 @@ def split_ranges(Lk: int, block_k: int, num_splits: int) -> list[tuple[int, int]
     return ranges
 
 
+def paged_tile(pool: np.ndarray, block_table: np.ndarray, page_size: int, len_k: np.ndarray, c0: int,
+               c1: int) -> np.ndarray:
+    """Key rows [c0, c1) of every sequence, [B, H, c1 - c0, D], read through the block table (SEMANTICS.md §16).
+
+    Row j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``. The table is read as the C
+    ABI passes it (flat, with a batch stride). Rows ``j >= len_k[b]`` load as 0 and are not touched: the loop
+    over the tile's page-runs stops at the sequence's real length, so no slot past it and no table entry past
+    its last page is read (flash-attention #2709 read one).
+    """
+    B = block_table.shape[0]
+    table = np.ascontiguousarray(block_table).reshape(-1)
+    table_stride = block_table.shape[1]  # block_table_batch_stride
+    tile = np.zeros((B, pool.shape[1], c1 - c0, pool.shape[3]), dtype=pool.dtype)
+    for b in range(B):
+        stop = min(c1, int(len_k[b]))
+        j = c0
+        while j < stop:
+            page, offset = j // page_size, j % page_size
+            phys = int(table[b * table_stride + page])
+            run = min(stop - j, page_size - offset)
+            tile[b, :, j - c0:j - c0 + run] = pool[phys, :, offset:offset + run]
+            j += run
+    return tile
+
+
+def _paged_problem(q, k_pool, v_pool, block_table, page_size, seqlen_k, **kw):
+    """`Problem` of a paged call (shapes, visibility, seqlens) and the pools rounded to the kernel dtype.
+
+    The dense K/V handed to `Problem` are zeros of the logical shape: every K/V value the paged kernel
+    uses comes from the pools, through `paged_tile`.
+    """
+    q = np.asarray(q)
+    k_pool, v_pool = np.asarray(k_pool), np.asarray(v_pool)
+    table = np.asarray(block_table)
+    if seqlen_k is None:
+        raise ValueError("paged K/V: seqlen_k (the logical key length Lk) is required with block_table")
+    if k_pool.ndim != 4 or v_pool.ndim != 4 or k_pool.shape[:3] != v_pool.shape[:3]:
+        raise ValueError(f"paged K/V: k_pool {k_pool.shape} and v_pool {v_pool.shape} must be "
+                         f"[num_pages, Hkv, page_size, D] with the same first three dimensions")
+    if k_pool.shape[2] != page_size or table.ndim != 2 or table.shape[0] != q.shape[0]:
+        raise ValueError(f"paged K/V: page_size={page_size}, k_pool {k_pool.shape}, block_table {table.shape}, "
+                         f"q {q.shape}: need pools [num_pages, Hkv, page_size, D] and a table [B, pages_per_seq]")
+    if table.shape[1] * page_size < seqlen_k:
+        raise ValueError(f"paged K/V: block_table {table.shape} x page_size {page_size} covers fewer than "
+                         f"seqlen_k={seqlen_k} keys")
+    B, Hkv = q.shape[0], k_pool.shape[1]
+    k0 = np.broadcast_to(np.zeros((), dtype=np.float64), (B, Hkv, seqlen_k, k_pool.shape[3]))
+    v0 = np.broadcast_to(np.zeros((), dtype=np.float64), (B, Hkv, seqlen_k, v_pool.shape[3]))
+    p = Problem(q, k0, v0, **kw)
+    return p, emulate.round_to(k_pool, p.dtype), emulate.round_to(v_pool, p.dtype), table
+
+
 def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
                      bias=None, softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64,
-                     dtype="bfloat16", num_splits=2):
-    """Per-split partials: (outs [S, B, Hq, Lq, dv] float32/float64, lses [S, B, Hq, Lq])."""
-    p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                     dtype="bfloat16", num_splits=2, block_table=None, page_size=None, seqlen_k=None):
+    """Per-split partials: (outs [S, B, Hq, Lq, dv] float32/float64, lses [S, B, Hq, Lq]).
+
+    With ``block_table`` (int [B, pages_per_seq]), k and v are page pools [num_pages, Hkv, page_size, D] and
+    ``seqlen_k`` is the logical key length Lk (SEMANTICS.md §16); K/V tiles are read through the table.
+    """
+    kw = dict(scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
+              softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+    if block_table is None:
+        p = Problem(q, k, v, **kw)
+    else:
+        p, k_pool, v_pool, table = _paged_problem(q, k, v, block_table, page_size, seqlen_k, **kw)
     kv_head = np.arange(p.Hq) // p.group
-    K = p.k[:, kv_head]
-    V = p.v[:, kv_head]
+    if block_table is None:
+        K = p.k[:, kv_head]
+        V = p.v[:, kv_head]
+
+    def kv_tile(c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        if block_table is None:
+            return K[:, :, c0:c1], V[:, :, c0:c1]
+        return (paged_tile(k_pool, table, page_size, p.len_k, c0, c1)[:, kv_head],
+                paged_tile(v_pool, table, page_size, p.len_k, c0, c1)[:, kv_head])
+
     ranges = split_ranges(p.Lk, block_k, num_splits)
     outs = np.zeros((len(ranges), p.B, p.Hq, p.Lq, p.dv), dtype=p.acc)
     lses = np.full((len(ranges), p.B, p.Hq, p.Lq), -np.inf, dtype=p.acc)
@@ -59,7 +132,8 @@ def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_rig
                     vis = p.visible(r0, r1, c0, c1)
                     if not vis.any():
                         continue
-                    s = emulate.matmul(Qi, K[:, :, c0:c1].swapaxes(-1, -2), p.dtype)
+                    Kj, Vj = kv_tile(c0, c1)
+                    s = emulate.matmul(Qi, Kj.swapaxes(-1, -2), p.dtype)
                     s = s * p.scale
                     if p.softcap is not None:
                         s = p.softcap * np.tanh(s / p.softcap)
@@ -72,7 +146,7 @@ def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_rig
                     alpha = np.exp(m - m_safe)
                     l = alpha * l + P.sum(axis=-1)
                     acc = alpha[..., None] * acc
-                    acc = acc + emulate.matmul(emulate.round_to(P, p.dtype), V[:, :, c0:c1], p.dtype)
+                    acc = acc + emulate.matmul(emulate.round_to(P, p.dtype), Vj, p.dtype)
                     m = m_new
                 outs[split, :, :, r0:r1] = np.where(l[..., None] > 0, acc / l[..., None], 0.0)
                 lses[split, :, :, r0:r1] = np.where(l > 0, m + np.log(l), -np.inf)
@@ -96,10 +170,15 @@ def combine(outs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
-            softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16", num_splits=2):
-    """Split-KV forward: `forward_partials` then `combine`; out rounded to ``dtype``, lse float32/float64."""
+            softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16", num_splits=2,
+            block_table=None, page_size=None, seqlen_k=None):
+    """Split-KV forward: `forward_partials` then `combine`; out rounded to ``dtype``, lse float32/float64.
+
+    Paged K/V (SEMANTICS.md §16): pass the pools as k, v with ``block_table``, ``page_size`` and ``seqlen_k``.
+    """
     outs, lses = forward_partials(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window,
                                   mask=mask, bias=bias, softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-                                  block_q=block_q, block_k=block_k, dtype=dtype, num_splits=num_splits)
+                                  block_q=block_q, block_k=block_k, dtype=dtype, num_splits=num_splits,
+                                  block_table=block_table, page_size=page_size, seqlen_k=seqlen_k)
     out, lse = combine(outs, lses)
     return emulate.round_to(out, dtype), lse

@@ -28,6 +28,7 @@ BWD = "def backward("
 COMBINE = "def combine("
 PARTIALS = "def forward_partials("
 ATTEND = "def _attend("
+PAGED = "def paged_tile("
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,24 @@ MUTANTS: tuple[Mutant, ...] = (
              "lse_max_safe = lse_max", COMBINE),
         Edit("lse = np.where(weight_sum > 0, lse_max_safe + np.log(weight_sum), -np.inf).astype(lses.dtype)",
              "lse = (lse_max_safe + np.log(weight_sum)).astype(lses.dtype)", COMBINE)]),
+    # -- paged K/V (block table, SEMANTICS.md §16): killed by the NaN the paged inputs hold in decoy pages,
+    # slots past each sequence's length and table entries past its last page (conformance catalog "paged") --
+    _m("paged_reads_past_seqlen", "paged K/V read past the sequence end: the page loop bounded by the tile, not "
+       "seqlens_k (table entries past the last page and slots past the length read)", "§16, §7",
+       "reference-splitkv", _SPLIT, [Edit("stop = min(c1, int(len_k[b]))", "stop = c1", PAGED)],
+       origin="flash-attention #2709 (block table out-of-bounds read)"),
+    _m("paged_last_page_over_read", "paged K/V: the last page read whole (bounds check rounded up to the page)",
+       "§16, §7", "reference-splitkv", _SPLIT,
+       [Edit("stop = min(c1, int(len_k[b]))", "stop = min(c1, -(-int(len_k[b]) // page_size) * page_size)",
+             PAGED)],
+       origin="flash-attention #2709"),
+    _m("paged_table_not_consulted", "paged K/V: block table not consulted (pages assumed contiguous per sequence)",
+       "§16", "reference-splitkv", _SPLIT,
+       [Edit("phys = int(table[b * table_stride + page])", "phys = b * table_stride + page", PAGED)]),
+    _m("paged_table_row_stride", "paged K/V: block-table batch stride taken from the longest sequence's page "
+       "count, not the table's row width (another batch's row read)", "§16", "reference-splitkv", _SPLIT,
+       [Edit("table_stride = block_table.shape[1]", "table_stride = -(-int(np.max(len_k)) // page_size)", PAGED)],
+       origin="block_table_batch_stride (kernels/cuda/include/attn_params.h)"),
     # -- backward -------------------------------------------------------------------------------
     _m("fa2_bwd_dS_without_D", "dS without D (dS = P * dP)", "§13", "reference-fa2", _FA2,
        [Edit("dS = P * (dP - D[:, :, r0:r1, None])", "dS = P * dP", BWD)]),
