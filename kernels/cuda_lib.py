@@ -9,7 +9,8 @@ version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``
   building it on demand when nvcc exists (`kernels.build`);
 - `AttnFwdParams` / `AttnBwdParams` mirror the C structs field by field (tests compare the layout
   against the compiled one through ``attn_params_layout``);
-- `fwd_params(...)` / `bwd_params(...)` fill them from tensors in the [B, H, L, D] convention;
+- `fwd_params(...)` / `bwd_params(...)` fill them from tensors in the [B, H, L, D] convention (or,
+  for paged K/V, from page pools and an int32 block table: ``block_table=``, ``page_size=``);
 - `call(name, params)` runs a launcher and raises `KernelError` (`KernelUnsupported` for
   ATTN_ERR_UNSUPPORTED) carrying the kernel's own message.
 """
@@ -43,7 +44,7 @@ __all__ = [
     "splitkv_num_splits",
 ]
 
-ATTN_PARAMS_VERSION = 2
+ATTN_PARAMS_VERSION = 3
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd")
@@ -74,6 +75,7 @@ class AttnFwdParams(ctypes.Structure):
         ("dtype", _i32),
         ("num_splits", _i32),
         ("o_partial", _vp), ("lse_partial", _vp),
+        ("block_table", _vp), ("block_table_batch_stride", _i64), ("page_size", _i32),  # v3: paged K/V
     ]  # fmt: skip
 
 
@@ -215,6 +217,9 @@ def fwd_params(
     num_splits: int = 0,
     o_partial: Any = None,
     lse_partial: Any = None,
+    block_table: Any = None,
+    page_size: int = 0,
+    seqlen_k: int | None = None,
 ) -> AttnFwdParams:
     """Fill `AttnFwdParams` from CUDA tensors q [B,Hq,Lq,d], k [B,Hkv,Lk,d], v [B,Hkv,Lk,dv], o [B,Hq,Lq,dv].
 
@@ -222,10 +227,22 @@ def fwd_params(
     [B, Hq, Lq] with row stride 1 or None. ``window`` is (left, right) with None = unbounded
     (oracles/SEMANTICS.md); seqlens_* are int32 CUDA tensors of length B or None. The returned struct
     keeps references to every tensor it points into (``_keep``), so they outlive the call.
+
+    Paged K/V (attn_params.h v3, read by ``attn_splitkv_fwd`` only): ``block_table`` is an int32 tensor
+    [B, pages_per_seq] (last dimension contiguous), k / v are the page pools [num_pages, Hkv, page_size, d|dv]
+    (their batch stride becomes the page stride), ``page_size`` the keys per page, and ``seqlen_k`` the
+    logical (padded) key length Lk, which the pools' shape does not carry; it must be given and at most
+    pages_per_seq * page_size. Logical key j of batch b is ``pool[block_table[b, j // page_size], :,
+    j % page_size]``.
     """
     B, Hq, Lq, d = q.shape
     _, Hkv, Lk, _ = k.shape
     dv = v.shape[-1]
+    if block_table is not None:
+        Lk = _check_paged(k, v, block_table, int(page_size), seqlen_k, B)
+    elif seqlen_k is not None or page_size:
+        raise KernelError("fwd_params", 2, f"seqlen_k={seqlen_k!r} / page_size={page_size!r} are only meaningful "
+                                           "with block_table (paged K/V); dense K/V take Lk from k.shape[2]")
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         if t.stride(-1) != 1:
             raise KernelError("fwd_params", 2,
@@ -253,8 +270,39 @@ def fwd_params(
     p.dtype = _dtype_code(q)
     p.num_splits = int(num_splits)
     p.o_partial, p.lse_partial = _ptr(o_partial), _ptr(lse_partial)
-    p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial]
+    if block_table is not None:
+        p.block_table, p.block_table_batch_stride, p.page_size = _ptr(block_table), block_table.stride(0), page_size
+    p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial, block_table]
     return p
+
+
+def _check_paged(k: Any, v: Any, block_table: Any, page_size: int, seqlen_k: int | None, batch: int) -> int:
+    """Shape checks of paged K/V for `fwd_params`; returns the logical key length Lk."""
+    import torch
+
+    def bad(msg: str) -> KernelError:
+        return KernelError("fwd_params", 2, msg)
+
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise bad(f"block_table: dtype {block_table.dtype}, shape {tuple(block_table.shape)}: must be int32 "
+                  "[B, pages_per_seq]")
+    if block_table.shape[0] != batch or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
+        raise bad(f"block_table shape {tuple(block_table.shape)} stride {tuple(block_table.stride())}: needs "
+                  f"B={batch} rows with a contiguous last dimension")
+    if page_size <= 0:
+        raise bad(f"page_size={page_size}: must be > 0 with block_table")
+    for name, pool in (("k", k), ("v", v)):
+        if pool.dim() != 4 or pool.shape[2] != page_size:
+            raise bad(f"{name} pool shape {tuple(pool.shape)}: must be [num_pages, Hkv, page_size={page_size}, d]")
+    if k.shape[:3] != v.shape[:3]:
+        raise bad(f"k pool {tuple(k.shape)} and v pool {tuple(v.shape)} differ in [num_pages, Hkv, page_size]")
+    if seqlen_k is None:
+        raise bad("seqlen_k: the logical key length Lk must be given with block_table (the pools do not carry it)")
+    capacity = block_table.shape[1] * page_size
+    if not 0 <= int(seqlen_k) <= capacity:
+        raise bad(f"seqlen_k={seqlen_k}: must be in [0, pages_per_seq * page_size = "
+                  f"{block_table.shape[1]} * {page_size} = {capacity}]")
+    return int(seqlen_k)
 
 
 def bwd_params(

@@ -28,7 +28,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from conformance.adapters.base import Capabilities, capability_reason
-from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, Case, FP8Spec
+from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec
 from conformance.inputs import BIASES, MASKS
 
 __all__ = [
@@ -162,7 +162,8 @@ def distributions(allowed: Sequence[str] = DISTRIBUTIONS) -> st.SearchStrategy[s
 
 
 def layouts(allowed: Sequence[str] = LAYOUTS) -> st.SearchStrategy[str]:
-    """Memory layouts: contiguous, bshd (a transposed [B, L, H, D] tensor), kv_broadcast (stride-0 batch)."""
+    """Memory layouts: contiguous, bshd (a transposed [B, L, H, D] tensor), kv_broadcast (stride-0 batch),
+    and for adapters that claim them the paged K/V layouts paged64/128/256 (SEMANTICS.md §16)."""
     return st.sampled_from(list(allowed))
 
 
@@ -387,7 +388,10 @@ def attention_cases(
             kw["distribution"] = "nan_padding"
         else:
             kw["distribution"] = draw(distributions(value_distributions))
-        kw["layout"] = draw(layouts([x for x in LAYOUTS if caps is None or x in caps.layouts]))
+        allowed_layouts = [x for x in LAYOUTS if caps is None or x in caps.layouts]
+        if caps is not None and not want_fp8:  # paged K/V only where claimed (never with FP8 codes)
+            allowed_layouts += [x for x in PAGED_LAYOUTS if x in caps.layouts]
+        kw["layout"] = draw(layouts(allowed_layouts))
         can_bwd = (caps is None or caps.backward) and not want_fp8
         kw["backward"] = (draw(st.booleans()) if backward is None else bool(backward)) and can_bwd
         if backward and not can_bwd:

@@ -10,6 +10,10 @@ How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda
 - layouts: the views of `_torch_common.materialize` go in as they are (element strides; [B, L, H, D]
   transposed and stride-0 K/V included); the kernels need 16-byte aligned rows (head dims 64/128/256).
 - §8 fully masked rows: the kernels write O = 0, LSE = -inf (declared convention "-inf").
+- §16 paged K/V (``cuda-splitkv`` only, layouts paged64/128/256): the kernel gets the page pools of
+  ``CaseInputs.paged`` as [num_pages, Hkv, page_size, d] tensors (their batch stride is the page stride)
+  and the block table as an int32 device tensor; q and the output stay contiguous [B, H, L, D]. The dense
+  ``inputs.k`` / ``inputs.v`` are not handed to the kernel. The pools and table are in the mutation check.
 - §7 padded query rows are never written by the kernels; the adapter reports them as 0 / -inf (the
   engine does not compare them) and counts only real rows as unwritten.
 
@@ -37,7 +41,7 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.case import ALIGNMENTS, LAYOUTS, Case
+from conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["CudaFA1", "CudaFA2", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
 
@@ -138,6 +142,34 @@ class _CudaAdapter(Adapter):
     def _extra_fwd_kwargs(self, case: Case) -> dict:
         return {}
 
+    def _materialize(self, inputs: CaseInputs, case: Case, device: str) -> tuple[tc.Materialized, dict, dict]:
+        """(tensors for the kernel, extra `fwd_params` keywords, every tensor handed over by name).
+
+        Dense layouts: `tc.materialize` as it is. Paged layouts (SEMANTICS.md §16): q contiguous, and K/V
+        replaced by the page pools of ``inputs.paged`` plus the int32 block table (``block_table``,
+        ``page_size``, ``seqlen_k`` keywords), named ``paged.*`` like `CaseInputs.arrays`.
+        """
+        page_size = page_size_of(case.layout)
+        if page_size is None:
+            m = tc.materialize(inputs, case, device)
+            return m, {}, m.named()
+        paged = inputs.paged
+        if paged is None:
+            raise ValueError(f"case {case.id}: layout {case.layout!r} is paged but CaseInputs.paged is None "
+                             "(make_inputs builds it for paged layouts)")
+        if int(paged["page_size"]) != page_size:
+            raise ValueError(f"case {case.id}: CaseInputs.paged page_size={paged['page_size']} but layout "
+                             f"{case.layout!r} means {page_size}")
+        m = tc.materialize(inputs, case, device, layout="contiguous")
+        table = np.ascontiguousarray(paged["block_table"], dtype=np.int32)
+        k_pool = tc.to_torch(paged["k_pool"], m.q.dtype, device, name="paged.k_pool")
+        v_pool = tc.to_torch(paged["v_pool"], m.q.dtype, device, name="paged.v_pool")
+        bt = torch.from_numpy(table).to(device)
+        m = dataclasses.replace(m, k=k_pool, v=v_pool)
+        kw = dict(block_table=bt, page_size=page_size, seqlen_k=case.Lk)
+        named = {"q": m.q, "paged.k_pool": k_pool, "paged.v_pool": v_pool, "paged.block_table": bt}
+        return m, kw, named
+
     def _semantics(self, case: Case, device: str) -> dict:
         kw: dict[str, Any] = dict(scale=case.scale, causal=case.causal, alignment=case.alignment, window=case.window,
                                   softcap=case.softcap)
@@ -147,7 +179,8 @@ class _CudaAdapter(Adapter):
                 kw[name] = torch.tensor([int(x) for x in lens], dtype=torch.int32, device=device)
         return kw
 
-    def _forward_raw(self, m: tc.Materialized, case: Case, device: str, notes: list[str]):
+    def _forward_raw(self, m: tc.Materialized, case: Case, device: str, notes: list[str],
+                     paged_kw: dict | None = None):
         from kernels import cuda_lib
 
         dtype = m.q.dtype
@@ -155,7 +188,10 @@ class _CudaAdapter(Adapter):
         lse = GuardedBuffer("lse", (case.B, case.Hq, case.Lq), torch.float32, device)
         kw = self._semantics(case, device)
         kw.update(self._extra_fwd_kwargs(case))
-        params = cuda_lib.fwd_params(m.q, m.k, m.v, o.view, lse.view, **kw)
+        params = cuda_lib.fwd_params(m.q, m.k, m.v, o.view, lse.view, **kw, **(paged_kw or {}))
+        if paged_kw:
+            notes.append(f"paged K/V: page_size={paged_kw['page_size']}, pool {tuple(m.k.shape)}, "
+                         f"block_table {tuple(paged_kw['block_table'].shape)}")
         if self.fwd_launcher == "attn_splitkv_fwd":
             notes.append(f"num_splits={cuda_lib.splitkv_num_splits(params)} (auto)")
         cuda_lib.call(self.fwd_launcher, params)
@@ -164,14 +200,14 @@ class _CudaAdapter(Adapter):
         return o, lse, kw, oob
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        m = tc.materialize(inputs, case, device)
-        before = tc.snapshot(m.named())
+        m, paged_kw, named = self._materialize(inputs, case, device)
+        before = tc.snapshot(named)
         notes: list[str] = []
-        o, lse, _, oob = self._forward_raw(m, case, device, notes)
+        o, lse, _, oob = self._forward_raw(m, case, device, notes, paged_kw)
         notes += oob
         if oob:
             raise AssertionError("; ".join(oob))
-        return self._forward_output(o, lse, case, notes, tc.changed(before, m.named()))
+        return self._forward_output(o, lse, case, notes, tc.changed(before, named))
 
     def _forward_output(self, o, lse, case: Case, notes: list[str], mutated) -> ForwardOutput:
         valid = _rows_valid(case)
@@ -242,6 +278,10 @@ class CudaFA1(_CudaAdapter):
 class CudaSplitKV(_CudaAdapter):
     name = "cuda-splitkv"
     description = ("Split-KV (Flash-Decoding) CUDA forward (kernels/cuda/splitkv.cu): GQA group packed into M, "
-                   "per-split fp32 partials (O_s, LSE_s) and a combine kernel; num_splits chosen automatically")
+                   "per-split fp32 partials (O_s, LSE_s) and a combine kernel; num_splits chosen automatically; "
+                   "dense or paged K/V (block table, pages of 64/128/256 keys)")
     fwd_launcher = "attn_splitkv_fwd"
     bwd_launcher = None
+    # Paged K/V: every page size of the catalog is a multiple of the kernel's key tile (64 for d = 64/128,
+    # 32 for d = 256), which attn_splitkv_fwd requires (ATTN_ERR_UNSUPPORTED otherwise).
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))

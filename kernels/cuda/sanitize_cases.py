@@ -3,16 +3,20 @@
 ``compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.cuda.sanitize_cases``
 (and ``--tool racecheck``; ``tox -e sanitize`` runs both). Small shapes that still cover tail tiles,
 causal diagonals in both alignments, a window, GQA, varlen with an empty sequence, softcap, split-KV
-with several splits and an empty split, and the backward launchers when the library exports them.
-Inputs are random (never zeros); each launcher's status is checked, and the outputs must be finite
-where the semantics say so (a crash or a sanitizer report is the real signal). Exit code 0 = clean.
+with several splits and an empty split, paged K/V (a shuffled block table over a pool with NaN decoy
+pages, varlen with a short and an empty sequence), and the backward launchers when the library exports
+them. Inputs are random (never zeros); each launcher's status is checked, and the outputs must be finite
+where the semantics say so (a crash or a sanitizer report is the real signal); a paged case must also
+equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+from typing import Any
 
-__all__ = ["CASES", "main"]
+__all__ = ["CASES", "main", "paged_kv"]
 
 # (launcher, shape and semantics keywords)
 CASES: list[tuple[str, dict]] = [
@@ -24,6 +28,9 @@ CASES: list[tuple[str, dict]] = [
     ("attn_splitkv_fwd", dict(B=1, Hq=8, Hkv=2, Lq=1, Lk=1000, d=128, num_splits=5)),
     ("attn_splitkv_fwd", dict(B=2, Hq=4, Hkv=1, Lq=3, Lk=70, d=64, causal=True, num_splits=4, varlen=True)),
     ("attn_splitkv_fwd", dict(B=1, Hq=2, Hkv=2, Lq=2, Lk=300, d=256, num_splits=0)),
+    # paged K/V: shuffled table, NaN decoy pages / slots / table entries, lengths full, short, empty
+    ("attn_splitkv_fwd", dict(B=3, Hq=8, Hkv=2, Lq=2, Lk=300, d=128, num_splits=3, page_size=64,
+                              seqlens_k=[300, 37, 0], causal=True)),
     ("attn_fa1_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa1_fwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=100, d=128, window=(20, 5), varlen=True)),
     ("attn_fa1_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
@@ -32,6 +39,51 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa2_bwd", dict(B=1, Hq=2, Hkv=2, Lq=200, Lk=300, d=128)),  # several Q tiles, key-tile tail
     ("attn_fa2_bwd", dict(B=1, Hq=2, Hkv=1, Lq=96, Lk=130, d=256, causal=True)),
 ]
+
+
+def paged_kv(k: Any, v: Any, page_size: int, lens: list[int], *, seed: int = 0, decoys: int = 2):
+    """Page pools and a shuffled block table holding dense k, v [B, Hkv, Lk, d] (attn_params.h v3).
+
+    Returns (k_pool, v_pool, block_table): pools [num_pages, Hkv, page_size, d] on k's device, block_table
+    int32 [B, ceil(Lk / page_size)]. Batch b owns ceil(lens[b] / page_size) pages at shuffled pool slots
+    (never all at their dense position); NaN fills the `decoys` extra pages, every slot at or past
+    lens[b], and the table entries past a sequence's pages point at decoy pages: a kernel that reads a
+    table entry, page or slot it should not gets NaN (flash-attention #2709).
+    """
+    import torch
+
+    B, Hkv, Lk, d = k.shape
+    pages_per_seq = max(1, math.ceil(Lk / page_size))
+    need = [math.ceil(int(n) / page_size) for n in lens]
+    n_real = sum(need)
+    num_pages = n_real + max(1, decoys)
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(num_pages, generator=g)
+    if n_real > 1 and torch.equal(perm[:n_real], torch.arange(n_real)):
+        perm = torch.roll(perm, 1)
+    k_pool = torch.full((num_pages, Hkv, page_size, d), float("nan"), dtype=k.dtype, device=k.device)
+    v_pool = torch.full((num_pages, Hkv, page_size, v.shape[-1]), float("nan"), dtype=v.dtype, device=v.device)
+    decoy = perm[n_real:]
+    pick = torch.randint(0, decoy.numel(), (B, pages_per_seq), generator=g)
+    table = decoy[pick].to(torch.int32)  # every entry starts at a decoy page
+    i = 0
+    for b in range(B):
+        for pg in range(need[b]):
+            slot = int(perm[i])
+            i += 1
+            j0, j1 = pg * page_size, min((pg + 1) * page_size, int(lens[b]))
+            k_pool[slot, :, : j1 - j0] = k[b, :, j0:j1]
+            v_pool[slot, :, : j1 - j0] = v[b, :, j0:j1]
+            table[b, pg] = slot
+    return k_pool, v_pool, table.to(k.device)
+
+
+def _valid_rows(B: int, Lq: int, seqlens_q: Any, dev: str) -> Any:
+    import torch
+
+    if seqlens_q is None:
+        return torch.ones(B, 1, Lq, 1, dtype=torch.bool, device=dev)
+    return torch.arange(Lq, device=dev)[None, None, :, None] < seqlens_q[:, None, None, None]
 
 
 def _run(launcher: str, spec: dict) -> str:
@@ -44,6 +96,8 @@ def _run(launcher: str, spec: dict) -> str:
     dtype = getattr(torch, spec.pop("dtype", "bfloat16"))
     varlen = spec.pop("varlen", False)
     num_splits = spec.pop("num_splits", None)
+    page_size = spec.pop("page_size", None)
+    lens_k = spec.pop("seqlens_k", None)
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
@@ -55,8 +109,12 @@ def _run(launcher: str, spec: dict) -> str:
     if varlen:
         kw["seqlens_q"] = torch.tensor([Lq] + [max(0, Lq // 2 - 3)] * (B - 1), device=dev, dtype=torch.int32)
         kw["seqlens_k"] = torch.tensor([Lk] + [0] * (B - 1), device=dev, dtype=torch.int32)
+    if lens_k is not None:
+        kw["seqlens_k"] = torch.tensor(lens_k, device=dev, dtype=torch.int32)
     if num_splits is not None:
         kw["num_splits"] = num_splits
+    if page_size is not None:
+        return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B)
     if launcher.endswith("_bwd"):
         # forward through FA2 first (for O and LSE), then the backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
@@ -75,9 +133,8 @@ def _run(launcher: str, spec: dict) -> str:
     else:
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
         cuda_lib.call(launcher, p)
-        rows = torch.ones(B, 1, Lq, 1, dtype=torch.bool, device=dev)
-        if varlen:  # rows past seqlens_q[b] stay unwritten (the NaN poison), by contract
-            rows = torch.arange(Lq, device=dev)[None, None, :, None] < kw["seqlens_q"][:, None, None, None]
+        # rows past seqlens_q[b] stay unwritten (the NaN poison), by contract
+        rows = _valid_rows(B, Lq, kw.get("seqlens_q"), dev)
         outputs = {"o (valid rows)": torch.where(rows, o, 0)}
     torch.cuda.synchronize()
     for name, t in outputs.items():
@@ -85,6 +142,37 @@ def _run(launcher: str, spec: dict) -> str:
         if bad:
             raise RuntimeError(f"{name}: {bad} non-finite value(s) of shape {list(t.shape)}")
     return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
+
+
+def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, lens: list[int]) -> str:
+    """One paged case: the launcher on a shuffled, NaN-poisoned pool must equal it on the dense K/V."""
+    import torch
+
+    from kernels import cuda_lib
+
+    B, Hq, Lq, _ = q.shape
+    Lk = k.shape[2]
+    k_pool, v_pool, table = paged_kv(k, v, page_size, lens)
+    results = []
+    for pk, pv, extra in ((k, v, {}), (k_pool, v_pool, dict(block_table=table, page_size=page_size, seqlen_k=Lk))):
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((B, Hq, Lq), float("nan"), device=q.device)
+        cuda_lib.call(launcher, cuda_lib.fwd_params(q, pk, pv, o, lse, **kw, **extra))
+        results.append((o, lse))
+    torch.cuda.synchronize()
+    rows = _valid_rows(B, Lq, kw.get("seqlens_q"), q.device)
+    (o_d, lse_d), (o_p, lse_p) = results
+    o_d, o_p = torch.where(rows, o_d, 0), torch.where(rows, o_p, 0)
+    lse_d, lse_p = torch.where(rows[..., 0], lse_d, 0), torch.where(rows[..., 0], lse_p, 0)
+    bad = int((~torch.isfinite(o_p.float())).sum())
+    if bad:
+        raise RuntimeError(f"paged o (valid rows): {bad} non-finite value(s) of shape {list(o_p.shape)} "
+                           f"(page_size={page_size}, lens={lens}): a poisoned page, slot or table entry was read")
+    if not (torch.equal(o_d, o_p) and torch.equal(lse_d, lse_p)):
+        diff = (o_d.float() - o_p.float()).abs().max().item()
+        raise RuntimeError(f"paged vs dense K/V differ: max |o| difference {diff} (page_size={page_size}, "
+                           f"lens={lens}); the same kernel should agree bitwise")
+    return f"{launcher} paged{page_size} B{B} H{Hq}/{k.shape[1]} q{Lq} k{Lk} lens {lens} ok (== dense)"
 
 
 def main() -> int:

@@ -4,6 +4,8 @@
 //     LSE = max + log sum_s exp(LSE_s - max),  O = sum_s exp(LSE_s - LSE) O_s,
 // a split with LSE_s = -inf contributes 0, and rows whose splits are all -inf get O = 0, LSE = -inf.
 // The query heads of one GQA group share a CTA (packed into M), so K/V are read once per group.
+// Paged K/V (block_table != NULL, attn_params.h v3): the same kernel instantiated with kPaged reads each
+// key tile through the table; page_size must be a multiple of the key tile (checked below).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,14 +152,19 @@ int device_sms() {
 
 extern "C" int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms) {
     char buf[8];
-    if (attn::validate_fwd(p, "attn_splitkv_num_splits", buf, sizeof buf) != ATTN_OK) return -1;
+    if (attn::validate_fwd(p, "attn_splitkv_num_splits", buf, sizeof buf, /*paged_ok=*/true) != ATTN_OK) return -1;
     if (p->num_splits >= 1) return p->num_splits;
     return choose_splits(*p, num_sms > 0 ? num_sms : device_sms());
 }
 
 extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
-    int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen);
+    int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen, /*paged_ok=*/true);
     if (rc != ATTN_OK) return rc;
+    if (p->block_table != nullptr && p->page_size % block_n_for(p->head_dim) != 0)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "attn_splitkv_fwd: page_size=%d is not a multiple of the key tile kBlockN=%d (head_dim=%d): "
+                          "a key tile must not straddle two pages",
+                          p->page_size, block_n_for(p->head_dim), p->head_dim);
     if (p->num_splits < 0 || p->num_splits > kMaxSplits)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "attn_splitkv_fwd: num_splits=%d: must be 0 (auto) .. %d",
                           p->num_splits, kMaxSplits);
@@ -201,7 +208,8 @@ extern "C" int attn_params_layout(int64_t* out, int n) {
     X(k_row_stride) X(v_batch_stride) X(v_head_stride) X(v_row_stride) X(o_batch_stride) X(o_head_stride)          \
     X(o_row_stride) X(lse_batch_stride) X(lse_head_stride) X(batch) X(heads_q) X(heads_kv) X(seqlen_q) X(seqlen_k)  \
     X(head_dim) X(head_dim_v) X(seqlens_q) X(seqlens_k) X(scale) X(softcap) X(causal) X(align_bottom_right)        \
-    X(window_left) X(window_right) X(dtype) X(num_splits) X(o_partial) X(lse_partial)
+    X(window_left) X(window_right) X(dtype) X(num_splits) X(o_partial) X(lse_partial) X(block_table)             \
+    X(block_table_batch_stride) X(page_size)
 #define ATTN_BWD_FIELDS(X)                                                                                         \
     X(fwd) X(dout) X(dq) X(dk) X(dv) X(do_batch_stride) X(do_head_stride) X(do_row_stride) X(dq_batch_stride)      \
     X(dq_head_stride) X(dq_row_stride) X(dk_batch_stride) X(dk_head_stride) X(dk_row_stride) X(dv_batch_stride)    \

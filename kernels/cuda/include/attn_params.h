@@ -10,7 +10,13 @@
 // If you change a field here, change the ctypes mirror in kernels/cuda_lib.py in the same commit.
 //
 // CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
-//   v2 (this version): no field of AttnFwdParams / AttnBwdParams moved or changed meaning. Added:
+//   v3 (this version): three fields appended at the END of AttnFwdParams for paged K/V
+//     (block_table, block_table_batch_stride, page_size; /work/team/PAGED_SPEC.md). No earlier field
+//     moved, but sizeof(AttnFwdParams) grew, so every AttnBwdParams field after `fwd` moved: rebuild
+//     everything that embeds the structs. A zero-initialised struct (block_table = NULL) means "not
+//     paged", exactly the v2 behaviour. Only attn_splitkv_fwd reads a block table; every other
+//     launcher answers ATTN_ERR_UNSUPPORTED naming block_table when it is not NULL.
+//   v2: no field of AttnFwdParams / AttnBwdParams moved or changed meaning. Added:
 //     ATTN_PARAMS_VERSION; the rule that window values other than -1 must be >= 0 (launchers answer
 //     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, ANCHORS.md §3
 //     #1116); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
@@ -23,7 +29,7 @@
 extern "C" {
 #endif
 
-#define ATTN_PARAMS_VERSION 2
+#define ATTN_PARAMS_VERSION 3
 
 enum AttnDtype { ATTN_FP16 = 0, ATTN_BF16 = 1 };
 
@@ -67,6 +73,20 @@ typedef struct AttnFwdParams {
     int32_t num_splits;
     float* o_partial;    // [S, B, Hq, Lq, dv] fp32
     float* lse_partial;  // [S, B, Hq, Lq] fp32
+
+    // Paged K/V (v3; read by attn_splitkv_fwd only, other launchers reject block_table != NULL).
+    // With block_table != NULL, k and v point at page pools [num_pages, Hkv, page_size, d] and
+    // k_batch_stride / v_batch_stride are PAGE strides (elements between pages); head and row strides
+    // as usual. Logical key j of batch b is at
+    //     k + block_table[b * block_table_batch_stride + j / page_size] * k_batch_stride
+    //       + h * k_head_stride + (j % page_size) * k_row_stride      (same for v).
+    // The kernel reads table entries [0, ceil(len_b / page_size)) of batch b only (len_b = the real
+    // key length, seqlens_k[b] or seqlen_k) and never a slot j >= len_b. attn_splitkv_fwd needs
+    // page_size to be a multiple of its key tile (64 for d = 64 / 128, 32 for d = 256) so that no tile
+    // straddles two pages; otherwise ATTN_ERR_UNSUPPORTED naming page_size and the tile.
+    const int32_t* block_table;         // int32 device array; NULL = K/V not paged
+    int64_t block_table_batch_stride;   // elements between the table rows of consecutive batch entries
+    int32_t page_size;                  // keys per page (> 0 when block_table != NULL)
 } AttnFwdParams;
 
 typedef struct AttnBwdParams {

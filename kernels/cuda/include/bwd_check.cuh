@@ -27,6 +27,10 @@ static inline int cuda_status(cudaError_t e, const char* where, char* err, int e
 // Checks common to the forward and backward of FA1 and the FA2 backward.
 static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen) {
     if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    if (p->block_table)  // paged K/V (attn_params.h v3): only attn_splitkv_fwd reads a block table
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: block_table=%p: paged K/V is not supported (only attn_splitkv_fwd reads a block table)", who,
+                    (const void*)p->block_table);
     if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d unsupported (0=fp16, 1=bf16)", who, p->dtype);
     if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)

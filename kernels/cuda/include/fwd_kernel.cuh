@@ -17,6 +17,15 @@
 // in flight (see the loop below), since one warp per CTA cannot hide a round trip per tile.
 // Key tiles run from the last to the first so the tiles that need per-element masking (the
 // sequence tail and the causal diagonal) come first and the rest take the unmasked path.
+//
+// Paged K/V (kPaged, split-KV only; attn_params.h v3): K/V live in page pools and key tile n starts
+// at slot (n * kBlockN) % page_size of page block_table[b][(n * kBlockN) / page_size]. The launcher
+// guarantees page_size % kBlockN == 0, so a tile never straddles two pages and its rows are the
+// usual row-strided block. Only tiles n < ceil(lk / kBlockN) are ever loaded (tile_range clamps to
+// the real length lk), hence only table entries < ceil(lk / page_size) are read, and rows j >= lk of
+// the last tile are zero-filled by load_tile without a global read: table entries and slots past
+// the sequence may hold anything (the conformance inputs poison them with NaN / decoy pages).
+// A template flag, so the non-paged kernels are compiled exactly as before (same registers).
 #pragma once
 #include "fwd_epilogue.cuh"
 #include "fwd_mainloop.cuh"
@@ -27,8 +36,9 @@
 
 namespace attn {
 
-template <class Tr, bool kSplit, bool kPrescale>
+template <class Tr, bool kSplit, bool kPrescale, bool kPaged = false>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
+    static_assert(!kPaged || (kSplit && Tr::kStages >= 2), "paged K/V: split-KV ring configurations only");
     using Elem = typename Tr::Elem;
     using Sched = TileScheduler<kSplit>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -62,8 +72,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
         n_hi = min(n_hi, (w.split + 1) * per);
     }
 
-    const Elem* k_base = static_cast<const Elem*>(p.k) + w.b * p.k_batch_stride + w.hkv * p.k_head_stride;
-    const Elem* v_base = static_cast<const Elem*>(p.v) + w.b * p.v_batch_stride + w.hkv * p.v_head_stride;
+    // Paged: the batch stride is the page stride and the page comes from the table (per tile, below).
+    const int64_t kv_b = kPaged ? 0 : w.b;
+    const Elem* k_base = static_cast<const Elem*>(p.k) + kv_b * p.k_batch_stride + w.hkv * p.k_head_stride;
+    const Elem* v_base = static_cast<const Elem*>(p.v) + kv_b * p.v_batch_stride + w.hkv * p.v_head_stride;
 
     float acc_o[Tr::kMTiles][Tr::kNTilesO][4];
 #pragma unroll
@@ -136,6 +148,21 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
             Tr::template load_tile<Tr::kBlockN>(dst, v_base + int64_t(n) * Tr::kBlockN * p.v_row_stride, p.v_row_stride,
                                                 mask.lk - n * Tr::kBlockN, tid);
         };
+        // Paged: the table entry of key tile n. Called only for tiles in [n_lo, n_hi), i.e. j0 < lk, so
+        // the entry read is < ceil(lk / page_size) (never a table entry past the sequence).
+        auto page_of = [&](int n) -> int64_t {
+            return p.block_table[w.b * p.block_table_batch_stride + (n * Tr::kBlockN) / p.page_size];
+        };
+        // Paged: K and V of tile n (table entry `page`) into stage `st` (K at st, V at st + kSmemKV).
+        auto load_kv_paged = [&](Elem* st, int n, int64_t page) {
+            const int j0 = n * Tr::kBlockN;
+            const int64_t slot = j0 % p.page_size;
+            Tr::template load_tile<Tr::kBlockN>(st, k_base + page * p.k_batch_stride + slot * p.k_row_stride,
+                                                p.k_row_stride, mask.lk - j0, tid);
+            Tr::template load_tile<Tr::kBlockN>(st + Tr::kSmemKV,
+                                                v_base + page * p.v_batch_stride + slot * p.v_row_stride,
+                                                p.v_row_stride, mask.lk - j0, tid);
+        };
 
         if constexpr (Tr::kStages == 1) {
             // FA2 ping-pong (see the pipeline at the top of this file).
@@ -159,15 +186,25 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
             // Ring of kStages (K, V) pairs: tile t (counting down from n_hi - 1) lives in stage t % kStages;
             // kStages - 1 tiles are in flight while one is used. Every step commits a group (possibly
             // empty) so wait_group<kStages - 2> always means "tile t has landed".
+            // Paged: the table entry of the next tile to issue is read one step ahead (page_next), so its
+            // latency hides behind a whole tile of arithmetic instead of stalling the cp.async issue.
             constexpr int S = Tr::kStages;
             const int n_tiles = n_hi - n_lo;
+            int64_t page_next = 0;
 #pragma unroll
             for (int t = 0; t < S - 1; ++t) {
                 if (t < n_tiles) {
-                    load_k(sK + t * 2 * Tr::kSmemKV, n_hi - 1 - t);
-                    load_v(sK + t * 2 * Tr::kSmemKV + Tr::kSmemKV, n_hi - 1 - t);
+                    if constexpr (kPaged) {
+                        load_kv_paged(sK + t * 2 * Tr::kSmemKV, n_hi - 1 - t, page_of(n_hi - 1 - t));
+                    } else {
+                        load_k(sK + t * 2 * Tr::kSmemKV, n_hi - 1 - t);
+                        load_v(sK + t * 2 * Tr::kSmemKV + Tr::kSmemKV, n_hi - 1 - t);
+                    }
                 }
                 cp_async_commit();
+            }
+            if constexpr (kPaged) {
+                if (S - 1 < n_tiles) page_next = page_of(n_hi - S);
             }
             for (int t = 0; t < n_tiles; ++t) {
                 cp_async_wait<S - 2>();
@@ -175,8 +212,13 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
                 const int tp = t + S - 1;
                 if (tp < n_tiles) {
                     Elem* st = sK + (tp % S) * 2 * Tr::kSmemKV;
-                    load_k(st, n_hi - 1 - tp);
-                    load_v(st + Tr::kSmemKV, n_hi - 1 - tp);
+                    if constexpr (kPaged) {
+                        load_kv_paged(st, n_hi - 1 - tp, page_next);
+                        if (tp + 1 < n_tiles) page_next = page_of(n_hi - 2 - tp);
+                    } else {
+                        load_k(st, n_hi - 1 - tp);
+                        load_v(st + Tr::kSmemKV, n_hi - 1 - tp);
+                    }
                 }
                 cp_async_commit();
                 const Elem* st = sK + (t % S) * 2 * Tr::kSmemKV;
@@ -190,13 +232,19 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
     store_output<Tr, kSplit>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
 }
 
+// The instantiation for p: prescale (softcap on or scale <= 0) and, for split-KV, paged K/V
+// (block_table != NULL; the FA2 launcher rejects a block table before it gets here).
 template <class Tr, bool kSplit>
 inline auto fwd_kernel_for(const AttnFwdParams& p) {
     const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
+    if constexpr (kSplit) {
+        if (p.block_table != nullptr)
+            return prescale ? fwd_kernel<Tr, true, true, true> : fwd_kernel<Tr, true, false, true>;
+    }
     return prescale ? fwd_kernel<Tr, kSplit, true> : fwd_kernel<Tr, kSplit, false>;
 }
 
-// Host side: launch fwd_kernel<Tr, kSplit, prescale?> with the dynamic shared memory it needs.
+// Host side: launch fwd_kernel<Tr, kSplit, prescale?, paged?> with the dynamic shared memory it needs.
 template <class Tr, bool kSplit>
 inline cudaError_t launch_fwd(const AttnFwdParams& p, dim3 grid, int num_splits, cudaStream_t stream) {
     auto kernel = fwd_kernel_for<Tr, kSplit>(p);

@@ -22,8 +22,23 @@ inline int fail(char* err, int errlen, int code, const char* fmt, ...) {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Checks shared by the forward launchers. `name` prefixes the message. Returns ATTN_OK or a code.
-inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen) {
+// paged_ok: the launcher reads K/V through a block table (attn_params.h v3); the others answer
+// ATTN_ERR_UNSUPPORTED naming block_table, so a paged cache is never misread as a dense one.
+inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen, bool paged_ok = false) {
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", name);
+    if (p->block_table != nullptr) {
+        if (!paged_ok)
+            return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                        "%s: block_table=%p: paged K/V is not supported by this launcher (only attn_splitkv_fwd "
+                        "reads a block table)",
+                        name, static_cast<const void*>(p->block_table));
+        if (p->page_size <= 0)
+            return fail(err, errlen, ATTN_ERR_INVALID, "%s: page_size=%d: must be > 0 when block_table is given", name,
+                        p->page_size);
+        if (p->block_table_batch_stride < 0)
+            return fail(err, errlen, ATTN_ERR_INVALID, "%s: block_table_batch_stride=%lld: must be >= 0", name,
+                        static_cast<long long>(p->block_table_batch_stride));
+    }
     if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: only fp16 (0) and bf16 (1)", name, p->dtype);
     if (p->head_dim != p->head_dim_v)
