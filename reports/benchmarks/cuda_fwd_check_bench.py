@@ -194,17 +194,9 @@ def correctness(quick):
 
 
 def time_fn(fn, warmup=5, reps=25):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
+    from kernels.timing import cuda_event_times_ms
+
+    ts = cuda_event_times_ms(fn, reps, warmup)
     return statistics.median(ts), min(ts), max(ts)
 
 

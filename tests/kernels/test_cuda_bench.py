@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import pytest
 
+from kernels.timing import cuda_event_median_ms
+
 torch = pytest.importorskip("torch")
 
 pytestmark = [
@@ -58,19 +60,6 @@ def _sdpa(backend_name: str, q, k, v, causal: bool, gqa: bool = False):
     return call
 
 
-def _event_median_ms(fn, reps: int) -> float:
-    """Median of `reps` CUDA-event timings of one call each (no host synchronisation inside the interval)."""
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "tflops") -> None:
     """pytest-benchmark rounds of `call` (synchronised inside the timed function), then the CUDA-event
     median of as many unsynchronised calls (the events bracket only the GPU work, which matters for
@@ -80,7 +69,7 @@ def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "t
     fn = _synced(call)
     fn()
     benchmark.pedantic(fn, rounds=rounds, warmup_rounds=3)
-    ev_ms = _event_median_ms(call, rounds)
+    ev_ms = cuda_event_median_ms(call, rounds, warmup=0)  # warmed up by the rounds above
     benchmark.extra_info["cuda_event_median_ms"] = ev_ms
     benchmark.extra_info[f"{unit}_median"] = work / benchmark.stats.stats.median / 1e12
     benchmark.extra_info[f"{unit}_cuda_event"] = work / (ev_ms * 1e-3) / 1e12

@@ -242,19 +242,9 @@ def test_fa1_fwd_and_backwards_match_fp64(case: BwdCase):
 
 
 def _time_ms(fn, warmup: int = 5, reps: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    from kernels.timing import cuda_event_median_ms
+
+    return cuda_event_median_ms(fn, reps, warmup)
 
 
 def bench(B=4, H=16, N=8192, d=128, causal=False, reps=20, variants=("default",)) -> dict:
