@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance import checks
+from conformance import checks, memory
 from conformance.case import Case
 from conformance.catalog import estimated_cost
 from conformance.eta import EtaModel
@@ -105,6 +105,7 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> MemoryRecord (CUDA only)
     seconds: float = 0.0
     oracle_seconds: float = 0.0
     tolerance_model: dict[str, Any] = field(default_factory=dict)
@@ -194,7 +195,7 @@ class Runner:
         if not la.available:
             res.outcome, res.message = "NOT_SUPPORTED", f"adapter unavailable: {la.reason}"
             return
-        reason = la.adapter.supports(case, self.device)
+        reason = la.adapter.supports(case, self.device) or memory.unsupported_reason(case, self.device)
         if reason is not None:
             res.outcome, res.message = "NOT_SUPPORTED", reason
             return
@@ -207,6 +208,8 @@ class Runner:
         failures: list[str] = []
         warnings: list[str] = []
 
+        if memory.needs_warmup(case, self.device):  # one-time workspaces fall into the measured call's baseline
+            self._call(la, "forward", inputs, case)
         fwd = self._call(la, "forward", inputs, case)
         if fwd.error is not None:
             res.outcome = "FAIL"
@@ -215,6 +218,8 @@ class Runner:
             res.message = (f"declared capability raised {fwd.error_type} (adapter claims this case; a claimed "
                            f"feature that raises is a FAIL): {last}\n{fwd.error}")
             return
+        if fwd.memory:
+            res.memory["forward"] = fwd.memory
         fo = fwd.output
         res.kernels = list(getattr(fo, "kernels", ()) or ())
         res.notes = list(getattr(fo, "notes", []) or [])
@@ -222,6 +227,8 @@ class Runner:
 
         if case.backward:
             bwd = self._call(la, "backward", inputs, case)
+            if bwd.memory:
+                res.memory["backward"] = bwd.memory
             if bwd.error is not None:
                 failures.append(f"backward raised {bwd.error_type}: {bwd.error.strip().splitlines()[-1]}")
                 res.checks["backward"] = "fail"

@@ -10,7 +10,10 @@ report.json, ``"schema_version": 1``::
       "summary": {"total": n, "by_outcome": {...}, "by_adapter": {name: {...}}, "exit_code": 0|1},
       "results": [CaseResult.to_dict(): case_id, adapter, outcome, message, stats{out,lse,dq,dk,dv:
                   max_err, max_err_index, tol_at_max_err, max_ratio, ...}, checks, findings, kernels,
-                  tolerance_model, case (all fields), seed, repro]
+                  memory {forward, backward: peak bytes of the call on CUDA, conformance/memory.py},
+                  tolerance_model, case (all fields), seed, repro],
+      "memory_growth": [GrowthRow.to_dict(): adapter, shape, claim, ns, peak_bytes, extra_bytes,
+                        driver_bytes, exponent, driver_exponent, verdict, message]
     }
 
 report.md: a summary table, the adapter x feature matrix of worst outcomes, named findings (LSE
@@ -31,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance import memory
 from conformance.engine import FAILING, OUTCOMES, SEVERITY, CaseResult, worst
 from conformance.registry import LoadedAdapter
 
@@ -148,6 +152,7 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
             "exit_code": exit_code(results),
         },
         "results": [r.to_dict() for r in results],
+        "memory_growth": [row.to_dict() for row in memory.growth_rows(results, memory.claims_of(adapters))],
     }
     if extra:
         rep.update(extra)
@@ -226,6 +231,8 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                              + f"; plus {rest} copy / elementwise / reduction kernels (names in report.json)")
         lines.append("")
 
+    lines += _memory_section(rep.get("memory_growth") or [])
+
     bad = [r for r in results if SEVERITY[r.outcome] >= SEVERITY["QUALITY_WARNING"]]
     bad.sort(key=lambda r: (-SEVERITY[r.outcome], r.adapter, r.case_id))
     lines += [f"## Failures and warnings ({len(bad)})", ""]
@@ -257,6 +264,31 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             lines.append(f"| {a} | {why[:160]} | {n} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _memory_section(rows: Sequence[dict]) -> list[str]:
+    """The ``memory`` family table: peak device memory per N (torch allocator; beyond inputs and outputs in
+    parentheses), the fitted exponent per adapter and its verdict (conformance/memory.py)."""
+    if not rows:
+        return []
+    out = ["## Peak device memory (family `memory`, CUDA)", "",
+           f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent = "
+           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}.", "",
+           "| adapter | claim | shape | peak MiB per N (beyond I/O) | exponent | driver exponent | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per_n = "; ".join(f"{n}: {_mib(p)} ({_mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        out.append(f"| {r['adapter']} | {r['claim'] or '-'} | {r['shape']} | {per_n} | {_fmt_exp(r['exponent'])} | "
+                   f"{_fmt_exp(r['driver_exponent'])} | {r['verdict']} |")
+    return out + [""]
+
+
+def _mib(b) -> str:
+    return "n/a" if b is None else f"{b / 2**20:.1f}"
+
+
+def _fmt_exp(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[CaseResult]) -> tuple[Path, Path]:

@@ -7,7 +7,8 @@ longer than ``timeout`` seconds is killed and reported TIMEOUT. The next call st
 and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to one GPU.
 
 `call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
-snapshots every input array, calls forward/backward, and reports which inputs changed.
+snapshots every input array, calls forward/backward, reports which inputs changed and, on CUDA, the
+call's peak device memory (`conformance.memory.PeakMemory`: torch's allocator plus the driver's view).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class CallResult:
     error_type: str | None = None
     mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
     seconds: float = 0.0
+    memory: dict | None = None  # conformance.memory.MemoryRecord.to_dict() on CUDA, else None
 
 
 class WorkerCrash(RuntimeError):
@@ -61,17 +63,23 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
     from conformance.checks import changed_arrays
+    from conformance.memory import PeakMemory, io_bytes
 
     before = _snapshot(inputs)
     t0 = time.perf_counter()
     res = CallResult()
-    try:
-        fn = adapter.forward if kind == "forward" else adapter.backward
-        res.output = fn(inputs, case, device)
-    except Exception as exc:  # a declared capability that raises is a FAIL, recorded by the engine
-        res.error = traceback.format_exc(limit=8)
-        res.error_type = type(exc).__name__
+    with PeakMemory(device) as pm:
+        try:
+            fn = adapter.forward if kind == "forward" else adapter.backward
+            res.output = fn(inputs, case, device)
+        except Exception as exc:  # a declared capability that raises is a FAIL, recorded by the engine
+            res.error = traceback.format_exc(limit=8)
+            res.error_type = type(exc).__name__
     res.seconds = time.perf_counter() - t0
+    if pm.record is not None:
+        pm.record.io_bytes = io_bytes(case, kind)
+        pm.record.extra_bytes = pm.record.torch_peak_bytes - pm.record.io_bytes
+        res.memory = pm.record.to_dict()
     res.mutated = changed_arrays(before, _snapshot(inputs))
     return res
 

@@ -102,6 +102,9 @@ class Capabilities:
     deterministic: bool = False  # bitwise identical on repeated calls
     accepts_out: bool = False  # writes into a caller-provided buffer (engine poisons it)
     max_seqlen: int | None = None
+    #: "linear": peak device memory grows as O(N) (no N x N score / probability matrix is stored); judged on
+    #: CUDA by the ``memory`` family (conformance/memory.py), which fails a claim that grows quadratically
+    memory: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
