@@ -214,11 +214,11 @@ def _naive(q, k, v):
 
 
 def _fa4(q, k, v):
+    """flash_attn.cute on [B, N, H, d] tensors (its native layout, so no copy is measured)."""
     from flash_attn.cute import flash_attn_func
 
-    res = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-    out = res[0] if isinstance(res, tuple | list) else res
-    return out.transpose(1, 2)
+    res = flash_attn_func(q, k, v)
+    return res[0] if isinstance(res, tuple | list) else res
 
 
 def _ours(impl: str, q, k, v, dout, backward: bool) -> Callable[[], object]:
@@ -261,7 +261,8 @@ def _make(impl: str, cfg: dict[str, int], pass_: str) -> Callable[[], object]:
 
     B, H, N, d = cfg["B"], cfg["H"], cfg["N"], cfg["d"]
     g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda: torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=g)  # noqa: E731
+    shape = (B, N, H, d) if impl == "flash-attn-4" else (B, H, N, d)
+    mk = lambda: torch.randn(*shape, device="cuda", dtype=torch.float16, generator=g)  # noqa: E731
     q, k, v, dout = mk(), mk(), mk(), mk()
     backward = pass_ != "fwd"
     if impl.startswith("cuda-"):
@@ -300,6 +301,7 @@ def _child(plan_path: str, log_path: str, reps: int) -> int:
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
                 continue
+            fn = None
             try:
                 fn = _make(item["impl"], CONFIGS[item["config"]], item["pass"])
                 with PeakMemory("cuda", sample_driver=False) as pm:
@@ -319,7 +321,7 @@ def _child(plan_path: str, log_path: str, reps: int) -> int:
                            peak_bytes=pm.record.torch_peak_bytes if pm.record else None)
             except Exception as exc:
                 rec.update(status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-            del fn
+            fn = None  # drop the inputs before the next measurement
             torch.cuda.empty_cache()
             log.write(json.dumps(rec) + "\n")
             log.flush()
@@ -408,7 +410,6 @@ def render_markdown(rep: dict[str, Any]) -> str:
              f"- created {rep['created']}; command `{rep['command']}`",
              f"- torch {v.get('torch')}, CUDA {v.get('cuda')}, cuDNN {v.get('cudnn')}, driver {v.get('driver')}, "
              f"ncu {v.get('ncu')}, flash_attn {v.get('flash_attn')}",
-             f"- bytes: {rep['source']}" + (f" ({rep['note']})" if rep.get("note") else ""),
              "- GB = 1e9 bytes; ms = median CUDA-event time of the whole pass (outside ncu); peak = torch allocator "
              "peak during one pass (inputs allocated before it are not counted)", ""]
     for name, cfg in CONFIGS.items():
@@ -416,6 +417,9 @@ def render_markdown(rep: dict[str, Any]) -> str:
         if not rows:
             continue
         lines += [f"## {name}: B={cfg['B']}, H={cfg['H']}, N={cfg['N']}, d={cfg['d']}, fp16", ""]
+        pc = rep.get("per_config", {}).get(name)
+        if pc:
+            lines += [f"Bytes: {pc['source']}" + (f" ({pc['note']})" if pc.get("note") else "") + ".", ""]
         if name == "seeds":
             lines += [f"Seeds' arithmetic (naive forward, intermediates only): "
                       f"{seeds_intermediate_bytes(cfg['N']) / 2**30:.0f} GiB = "
@@ -449,6 +453,45 @@ def _plan(configs: Sequence[str], impls: Sequence[str]) -> list[dict[str, str]]:
     return [dict(config=c, impl=i, **{"pass": p}) for c in configs for i in impls for p in PASSES]
 
 
+def _measure_config(name: str, impls: Sequence[str], out: Path, reps: int, ncu: str | None, timeout: float,
+                    env: dict[str, str]) -> tuple[list[dict], str, str]:
+    """One child process (under ncu when given) for one configuration: (rows, bytes source, note)."""
+    plan_path, log_path = out / f"hbm_plan_{name}.json", out / f"hbm_log_{name}.jsonl"
+    csv_path = out / f"ncu_{name}.csv"
+    plan_path.write_text(json.dumps(_plan([name], impls)))
+    for p in (log_path, csv_path):
+        p.unlink(missing_ok=True)
+    child = [sys.executable, "-m", "reports.benchmarks.hbm_traffic", "--out", str(out), "--reps", str(reps),
+             "--child", str(plan_path), str(log_path)]
+    note, segs, source = "", None, "model (no ncu)"
+    if ncu is not None:
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--cache-control", "all",
+               "--print-units", "base", "--metrics", ",".join(METRICS), "--csv", "--log-file", str(csv_path)] + child
+        try:
+            p = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
+            with open(out / "ncu_stderr.txt", "a") as f:
+                f.write(f"== {name}: exit {p.returncode}\n{(p.stdout or '')[-8000:]}{(p.stderr or '')[-8000:]}\n")
+            kernels = parse_ncu_csv(csv_path.read_text()) if csv_path.exists() else []
+            if kernels and any(k.get("dram__bytes_read.sum", 0) > 0 for k in kernels):
+                segs, source = segments(kernels), "ncu"
+            else:
+                note = f"ncu ran (exit {p.returncode}) but reported no DRAM counters (ncu_stderr.txt)"
+                source = "model (ncu read no counters)"
+        except subprocess.TimeoutExpired:
+            note, source = f"the ncu run exceeded {timeout:.0f} s; measurements not logged were not run", \
+                "model (ncu timed out)"
+    if ncu is None or (segs is None and not log_path.exists()):
+        try:
+            subprocess.run(child, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            note += f"; the timing run exceeded {timeout:.0f} s"
+    log = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()] if log_path.exists() else []
+    rows, seg_note = attribute(log, segs)
+    if seg_note:
+        note, source = seg_note, "model (ncu segments did not match)"
+    return rows, source, note
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reports.benchmarks.hbm_traffic", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for hbm_traffic.json and hbm_traffic.md")
@@ -456,46 +499,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=list(IMPLS))
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement (default 10)")
     ap.add_argument("--no-ncu", action="store_true", help="time only; bytes from the model")
-    ap.add_argument("--ncu-timeout", type=float, default=480.0, help="seconds for the profiled child (default 480)")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds for each configuration's child process (default 300)")
     ap.add_argument("--child", nargs=2, metavar=("PLAN", "LOG"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args.child[0], args.child[1], args.reps)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan_path, log_path, csv_path = out / "hbm_plan.json", out / "hbm_child.jsonl", out / "hbm_ncu.csv"
-    plan_path.write_text(json.dumps(_plan(args.configs, args.impls)))
-    child = [sys.executable, "-m", "reports.benchmarks.hbm_traffic", "--out", str(out), "--reps", str(args.reps),
-             "--child", str(plan_path), str(log_path)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
                                                                   os.environ.get("PYTHONPATH", "")) if p))
     ncu = None if args.no_ncu else find_ncu()
-    note, segs, source = "", None, "model (no ncu)" if ncu is None else "ncu"
     t0 = time.time()
-    if ncu is not None:
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--cache-control", "all",
-               "--print-units", "base", "--metrics", ",".join(METRICS), "--csv", "--log-file", str(csv_path)] + child
-        try:
-            p = subprocess.run(cmd, env=env, timeout=args.ncu_timeout, capture_output=True, text=True)
-            (out / "hbm_ncu_stderr.txt").write_text((p.stdout or "")[-20000:] + (p.stderr or "")[-20000:])
-            kernels = parse_ncu_csv(csv_path.read_text()) if csv_path.exists() else []
-            if kernels and any(k.get("dram__bytes_read.sum", 0) > 0 for k in kernels):
-                segs = segments(kernels)
-            else:
-                note = f"ncu ran (exit {p.returncode}) but reported no DRAM counters; see hbm_ncu_stderr.txt"
-        except subprocess.TimeoutExpired:
-            note = f"ncu run exceeded {args.ncu_timeout:.0f} s"
-        if segs is None:
-            source = "model (ncu failed)"
-    if segs is None and (ncu is None or not log_path.exists() or note.startswith("ncu run exceeded")):
-        subprocess.run(child, env=env, timeout=args.ncu_timeout)
-    log = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()] if log_path.exists() else []
-    rows, seg_note = attribute(log, segs)
-    if seg_note:
-        note, source = seg_note, "model (ncu segments did not match)"
+    rows: list[dict] = []
+    per_config: dict[str, dict[str, str]] = {}
+    for name in args.configs:
+        got, source, note = _measure_config(name, args.impls, out, args.reps, ncu, args.timeout, env)
+        rows += got
+        per_config[name] = {"source": source, "note": note}
     rep = {"created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "command": "python -m reports.benchmarks.hbm_traffic " + " ".join(sys.argv[1:] if argv is None else argv),
-           "versions": _versions(), "source": source, "note": note, "seconds": round(time.time() - t0, 1),
+           "versions": _versions(), "per_config": per_config, "seconds": round(time.time() - t0, 1),
            "configs": CONFIGS, "paper_fa1": PAPER_FA1, "metrics": METRICS, "rows": rows}
     (out / "hbm_traffic.json").write_text(json.dumps(rep, indent=1))
     md = render_markdown(rep)

@@ -87,10 +87,10 @@ def test_markdown_table_has_the_anchors():
     log = [dict(config=c, impl="naive", status="ran", profiled=True, ms=2.0, peak_bytes=3 * 2**30, **{"pass": p})
            for c in ht.CONFIGS for p in ht.PASSES]
     rows, _ = ht.attribute(log, [[{"name": "k", "dram__bytes_read.sum": 2e9, "dram__bytes_write.sum": 1e9}]] * 4)
-    rep = dict(created="now", command="python -m reports.benchmarks.hbm_traffic --out x", versions={}, source="ncu",
-               note="", rows=rows)
+    rep = dict(created="now", command="python -m reports.benchmarks.hbm_traffic --out x", versions={},
+               per_config={"seeds": {"source": "ncu", "note": ""}}, rows=rows)
     md = ht.render_markdown(rep)
-    assert "2 GiB = 2.147 GB per head" in md and "40.3 GB HBM" in md and "4.4 GB" in md
+    assert "Bytes: ncu." in md and "2 GiB = 2.147 GB per head" in md and "40.3 GB HBM" in md and "4.4 GB" in md
     assert "| naive | fwd | 137.4 | 2.000 | 1.000 | 3.000 |" in md
 
 
