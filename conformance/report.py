@@ -273,13 +273,18 @@ def _memory_section(rows: Sequence[dict]) -> list[str]:
         return []
     out = ["## Peak device memory (family `memory`, CUDA)", "",
            f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent = "
-           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}.", "",
+           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
+           "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
+           "torch's already reserved pool; memory allocated outside torch shows there).", "",
            "| adapter | claim | shape | peak MiB per N (beyond I/O) | exponent | driver exponent | verdict |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
         per_n = "; ".join(f"{n}: {_mib(p)} ({_mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        drv = _fmt_exp(r["driver_exponent"])
+        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
+            drv = "no rise"  # everything came from torch's already reserved pool
         out.append(f"| {r['adapter']} | {r['claim'] or '-'} | {r['shape']} | {per_n} | {_fmt_exp(r['exponent'])} | "
-                   f"{_fmt_exp(r['driver_exponent'])} | {r['verdict']} |")
+                   f"{drv} | {r['verdict']} |")
     return out + [""]
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "flops",
     "main",
     "parse_ncu_csv",
+    "rebuild",
     "render_markdown",
     "seeds_intermediate_bytes",
     "segments",
@@ -117,7 +118,8 @@ def byte_model(impl: str, cfg: dict[str, int], pass_: str, elem: int = ELEM) -> 
 # -- ncu output --------------------------------------------------------------------------------------------
 
 _UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
+          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3,
+          "s": 1.0}
 
 
 def _value(text: str, unit: str) -> float:
@@ -410,8 +412,12 @@ def render_markdown(rep: dict[str, Any]) -> str:
              f"- created {rep['created']}; command `{rep['command']}`",
              f"- torch {v.get('torch')}, CUDA {v.get('cuda')}, cuDNN {v.get('cudnn')}, driver {v.get('driver')}, "
              f"ncu {v.get('ncu')}, flash_attn {v.get('flash_attn')}",
-             "- GB = 1e9 bytes; ms = median CUDA-event time of the whole pass (outside ncu); peak = torch allocator "
-             "peak during one pass (inputs allocated before it are not counted)", ""]
+             "- GB = 1e9 bytes of DRAM traffic summed over the pass's kernels (ncu flushes L2 before each kernel, "
+             "so re-reads across kernels count; writes still held in L2 when the last kernel ends are not counted, "
+             "which is why a 4 MiB output can read as 0.000 written); kernel ms = ncu's summed kernel durations "
+             "(cold L2); ms = median CUDA-event time of the whole pass outside ncu, launch overheads included; "
+             "peak GiB = torch allocator peak during one pass above what was allocated before it (inputs, and the "
+             "outputs cuda-fa1/fa2 write into, are allocated before: 0.000)", ""]
     for name, cfg in CONFIGS.items():
         rows = [r for r in rep["rows"] if r["config"] == name]
         if not rows:
@@ -432,18 +438,19 @@ def render_markdown(rep: dict[str, Any]) -> str:
                       "not follow the 4BHN^2d convention used in this table's column, and its standard attention "
                       "also masks and applies dropout, each one more N x N pass; `naive` here is the three steps "
                       "alone.)", ""]
-        lines += ["| impl | pass | GFLOPs | HBM GB read | HBM GB written | HBM GB total | model GB | kernels | ms | "
-                  "peak GiB | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| impl | pass | GFLOPs | HBM GB read | HBM GB written | HBM GB total | model GB | kernels | "
+                  "kernel ms | ms | peak GiB | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["status"] != "ran":
-                lines.append(f"| {r['impl']} | {r['pass']} | {r['gflops']:.1f} | | | | {_gb(r['model_bytes'])} | | | | "
-                             f"{r['status']}: {(r['reason'] or '')[:140]} |")
+                lines.append(f"| {r['impl']} | {r['pass']} | {r['gflops']:.1f} | | | | {_gb(r['model_bytes'])} "
+                             f"| | | | | {r['status']}: {(r['reason'] or '')[:140]} |")
                 continue
             rb, wb = r.get("read_bytes"), r.get("write_bytes")
             tot = None if rb is None else rb + wb
             peak = "-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 2**30:.3f}"
+            kms = "-" if r.get("kernel_ms") is None else f"{r['kernel_ms']:.3f}"
             lines.append(f"| {r['impl']} | {r['pass']} | {r['gflops']:.1f} | {_gb(rb)} | {_gb(wb)} | {_gb(tot)} | "
-                         f"{_gb(r['model_bytes'])} | {r.get('kernels', '-')} | "
+                         f"{_gb(r['model_bytes'])} | {r.get('kernels', '-')} | {kms} | "
                          f"{r['ms']:.3f} | {peak} | {r.get('source', '')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -501,10 +508,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ncu", action="store_true", help="time only; bytes from the model")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds for each configuration's child process (default 300)")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="run nothing: recompute the table from the files an earlier run left in --out")
     ap.add_argument("--child", nargs=2, metavar=("PLAN", "LOG"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args.child[0], args.child[1], args.reps)
+    if args.rebuild:
+        rebuild(Path(args.out))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
@@ -521,6 +533,30 @@ def main(argv: list[str] | None = None) -> int:
            "command": "python -m reports.benchmarks.hbm_traffic " + " ".join(sys.argv[1:] if argv is None else argv),
            "versions": _versions(), "per_config": per_config, "seconds": round(time.time() - t0, 1),
            "configs": CONFIGS, "paper_fa1": PAPER_FA1, "metrics": METRICS, "rows": rows}
+    return _write(out, rep)
+
+
+def rebuild(out: Path) -> dict[str, Any]:
+    """Recompute the rows of an earlier run from the files it left in `out` (child logs, ncu CSVs), keeping its
+    versions, command and date: the parser can change without a new device run."""
+    rep = json.loads((out / "hbm_traffic.json").read_text())
+    rows: list[dict] = []
+    for name, pc in rep.get("per_config", {}).items():
+        log_path, csv_path = out / f"hbm_log_{name}.jsonl", out / f"ncu_{name}.csv"
+        log = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()] if log_path.exists() else []
+        kernels = parse_ncu_csv(csv_path.read_text()) if csv_path.exists() else []
+        segs = segments(kernels) if pc.get("source") == "ncu" and kernels else None
+        got, note = attribute(log, segs)
+        rows += got
+        if note:
+            pc.update(source="model (ncu segments did not match)", note=note)
+    rep["rows"] = rows
+    rep["rebuilt"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    _write(out, rep)
+    return rep
+
+
+def _write(out: Path, rep: dict[str, Any]) -> int:
     (out / "hbm_traffic.json").write_text(json.dumps(rep, indent=1))
     md = render_markdown(rep)
     (out / "hbm_traffic.md").write_text(md)

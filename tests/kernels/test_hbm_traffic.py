@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import doctest
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,7 @@ CSV = "\n".join([
     '"1","123","python3","h","void gemm<128, 64>(Params, int)","1","7","(128, 1, 1)","(64, 1, 1)",'
     '"0","9.0","Command line profiler metrics","dram__bytes_write.sum","Mbyte","536.870912"',
     '"1","123","python3","h","void gemm<128, 64>(Params, int)","1","7","(128, 1, 1)","(64, 1, 1)",'
-    '"0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","250,000"',
+    '"0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","250,000"',
     '"2","123","python3","h","softmax_kernel","1","7","(128, 1, 1)","(64, 1, 1)",'
     '"0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","536870912"',
     '"3","123","python3","h","at::cuda::(anonymous namespace)::spin_kernel(long)","1","7","(1, 1, 1)","(1, 1, 1)",'
@@ -111,3 +113,21 @@ def test_script_skips_cleanly_without_a_gpu(tmp_path):
     assert {r["status"] for r in rep["rows"]} == {"skipped"} and len(rep["rows"]) == 4
     assert all(r["reason"] == "no CUDA device" for r in rep["rows"])
     assert "no CUDA device" in (tmp_path / "hbm_traffic.md").read_text()
+
+
+def test_rebuild_from_the_committed_h200_run(tmp_path):
+    """The parser on real ncu output (reports/benchmarks/hbm, H200): the naive forward moves the seeds' 2 GiB."""
+    src = Path(ht.__file__).parent / "hbm"
+    for f in src.glob("*"):
+        if f.name.startswith(("hbm_log_", "ncu_", "hbm_traffic.json")):
+            shutil.copy(f, tmp_path / f.name)
+    rep = ht.rebuild(tmp_path)
+    rows = {(r["config"], r["impl"], r["pass"]): r for r in rep["rows"]}
+    naive = rows[("seeds", "naive", "fwd")]
+    assert naive["source"] == "ncu" and naive["kernels"] == 4
+    total = naive["read_bytes"] + naive["write_bytes"]
+    assert abs(total - ht.seeds_intermediate_bytes(16384)) < 0.05 * ht.seeds_intermediate_bytes(16384)
+    for impl in ("torch-flash", "cudnn", "cuda-fa2"):
+        r = rows[("seeds", impl, "fwd")]
+        assert r["read_bytes"] + r["write_bytes"] < 0.02e9, impl  # no N x N matrix goes through HBM
+        assert 0 < r["kernel_ms"] < r["ms"] * 1.5
