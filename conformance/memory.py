@@ -30,7 +30,10 @@ Growth (`growth_rows`): the ``memory`` catalog family runs one shape at N, 2N an
 the least-squares slope of log(peak) against log(N). An adapter whose `Capabilities.memory` is
 ``"linear"`` fails when the exponent exceeds `LINEAR_MAX_EXPONENT` (1.5: the midpoint of linear, 1, and
 quadratic, 2); an adapter that claims nothing is reported, never failed (`KNOWN_QUADRATIC` names the ones
-expected to grow quadratically, such as torch's math backend).
+expected to grow quadratically, such as torch's math backend). Before each measured call of a ``memory`` case
+the engine calls the adapter once unmeasured (`needs_warmup`), so one-time workspaces are in the baseline. The
+verdict spans three cases, so it is given by ``python -m conformance run`` over a whole run (`apply_growth`,
+also across ``--workers``); ``pytest conformance/`` judges each case alone and only records its peaks.
 """
 
 from __future__ import annotations
