@@ -35,21 +35,29 @@ def completion(partial: Mapping[str, str], factors: Sequence[tuple[str, Sequence
         for b, vb in row.items():
             if a < b and not allowed(a, va, b, vb):
                 return None
-    todo = [(n, vals) for n, vals in factors if n not in row]
+    # each open factor's values allowed with the fixed ones, then a search over the open factors only
+    todo = [(n, [v for v in vals if all(allowed(n, v, o, ov) for o, ov in partial.items())])
+            for n, vals in factors if n not in row]
+    if any(not vals for _, vals in todo):
+        return None
+    chosen: list[tuple[str, str]] = []
 
     def extend(i: int) -> bool:
         if i == len(todo):
             return True
         name, vals = todo[i]
         for v in vals:
-            if all(allowed(name, v, other, ov) for other, ov in row.items()):
-                row[name] = v
+            if all(allowed(name, v, other, ov) for other, ov in chosen):
+                chosen.append((name, v))
                 if extend(i + 1):
                     return True
-                del row[name]
+                chosen.pop()
         return False
 
-    return row if extend(0) else None
+    if not extend(0):
+        return None
+    row.update(chosen)
+    return row
 
 
 def reachable_pairs(factors: Sequence[tuple[str, Sequence[str]]], allowed: Allowed) -> set[Pair]:
@@ -72,6 +80,14 @@ def covering_rows(factors: Sequence[tuple[str, Sequence[str]]], allowed: Allowed
     order = [n for n, _ in factors]
     values = dict(factors)
     targets = set(reachable_pairs(factors, allowed) if must is None else must)
+    memo: dict[frozenset, bool] = {}
+
+    def completable(row: Mapping[str, str]) -> bool:
+        key = frozenset(row.items())
+        if key not in memo:
+            memo[key] = completion(row, factors, allowed) is not None
+        return memo[key]
+
     rows: list[dict[str, str]] = []
     while targets:
         ranked = sorted(targets, key=lambda p: (order.index(p[0][0]), order.index(p[1][0]), p))
@@ -85,14 +101,13 @@ def covering_rows(factors: Sequence[tuple[str, Sequence[str]]], allowed: Allowed
         for c in range(max(1, min(candidates, len(ranked)))):
             (a, x), (b, y) = ranked[c * len(ranked) // max(1, min(candidates, len(ranked)))]
             row = {a: x, b: y}
-            if completion(row, factors, allowed) is None:
+            if not completable(row):
                 continue
             rest = [n for n in visit[c % len(visit):] + visit[:c % len(visit)] if n not in row]
             for name in rest:
                 choice, choice_gain = None, -1
                 for v in values[name]:
-                    trial = dict(row, **{name: v})
-                    if completion(trial, factors, allowed) is None:
+                    if not completable(dict(row, **{name: v})):
                         continue
                     gain = sum(1 for other, ov in row.items()
                                if _key(order, name, v, other, ov) in targets)

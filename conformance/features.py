@@ -238,12 +238,23 @@ def labels(case: Case) -> list[str]:
     return out
 
 
+def _forbidden_table() -> dict[tuple[tuple[str, str], tuple[str, str]], Constraint]:
+    table = {}
+    for c in CONSTRAINTS:
+        (fa, va), (fb, vb) = c.a, c.b
+        for x in va:
+            for y in vb:
+                table.setdefault(((fa, x), (fb, y)), c)
+                table.setdefault(((fb, y), (fa, x)), c)
+    return table
+
+
+_FORBIDDEN = _forbidden_table()
+
+
 def forbidden(f1: str, v1: str, f2: str, v2: str) -> Constraint | None:
     """The constraint forbidding (f1=v1, f2=v2), or None."""
-    for c in CONSTRAINTS:
-        if c.forbids(f1, v1, f2, v2):
-            return c
-    return None
+    return _FORBIDDEN.get(((f1, v1), (f2, v2)))
 
 
 def consistent(row: Mapping[str, str]) -> bool:

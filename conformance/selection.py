@@ -12,8 +12,9 @@ ids, through `conformance.catalog.select`), ``pytest conformance/ --cases EXPR``
 A NAME is any run of characters other than whitespace and parentheses that is not one of the three
 keywords (case ids hold ``-``, ``_``, ``.`` and digits, e.g. ``tile_edges-b1h2x2-q1k129``). A bare NAME
 matches a text when it is a case-insensitive *substring* of it (``causal`` matches every causal case id,
-``q1k129`` one shape). An empty or blank expression matches everything. ``and`` binds tighter than ``or``;
-``not`` binds tightest. Keywords are lower case; ``AND`` is a NAME.
+``q1k129`` one shape; ``f16`` matches ``bf16`` too, so write ``-f16-`` for fp16 alone): the semantics
+``-k`` had before this grammar. An empty or blank expression matches everything. ``and`` binds tighter
+than ``or``; ``not`` binds tightest. Keywords are lower case; ``AND`` is a NAME.
 
 Nothing is ever passed to `eval`: `parse` builds a small tree of tuples and `Selector.matches` walks it.
 A malformed expression raises `SelectorError` (a `ValueError`) whose message is one line naming the
