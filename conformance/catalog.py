@@ -8,6 +8,8 @@ Profiles:
   over five CUDA backends fits in minutes; ``--profile full --device cuda`` runs the rest), and the
   full paged-K/V decoding set plus two long paged caches.
 
+The ``pairs`` group is generated, not listed: a pairwise covering design over `conformance.features`, so
+every pair of feature values some adapter can claim meets in a case (`conformance.coverage` checks it).
 Each group below is one generator of cases; `cases(profile)` concatenates them, gives each case a
 seed derived from its semantic fields (stable across runs and machines) and drops duplicates.
 `select(cases, expr)` filters by a ``-k`` expression over the case ids (`conformance.selection`).
