@@ -1,6 +1,7 @@
 """pytest integration of the conformance suite: ``pytest conformance/ [--impl X ...] [--profile P]``.
 
-Parametrizes `test_conformance.py::test_case` over (case, adapter) of the chosen profile, case-major
+Parametrizes `test_conformance.py::test_case` over (case, adapter) of the chosen profile (``--cases EXPR``
+selects case ids in the grammar of ``python -m conformance run -k``, `conformance.selection`), case-major
 so the shared oracle cache (one FP64 oracle result per case, shared by every adapter) stays small.
 Markers per case: fp8, backward, slow, gpu (`conformance.catalog.case_marks`); with ``--device cuda``
 every test is marked gpu and skips cleanly when no CUDA device is present. Under pytest-xdist the
@@ -35,10 +36,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"conformance_case", "conformance_spec"} <= set(metafunc.fixturenames):
         return
     from conformance import catalog
+    from conformance.selection import SelectorError
 
     config = metafunc.config
     device = _device(config)
-    cases = catalog.cases(config.getoption("--profile"))
+    try:
+        cases = catalog.select(catalog.cases(config.getoption("--profile")), config.getoption("--cases"))
+    except SelectorError as exc:
+        raise pytest.UsageError(f"--cases: {exc}") from None
     specs = _specs(config)
     params = []
     for case in cases:

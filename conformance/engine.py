@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from conformance import features
 from conformance.case import Case
 from conformance.catalog import estimated_cost
 from conformance.eta import EtaModel
@@ -55,35 +56,8 @@ __all__ = [
 
 
 def features_of(case: Case) -> list[str]:
-    """Feature labels of a case (the columns of the report's adapter x feature matrix)."""
-    f = [f"dtype:{case.dtype}"]
-    if case.causal:
-        f.append(f"causal:{case.alignment}")
-    if case.window is not None:
-        f.append("window")
-    if case.mask:
-        f.append("mask")
-    if case.bias:
-        f.append("bias")
-    if case.softcap:
-        f.append("softcap")
-    if case.Hq != case.Hkv:
-        f.append("gqa")
-    if case.dv != case.d:
-        f.append("dv!=d")
-    if case.varlen:
-        f.append("varlen")
-    if case.layout != "contiguous":
-        f.append(f"layout:{case.layout}")
-    if case.distribution != "normal":
-        f.append("dist:" + case.distribution.split(":")[0])
-    if case.backward:
-        f.append("backward")
-    if case.fp8 is not None:
-        f.append("fp8")
-    if case.Lq != case.Lk:
-        f.append("Lq!=Lk")
-    return f
+    """Feature labels of a case (the columns of the report's adapter x feature matrix): `conformance.features`."""
+    return features.labels(case)
 
 
 def repro_command(case_id: str, spec: str, device: str = "cpu") -> str:
