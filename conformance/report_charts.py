@@ -147,11 +147,12 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
         return ""
     qs = sorted({k[0] for k in keys})
     ks = sorted({k[1] for k in keys})
-    cw, ch, left, top = 46, 20, 70, 30
-    w, h = left + cw * len(ks) + 10, top + ch * len(qs) + 44
+    cw, ch, left, top = 46, 20, 70, 40
+    w, h = max(left + cw * len(ks) + 10, 300), top + ch * len(qs) + 44
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" {_FONT} role="img" '
            f'aria-label="worst usage over (Lq, Lk), {_e(adapter)}">',
-           f'<text x="{left}" y="12">worst usage over (Lq, Lk); red: a case failed or is over the bound</text>',
+           f'<text x="{left}" y="12">worst usage over (Lq, Lk) groups;</text>'
+           f'<text x="{left}" y="26">red: a case failed or is over the bound</text>',
            f'<text x="{left + cw * len(ks) / 2}" y="{h - 6}" text-anchor="middle">Lk</text>',
            f'<text x="12" y="{top + ch * len(qs) / 2}" transform="rotate(-90 12 {top + ch * len(qs) / 2})" '
            'text-anchor="middle">Lq</text>']

@@ -55,9 +55,8 @@ def test_prefixed_options_when_another_plugin_owns_profile(tmp_path):
     assert r.returncode == 0 and " passed" in out, out[-3000:]
 
 
-@pytest.mark.parametrize("name", ["conftest.py", "conformance/conftest.py"])
-def test_no_conftest_registers_the_options_twice(name):
+@pytest.mark.parametrize("folder", ["", "conformance"])
+def test_no_conftest_registers_the_options_twice(folder):
     """The options live in the plugin only: a conftest that re-registered them would clash with it."""
-    root = Path(__file__).resolve().parents[2]
-    path = root / name
+    path = Path(__file__).resolve().parents[2] / folder / "conftest.py"
     assert not path.exists() or "addoption" not in path.read_text(), f"{path} registers pytest options"

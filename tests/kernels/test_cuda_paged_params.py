@@ -1,6 +1,6 @@
 """CPU tests of paged K/V in the CUDA kernels' C ABI (attn_params.h v3) and the cuda-splitkv adapter.
 
-Bug class (shared/research/ANCHORS.md §3, flash-attention #2709): a paged kernel reading a block-table
+Bug class (flash-attention #2709): a paged kernel reading a block-table
 entry, page or slot past a sequence's length. These tests need no GPU:
 - the three fields are appended at the END of AttnFwdParams in the header and in the ctypes mirror
   (every earlier field keeps its offset, so v2 callers that zero the struct keep working);
