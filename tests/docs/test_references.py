@@ -18,6 +18,8 @@ SKIP_PARTS = {".git", ".venv", ".tox", "build", "__pycache__", ".hypothesis", ".
 CITATION = re.compile(r"SEMANTICS(?:\.md)?[^§\n]{0,12}?((?:§ ?\d+)(?:(?:\s*(?:,|/|-|–|and)\s*)§ ?\d+)*)")
 #: a repository path: a top-level folder of this repository, then a file or folder name
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:oracles|kernels|conformance|property_tests|reports|tests|\.ci)/[\w./-]*\w)")
+#: tests that name paths which must not exist (ignored-output and resolution checks)
+NONEXISTENT_BY_DESIGN = {"tests/docs/test_references.py", "tests/reports/test_report_index.py"}
 #: research notes and team files that are not part of the repository must not be cited as paths
 EXTERNAL = re.compile(r"ANCHORS\.md|PAGED_SPEC\.md|/work/(?:team|shared|helpers|main)\b")
 
@@ -85,6 +87,8 @@ def test_citation_parser_reads_lists_and_ranges():
 def test_cited_repository_paths_exist():
     missing = []
     for p in _files():
+        if p.relative_to(ROOT).as_posix() in NONEXISTENT_BY_DESIGN:
+            continue
         text = p.read_text(errors="replace")
         for m in REPO_PATH.finditer(text):
             cited = m.group(1)

@@ -85,6 +85,9 @@ def test_unmutated_kernels_survive():
                                 f"on {res.counterexample}: {res.message}")
 
 
+# a seeded bug overflows or makes NaN by design (no max subtraction, NaN rows); numpy says so while it runs
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
 def test_mutation_score_ci(record_property):
     """The ci mutant table: every mutant killed within 60 s (stop at the first failing check).
 
