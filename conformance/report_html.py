@@ -3,11 +3,12 @@
 Rendered from the report.json dictionary alone (schema_version 1, see `conformance.report`), so it
 also renders reports written by earlier runs or on other machines:
 
-    python -m conformance.report_html reports/gpu/report.json [-o report.html]
+    python -m conformance.report_html reports/gpu/report.json [-o report.html] [--bench reports/benchmarks]
 
-Sections: run and environment, summary per adapter, the adapter x feature matrix coloured by worst
-outcome (hover a cell for its counts), every failure and warning as a collapsible entry with the
-error at the worst element and the repro command, and the NOT_SUPPORTED reasons.
+Sections: run and environment, summary per adapter, pictures (`conformance.report_charts`), the
+adapter x feature matrix coloured by worst outcome (hover a cell for its counts), every failure and
+warning as a collapsible entry with the error at the worst element and the repro command, and the
+NOT_SUPPORTED reasons.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SEVERITY, SHORT, worst
+from conformance.report_charts import charts_html, load_benchmarks
 
 __all__ = ["render_html", "main"]
 
@@ -59,8 +61,8 @@ def _fmt(x: object) -> str:
     return "n/a" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-def render_html(rep: dict) -> str:
-    """The whole page for one report.json dictionary."""
+def render_html(rep: dict, benchmarks: dict | None = None) -> str:
+    """The whole page for one report.json dictionary (``benchmarks``: `report_charts.load_benchmarks`)."""
     results = rep.get("results", [])
     env = rep.get("environment", {})
     names = [a["name"] for a in rep.get("adapters", [])]
@@ -95,6 +97,7 @@ def render_html(rep: dict) -> str:
         row.append(f'<td class="num">{rep["summary"].get("adapter_seconds", {}).get(a["name"], 0.0):.1f}</td>')
         rows.append(row)
     parts += ["<h2>Summary</h2>", _table(["adapter", "available", *(SHORT[o] for o in OUTCOMES), "seconds"], rows)]
+    parts.append(charts_html(rep, benchmarks))
 
     # Matrix
     cols: dict[str, None] = {}
@@ -153,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path, help="a report.json")
     ap.add_argument("-o", "--output", type=Path, help="where to write (default: report.html beside the JSON)")
+    ap.add_argument("--bench", type=Path, help="a folder of benchmark JSON (e.g. reports/benchmarks) to plot")
     args = ap.parse_args(argv)
     out = args.output or args.report.with_suffix(".html")
-    out.write_text(render_html(json.loads(args.report.read_text())))
+    bench = load_benchmarks(args.bench.glob("*.json")) if args.bench else None
+    out.write_text(render_html(json.loads(args.report.read_text()), bench))
     print(out)
     return 0
 

@@ -1,4 +1,8 @@
-"""The conformance suite under pytest: one test per (case, adapter); see conformance/conftest.py.
+"""The conformance suite under pytest: one test per (case, adapter), parametrized by the installed plugin
+`conformance.pytest_plugin` (``pytest --pyargs conformance --impl X --profile ci`` from any directory).
+
+This module ships inside the package so that ``--pyargs`` finds it; the project's own tests are under
+the repository's ``tests/``.
 
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the

@@ -295,3 +295,8 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
         test = settings_obj(test)
     run.test = test
     return run
+
+
+#: per test node: (examples run, worst tolerance usage seen, event counts); tests/property/test_kernel_properties.py
+#: fills it, the property suite's conftest prints it with --hypothesis-show-statistics
+STATS: dict[str, tuple[int, float, dict[str, int]]] = {}

@@ -9,7 +9,7 @@ Each `Mutant` is either
   (`property_tests.mutants.wrappers`): inputs mutated in place, a strided tensor read as contiguous,
   the Hadamard transform undone on K.
 
-The bug classes are those of shared/research/ANCHORS.md §3 and the seed lab's three edits
+The bug classes are those real kernels have had (upstream issues, named per mutant) and the seed lab's three edits
 ([FA-anim] "修改题": drop alpha on the old numerator, drop 1/sqrt(d), causal <= changed to <). The
 SEMANTICS.md section each one violates is in ``violates``. `test_mutant_patches_apply` checks that
 every edit still applies to the current kernel sources.

@@ -1,7 +1,7 @@
 """Adapter-level mutants: a correct kernel behind a buggy adapter layer.
 
 Each function takes a correct `Adapter` and returns one that injects a bug real integrations have had
-(shared/research/ANCHORS.md §3): the caller's input modified in place, a strided (non-contiguous)
+(upstream issue classes): the caller's input modified in place, a strided (non-contiguous)
 tensor read as if it were contiguous, the incoherent-processing rotation applied to Q only.
 The wrapped adapter keeps the base adapter's name, capabilities and ``supports``.
 """
