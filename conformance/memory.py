@@ -45,6 +45,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from conformance.numfmt import mib
+
 __all__ = [
     "FAMILY",
     "KNOWN_QUADRATIC",
@@ -324,10 +326,6 @@ def _shape_key(case: Mapping[str, Any]) -> str:
     return f"b{case.get('B')}h{case.get('Hq')}x{case.get('Hkv')}-d{case.get('d')}-{dt}{causal}"
 
 
-def _mib(b: int | None) -> str:
-    return "n/a" if b is None else f"{b / 2**20:.1f}"
-
-
 def growth_rows(results: Sequence[Any], claims: Mapping[str, str | None]) -> list[GrowthRow]:
     """Group the ``memory`` family results by (adapter, shape), fit the exponents and give each a verdict.
 
@@ -364,7 +362,7 @@ def growth_rows(results: Sequence[Any], claims: Mapping[str, str | None]) -> lis
 
 
 def _judge(row: GrowthRow) -> None:
-    peaks = ", ".join(f"N={n}: {_mib(p)} MiB" for n, p in zip(row.ns, row.peak_bytes))
+    peaks = ", ".join(f"N={n}: {mib(p)} MiB" for n, p in zip(row.ns, row.peak_bytes))
     if row.exponent is None:
         row.verdict = "insufficient data"
         row.message = f"memory growth: fewer than two measured sizes ({peaks or 'none'})"

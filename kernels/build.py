@@ -35,13 +35,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "BuildError", "build", "find_nvcc", "main", "nvcc_flags"]
+__all__ = ["BUILD_COMMAND", "CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "BuildError", "build", "find_nvcc", "main",
+           "nvcc_flags", "stale_reason"]
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "build" / "kernels"
 LIB_NAME = "libattn_kernels.so"
 DEFAULT_ARCHS = ("80", "90a")
+#: the build step, as error messages and skip reasons name it
+BUILD_COMMAND = "python -m kernels.build"
 
 
 class BuildError(RuntimeError):
@@ -112,6 +115,21 @@ def _compile(nvcc: str, flags: list[str], src: Path, obj: Path, key: str, reuse:
         raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{' '.join(cmd)}\n{proc.stderr}")
     key_file.write_text(key)
     return src, dt, proc.stderr
+
+
+def stale_reason(out: Path | str = DEFAULT_OUT, archs: tuple[str, ...] = DEFAULT_ARCHS) -> str | None:
+    """Why ``out/libattn_kernels.so`` is not the build of this tree (None when it is); never compiles."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return "nvcc not found, so the build stamp cannot be checked"
+    out = Path(out).resolve()
+    lib, stamp_file = out / LIB_NAME, out / "build.stamp"
+    if not lib.is_file():
+        return f"{lib} does not exist (run `{BUILD_COMMAND} --out {out}`)"
+    if not stamp_file.is_file() or stamp_file.read_text() != _stamp(nvcc, nvcc_flags(archs)):
+        return (f"{lib} is stale: kernels/cuda sources, headers, flags or nvcc changed since it was built "
+                f"(run `{BUILD_COMMAND} --out {out}`)")
+    return None
 
 
 def build(

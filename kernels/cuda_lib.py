@@ -126,10 +126,13 @@ def library_path() -> Path:
 
 
 def library(build_if_missing: bool = True) -> ctypes.CDLL:
-    """The loaded library (cached). Builds it first when it is missing and nvcc exists.
+    """The loaded library (cached). Builds it first when it is missing and nvcc exists, unless
+    ``$ATTN_KERNELS_NO_BUILD`` is set (the pytest plugin sets it: under pytest the build is a step
+    before the tests, never a silent compile inside one).
 
-    Raises `LibraryUnavailable` with the reason otherwise.
+    Raises `LibraryUnavailable` with the reason (and the build command) otherwise.
     """
+    build_if_missing = build_if_missing and "ATTN_KERNELS_NO_BUILD" not in os.environ
     global _lib, _lib_error
     with _lock:
         if _lib is not None:
@@ -141,7 +144,7 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             from kernels.build import BuildError, build, find_nvcc
 
             if find_nvcc() is None:
-                _lib_error = f"{path} does not exist and nvcc was not found to build it"
+                _lib_error = f"{path} does not exist and nvcc was not found to build it (`python -m kernels.build`)"
                 raise LibraryUnavailable(_lib_error)
             try:
                 build(path.parent, verbose=False)

@@ -23,7 +23,7 @@ two markers. ncu flushes the caches before every kernel (``--cache-control all``
 left in L2 are read from DRAM again, so the figures are per-kernel cold-cache DRAM traffic. Where ncu is
 missing or reads no counters, the byte model (`byte_model`) stands in and the table says so.
 
-GFLOPs follow the project's convention (ANCHORS.md §4): forward ``4 B H N^2 d``, backward 2.5x forward.
+GFLOPs follow the FlashAttention papers' convention: forward ``4 B H N^2 d``, backward 2.5x forward.
 """
 
 from __future__ import annotations
@@ -60,12 +60,12 @@ __all__ = [
 
 CONFIGS: dict[str, dict[str, int]] = {
     "seeds": dict(B=1, H=1, N=16384, d=128),  # [FA-anim] "算账 · 显存不只算容量"
-    "fa1_paper": dict(B=64, H=16, N=1024, d=64),  # FA1 paper, GPT-2 medium (ANCHORS.md §4)
+    "fa1_paper": dict(B=64, H=16, N=1024, d=64),  # FA1 paper (Dao et al. 2022), GPT-2 medium
 }
 IMPLS = ("naive", "torch-math", "torch-flash", "cudnn", "cuda-fa1", "cuda-fa2", "cuda-fa3", "flash-attn-4")
 PASSES = ("fwd", "fwd+bwd")
 ELEM = 2  # fp16
-#: FA1 paper, A100, GPT-2 medium fwd+bwd (ANCHORS.md §4)
+#: FA1 paper (Dao et al. 2022), A100, GPT-2 medium fwd+bwd
 PAPER_FA1 = {"standard": dict(gflops=66.6, hbm_gb=40.3, ms=41.7), "flashattention": dict(gflops=75.2, hbm_gb=4.4,
                                                                                           ms=7.3)}
 MATERIALIZING = ("naive", "torch-math")
@@ -85,7 +85,7 @@ def seeds_intermediate_bytes(N: int, elem: int = ELEM) -> int:
 
 
 def flops(cfg: dict[str, int], pass_: str) -> float:
-    """Forward ``4 B H N^2 d``; forward+backward 3.5x that (backward 2.5x forward, ANCHORS.md §4)."""
+    """Forward ``4 B H N^2 d``; forward+backward 3.5x that (backward 2.5x forward)."""
     fwd = 4.0 * cfg["B"] * cfg["H"] * cfg["N"] ** 2 * cfg["d"]
     return fwd if pass_ == "fwd" else 3.5 * fwd
 
@@ -407,7 +407,7 @@ def _gb(x: float | None) -> str:
 
 def render_markdown(rep: dict[str, Any]) -> str:
     """The table: GFLOPs, HBM GB read + written, ms per implementation and pass, with the anchors beside."""
-    v = rep["versions"]
+    v = rep.get("env") or rep.get("versions") or {}
     lines = [f"# HBM traffic per attention kernel ({v.get('gpu', 'no GPU')})", "",
              f"- created {rep['created']}; command `{rep['command']}`",
              f"- torch {v.get('torch')}, CUDA {v.get('cuda')}, cuDNN {v.get('cudnn')}, driver {v.get('driver')}, "
@@ -508,14 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ncu", action="store_true", help="time only; bytes from the model")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds for each configuration's child process (default 300)")
-    ap.add_argument("--rebuild", action="store_true",
-                    help="run nothing: recompute the table from the files an earlier run left in --out")
+    ap.add_argument("--rebuild", metavar="RAW_DIR",
+                    help="run nothing: recompute the table from the files an earlier run left in RAW_DIR")
     ap.add_argument("--child", nargs=2, metavar=("PLAN", "LOG"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args.child[0], args.child[1], args.reps)
     if args.rebuild:
-        rebuild(Path(args.out))
+        rebuild(Path(args.rebuild), Path(args.out))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -531,18 +531,23 @@ def main(argv: list[str] | None = None) -> int:
         per_config[name] = {"source": source, "note": note}
     rep = {"created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "command": "python -m reports.benchmarks.hbm_traffic " + " ".join(sys.argv[1:] if argv is None else argv),
-           "versions": _versions(), "per_config": per_config, "seconds": round(time.time() - t0, 1),
+           "env": _versions(), "per_config": per_config, "seconds": round(time.time() - t0, 1),
            "configs": CONFIGS, "paper_fa1": PAPER_FA1, "metrics": METRICS, "rows": rows}
+    rep["env"]["date"] = rep["created"]
+    rep["method"] = {"command": rep["command"]}
     return _write(out, rep)
 
 
-def rebuild(out: Path) -> dict[str, Any]:
-    """Recompute the rows of an earlier run from the files it left in `out` (child logs, ncu CSVs), keeping its
-    versions, command and date: the parser can change without a new device run."""
-    rep = json.loads((out / "hbm_traffic.json").read_text())
+def rebuild(raw: Path, out: Path | None = None) -> dict[str, Any]:
+    """Recompute the rows of an earlier run from the files it left in `raw` (child logs, ncu CSVs) and write the
+    table to `out` (default `raw`), keeping the run's versions, command and date (from ``hbm_traffic.json`` in
+    `out`, else in `raw`): the parser can change without a new device run."""
+    out = raw if out is None else out
+    prev = out / "hbm_traffic.json" if (out / "hbm_traffic.json").is_file() else raw / "hbm_traffic.json"
+    rep = json.loads(prev.read_text())
     rows: list[dict] = []
     for name, pc in rep.get("per_config", {}).items():
-        log_path, csv_path = out / f"hbm_log_{name}.jsonl", out / f"ncu_{name}.csv"
+        log_path, csv_path = raw / f"hbm_log_{name}.jsonl", raw / f"ncu_{name}.csv"
         log = [json.loads(x) for x in log_path.read_text().splitlines() if x.strip()] if log_path.exists() else []
         kernels = parse_ncu_csv(csv_path.read_text()) if csv_path.exists() else []
         segs = segments(kernels) if pc.get("source") == "ncu" and kernels else None
@@ -550,6 +555,9 @@ def rebuild(out: Path) -> dict[str, Any]:
         rows += got
         if note:
             pc.update(source="model (ncu segments did not match)", note=note)
+    if "versions" in rep:  # the first H200 run wrote "versions"; reports.index reads "env" and "method"
+        rep["env"] = dict(rep.pop("versions"), date=rep["created"])
+        rep["method"] = {"command": rep["command"]}
     rep["rows"] = rows
     rep["rebuilt"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     _write(out, rep)

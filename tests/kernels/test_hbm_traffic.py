@@ -89,7 +89,7 @@ def test_markdown_table_has_the_anchors():
     log = [dict(config=c, impl="naive", status="ran", profiled=True, ms=2.0, peak_bytes=3 * 2**30, **{"pass": p})
            for c in ht.CONFIGS for p in ht.PASSES]
     rows, _ = ht.attribute(log, [[{"name": "k", "dram__bytes_read.sum": 2e9, "dram__bytes_write.sum": 1e9}]] * 4)
-    rep = dict(created="now", command="python -m reports.benchmarks.hbm_traffic --out x", versions={},
+    rep = dict(created="now", command="python -m reports.benchmarks.hbm_traffic --out x", env={},
                per_config={"seeds": {"source": "ncu", "note": ""}}, rows=rows)
     md = ht.render_markdown(rep)
     assert "Bytes: ncu." in md and "2 GiB = 2.147 GB per head" in md and "40.3 GB HBM" in md and "4.4 GB" in md
@@ -117,11 +117,13 @@ def test_script_skips_cleanly_without_a_gpu(tmp_path):
 
 def test_rebuild_from_the_committed_h200_run(tmp_path):
     """The parser on real ncu output (reports/benchmarks/hbm, H200): the naive forward moves the seeds' 2 GiB."""
-    src = Path(ht.__file__).parent / "hbm"
-    for f in src.glob("*"):
-        if f.name.startswith(("hbm_log_", "ncu_", "hbm_traffic.json")):
+    here = Path(ht.__file__).parent
+    for f in (here / "hbm").glob("*"):
+        if f.name.startswith(("hbm_log_", "ncu_")):
             shutil.copy(f, tmp_path / f.name)
+    shutil.copy(here / "hbm_traffic.json", tmp_path / "hbm_traffic.json")
     rep = ht.rebuild(tmp_path)
+    assert rep["env"]["gpu"] == "NVIDIA H200" and rep["method"]["command"].startswith("python -m reports.")
     rows = {(r["config"], r["impl"], r["pass"]): r for r in rep["rows"]}
     naive = rows[("seeds", "naive", "fwd")]
     assert naive["source"] == "ncu" and naive["kernels"] == 4

@@ -11,15 +11,15 @@
 //
 // CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
 //   v3 (this version): three fields appended at the END of AttnFwdParams for paged K/V
-//     (block_table, block_table_batch_stride, page_size; /work/team/PAGED_SPEC.md). No earlier field
+//     (block_table, block_table_batch_stride, page_size; oracles/SEMANTICS.md §16). No earlier field
 //     moved, but sizeof(AttnFwdParams) grew, so every AttnBwdParams field after `fwd` moved: rebuild
 //     everything that embeds the structs. A zero-initialised struct (block_table = NULL) means "not
 //     paged", exactly the v2 behaviour. Only attn_splitkv_fwd reads a block table; every other
 //     launcher answers ATTN_ERR_UNSUPPORTED naming block_table when it is not NULL.
 //   v2: no field of AttnFwdParams / AttnBwdParams moved or changed meaning. Added:
 //     ATTN_PARAMS_VERSION; the rule that window values other than -1 must be >= 0 (launchers answer
-//     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, ANCHORS.md §3
-//     #1116); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
+//     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, the
+//     flash-attention #1116 class); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
 //     lse_partial may be NULL (the launcher then allocates stream-ordered scratch itself);
 //     attn_params_layout() so tests can compare the ctypes mirror against the compiled layout.
 #pragma once
