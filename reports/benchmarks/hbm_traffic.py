@@ -185,7 +185,9 @@ def _unavailable(impl: str) -> str | None:
             return f"kernels.cuda_lib: {exc}"
         name = {"cuda-fa1": "attn_fa1_fwd", "cuda-fa2": "attn_fa2_fwd", "cuda-fa3": "attn_fa3_fwd"}[impl]
         if getattr(lib, name, None) is None:
-            return f"{cuda_lib.library_path()} does not export {name} (not built on this branch)"
+            path = cuda_lib.library_path()
+            shown = path.name if path.is_absolute() else str(path)
+            return f"the kernel library ({shown}) does not export {name} (not built on this branch)"
     if impl == "flash-attn-4":
         try:
             import flash_attn.cute  # noqa: F401
