@@ -171,7 +171,8 @@ def segments(kernels: Sequence[dict[str, Any]], marker: str = MARKER) -> list[li
 
 # -- implementations (GPU; the child process) --------------------------------------------------------------
 
-def _unavailable(impl: str) -> str | None:
+def _unavailable(impl: str, pass_: str = "fwd") -> str | None:
+    """Why `impl` cannot run `pass_` here (no GPU, launcher not exported, package missing), else None."""
     import torch
 
     if not torch.cuda.is_available():
@@ -183,11 +184,12 @@ def _unavailable(impl: str) -> str | None:
             lib = cuda_lib.library(build_if_missing=False)
         except Exception as exc:
             return f"kernels.cuda_lib: {exc}"
-        name = {"cuda-fa1": "attn_fa1_fwd", "cuda-fa2": "attn_fa2_fwd", "cuda-fa3": "attn_fa3_fwd"}[impl]
-        if getattr(lib, name, None) is None:
-            path = cuda_lib.library_path()
-            shown = path.name if path.is_absolute() else str(path)
-            return f"the kernel library ({shown}) does not export {name} (not built on this branch)"
+        tag = impl.split("-")[1]
+        for name in (f"attn_{tag}_fwd",) + ((f"attn_{tag}_bwd",) if pass_ != "fwd" else ()):
+            if getattr(lib, name, None) is None:
+                path = cuda_lib.library_path()
+                shown = path.name if path.is_absolute() else str(path)
+                return f"the kernel library ({shown}) does not export {name} (not built on this branch)"
     if impl == "flash-attn-4":
         try:
             import flash_attn.cute  # noqa: F401
@@ -299,7 +301,7 @@ def _child(plan_path: str, log_path: str, reps: int) -> int:
     with open(log_path, "w") as log:
         for item in plan:
             rec = dict(item)
-            reason = _unavailable(item["impl"])
+            reason = _unavailable(item["impl"], item["pass"])
             if reason:
                 rec.update(status="skipped", reason=reason)
                 log.write(json.dumps(rec) + "\n")
