@@ -5,7 +5,7 @@
 # (python -m kernels.build) and $OUT set; writes 8 files under $OUT. SKIP_HBM=1 / SKIP_PYTEST=1 leave parts out.
 #   OUT=/tmp/out bash reports/benchmarks/run_memory_h200.sh
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # keeps carried wheels (/tmp/site) importable
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 if [ -z "${SKIP_HBM:-}" ]; then
     timeout "${HBM_TIMEOUT:-240}" python3 -m reports.benchmarks.hbm_traffic --out /tmp/hbm --reps "${REPS:-5}" \
