@@ -290,10 +290,6 @@ class _FlashAttnBase(Adapter):
             if entry == "with_kvcache_paged":
                 if not paged:
                     return "the with_kvcache_paged spelling expresses paged K/V cases only (layouts paged64/128/256)"
-                return self._page_size_reason(page_size_of(case.layout))
-        return None
-
-    def _page_size_reason(self, page_size: int) -> str | None:
         return None
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
@@ -449,6 +445,7 @@ class FlashAttn2(_FlashAttnBase):
     lse_declared = "+inf"
     entry_points = _FA23_ENTRY_POINTS
     page_table_kw = "block_table"
+    # FA2's block_table takes pages of a multiple of 256 keys: of the paged layouts, paged256
     capabilities = _fa_caps(layouts=frozenset(LAYOUTS) | {"paged256"})
 
     def _check_module(self, mod) -> str | None:
@@ -457,11 +454,6 @@ class FlashAttn2(_FlashAttnBase):
             return "has no flash_attn_func (a FlashAttention-4-only install provides flash_attn.cute alone)"
         if version and not version.startswith("2."):
             return f"version {version} is not 2.x"
-        return None
-
-    def _page_size_reason(self, page_size: int) -> str | None:
-        if page_size % 256:
-            return f"FA2's block_table needs pages of a multiple of 256 keys; this case has {page_size}"
         return None
 
     def _run(self, t, inputs, case, device, want_lse, prepare):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -141,10 +141,14 @@ def spelled_plan(entry: str | None, case: Case, mask: np.ndarray | None,
     return False, vis, entry
 
 
-def _causal_bias(variant: str, case: Case, device: str):
+def _causal_bias(variant: str, case: Case) -> tuple[object, list[str]]:
+    """The CausalBias object of `variant` for the case's lengths, and what torch warned while making it."""
     from torch.nn.attention import bias as attn_bias
 
-    return getattr(attn_bias, variant)(case.Lq, case.Lk)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        made = getattr(attn_bias, variant)(case.Lq, case.Lk)
+    return made, [f"torch warned: {w.message}" for w in caught]
 
 
 def _mask_tensor(attn_mask: np.ndarray | None, dtype, device: str):
@@ -171,6 +175,7 @@ class SdpaCall:
     #: what the public call passes as attn_mask: mask_t, or a torch.nn.attention.bias.CausalBias
     call_mask: object = None
     bias_variant: str | None = None  # "causal_upper_left" / "causal_lower_right" when call_mask is one
+    notes: list[str] = field(default_factory=list)
 
     def mutated(self) -> tuple[str, ...]:
         return tc.changed(self.before, self.handed)
@@ -184,15 +189,15 @@ def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: 
     is_causal, attn_mask, variant = spelled_plan(entry, case, inputs.mask, inputs.bias)
     t = tc.materialize(inputs, case, device, requires_grad=backward)
     mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-    call_mask = mask_t
+    call_mask, notes = mask_t, []
     if variant is not None:
-        call_mask = _causal_bias(variant, case, device)
+        call_mask, notes = _causal_bias(variant, case)
         if _square(case) or variant == "causal_upper_left":  # what CausalBias itself runs: is_causal=True
             is_causal, attn_mask, mask_t = True, None, None
     handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": call_mask if variant is None else None}
     if backward:
         handed["dout"] = t.dout
-    c = SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed), call_mask, variant)
+    c = SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed), call_mask, variant, notes)
     if variant is not None:
         c.attn_mask = tc.visibility(case, None)  # the rows each alignment empties, for the LSE bookkeeping
     return c
@@ -453,7 +458,7 @@ class SdpaAdapter(Adapter):
         if self.entry_point is None:
             return []
         if c.bias_variant is not None:
-            return [f"spelling: attn_mask=torch.nn.attention.bias.{c.bias_variant}(Lq, Lk)"]
+            return [f"spelling: attn_mask=torch.nn.attention.bias.{c.bias_variant}(Lq, Lk)"] + c.notes
         if self.entry_point == "bool_mask":
             return ["spelling: dense boolean attn_mask (True = attend), is_causal=False"]
         return [f"spelling: is_causal={c.is_causal}, attn_mask=None"]

@@ -10,7 +10,8 @@
 #       mkdir -p /tmp/park && cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/
 #   call 2, carry [".vendor/parts/p2", ".vendor/wheels", ".vendor/bin", ".vendor/install.sh"]:
 #       bash reports/benchmarks/run_fa4.sh            # results under $OUT/fa4
-# Knobs: VENDOR (default .vendor), SMOKE_S / RUN_S (time limits, s), FA4_IMPLS (adapter specs), FA4_K (-k).
+# Knobs: VENDOR (default .vendor), SMOKE_S / RUN_S (time limits, s; SMOKE_S=0 skips the smoke test),
+# FA4_IMPLS (adapter specs), FA4_K (-k), BENCH=1 (+ BENCH_S, BENCH_K: the pytest-benchmark rows).
 set -u
 export PYTHONUNBUFFERED=1
 VENDOR=${VENDOR:-.vendor}
@@ -32,3 +33,9 @@ IMPLS=${FA4_IMPLS:-"flash-attn-4 flash-attn-4@func flash-attn-4@varlen_func flas
 timeout "${RUN_S:-420}" python3 -m conformance run --profile gpu --device cuda --impl $IMPLS \
     ${FA4_K:+-k "$FA4_K"} --timeout 180 --progress-every 10 --report-dir "$R" 2>&1 | tail -40
 echo "conformance rc=${PIPESTATUS[0]}"
+if [ "${BENCH:-0}" = 1 ]; then  # FA4 beside torch-flash and cuDNN (tests/kernels/test_cuda_bench.py, tox -e bench)
+    timeout "${BENCH_S:-150}" python3 -m pytest -q -p no:cacheprovider -m benchmark_only --benchmark-enable \
+        --benchmark-json="$R/bench.json" tests/kernels/test_cuda_bench.py \
+        -k "${BENCH_K:-fwd_8k and (flash-attn-4 or torch-flash or torch-cudnn)}" 2>&1 | tail -15
+    python3 reports/benchmarks/bench_table.py "$R/bench.json" > "$R/bench.md" && cat "$R/bench.md"
+fi
