@@ -15,6 +15,12 @@ flash_attn/cute/interface.py):
   ``cu_seqlens`` (`cu_seqlens`, `pack_varlen`, `unpack_varlen`); padded query rows come back as 0.
 - decoding (FA2, FA3): ``flash_attn_with_kvcache`` for forward cases with Lq <= 4 and no seqlens_q;
   per-batch key lengths (``seqlens_k``) go in ``cache_seqlens``.
+- §16 paged K/V: the pools [num_pages, Hkv, page_size, d] become caches [num_pages, page_size, Hkv, d] with
+  the int32 block table: ``flash_attn_with_kvcache(block_table=...)`` (FA2, pages of 256 keys),
+  ``(page_table=...)`` (FA3), ``flash_attn_varlen_func(page_table=..., seqused_k=...)`` (FA4).
+- entry points: each adapter lists its public spellings (``entry_points``); ``NAME@ENTRY``
+  (`conformance.adapters.variants`, conformance/README.md) calls only that one and declines the cases it
+  cannot express; plain NAME picks the spelling per case as above.
 - §3 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
   -> NOT_SUPPORTED.
 - §12 LSE: ``return_attn_probs=True`` (FA2 func/varlen, FA3), ``return_softmax_lse=True``
@@ -185,6 +191,7 @@ class _FlashAttnBase(Adapter):
 
     #: public spellings selectable as ``NAME@ENTRY`` (`conformance.adapters.variants`); auto per case without
     entry_points: ClassVar[tuple[str, ...]] = ()
+    _paged_entries: ClassVar[tuple[str, ...]] = ("with_kvcache_paged",)  # spellings that read the page pools
 
     def __init__(self, entry_point: str | None = None) -> None:
         if entry_point is not None and entry_point not in self.entry_points:
@@ -195,6 +202,8 @@ class _FlashAttnBase(Adapter):
         self._module = None
         self._import_error: str | None = None
         self._notes: list[str] = []
+        self._paged: dict = {}  # the page pools and table of a paged call, by `CaseInputs.arrays` name
+        self._paged_lens: list[int] = []
 
     # -- availability -----------------------------------------------------------------------------
     def module(self):
@@ -350,45 +359,52 @@ class _FlashAttnBase(Adapter):
         v_cache = tc.to_torch(v_pool, dtype, device, name="paged.v_pool")
         bt = torch.from_numpy(table).to(device)
         self._paged = {"paged.k_pool": k_cache, "paged.v_pool": v_cache, "paged.block_table": bt}
+        self._paged_lens = lens
         return k_cache, v_cache, bt, lens
 
     def _finite_tail(self, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray, lens: list[int],
                      page_size: int) -> tuple[np.ndarray, np.ndarray]:
         return k_pool, v_pool
 
-    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+    def _prepare(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool):
+        """(tensors, everything handed to the kernel by name, its snapshot), all made before the kernel record
+        starts: the paged caches too (built for the spellings in `_paged_entries`)."""
         self._notes = []
         self._paged = {}
-        t = self._tensors(inputs, case, device, False)
-        with tc.KernelRecorder(device) as rec:
-            out, lse, entry = self._run(t, inputs, case, device, want_lse=True, prepare=self._prepared)
+        t = self._tensors(inputs, case, device, requires_grad)
+        if page_size_of(case.layout) is not None and self.entry(case) in self._paged_entries:
+            self._paged_cache(inputs, case, device, t.q.dtype)
         handed = self._handed(t, case)
+        return t, handed, tc.snapshot(handed)
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        t, handed, before = self._prepare(inputs, case, device, False)
+        with tc.KernelRecorder(device) as rec:
+            out, lse, entry = self._run(t, inputs, case, device, want_lse=True)
         notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
         lse_np, convention = self._finish_lse(lse, case, notes)
         return ForwardOutput(
             out=tc.to_numpy(out), lse=lse_np, out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
-            kernels=rec.names, mutated_inputs=tc.changed(self._before, handed), lse_convention=convention,
-            notes=notes,
+            kernels=rec.names, mutated_inputs=tc.changed(before, handed), lse_convention=convention, notes=notes,
         )
-
-    def _prepared(self, t: tc.Materialized, case: Case) -> None:
-        """Called by `_run` once every tensor the kernel gets exists, right before the call: the snapshot."""
-        self._before = tc.snapshot(self._handed(t, case))
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
-        self._notes = []
-        self._paged = {}
-        t = self._tensors(inputs, case, device, True)
+        t, handed, before = self._prepare(inputs, case, device, True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
-            out, _, entry = self._run(t, inputs, case, device, want_lse=False, prepare=self._prepared)
+            out, _, entry = self._run(t, inputs, case, device, want_lse=False)
             grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        return tc.autograd_output(out, grads, rec, tc.changed(self._before, self._handed(t, case)),
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed),
                                   notes=[f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else []))
 
+    def _paged_tensors(self):
+        """(k_cache, v_cache, block_table) built by `_prepare` for a paged spelling."""
+        p = self._paged
+        return p["paged.k_pool"], p["paged.v_pool"], p["paged.block_table"]
+
     # -- the FA2 / FA3 spellings (same signatures in flash_attn and flash_attn_interface) -------------
-    def _run_fa23(self, t, inputs, case, device, want_lse, required: dict, prefix: str, prepare):
+    def _run_fa23(self, t, inputs, case, device, want_lse, required: dict, prefix: str):
         """Call `case` through spelling ``self.entry(case)`` with the keywords in `required` (softmax_scale,
         causal, window_size, softcap, descales); returns (out [B, H, Lq, dv], lse [B, H, Lq] or None, name)."""
         mod = self.module()
@@ -398,13 +414,11 @@ class _FlashAttnBase(Adapter):
             _, sk = self._lengths(case)
             required = dict(required, cache_seqlens=torch.tensor(sk, dtype=torch.int32, device=device))
             if entry == "with_kvcache_paged":
-                k, v, table, _ = self._paged_cache(inputs, case, device, t.q.dtype)
+                k, v, table = self._paged_tensors()
                 required[self.page_table_kw] = table
-            prepare(t, case)
             res = _call(mod.flash_attn_with_kvcache, (q, k, v), required, dict(return_softmax_lse=want_lse))
             out, lse = _split_result(res)
             return out.transpose(1, 2), (lse if want_lse else None), f"{prefix}flash_attn_with_kvcache"
-        prepare(t, case)
         if entry == "varlen_func":
             sq, sk = self._lengths(case)
             cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
@@ -456,13 +470,13 @@ class FlashAttn2(_FlashAttnBase):
             return f"version {version} is not 2.x"
         return None
 
-    def _run(self, t, inputs, case, device, want_lse, prepare):
+    def _run(self, t, inputs, case, device, want_lse):
         required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
         if case.softcap:
             required["softcap"] = case.softcap
         if self.entry(case) in ("func", "varlen_func"):
             required["dropout_p"] = 0.0
-        return self._run_fa23(t, inputs, case, device, want_lse, required, "", prepare)
+        return self._run_fa23(t, inputs, case, device, want_lse, required, "")
 
 
 class FlashAttn3(_FlashAttnBase):
@@ -502,7 +516,7 @@ class FlashAttn3(_FlashAttnBase):
         coded = CaseInputs(q=fp8["q8"], k=fp8["k8"], v=fp8["v8"])
         return tc.materialize(coded, case, device, dtype=torch.float8_e4m3fn)
 
-    def _run(self, t, inputs, case, device, want_lse, prepare):
+    def _run(self, t, inputs, case, device, want_lse):
         required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
         if case.softcap:
             required["softcap"] = case.softcap
@@ -512,7 +526,7 @@ class FlashAttn3(_FlashAttnBase):
                 self._notes.append(f"FP8 descales rounded to float32 for FA3 (max relative change {rounded:.2e})")
             for name, arr in ds.items():
                 required[name] = torch.from_numpy(arr).to(device)
-        return self._run_fa23(t, inputs, case, device, want_lse, required, "flash_attn_interface.", prepare)
+        return self._run_fa23(t, inputs, case, device, want_lse, required, "flash_attn_interface.")
 
 
 def _i32(values, device: str):
@@ -563,6 +577,7 @@ class FlashAttn4(_FlashAttnBase):
     lse_declared = "-inf"
     unbounded = None
     entry_points = ("func", "varlen_func", "seqused", "paged", "deterministic")
+    _paged_entries = ("paged",)
     capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
                             layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
 
@@ -636,7 +651,7 @@ class FlashAttn4(_FlashAttnBase):
                                "last, partially used pages set to 0 (unused pages keep NaN)")
         return k_pool, v_pool
 
-    def _run(self, t, inputs, case, device, want_lse, prepare):
+    def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
         entry = self.entry(case)
         kw: dict[str, Any] = dict(softmax_scale=case.scale, causal=case.causal, return_lse=want_lse)
@@ -651,13 +666,11 @@ class FlashAttn4(_FlashAttnBase):
         q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
         name = "flash_attn.cute."
         if entry == "func":
-            prepare(t, case)
             out, lse = _split_result(_call(mod.flash_attn_func, (q, k, v), kw, {}))
             return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_func"
         if entry == "varlen_func":
             kw.update(cu_seqlens_q=_i32(cu_seqlens(sq), device), cu_seqlens_k=_i32(cu_seqlens(sk), device),
                       max_seqlen_q=max(sq), max_seqlen_k=max(sk))
-            prepare(t, case)
             res = _call(mod.flash_attn_varlen_func, (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk)),
                         kw, {})
             out, lse = _split_result(res)
@@ -666,14 +679,12 @@ class FlashAttn4(_FlashAttnBase):
             return out, lse, name + "flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k)"
         if entry == "seqused":
             kw.update(seqused_q=_i32(sq, device), seqused_k=_i32(sk, device))
-            prepare(t, case)
             out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k, v), kw, {}))
             entry_name = name + "flash_attn_varlen_func(seqused_q, seqused_k)"
             return out.transpose(1, 2), (lse if want_lse else None), entry_name
-        k_cache, v_cache, table, lens = self._paged_cache(inputs, case, device, t.q.dtype)
-        kw.update(page_table=table, seqused_k=_i32(lens, device))
+        k_cache, v_cache, table = self._paged_tensors()
+        kw.update(page_table=table, seqused_k=_i32(self._paged_lens, device))
         if case.seqlens_q is not None:
             kw["seqused_q"] = _i32(sq, device)
-        prepare(t, case)
         out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k_cache, v_cache), kw, {}))
         return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_varlen_func(page_table, seqused_k)"

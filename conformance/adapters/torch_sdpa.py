@@ -19,6 +19,12 @@ How a case (oracles/SEMANTICS.md) maps onto the SDPA signature:
   from the public call's. Its value on fully masked rows is 0 (§8 convention "0"): mapped to -inf
   on exactly the rows the case's mask empties, with a note; any other value is left for the engine.
 
+Spellings (``torch-sdpa-*@ENTRY``, `conformance.adapters.variants`, `sdpa_entry_reason`): ``is_causal``
+(flags only), ``bool_mask`` (always a dense boolean mask), ``causal_upper_left`` / ``causal_lower_right``
+(``torch.nn.attention.bias`` CausalBias objects; torch runs those as ``is_causal=True`` when they mean it,
+and for lower-right with Lq != Lk tries the flash / efficient kernels itself, bypassing ``sdpa_kernel``,
+else materialises the mask). A variant calls only its spelling and declines what it cannot express.
+
 `supports` declines with torch's own words: after the declared-capability check it asks torch's
 dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
 dtype, strides, mask and requires_grad) whether the pinned backend accepts the call, and returns the
