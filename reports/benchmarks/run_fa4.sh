@@ -24,13 +24,13 @@ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import importlib.metadata as m, torch, flash_attn.cute as f; print('flash-attn-4', m.version('flash-attn-4'),
 '| flash_attn.cute.__version__', f.__version__, '| nvidia-cutlass-dsl', m.version('nvidia-cutlass-dsl'),
 '| torch', torch.__version__, 'CUDA', torch.version.cuda)"
-if [ "${SMOKE_S:-150}" != 0 ]; then  # SMOKE_S=0 skips the smoke test (GNU timeout 0 would mean no limit)
-    timeout "${SMOKE_S:-150}" python3 reports/benchmarks/fa4_smoke.py --out "$R" 2>&1 | tee "$R/smoke.log" \
+if [ "${SMOKE_S:-90}" != 0 ]; then  # SMOKE_S=0 skips the smoke test (GNU timeout 0 would mean no limit)
+    timeout "${SMOKE_S:-90}" python3 reports/benchmarks/fa4_smoke.py --out "$R" 2>&1 | tee "$R/smoke.log" \
         | grep -v -e Warning -e generate_mlir_function_types -e _warn_once
 fi
 IMPLS=${FA4_IMPLS:-"flash-attn-4 flash-attn-4@func flash-attn-4@varlen_func flash-attn-4@seqused flash-attn-4@paged flash-attn-4@deterministic"}
 # shellcheck disable=SC2086
-timeout "${RUN_S:-420}" python3 -m conformance run --profile gpu --device cuda --impl $IMPLS \
+timeout "${RUN_S:-470}" python3 -m conformance run --profile gpu --device cuda --impl $IMPLS \
     ${FA4_K:+-k "$FA4_K"} --timeout 180 --progress-every 10 --report-dir "$R" 2>&1 | tail -40
 echo "conformance rc=${PIPESTATUS[0]}"
 if [ "${BENCH:-0}" = 1 ]; then  # FA4 beside torch-flash and cuDNN (tests/kernels/test_cuda_bench.py, tox -e bench)

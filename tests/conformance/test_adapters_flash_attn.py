@@ -499,3 +499,23 @@ def test_fa23_with_kvcache_paged_spelling(cls, fake, kw):
     assert "forward only" in _claims(cls("with_kvcache"), DENSE_BWD)
     assert "with_kvcache_paged" in _claims(cls("with_kvcache"), PAGED.replace(layout="paged256", Lk=300,
                                                                               seqlens_k=(300, 70, 1)))
+
+
+def test_fa4_declares_bitwise_determinism_only_in_its_deterministic_spelling():
+    """Only ``flash-attn-4@deterministic`` passes ``deterministic=True`` to FA4, so only it may claim it."""
+    calls = []
+    mod = _fake_fa4_full()
+    plain = mod.flash_attn_func
+
+    def spy(*args, **kw):
+        calls.append(kw.get("deterministic", False))
+        return plain(*args, **kw)
+
+    mod.flash_attn_func = spy
+    for entry, claimed in ((None, False), ("func", False), ("deterministic", True)):
+        adapter = FlashAttn4(entry)
+        adapter._module = mod
+        assert adapter.capabilities.deterministic is claimed
+        adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+        assert calls[-1] is claimed
+    assert FlashAttn4.capabilities.deterministic is False  # the class's claims are not changed by an instance
