@@ -192,6 +192,9 @@ class _FlashAttnBase(Adapter):
     #: public spellings selectable as ``NAME@ENTRY`` (`conformance.adapters.variants`); auto per case without
     entry_points: ClassVar[tuple[str, ...]] = ()
     _paged_entries: ClassVar[tuple[str, ...]] = ("with_kvcache_paged",)  # spellings that read the page pools
+    #: substrings of the CUDA kernel names the library launches (forward, backward); a record without any
+    #: of them gets a note (empty: not checked)
+    expected_kernels: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
 
     def __init__(self, entry_point: str | None = None) -> None:
         if entry_point is not None and entry_point not in self.entry_points:
@@ -382,6 +385,7 @@ class _FlashAttnBase(Adapter):
         with tc.KernelRecorder(device) as rec:
             out, lse, entry = self._run(t, inputs, case, device, want_lse=True)
         notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
+        notes += self._kernel_notes(rec, 0)
         lse_np, convention = self._finish_lse(lse, case, notes)
         return ForwardOutput(
             out=tc.to_numpy(out), lse=lse_np, out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
@@ -395,8 +399,15 @@ class _FlashAttnBase(Adapter):
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, _, entry = self._run(t, inputs, case, device, want_lse=False)
             grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        return tc.autograd_output(out, grads, rec, tc.changed(before, handed),
-                                  notes=[f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else []))
+        notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
+        notes += self._kernel_notes(rec, 1)
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed), notes=notes)
+
+    def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
+        """A note when the record (forward: 0, backward: 1) holds none of the library's expected kernels."""
+        expected = self.expected_kernels[which]
+        note = tc.missing_kernel_note(rec.names, expected, self.name) if expected else None
+        return [note] if note else []
 
     def _paged_tensors(self):
         """(k_cache, v_cache, block_table) built by `_prepare` for a paged spelling."""
@@ -578,6 +589,9 @@ class FlashAttn4(_FlashAttnBase):
     unbounded = None
     entry_points = ("func", "varlen_func", "seqused", "paged", "deterministic")
     _paged_entries = ("paged",)
+    # seen on the H200 (reports/gpu/flash_attn_4/README.md): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
+    # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
+    expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
     capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
                             layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
 

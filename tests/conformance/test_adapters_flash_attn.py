@@ -519,3 +519,22 @@ def test_fa4_declares_bitwise_determinism_only_in_its_deterministic_spelling():
         adapter.forward(make_inputs(DENSE), DENSE, "cpu")
         assert calls[-1] is claimed
     assert FlashAttn4.capabilities.deterministic is False  # the class's claims are not changed by an instance
+
+
+def test_fa4_notes_a_kernel_record_without_its_sm90_kernel(monkeypatch):
+    """On CUDA the record must show FA4's sm90 forward kernel; a record of other kernels only gets a note."""
+    from conformance.adapters import _torch_common as tc
+
+    class Recorder(tc.KernelRecorder):
+        def __exit__(self, *exc):
+            self.names = ("void at::native::elementwise_kernel<...>",)
+
+    monkeypatch.setattr(tc, "KernelRecorder", Recorder)
+    adapter = FlashAttn4()
+    adapter._module = _fake_fa4_full()
+    fo = adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+    assert any("FlashAttentionForwardSm90" in n for n in fo.notes), fo.notes
+    Recorder.__exit__ = lambda self, *exc: setattr(self, "names", ("kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90"
+                                                                   "FlashAttentionForwardSm90_object_at_",))
+    fo = adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+    assert not any("none of the captured" in n for n in fo.notes), fo.notes
