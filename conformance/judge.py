@@ -129,6 +129,8 @@ class _Judgement:
         self.v = verdict
         self.finding_messages: list[str] = []
         self.planted = planted_nan(case)
+        self.masked_padded_rows = bool(getattr(capabilities, "padding_as_mask", False) and case.seqlens_q is not None
+                                       and any(int(n) < case.Lq for n in case.seqlens_q))
         self.finding_allowed = False
         self.why_fail = ""
         p = self.planted
@@ -159,6 +161,9 @@ class _Judgement:
         """`msg` with what was poisoned and where when the non-finite values can come from planted NaN;
         None when they are the named finding masked_nan instead of a failure (SEMANTICS.md §17)."""
         p = self.planted
+        if p is None and stats.nonfinite and self.masked_padded_rows and stats.name in ("dk", "dv"):
+            return (f"{msg}; the padded query rows reach this API as fully masked rows (SEMANTICS.md §7, §17), and "
+                    "a kernel that returns NaN on fully masked rows (§8 says 0) carries it into dk, dv")
         if p is None or not stats.nonfinite:
             return msg
         name, idx = stats.name, list(stats.nonfinite_index or ())
