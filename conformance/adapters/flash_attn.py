@@ -318,7 +318,7 @@ class _FlashAttnBase(Adapter):
         if lse_bhl is None:
             return None, "-inf"
         lse = tc.to_numpy(lse_bhl)
-        vis = tc.visibility(case, None)
+        vis = tc.visibility(case, None, padded_rows_visible=True)  # real rows only: padding is not compared
         empty = tc.fully_masked_rows(vis, (case.B, case.Hq, case.Lq))
         lse, convention, note = tc.translate_empty_lse(lse, empty, self.lse_declared)
         if note:

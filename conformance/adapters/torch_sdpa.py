@@ -56,6 +56,7 @@ from conformance.adapters.base import (
     capability_reason,
 )
 from conformance.adapters.variants import variant_name
+from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
@@ -230,6 +231,7 @@ class SdpaAdapter(Adapter):
     cuda_caps: ClassVar[Capabilities | None] = None
     #: LSE value the CPU op writes on fully masked rows (SEMANTICS.md §8 names conventions)
     cpu_lse_convention: ClassVar[str] = "-inf"
+    marks_code_under_test = True  # torch's SDPA calls (and autograd through them) are the code under test
 
     entry_points: ClassVar[tuple[str, ...]] = SDPA_ENTRY_POINTS
 
@@ -354,7 +356,7 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]):
+        with sdpa_kernel([self.backend]), under_test():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
@@ -411,7 +413,8 @@ class SdpaAdapter(Adapter):
         if mask_t is not None and mask_t.dtype == torch.bool:
             fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
         try:
-            got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
+            with under_test():
+                got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
         except Exception as exc:
             if declared:
                 raise
@@ -456,7 +459,8 @@ class SdpaAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True, entry=self.entry_point)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
-            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+            with under_test():
+                grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated(),
                                   notes=self._spelling_notes(c) + self._kernel_notes(rec, 1))
 
@@ -477,7 +481,7 @@ _FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "
 def _caps(**kw) -> Capabilities:
     base = dict(dtypes=_ALL_FLOAT, devices=frozenset({"cpu"}), alignments=frozenset(ALIGNMENTS), window=True,
                 mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
-                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False)
+                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True)
     base.update(kw)
     return Capabilities(**base)
 

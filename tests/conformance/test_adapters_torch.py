@@ -152,10 +152,14 @@ def test_flex_declares_no_cpu_backward():
 
 
 @pytest.mark.backward
-def test_varlen_padded_rows_get_a_neutral_bias():
-    """Padded query rows attend everywhere with bias 0: a -inf bias row there (rows 1 and 4 here, padded since
-    seqlens_q = 1) would leave a naive softmax with NaN rows that poison dK/dV through autograd."""
+def test_varlen_padded_rows_are_fully_masked_rows():
+    """Padded query rows reach an SDPA-signature function as fully masked rows (SEMANTICS.md §17), whatever their
+    bias (a -inf bias row here: rows 1 and 4, padded since seqlens_q = 1): a function that returns 0 there (§8)
+    passes forward and backward; a naive softmax (NaN on fully masked rows) fails dk with a message saying why."""
     from conformance.adapters.third_party import wrap_sdpa_function
+    from conformance.engine import Runner
+    from conformance.examples.good_sdpa import attention as good
+    from conformance.registry import LoadedAdapter
 
     def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
@@ -165,7 +169,7 @@ def test_varlen_padded_rows_get_a_neutral_bias():
 
     case = C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float64", seqlens_q=(1, 1), seqlens_k=(9, 4), bias="neg_inf_rows",
              backward=True)
-    check_backward(wrap_sdpa_function(naive, "naive"), case)
+    check_backward(wrap_sdpa_function(good, "good"), case)
     check_forward(FlexAttention(), case.replace(backward=False))
 
 
@@ -262,3 +266,8 @@ def test_cli_runs_a_spelling_on_its_own_row_and_refuses_an_unknown_one(tmp_path,
     outcomes = {r["outcome"] for r in report["results"]}
     assert outcomes == {"PASS", "NOT_SUPPORTED"}
     assert all("--impl torch-sdpa-math@causal_lower_right" in r["repro"] for r in report["results"])
+    adapter = wrap_sdpa_function(naive, "naive")
+    la = LoadedAdapter("naive", "naive", adapter)
+    res = Runner([la], "cpu").run_case(la, case)
+    assert res.outcome == "FAIL" and res.checks["dk"] == "fail", res.message
+    assert "fully masked rows" in res.message, res.message
