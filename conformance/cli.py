@@ -109,8 +109,8 @@ def _check_specs(specs: list[str]) -> None:
     """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
     from conformance.registry import spec_error
 
-    for spec in specs:
-        problem = spec_error(spec)
+    for spec in (part.strip() for s in specs for part in s.split(",")):  # "a,b" as `resolve_specs` reads it
+        problem = spec_error(spec) if spec else None
         if problem:
             raise UsageError(f"--impl: {problem}")
 
