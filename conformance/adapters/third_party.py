@@ -228,6 +228,9 @@ class SdpaFunctionAdapter(Adapter):
             return "the SDPA signature cannot express softcap (tanh is not an additive bias)"
         if case.dtype not in PROBE_DTYPES:
             return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
+        if case.layout not in LAYOUTS:
+            return (f"the SDPA signature takes dense K/V, not the paged layout {case.layout} "
+                    "(a page pool behind a block table, SEMANTICS.md §16)")
         p = self.probes(device)
         for feature in self.needs(case):
             if p.get(feature) is not None:
