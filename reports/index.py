@@ -166,7 +166,7 @@ def render_index(root: Path = REPORTS_DIR) -> str:
 
 def listed_paths(text: str) -> list[str]:
     """Repository paths an index.md lists (its back-ticked ``reports/...`` names)."""
-    return sorted(set(re.findall(r"`(reports/[^`\s]+)`", text)))
+    return sorted(p for p in set(re.findall(r"`(reports/[\w./-]+)`", text)) if not p.startswith("reports/latest"))
 
 
 def main(argv: list[str] | None = None) -> int:
