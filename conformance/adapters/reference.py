@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
+from conformance.calldata import under_test
 from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
@@ -34,6 +35,7 @@ class _Reference(Adapter):
 
     module_name: ClassVar[str] = ""
     default_knobs: ClassVar[dict[str, Any]] = {"block_q": 64, "block_k": 64}
+    marks_code_under_test = True  # the kernel module's functions are the code under test (`_kernel`)
 
     def __init__(self, kernel_module: ModuleType | None = None, **knobs: Any):
         self.kernel = kernel_module if kernel_module is not None else importlib.import_module(self.module_name)
@@ -53,14 +55,19 @@ class _Reference(Adapter):
         kw.update(mask=inputs.mask, bias=inputs.bias, dtype=case.dtype, **self.knobs)
         return kw
 
+    def _kernel(self, fn_name: str, *args: Any, **kw: Any) -> Any:
+        """``self.kernel.<fn_name>(*args, **kw)``: the code under test (its exceptions are its own)."""
+        with under_test():
+            return getattr(self.kernel, fn_name)(*args, **kw)
+
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
         """(out, lse, dq, dk, dv): the kernel's forward, then its backward on that forward's outputs."""
-        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **kw)
-        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, **kw)
+        out, lse = self._kernel("forward", inputs.q, inputs.k, inputs.v, **kw)
+        dq, dk, dv = self._kernel("backward", inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, **kw)
         return out, lse, dq, dk, dv
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
+        out, lse = self._kernel("forward", inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=case.dtype, kernels=(f"{self.module_name}.forward",))
 
@@ -85,8 +92,8 @@ class ReferenceFA1(_Reference):
 
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
         """As the base, with the forward's row statistics l, m handed to the backward (FA1 stores them)."""
-        out, lse, l, m = self.kernel.forward(inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
-        dq, dk, dv = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m, **kw)
+        out, lse, l, m = self._kernel("forward", inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
+        dq, dk, dv = self._kernel("backward", inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m, **kw)
         return out, lse, dq, dk, dv
 
 
@@ -132,8 +139,9 @@ class ReferenceSplitKV(_Reference):
             raise ValueError(f"{self.name}: case {case.id} has layout {case.layout} but inputs.paged is "
                              f"{'missing' if paged is None else f'for page_size {got}'} "
                              f"(conformance.inputs.make_inputs builds it)")
-        out, lse = self.kernel.forward(inputs.q, paged["k_pool"], paged["v_pool"], block_table=paged["block_table"],
-                                       page_size=page_size, seqlen_k=case.Lk, **self._kwargs(inputs, case))
+        out, lse = self._kernel("forward", inputs.q, paged["k_pool"], paged["v_pool"],
+                                block_table=paged["block_table"], page_size=page_size, seqlen_k=case.Lk,
+                                **self._kwargs(inputs, case))
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=case.dtype, kernels=(f"{self.module_name}.forward[paged]",))
 
@@ -167,9 +175,9 @@ class ReferenceFA3FP8(_Reference):
         qi = self._quantized(inputs, case)
         kw = dict(case.oracle_kwargs)
         kw.update(mask=inputs.mask, bias=inputs.bias, **self.knobs)
-        out, lse = self.kernel.forward_fp8(qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
-                                           qi["v_descale"], format=qi["format"], block_q=qi["tile_q"],
-                                           block_k=qi["tile_k"], **kw)
+        out, lse = self._kernel("forward_fp8", qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
+                                qi["v_descale"], format=qi["format"], block_q=qi["tile_q"], block_k=qi["tile_k"],
+                                **kw)
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=self.knobs["out_dtype"], kernels=(f"{self.module_name}.forward_fp8",))
 

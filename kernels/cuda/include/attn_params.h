@@ -128,6 +128,19 @@ int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  
 int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa2_bwd.cu
 int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // A: kernels/cuda/splitkv.cu
 
+// FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices
+// and for strides TMA cannot express, naming the argument). attn_fa3_fwd_variant runs one of the ablation
+// builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
+int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
+int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
+enum AttnFa3Variant {
+    ATTN_FA3_NO_PINGPONG = 1,    // warp specialised, overlap, persistent; warpgroups issue GEMMs freely
+    ATTN_FA3_NO_OVERLAP = 2,     // warp specialised, pingpong, persistent; S, softmax, PV in sequence
+    ATTN_FA3_NO_PERSISTENT = 3,  // warp specialised, pingpong, overlap; one CTA per work tile
+    ATTN_FA3_NO_WS = 4,          // two consumer warpgroups, thread 0 issues the loads; overlap, one CTA per tile
+    ATTN_FA3_STAGE1 = 5,         // one warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
+};
+
 // Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
 // splits attn_splitkv_fwd uses for p (p->num_splits when >= 1, else its own choice for a device with
 // num_sms multiprocessors; num_sms <= 0 = the current device's), or -1 when p is invalid.
