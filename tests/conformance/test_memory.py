@@ -136,11 +136,11 @@ def test_capability_flag_defaults_to_no_claim():
 
 
 def test_builtin_claims():
-    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
+    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaFA3, CudaSplitKV
     from conformance.adapters.flash_attn import FlashAttn2, FlashAttn4
     from conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
 
-    for cls in (CudaFA1, CudaFA2, CudaSplitKV, FlashAttn2, FlashAttn4):
+    for cls in (CudaFA1, CudaFA2, CudaFA3, CudaSplitKV, FlashAttn2, FlashAttn4):
         assert cls.capabilities.memory == "linear", cls.name
     for cls in (SdpaFlash, SdpaEfficient, SdpaCudnn):
         assert cls.cuda_caps.memory == "linear", cls.name
