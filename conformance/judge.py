@@ -73,6 +73,7 @@ class Verdict:
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.calldata.raise_site`)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     oracle_seconds: float = 0.0
     seconds: float = 0.0
 
@@ -289,6 +290,8 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
     Pure: reads its arguments, calls no adapter, changes nothing.
     """
     v = Verdict(oracle_seconds=float(getattr(oracle, "seconds", 0.0) or 0.0))
+    v.memory = {k: c.memory for k, c in (("forward", result.forward), ("backward", result.backward))
+                if c is not None and c.memory}  # recorded, not judged: the memory family is judged across cases
     j = _Judgement(v, case, capabilities, strict)
     fwd = result.forward
     if fwd.error is not None:

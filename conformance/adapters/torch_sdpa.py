@@ -510,7 +510,7 @@ class SdpaFlash(SdpaAdapter):
     # is_causal only for Lq == Lk (torch refuses non-square causal: FA2 would align it bottom-right)
     # (the head-dim limits are left to torch's dispatcher check in `supports`, which words them itself)
     cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, dv_ne_d=False, alignments=frozenset({"top_left"}),
-                      window=False, mask=False, bias=False, varlen=False)
+                      window=False, mask=False, bias=False, varlen=False, memory="linear")
     cpu_lse_convention = "0"
 
     def _device_reason(self, device: str) -> str | None:
@@ -539,7 +539,8 @@ class SdpaEfficient(SdpaAdapter):
     backend_name = "EFFICIENT_ATTENTION"
     expected_kernels = (("fmha_cutlassF",), ("fmha_cutlassB",))
     cpu_reason = "torch SDPA's EFFICIENT_ATTENTION backend has no CPU implementation (CUDA only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}))
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}),
+                      memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, log_sumexp [B, H, ceil(Lq / 32) * 32], seed, offset); no native GQA
@@ -557,7 +558,8 @@ class SdpaCudnn(SdpaAdapter):
     backend_name = "CUDNN_ATTENTION"
     expected_kernels = (("cudnn", "fort_native_sdpa"), ("cudnn", "fort_native_sdpa"))
     cpu_reason = "torch SDPA's CUDNN_ATTENTION backend has no CPU implementation (CUDA + cuDNN only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF)  # shape limits: torch's dispatcher check
+    # shape limits: torch's dispatcher check
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, logsumexp [B, H, Lq] or [B, H, Lq, 1], ...); K/V expanded to Hq heads for the second call
