@@ -11,7 +11,7 @@ with dk, dv summed over the query heads of each kv head (GQA, §9). Fully masked
 have P = 0, hence dq = 0 and no contribution (§7, §8).
 
 With an LSE cotangent ``dlse`` (the LSE is an output with a gradient) ``dS = P * (dP - D + dlse)``; with
-sinks (§17) P is taken against the LSE that includes the sink, and the sink's gradient is
+sinks (§18) P is taken against the LSE that includes the sink, and the sink's gradient is
 
     dsink_h = sum_{b, i real rows} P_sink,i (dlse_i - D_i),   P_sink,i = exp(sink_h - LSE'_i)
 
@@ -54,7 +54,7 @@ def attention_backward(
 
     Same keywords as the forward; ``dlse`` [B, Hq, Lq] is the LSE's cotangent (``None`` = 0; entries of
     padded rows, and of rows whose LSE is -inf, are ignored). With ``sinks`` [Hq] the result is
-    ``(dq, dk, dv, dsinks)``, ``dsinks`` [Hq] summed over batch and query rows (§17). Shapes: dq like q,
+    ``(dq, dk, dv, dsinks)``, ``dsinks`` [Hq] summed over batch and query rows (§18). Shapes: dq like q,
     dk like k, dv like v, all float64 (§13). ``scale``, ``mask`` and ``bias`` are constants. Validation as
     in §15. Memory: a few [rows x Lk] blocks (scores/P and dP) at a time per (batch, head).
     """
@@ -79,7 +79,7 @@ def attention_backward(
             kh = p.k[b, hk]
             do = p.dout[b, h, :sq]
             dlse_h = np.zeros(sq) if p.dlse is None else p.dlse[b, h, :sq]
-            # per real row: P_sink and D; rows no block reaches keep the empty-row values 1 and 0 (§17)
+            # per real row: P_sink and D; rows no block reaches keep the empty-row values 1 and 0 (§18)
             p_sink = np.full(sq, 0.0 if p.sinks is None or p.sinks[h] == -np.inf else 1.0)
             d_rows = np.zeros(sq)
             for r0, r1 in blocks:
@@ -117,7 +117,7 @@ def attention_backward(
 
 
 def _with_sink(w: np.ndarray, m: np.ndarray, l: np.ndarray, empty: np.ndarray, sink: float):
-    """P against the LSE that includes the sink, and P_sink per row (§17), from the sink-free P ``w``.
+    """P against the LSE that includes the sink, and P_sink per row (§18), from the sink-free P ``w``.
 
     ``m``, ``l`` are the block's row max and sum of exp(s - m); the sink-free LSE is ``m + log l``.
     """

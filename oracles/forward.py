@@ -8,7 +8,7 @@ the fully-masked-row convention of §8:
     rows with no visible key (m = -inf): O = 0, LSE = -inf (§8); padded query rows likewise (§7).
 
 With ``sinks`` the sink logit of each head is folded in once per row at the end (`oracles.sinks.fold_sinks`,
-§17); ``chunk`` restricts visibility to the query's chunk (§18, `oracles.masking`).
+§18); ``chunk`` restricts visibility to the query's chunk (§19, `oracles.masking`).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def attention(
     ``seqlens_k`` per-batch real lengths (§7); rows with no visible key give O = 0, LSE = -inf (§8);
     query head h reads kv head h // (Hq / Hkv) (§9); LSE is the natural-log logsumexp of the final
     scores (§12); ``sinks`` [Hq]: one sink logit per query head in every row's denominator, LSE includes it,
-    a fully masked row gives O = 0 and LSE = the sink (§17); ``chunk``: key j is visible to query i only in
-    the same chunk of aligned positions (§18). Bad input raises ValueError (§15). Memory: one [rows x Lk]
+    a fully masked row gives O = 0 and LSE = the sink (§18); ``chunk``: key j is visible to query i only in
+    the same chunk of aligned positions (§19). Bad input raises ValueError (§15). Memory: one [rows x Lk]
     score block at a time.
     """
     p = validate(

@@ -12,7 +12,7 @@ Key j is visible to query i iff all of
     j <= c(i)                 if causal     (§4)
     j >= c(i) - left          if left  is not None   (§5)
     j <= c(i) + right         if right is not None   (§5)
-    c(i) // chunk == j // chunk   if chunk is not None  (§18; floor division, so c(i) < 0 sees no key)
+    c(i) // chunk == j // chunk   if chunk is not None  (§19; floor division, so c(i) < 0 sees no key)
 
 so ``causal=True`` with ``window=(left, right)`` is the same as ``causal=False`` with
 ``window=(left, 0)`` for every ``right >= 0`` (§5). The boolean ``mask`` and ``-inf`` bias entries
@@ -38,7 +38,7 @@ def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
 
 
 def chunk_index(pos, chunk: int):
-    """The chunk of aligned position ``pos`` (int or int array): ``floor(pos / chunk)`` (§18).
+    """The chunk of aligned position ``pos`` (int or int array): ``floor(pos / chunk)`` (§19).
 
     Query i is in chunk ``chunk_index(c(i), chunk)``, key j in ``chunk_index(j, chunk)``; the pair is
     visible only when the two agree. Floor division puts a negative ``c(i)`` (bottom-right rows before
@@ -58,7 +58,7 @@ def _effective_window(causal: bool, window: tuple[int | None, int | None]) -> tu
 def key_range(
     row_start: int, row_stop: int, *, sq: int, sk: int, causal: bool, alignment: str, window, chunk: int | None = None
 ) -> tuple[int, int]:
-    """Keys ``[lo, hi)`` that any query row in ``[row_start, row_stop)`` can see by §4, §5, §7, §18.
+    """Keys ``[lo, hi)`` that any query row in ``[row_start, row_stop)`` can see by §4, §5, §7, §19.
 
     Keys outside this range are invisible to every row of the block, so the oracle need not score
     them (their weight is exactly 0). ``hi <= lo`` means the whole block is fully masked (§8).
@@ -87,7 +87,7 @@ def block_invisible(
     chunk: int | None = None,
 ) -> np.ndarray | None:
     """True where query i in ``[row_start, row_stop)`` may *not* see key j in ``[col_start, col_stop)``
-    (§4, §5, §7, §18), as a bool array ``[rows, cols]``; ``None`` when every pair is visible."""
+    (§4, §5, §7, §19), as a bool array ``[rows, cols]``; ``None`` when every pair is visible."""
     left, right = _effective_window(causal, window)
     c = np.arange(row_start, row_stop, dtype=np.int64)[:, None] + diagonal_offset(sq, sk, alignment)
     j = np.arange(col_start, col_stop, dtype=np.int64)[None, :]
@@ -122,7 +122,7 @@ def block_visibility(
     window: tuple[int | None, int | None],
     chunk: int | None = None,
 ) -> np.ndarray | None:
-    """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7, §18).
+    """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7, §19).
 
     Returns a bool array ``[row_stop - row_start, Lk]``, or ``None`` when every entry is visible.
     """
@@ -142,7 +142,7 @@ def visibility(
     seqlens_k=None,
     chunk=None,
 ) -> np.ndarray:
-    """Dense boolean visibility (True = attend) for the given semantics (§4, §5, §7, §18).
+    """Dense boolean visibility (True = attend) for the given semantics (§4, §5, §7, §19).
 
     Returns shape ``[Lq, Lk]`` when both ``seqlens_q`` and ``seqlens_k`` are ``None``, otherwise
     ``[B, 1, Lq, Lk]`` (B = the seqlens length); both broadcast to ``[B, Hq, Lq, Lk]`` and can be

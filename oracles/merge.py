@@ -7,7 +7,7 @@ by its own sum and its LSE. `merge_partials` combines any set of such partials, 
 
 Splits with LSE_s = -inf contribute nothing, whatever O_s holds; all-empty gives O = 0, LSE = -inf.
 
-Sinks (§17) join the merge once, not once per split: the partials are sink-free, and
+Sinks (§18) join the merge once, not once per split: the partials are sink-free, and
 ``merge_partials(..., sinks=)`` adds one extra partial ``(O = 0, LSE = sink_h)`` per row
 (`oracles.sinks.fold_sinks`), so all-empty rows give O = 0, LSE = sink_h.
 """
@@ -29,7 +29,7 @@ def merge_partials(outs, lses, sinks=None) -> tuple[np.ndarray, np.ndarray]:
     """Merge split-KV partials ``outs [S, ..., Lq, dv]``, ``lses [S, ..., Lq]`` into ``(out, lse)`` (§14).
 
     The leading axis enumerates splits (any order; S >= 1). ``lses`` may hold ``-inf`` (empty split)
-    but not NaN or ``+inf`` (ValueError). ``sinks`` [Hq] (§17; the head axis of ``lses`` is the second
+    but not NaN or ``+inf`` (ValueError). ``sinks`` [Hq] (§18; the head axis of ``lses`` is the second
     last) are folded in once, after the splits. Returns float64 ``out [..., Lq, dv]``, ``lse [..., Lq]``.
     """
     o = np.asarray(outs, dtype=np.float64)
@@ -66,12 +66,12 @@ def split_partials(q, k, v, boundaries: Sequence[int], **kw) -> tuple[np.ndarray
     ``boundaries`` are the edges ``0 = b_0 <= b_1 <= ... <= b_S = Lk``; split s covers keys
     ``[b_s, b_{s+1})`` (empty splits allowed). Every other rule (causal, window, mask, bias, varlen)
     uses the global key index. ``kw`` are the keywords of `oracles.attention` except ``sinks``: partials
-    are sink-free and the sink joins `merge_partials` once (§17), so ``sinks=`` here is a ValueError.
+    are sink-free and the sink joins `merge_partials` once (§18), so ``sinks=`` here is a ValueError.
     """
     p = validate(q, k, v, **{n: x for n, x in kw.items() if n != "mask"})
     if kw.get("sinks") is not None:
         raise ValueError(
-            "sinks: split partials are sink-free; pass sinks= to merge_partials, which adds the sink once (§17); "
+            "sinks: split partials are sink-free; pass sinks= to merge_partials, which adds the sink once (§18); "
             f"q.shape={p.q.shape}, k.shape={p.k.shape}, v.shape={p.v.shape}"
         )
     edges = [int(x) for x in boundaries]

@@ -5,7 +5,7 @@ by central differences, one input entry at a time: ``(L(x + eps) - L(x - eps)) /
 Truncation error is O(eps^2), rounding error O(eps_64 |L| / eps); eps = 1e-6 gives ~1e-10 for O(1)
 inputs, well inside the 2e-8 bound of the seed lab ([FA-anim] "动手 · CPU 参考实现").
 `compare_gradients` / `gradcheck` report the worst entry with its index (SEMANTICS.md §13).
-`central_differences` is the general form: any list of arguments (e.g. q, k, v and the sinks of §17) and any
+`central_differences` is the general form: any list of arguments (e.g. q, k, v and the sinks of §18) and any
 list of outputs with their cotangents (e.g. out with dout and LSE with dlse).
 """
 

@@ -2,8 +2,8 @@
 
 Each check compares two independent routes to the same number and records the error and its bound:
 dense vs streaming forward (§12), dense vs merged split-KV partials (§14), analytic backward vs
-central differences (§13), the same three with sinks and chunks (§17, §18; d sink with an LSE cotangent),
-the fully-masked-row-with-sink convention (§17), the seed lab (`oracles.lab`), and two worked numbers from the seeds
+central differences (§13), the same three with sinks and chunks (§18, §19; d sink with an LSE cotangent),
+the fully-masked-row-with-sink convention (§18), the seed lab (`oracles.lab`), and two worked numbers from the seeds
 (online-softmax O ~ 4.966, split-K O ~ 1.612955). Returns / prints PASS or FAIL per check.
 """
 
@@ -125,12 +125,12 @@ CHECKS: dict[str, tuple[Callable[[], float], float, str]] = {
     "merge_vs_dense": (_merge, 1e-12, "merge of split-KV partials incl. an empty split vs dense (§14)"),
     "backward_vs_central_differences": (_backward, 2e-8, "analytic backward vs central differences (§13)"),
     "sinks_chunk_streaming_merge_vs_dense": (
-        _sinks_streaming_merge, 1e-12, "sinks + chunk: streaming (sink in the running max) and merge (sink once) (§17)"
+        _sinks_streaming_merge, 1e-12, "sinks + chunk: streaming (sink in the running max) and merge (sink once) (§18)"
     ),
     "sinks_backward_vs_central_differences": (
-        _sinks_backward, 2e-8, "dq, dk, dv, d sink with dout and dlse vs central differences (§13, §17)"
+        _sinks_backward, 2e-8, "dq, dk, dv, d sink with dout and dlse vs central differences (§13, §18)"
     ),
-    "sink_fully_masked_row": (_sink_empty_row, 0.0, "no visible key with a sink: O = 0, LSE = sink exactly (§17)"),
+    "sink_fully_masked_row": (_sink_empty_row, 0.0, "no visible key with a sink: O = 0, LSE = sink exactly (§18)"),
     "seed_lab": (_lab, 1.0, "python -m oracles.lab --length 7 --block 3: worst error / its bound"),
     "seed_online_softmax_4.966": (_seed_online_softmax, 1e-14, "[FA-anim] online-softmax example, exact form"),
     "seed_split_k_1.612955": (_seed_split_k, 5e-7, "[FA2-ch] split-K example"),

@@ -1,4 +1,4 @@
-"""Attention sinks: one extra logit per query head in every row's softmax denominator (SEMANTICS.md §17).
+"""Attention sinks: one extra logit per query head in every row's softmax denominator (SEMANTICS.md §18).
 
 A sink ``sigma_h`` is a score with no value. For a row i of head h with scores ``s_ij`` over its visible keys:
 
@@ -25,12 +25,12 @@ def sink_lse_broadcast(sinks: np.ndarray, lse_shape: tuple[int, ...]) -> np.ndar
     s = np.asarray(sinks, dtype=np.float64)
     if len(lse_shape) < 2 or s.shape != (lse_shape[-2],):
         raise ValueError(f"sinks must have shape [Hq] = [{lse_shape[-2] if len(lse_shape) >= 2 else '?'}] for an "
-                         f"LSE of shape [..., Hq, Lq] = {list(lse_shape)} (§17); got sinks.shape={s.shape}")
+                         f"LSE of shape [..., Hq, Lq] = {list(lse_shape)} (§18); got sinks.shape={s.shape}")
     return np.broadcast_to(s[:, None], lse_shape)
 
 
 def fold_sinks(out: np.ndarray, lse: np.ndarray, sinks) -> tuple[np.ndarray, np.ndarray]:
-    """Fold the per-head sink logits into a sink-free ``(out [..., Hq, Lq, dv], lse [..., Hq, Lq])`` (§17).
+    """Fold the per-head sink logits into a sink-free ``(out [..., Hq, Lq, dv], lse [..., Hq, Lq])`` (§18).
 
     Returns new float64 arrays: ``lse' = logaddexp(lse, sink)``, ``out' = exp(lse - lse') out``, with rows whose
     sink-free LSE is ``-inf`` (no visible key) giving ``out' = 0`` and ``lse' = sink`` exactly. A sink of

@@ -5,7 +5,7 @@ tiles of any size ``block``, carrying the running max ``m``, the running sum ``l
 unnormalised numerator ``o`` ([FA-anim] "Online softmax · 一边读，一边合并" and "实现 · 一行的可运行逻辑";
 [OS-deriv] "合并两个循环")::
 
-    m, l, o = -inf, 0, 0                    # with a sink (§17): m, l, o = sink, 1, 0 (the sink in the max)
+    m, l, o = -inf, 0, 0                    # with a sink (§18): m, l, o = sink, 1, 0 (the sink in the max)
     for each key tile:                      # tail tile checks j < Lk ([FA-anim] "尾块")
         s = where(valid, scores, -inf)
         if not any(valid): continue         # skip fully masked tiles: no -inf - -inf
@@ -17,7 +17,7 @@ unnormalised numerator ``o`` ([FA-anim] "Online softmax · 一边读，一边合
     else: O, LSE = o / l, m + log(l)
 
 Visibility is decided per (i, j) by `visible`, a scalar restatement of §4-§7 written separately
-from `oracles.masking` (the chunk test of §18 calls its `chunk_index`, the one statement of that rule).
+from `oracles.masking` (the chunk test of §19 calls its `chunk_index`, the one statement of that rule).
 It is slow (Python per row and tile): use it on small problems.
 """
 
@@ -46,7 +46,7 @@ def visible(p: Problem, b: int, h: int, i: int, j: int) -> bool:
         return False
     if right is not None and j > diag + right:
         return False
-    if p.chunk is not None and chunk_index(diag, p.chunk) != chunk_index(j, p.chunk):  # §18
+    if p.chunk is not None and chunk_index(diag, p.chunk) != chunk_index(j, p.chunk):  # §19
         return False
     return p.mask is None or bool(p.mask[b, h, i, j])
 
@@ -60,7 +60,7 @@ def stream_row(
     s_row: np.ndarray, valid: np.ndarray, v: np.ndarray, block: int, sink: float = -math.inf
 ) -> tuple[np.ndarray, float]:
     """Online softmax of one row: scores ``s_row`` [Lk] (values at invalid keys are ignored), ``valid``
-    [Lk] bool, values ``v`` [Lk, dv]; tiles of ``block`` keys; ``sink`` the row's sink logit (§17: it
+    [Lk] bool, values ``v`` [Lk, dv]; tiles of ``block`` keys; ``sink`` the row's sink logit (§18: it
     starts the running state as a score with no value, so it is in the running max from the start).
     Returns ``(O [dv], LSE)``."""
     Lk, dv = v.shape

@@ -25,8 +25,8 @@ ALIGNMENTS = ("bottom_right", "top_left")
 class Problem:
     """A validated attention problem: float64 arrays plus normalised keywords (SEMANTICS.md §1-§9).
 
-    ``sinks`` is a float64 array ``[Hq]`` or ``None`` (§17); ``chunk`` an int >= 1 or ``None`` (§18);
-    ``dlse`` a float64 ``[B, Hq, Lq]`` LSE cotangent or ``None`` (§13, §17).
+    ``sinks`` is a float64 array ``[Hq]`` or ``None`` (§18); ``chunk`` an int >= 1 or ``None`` (§19);
+    ``dlse`` a float64 ``[B, Hq, Lq]`` LSE cotangent or ``None`` (§13, §18).
     ``window`` is always a pair ``(left, right)`` with ``None`` for unbounded, *before* causal is
     applied (causal is kept separately, §5). ``mask`` / ``bias`` are read-only broadcast views of
     shape ``[B, Hq, Lq, Lk]`` or ``None``. ``seqlens_q`` / ``seqlens_k`` are int64 arrays of length B
@@ -157,26 +157,26 @@ def _check_window(window, shapes: str) -> tuple[int | None, int | None]:
 
 
 def _check_sinks(sinks, Hq: int, allow_nonfinite: bool, shapes: str) -> np.ndarray | None:
-    """§17: one sink logit per query head, shape [Hq]; NaN and +inf are errors (-inf means no sink)."""
+    """§18: one sink logit per query head, shape [Hq]; NaN and +inf are errors (-inf means no sink)."""
     if sinks is None:
         return None
     arr = as_real_float64(sinks, "sinks", shapes)
     if arr.shape != (Hq,):
-        raise ValueError(f"sinks must have shape [Hq] = [{Hq}] (one logit per query head, §17); "
+        raise ValueError(f"sinks must have shape [Hq] = [{Hq}] (one logit per query head, §18); "
                          f"got sinks.shape={arr.shape}; {shapes}")
     if not allow_nonfinite and (np.isnan(arr).any() or np.isposinf(arr).any()):
         bad = int(np.argwhere(np.isnan(arr) | np.isposinf(arr))[0, 0])
-        raise ValueError(f"sinks has {arr[bad]} at head {bad}; sinks must be finite or -inf (no sink) (§17); "
+        raise ValueError(f"sinks has {arr[bad]} at head {bad}; sinks must be finite or -inf (no sink) (§18); "
                          f"sinks.shape={arr.shape}; {shapes}")
     return arr
 
 
 def check_chunk(chunk, shapes: str) -> int | None:
-    """§18: chunk is None (off) or an int >= 1."""
+    """§19: chunk is None (off) or an int >= 1."""
     if chunk is None:
         return None
     if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk <= 0:
-        raise ValueError(f"chunk must be None or an int >= 1 (chunked attention, §18); got chunk={chunk!r}; {shapes}")
+        raise ValueError(f"chunk must be None or an int >= 1 (chunked attention, §19); got chunk={chunk!r}; {shapes}")
     return int(chunk)
 
 
@@ -207,7 +207,7 @@ def validate(
     mask not boolean or not broadcastable, bias not broadcastable, window entries < 0, softcap <= 0,
     non-finite scale, seqlens of the wrong length or out of range, NaN/Inf in the non-padded part of
     q, k, v, dout (and NaN/+Inf in bias) unless ``allow_nonfinite=True``, unknown alignment, sinks
-    not of shape [Hq] or holding NaN / +inf (§17), chunk not None and not an int >= 1 (§18), dlse not
+    not of shape [Hq] or holding NaN / +inf (§18), chunk not None and not an int >= 1 (§19), dlse not
     of shape [B, Hq, Lq] or non-finite in its non-padded rows (§13).
     """
     raw = {"q": q, "k": k, "v": v}

@@ -5,9 +5,9 @@ any tile of rows [r0, r1) x keys [c0, c1), which scores take part (oracles/SEMAN
 key j is visible to query i iff i < Lq_b, j < Lk_b (varlen, §6), the boolean mask allows it (§5),
 and, with causal or a window, diag - left <= j <= diag + right where diag = i + Lk_b - Lq_b
 ("bottom_right") or diag = i ("top_left"); causal sets right = 0 (§4); with ``chunk`` C, also
-floor(diag / C) == floor(j / C) (§18).
+floor(diag / C) == floor(j / C) (§19).
 
-Sinks (§17) are one term of the softmax state: `initial_state` starts every row's running max at the
+Sinks (§18) are one term of the softmax state: `initial_state` starts every row's running max at the
 head's sink logit and its running sum at exp(sink - sink) = 1, so the sink is in the running max from
 the first tile and a row that sees no key ends with O = 0, LSE = sink. `sink_grad` is the backward's
 d sink = sum_i P_sink,i (dlse_i - D_i), with D already holding the LSE cotangent (D - dlse).
@@ -163,7 +163,7 @@ class Problem:
         return np.where(real[:, None, :], g, 0.0).astype(self.acc)
 
     def sink_grad(self, L: np.ndarray, D: np.ndarray) -> np.ndarray:
-        """d sink [Hq] = -sum over batch and real rows of P_sink * D, P_sink = exp(sink - L) (§17).
+        """d sink [Hq] = -sum over batch and real rows of P_sink * D, P_sink = exp(sink - L) (§18).
 
         ``L`` is the stored LSE (it includes the sink), ``D`` = rowsum(dO * O) - dlse."""
         real = (np.arange(self.Lq)[None, :] < self.len_q[:, None])[:, None, :]

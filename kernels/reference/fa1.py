@@ -7,9 +7,9 @@ merges the new tile's m~ = rowmax(S), P~ = exp(S - m~), l~ = rowsum(P~), and wri
 (the HBM O is float32, like FA1's ``o_tmp`` buffer). Backward recomputes P = diag(l)^-1 exp(S - m)
 from the stored statistics, K/V tiles outer, with D_i = rowsum(dO_i * O_i) formed in the inner loop
 and dQ_i read from and written back to HBM at every step.
-Sinks (§17): the HBM statistics start at m = sink, l = 1 (`Problem.initial_state`), so the sink is in
-every merge; the backward subtracts the LSE cotangent from D_i and returns d sink. Chunks (§18): `Problem.visible`.
-Semantics: oracles/SEMANTICS.md §1-§8, §17, §18; precision emulation: kernels/emulate.py.
+Sinks (§18): the HBM statistics start at m = sink, l = 1 (`Problem.initial_state`), so the sink is in
+every merge; the backward subtracts the LSE cotangent from D_i and returns d sink. Chunks (§19): `Problem.visible`.
+Semantics: oracles/SEMANTICS.md §1-§8, §18, §19; precision emulation: kernels/emulate.py.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
     """FA1 backward by recomputation; returns (dq, dk, dv) rounded to ``dtype`` (and d sinks with ``sinks``).
 
     Uses the forward's statistics (``l``, ``m``) when given; otherwise m = lse and l = 1, which defines
-    the same P = exp(S - lse). ``dlse`` is the LSE cotangent (§13, §17).
+    the same P = exp(S - lse). ``dlse`` is the LSE cotangent (§13, §18).
     """
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
                 softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)

@@ -4,9 +4,9 @@ Forward: Q tiles outer, K/V tiles inner; the accumulator O stays unnormalised (r
 alpha = exp(m_old - m_new) when the running max grows) and is divided by l once at the end;
 LSE = m + log(l) is stored for the backward. Backward: K/V tiles outer, Q tiles inner,
 D = rowsum(dO * O) computed once, P recomputed from the LSE, dS = P * (dP - D), dQ accumulated
-across K/V tiles. Sinks (§17): the running max and sum start at (sink, 1) (`Problem.initial_state`);
+across K/V tiles. Sinks (§18): the running max and sum start at (sink, 1) (`Problem.initial_state`);
 the backward folds the LSE cotangent into D (D = rowsum(dO * O) - dlse) and returns d sink. Chunked
-masks (§18) are part of `Problem.visible`. Semantics: oracles/SEMANTICS.md §1-§8, §17, §18; precision
+masks (§19) are part of `Problem.visible`. Semantics: oracles/SEMANTICS.md §1-§8, §18, §19; precision
 emulation: kernels/emulate.py (operands in ``dtype``, float32 products, P and dS rounded to ``dtype``
 before their matmuls).
 Vectorised over batch and heads; one operation per line so single-line mutants stay meaningful.

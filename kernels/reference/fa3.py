@@ -16,8 +16,8 @@ rows for K and V as in the FA3 paper -- and computes
 with the V descale applied once at the end (per tensor / per head) or per K/V tile (per tile).
 Incoherent processing happens before the kernel (oracles/fp8.py, §11): the kernel sees rotated codes.
 
-Sinks (§17, FP16/BF16 paths): the running state starts at m = sink, l = 2^offset (the sink's own P on
-the kernel's scale); the backward folds dlse into D and returns d sink. Chunks (§18): `Problem.visible`.
+Sinks (§18, FP16/BF16 paths): the running state starts at m = sink, l = 2^offset (the sink's own P on
+the kernel's scale); the backward folds dlse into D and returns d sink. Chunks (§19): `Problem.visible`.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
              dtype="bfloat16", sinks=None, chunk=None, dlse=None):
     """FA3 FP16/BF16 backward: K/V tiles outer, dQ accumulated in a float32 buffer, exp2-based P
     recomputation from the LSE; returns (dq, dk, dv) rounded to ``dtype`` with GQA-reduced dk, dv, and
-    d sinks with ``sinks``. ``dlse`` is the LSE cotangent (§13, §17)."""
+    d sinks with ``sinks``. ``dlse`` is the LSE cotangent (§13, §18)."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
                 softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     O = emulate.round_to(np.asarray(out), p.dtype)

@@ -15,8 +15,8 @@ and each K/V tile is gathered through the block table as a GPU kernel does (`pag
 look up the page of each page-run, copy its rows); rows past the sequence's real length load as 0 and
 neither their slots nor their table entries are read (the bounds check, as for padded rows, §7).
 
-Sinks (§17): the partials are sink-free and `combine` adds the sink once, as one more partial
-(O = 0, LSE = sink). Chunks (§18): `Problem.visible`. KV-cache append (§19, `flash_attn_with_kvcache`):
+Sinks (§18): the partials are sink-free and `combine` adds the sink once, as one more partial
+(O = 0, LSE = sink). Chunks (§19): `Problem.visible`. KV-cache append (§20, `flash_attn_with_kvcache`):
 ``k_new``, ``v_new`` with ``cache_seqlens`` are written into a copy of the cache at ``cache_seqlens[b]``
 (`append_kv`) and the keys attended are those below ``cache_seqlens[b] + Ln``.
 """
@@ -71,7 +71,7 @@ def paged_tile(pool: np.ndarray, block_table: np.ndarray, page_size: int, len_k:
 
 
 def append_kv(k_cache, v_cache, k_new, v_new, cache_seqlens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The decode step's cache write (§19): copies of the caches with row t of ``k_new`` / ``v_new`` at slot
+    """The decode step's cache write (§20): copies of the caches with row t of ``k_new`` / ``v_new`` at slot
     ``cache_seqlens[b] + t``, and the new lengths ``cache_seqlens + Ln`` (the kernel then reads no slot past them)."""
     k = np.array(k_cache, copy=True)
     v = np.array(v_cache, copy=True)
@@ -178,7 +178,7 @@ def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_rig
 def combine(outs: np.ndarray, lses: np.ndarray, sinks=None) -> tuple[np.ndarray, np.ndarray]:
     """Merge split partials (the FA3 combine kernel): returns (out [..., Lq, dv], lse [..., Lq]).
 
-    ``sinks`` [Hq] (the head axis of ``lses`` is the second last) join once, as the partial (0, sink) (§17)."""
+    ``sinks`` [Hq] (the head axis of ``lses`` is the second last) join once, as the partial (0, sink) (§18)."""
     outs = np.asarray(outs)
     lses = np.asarray(lses)
     if sinks is not None:
@@ -204,8 +204,8 @@ def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", wind
     """Split-KV forward: `forward_partials` then `combine`; out rounded to ``dtype``, lse float32/float64.
 
     Paged K/V (SEMANTICS.md §16): pass the pools as k, v with ``block_table``, ``page_size`` and ``seqlen_k``.
-    KV append (§19): pass the caches as k, v with ``k_new``, ``v_new``, ``cache_seqlens`` (then ``seqlens_k``
-    must be None: the lengths are ``cache_seqlens + Ln``). Sinks (§17) join the combine once.
+    KV append (§20): pass the caches as k, v with ``k_new``, ``v_new``, ``cache_seqlens`` (then ``seqlens_k``
+    must be None: the lengths are ``cache_seqlens + Ln``). Sinks (§18) join the combine once.
     """
     if k_new is not None:
         if seqlens_k is not None or block_table is not None:

@@ -1,4 +1,4 @@
-"""Sinks (oracles/SEMANTICS.md §17), chunked masks (§18) and KV append (§19) in the NumPy reference kernels.
+"""Sinks (oracles/SEMANTICS.md §18), chunked masks (§19) and KV append (§20) in the NumPy reference kernels.
 
 float64 runs must match the FP64 oracle to 1e-12 (forward, dq/dk/dv and d sink, with and without an LSE
 cotangent); bf16 runs must stay finite and within the forward bound of test_reference_forward.py on the
@@ -73,7 +73,7 @@ def test_forward_float64_matches_oracle(kernel, name):
 @pytest.mark.parametrize("name", [n for n in CASES if n != "sinks_large"])
 @pytest.mark.parametrize("kernel", list(BWD_KERNELS))
 def test_backward_float64_matches_oracle(kernel, name, with_dlse):
-    """dq, dk, dv (and d sink with its dlse term) against the oracle's analytic backward (§13, §17)."""
+    """dq, dk, dv (and d sink with its dlse term) against the oracle's analytic backward (§13, §18)."""
     q, k, v, dout, dlse, spec = _make(name, seed=1)
     dlse = dlse if with_dlse else None
     ref = oracles.attention_backward(q, k, v, dout, dlse=dlse, **spec)
@@ -116,7 +116,7 @@ def test_splitkv_adds_the_sink_once():
 
 def test_splitkv_kv_append_reads_nothing_past_the_sequence():
     """New rows are written at cache_seqlens[b]; NaN in every slot past cache_seqlens + Ln changes nothing,
-    and the caller's cache is left as it was (§19)."""
+    and the caller's cache is left as it was (§20)."""
     rng = np.random.default_rng(4)
     B, Hq, Hkv, Lc, Ln, d, dv = 3, 4, 1, 80, 2, 16, 8
     lens = np.array([5, 0, 70])

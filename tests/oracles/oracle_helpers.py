@@ -25,7 +25,7 @@ def rand_qkv(B=2, Hq=4, Hkv=2, Lq=5, Lk=6, d=3, dv=None, seed=0, dout=False):
 
 def scalar_visible(i, j, sq, sk, causal, alignment, window, chunk=None) -> bool:
     """Whether key j takes part for query i, one pair at a time (SEMANTICS.md §4 causal and its
-    alignment, §5 window ``(left, right)`` or None, §7 real lengths sq, sk, §18 chunk): a scalar
+    alignment, §5 window ``(left, right)`` or None, §7 real lengths sq, sk, §19 chunk): a scalar
     restatement of the rule, independent of `oracles.masking`, for the oracle self-tests to check it against."""
     if i >= sq or j >= sk:
         return False

@@ -1,4 +1,4 @@
-"""Attention sinks (SEMANTICS.md §17), chunked attention (§18), KV-cache append (§19) in the FP64 oracle.
+"""Attention sinks (SEMANTICS.md §18), chunked attention (§19), KV-cache append (§20) in the FP64 oracle.
 
 Each rule is checked against a second route: central differences for every gradient including d sink (with
 and without an LSE cotangent), the streaming path and the split/merge path for the forward, an explicit
@@ -51,7 +51,7 @@ def _numeric(q, k, v, dout, dlse, kw):
 @pytest.mark.parametrize("with_dlse", [False, True], ids=["dout_only", "dout_and_dlse"])
 @pytest.mark.parametrize("name", list(GRAD_CASES))
 def test_gradients_match_central_differences(name, with_dlse):
-    """dq, dk, dv and d sink of sum(out * dout) + sum(lse * dlse) (§13, §17) vs central differences."""
+    """dq, dk, dv and d sink of sum(out * dout) + sum(lse * dlse) (§13, §18) vs central differences."""
     kw = GRAD_CASES[name]
     q, k, v, dout = rand_qkv(**SHAPE, dout=True, seed=21)
     dlse = np.random.default_rng(22).standard_normal(dout.shape[:3]) if with_dlse else np.zeros(dout.shape[:3])
@@ -64,7 +64,7 @@ def test_gradients_match_central_differences(name, with_dlse):
 
 
 def test_dsink_formula_by_hand():
-    """d sink = sum_i P_sink,i (dlse_i - D_i), D_i = dout_i . out_i (§17), written out for one head."""
+    """d sink = sum_i P_sink,i (dlse_i - D_i), D_i = dout_i . out_i (§18), written out for one head."""
     q, k, v, dout = rand_qkv(B=1, Hq=1, Hkv=1, Lq=3, Lk=4, d=2, dv=2, dout=True, seed=3)
     dlse = np.array([[[0.5, -1.0, 2.0]]])
     sinks = np.array([0.8])
@@ -128,7 +128,7 @@ FORWARD_CASES = {
 @pytest.mark.parametrize("name", list(FORWARD_CASES))
 def test_streaming_and_merge_equal_dense(name):
     """The row-streaming path (sink in the running state) and split partials merged with the sink added
-    once agree with the dense oracle (§14, §17, §18)."""
+    once agree with the dense oracle (§14, §18, §19)."""
     kw = FORWARD_CASES[name]
     q, k, v = rand_qkv(**SHAPE, seed=6)
     out, lse = oracles.attention(q, k, v, **kw)
@@ -154,7 +154,7 @@ def test_split_partials_refuse_sinks():
     {"chunk": 3, "window": (1, 1)}, {"chunk": 2, "causal": True, "seqlens_q": [5, 1], "seqlens_k": [7, 4]},
 ], ids=str)
 def test_chunk_equals_its_explicit_mask(kw):
-    """`chunk=` gives the numbers of a boolean mask built pair by pair from the rule of §18
+    """`chunk=` gives the numbers of a boolean mask built pair by pair from the rule of §19
     (same chunk of the aligned positions, floor division, ANDed with causal, window, padding)."""
     q, k, v = rand_qkv(**SHAPE, seed=8)
     B, Lq, Lk = SHAPE["B"], SHAPE["Lq"], SHAPE["Lk"]
@@ -187,7 +187,7 @@ def test_chunk_edges_by_hand():
 
 
 def test_kv_append_ignores_slots_past_the_sequence():
-    """New rows land at cache_seqlens[b]; NaN or huge values past the new length change nothing (§19)."""
+    """New rows land at cache_seqlens[b]; NaN or huge values past the new length change nothing (§20)."""
     rng = np.random.default_rng(9)
     B, Hkv, Lc, Ln, d, dv = 2, 1, 9, 2, 3, 2
     kc = np.full((B, Hkv, Lc, d), np.nan)

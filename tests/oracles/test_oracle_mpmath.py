@@ -27,7 +27,7 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
                  bias=None, softcap=None, seqlens_q=None, seqlens_k=None, sinks=None, chunk=None):
     """Scalar mpmath attention: returns (out, lse) as nested lists of mpf (None for lse = -inf).
 
-    ``sinks`` (SEMANTICS.md §17): the head's sink logit is one more term of the row's sum, with no value."""
+    ``sinks`` (SEMANTICS.md §18): the head's sink logit is one more term of the row's sum, with no value."""
     B, Hq, Lq, d = q.shape
     Hkv, Lk, dv = k.shape[1], k.shape[2], v.shape[3]
     sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)
