@@ -54,6 +54,12 @@ class CaseInputs:
     page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
     j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
     entry a kernel must not read leads to NaN. k/v stay the dense logical arrays the oracle sees.
+
+    ``sinks`` float64 [Hq]: the sink logit of each query head (SEMANTICS.md §18), for cases with ``Case.sinks``.
+    ``dlse`` float64 [B, Hq, Lq]: the LSE cotangent of an ``lse_grad`` backward case (§13, §18).
+    ``kv_append`` (KV-cache append, §20): ``k_cache`` [B, Hkv, Lk, d], ``v_cache`` [B, Hkv, Lk, dv] with NaN in
+    every slot at or past ``cache_seqlens[b]``, the new rows ``k_new`` [B, Hkv, Lq, d], ``v_new``, and
+    ``cache_seqlens`` int32 [B]; k/v are then the appended caches the oracle sees (NaN past cache_seqlens + Lq).
     """
 
     q: np.ndarray
@@ -64,6 +70,9 @@ class CaseInputs:
     bias: np.ndarray | None = None
     fp8: dict[str, Any] | None = None
     paged: dict[str, Any] | None = None
+    sinks: np.ndarray | None = None
+    dlse: np.ndarray | None = None
+    kv_append: dict[str, Any] | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array field that is set, by name (used for the input-mutation check).
@@ -75,6 +84,8 @@ class CaseInputs:
         out = {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
         if self.paged:
             out.update({f"paged.{k}": v for k, v in self.paged.items() if isinstance(v, np.ndarray)})
+        if self.kv_append:
+            out.update({f"kv_append.{k}": v for k, v in self.kv_append.items() if isinstance(v, np.ndarray)})
         return out
 
 
@@ -102,6 +113,12 @@ class Capabilities:
     deterministic: bool = False  # bitwise identical on repeated calls
     accepts_out: bool = False  # writes into a caller-provided buffer (engine poisons it)
     max_seqlen: int | None = None
+    sinks: bool = False  # attention sinks, one logit per query head (SEMANTICS.md §18); with backward: d sinks
+    chunk: bool = False  # chunked attention (§19)
+    kv_append: bool = False  # KV-cache append at cache_seqlens (§20)
+    lse_grad: bool = False  # backward accepts an LSE cotangent dlse (§13, §18)
+    lse_base: str = "e"  # the LSE the adapter returns: "e" (natural log) or "2" (FlashInfer), SEMANTICS.md §21
+    lse_layout: str = "bhs"  # "bhs" [B, Hq, Lq], "hs_total" [Hq, total_q], "total_h" [total_q, Hq] (§21)
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -138,6 +155,14 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
         return "softcap not supported"
     if case.Hq != case.Hkv and not caps.gqa:
         return f"GQA/MQA (Hq={case.Hq}, Hkv={case.Hkv}) not supported"
+    if case.sinks is not None and not caps.sinks:
+        return "attention sinks (one logit per query head, SEMANTICS.md §18) not supported"
+    if case.chunk is not None and not caps.chunk:
+        return "chunked attention (SEMANTICS.md §19) not supported"
+    if case.kv_append is not None and not caps.kv_append:
+        return "KV-cache append at cache_seqlens (SEMANTICS.md §20) not supported"
+    if case.lse_grad and not caps.lse_grad:
+        return "backward with an LSE cotangent (dlse) not supported"
     if case.varlen and not caps.varlen:
         return "varlen / padded sequences not supported"
     if case.scale is not None and not caps.custom_scale:
@@ -175,6 +200,7 @@ class BackwardOutput:
     dk: np.ndarray  # float64 [B, Hkv, Lk, d]
     dv: np.ndarray  # float64 [B, Hkv, Lk, dv]
     out: ForwardOutput | None = None  # the forward of the same call, when computed together
+    dsinks: np.ndarray | None = None  # float64 [Hq] for sink cases (SEMANTICS.md §18)
     kernels: tuple[str, ...] = ()
     mutated_inputs: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
