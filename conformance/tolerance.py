@@ -289,14 +289,17 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                     raise RuntimeError(f"bound pass disagrees with the oracle: sum_j P = {rowsum[i]!r} at batch {b}, "
                                        f"head {h}, row {r0 + i} (LSE {L[i]!r}); case {case.id}")
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1, initial=-np.inf), 0.0)
+                if sink > -np.inf:  # the kernel's running max includes the sink (§18): it sets the rounding scale
+                    m = np.maximum(np.where(vis.any(axis=1), m, -np.inf), sink)
                 sigma = aq[r0:r1] @ akt
                 g = gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
                 Pg = P * g
+                Pg_sink = p_sink * (3.0 * abs(sink) + np.abs(m)) if sink > -np.inf else 0.0 * p_sink
                 O = out[b, h, r0:r1]
                 absO = np.abs(O)
                 A[b, h, r0:r1] = P @ absv
-                G[b, h, r0:r1] = Pg @ absv + absO * Pg.sum(axis=1)[:, None]
-                gb[b, h, r0:r1] = Pg.sum(axis=1)
+                G[b, h, r0:r1] = Pg @ absv + absO * (Pg.sum(axis=1) + Pg_sink)[:, None]
+                gb[b, h, r0:r1] = Pg.sum(axis=1) + Pg_sink
                 P2[b, h, r0:r1] = (P * P).sum(axis=1)
                 n = vis.sum(axis=1).astype(np.float64)
                 nkeys[b, h, r0:r1] = n
@@ -382,6 +385,8 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 Lf = np.where(np.isfinite(L), L, 0.0)
                 P = np.where(vis, np.exp(np.where(vis, s, Lf[:, None]) - Lf[:, None]), 0.0)
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1), 0.0)
+                if p.sinks is not None and p.sinks[h] > -np.inf:  # the running max includes the sink (§18)
+                    m = np.maximum(np.where(vis.any(axis=1), m, -np.inf), float(p.sinks[h]))
                 sigma = aq[r0:r1] @ absk.T
                 # P = exp(s - L) is recomputed from the kernel's own stored LSE, whose error is bounded
                 # by the LSE tolerance (TOLERANCES.md §3, §4)
