@@ -26,6 +26,7 @@ from conformance import checks
 from conformance.case import Case
 from conformance.catalog import estimated_cost
 from conformance.eta import EtaModel
+from conformance.lse_convention import to_contract
 from conformance.registry import LoadedAdapter
 from conformance.tolerance import OracleData, compute_oracle, forward_tolerance, lse_tolerance, precision_model
 from conformance.worker import CallResult, WorkerClient, WorkerCrash, WorkerTimeout, call_adapter
@@ -291,7 +292,12 @@ class Runner:
         stats, msg = checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out)
         self._record_values("out", stats, msg, failures, warnings, res)
         if caps.lse or fo.lse is not None:
-            lstats, lmsg, findings = checks.compare_lse(fo.lse, od.lse, lse_tolerance(od, model), od.valid,
+            try:  # the adapter's declared base and layout, converted to the contract's (SEMANTICS.md §21)
+                got_lse = None if fo.lse is None else to_contract(fo.lse, case, caps.lse_base, caps.lse_layout)
+            except ValueError as exc:
+                got_lse = None
+                failures.append(f"lse: {exc}")
+            lstats, lmsg, findings = checks.compare_lse(got_lse, od.lse, lse_tolerance(od, model), od.valid,
                                                         declared=getattr(fo, "lse_convention", "-inf"))
             res.stats["lse"] = lstats.to_dict()
             res.findings.extend(findings)
@@ -318,7 +324,10 @@ class Runner:
             if k not in res.kernels:
                 res.kernels.append(k)
         rows_q = od.valid[..., None]
-        for name, got in (("dq", bo.dq), ("dk", bo.dk), ("dv", bo.dv)):
+        pairs = [("dq", bo.dq), ("dk", bo.dk), ("dv", bo.dv)]
+        if "dsinks" in od.grads:  # sink cases: d sink [Hq] (SEMANTICS.md §18); None is a FAIL
+            pairs.append(("dsinks", getattr(bo, "dsinks", None)))
+        for name, got in pairs:
             rows = rows_q if name == "dq" else None
             stats, msg = checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
                                                naive=od.naive_grads.get(name))
