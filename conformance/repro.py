@@ -48,7 +48,7 @@ before = {{n: np.array(getattr(inputs, n), copy=True) for n in ("q", "k", "v") i
 result = adapter.forward(inputs, case, {device!r})
 
 # the FP64 oracle (SEMANTICS.md) on the same, already rounded inputs
-kw = dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias)
+kw = dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias, sinks=inputs.sinks)
 ref_out, ref_lse = oracles.attention(inputs.q, inputs.k, inputs.v, **kw)
 od = compute_oracle(case, inputs)  # oracle + per-element bound (TOLERANCES.md) + naive baseline
 assert np.array_equal(od.out, ref_out, equal_nan=True)
@@ -76,7 +76,7 @@ if changed:
     failed = True
 if case.backward:
     grads = adapter.backward(inputs, case, {device!r})
-    for name in ("dq", "dk", "dv"):
+    for name in [n for n in ("dq", "dk", "dv", "dsinks") if n in od.grads]:
         rows = od.valid[..., None] if name == "dq" else None
         st, m = checks.compare_values(name, getattr(grads, name), od.grads[name], od.grad_tol[name], rows=rows)
         print(f"{{name}}: max |error| {{st.max_err:.6g}}, worst usage {{st.max_ratio:.4g}} at {{st.max_ratio_index}}")
