@@ -79,6 +79,14 @@ def features_of(case: Case) -> list[str]:
         f.append("backward")
     if case.fp8 is not None:
         f.append("fp8")
+    if case.sinks is not None:
+        f.append(f"sinks:{case.sinks}")
+    if case.chunk is not None:
+        f.append("chunk")
+    if case.kv_append is not None:
+        f.append("kv_append")
+    if case.lse_grad:
+        f.append("dlse")
     if case.Lq != case.Lk:
         f.append("Lq!=Lk")
     return f
