@@ -389,7 +389,7 @@ def _sinks(profile: str) -> Iterator[Case]:
 
 
 def _mla(profile: str) -> Iterator[Case]:
-    """MLA shapes (ANCHORS.md §8): d=192/dv=128 and d=576/dv=512 (the latent), decoding with Hkv = 1."""
+    """MLA shapes (DeepSeek-style latent attention): d=192/dv=128 and d=576/dv=512, decoding with Hkv = 1."""
     yield _mk("mla", Hq=4, Hkv=1, Lq=1, Lk=257, d=576, dv=512, causal=True, dtype="bfloat16")
     yield _mk("mla", Hq=4, Hkv=1, Lq=2, Lk=129, d=576, dv=512, causal=True, scale=1.0 / math.sqrt(192))
     yield _mk("mla", Hq=8, Hkv=1, Lq=1, Lk=300, d=192, dv=128, causal=True)

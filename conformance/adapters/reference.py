@@ -141,8 +141,8 @@ class ReferenceSplitKV(_Reference):
             kv = inputs.kv_append
             kw = self._kwargs(inputs, case)
             kw["seqlens_k"] = None  # the kernel derives the lengths from cache_seqlens (§20)
-            out, lse = self._kernel("forward", inputs.q, kv["k_cache"], kv["v_cache"], k_new=kv["k_new"],
-                                    v_new=kv["v_new"], cache_seqlens=kv["cache_seqlens"], **kw)
+            out, lse = self.kernel.forward(inputs.q, kv["k_cache"], kv["v_cache"], k_new=kv["k_new"],
+                                           v_new=kv["v_new"], cache_seqlens=kv["cache_seqlens"], **kw)
             return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                                  out_dtype=case.dtype, kernels=(f"{self.module_name}.forward[kv_append]",))
         if page_size is None:
