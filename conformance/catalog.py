@@ -328,9 +328,9 @@ def _pairs(profile: str) -> Iterator[Case]:
     A pairwise covering design (`conformance.covering`) over the features of `conformance.features.PAIRWISE`
     (dtype, FP8 granularity, causal alignment, window bounds, mask, bias, softcap, GQA/MQA, dv vs d, varlen,
     layout incl. paged, backward, split-KV decoding shape) under `conformance.features.CONSTRAINTS`, each
-    row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24 or 2 x 160). Bugs that live
-    in a combination of two features (a window ignored only with GQA, softcap skipped only with a bias)
-    meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
+    row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24, 2 x 160 or, paged, 24 x 100).
+    Bugs that live in a combination of two features (a window ignored only with GQA, softcap skipped only with
+    a bias) meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
     """
     for n, row in enumerate(_pair_rows()):
         yield features.realize("pairs", dict(row), index=n)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from conformance import features
+from conformance.calldata import raise_site
 from conformance.case import Case
 from conformance.catalog import estimated_cost
 from conformance.eta import EtaModel
@@ -82,6 +83,7 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    raised_at: str = ""  # for a call that raised: the frame that raised it (file:line in function)
     seconds: float = 0.0
     oracle_seconds: float = 0.0
     tolerance_model: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +154,8 @@ class Runner:
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
                           findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes,
-                          seconds=v.seconds, oracle_seconds=v.oracle_seconds, tolerance_model=v.tolerance_model,
+                          raised_at=v.raised_at, seconds=v.seconds, oracle_seconds=v.oracle_seconds,
+                          tolerance_model=v.tolerance_model,
                           case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, self.device))
 
     def verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
@@ -163,8 +166,11 @@ class Runner:
         except (WorkerCrash, WorkerTimeout) as exc:
             outcome = TIMEOUT if isinstance(exc, WorkerTimeout) else CRASH
             v = Verdict(outcome=outcome, message=f"{outcome}: {exc}")
-        except Exception:
-            v = Verdict(outcome=HARNESS_ERROR, message="harness error:\n" + traceback.format_exc(limit=8))
+        except Exception as exc:
+            site = raise_site(exc)
+            v = Verdict(outcome=HARNESS_ERROR, raised_at=site,
+                        message=f"harness error: {type(exc).__name__}: {exc}; raised at {site}\n"
+                                + traceback.format_exc(limit=8))
         v.seconds = time.perf_counter() - t0
         return v
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,7 +65,7 @@ from conformance.adapters.base import CaseInputs
 from conformance.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
-           "poison_padding", "paged_storage", "make_sinks", "kv_append_storage"]
+           "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
 BIASES = ("random", "alibi", "neg_inf_rows")
@@ -271,6 +272,84 @@ def poison_padding(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, dout
             k[b, :, sk:, :] = np.nan
             v[b, :, sk:, :] = np.nan
     return q, k, v, dout
+
+
+def _rows(lo: int, hi: int) -> str:
+    return f"row {lo}" if hi == lo + 1 else f"rows {lo}..{hi - 1}"
+
+
+@dataclass(frozen=True)
+class PlantedNaN:
+    """Where a case's inputs hold NaN on purpose (SEMANTICS.md §7, §16, §17), for failure messages.
+
+    ``kind``: ``"padding"`` (the ``nan_padding`` recipe: padded rows of q, k, v, dout) or ``"paged"``
+    (decoy pages, tail slots and unused block-table entries of a paged K/V cache); ``kv_batches`` /
+    ``q_batches``: the batch entries with planted NaN in K/V (or their pages) / in q and dout rows;
+    ``where``: one sentence per batch entry, e.g. ``{1: "K/V rows 40..63 of batch 1 are padding and
+    hold NaN"}``.
+    """
+
+    kind: str
+    kv_batches: frozenset[int]
+    q_batches: frozenset[int]
+    where: dict[int, str]
+
+    def reachable(self, quantity: str) -> frozenset[int]:
+        """Batch entries of `quantity` that planted NaN can reach: out, lse and dq rows read K/V only (their
+        own q rows are real); dk and dv sum over every query row, padded ones included (SEMANTICS.md §13)."""
+        if quantity in ("dk", "dv"):
+            return self.kv_batches | self.q_batches
+        return self.kv_batches
+
+    def describe(self, batches) -> str:
+        """The sentences of `batches` (those with planted NaN), joined; every batch when none is listed."""
+        chosen = [b for b in sorted(set(batches)) if b in self.where] or sorted(self.where)
+        return "; ".join(self.where[b] for b in chosen)
+
+
+def planted_nan(case: Case) -> PlantedNaN | None:
+    """Where `make_inputs` plants NaN for `case` (`poison_padding`, `paged_storage`), or None when it plants none."""
+    B, Lq, Lk = case.B, case.Lq, case.Lk
+    where: dict[int, list[str]] = {}
+    kv: set[int] = set()
+    qb: set[int] = set()
+    kind = None
+    if case.distribution == "nan_padding" and case.varlen and case.fp8 is None:
+        kind = "padding"
+        shared_k = None
+        if case.seqlens_k is not None and case.layout == "kv_broadcast":
+            shared_k = max(int(n) for n in case.seqlens_k) if B else 0
+        for b in range(B):
+            parts = []
+            if case.seqlens_q is not None and int(case.seqlens_q[b]) < Lq:
+                parts.append(f"q{'/dout' if case.backward else ''} {_rows(int(case.seqlens_q[b]), Lq)}")
+                qb.add(b)
+            if case.seqlens_k is not None:
+                sk = int(case.seqlens_k[b]) if shared_k is None else shared_k
+                if sk < Lk:
+                    parts.append(f"K/V {_rows(sk, Lk)}")
+                    kv.add(b)
+            if parts:
+                where[b] = [" and ".join(parts) + f" of batch {b} are padding and hold NaN (SEMANTICS.md §7)"]
+    page_size = page_size_of(case.layout)
+    if page_size is not None:
+        kind = "paged"
+        pages = -(-Lk // page_size)
+        for b in range(B):
+            n = Lk if case.seqlens_k is None else min(int(case.seqlens_k[b]), Lk)
+            used = -(-n // page_size)
+            parts = ["the pool's decoy pages"]
+            if n % page_size:
+                slots = _rows(n % page_size, page_size).replace("row", "slot")
+                parts.append(f"{slots} of batch {b}'s last page (keys >= {n})")
+            if used < pages:
+                parts.append(f"the pages block_table[{b}, {used}:] names")
+            where.setdefault(b, []).append(", ".join(parts) + f" hold NaN; batch {b} must not read them "
+                                           "(SEMANTICS.md §16)")
+            kv.add(b)
+    if kind is None or not where:
+        return None
+    return PlantedNaN(kind, frozenset(kv), frozenset(qb), {b: "; ".join(w) for b, w in where.items()})
 
 
 # -- paged K/V storage -------------------------------------------------------------------------------

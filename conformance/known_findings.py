@@ -1,10 +1,12 @@
-"""Known findings: FAIL verdicts the harness reproduces against pinned upstream kernels.
+"""Known findings: verdicts the harness reproduces against pinned upstream kernels.
 
-`python -m conformance run` reports them as FAIL like any other failure (nothing is hidden there).
-Under pytest (`conformance/test_conformance.py`), a (case, adapter, device) that matches an entry
-here and FAILs with the recorded symptom is an expected failure (xfail, with the reason and the
-upstream issue), so the default CI run stays green while the finding stays visible; if it PASSes,
-the test fails, asking for the entry to be removed (the upstream kernel or the harness changed).
+An entry names a named finding class (`conformance.judge.FINDING_CLASSES`, SEMANTICS.md §17) when
+the behaviour is one: ``run`` then reports it as FINDING (counted on its own, listed in every
+report; FAIL under ``--strict``), and under pytest (`conformance/test_conformance.py`) a matching
+(case, adapter, device) must show that finding. A FAIL that matches an entry's recorded symptom is
+an expected failure under pytest (xfail, with the reason and the upstream issue), so the default CI
+run stays green while the finding stays visible. Either way, if the case PASSes the test fails,
+asking for the entry to be removed (the upstream kernel or the harness changed).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class KnownFinding:
     distribution: str  # the case's input recipe (conformance/inputs.py)
     symptom: str  # a substring of the engine's failure message
     reason: str
+    finding: str | None = None  # the named finding class this is (`conformance.judge.FINDING_CLASSES`), if any
 
     def matches(self, case: Case, adapter: str, device: str) -> bool:
         return (adapter in self.adapters and device.split(":")[0] in self.devices
@@ -36,11 +39,13 @@ KNOWN_FINDINGS: tuple[KnownFinding, ...] = (
         adapters=("torch-sdpa-math", "torch-sdpa-flash", "torch-flex"),
         devices=("cpu",),
         distribution="nan_padding",
-        symptom="non-finite value(s) where the oracle is finite",
-        reason=("torch 2.13 CPU: NaN in padded (masked-out) rows poisons real rows (torch #101967 class; "
-                "SEMANTICS.md §6, §7). sdpa math and CPU flash: NaN in masked-out K alone or V alone gives NaN "
-                "rows; flex (eager): masked-out V (P = 0 times NaN); backward: padded q rows give NaN dK, dV "
-                "through the dense mask"),
+        symptom="where the oracle is finite",
+        reason=("torch 2.13 CPU: NaN planted in padded rows, which reach SDPA as masked-out positions of a dense "
+                "mask, poisons real rows through 0 x NaN (torch #101967 class; SEMANTICS.md §6, §7, §17). sdpa "
+                "math and CPU flash: NaN in masked-out K alone or V alone gives NaN rows; flex (eager): masked-out "
+                "V (P = 0 times NaN); backward: the fully masked padded q rows give NaN dK, dV (dS = 0 times q = "
+                "NaN)"),
+        finding="masked_nan",
     ),
 )
 

@@ -13,8 +13,11 @@ report.json, ``"schema_version": 1``::
                   tolerance_model, case (all fields), seed, repro]
     }
 
-report.md: a summary table, the adapter x feature matrix of worst outcomes, named findings (LSE
-conventions, kernels that ran), then every failure with its message and repro command.
+report.md: a summary table, the named findings per adapter and class (SEMANTICS.md §17), the adapter
+x feature matrix of worst outcomes, conventions seen (LSE) and kernels that ran, the smallest failing
+case per adapter and feature, then every failure, finding and warning (per adapter, smallest case
+first) with its message and repro command (`conformance.report_digest`, shared with report.html).
+``summary.findings_by_class`` counts the named findings per adapter and class.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conformance.engine import CaseResult
-from conformance.outcomes import LEGEND, OUTCOMES, SEVERITY, SHORT, exit_code_of, worst
+from conformance.judge import FINDING_CLASSES, finding_class
+from conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 from conformance.registry import LoadedAdapter
+from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
 from conformance.report_html import render_html
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
@@ -142,6 +147,8 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
             "by_outcome": by_outcome,
             "by_adapter": {k: dict(v) for k, v in by_adapter.items()},
             "adapter_seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "findings_by_class": {a: {c: n for c, (n, _) in by.items()}
+                                  for a, by in named_findings([r.to_dict() for r in results]).items()},
             "exit_code": exit_code(results),
         },
         "results": [r.to_dict() for r in results],
@@ -184,6 +191,18 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                      + f" | {secs:.1f} |")
     lines.append("")
 
+    dicts = [r.to_dict() for r in results]
+    named = named_findings(dicts)
+    if named:
+        lines += ["## Named findings (SEMANTICS.md §17; FAIL under --strict)", ""]
+        for cls in sorted({c for by in named.values() for c in by}):
+            lines.append(f"- `{cls}`: {FINDING_CLASSES[cls]}")
+        lines += ["", "| adapter | finding | cases | smallest case |", "|---|---|---|---|"]
+        for adapter in sorted(named):
+            for cls, (n, r) in sorted(named[adapter].items()):
+                lines.append(f"| {adapter} | {cls} | {n} | `{r['case_id']}` ({shape_of(r)}) |")
+        lines.append("")
+
     cols = _feature_columns(results)
     cell: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in results:
@@ -206,7 +225,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     findings: dict[str, set[str]] = defaultdict(set)
     kernels: dict[str, set[str]] = defaultdict(set)
     for r in results:
-        findings[r.adapter].update(r.findings)
+        findings[r.adapter].update(f for f in r.findings if finding_class(f) is None)
         kernels[r.adapter].update(r.kernels)
     if any(findings.values()) or any(kernels.values()):
         lines += ["## Findings", ""]
@@ -222,23 +241,27 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                              + f"; plus {rest} copy / elementwise / reduction kernels (names in report.json)")
         lines.append("")
 
-    bad = [r for r in results if SEVERITY[r.outcome] >= SEVERITY["QUALITY_WARNING"]]
-    bad.sort(key=lambda r: (-SEVERITY[r.outcome], r.adapter, r.case_id))
-    lines += [f"## Failures and warnings ({len(bad)})", ""]
-    for r in bad[:max_failures]:
-        lines.append(f"### {r.outcome}: `{r.adapter}` on `{r.case_id}`")
+    rows = smallest_failing(dicts)
+    if rows:
+        lines += ["## Smallest failing case per adapter and feature", "",
+                  "| adapter | feature | failing | smallest failing case | shape |", "|---|---|---|---|---|"]
+        for adapter, feature, n, r in rows:
+            lines.append(f"| {adapter} | {feature} | {n} | `{r['case_id']}` | {shape_of(r)} |")
         lines.append("")
-        st = r.stats.get("out")
-        if st and st.get("max_ratio_index") is not None:
-            lines.append(f"- out: max error {st['max_err']:.3g}, usage {st['max_ratio']:.3g} "
-                         f"(error {st['err_at_max_ratio']:.3g} vs tolerance {st['tol_at_max_ratio']:.3g} "
-                         f"at {st['max_ratio_index']}); naive same-precision error {_fmt(st.get('naive_max_err'))}")
-        msg = r.message.strip().splitlines()
+
+    bad = failure_order(dicts)
+    lines += [f"## Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)", ""]
+    for r in bad[:max_failures]:
+        lines.append(f"### {r['outcome']}: `{r['adapter']}` on `{r['case_id']}`")
+        lines.append("")
+        for line in _quantity_lines(r):
+            lines.append(f"- {line}")
+        msg = r["message"].strip().splitlines()
         if msg:
             lines.append("- " + msg[0][:600])
             for m in msg[1:4]:
                 lines.append("  " + m[:600])
-        lines.append(f"- repro: `{r.repro}`")
+        lines.append(f"- repro: `{r['repro']}`")
         lines.append("")
     if len(bad) > max_failures:
         lines.append(f"... {len(bad) - max_failures} more in report.json")
@@ -278,8 +301,11 @@ def _json_default(o):
     return str(o)
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
+def _quantity_lines(r: dict) -> list[str]:
+    """`quantity_line` for out, then for every other quantity whose check did not pass."""
+    stats, states = r.get("stats") or {}, r.get("checks") or {}
+    names = [n for n in stats if n == "out" or states.get(n) not in (None, "pass")]
+    return [line for n in names if (line := quantity_line(n, stats[n])) is not None]
 
 
 def _short_kernel(name: str, width: int = 90) -> str:

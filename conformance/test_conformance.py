@@ -6,8 +6,10 @@ the repository's ``tests/``.
 
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
-standalone message and the repro command. A FAIL listed in `conformance.known_findings` (an upstream
-bug this harness reproduces) is an expected failure, and fails the test once it stops reproducing.
+standalone message and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes with a
+warning. A FAIL listed in `conformance.known_findings` (an upstream bug this harness reproduces) is an
+expected failure; an entry that names a finding class must show it; either fails the test once it stops
+reproducing.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def test_case(conformance_session, conformance_case, conformance_spec):
         warnings.warn(f"{result.outcome} {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
     known = known_finding(conformance_case, conformance_spec, session.device)
     if known is not None:
+        if known.finding is not None and result.outcome == FINDING:
+            shown = {f.split(":", 1)[0] for f in result.findings}
+            assert known.finding in shown, (f"{conformance_spec} on {conformance_case.id}: expected the named "
+                                            f"finding {known.finding}, got {sorted(shown)}: {result.message}")
         if result.outcome == "FAIL" and known.symptom in result.message:
             pytest.xfail(f"known finding: {known.reason}\n{result.message.splitlines()[0]}")
         if result.outcome in ("PASS", "QUALITY_WARNING"):

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
+from conformance.calldata import under_test
 from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
@@ -38,6 +39,7 @@ class _Reference(Adapter):
 
     module_name: ClassVar[str] = ""
     default_knobs: ClassVar[dict[str, Any]] = {"block_q": 64, "block_k": 64}
+    marks_code_under_test = True  # the kernel module's functions are the code under test (`_kernel`)
 
     def __init__(self, kernel_module: ModuleType | None = None, **knobs: Any):
         self.kernel = kernel_module if kernel_module is not None else importlib.import_module(self.module_name)
@@ -59,14 +61,19 @@ class _Reference(Adapter):
             kw["sinks"] = inputs.sinks
         return kw
 
+    def _kernel(self, fn_name: str, *args: Any, **kw: Any) -> Any:
+        """``self.kernel.<fn_name>(*args, **kw)``: the code under test (its exceptions are its own)."""
+        with under_test():
+            return getattr(self.kernel, fn_name)(*args, **kw)
+
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
         """(out, lse, dq, dk, dv[, dsinks]): the kernel's forward, then its backward on that forward's outputs."""
-        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **kw)
-        grads = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, dlse=inputs.dlse, **kw)
+        out, lse = self._kernel("forward", inputs.q, inputs.k, inputs.v, **kw)
+        grads = self._kernel("backward", inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, dlse=inputs.dlse, **kw)
         return out, lse, *grads
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        out, lse = self.kernel.forward(inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
+        out, lse = self._kernel("forward", inputs.q, inputs.k, inputs.v, **self._kwargs(inputs, case))
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=case.dtype, kernels=(f"{self.module_name}.forward",))
 
@@ -92,9 +99,9 @@ class ReferenceFA1(_Reference):
 
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
         """As the base, with the forward's row statistics l, m handed to the backward (FA1 stores them)."""
-        out, lse, l, m = self.kernel.forward(inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
-        grads = self.kernel.backward(inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m,
-                                     dlse=inputs.dlse, **kw)
+        out, lse, l, m = self._kernel("forward", inputs.q, inputs.k, inputs.v, return_stats=True, **kw)
+        grads = self._kernel("backward", inputs.q, inputs.k, inputs.v, out, lse, inputs.dout, l=l, m=m,
+                             dlse=inputs.dlse, **kw)
         return out, lse, *grads
 
 
@@ -141,8 +148,8 @@ class ReferenceSplitKV(_Reference):
             kv = inputs.kv_append
             kw = self._kwargs(inputs, case)
             kw["seqlens_k"] = None  # the kernel derives the lengths from cache_seqlens (§20)
-            out, lse = self.kernel.forward(inputs.q, kv["k_cache"], kv["v_cache"], k_new=kv["k_new"],
-                                           v_new=kv["v_new"], cache_seqlens=kv["cache_seqlens"], **kw)
+            out, lse = self._kernel("forward", inputs.q, kv["k_cache"], kv["v_cache"], k_new=kv["k_new"],
+                                    v_new=kv["v_new"], cache_seqlens=kv["cache_seqlens"], **kw)
             return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                                  out_dtype=case.dtype, kernels=(f"{self.module_name}.forward[kv_append]",))
         if page_size is None:
@@ -153,8 +160,9 @@ class ReferenceSplitKV(_Reference):
             raise ValueError(f"{self.name}: case {case.id} has layout {case.layout} but inputs.paged is "
                              f"{'missing' if paged is None else f'for page_size {got}'} "
                              f"(conformance.inputs.make_inputs builds it)")
-        out, lse = self.kernel.forward(inputs.q, paged["k_pool"], paged["v_pool"], block_table=paged["block_table"],
-                                       page_size=page_size, seqlen_k=case.Lk, **self._kwargs(inputs, case))
+        out, lse = self._kernel("forward", inputs.q, paged["k_pool"], paged["v_pool"],
+                                block_table=paged["block_table"], page_size=page_size, seqlen_k=case.Lk,
+                                **self._kwargs(inputs, case))
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=case.dtype, kernels=(f"{self.module_name}.forward[paged]",))
 
@@ -189,9 +197,9 @@ class ReferenceFA3FP8(_Reference):
         qi = self._quantized(inputs, case)
         kw = dict(case.oracle_kwargs)
         kw.update(mask=inputs.mask, bias=inputs.bias, **self.knobs)
-        out, lse = self.kernel.forward_fp8(qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
-                                           qi["v_descale"], format=qi["format"], block_q=qi["tile_q"],
-                                           block_k=qi["tile_k"], **kw)
+        out, lse = self._kernel("forward_fp8", qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
+                                qi["v_descale"], format=qi["format"], block_q=qi["tile_q"], block_k=qi["tile_k"],
+                                **kw)
         return ForwardOutput(out=np.asarray(out, dtype=np.float64), lse=np.asarray(lse, dtype=np.float64),
                              out_dtype=self.knobs["out_dtype"], kernels=(f"{self.module_name}.forward_fp8",))
 

@@ -29,8 +29,14 @@
      ``enable_gqa`` still runs every MHA case. A probe that raises makes that feature NOT_SUPPORTED
      (the reason quotes the exception); a feature that probed fine and raises later is a FAIL;
    - tests everything the signature can express: bottom-right causal, windows and varlen padding as
-     boolean masks, fully masked rows, additive biases, non-contiguous (``bshd``) and stride-0
-     (``kv_broadcast``) inputs, backward. Softcap and FP8 cannot be expressed: NOT_SUPPORTED.
+     boolean masks (padded keys masked out, padded query rows fully masked: SEMANTICS.md §17), fully
+     masked rows, additive biases, non-contiguous (``bshd``) and stride-0 (``kv_broadcast``) inputs,
+     backward. Softcap, FP8 and paged K/V (a block table) cannot be expressed: `supports` checks the
+     declared capabilities, so those cases are NOT_SUPPORTED with the reason;
+   - calls the function inside `conformance.calldata.under_test`: an exception raised by the function
+     (or by autograd through it) is the function's, a FAIL for a claimed case; an exception raised by
+     the harness around it (translating the case, preparing tensors, reading the result) is
+     HARNESS_ERROR, naming the harness frame.
 """
 
 from __future__ import annotations
@@ -47,8 +53,10 @@ from conformance.adapters.base import (
     Capabilities,
     CaseInputs,
     ForwardOutput,
+    capability_reason,
 )
-from conformance.case import ALIGNMENTS, LAYOUTS, Case
+from conformance.calldata import under_test
+from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
 
@@ -90,6 +98,7 @@ class SdpaFunctionAdapter(Adapter):
     """Adapter around a plain function with torch SDPA's signature (see the module docstring)."""
 
     description = "third-party function with torch SDPA's signature, features probed"
+    marks_code_under_test = True  # only the function itself (and autograd through it) is code under test
 
     def __init__(self, fn, name: str):
         if not callable(fn):
@@ -181,9 +190,10 @@ class SdpaFunctionAdapter(Adapter):
             varlen=ok("bool_mask"),
             chunk=ok("bool_mask"),
             custom_scale=ok("scale"),
-            layouts=frozenset(LAYOUTS),
+            layouts=frozenset(LAYOUTS),  # dense layouts only: the signature has no block table
             lse=False,
             backward=ok("backward"),
+            padding_as_mask=True,
         )
 
     @property
@@ -235,16 +245,25 @@ class SdpaFunctionAdapter(Adapter):
             return "the SDPA signature returns no LSE, so it takes no LSE cotangent (SEMANTICS.md §13)"
         if case.dtype not in PROBE_DTYPES:
             return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
+        if page_size_of(case.layout) is not None:
+            return (f"paged K/V layout {case.layout} (block table, SEMANTICS.md §16) is not expressible through "
+                    "torch SDPA's signature (dense K/V tensors only)")
         p = self.probes(device)
         for feature in self.needs(case):
             if p.get(feature) is not None:
                 return f"probe '{feature}' raised on {device}: {p[feature]}"
-        return None
+        return capability_reason(self.caps_for(device), case, device)
 
     # -- the call ---------------------------------------------------------------------------------
     def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
+        """The function under test on the prepared tensors; what it raises (or returns instead of a tensor)
+        is its own, not the harness's (`under_test`)."""
         kwargs = _sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
-        return _first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+        with under_test():
+            out = _first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"{self.name} returned {type(out).__name__}, not a torch.Tensor")
+        return out
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         from conformance.adapters.torch_sdpa import prepare_sdpa_call
@@ -265,7 +284,8 @@ class SdpaFunctionAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t, c.mask_t, c.is_causal, case)
-            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+            with under_test():  # autograd runs the function's own backward graph
+                grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated())
 
 
