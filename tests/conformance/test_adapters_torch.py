@@ -169,6 +169,11 @@ def test_varlen_padded_rows_are_fully_masked_rows():
              backward=True)
     check_backward(wrap_sdpa_function(good, "good"), case)
     check_forward(FlexAttention(), case.replace(backward=False))
+    adapter = wrap_sdpa_function(naive, "naive")
+    la = LoadedAdapter("naive", "naive", adapter)
+    res = Runner([la], "cpu").run_case(la, case)
+    assert res.outcome == "FAIL" and res.checks["dk"] == "fail", res.message
+    assert "fully masked rows" in res.message, res.message
 
 
 # -- the four SDPA spellings (NAME@ENTRY): each on the cases it can express, declining the rest ---------
@@ -264,8 +269,3 @@ def test_cli_runs_a_spelling_on_its_own_row_and_refuses_an_unknown_one(tmp_path,
     outcomes = {r["outcome"] for r in report["results"]}
     assert outcomes == {"PASS", "NOT_SUPPORTED"}
     assert all("--impl torch-sdpa-math@causal_lower_right" in r["repro"] for r in report["results"])
-    adapter = wrap_sdpa_function(naive, "naive")
-    la = LoadedAdapter("naive", "naive", adapter)
-    res = Runner([la], "cpu").run_case(la, case)
-    assert res.outcome == "FAIL" and res.checks["dk"] == "fail", res.message
-    assert "fully masked rows" in res.message, res.message
