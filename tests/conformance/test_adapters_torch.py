@@ -157,7 +157,9 @@ def test_varlen_padded_rows_are_fully_masked_rows():
     bias (a -inf bias row here: rows 1 and 4, padded since seqlens_q = 1): a function that returns 0 there (§8)
     passes forward and backward; a naive softmax (NaN on fully masked rows) fails dk with a message saying why."""
     from conformance.adapters.third_party import wrap_sdpa_function
+    from conformance.engine import Runner
     from conformance.examples.good_sdpa import attention as good
+    from conformance.registry import LoadedAdapter
 
     def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
