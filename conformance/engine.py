@@ -83,8 +83,8 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> MemoryRecord (CUDA only)
     raised_at: str = ""  # for a call that raised: the frame that raised it (file:line in function)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> MemoryRecord (CUDA only)
     seconds: float = 0.0
     oracle_seconds: float = 0.0
     tolerance_model: dict[str, Any] = field(default_factory=dict)

@@ -14,12 +14,15 @@ Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
    precision model), ``device``;
 3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
    rows are not compared, SEMANTICS.md §7); NaN/Inf where the oracle is finite always fails;
-4. ``lse`` when declared or returned (SEMANTICS.md §12) with the fully-masked-row convention of §8,
+4. ``lse`` when declared or returned (SEMANTICS.md §12), first converted from the adapter's declared
+   ``Capabilities.lse_base`` / ``lse_layout`` (§21, `conformance.lse_convention`), with the fully-masked-row
+   convention of §8,
    reported by name (``lse_convention:+inf`` etc.): +inf passes only where the adapter's
    `ForwardOutput.lse_convention` declares it, whether the adapter runs in-process or isolated;
 5. ``inputs_unchanged`` (every array handed over, page pools and FP8 codes included), ``out_fully_written``
    for adapters that accept an ``out=`` buffer;
-6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4);
+6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4), ``dsinks`` for sink cases
+   (SEMANTICS.md §18, TOLERANCES.md §4a);
 7. ``determinism``: when a repeated forward is given, bit-identical out and LSE;
 8. the secondary criterion (TOLERANCES.md §5): QUALITY_WARNING.
 
@@ -38,6 +41,7 @@ from conformance import checks, numfmt
 from conformance.calldata import AdapterResults, CallResult
 from conformance.case import Case
 from conformance.inputs import planted_nan
+from conformance.lse_convention import to_contract
 from conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
 from conformance.tolerance import OracleData, PrecisionModel, forward_tolerance, lse_tolerance, precision_model
 
@@ -72,8 +76,8 @@ class Verdict:
     tolerance_model: dict[str, Any] = field(default_factory=dict)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.calldata.raise_site`)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     oracle_seconds: float = 0.0
     seconds: float = 0.0
 
@@ -229,7 +233,15 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
     tol = forward_tolerance(od, model)
     j.values(*checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out))
     if capabilities.lse or fo.lse is not None:
-        lstats, lmsg, conventions = checks.compare_lse(fo.lse, od.lse, lse_tolerance(od, model), od.valid,
+        got_lse = fo.lse
+        if got_lse is not None:  # the adapter's declared base and layout -> the contract's (SEMANTICS.md §21)
+            try:
+                got_lse = to_contract(got_lse, case, getattr(capabilities, "lse_base", "e"),
+                                      getattr(capabilities, "lse_layout", "bhs"))
+            except ValueError as exc:
+                got_lse = None
+                j.fail("lse", f"lse: {exc}")
+        lstats, lmsg, conventions = checks.compare_lse(got_lse, od.lse, lse_tolerance(od, model), od.valid,
                                                        declared=getattr(fo, "lse_convention", "-inf"))
         v.stats["lse"] = lstats.to_dict()
         v.findings.extend(conventions)
@@ -262,8 +274,9 @@ def _backward(j: _Judgement, od: OracleData, bwd: CallResult) -> None:
         if k not in j.v.kernels:
             j.v.kernels.append(k)
     rows_q = od.valid[..., None]
-    for name in ("dq", "dk", "dv"):
-        got = getattr(bo, name, None)
+    names = ("dq", "dk", "dv", "dsinks") if "dsinks" in od.grads else ("dq", "dk", "dv")  # d sinks: §18
+    for name in names:
+        got = getattr(bo, name, None)  # a missing d sink is a FAIL ("the adapter returned nothing")
         rows = rows_q if name == "dq" else None
         j.values(*checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
                                         naive=od.naive_grads.get(name)))

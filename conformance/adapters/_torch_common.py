@@ -252,7 +252,8 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
     """bool [B, Hm, Lq, Lk], True where key j takes part for query i; None when every key does.
 
     The structural part (SEMANTICS.md §4 causal alignment with each sequence's real lengths, §5 window
-    (left, right) around the aligned diagonal, causal => right = 0, §7 keys at or past seqlens_k[b]) is
+    (left, right) around the aligned diagonal, causal => right = 0, §7 keys at or past seqlens_k[b], §19
+    chunks) is
     `oracles.visibility`; the case's boolean mask (§6, True = attend) is and-ed on top. Hm is Hq when
     `mask` varies over heads, else 1. Padded query rows (i >= seqlens_q[b]) are all False, fully masked
     rows (SEMANTICS.md §7, §8, §17: padding reaches a dense-mask API as masked-out positions; the engine
@@ -265,7 +266,7 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
     Lq = case.Lq if Lq is None else Lq
     Lk = case.Lk if Lk is None else Lk
     causal = case.causal and include_causal
-    structural = causal or case.window is not None or case.varlen
+    structural = causal or case.window is not None or case.varlen or case.chunk is not None
     if not structural and mask is None:
         return None
     vis = np.ones((B, 1, Lq, Lk), dtype=bool)
@@ -280,7 +281,7 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
             window = None if window is None else (window[0], 0 if window[1] is None else min(window[1], 0))
         vis = np.broadcast_to(
             oracles.visibility(Lq, Lk, causal=causal, alignment=case.alignment, window=window,
-                               seqlens_q=seqlens_q, seqlens_k=seqlens_k),
+                               seqlens_q=seqlens_q, seqlens_k=seqlens_k, chunk=case.chunk),
             (B, 1, Lq, Lk),
         )
     if mask is not None:

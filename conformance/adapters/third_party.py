@@ -188,6 +188,7 @@ class SdpaFunctionAdapter(Adapter):
             softcap=False,
             gqa=ok("gqa"),
             varlen=ok("bool_mask"),
+            chunk=ok("bool_mask"),
             custom_scale=ok("scale"),
             layouts=frozenset(LAYOUTS),  # dense layouts only: the signature has no block table
             lse=False,
@@ -236,6 +237,12 @@ class SdpaFunctionAdapter(Adapter):
             return "the SDPA signature has no FP8 inputs or descales"
         if case.softcap is not None:
             return "the SDPA signature cannot express softcap (tanh is not an additive bias)"
+        if case.sinks is not None:
+            return "the SDPA signature cannot express attention sinks (a logit with no value, SEMANTICS.md §18)"
+        if case.kv_append is not None:
+            return "the SDPA signature has no KV cache to append to (SEMANTICS.md §20)"
+        if case.lse_grad:
+            return "the SDPA signature returns no LSE, so it takes no LSE cotangent (SEMANTICS.md §13)"
         if case.dtype not in PROBE_DTYPES:
             return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
         if page_size_of(case.layout) is not None:

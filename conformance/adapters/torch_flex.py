@@ -5,6 +5,10 @@ How a case (oracles/SEMANTICS.md) maps onto FlexAttention:
   diagonal ``c(i) = i + (sk - sq)`` (bottom-right) or ``c(i) = i`` (top-left), with ``sq, sk`` each
   sequence's real lengths (§7 varlen: per-batch length tensors indexed by ``b``; keys ``j >= sk``
   masked; padded query rows fully masked, SEMANTICS.md §17 - the engine does not compare them).
+- §19 chunked attention: the same ``mask_mod`` keeps ``floor(c(i) / C) == floor(j / C)``.
+- §18 sinks are not claimed: a ``score_mod`` rewrites the scores of existing keys and cannot add a term
+  with no value to the denominator; expressing one needs a zero K/V row appended to the inputs with its
+  score set to the sink (a different call, with its own Lk), which is not what a flex user's kernel computes.
 - §6 boolean mask: the ``mask_mod`` indexes a bool tensor; additive bias: the ``score_mod`` adds a
   tensor entry. §3 order: scale (flex applies ``scale`` before ``score_mod``), softcap
   ``c * tanh(s / c)`` in the ``score_mod``, then bias, then the mask.
@@ -58,6 +62,7 @@ _CPU_CAPS = Capabilities(
     lse=True,
     backward=False,
     padding_as_mask=True,  # varlen reaches flex as a mask_mod over the padded tensors (SEMANTICS.md §17)
+    chunk=True,
 )
 # the CPU claims, less float64, plus the backward that only the compiled CUDA path has
 _CUDA_CAPS = dataclasses.replace(
@@ -95,7 +100,8 @@ def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, devi
     left, right = case.window if case.window is not None else (None, None)
     if case.causal:
         right = 0
-    structural = case.causal or case.window is not None or case.varlen
+    structural = case.causal or case.window is not None or case.varlen or case.chunk is not None
+    chunk = case.chunk
 
     mask_mod = None
     if structural or mask_t is not None:
@@ -112,6 +118,9 @@ def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, devi
                 keep = keep & (kv_idx <= diag + right)
             if left is not None:
                 keep = keep & (kv_idx >= diag - left)
+            if chunk is not None:  # §19: same chunk of the aligned positions (floor division)
+                keep = keep & (torch.div(diag, chunk, rounding_mode="floor")
+                               == torch.div(kv_idx, chunk, rounding_mode="floor"))
             if mask_t is not None:
                 keep = keep & mask_t[b, h if mask_heads > 1 else 0, q_idx, kv_idx]
             if sq_t is not None:

@@ -74,6 +74,7 @@ def _needs_attn_mask(case: Case) -> bool:
         or case.bias is not None
         or case.window is not None
         or case.varlen
+        or case.chunk is not None
         or (case.causal and not native_causal)
     )
 
@@ -483,6 +484,7 @@ def _caps(**kw) -> Capabilities:
                 mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
                 layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True)
     base.update(kw)
+    base.setdefault("chunk", base["window"])  # chunks go through the same dense attn_mask as windows (§19)
     return Capabilities(**base)
 
 

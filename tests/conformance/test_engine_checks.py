@@ -40,7 +40,8 @@ def test_catalog_ids_unique_and_sizes():
         assert len(ids) == len(set(ids)), p
     assert 150 <= sizes["ci"] <= 300 and sizes["ci"] < sizes["full"] and sizes["ci"] < sizes["gpu"]
     gpu = catalog.cases("gpu")
-    assert max(c.Lk for c in gpu) == 16384 and max(c.d for c in gpu) == 256
+    assert max(c.Lk for c in gpu) == 16384 and max(c.d for c in gpu if c.family != "mla") == 256
+    assert {(c.d, c.dv) for c in gpu if c.family == "mla"} >= {(576, 512), (192, 128)}  # MLA decoding shapes
 
 
 def test_select_expression():
