@@ -49,7 +49,6 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath", "prepare_sdpa_call",
@@ -230,7 +229,7 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]), under_test():
+        with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
@@ -287,7 +286,7 @@ class SdpaAdapter(Adapter):
         if mask_t is not None and mask_t.dtype == torch.bool:
             fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
         try:
-            with under_test():
+            with tc.code_under_test(device):
                 got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
         except Exception as exc:
             if declared:
@@ -333,7 +332,7 @@ class SdpaAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t.q, c.t.k, c.t.v, c.mask_t, c.is_causal, case)
-            with under_test():
+            with tc.code_under_test(device):
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated(), notes=self._kernel_notes(rec, 1))
 
