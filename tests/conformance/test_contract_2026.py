@@ -127,3 +127,22 @@ def test_flex_claims_chunk_and_passes():
     assert res.outcome == "PASS", res.message
     sink_case = next(c for c in NEW_CI if c.sinks is not None)
     assert "sinks" in (la.adapter.supports(sink_case, "cpu") or "")
+
+
+def test_sink_and_chunk_fp8_constraints_match_the_adapters():
+    """`features.CONSTRAINTS` keeps sinks and chunks away from FP8 because no built-in adapter claims both; when
+    one does, this fails: drop the constraint so the pairs family covers the pair."""
+    from conformance import coverage
+
+    for name, caps in coverage.declared_capabilities():
+        assert not (caps.fp8 and (caps.sinks or caps.chunk)), f"{name} claims FP8 with sinks or chunks"
+
+
+def test_new_features_are_in_the_pair_model_and_labels():
+    from conformance import features
+
+    names = [f.name for f in features.PAIRWISE]
+    assert "sinks" in names and "chunk" in names
+    c = next(c for c in NEW_CI if c.kv_append and c.sinks and c.chunk is None)
+    assert {"sinks:small", "kv_append"} <= set(features.labels(c))
+    assert any(features.values_of(p)["sinks"] == "on" for p in catalog.cases("ci") if p.family == "pairs")
