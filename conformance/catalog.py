@@ -361,6 +361,14 @@ def _large(profile: str) -> Iterator[Case]:
     yield _mk("large", Lq=64, Lk=16384, d=64, distribution="uniform", dtype="bfloat16", Hq=1, Hkv=1)
 
 
+def _memory(profile: str) -> Iterator[Case]:
+    """One shape at N, 2N, 4N: the growth exponent of peak device memory (conformance/memory.py, CUDA only)."""
+    if profile != "gpu":
+        return
+    for n in (1024, 2048, 4096):
+        yield _mk("memory", B=1, Hq=4, Hkv=4, Lq=n, Lk=n, d=64, dtype="float16")
+
+
 def _sinks(profile: str) -> Iterator[Case]:
     """Attention sinks (SEMANTICS.md §18; flash-attention PR #2752, #1973, #2102): small, large (1e4: +inf LSE when
     the sink is not in the running max) and very negative logits, rows with no visible key (O = 0, LSE = sink),
@@ -460,11 +468,12 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "kv_append": _kv_append,
     "pairs": _pairs,
     "large": _large,
+    "memory": _memory,
 }
 
 
 #: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
-_OWN_PROFILE = ("large", "paged")
+_OWN_PROFILE = ("large", "paged", "memory")
 
 
 def _seeded(case: Case) -> Case:
@@ -533,6 +542,6 @@ def case_marks(case: Case) -> tuple[str, ...]:
     cost = estimated_cost(case)
     if cost > 5e7:
         marks.append("slow")
-    if case.family == "large":
+    if case.family in ("large", "memory"):
         marks.append("gpu")
     return tuple(marks)

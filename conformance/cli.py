@@ -159,6 +159,7 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
+    from conformance import memory
     from conformance.engine import Runner, stderr_progress
     from conformance.registry import builtin_names, load_many, resolve_specs
     from conformance.report import build_report, exit_code, write_report
@@ -208,6 +209,7 @@ def _cmd_run(args) -> int:
             results = runner.run(cases, progress=progress, every=args.progress_every, checkpoint=checkpoint)
         finally:
             runner.close()
+    memory.apply_growth(results, memory.claims_of(loaded))  # the memory family's cross-case verdict
     wall = time.perf_counter() - t0
     rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
                        extra={"workers": args.workers, "partial": False, "cases_planned": len(cases),

@@ -77,6 +77,7 @@ class Verdict:
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.calldata.raise_site`)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     oracle_seconds: float = 0.0
     seconds: float = 0.0
 
@@ -192,6 +193,19 @@ class _Judgement:
             return None
         return f"{msg}; {note}; {self.why_fail}"
 
+    def lse(self, stats: checks.QuantityStats, msg: str | None) -> None:
+        """The `checks.compare_lse` result: NaN there is graded like any value (`planted_nan`), the convention
+        messages of SEMANTICS.md §8 fail as they are; no secondary criterion for LSE."""
+        self.v.stats["lse"] = stats.to_dict()
+        if msg and stats.nonfinite:
+            msg = self.planted_nan(stats, msg)
+            if msg is None:
+                return
+        if msg:
+            self.fail("lse", msg)
+        else:
+            self.ok("lse")
+
     def values(self, stats: checks.QuantityStats, msg: str | None) -> None:
         """One `checks.compare_values` result: its stats, pass/fail/finding, or the secondary-criterion warning."""
         self.v.stats[stats.name] = stats.to_dict()
@@ -245,16 +259,8 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
                 j.fail("lse", f"lse: {exc}")
         lstats, lmsg, conventions = checks.compare_lse(got_lse, od.lse, lse_tolerance(od, model), od.valid,
                                                        declared=getattr(fo, "lse_convention", "-inf"))
-        v.stats["lse"] = lstats.to_dict()
         v.findings.extend(conventions)
-        if lmsg and lstats.nonfinite:
-            lmsg = j.planted_nan(lstats, lmsg)
-            if lmsg is None:
-                lmsg = ""
-        if lmsg:
-            j.fail("lse", lmsg)
-        elif lmsg is None:
-            j.ok("lse")
+        j.lse(lstats, lmsg)
     mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
     if mutated:
         j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}")
@@ -305,6 +311,8 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
     Pure: reads its arguments, calls no adapter, changes nothing.
     """
     v = Verdict(oracle_seconds=float(getattr(oracle, "seconds", 0.0) or 0.0))
+    v.memory = {k: c.memory for k, c in (("forward", result.forward), ("backward", result.backward))
+                if c is not None and c.memory}  # recorded, not judged: the memory family is judged across cases
     j = _Judgement(v, case, capabilities, strict)
     fwd = result.forward
     if fwd.error is not None:

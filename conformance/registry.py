@@ -80,7 +80,7 @@ def spec_error(spec: str) -> str | None:
         names = entry_point_names(base)
         if spec in names:
             return None
-        return f"unknown entry point {entry!r} of {base}: its entry points are {', '.join(names) or 'none'}"
+        return f"{spec!r}: unknown entry point {entry!r} of {base}; its entry points are {', '.join(names) or 'none'}"
     hint = closest_builtin(base)
     did = f"; did you mean {hint}?" if hint else ""
     return (f"unknown adapter {spec!r}: not a built-in name ({', '.join(builtin_names())}, all) "

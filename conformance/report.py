@@ -10,7 +10,10 @@ report.json, ``"schema_version": 1``::
       "summary": {"total": n, "by_outcome": {...}, "by_adapter": {name: {...}}, "exit_code": 0|1},
       "results": [CaseResult.to_dict(): case_id, adapter, outcome, message, stats{out,lse,dq,dk,dv:
                   max_err, max_err_index, tol_at_max_err, max_ratio, ...}, checks, findings, kernels,
-                  tolerance_model, case (all fields), seed, repro]
+                  memory {forward, backward: peak bytes of the call on CUDA, conformance/memory.py},
+                  tolerance_model, case (all fields), seed, repro],
+      "memory_growth": [GrowthRow.to_dict(): adapter, shape, claim, ns, peak_bytes, extra_bytes,
+                        driver_bytes, exponent, driver_exponent, verdict, message]
     }
 
 report.md: a summary table, the named findings per adapter and class (SEMANTICS.md §17), the adapter
@@ -34,8 +37,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance import memory
 from conformance.engine import CaseResult
 from conformance.judge import FINDING_CLASSES, finding_class
+from conformance.numfmt import mib
 from conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 from conformance.registry import LoadedAdapter
 from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
@@ -152,6 +157,7 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
             "exit_code": exit_code(results),
         },
         "results": [r.to_dict() for r in results],
+        "memory_growth": [row.to_dict() for row in memory.growth_rows(results, memory.claims_of(adapters))],
     }
     if extra:
         rep.update(extra)
@@ -241,6 +247,8 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                              + f"; plus {rest} copy / elementwise / reduction kernels (names in report.json)")
         lines.append("")
 
+    lines += _memory_section(rep.get("memory_growth") or [])
+
     rows = smallest_failing(dicts)
     if rows:
         lines += ["## Smallest failing case per adapter and feature", "",
@@ -276,6 +284,32 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             lines.append(f"| {a} | {why[:160]} | {n} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _memory_section(rows: Sequence[dict]) -> list[str]:
+    """The ``memory`` family table: peak device memory per N (torch allocator; beyond inputs and outputs in
+    parentheses), the fitted exponent per adapter and its verdict (conformance/memory.py)."""
+    if not rows:
+        return []
+    out = ["## Peak device memory (family `memory`, CUDA)", "",
+           f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent = "
+           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
+           "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
+           "torch's already reserved pool; memory allocated outside torch shows there).", "",
+           "| adapter | claim | shape | peak MiB per N (beyond I/O) | exponent | driver exponent | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per_n = "; ".join(f"{n}: {mib(p)} ({mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        drv = _fmt_exp(r["driver_exponent"])
+        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
+            drv = "no rise"  # everything came from torch's already reserved pool
+        out.append(f"| {r['adapter']} | {r['claim'] or '-'} | {r['shape']} | {per_n} | {_fmt_exp(r['exponent'])} | "
+                   f"{drv} | {r['verdict']} |")
+    return out + [""]
+
+
+def _fmt_exp(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[CaseResult]) -> tuple[Path, Path]:

@@ -77,6 +77,9 @@ class Capabilities:
     #: claims masked-out positions never contribute, even when they hold NaN (SEMANTICS.md §6, §17): NaN from
     #: them is then a FAIL, not the named finding masked_nan
     nan_safe_masking: bool = False
+    #: "linear": peak device memory grows as O(N) (no N x N score / probability matrix is stored); judged on
+    #: CUDA by the ``memory`` family (conformance/memory.py), which fails a claim that grows quadratically
+    memory: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}

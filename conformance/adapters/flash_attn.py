@@ -449,7 +449,8 @@ class _FlashAttnBase(Adapter):
 def _fa_caps(**kw) -> Capabilities:
     base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=None, dv_ne_d=False,
                 alignments=frozenset({"bottom_right"}), window=True, mask=False, bias=False, softcap=True, gqa=True,
-                varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True)
+                varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True,
+                memory="linear")
     base.update(kw)
     return Capabilities(**base)
 

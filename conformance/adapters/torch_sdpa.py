@@ -56,7 +56,6 @@ from conformance.adapters.base import (
     capability_reason,
 )
 from conformance.adapters.variants import variant_name
-from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
@@ -357,7 +356,7 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]), under_test():
+        with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
@@ -414,7 +413,7 @@ class SdpaAdapter(Adapter):
         if mask_t is not None and mask_t.dtype == torch.bool:
             fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
         try:
-            with under_test():
+            with tc.code_under_test(device):
                 got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
         except Exception as exc:
             if declared:
@@ -460,7 +459,7 @@ class SdpaAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True, entry=self.entry_point)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
-            with under_test():
+            with tc.code_under_test(device):
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated(),
                                   notes=self._spelling_notes(c) + self._kernel_notes(rec, 1))
@@ -512,7 +511,7 @@ class SdpaFlash(SdpaAdapter):
     # is_causal only for Lq == Lk (torch refuses non-square causal: FA2 would align it bottom-right)
     # (the head-dim limits are left to torch's dispatcher check in `supports`, which words them itself)
     cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, dv_ne_d=False, alignments=frozenset({"top_left"}),
-                      window=False, mask=False, bias=False, varlen=False)
+                      window=False, mask=False, bias=False, varlen=False, memory="linear")
     cpu_lse_convention = "0"
 
     def _device_reason(self, device: str) -> str | None:
@@ -541,7 +540,8 @@ class SdpaEfficient(SdpaAdapter):
     backend_name = "EFFICIENT_ATTENTION"
     expected_kernels = (("fmha_cutlassF",), ("fmha_cutlassB",))
     cpu_reason = "torch SDPA's EFFICIENT_ATTENTION backend has no CPU implementation (CUDA only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}))
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}),
+                      memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, log_sumexp [B, H, ceil(Lq / 32) * 32], seed, offset); no native GQA
@@ -559,7 +559,8 @@ class SdpaCudnn(SdpaAdapter):
     backend_name = "CUDNN_ATTENTION"
     expected_kernels = (("cudnn", "fort_native_sdpa"), ("cudnn", "fort_native_sdpa"))
     cpu_reason = "torch SDPA's CUDNN_ATTENTION backend has no CPU implementation (CUDA + cuDNN only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF)  # shape limits: torch's dispatcher check
+    # shape limits: torch's dispatcher check
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, logsumexp [B, H, Lq] or [B, H, Lq, 1], ...); K/V expanded to Hq heads for the second call
