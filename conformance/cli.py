@@ -4,6 +4,8 @@
     python -m conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
                               [--device cpu|cuda] [--report-dir DIR] [-k EXPR] [--workers N]
     python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
+                              [--shard K/N]
+    python -m conformance merge REPORT_JSON ... [--report-dir DIR]
     python -m conformance cases [--profile P] [-k EXPR]
     python -m conformance mutants [--profile ci] ...
 
@@ -43,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--determinism", default="sampled", choices=("none", "sampled", "all"))
     run.add_argument("--progress-every", type=int, default=25)
     run.add_argument("--quiet", action="store_true")
+    run.add_argument("--shard", default=None, metavar="K/N",
+                     help="run only shard K of N (balanced by estimated cost); join them with `merge`")
+
+    mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N` into one report")
+    mg.add_argument("reports", nargs="+", metavar="REPORT_JSON")
+    mg.add_argument("--report-dir", default=os.path.join("reports", "latest"))
 
     rp = sub.add_parser("repro", help="print a standalone Python snippet reproducing one case")
     rp.add_argument("case_id")
@@ -122,6 +130,15 @@ def _cmd_run(args) -> int:
     if not cases:
         print(f"error: -k {args.keyword!r} selects no case of profile {args.profile}", file=sys.stderr)
         return 2
+    shard_extra: dict = {}
+    if args.shard is not None:
+        from conformance.shard import ShardError, select
+
+        try:
+            cases, shard_extra["shard"] = select(cases, args.shard)
+        except ShardError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if not args.quiet:
         print(f"running {len(cases)} cases x {len(loaded)} adapters ({', '.join(la.name for la in loaded)}) "
               f"on {device}, profile {args.profile}", file=sys.stderr)
@@ -132,7 +149,7 @@ def _cmd_run(args) -> int:
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
         rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
                            command=command, extra={"workers": args.workers, "partial": True,
-                                                   "cases_planned": len(cases)})
+                                                   "cases_planned": len(cases), **shard_extra})
         write_report(args.report_dir, rep, done)
 
     if args.workers > 1:
@@ -149,7 +166,7 @@ def _cmd_run(args) -> int:
             runner.close()
     wall = time.perf_counter() - t0
     rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
-                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases)})
+                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases), **shard_extra})
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]
@@ -178,6 +195,33 @@ def _cmd_cases(args) -> int:
     return 0
 
 
+def _cmd_merge(args) -> int:
+    import json
+
+    from conformance.report import write_report
+    from conformance.shard import ShardError, merge
+
+    loaded = []
+    for path in args.reports:
+        try:
+            with open(path) as f:
+                loaded.append((path, json.load(f)))
+        except (OSError, ValueError) as exc:
+            print(f"error: merge: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        rep, results = merge(loaded)
+    except ShardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    jp, mp = write_report(args.report_dir, rep, results)
+    code = rep["summary"]["exit_code"]
+    by = rep["summary"]["by_outcome"]
+    print(" ".join(f"{k}={v}" for k, v in by.items() if v) + f" from {len(loaded)} shards; reports: {jp}, {mp}; "
+          f"exit {code}")
+    return code
+
+
 def _cmd_mutants(argv: list[str]) -> int:
     try:
         mod = importlib.import_module("property_tests.mutants.cli")
@@ -193,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_mutants(argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
-    handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases}
+    handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
