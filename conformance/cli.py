@@ -3,9 +3,9 @@
     python -m conformance list [--device cpu|cuda]
     python -m conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
                               [--device cpu|cuda] [--report-dir DIR] [-k EXPR] [--workers N]
-    python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
-                              [--shard K/N]
+                              [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
     python -m conformance merge REPORT_JSON ... [--report-dir DIR]
+    python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
     python -m conformance cases [--profile P] [-k EXPR]
     python -m conformance mutants [--profile ci] ...
 
@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true")
     run.add_argument("--shard", default=None, metavar="K/N",
                      help="run only shard K of N (balanced by estimated cost); join them with `merge`")
+    run.add_argument("--expect", action="append", default=[], metavar="FILE",
+                     help="an expectations file (TOML) on top of the shipped one: matched failures are KNOWN")
+    run.add_argument("--no-expect", action="store_true",
+                     help="apply no expectations (not even the shipped file): raw outcomes")
+    run.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
+                     help="what plain --impl functions support, e.g. 'dtypes=float16,bfloat16; head_dims=64,128; "
+                          "causal=only' (conformance/declared.py)")
 
     mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N` into one report")
     mg.add_argument("reports", nargs="+", metavar="REPORT_JSON")
@@ -122,6 +129,12 @@ def _cmd_run(args) -> int:
     if not loaded:
         print(f"error: no adapter available on {device} (try `python -m conformance list`)", file=sys.stderr)
         return 2
+    if args.claims:
+        from conformance.declared import unclaimed_targets
+
+        for problem in unclaimed_targets(args.claims, loaded):
+            print(f"error: --claims {problem}", file=sys.stderr)
+            return 2
     try:
         cases = catalog.select(catalog.cases(args.profile), args.keyword)
     except ValueError as exc:
@@ -129,6 +142,16 @@ def _cmd_run(args) -> int:
         return 2
     if not cases:
         print(f"error: -k {args.keyword!r} selects no case of profile {args.profile}", file=sys.stderr)
+        return 2
+    from conformance.expectations import ExpectationError, RunExpectations
+
+    if args.no_expect and args.expect:
+        print("error: --expect and --no-expect exclude each other", file=sys.stderr)
+        return 2
+    try:
+        expect = RunExpectations.for_run(args.expect, default=not args.no_expect, device=device, loaded=loaded)
+    except ExpectationError as exc:
+        print(f"error: --expect: {exc}", file=sys.stderr)
         return 2
     shard_extra: dict = {}
     if args.shard is not None:
@@ -147,9 +170,11 @@ def _cmd_run(args) -> int:
     command = ["python", "-m", "conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
 
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
+        done = expect.apply(done)
         rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
                            command=command, extra={"workers": args.workers, "partial": True,
-                                                   "cases_planned": len(cases), **shard_extra})
+                                                   "cases_planned": len(cases), **shard_extra,
+                                                   "expectations": expect.summary})
         write_report(args.report_dir, rep, done)
 
     if args.workers > 1:
@@ -165,8 +190,12 @@ def _cmd_run(args) -> int:
         finally:
             runner.close()
     wall = time.perf_counter() - t0
+    results = expect.apply(results)
+    for line in expect.warnings():
+        print(line, file=sys.stderr)
     rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
-                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases), **shard_extra})
+                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases), **shard_extra,
+                              "expectations": expect.summary})
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]
@@ -238,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
     handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
+    from conformance.declared import ClaimsError, cli_claims
+
     try:
-        return handlers[args.command](args)
+        with cli_claims(getattr(args, "claims", None) or []):
+            return handlers[args.command](args)
+    except ClaimsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 2

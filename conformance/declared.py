@@ -31,16 +31,17 @@ Keys (each optional; an undeclared feature is probed):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from conformance.case import ALIGNMENTS
 
 __all__ = ["Claims", "ClaimsError", "CLAIMS_ATTR", "CLAIMS_ENV", "SDPA_DTYPES", "claims", "claims_of",
-           "parse_spec", "cli_claims_for", "cli_claims_env"]
+           "claims_reason", "parse_spec", "cli_claims_for", "cli_claims_env", "cli_claims", "unclaimed_targets"]
 
 SDPA_DTYPES = ("float32", "float16", "bfloat16", "float64")
 #: the attribute `claims` sets on a function (a `Claims`, or a dict of the same keys)
@@ -230,3 +231,68 @@ def cli_claims_for(spec: str) -> Claims | None:
     if not found:
         return None
     return found[0].merged(found[1]) if len(found) == 2 else found[0]
+
+
+def claims_reason(c: Claims, case: Any, *, needs_mask: bool) -> str | None:
+    """Why ``case`` is outside the declaration ``c`` (a sentence), or None. ``needs_mask``: the SDPA signature
+    expresses the case only with an ``attn_mask`` (bottom-right at Lq != Lk, windows, varlen, masks, biases)."""
+    if c.dtypes is not None and case.dtype not in c.dtypes:
+        return f"dtype {case.dtype} not in the declared dtypes {sorted(c.dtypes)}"
+    if c.head_dims is not None and (case.d not in c.head_dims or case.dv not in c.head_dims):
+        return f"head dim d={case.d}, dv={case.dv} not in the declared head dims {sorted(c.head_dims)}"
+    if c.causal == "only":
+        if not case.causal:
+            return "declared causal='only': the function computes causal attention only, this case is not causal"
+        if needs_mask:
+            return ("declared causal='only': the function is only called with is_causal=True, and this case needs "
+                    "an attn_mask (bottom-right causal at Lq != Lk, a window, varlen padding, a mask or a bias)")
+    if c.causal is False and case.causal and not needs_mask:
+        return "declared causal=False: is_causal=True is not implemented"
+    if c.alignments is not None and case.causal and case.Lq != case.Lk and case.alignment not in c.alignments:
+        return f"causal alignment {case.alignment} not in the declared alignments {sorted(c.alignments)}"
+    if c.seqlen_multiple is not None and (case.Lq % c.seqlen_multiple or case.Lk % c.seqlen_multiple):
+        return f"Lq={case.Lq}, Lk={case.Lk}: the declared seqlen_multiple is {c.seqlen_multiple}"
+    checks = (("mask", needs_mask and case.bias is None, "a boolean attn_mask"),
+              ("bias", case.bias is not None, "a float attn_mask (additive bias)"),
+              ("gqa", case.Hq != case.Hkv, f"GQA/MQA (Hq={case.Hq}, Hkv={case.Hkv})"),
+              ("dv_ne_d", case.dv != case.d, f"dv={case.dv} != d={case.d}"),
+              ("scale", case.scale is not None, "a custom scale"),
+              ("backward", case.backward, "the backward (autograd)"))
+    for key, used, what in checks:
+        if used and getattr(c, key) is False:
+            return f"declared {key}=False: this case needs {what}"
+    return None
+
+
+@contextlib.contextmanager
+def cli_claims(specs: Sequence[str]) -> Iterator[None]:
+    """Within the block, `CLAIMS_ENV` holds the ``--claims`` arguments (worker processes inherit it)."""
+    if not specs:
+        yield
+        return
+    value = cli_claims_env(specs)
+    old = os.environ.get(CLAIMS_ENV)
+    os.environ[CLAIMS_ENV] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(CLAIMS_ENV, None)
+        else:
+            os.environ[CLAIMS_ENV] = old
+
+
+def unclaimed_targets(specs: Sequence[str], loaded: Sequence[Any]) -> list[str]:
+    """Problems with ``--claims`` given the run's loaded adapters: a ``MODULE:ATTR=`` target that is not one
+    of them, or claims when no plain SDPA-signature function is among them (one sentence each)."""
+    plain = {la.spec for la in loaded if isinstance(getattr(la.adapter, "claims", None), Claims)}
+    problems = []
+    for s in specs:
+        target, _ = parse_spec(s)
+        if target != "*" and target not in plain:
+            problems.append(f"{s!r}: {target} is not a plain SDPA-signature function named with --impl "
+                            f"(plain functions here: {sorted(plain) or 'none'})")
+        elif target == "*" and not plain:
+            problems.append(f"{s!r}: no --impl of this run is a plain SDPA-signature function "
+                            "(adapters declare their Capabilities themselves)")
+    return problems

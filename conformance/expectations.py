@@ -49,7 +49,7 @@ from typing import Any
 from conformance.case import Case
 
 __all__ = ["DEFAULT_FILE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
-           "Verdict", "load", "load_files", "version_in", "decide", "applicable", "apply"]
+           "RunExpectations", "Verdict", "load", "load_files", "version_in", "decide", "applicable", "apply"]
 
 KNOWN = "KNOWN"
 UNEXPECTED_PASS = "UNEXPECTED_PASS"
@@ -356,3 +356,44 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
               and any(applicable(e, a, s, ctx) for a, s in seen_adapters.items())]
     return out, {"files": sorted({e.source for e in entries}), "entries": len(entries), "used": used,
                  "unused": unused, "known": known, "unexpected_pass": unexpected}
+
+
+class RunExpectations:
+    """The expectations of one ``conformance run``: the entries, the run's context, the usage summary."""
+
+    def __init__(self, entries: Sequence[Expectation], ctx: RunContext):
+        self.entries = list(entries)
+        self.ctx = ctx
+        self.summary: dict = {"files": sorted({e.source for e in self.entries}), "entries": len(self.entries),
+                              "used": {}, "unused": [], "known": 0, "unexpected_pass": 0}
+
+    @classmethod
+    def for_run(cls, files: Sequence[str], *, default: bool, device: str, loaded: Sequence[Any]) -> RunExpectations:
+        """`DEFAULT_FILE` (unless not ``default``) and ``files``, matched against the ``loaded`` adapters'
+        versions on ``device`` (GPU names from `conformance.report.environment`)."""
+        entries = load_files(files, default=default)
+        gpus: tuple[str, ...] = ()
+        if device.startswith("cuda") and entries:
+            from conformance.report import environment
+
+            gpus = tuple(g["name"] for g in environment().get("gpus", []))
+        versions: dict[str, str] = {}
+        for la in loaded:
+            if la.adapter is None:
+                continue
+            try:
+                versions[la.name] = versions[la.spec] = str(la.adapter.version())
+            except Exception as exc:  # an adapter whose version() raises matches no version range
+                versions[la.name] = versions[la.spec] = f"version() raised {type(exc).__name__}"
+        return cls(entries, RunContext(device, gpus, versions))
+
+    def apply(self, results: Sequence[Any]) -> list:
+        """``results`` (`CaseResult`s, raw outcomes) with the entries applied; updates `summary`."""
+        if not self.entries:
+            return list(results)
+        out, self.summary = apply(self.entries, [(Case.from_dict(r.case), r) for r in results], self.ctx)
+        return out
+
+    def warnings(self) -> list[str]:
+        """One line per entry that matched no result of the run (delete it, or it hides nothing)."""
+        return [f"warning: expectation {label} matched no result of this run" for label in self.summary["unused"]]

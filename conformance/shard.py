@@ -101,6 +101,19 @@ def _strip_shard(command: Sequence[str]) -> list[str]:
     return out
 
 
+def _merge_expectations(summaries: Sequence[dict]) -> dict:
+    """The expectations summary of one run from its shards': counts summed, unused = unused in every shard."""
+    used: dict[str, int] = {}
+    for sm in summaries:
+        for label, n in sm.get("used", {}).items():
+            used[label] = used.get(label, 0) + int(n)
+    unused = [label for label in summaries[0].get("unused", []) if all(label in sm.get("unused", [])
+                                                                       for sm in summaries)]
+    return {**summaries[0], "used": used, "unused": unused,
+            "known": sum(int(sm.get("known", 0)) for sm in summaries),
+            "unexpected_pass": sum(int(sm.get("unexpected_pass", 0)) for sm in summaries)}
+
+
 def merge(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]]:
     """Join the shard reports ``[(path, report.json dict), ...]`` into (report dict, results) of one run.
 
@@ -160,7 +173,7 @@ def merge(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]]:
 
     extra = {k: v for k, v in first.items() if k not in ("results", "summary", "shard", "created", "command",
                                                           "profile", "device", "wall_seconds", "environment",
-                                                          "adapters", "schema_version")}
+                                                          "adapters", "schema_version", "expectations")}
     extra["cases_planned"] = ref["selection_cases"]
     extra["cpu_seconds"] = round(sum(float(shards[k][1].get("wall_seconds", 0.0)) for k in shards), 3)
     extra["merged_from"] = [{"path": shards[k][0], "shard": f"{k}/{n}", "created": shards[k][1].get("created"),
@@ -168,6 +181,9 @@ def merge(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]]:
                              "cases": len(shards[k][1]["shard"]["positions"]),
                              "estimated_cost": shards[k][1]["shard"].get("estimated_cost"),
                              "environment": shards[k][1].get("environment")} for k in sorted(shards)]
+    summaries = [shards[k][1].get("expectations") for k in sorted(shards)]
+    if all(isinstance(x, dict) for x in summaries):
+        extra["expectations"] = _merge_expectations(summaries)
     merged = build_report(results, [], profile=first["profile"], device=first["device"],
                           wall_seconds=max(float(shards[k][1].get("wall_seconds", 0.0)) for k in shards),
                           command=_strip_shard(first.get("command") or []), extra=extra)

@@ -151,3 +151,4 @@ def test_apply_counts_and_reports_unused_entries(tmp_path):
     assert out[0].expectation["raw_outcome"] == "FAIL" and out[0].expectation["link"] == "https://example.org/issue/1"
     assert summary["known"] == 1 and summary["unexpected_pass"] == 0
     assert summary["unused"] == [f"never-matches ({tmp_path / 'user.toml'})"], summary
+
