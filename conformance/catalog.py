@@ -8,18 +8,21 @@ Profiles:
   over five CUDA backends fits in minutes; ``--profile full --device cuda`` runs the rest), and the
   full paged-K/V decoding set plus two long paged caches.
 
+The ``pairs`` group is generated, not listed: a pairwise covering design over `conformance.features`, so
+every pair of feature values some adapter can claim meets in a case (`conformance.coverage` checks it).
 Each group below is one generator of cases; `cases(profile)` concatenates them, gives each case a
 seed derived from its semantic fields (stable across runs and machines) and drops duplicates.
-`select(cases, expr)` filters by a pytest-``-k``-style expression over the case ids.
+`select(cases, expr)` filters by a ``-k`` expression over the case ids (`conformance.selection`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 
+from conformance import covering, features, selection
 from conformance.case import Case, FP8Spec
 
 __all__ = ["PROFILES", "GROUPS", "cases", "case_by_id", "select", "estimated_cost", "case_marks"]
@@ -311,6 +314,28 @@ def _accumulation(profile: str) -> Iterator[Case]:
     yield _mk("accumulation", B=1, Hq=1, Hkv=1, Lq=16, Lk=2048, d=64, distribution="normal", dtype="bfloat16")
 
 
+@functools.lru_cache(maxsize=1)
+def _pair_rows() -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The covering design of the ``pairs`` family (computed once per process)."""
+    factors = [(f.name, f.values) for f in features.PAIRWISE]
+    rows = covering.covering_rows(factors, lambda a, x, b, y: features.forbidden(a, x, b, y) is None)
+    return tuple(tuple(r.items()) for r in rows)
+
+
+def _pairs(profile: str) -> Iterator[Case]:
+    """Every pair of feature values that can meet, at least once together (`conformance.features`).
+
+    A pairwise covering design (`conformance.covering`) over the features of `conformance.features.PAIRWISE`
+    (dtype, FP8 granularity, causal alignment, window bounds, mask, bias, softcap, GQA/MQA, dv vs d, varlen,
+    layout incl. paged, backward, split-KV decoding shape) under `conformance.features.CONSTRAINTS`, each
+    row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24 or 2 x 160). Bugs that live
+    in a combination of two features (a window ignored only with GQA, softcap skipped only with a bias)
+    meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
+    """
+    for n, row in enumerate(_pair_rows()):
+        yield features.realize("pairs", dict(row), index=n)
+
+
 def _large(profile: str) -> Iterator[Case]:
     """Large shapes for a GPU run (the oracle still runs on the CPU, one query block at a time)."""
     if profile != "gpu":
@@ -357,6 +382,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "backward": _backward,
     "fp8": _fp8,
     "accumulation": _accumulation,
+    "pairs": _pairs,
     "large": _large,
 }
 
@@ -406,31 +432,13 @@ def case_by_id(case_id: str) -> Case:
     raise KeyError(f"no case with id {case_id!r} in any profile {PROFILES}")
 
 
-_TOKEN = re.compile(r"\(|\)|[^\s()]+")
-
-
 def select(items: Iterable[Case], expr: str | None) -> list[Case]:
-    """Cases whose id matches a pytest ``-k``-style expression: substrings joined by and/or/not."""
-    items = list(items)
-    if not expr:
-        return items
-    tokens = _TOKEN.findall(expr)
-    if not tokens:
-        return items
+    """Cases whose id the ``-k`` expression selects (`conformance.selection`: names as case-insensitive
+    substrings of the id, joined by and/or/not and parentheses; parsed, never evaluated).
 
-    def match(case_id: str) -> bool:
-        parts = []
-        for t in tokens:
-            if t in ("and", "or", "not", "(", ")"):
-                parts.append(t)
-            else:
-                parts.append(repr(t.lower() in case_id.lower()))
-        try:
-            return bool(eval(" ".join(parts), {"__builtins__": {}}, {}))  # noqa: S307 - only True/False/ops
-        except SyntaxError as exc:
-            raise ValueError(f"bad -k expression {expr!r}: {exc}") from None
-
-    return [c for c in items if match(c.id)]
+    Raises `conformance.selection.SelectorError` (a ValueError, one line) for a malformed expression.
+    """
+    return selection.select(items, expr, key=lambda c: c.id)
 
 
 def estimated_cost(case: Case) -> float:

@@ -6,10 +6,13 @@
                               [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
     python -m conformance merge REPORT_JSON ... [--report-dir DIR]
     python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
-    python -m conformance cases [--profile P] [-k EXPR]
+    python -m conformance cases [--profile P] [-k EXPR] [--coverage]
     python -m conformance mutants [--profile ci] ...
 
 Exit codes: 0 = no case failed; 1 = some case is FAIL, CRASH or TIMEOUT; 2 = usage or harness error.
+Every usage error (a malformed or empty ``-k`` selection, ``--workers`` < 1, ``--timeout`` <= 0, an unknown or
+unusable ``--impl``, a bad choice or a missing argument) is one line on stderr, ``error: ...``, no traceback,
+exit code 2. ``-k`` is the grammar of `conformance.selection` (names, and/or/not, parentheses; never evaluated).
 """
 
 from __future__ import annotations
@@ -20,13 +23,51 @@ import os
 import sys
 import time
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "UsageParser", "UsageError", "positive_int", "positive_float", "one_line"]
+
+
+class UsageError(Exception):
+    """A usage error: printed as one ``error:`` line on stderr, exit code 2."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (``PROG: error: ...``) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse hook
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def one_line(text: object) -> str:
+    """``text`` flattened to one line (an exception message may hold newlines)."""
+    return " ".join(str(text).split())
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m conformance",
-                                description="Attention-kernel conformance harness (FP64 oracle, explicit bounds).")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = UsageParser(prog="python -m conformance",
+                    description="Attention-kernel conformance harness (FP64 oracle, explicit bounds).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=UsageParser)
 
     ls = sub.add_parser("list", help="built-in adapters, availability here, declared capabilities")
     ls.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -39,11 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default=None, choices=("cpu", "cuda"),
                      help="default: $CONFORMANCE_DEVICE or cpu")
     run.add_argument("--report-dir", default=os.path.join("reports", "latest"))
-    run.add_argument("-k", dest="keyword", default=None, help="select cases by id: substrings with and/or/not")
-    run.add_argument("--workers", type=int, default=1, help="spread cases over N worker processes")
-    run.add_argument("--timeout", type=float, default=300.0, help="seconds per call for isolated adapters")
+    run.add_argument("-k", dest="keyword", default=None,
+                     help="select cases by id: names (substrings) with and/or/not and parentheses")
+    run.add_argument("--workers", type=positive_int, default=1, help="spread cases over N >= 1 worker processes")
+    run.add_argument("--timeout", type=positive_float, default=300.0,
+                     help="seconds (> 0) per call for isolated adapters")
     run.add_argument("--determinism", default="sampled", choices=("none", "sampled", "all"))
-    run.add_argument("--progress-every", type=int, default=25)
+    run.add_argument("--progress-every", type=positive_int, default=25)
     run.add_argument("--quiet", action="store_true")
     run.add_argument("--shard", default=None, metavar="K/N",
                      help="run only shard K of N (balanced by estimated cost); join them with `merge`")
@@ -66,16 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     cs = sub.add_parser("cases", help="print the case ids of a profile")
     cs.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
-    cs.add_argument("-k", dest="keyword", default=None)
+    cs.add_argument("-k", dest="keyword", default=None, help="names (substrings of the id) with and/or/not")
+    cs.add_argument("--coverage", action="store_true",
+                    help="print the profile's pair coverage matrix (conformance.coverage) instead of the ids")
 
     mu = sub.add_parser("mutants", help="run the mutant catalog (property_tests.mutants.cli)", add_help=False)
     mu.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
+def _check_specs(specs: list[str]) -> None:
+    """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
+    from conformance.registry import spec_error
+
+    for spec in specs:
+        problem = spec_error(spec)
+        if problem:
+            raise UsageError(f"--impl: {problem}")
+
+
+def _select(profile: str, expr: str | None):
+    """The cases of ``profile`` that ``-k expr`` selects; `UsageError` if it is malformed or selects none."""
+    from conformance import catalog
+    from conformance.selection import SelectorError
+
+    try:
+        cases = catalog.select(catalog.cases(profile), expr)
+    except SelectorError as exc:
+        raise UsageError(str(exc)) from None
+    if not cases:
+        raise UsageError(f"-k {expr!r} selects no case of profile {profile}")
+    return cases
+
+
 def _cmd_list(args) -> int:
     from conformance.registry import builtin_names, load
 
+    _check_specs(list(args.impl or []))
     specs = builtin_names() + [s for s in (args.impl or []) if s not in builtin_names()]
     for spec in specs:
         la = load(spec, args.device)
@@ -102,57 +172,44 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from conformance import catalog
     from conformance.engine import Runner, stderr_progress
     from conformance.registry import builtin_names, load_many, resolve_specs
     from conformance.report import build_report, exit_code, write_report
 
     device = args.device or os.environ.get("CONFORMANCE_DEVICE", "cpu")
+    cases = _select(args.profile, args.keyword)
+    _check_specs(list(args.impl or []))
+    _check_report_dir(args.report_dir)
     specs, explicit = resolve_specs(args.impl)
     loaded = load_many(specs, device)
     if not explicit:
         loaded = [la for la in loaded if la.available]
     broken = [la for la in loaded if la.adapter is None and la.spec not in builtin_names()]
     if broken:  # a module:attr the user named that cannot be imported or is not an adapter: usage error
-        for la in broken:
-            print(f"error: --impl {la.spec}: {la.reason}", file=sys.stderr)
-        return 2
+        raise UsageError("; ".join(f"--impl {la.spec}: {one_line(la.reason)}" for la in broken))
     missing = [la for la in loaded if not la.available]
     if explicit and missing:  # named with --impl but cannot run here: a CI job must not pass without testing it
-        for la in missing:
-            print(f"error: --impl {la.spec} is unavailable on {device}: {la.reason} "
-                  f"(see `python -m conformance list --device {device}`)", file=sys.stderr)
-        return 2
+        raise UsageError("; ".join(f"--impl {la.spec} is unavailable on {device}: {one_line(la.reason)}"
+                                   for la in missing) + f" (see `python -m conformance list --device {device}`)")
     for la in missing:  # only with --impl all: every built-in is listed, the unavailable ones as NOT_SUPPORTED
-        print(f"warning: {la.spec} is unavailable on {device}: {la.reason} (its cases are NOT_SUPPORTED)",
+        print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
     if not loaded:
-        print(f"error: no adapter available on {device} (try `python -m conformance list`)", file=sys.stderr)
-        return 2
+        raise UsageError(f"no adapter available on {device} (try `python -m conformance list`)")
     if args.claims:
         from conformance.declared import unclaimed_targets
 
-        for problem in unclaimed_targets(args.claims, loaded):
-            print(f"error: --claims {problem}", file=sys.stderr)
-            return 2
-    try:
-        cases = catalog.select(catalog.cases(args.profile), args.keyword)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not cases:
-        print(f"error: -k {args.keyword!r} selects no case of profile {args.profile}", file=sys.stderr)
-        return 2
+        problems = unclaimed_targets(args.claims, loaded)
+        if problems:
+            raise UsageError(f"--claims {problems[0]}")
     from conformance.expectations import ExpectationError, RunExpectations
 
     if args.no_expect and args.expect:
-        print("error: --expect and --no-expect exclude each other", file=sys.stderr)
-        return 2
+        raise UsageError("--expect and --no-expect exclude each other")
     try:
         expect = RunExpectations.for_run(args.expect, default=not args.no_expect, device=device, loaded=loaded)
     except ExpectationError as exc:
-        print(f"error: --expect: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--expect: {one_line(exc)}") from None
     shard_extra: dict = {}
     if args.shard is not None:
         from conformance.shard import ShardError, select
@@ -160,8 +217,7 @@ def _cmd_run(args) -> int:
         try:
             cases, shard_extra["shard"] = select(cases, args.shard)
         except ShardError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(one_line(exc)) from None
     if not args.quiet:
         print(f"running {len(cases)} cases x {len(loaded)} adapters ({', '.join(la.name for la in loaded)}) "
               f"on {device}, profile {args.profile}", file=sys.stderr)
@@ -203,23 +259,53 @@ def _cmd_run(args) -> int:
     return code
 
 
+def _check_report_dir(path: str) -> None:
+    """`UsageError` unless ``path`` is (or can become) a writable directory."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--report-dir {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--report-dir {path}: cannot create it: {one_line(exc)}") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--report-dir {path}: not writable")
+
+
 def _cmd_repro(args) -> int:
     from conformance.catalog import case_by_id
+    from conformance.registry import load
     from conformance.repro import snippet
 
     try:
         case = case_by_id(args.case_id)
     except KeyError as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 2
+        raise UsageError(exc.args[0]) from None
+    if args.impl == "all":
+        raise UsageError("--impl all: repro reproduces one case on one adapter; name one adapter")
+    _check_specs([args.impl])
+    la = load(args.impl, args.device)
+    if la.adapter is None:
+        raise UsageError(f"--impl {args.impl}: {one_line(la.reason)}")
+    if not la.available:
+        raise UsageError(f"--impl {args.impl} is unavailable on {args.device}: {one_line(la.reason)}")
+    try:
+        declined = la.adapter.supports(case, args.device)
+    except Exception as exc:  # a broken supports() is the adapter's bug; the snippet would raise the same way
+        declined = f"supports() raised {type(exc).__name__}: {exc}"
+    if declined:
+        raise UsageError(f"--impl {args.impl} declines case {case.id} (NOT_SUPPORTED): {one_line(declined)}")
     sys.stdout.write(snippet(case, args.impl, args.device))
     return 0
 
 
 def _cmd_cases(args) -> int:
-    from conformance import catalog
+    cases = _select(args.profile, args.keyword)
+    if args.coverage:
+        from conformance.coverage import profile_coverage, render_matrix
 
-    for c in catalog.select(catalog.cases(args.profile), args.keyword):
+        print(render_matrix(profile_coverage(args.profile, cases)))
+        return 0
+    for c in cases:
         print(c.id)
     return 0
 
@@ -236,13 +322,12 @@ def _cmd_merge(args) -> int:
             with open(path) as f:
                 loaded.append((path, json.load(f)))
         except (OSError, ValueError) as exc:
-            print(f"error: merge: cannot read {path}: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(f"merge: cannot read {path}: {one_line(exc)}") from None
+    _check_report_dir(args.report_dir)
     try:
         rep, results = merge(loaded)
     except ShardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(one_line(exc)) from None
     jp, mp = write_report(args.report_dir, rep, results)
     code = rep["summary"]["exit_code"]
     by = rep["summary"]["by_outcome"]
@@ -272,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with cli_claims(getattr(args, "claims", None) or []):
             return handlers[args.command](args)
-    except ClaimsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (UsageError, ClaimsError) as exc:
+        print(f"python -m conformance {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 2

@@ -7,7 +7,7 @@ cache, runs every adapter on the case with the same `Runner` as a single-process
 that dies costs only the case it was running (CRASH for each adapter) and is restarted.
 
 Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the
-root conftest pins each xdist worker to a GPU with `gpu_for_worker`, and conformance/conftest.py
+pytest plugin (`conformance.pytest_plugin`) pins each xdist worker to a GPU with `gpu_for_worker` and
 orders the tests largest first.
 """
 

@@ -12,6 +12,7 @@ whose ``reason`` says why (the ImportError message, no CUDA device, ...). ``attr
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from conformance.adapters import BUILTIN
 from conformance.adapters.base import Adapter
 
-__all__ = ["LoadedAdapter", "load", "load_many", "resolve_specs", "builtin_names", "DEFAULT_CPU"]
+__all__ = ["LoadedAdapter", "load", "load_many", "resolve_specs", "builtin_names", "closest_builtin", "spec_error",
+           "DEFAULT_CPU"]
 
 #: what `pytest conformance/` runs without --impl
 DEFAULT_CPU = (
@@ -54,6 +56,25 @@ class LoadedAdapter:
 
 def builtin_names() -> list[str]:
     return list(BUILTIN)
+
+
+def closest_builtin(name: str) -> str | None:
+    """The built-in adapter name closest to ``name`` (difflib), or None when none is close."""
+    close = difflib.get_close_matches(name, builtin_names(), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def spec_error(spec: str) -> str | None:
+    """Why ``spec`` names no adapter at all (one line: the built-in names, the closest one), or None.
+
+    A spec is a built-in name, ``all``, or ``module:attr``; whether a ``module:attr`` imports is `load`'s job.
+    """
+    if spec in BUILTIN or spec == "all" or ":" in spec:
+        return None
+    hint = closest_builtin(spec)
+    did = f"; did you mean {hint}?" if hint else ""
+    return (f"unknown adapter {spec!r}: not a built-in name ({', '.join(builtin_names())}, all) "
+            f"nor module:attr{did}")
 
 
 def _import_attr(target: str):

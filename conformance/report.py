@@ -31,15 +31,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance.engine import FAILING, OUTCOMES, SEVERITY, CaseResult, worst
+from conformance.engine import CaseResult
+from conformance.outcomes import LEGEND, OUTCOMES, SEVERITY, SHORT, exit_code_of, worst
 from conformance.registry import LoadedAdapter
+from conformance.report_html import render_html
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
            "exit_code"]
 
 SCHEMA_VERSION = 1
-_SHORT = {"PASS": "PASS", "QUALITY_WARNING": "WARN", "FAIL": "FAIL", "NOT_SUPPORTED": "n/s", "CRASH": "CRASH",
-          "TIMEOUT": "TIMEOUT", "HARNESS_ERROR": "H-ERR"}
 
 
 def _cpu_name() -> str:
@@ -114,11 +114,8 @@ def adapter_info(la: LoadedAdapter) -> dict:
 
 
 def exit_code(results: Sequence[CaseResult]) -> int:
-    """0 when nothing failed; 1 for any FAIL, CRASH or TIMEOUT; 2 for a harness error."""
-    outcomes = {r.outcome for r in results}
-    if "HARNESS_ERROR" in outcomes:
-        return 2
-    return 1 if outcomes & set(FAILING) else 0
+    """0 when nothing failed; 2 for a harness error; otherwise 1 for any failing outcome (`conformance.outcomes`)."""
+    return exit_code_of(r.outcome for r in results)
 
 
 def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter], *, profile: str, device: str,
@@ -175,10 +172,9 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
               f"{rep['summary']['cases']} cases x {len(rep['adapters'])} adapters",
               f"- environment: {env['cpu']} ({env['cpu_count']} cores); GPU: {gpus}; driver {env.get('driver')}; "
               f"torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}; numpy {env['numpy']}",
-              "- outcomes: PASS (within the a-priori bound of TOLERANCES.md), WARN = QUALITY_WARNING (within the "
-              "bound but > 2x the error of a naive same-precision implementation), FAIL, n/s = NOT_SUPPORTED "
-              "(declined by the adapter), CRASH, TIMEOUT, H-ERR = HARNESS_ERROR", ""]
-    lines += ["## Summary", "", "| adapter | available | " + " | ".join(_SHORT[o] for o in OUTCOMES) +
+              "- outcomes: " + "; ".join(f"{SHORT[o]} = {o}: {LEGEND[o]}" if SHORT[o] != o else f"{o}: {LEGEND[o]}"
+                                         for o in OUTCOMES), ""]
+    lines += ["## Summary", "", "| adapter | available | " + " | ".join(SHORT[o] for o in OUTCOMES) +
               " | seconds |", "|---|---|" + "---|" * len(OUTCOMES) + "---|"]
     for a in rep["adapters"]:
         counts = rep["summary"]["by_adapter"].get(a["name"], {})
@@ -203,7 +199,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
         for n in names:
             outs = cell.get((n, c), [])
             w = worst(outs)
-            row.append("" if w is None else f"{_SHORT[w]} {outs.count(w)}/{len(outs)}")
+            row.append("" if w is None else f"{SHORT[w]} {outs.count(w)}/{len(outs)}")
         lines.append(f"| {c} | " + " | ".join(row) + " |")
     lines.append("")
 
@@ -266,8 +262,6 @@ def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[Cas
     with open(jp, "w") as f:
         json.dump(rep, f, indent=1, default=_json_default, allow_nan=True)
     mp.write_text(render_markdown(rep, results))
-    from conformance.report_html import render_html
-
     (d / "report.html").write_text(render_html(json.loads(json.dumps(rep, default=_json_default))))
     return jp, mp
 

@@ -3,11 +3,12 @@
 Rendered from the report.json dictionary alone (schema_version 1, see `conformance.report`), so it
 also renders reports written by earlier runs or on other machines:
 
-    python -m conformance.report_html reports/gpu/report.json [-o report.html]
+    python -m conformance.report_html reports/gpu/report.json [-o report.html] [--bench reports/benchmarks]
 
-Sections: run and environment, summary per adapter, the adapter x feature matrix coloured by worst
-outcome (hover a cell for its counts), every failure and warning as a collapsible entry with the
-error at the worst element and the repro command, and the NOT_SUPPORTED reasons.
+Sections: run and environment, summary per adapter, pictures (`conformance.report_charts`), the
+adapter x feature matrix coloured by worst outcome (hover a cell for its counts), every failure and
+warning as a collapsible entry with the error at the worst element and the repro command, and the
+NOT_SUPPORTED reasons.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from conformance.engine import OUTCOMES, SEVERITY, worst
-from conformance.report import _SHORT
+from conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SEVERITY, SHORT, worst
+from conformance.report_charts import charts_html, load_benchmarks
 
 __all__ = ["render_html", "main"]
 
-_COLOUR = {"PASS": "#d8f0d8", "QUALITY_WARNING": "#fff2c2", "FAIL": "#f7c6c6", "NOT_SUPPORTED": "#eeeeee",
-           "CRASH": "#e9a3a3", "TIMEOUT": "#f0b48a", "HARNESS_ERROR": "#c9b3e6"}
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
@@ -55,15 +54,15 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
 def _cell(outcome: str | None, text: str, title: str = "") -> str:
     if outcome is None:
         return "<td></td>"
-    return f'<td style="background:{_COLOUR[outcome]}" title="{_e(title)}">{_e(text)}</td>'
+    return f'<td style="background:{COLOUR[outcome]}" title="{_e(title)}">{_e(text)}</td>'
 
 
 def _fmt(x: object) -> str:
     return "n/a" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-def render_html(rep: dict) -> str:
-    """The whole page for one report.json dictionary."""
+def render_html(rep: dict, benchmarks: dict | None = None) -> str:
+    """The whole page for one report.json dictionary (``benchmarks``: `report_charts.load_benchmarks`)."""
     results = rep.get("results", [])
     env = rep.get("environment", {})
     names = [a["name"] for a in rep.get("adapters", [])]
@@ -84,9 +83,8 @@ def render_html(rep: dict) -> str:
         f"{_e(env.get('driver'))}; torch {_e(env.get('torch'))}, CUDA {_e(env.get('cuda'))}, cuDNN "
         f"{_e(env.get('cudnn'))}; numpy {_e(env.get('numpy'))}</li></ul>")
     parts.append('<p class="legend">' + "".join(
-        f'<span style="background:{_COLOUR[o]}">{_SHORT[o]}</span>' for o in OUTCOMES) +
-        " (PASS: within the a-priori bound of TOLERANCES.md; WARN: within it but over 2x a naive "
-        "same-precision implementation; n/s: declined by the adapter)</p>")
+        f'<span style="background:{COLOUR[o]}" title="{_e(o)}: {_e(LEGEND[o])}">{SHORT[o]}</span>'
+        for o in OUTCOMES) + "</p>")
 
     # Summary
     rows = []
@@ -98,7 +96,8 @@ def render_html(rep: dict) -> str:
         row += [_cell(o, str(counts.get(o, 0))) if counts.get(o) else '<td class="num">0</td>' for o in OUTCOMES]
         row.append(f'<td class="num">{rep["summary"].get("adapter_seconds", {}).get(a["name"], 0.0):.1f}</td>')
         rows.append(row)
-    parts += ["<h2>Summary</h2>", _table(["adapter", "available", *(_SHORT[o] for o in OUTCOMES), "seconds"], rows)]
+    parts += ["<h2>Summary</h2>", _table(["adapter", "available", *(SHORT[o] for o in OUTCOMES), "seconds"], rows)]
+    parts.append(charts_html(rep, benchmarks))
 
     # Matrix
     cols: dict[str, None] = {}
@@ -116,8 +115,8 @@ def render_html(rep: dict) -> str:
         for n in names:
             outs = cell.get((n, c), [])
             w = worst(outs)
-            title = ", ".join(f"{_SHORT[o]} {outs.count(o)}" for o in OUTCOMES if o in outs)
-            row.append(_cell(w, f"{_SHORT[w]} {outs.count(w)}/{len(outs)}" if w else "", title))
+            title = ", ".join(f"{SHORT[o]} {outs.count(o)}" for o in OUTCOMES if o in outs)
+            row.append(_cell(w, f"{SHORT[w]} {outs.count(w)}/{len(outs)}" if w else "", title))
         rows.append(row)
     parts += ["<h2>Adapter x feature matrix (worst outcome; count of it / cases)</h2>",
               _table(["feature", *(_e(n) for n in names)], rows)]
@@ -135,7 +134,7 @@ def render_html(rep: dict) -> str:
                      f"{_e(st.get('max_ratio_index'))}); naive same-precision error {_fmt(st.get('naive_max_err'))}"
                      "</li>")
         parts.append(
-            f'<details style="border-color:{_COLOUR[r["outcome"]]}"><summary><b>{_SHORT[r["outcome"]]}</b> '
+            f'<details style="border-color:{COLOUR[r["outcome"]]}"><summary><b>{SHORT[r["outcome"]]}</b> '
             f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code></summary><ul>{where}"
             f"<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
             f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
@@ -157,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path, help="a report.json")
     ap.add_argument("-o", "--output", type=Path, help="where to write (default: report.html beside the JSON)")
+    ap.add_argument("--bench", type=Path, help="a folder of benchmark JSON (e.g. reports/benchmarks) to plot")
     args = ap.parse_args(argv)
     out = args.output or args.report.with_suffix(".html")
-    out.write_text(render_html(json.loads(args.report.read_text())))
+    bench = load_benchmarks(args.bench.glob("*.json")) if args.bench else None
+    out.write_text(render_html(json.loads(args.report.read_text()), bench))
     print(out)
     return 0
 

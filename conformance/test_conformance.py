@@ -1,4 +1,8 @@
-"""The conformance suite under pytest: one test per (case, adapter); see conformance/conftest.py.
+"""The conformance suite under pytest: one test per (case, adapter), parametrized by the installed plugin
+`conformance.pytest_plugin` (``pytest --pyargs conformance --impl X --profile ci`` from any directory).
+
+This module ships inside the package so that ``--pyargs`` finds it; the project's own tests are under
+the repository's ``tests/``.
 
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
@@ -13,6 +17,7 @@ import warnings
 import pytest
 
 from conformance.known_findings import known_finding
+from conformance.outcomes import FAILING, FINDING, QUALITY_WARNING
 
 
 def test_case(conformance_session, conformance_case, conformance_spec):
@@ -33,8 +38,8 @@ def test_case(conformance_session, conformance_case, conformance_spec):
     result = session.runner.run_case(la, conformance_case)
     if result.outcome == "NOT_SUPPORTED":
         pytest.skip(f"NOT_SUPPORTED: {result.message}")
-    if result.outcome == "QUALITY_WARNING":
-        warnings.warn(f"QUALITY_WARNING {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
+    if result.outcome in (QUALITY_WARNING, FINDING):
+        warnings.warn(f"{result.outcome} {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
     known = known_finding(conformance_case, conformance_spec, session.device)
     if known is not None:
         if result.outcome == "FAIL" and known.symptom in result.message:
@@ -43,6 +48,6 @@ def test_case(conformance_session, conformance_case, conformance_spec):
             pytest.fail(f"known finding no longer reproduces: {conformance_spec} {result.outcome} on "
                         f"{conformance_case.id}; remove it from conformance/known_findings.py ({known.reason})",
                         pytrace=False)
-    if result.outcome not in ("PASS", "QUALITY_WARNING"):
+    if result.outcome in FAILING:
         pytest.fail(f"{result.outcome}: {conformance_spec} on {conformance_case.id}\n{result.message}\n"
                     f"repro: {result.repro}", pytrace=False)

@@ -7,7 +7,11 @@ longer than ``timeout`` seconds is killed and reported TIMEOUT. The next call st
 and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to one GPU.
 
 `call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
-snapshots every input array, calls forward/backward, and reports which inputs changed.
+snapshots every input array (page pools, block tables and FP8 codes included), calls forward/backward,
+reports which inputs changed, and records who raised an exception (`conformance.calldata`: the code
+under test, or the harness around it). `collect_calls` is the one sequence of calls made for a case
+(forward, backward for backward cases, a repeated forward for determinism); the engine and the repro
+snippets both use it, so `conformance.judge.judge` sees the same calls from either.
 """
 
 from __future__ import annotations
@@ -22,23 +26,14 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CallResult", "call_adapter", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
+from conformance.calldata import AdapterResults, CallResult, raise_site, raised_under_test
 
-
-@dataclass
-class CallResult:
-    """What one adapter call produced."""
-
-    output: Any = None  # ForwardOutput | BackwardOutput
-    error: str | None = None  # formatted traceback when the adapter raised
-    error_type: str | None = None
-    mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
-    seconds: float = 0.0
+__all__ = ["CallResult", "call_adapter", "collect_calls", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
 
 
 class WorkerCrash(RuntimeError):
@@ -68,12 +63,27 @@ def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     try:
         fn = adapter.forward if kind == "forward" else adapter.backward
         res.output = fn(inputs, case, device)
-    except Exception as exc:  # a declared capability that raises is a FAIL, recorded by the engine
+    except Exception as exc:  # recorded for the judge: the adapter's exception is FAIL, the harness's HARNESS_ERROR
         res.error = traceback.format_exc(limit=8)
         res.error_type = type(exc).__name__
+        res.error_site = raise_site(exc)
+        ours = bool(getattr(adapter, "marks_code_under_test", False))
+        res.error_origin = "adapter" if (raised_under_test(exc) or not ours) else "harness"
     res.seconds = time.perf_counter() - t0
     res.mutated = changed_arrays(before, _snapshot(inputs))
     return res
+
+
+def collect_calls(call: Callable[[str], CallResult], case, *, repeat: bool) -> AdapterResults:
+    """The calls made for `case`: ``call("forward")``; if it did not raise, ``call("backward")`` for a
+    backward case and, when `repeat`, a second ``call("forward")`` (bitwise determinism)."""
+    results = AdapterResults(forward=call("forward"))
+    if results.forward.error is None:
+        if case.backward:
+            results.backward = call("backward")
+        if repeat:
+            results.repeat = call("forward")
+    return results
 
 
 # -- wire format -----------------------------------------------------------------------------------

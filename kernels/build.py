@@ -35,13 +35,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "BuildError", "build", "find_nvcc", "main", "nvcc_flags"]
+__all__ = ["BUILD_COMMAND", "CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "SOURCE_ARCHS", "BuildError", "build", "find_nvcc",
+           "main", "nvcc_flags", "stale_reason"]
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "build" / "kernels"
 LIB_NAME = "libattn_kernels.so"
 DEFAULT_ARCHS = ("80", "90a")
+#: the build step, as error messages and skip reasons name it
+BUILD_COMMAND = "python -m kernels.build"
+# Sources built for a subset of the architectures (Hopper-only instructions: wgmma, setmaxnreg). When
+# none of a source's architectures is requested it is built for the requested ones anyway: its kernels
+# compile to empty bodies there and its launchers answer ATTN_ERR_UNSUPPORTED on such devices.
+SOURCE_ARCHS = {"fa3_fwd.cu": ("90a",)}
 
 
 class BuildError(RuntimeError):
@@ -71,6 +78,12 @@ def nvcc_flags(archs: tuple[str, ...] = DEFAULT_ARCHS, resource_usage: bool = Fa
     return flags
 
 
+def _source_flags(src: Path, archs: tuple[str, ...], resource_usage: bool) -> list[str]:
+    """`nvcc_flags` for one source: its `SOURCE_ARCHS` entry intersected with the requested archs."""
+    own = tuple(a for a in archs if a in SOURCE_ARCHS.get(src.name, archs))
+    return nvcc_flags(own or archs, resource_usage)
+
+
 def _sources() -> list[Path]:
     return sorted(CUDA_DIR.glob("*.cu"))
 
@@ -81,8 +94,8 @@ def _common_key(nvcc: str, flags: list[str]) -> str:
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h.update(version.encode())
     h.update(" ".join(flags).encode())
-    for f in sorted((CUDA_DIR / "include").glob("*")):
-        h.update(f.name.encode())
+    for f in sorted(p for p in (CUDA_DIR / "include").rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(CUDA_DIR)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 
@@ -112,6 +125,21 @@ def _compile(nvcc: str, flags: list[str], src: Path, obj: Path, key: str, reuse:
         raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{' '.join(cmd)}\n{proc.stderr}")
     key_file.write_text(key)
     return src, dt, proc.stderr
+
+
+def stale_reason(out: Path | str = DEFAULT_OUT, archs: tuple[str, ...] = DEFAULT_ARCHS) -> str | None:
+    """Why ``out/libattn_kernels.so`` is not the build of this tree (None when it is); never compiles."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return "nvcc not found, so the build stamp cannot be checked"
+    out = Path(out).resolve()
+    lib, stamp_file = out / LIB_NAME, out / "build.stamp"
+    if not lib.is_file():
+        return f"{lib} does not exist (run `{BUILD_COMMAND} --out {out}`)"
+    if not stamp_file.is_file() or stamp_file.read_text() != _stamp(nvcc, nvcc_flags(archs)):
+        return (f"{lib} is stale: kernels/cuda sources, headers, flags or nvcc changed since it was built "
+                f"(run `{BUILD_COMMAND} --out {out}`)")
+    return None
 
 
 def build(
@@ -151,7 +179,8 @@ def build(
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         common = _common_key(nvcc, flags)
-        futures = [pool.submit(_compile, nvcc, flags, s, o, _object_key(s, common), not force)
+        futures = [pool.submit(_compile, nvcc, _source_flags(s, archs, resource_usage), s, o,
+                               _object_key(s, common), not force)
                    for s, o in zip(sources, objs)]
         for fut in futures:
             try:

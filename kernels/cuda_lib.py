@@ -31,11 +31,13 @@ __all__ = [
     "LAUNCHERS",
     "AttnBwdParams",
     "AttnFwdParams",
+    "FA3_VARIANTS",
     "KernelError",
     "KernelUnsupported",
     "LibraryUnavailable",
     "bwd_params",
     "call",
+    "call_fa3_variant",
     "compiled_layout",
     "fwd_params",
     "library",
@@ -47,7 +49,9 @@ __all__ = [
 ATTN_PARAMS_VERSION = 3
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
-LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd")
+LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd")
+#: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
+FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "no_persistent": 3, "no_ws": 4, "stage1": 5}
 
 _vp = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -126,10 +130,13 @@ def library_path() -> Path:
 
 
 def library(build_if_missing: bool = True) -> ctypes.CDLL:
-    """The loaded library (cached). Builds it first when it is missing and nvcc exists.
+    """The loaded library (cached). Builds it first when it is missing and nvcc exists, unless
+    ``$ATTN_KERNELS_NO_BUILD`` is set (the pytest plugin sets it: under pytest the build is a step
+    before the tests, never a silent compile inside one).
 
-    Raises `LibraryUnavailable` with the reason otherwise.
+    Raises `LibraryUnavailable` with the reason (and the build command) otherwise.
     """
+    build_if_missing = build_if_missing and "ATTN_KERNELS_NO_BUILD" not in os.environ
     global _lib, _lib_error
     with _lock:
         if _lib is not None:
@@ -141,7 +148,7 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             from kernels.build import BuildError, build, find_nvcc
 
             if find_nvcc() is None:
-                _lib_error = f"{path} does not exist and nvcc was not found to build it"
+                _lib_error = f"{path} does not exist and nvcc was not found to build it (`python -m kernels.build`)"
                 raise LibraryUnavailable(_lib_error)
             try:
                 build(path.parent, verbose=False)
@@ -161,6 +168,9 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             if fn is not None:
                 fn.restype = ctypes.c_int
                 fn.argtypes = [_vp, _vp, ctypes.c_char_p, ctypes.c_int]
+        if hasattr(lib, "attn_fa3_fwd_variant"):
+            lib.attn_fa3_fwd_variant.restype = ctypes.c_int
+            lib.attn_fa3_fwd_variant.argtypes = [_vp, ctypes.c_int, _vp, ctypes.c_char_p, ctypes.c_int]
         if hasattr(lib, "attn_splitkv_num_splits"):
             lib.attn_splitkv_num_splits.restype = ctypes.c_int
             lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
@@ -376,3 +386,23 @@ def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
     if n < 1:
         raise KernelError("attn_splitkv_num_splits", 2, "invalid parameters")
     return n
+
+
+def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = None) -> None:
+    """Run the FA3 forward build named ``variant`` (a key of `FA3_VARIANTS`) through ``attn_fa3_fwd_variant``.
+
+    Raises like `call`; an unknown variant name raises `KernelError` naming the known ones.
+    """
+    if variant not in FA3_VARIANTS:
+        raise KernelError("attn_fa3_fwd_variant", 2, f"variant={variant!r}: one of {sorted(FA3_VARIANTS)}")
+    lib = library()
+    fn = getattr(lib, "attn_fa3_fwd_variant", None)
+    if fn is None:
+        raise LibraryUnavailable(f"{library_path()} does not export attn_fa3_fwd_variant")
+    err = ctypes.create_string_buffer(512)
+    s = _current_stream() if stream is None else stream
+    rc = fn(ctypes.byref(params), FA3_VARIANTS[variant], ctypes.c_void_p(s), err, len(err))
+    if rc != 0:
+        msg = err.value.decode(errors="replace") or "(no message)"
+        cls = KernelUnsupported if rc == 1 else KernelError
+        raise cls("attn_fa3_fwd_variant", rc, msg)

@@ -3,7 +3,7 @@
 ``python -m oracles.bench [--B 1 --H 4 --L 2048 --d 128 --repeat 5]`` times `oracles.attention` and
 ``Q K^T`` plus ``P V`` done as plain NumPy float64 matmuls per head (interleaved runs) and prints
 their ratio. The contract is ratio <= 2. The pytest-benchmark version lives in
-tests/oracles/test_bench.py (marker ``benchmark_only``).
+tests/oracles/test_oracle_bench.py (marker ``benchmark_only``).
 """
 
 from __future__ import annotations

@@ -35,10 +35,12 @@ from hypothesis import strategies as st
 
 from conformance.adapters.base import Adapter
 from conformance.case import Case, FP8Spec
-from property_tests.kernel_check import Verdict, evaluate
+from conformance.judge import Verdict
+from property_tests.kernel_check import evaluate
 from property_tests.strategies import attention_cases, edge_cases
 
-__all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "properties_for", "repro_command"]
+__all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset", "offset_model",
+           "peaked_inputs", "properties_for", "repro_command"]
 
 KINDS = ("forward", "backward", "fp8", "edges", "fp8_offset")
 #: log2 of the FP8 max offset of SEMANTICS.md §10 (P~ = exp2((s - m) log2 e + 8))
@@ -138,7 +140,7 @@ def _peaked_fp8_cases(draw, caps) -> tuple[Case, float, int]:
     return case, draw(st.floats(7.0, 7.6)), draw(st.integers(0, 2**16))
 
 
-def _peaked_inputs(case: Case, peak: float, seed: int):
+def peaked_inputs(case: Case, peak: float, seed: int):
     """FP8-quantized inputs with one dominant key per head (score 0) and the rest at score -peak."""
     import numpy as np
 
@@ -162,27 +164,28 @@ def _peaked_inputs(case: Case, peak: float, seed: int):
     return CaseInputs(q=f["q"], k=f["k"], v=f["v"], fp8=f)
 
 
-def _check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
-    """Forward on peaked rows, judged with eta_p lowered by 2^-8 (the §10 max offset); see the module docstring."""
+def offset_model(model):
+    """`model` with the P floor eta_p lowered by the §10 max offset 2^8 (the fp8_offset property's bound)."""
     import dataclasses
 
-    from conformance import checks
-    from conformance.tolerance import compute_oracle, forward_tolerance, precision_model
+    return dataclasses.replace(model, eta_p=model.eta_p * 2.0 ** -FP8_MAX_OFFSET_LOG2)
 
-    inputs = _peaked_inputs(case, peak, seed)
+
+def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
+    """Forward on peaked rows, judged by `conformance.judge.judge` with the P floor lowered (`offset_model`)."""
+    from conformance.judge import judge
+    from conformance.tolerance import compute_oracle
+    from conformance.worker import call_adapter, collect_calls
+
+    inputs = peaked_inputs(case, peak, seed)
     od = compute_oracle(case, inputs)
-    try:
-        fo = adapter.forward(inputs, case, device)
-    except Exception as exc:
-        return Verdict("CRASH", "forward raised", float("inf"), f"forward raised {type(exc).__name__}: {exc}")
-    model = precision_model(case, getattr(fo, "out_dtype", None) or "bfloat16")
-    model = dataclasses.replace(model, eta_p=model.eta_p * 2.0 ** -FP8_MAX_OFFSET_LOG2)
-    stats, msg = checks.compare_values("out", fo.out, od.out, forward_tolerance(od, model), rows=od.valid[..., None])
-    if msg:
-        return Verdict("FAIL", "out (max-offset P floor)", stats.max_ratio,
-                       f"{msg}; peaked rows (peak={peak:.3f} nats, seed={seed}), P floor eta_p={model.eta_p:.3g} "
-                       f"(SEMANTICS.md §10 max offset 2^{FP8_MAX_OFFSET_LOG2}); case {case.id}")
-    return Verdict("PASS", "", stats.max_ratio, "")
+    results = collect_calls(lambda kind: call_adapter(adapter, kind, inputs, case, device), case, repeat=False)
+    verdict = judge(case, od, results, device=device, capabilities=adapter.capabilities, model_adjust=offset_model)
+    if verdict.failed:
+        verdict.message = (f"{verdict.message}; peaked rows (peak={peak:.3f} nats, seed={seed}), P floor "
+                           f"eta_p={verdict.tolerance_model.get('eta_p', float('nan')):.3g} (SEMANTICS.md §10 max "
+                           f"offset 2^{FP8_MAX_OFFSET_LOG2}); case {case.id}")
+    return verdict
 
 
 @dataclass
@@ -267,7 +270,7 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
         def check_peaked(drawn: tuple[Case, float, int]) -> None:
             case, peak, seed = drawn
             run.examples_run += 1
-            verdict = _check_fp8_offset(adapter, case, peak, seed, device)
+            verdict = check_fp8_offset(adapter, case, peak, seed, device)
             run.event(f"{case.fp8.format}/{case.fp8.granularity}" + (" +hadamard" if case.fp8.incoherent else ""))
             if not verdict.failed:
                 run.max_usage = max(run.max_usage, verdict.usage)
@@ -292,3 +295,8 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
         test = settings_obj(test)
     run.test = test
     return run
+
+
+#: per test node: (examples run, worst tolerance usage seen, event counts); tests/property/test_kernel_properties.py
+#: fills it, the property suite's conftest prints it with --hypothesis-show-statistics
+STATS: dict[str, tuple[int, float, dict[str, int]]] = {}

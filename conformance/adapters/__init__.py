@@ -26,4 +26,5 @@ BUILTIN: dict[str, str] = {
     "cuda-fa1": "conformance.adapters.cuda:CudaFA1",
     "cuda-fa2": "conformance.adapters.cuda:CudaFA2",
     "cuda-splitkv": "conformance.adapters.cuda:CudaSplitKV",
+    "cuda-fa3": "conformance.adapters.cuda:CudaFA3",
 }

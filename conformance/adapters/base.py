@@ -2,7 +2,9 @@
 
 An adapter declares `Capabilities`, says why it cannot run a case (`unavailable_reason`,
 `supports`), and computes `forward` (and optionally `backward`) on the FP64 inputs the engine made
-for the case. The adapter converts those inputs to its own dtype, device and layout (``case.layout``)
+for the case. The call data (`CaseInputs`, `ForwardOutput`, `BackwardOutput`) live in
+`conformance.calldata` and are re-exported here, so ``from conformance.adapters.base import
+CaseInputs`` keeps working. The adapter converts those inputs to its own dtype, device and layout (``case.layout``)
 and returns float64 NumPy arrays; the engine compares them with the oracle under the tolerance
 policy (conformance/TOLERANCES.md). Semantics: oracles/SEMANTICS.md.
 
@@ -23,11 +25,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-
+from conformance.calldata import BackwardOutput, CaseInputs, ForwardOutput
 from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = [
@@ -38,44 +39,6 @@ __all__ = [
     "ForwardOutput",
     "capability_reason",
 ]
-
-
-@dataclass
-class CaseInputs:
-    """FP64 arrays for one case, every value exactly representable in the case dtype.
-
-    q [B, Hq, Lq, d], k [B, Hkv, Lk, d], v [B, Hkv, Lk, dv], dout [B, Hq, Lq, dv] (backward),
-    mask bool broadcastable to [B, Hq, Lq, Lk] (True = attend) or None, bias float64 likewise or
-    None. For FP8 cases, `fp8` holds the quantized codes (as float64 values of the FP8 grid) and the
-    descales; q/k/v are then the dequantized values the oracle sees (SEMANTICS.md §10).
-
-    For a paged layout (`conformance.case.PAGED_LAYOUTS`) `paged` holds the K/V *storage* a paged kernel
-    reads (SEMANTICS.md §16): ``k_pool`` [num_pages, Hkv, page_size, d], ``v_pool`` [num_pages, Hkv,
-    page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
-    j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
-    entry a kernel must not read leads to NaN. k/v stay the dense logical arrays the oracle sees.
-    """
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    dout: np.ndarray | None = None
-    mask: np.ndarray | None = None
-    bias: np.ndarray | None = None
-    fp8: dict[str, Any] | None = None
-    paged: dict[str, Any] | None = None
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array field that is set, by name (used for the input-mutation check).
-
-        The arrays of ``paged`` are included as ``"paged.k_pool"``, ``"paged.v_pool"``,
-        ``"paged.block_table"``, so a kernel that writes into the page pool or the table is caught too.
-        """
-        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out = {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
-        if self.paged:
-            out.update({f"paged.{k}": v for k, v in self.paged.items() if isinstance(v, np.ndarray)})
-        return out
 
 
 @dataclass(frozen=True)
@@ -102,6 +65,12 @@ class Capabilities:
     deterministic: bool = False  # bitwise identical on repeated calls
     accepts_out: bool = False  # writes into a caller-provided buffer (engine poisons it)
     max_seqlen: int | None = None
+    #: varlen padding reaches the kernel as masked-out positions of a dense mask (padded keys masked, padded
+    #: query rows fully masked), not as sequence lengths: SDPA-signature APIs (SEMANTICS.md §17)
+    padding_as_mask: bool = False
+    #: claims masked-out positions never contribute, even when they hold NaN (SEMANTICS.md §6, §17): NaN from
+    #: them is then a FAIL, not the named finding masked_nan
+    nan_safe_masking: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -156,30 +125,6 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
     return None
 
 
-@dataclass
-class ForwardOutput:
-    out: np.ndarray  # float64 [B, Hq, Lq, dv]
-    lse: np.ndarray | None = None  # float64 [B, Hq, Lq], natural log
-    out_dtype: str | None = None  # dtype the kernel produced (before the float64 copy)
-    kernels: tuple[str, ...] = ()  # kernel names observed to run (profiler), when known
-    mutated_inputs: tuple[str, ...] = ()  # names of adapter-side inputs changed by the call
-    unwritten: int = 0  # elements of a poisoned out= buffer left unwritten
-    lse_convention: str = "-inf"  # what the adapter writes for fully masked rows, e.g. "+inf"
-    notes: list[str] = field(default_factory=list)
-    out_device: str | None = None  # device the kernel's output lived on ("cpu", "cuda:0"), when known
-
-
-@dataclass
-class BackwardOutput:
-    dq: np.ndarray  # float64 [B, Hq, Lq, d]
-    dk: np.ndarray  # float64 [B, Hkv, Lk, d]
-    dv: np.ndarray  # float64 [B, Hkv, Lk, dv]
-    out: ForwardOutput | None = None  # the forward of the same call, when computed together
-    kernels: tuple[str, ...] = ()
-    mutated_inputs: tuple[str, ...] = ()
-    notes: list[str] = field(default_factory=list)
-
-
 class Adapter(abc.ABC):
     """Base class of every implementation under test."""
 
@@ -188,6 +133,10 @@ class Adapter(abc.ABC):
     capabilities: Capabilities
     #: run in a worker process so a crash or hang costs one case (CUDA adapters)
     isolate: ClassVar[bool] = False
+    #: True for adapters that mark their calls into the code under test with `conformance.calldata.under_test`
+    #: (the built-in ones): an exception raised outside those calls is then HARNESS_ERROR, not FAIL. False
+    #: (third-party adapters): every exception of ``forward`` / ``backward`` is the adapter's.
+    marks_code_under_test: ClassVar[bool] = False
 
     def unavailable_reason(self, device: str) -> str | None:
         """None when this adapter can run on `device` here; otherwise why not (shown by `list`)."""

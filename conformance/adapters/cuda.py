@@ -1,8 +1,8 @@
 """Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
 
-``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward) and ``cuda-splitkv``
-(split-KV forward with its combine kernel). Each call runs in a worker process (``isolate = True``)
-so a crash or hang costs one case.
+``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
+(split-KV forward with its combine kernel) and ``cuda-fa3`` (FA3 forward, sm_90a only). Each call runs
+in a worker process (``isolate = True``) so a crash or hang costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
 - §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
@@ -43,7 +43,7 @@ from conformance.adapters.base import (
 )
 from conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
-__all__ = ["CudaFA1", "CudaFA2", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
+__all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
 
 #: sentinel elements before and after every output buffer
 GUARD_ELEMS = 1024
@@ -285,3 +285,25 @@ class CudaSplitKV(_CudaAdapter):
     # Paged K/V: every page size of the catalog is a multiple of the kernel's key tile (64 for d = 64/128,
     # 32 for d = 256), which attn_splitkv_fwd requires (ATTN_ERR_UNSUPPORTED otherwise).
     capabilities = dataclasses.replace(_CudaAdapter.capabilities, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+
+
+class CudaFA3(_CudaAdapter):
+    name = "cuda-fa3"
+    description = ("FlashAttention-3 CUDA forward for Hopper (kernels/cuda/fa3_fwd.cu, sm_90a): TMA + mbarrier K/V "
+                   "ring, wgmma (S from shared memory, P V with P in registers), producer warpgroup and two "
+                   "consumer warpgroups (setmaxnreg), pingpong, intra-warpgroup overlap, persistent scheduler")
+    fwd_launcher = "attn_fa3_fwd"
+    bwd_launcher = None
+    # Every catalog layout is expressible as a TMA tensor map: head dims 64/128/256 make every stride of
+    # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an
+    # extent-1 map dimension (kernels/cuda/include/hopper/tma_host.cuh). Strides TMA cannot express would be
+    # answered ATTN_ERR_UNSUPPORTED naming the argument; no catalog case produces one.
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = super().unavailable_reason(device)
+        if reason:
+            return reason
+        cap = tc.cuda_capability()
+        if cap is None or cap[0] != 9:
+            return f"{self.name} is built for sm_90a (Hopper, compute capability 9.0) only; device has {cap}"
+        return None

@@ -26,7 +26,7 @@ reasons torch prints (e.g. "Flash attention does not support the is_causal flag 
 seqlen_k"). Anything torch accepts and then gets wrong is a FAIL.
 
 On CUDA the torch profiler records the kernels that ran (`ForwardOutput.kernels`); when the pinned
-backend's expected kernel (ANCHORS.md §3: ``pytorch_flash::flash_fwd_kernel``, ``fmha_cutlassF_*``,
+backend's expected kernel (``pytorch_flash::flash_fwd_kernel``, ``fmha_cutlassF_*``,
 ``cudnn_generated_fort_native_sdpa_*``) is absent from a non-empty record, a note says so.
 """
 
@@ -334,7 +334,7 @@ class SdpaAdapter(Adapter):
         return tc.autograd_output(out, grads, rec, c.mutated(), notes=self._kernel_notes(rec, 1))
 
 
-# kernel-name fragments of the fused SDPA backends on CUDA (ANCHORS.md §3)
+# kernel-name fragments of the fused SDPA backends on CUDA (as the torch profiler names them)
 _FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "fort_native_sdpa")
 
 

@@ -1,4 +1,4 @@
-"""A deliberately broken SDPA-signature function: a tail-tile bug of the kind ANCHORS.md §3 lists.
+"""A deliberately broken SDPA-signature function: a tail-tile bug of the kind real kernels have had.
 
 It streams the keys in tiles of ``TILE = 64`` with the online softmax (running max m, sum l and
 output o, rescaled by alpha = exp(m_old - m_new): FA2-style, [FA-anim] online softmax), exactly as a

@@ -1,6 +1,6 @@
 // Split-KV forward for decoding (Flash-Decoding): the keys are cut into num_splits ranges; one CTA
 // per (packed GQA query tile, split, batch x KV head) writes its split's O_s = sum p v / l_s and
-// LSE_s in fp32, then a combine kernel merges them (ANCHORS.md §2, SEMANTICS.md's merge rule):
+// LSE_s in fp32, then a combine kernel merges them (Flash-Decoding; SEMANTICS.md §14's merge rule):
 //     LSE = max + log sum_s exp(LSE_s - max),  O = sum_s exp(LSE_s - LSE) O_s,
 // a split with LSE_s = -inf contributes 0, and rows whose splits are all -inf get O = 0, LSE = -inf.
 // The query heads of one GQA group share a CTA (packed into M), so K/V are read once per group.

@@ -9,7 +9,7 @@ Each `Mutant` is either
   (`property_tests.mutants.wrappers`): inputs mutated in place, a strided tensor read as contiguous,
   the Hadamard transform undone on K.
 
-The bug classes are those of shared/research/ANCHORS.md §3 and the seed lab's three edits
+The bug classes are those real kernels have had (upstream issues, named per mutant) and the seed lab's three edits
 ([FA-anim] "修改题": drop alpha on the old numerator, drop 1/sqrt(d), causal <= changed to <). The
 SEMANTICS.md section each one violates is in ``violates``. `test_mutant_patches_apply` checks that
 every edit still applies to the current kernel sources.
@@ -217,6 +217,48 @@ MUTANTS: tuple[Mutant, ...] = (
        "reference-fa2", wrapper="input_mutated_in_place"),
     _m("wrap_noncontiguous_as_contiguous", "non-contiguous input read as contiguous", "§1", "reference-fa2",
        wrapper="noncontiguous_as_contiguous", origin="flash-attention #355; torch #191937"),
+    # -- combinations: each bug lives only where two features meet (killed by the catalog's "pairs" family;
+    # no case of the ci catalog before it combined the two) --------------------------------------------
+    _m("combo_softcap_skipped_with_bias", "softcap skipped when an additive bias is present", "§3, §6",
+       "reference-fa2", _FA2, [Edit("if p.softcap is not None:", "if p.softcap is not None and p.bias is None:", FWD)],
+       origin="pair softcap x bias"),
+    _m("combo_window_left_dropped_mqa", "sliding-window left bound dropped for MQA (one K/V head)", "§5, §9",
+       "reference-fa2", _COMMON, [Edit("if self.left is not None:", "if self.left is not None and self.Hkv > 1:")],
+       origin="pair window x heads=mqa"),
+    _m("combo_mask_read_at_kv_head", "per-head boolean mask read at the K/V head index (h // G) with GQA/MQA",
+       "§6, §9", "reference-fa2", _COMMON,
+       [Edit("self.mask = np.broadcast_to(m, full)",
+             "self.mask = np.broadcast_to(m if m.shape[1] == 1 else m[:, np.arange(Hq) // (Hq // Hkv)], full)")],
+       origin="pair mask x heads=gqa (torch #177842 class)"),
+    _m("combo_bias_read_at_kv_head", "per-head additive bias read at the K/V head index (h // G) with GQA/MQA",
+       "§6, §9", "reference-fa2", _COMMON,
+       [Edit("self.bias = np.broadcast_to(b.astype(self.acc), full)",
+             "self.bias = np.broadcast_to((b if b.shape[1] == 1 else b[:, np.arange(Hq) // (Hq // Hkv)])"
+             ".astype(self.acc), full)")],
+       origin="pair bias x heads=gqa"),
+    _m("combo_bwd_dP_over_d_columns", "backward dP = dO V^T summed over d columns, not dv (wrong only for dv > d)",
+       "§9, §13", "reference-fa2", _FA2,
+       [Edit("dP = emulate.matmul(dOi, Vj.swapaxes(-1, -2), p.dtype)",
+             "dP = emulate.matmul(dOi[..., :p.d], Vj[..., :p.d].swapaxes(-1, -2), p.dtype)", BWD)],
+       origin="pair dv>d x backward"),
+    _m("combo_paged_drops_window", "paged K/V entry point drops the sliding window", "§5, §16", "reference-splitkv",
+       _SPLIT, [Edit("p = Problem(q, k0, v0, **kw)", "p = Problem(q, k0, v0, **dict(kw, window=None))",
+                     "def _paged_problem(")],
+       origin="pair layout=paged x window"),
+    _m("combo_fp8_softcap_on_codes", "FP8: softcap applied to the code-domain scores, before the Q/K descales",
+       "§3, §10", "reference-fa3-fp8", _FA3,
+       [Edit("                if q_rows is not None:\n",
+             "                if q_rows is not None and p.softcap is not None:\n"
+             "                    s = p.softcap * np.tanh(s * p.scale / p.softcap) / p.scale\n"
+             "                if q_rows is not None:\n", ATTEND),
+        Edit("if p.softcap is not None:", "if p.softcap is not None and q_rows is None:", ATTEND)],
+       origin="pair softcap x fp8"),
+    _m("combo_varlen_drops_softcap", "softcap not forwarded on the varlen entry point", "§3, §7", "reference-fa2",
+       wrapper="varlen_drops_softcap", origin="pair softcap x varlen"),
+    _m("combo_bshd_dout_as_contiguous", "backward reads a bshd dO as contiguous (its strides ignored)", "§1, §13",
+       "reference-fa2", wrapper="bshd_dout_as_contiguous", origin="pair layout=bshd x backward; flash-attention #355"),
+    _m("combo_causal_mask_bottom_right", "causal folded into a boolean mask bottom-right, ignoring top-left",
+       "§4, §6", "reference-fa2", wrapper="causal_mask_bottom_right", origin="pair causal=top_left x mask"),
 )
 
 

@@ -14,6 +14,8 @@ import json
 import sys
 import time
 
+from conformance.cli import UsageParser, positive_float
+from conformance.selection import SelectorError, select
 from property_tests.mutants.catalog import MUTANTS
 from property_tests.mutants.runner import ORDERS, STEPS, format_table, run_all, score_line
 
@@ -21,17 +23,17 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m conformance mutants",
-                                 description="Mutation testing of the conformance harness.")
+    ap = UsageParser(prog="python -m conformance mutants", description="Mutation testing of the conformance harness.")
     ap.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"),
                     help="conformance catalog profile (default ci); ci also bounds Hypothesis")
     ap.add_argument("--hypothesis-profile", default=None,
                     help="Hypothesis profile for the properties (default: 'mutants' for ci, 'dev' otherwise)")
-    ap.add_argument("-k", dest="select", default=None, help="only mutants whose name contains this substring")
+    ap.add_argument("-k", dest="select", default=None,
+                    help="only these mutants: names (substrings of the mutant name) with and/or/not, parentheses")
     ap.add_argument("--order", default=",".join(ORDERS),
                     help="check order, comma separated from: pinned, conformance, properties, generated "
                          "(generated = Hypothesis without the pinned examples; default: %(default)s)")
-    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds allowed per mutant (default 60)")
+    ap.add_argument("--time-limit", type=positive_float, default=60.0, help="seconds allowed per mutant (default 60)")
     ap.add_argument("--json", default=None, help="also write the results as JSON to this path")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     return ap
@@ -43,19 +45,23 @@ def main(argv: list[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    mutants = [m for m in MUTANTS if not args.select or args.select in m.name]
+    try:
+        mutants = select(MUTANTS, args.select, key=lambda m: m.name)
+    except SelectorError as exc:
+        print(f"{ap.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if args.list:
         for m in mutants:
             where = m.module or f"wrapper {m.wrapper}"
             print(f"{m.name:36s} {m.adapter:18s} {where:28s} {m.bug_class}")
         return 0
     if not mutants:
-        print(f"no mutant matches -k {args.select!r}", file=sys.stderr)
+        print(f"{ap.prog}: error: no mutant matches -k {args.select!r}", file=sys.stderr)
         return 2
     order = [s.strip() for s in args.order.split(",") if s.strip()]
     bad = [s for s in order if s not in STEPS]
     if bad:
-        print(f"--order: unknown step(s) {bad}; expected {list(STEPS)}", file=sys.stderr)
+        print(f"{ap.prog}: error: --order: unknown step(s) {bad}; expected {list(STEPS)}", file=sys.stderr)
         return 2
     hyp = args.hypothesis_profile or ("mutants" if args.profile == "ci" else "dev")
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Adapter-level mutants: a correct kernel behind a buggy adapter layer.
 
 Each function takes a correct `Adapter` and returns one that injects a bug real integrations have had
-(shared/research/ANCHORS.md §3): the caller's input modified in place, a strided (non-contiguous)
+(upstream issue classes): the caller's input modified in place, a strided (non-contiguous)
 tensor read as if it were contiguous, the incoherent-processing rotation applied to Q only.
 The wrapped adapter keeps the base adapter's name, capabilities and ``supports``.
 """
@@ -16,8 +16,8 @@ import numpy as np
 from conformance.adapters.base import Adapter, BackwardOutput, CaseInputs, ForwardOutput
 from conformance.case import Case
 
-__all__ = ["WRAPPERS", "WrappedAdapter", "hadamard_q_only", "identity", "input_mutated_in_place",
-           "noncontiguous_as_contiguous"]
+__all__ = ["WRAPPERS", "WrappedAdapter", "bshd_dout_as_contiguous", "causal_mask_bottom_right", "hadamard_q_only",
+           "identity", "input_mutated_in_place", "noncontiguous_as_contiguous", "varlen_drops_softcap"]
 
 
 class WrappedAdapter(Adapter):
@@ -108,6 +108,63 @@ class _HadamardQOnly(WrappedAdapter):
         return self.base.forward(fresh, case, device)
 
 
+class _VarlenDropsSoftcap(WrappedAdapter):
+    """The varlen (packed sequences) entry point takes no softcap argument, so softcap is silently dropped for
+    varlen calls; dense calls get it (SEMANTICS.md §3, §7). Lives in softcap x varlen only."""
+
+    @staticmethod
+    def _case(case: Case) -> Case:
+        return case.replace(softcap=None) if case.varlen and case.softcap is not None else case
+
+    def forward(self, inputs, case, device):
+        return self.base.forward(inputs, self._case(case), device)
+
+    def backward(self, inputs, case, device):
+        return self.base.backward(inputs, self._case(case), device)
+
+
+class _BshdDoutAsContiguous(WrappedAdapter):
+    """The backward reads dO of a ``bshd`` case as a contiguous [B, H, L, D] tensor (q, k, v are handled right):
+    the gradient of a transposed output is non-contiguous and its strides are ignored. Lives in bshd x backward."""
+
+    def backward(self, inputs, case, device):
+        if case.layout != "bshd" or inputs.dout is None:
+            return self.base.backward(inputs, case, device)
+        fresh = copy.copy(inputs)
+        fresh.dout = _NonContiguous._as_contiguous(inputs.dout)
+        return self.base.backward(fresh, case, device)
+
+
+class _CausalMaskBottomRight(WrappedAdapter):
+    """With a boolean mask *and* causal, the adapter folds the causal rule into the mask with the default
+    bottom-right alignment, ignoring a requested top-left one (SEMANTICS.md §4, §6). Lives in
+    causal=top_left x mask."""
+
+    @staticmethod
+    def _case(case: Case) -> Case:
+        if case.causal and case.alignment == "top_left" and case.mask is not None:
+            return case.replace(alignment="bottom_right")
+        return case
+
+    def forward(self, inputs, case, device):
+        return self.base.forward(inputs, self._case(case), device)
+
+    def backward(self, inputs, case, device):
+        return self.base.backward(inputs, self._case(case), device)
+
+
+def varlen_drops_softcap(base: Adapter) -> Adapter:
+    return _VarlenDropsSoftcap(base, "varlen_drops_softcap")
+
+
+def bshd_dout_as_contiguous(base: Adapter) -> Adapter:
+    return _BshdDoutAsContiguous(base, "bshd_dout_as_contiguous")
+
+
+def causal_mask_bottom_right(base: Adapter) -> Adapter:
+    return _CausalMaskBottomRight(base, "causal_mask_bottom_right")
+
+
 def input_mutated_in_place(base: Adapter) -> Adapter:
     return _InPlace(base, "input_mutated_in_place")
 
@@ -130,4 +187,7 @@ WRAPPERS = {
     "input_mutated_in_place": input_mutated_in_place,
     "noncontiguous_as_contiguous": noncontiguous_as_contiguous,
     "hadamard_q_only": hadamard_q_only,
+    "varlen_drops_softcap": varlen_drops_softcap,
+    "bshd_dout_as_contiguous": bshd_dout_as_contiguous,
+    "causal_mask_bottom_right": causal_mask_bottom_right,
 }

@@ -3,7 +3,7 @@
 One row per benchmark group (a shape), one column block per implementation (ours, torch-flash,
 torch-cudnn): CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then ours / each other.
 
-    python reports/benchmarks/bench_table.py reports/benchmarks/latest.json > table.md
+    python reports/benchmarks/bench_table.py reports/latest/pytest_bench.json > table.md
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from kernels import cuda_lib
 
-__all__ = ["main", "reference", "run_kernel", "time_fn"]
+__all__ = ["check_case", "env_info", "main", "reference", "run_kernel", "sdpa_fn", "time_fn"]
 
 
 def reference(q, k, v, *, scale, causal, bottom_right, window, softcap, seqlens_q, seqlens_k):
@@ -88,7 +88,9 @@ def run_kernel(launcher, q, k, v, o, lse, **kw):
 
 
 def check_case(launcher, *, B, Hq, Hkv, Lq, Lk, d, dtype, causal=False, bottom_right=True, window=None,
-               softcap=None, varlen=False, layout="contiguous", num_splits=0, seed=0):
+               softcap=None, varlen=False, layout="contiguous", num_splits=0, seed=0, runner=None):
+    """One case through `launcher` (or through ``runner(q, k, v, o, lse, **kw)`` when given; `launcher`
+    then only names the case)."""
     dev = "cuda"
     gen = torch.Generator(device=dev).manual_seed(seed)
     if layout == "bshd":
@@ -112,7 +114,10 @@ def check_case(launcher, *, B, Hq, Hkv, Lq, Lk, d, dtype, causal=False, bottom_r
               softcap=softcap, seqlens_q=sq, seqlens_k=sk)
     if launcher == "attn_splitkv_fwd":
         kw["num_splits"] = num_splits
-    run_kernel(launcher, q, k, v, o, lse, **kw)
+    if runner is None:
+        run_kernel(launcher, q, k, v, o, lse, **kw)
+    else:
+        runner(q, k, v, o, lse, **kw)
     torch.cuda.synchronize()
     ref_o, ref_lse, valid = reference(q, k, v, scale=scale, causal=causal, bottom_right=bottom_right, window=window,
                                       softcap=softcap, seqlens_q=sq, seqlens_k=sk)
@@ -309,7 +314,7 @@ def markdown(env, rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "reports/benchmarks/out"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "reports/latest/benchmarks"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")

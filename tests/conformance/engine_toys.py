@@ -183,3 +183,97 @@ class MutatesQ(EmulatedKernel):
 
     def __init__(self):
         super().__init__(behaviour="mutate")
+
+
+class OracleToy(Adapter):
+    """Returns the FP64 oracle's own answer, rounded to the output dtype: a correct kernel of any dtype
+    (FP8 included: bf16 output), with one switchable deviation per subclass. Used to send the same
+    (case, result) pairs through every entry point of the judge (tests/conformance/test_judge.py)."""
+
+    name = "toy-oracle"
+    capabilities = Capabilities(dtypes=ALL_DTYPES | {"float8_e4m3fn", "float8_e5m2"}, mask=True, bias=True,
+                                window=True, softcap=True, varlen=True, lse=True, backward=True, deterministic=True,
+                                fp8=frozenset({"per_tensor", "per_head", "per_tile"}))
+    behaviour = "correct"
+    lse_empty = -math.inf
+    declared = "-inf"
+
+    def __init__(self):
+        self.calls = 0
+
+    def _kw(self, inputs, case):
+        return dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias)
+
+    def forward(self, inputs, case, device):
+        import oracles
+
+        self.calls += 1
+        if self.behaviour == "raise":
+            raise RuntimeError("toy kernel failure")
+        out, lse = oracles.attention(inputs.q, inputs.k, inputs.v, **self._kw(inputs, case))
+        out_dt = "bfloat16" if case.fp8 is not None else case.dtype
+        out = _r(out, out_dt)
+        lse = np.where(np.isneginf(lse), self.lse_empty, lse)
+        if self.behaviour == "mutate":
+            inputs.k[..., 0] += 1.0
+        if self.behaviour == "nondeterministic":
+            out = out + (self.calls % 2) * 2.0**-30 * np.abs(out)
+        if self.behaviour == "nan":
+            out[0, 0, 0, :] = np.nan
+        return ForwardOutput(out=out, lse=lse, out_dtype=out_dt, lse_convention=self.declared)
+
+    def backward(self, inputs, case, device):
+        import oracles
+
+        dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **self._kw(inputs, case))
+        dq, dk, dv = (_r(x, case.dtype) for x in (dq, dk, dv))
+        if self.behaviour == "bad_dq":
+            dq = dq * 1.01 + 0.01
+        return BackwardOutput(dq=dq, dk=dk, dv=dv)
+
+
+class OraclePlusInfLse(OracleToy):
+    """+inf LSE on fully masked rows, declared (the FA2 convention, SEMANTICS.md §8): passes."""
+
+    name = "toy-oracle-plus-inf"
+    lse_empty = math.inf
+    declared = "+inf"
+
+
+class IsolatedOraclePlusInfLse(OraclePlusInfLse):
+    """The same, in a worker process: the declaration must reach the judge from there too."""
+
+    name = "toy-oracle-plus-inf-isolated"
+    isolate = True
+
+
+class OracleUndeclaredPlusInfLse(OracleToy):
+    """+inf LSE on fully masked rows while declaring -inf: fails check lse."""
+
+    name = "toy-oracle-undeclared-plus-inf"
+    lse_empty = math.inf
+
+
+class OracleMutatesK(OracleToy):
+    name = "toy-oracle-mutates-k"
+    behaviour = "mutate"
+
+
+class OracleRaises(OracleToy):
+    name = "toy-oracle-raises"
+    behaviour = "raise"
+
+
+class OracleNondeterministic(OracleToy):
+    name = "toy-oracle-nondeterministic"
+    behaviour = "nondeterministic"
+
+
+class OracleNaN(OracleToy):
+    name = "toy-oracle-nan"
+    behaviour = "nan"
+
+
+class OracleBadDq(OracleToy):
+    name = "toy-oracle-bad-dq"
+    behaviour = "bad_dq"

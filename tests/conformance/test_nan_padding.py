@@ -1,6 +1,6 @@
 """NaN in padded rows (SEMANTICS.md §7, §15; inputs recipe ``nan_padding``, catalog group ``nan_padding``).
 
-Bug classes (shared/research/ANCHORS.md §3): "NaN in masked-out K still poisons output" (torch #101967)
+Bug classes: "NaN in masked-out K still poisons output" (torch #101967)
 and "NaN dQ at padded/out-of-bounds keys in varlen" (flash-attention #443, #752). The recipe puts NaN
 in every padded row of q, k, v, dout; the oracle never reads them, so a kernel that does (P = 0 times
 V = NaN is NaN) must FAIL with a message naming the NaN, and a kernel that bounds-checks its tile

@@ -1,6 +1,6 @@
 """Paged K/V inputs and capabilities (oracles/SEMANTICS.md §16; conformance/inputs.py `paged_storage`).
 
-Bug class (shared/research/ANCHORS.md §3): "paged-KV block table out-of-bounds read" (flash-attention
+Bug class: "paged-KV block table out-of-bounds read" (flash-attention
 #2709). A paged case stores K/V in permuted pages behind a block table, with NaN in every page, slot and
 table entry a correct kernel does not read. These tests check the storage against the dense K/V the
 oracle sees, the poison, determinism, that paging leaves every other input unchanged, that adapters

@@ -5,7 +5,7 @@ scale -> softcap -> mask, causal in both alignments, window, GQA, varlen, fully 
 LSE = -inf, zero gradients) and differentiates it with autograd. A kernel passes a case when each
 output's max abs error is within ``2 * baseline + atol``, where baseline is the error of the same
 reference evaluated by torch in the input dtype (fp16/bf16 math; fp32 for the LSE) - the rule of
-flash-attention's suite, ANCHORS.md §1 - and fully masked rows are exactly O = 0, LSE = -inf, dQ = 0.
+flash-attention's own test suite - and fully masked rows are exactly O = 0, LSE = -inf, dQ = 0.
 Padded varlen rows of O/LSE are not compared (the kernels leave them unwritten, attn_params.h).
 
 Run on a CUDA machine: ``python -m pytest -q -m gpu tests/kernels/test_cuda_bwd_device.py``, or

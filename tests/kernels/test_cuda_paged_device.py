@@ -1,6 +1,6 @@
-"""GPU tests of paged K/V in attn_splitkv_fwd (attn_params.h v3, /work/team/PAGED_SPEC.md).
+"""GPU tests of paged K/V in attn_splitkv_fwd (attn_params.h v3, oracles/SEMANTICS.md §16).
 
-Bug class (shared/research/ANCHORS.md §3, flash-attention #2709): a paged kernel reading a block-table
+Bug class (flash-attention #2709): a paged kernel reading a block-table
 entry, page or pool slot past a sequence's length. Each case stores random K/V in a shuffled page pool
 (`kernels.cuda.sanitize_cases.paged_kv`): NaN in the decoy pages, in every slot at or past a sequence's
 length, and table entries past a sequence's pages pointing at decoys. Checks per case:

@@ -11,15 +11,15 @@
 //
 // CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
 //   v3 (this version): three fields appended at the END of AttnFwdParams for paged K/V
-//     (block_table, block_table_batch_stride, page_size; /work/team/PAGED_SPEC.md). No earlier field
+//     (block_table, block_table_batch_stride, page_size; oracles/SEMANTICS.md §16). No earlier field
 //     moved, but sizeof(AttnFwdParams) grew, so every AttnBwdParams field after `fwd` moved: rebuild
 //     everything that embeds the structs. A zero-initialised struct (block_table = NULL) means "not
 //     paged", exactly the v2 behaviour. Only attn_splitkv_fwd reads a block table; every other
 //     launcher answers ATTN_ERR_UNSUPPORTED naming block_table when it is not NULL.
 //   v2: no field of AttnFwdParams / AttnBwdParams moved or changed meaning. Added:
 //     ATTN_PARAMS_VERSION; the rule that window values other than -1 must be >= 0 (launchers answer
-//     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, ANCHORS.md §3
-//     #1116); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
+//     ATTN_ERR_INVALID otherwise, so no negative window is ever silently unbounded, the
+//     flash-attention #1116 class); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
 //     lse_partial may be NULL (the launcher then allocates stream-ordered scratch itself);
 //     attn_params_layout() so tests can compare the ctypes mirror against the compiled layout.
 #pragma once
@@ -127,6 +127,19 @@ int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);  
 int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // A: kernels/cuda/fa2_fwd.cu
 int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa2_bwd.cu
 int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // A: kernels/cuda/splitkv.cu
+
+// FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices
+// and for strides TMA cannot express, naming the argument). attn_fa3_fwd_variant runs one of the ablation
+// builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
+int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
+int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
+enum AttnFa3Variant {
+    ATTN_FA3_NO_PINGPONG = 1,    // warp specialised, overlap, persistent; warpgroups issue GEMMs freely
+    ATTN_FA3_NO_OVERLAP = 2,     // warp specialised, pingpong, persistent; S, softmax, PV in sequence
+    ATTN_FA3_NO_PERSISTENT = 3,  // warp specialised, pingpong, overlap; one CTA per work tile
+    ATTN_FA3_NO_WS = 4,          // two consumer warpgroups, thread 0 issues the loads; overlap, one CTA per tile
+    ATTN_FA3_STAGE1 = 5,         // one warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
+};
 
 // Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
 // splits attn_splitkv_fwd uses for p (p->num_splits when >= 1, else its own choice for a device with

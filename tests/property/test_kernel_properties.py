@@ -1,6 +1,6 @@
-"""Kernel properties under pytest: ``pytest property_tests/ [--impl NAME ...] [--hypothesis-profile P]``.
+"""Kernel properties under pytest: ``pytest tests/property/ [--impl NAME ...] [--hypothesis-profile P]``.
 
-For each adapter selected with ``--impl`` (the option shared with ``pytest conformance/``; default: the
+For each adapter selected with ``--impl`` (the option of the installed plugin `conformance.pytest_plugin`; default: the
 ``reference-*`` adapters) and each property kind it declares (`kernel_properties.properties_for`),
 Hypothesis draws cases, judges them against the FP64 oracle under the tolerance policy, targets the
 worst tolerance usage and replays the pinned bug examples first. An adapter unavailable here is
@@ -11,34 +11,24 @@ from __future__ import annotations
 
 import pytest
 
-from property_tests.kernel_properties import build_property, properties_for
+from conformance.pytest_plugin import device_option, impl_option
+from property_tests.kernel_properties import STATS, build_property, properties_for
 
 DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv")
 
 
 def _impls(config) -> list[str]:
-    try:
-        raw = config.getoption("--impl")
-    except ValueError:
-        raw = None
+    raw = impl_option(config)
     if not raw:
         return list(DEFAULT_IMPLS)
-    if isinstance(raw, str):
-        raw = [raw]
     from conformance.registry import resolve_specs
 
-    specs, _ = resolve_specs(list(raw))
+    specs, _ = resolve_specs(raw)
     return specs
 
 
 def _device(config) -> str:
-    import os
-
-    try:
-        dev = config.getoption("--device")
-    except ValueError:
-        dev = None
-    return dev or os.environ.get("CONFORMANCE_DEVICE", "cpu")
+    return device_option(config)
 
 
 def pytest_generate_tests(metafunc):
@@ -72,6 +62,3 @@ def test_kernel_property(impl_kind, request):
         STATS[request.node.nodeid] = (run.examples_run, run.max_usage, dict(run.events))
     assert run.examples_run > 0, f"{spec} {kind}: no example ran"
 
-
-#: per test node: (examples run, worst tolerance usage seen, event counts); printed by conftest.py
-STATS: dict[str, tuple[int, float, dict[str, int]]] = {}

@@ -1,0 +1,156 @@
+"""The data that crosses the adapter boundary: inputs handed to an adapter, what its calls return.
+
+`CaseInputs` (the FP64 arrays of one case), `ForwardOutput` and `BackwardOutput` (what an adapter
+returns, conformance/adapters/base.py describes the protocol), `CallResult` (one call as the harness
+saw it: the output or the exception, which inputs changed, how long it took) and `AdapterResults`
+(every call the harness made for one case, the input of `conformance.judge.judge`).
+
+Where an exception came from decides its verdict (SEMANTICS.md §15 is about inputs, this is about
+code): an exception raised by the code under test is the adapter's (a claimed feature that raises is
+a FAIL); one raised by harness code around it (translating the case, preparing tensors, reading the
+results) is HARNESS_ERROR. Adapters that wrap code under test mark the call with `under_test`; for an
+adapter that does not (a third-party `Adapter` subclass), its whole ``forward`` / ``backward`` is code
+under test (`Adapter.marks_code_under_test`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AdapterResults",
+    "BackwardOutput",
+    "CallResult",
+    "CaseInputs",
+    "ForwardOutput",
+    "raise_site",
+    "raised_under_test",
+    "under_test",
+]
+
+_MARK = "conformance_raised_under_test"
+
+
+@dataclass
+class CaseInputs:
+    """FP64 arrays for one case, every value exactly representable in the case dtype.
+
+    q [B, Hq, Lq, d], k [B, Hkv, Lk, d], v [B, Hkv, Lk, dv], dout [B, Hq, Lq, dv] (backward),
+    mask bool broadcastable to [B, Hq, Lq, Lk] (True = attend) or None, bias float64 likewise or
+    None. For FP8 cases, `fp8` holds the quantized codes (as float64 values of the FP8 grid) and the
+    descales; q/k/v are then the dequantized values the oracle sees (SEMANTICS.md §10).
+
+    For a paged layout (`conformance.case.PAGED_LAYOUTS`) `paged` holds the K/V *storage* a paged kernel
+    reads (SEMANTICS.md §16): ``k_pool`` [num_pages, Hkv, page_size, d], ``v_pool`` [num_pages, Hkv,
+    page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
+    j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
+    entry a kernel must not read leads to NaN. k/v stay the dense logical arrays the oracle sees.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    dout: np.ndarray | None = None
+    mask: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    fp8: dict[str, Any] | None = None
+    paged: dict[str, Any] | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array field that is set, by name (used for the input-mutation check).
+
+        The arrays of ``paged`` are included as ``"paged.k_pool"``, ``"paged.v_pool"``,
+        ``"paged.block_table"``, so a kernel that writes into the page pool or the table is caught too.
+        """
+        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
+        if self.paged:
+            out.update({f"paged.{k}": v for k, v in self.paged.items() if isinstance(v, np.ndarray)})
+        return out
+
+
+
+@dataclass
+class ForwardOutput:
+    """What one forward call returned, as float64 NumPy copies (the adapter protocol, adapters/base.py)."""
+
+    out: np.ndarray  # float64 [B, Hq, Lq, dv]
+    lse: np.ndarray | None = None  # float64 [B, Hq, Lq], natural log
+    out_dtype: str | None = None  # dtype the kernel produced (before the float64 copy)
+    kernels: tuple[str, ...] = ()  # kernel names observed to run (profiler), when known
+    mutated_inputs: tuple[str, ...] = ()  # names of adapter-side inputs changed by the call
+    unwritten: int = 0  # elements of a poisoned out= buffer left unwritten
+    lse_convention: str = "-inf"  # what the adapter writes for fully masked rows, e.g. "+inf"
+    notes: list[str] = field(default_factory=list)
+    out_device: str | None = None  # device the kernel's output lived on ("cpu", "cuda:0"), when known
+
+
+@dataclass
+class BackwardOutput:
+    """What one backward call returned: dq, dk, dv of sum(out * dout) (SEMANTICS.md §13)."""
+
+    dq: np.ndarray  # float64 [B, Hq, Lq, d]
+    dk: np.ndarray  # float64 [B, Hkv, Lk, d]
+    dv: np.ndarray  # float64 [B, Hkv, Lk, dv]
+    out: ForwardOutput | None = None  # the forward of the same call, when computed together
+    kernels: tuple[str, ...] = ()
+    mutated_inputs: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def under_test() -> Iterator[None]:
+    """Marks an exception raised inside the block as raised by the code under test (not the harness)."""
+    try:
+        yield
+    except Exception as exc:
+        setattr(exc, _MARK, True)
+        raise
+
+
+def raised_under_test(exc: BaseException) -> bool:
+    """True when `exc` left an `under_test` block."""
+    return bool(getattr(exc, _MARK, False))
+
+
+def raise_site(exc: BaseException) -> str:
+    """``file:line in function`` of the frame that raised `exc` (the innermost frame of its traceback)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown frame"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}"
+
+
+@dataclass
+class CallResult:
+    """What one adapter call produced, as the harness saw it (`conformance.worker.call_adapter`)."""
+
+    output: Any = None  # ForwardOutput | BackwardOutput
+    error: str | None = None  # formatted traceback when the call raised
+    error_type: str | None = None
+    mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
+    seconds: float = 0.0
+    #: who raised `error`: "adapter" (the code under test) or "harness" (code around it)
+    error_origin: str | None = None
+    error_site: str | None = None  # `raise_site` of the exception
+
+
+@dataclass
+class AdapterResults:
+    """Every call the harness made for one (adapter, case): the input of `conformance.judge.judge`.
+
+    ``backward`` is set for backward cases, ``repeat`` (a second identical forward) when bitwise
+    determinism is checked; a call that was not made is None.
+    """
+
+    forward: CallResult
+    backward: CallResult | None = None
+    repeat: CallResult | None = None

@@ -1,0 +1,266 @@
+"""The judge: one pure function turns (case, oracle with its bound, what the adapter's calls returned) into a verdict.
+
+Every entry point calls `judge` and nothing else decides a verdict: the engine (`python -m conformance
+run`, pytest ``conformance/``), the property suite (`property_tests.kernel_check.evaluate`), the FP8
+offset property (`property_tests.kernel_properties`) and the repro snippets (`conformance.repro`). The
+engine keeps iteration, caching and isolation; it hands the judge an `AdapterResults` (every call it
+made: forward, backward, a repeated forward for determinism) and the adapter's `Capabilities`.
+
+Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
+
+1. a call that raised: FAIL when the code under test raised (a claimed feature that raises is a
+   FAIL), HARNESS_ERROR naming the frame when harness code around it raised (`conformance.calldata`);
+2. ``out_dtype`` (the input dtype; FP8 cases may return bf16/fp16/fp32, judged with that output's
+   precision model), ``device``;
+3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
+   rows are not compared, SEMANTICS.md §7); NaN/Inf where the oracle is finite always fails;
+4. ``lse`` when declared or returned (SEMANTICS.md §12) with the fully-masked-row convention of §8,
+   reported by name (``lse_convention:+inf`` etc.): +inf passes only where the adapter's
+   `ForwardOutput.lse_convention` declares it, whether the adapter runs in-process or isolated;
+5. ``inputs_unchanged`` (every array handed over, page pools and FP8 codes included), ``out_fully_written``
+   for adapters that accept an ``out=`` buffer;
+6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4);
+7. ``determinism``: when a repeated forward is given, bit-identical out and LSE;
+8. the secondary criterion (TOLERANCES.md §5): QUALITY_WARNING.
+
+Named findings (`FINDING_CLASSES`) are deviations the contract names and grades below FAIL unless
+``strict`` (SEMANTICS.md §17): they give the outcome FINDING, are listed in `Verdict.findings` as
+``class:quantity`` and counted on their own in every report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from conformance import checks
+from conformance.calldata import AdapterResults, CallResult
+from conformance.case import Case
+from conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
+from conformance.tolerance import OracleData, PrecisionModel, forward_tolerance, lse_tolerance, precision_model
+
+__all__ = ["FINDING_CLASSES", "Verdict", "finding_class", "judge"]
+
+#: named finding classes (SEMANTICS.md §17): name -> what it means
+FINDING_CLASSES: dict[str, str] = {
+    "masked_nan": ("NaN that the case planted at positions a dense mask masks out (padding handed over as "
+                   "masked-out keys or fully masked query rows) reached a compared value through 0 x NaN; "
+                   "FAIL under --strict or when the adapter claims NaN-safe masking"),
+}
+
+
+def finding_class(finding: str) -> str | None:
+    """The named class of a `Verdict.findings` entry (``masked_nan:out`` -> ``masked_nan``), None for a
+    convention record such as ``lse_convention:+inf``."""
+    name = finding.split(":", 1)[0]
+    return name if name in FINDING_CLASSES else None
+
+
+@dataclass
+class Verdict:
+    """The judgement of one (adapter, case) pair."""
+
+    outcome: str = PASS
+    message: str = ""  # why: every failure (or the warnings, findings, NOT_SUPPORTED reason), one per line
+    checks: dict[str, str] = field(default_factory=dict)  # check name -> "pass" | "fail"
+    stats: dict[str, dict] = field(default_factory=dict)  # out / lse / dq / dk / dv -> QuantityStats.to_dict()
+    findings: list[str] = field(default_factory=list)  # conventions seen and named findings (`finding_class`)
+    warnings: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    tolerance_model: dict[str, Any] = field(default_factory=dict)
+    kernels: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    oracle_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILING
+
+    @property
+    def usage(self) -> float:
+        """Worst error / tolerance over every compared quantity (inf when a compared value is non-finite)."""
+        worst = 0.0
+        for st in self.stats.values():
+            worst = max(worst, float("inf") if st.get("nonfinite") else float(st.get("max_ratio") or 0.0))
+        return worst
+
+    @property
+    def check(self) -> str:
+        """The first failing check (e.g. ``out``, ``inputs_unchanged``), else the outcome in lower case."""
+        for name, state in self.checks.items():
+            if state == "fail":
+                return name
+        return self.outcome.lower()
+
+    def summary(self) -> dict[str, Any]:
+        """What must agree between entry points: outcome, per-check states, findings, first message line."""
+        return {"outcome": self.outcome, "checks": dict(self.checks), "findings": sorted(self.findings),
+                "message": self.message.strip().splitlines()[0] if self.message.strip() else ""}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _dtype_name(x: str | None) -> str | None:
+    return None if x is None else str(x).replace("torch.", "")
+
+
+def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
+    """(outcome, message) for a call that raised: the adapter's exception is FAIL, the harness's HARNESS_ERROR."""
+    last = call.error.strip().splitlines()[-1] if call.error and call.error.strip() else str(call.error_type)
+    if call.error_origin == "harness":
+        return HARNESS_ERROR, (f"harness error in {kind} (not the adapter's fault): {last}; raised at "
+                               f"{call.error_site or 'an unknown frame'}, outside the code under test\n{call.error}")
+    if kind == "forward":
+        return FAIL, (f"declared capability raised {call.error_type} (adapter claims this case; a claimed feature "
+                      f"that raises is a FAIL): {last}\n{call.error}")
+    return FAIL, f"{kind} raised {call.error_type}: {last}"
+
+
+class _Judgement:
+    """Accumulates checks, stats, failures and warnings into a `Verdict`."""
+
+    def __init__(self, verdict: Verdict):
+        self.v = verdict
+
+    def fail(self, check: str, message: str) -> None:
+        self.v.checks[check] = "fail"
+        self.v.failures.append(message)
+
+    def ok(self, check: str) -> None:
+        self.v.checks.setdefault(check, "pass")
+
+    def values(self, stats: checks.QuantityStats, msg: str | None) -> None:
+        """One `checks.compare_values` result: its stats, pass/fail, or the secondary-criterion warning."""
+        self.v.stats[stats.name] = stats.to_dict()
+        if msg:
+            self.fail(stats.name, msg)
+            return
+        self.ok(stats.name)
+        w = checks.quality_warning(stats)
+        if w:
+            self.v.warnings.append(w)
+
+
+def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device: str, capabilities,
+             model_adjust: Callable[[PrecisionModel], PrecisionModel] | None) -> None:
+    fo = fwd.output
+    v = j.v
+    v.kernels = list(getattr(fo, "kernels", ()) or ())
+    v.notes = list(getattr(fo, "notes", []) or [])
+    out_dt = _dtype_name(getattr(fo, "out_dtype", None))
+    expected_dt = precision_model(case).out_dtype
+    model = od.model
+    if out_dt is not None:
+        if case.fp8 is not None and out_dt in ("bfloat16", "float16", "float32"):
+            model = precision_model(case, out_dt)
+            j.ok("out_dtype")
+        elif out_dt != expected_dt:
+            j.fail("out_dtype", f"out dtype: the kernel produced {out_dt}, expected {expected_dt} (the input dtype)")
+        else:
+            j.ok("out_dtype")
+    if model_adjust is not None:
+        model = model_adjust(model)
+    v.tolerance_model = model.to_dict()
+    dev = getattr(fo, "out_device", None)
+    if dev is not None:
+        if str(dev).split(":")[0] == device.split(":")[0]:
+            j.ok("device")
+        else:
+            j.fail("device", f"device: output lived on {dev!r}, the run asked for {device!r}")
+    tol = forward_tolerance(od, model)
+    j.values(*checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out))
+    if capabilities.lse or fo.lse is not None:
+        lstats, lmsg, conventions = checks.compare_lse(fo.lse, od.lse, lse_tolerance(od, model), od.valid,
+                                                       declared=getattr(fo, "lse_convention", "-inf"))
+        v.stats["lse"] = lstats.to_dict()
+        v.findings.extend(conventions)
+        if lmsg:
+            j.fail("lse", lmsg)
+        else:
+            j.ok("lse")
+    mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
+    if mutated:
+        j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}")
+    else:
+        j.ok("inputs_unchanged")
+    unwritten = int(getattr(fo, "unwritten", 0) or 0)
+    if unwritten:
+        j.fail("out_fully_written", f"out= buffer: {unwritten} element(s) still hold the NaN poison after the call")
+    elif capabilities.accepts_out:
+        j.ok("out_fully_written")
+
+
+def _backward(j: _Judgement, od: OracleData, bwd: CallResult) -> None:
+    bo = bwd.output
+    mutated = sorted(set(bwd.mutated) | set(getattr(bo, "mutated_inputs", ()) or ()))
+    if mutated:
+        j.fail("inputs_unchanged", f"backward changed inputs: {mutated}")
+    for k in getattr(bo, "kernels", ()) or ():
+        if k not in j.v.kernels:
+            j.v.kernels.append(k)
+    rows_q = od.valid[..., None]
+    for name in ("dq", "dk", "dv"):
+        got = getattr(bo, name, None)
+        rows = rows_q if name == "dq" else None
+        j.values(*checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
+                                        naive=od.naive_grads.get(name)))
+
+
+def _determinism(j: _Judgement, fwd: CallResult, again: CallResult) -> None:
+    fo = fwd.output
+    same = (again.error is None and checks.bitwise_equal(fo.out, again.output.out)
+            and checks.bitwise_equal(fo.lse, again.output.lse))
+    if same:
+        j.ok("determinism")
+    else:
+        j.fail("determinism", "determinism: declared deterministic, but a second identical forward call gave "
+                              "different bits")
+
+
+def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str, capabilities,
+          strict: bool = False, model_adjust: Callable[[PrecisionModel], PrecisionModel] | None = None) -> Verdict:
+    """The verdict on `result` (every call made for `case`) against `oracle` (see the module docstring).
+
+    `capabilities` is the adapter's `Capabilities` (lse, accepts_out, NaN-safe masking are read);
+    `strict` makes every named finding a FAIL; `model_adjust` replaces the precision model after the
+    output dtype chose it (the FP8 offset property lowers the P floor, SEMANTICS.md §10).
+    Pure: reads its arguments, calls no adapter, changes nothing.
+    """
+    v = Verdict(oracle_seconds=float(getattr(oracle, "seconds", 0.0) or 0.0))
+    j = _Judgement(v)
+    fwd = result.forward
+    if fwd.error is not None:
+        v.checks["forward"] = "fail"
+        v.outcome, v.message = _call_error("forward", fwd)
+        return v
+    _forward(j, case, oracle, fwd, device, capabilities, model_adjust)
+    harness_error = None
+    if case.backward:
+        bwd = result.backward
+        if bwd is None:
+            harness_error = "harness error: a backward case was judged without a backward call"
+        elif bwd.error is not None:
+            outcome, msg = _call_error("backward", bwd)
+            v.checks["backward"] = "fail"
+            if outcome == HARNESS_ERROR:
+                harness_error = msg
+            else:
+                v.failures.append(msg)
+        else:
+            _backward(j, oracle, bwd)
+    if result.repeat is not None:
+        _determinism(j, fwd, result.repeat)
+    if harness_error is not None:
+        v.outcome, v.message = HARNESS_ERROR, "\n".join([harness_error, *v.failures])
+    elif v.failures:
+        v.outcome, v.message = FAIL, "\n".join(v.failures)
+    elif any(finding_class(f) for f in v.findings):
+        v.outcome = FINDING
+        v.message = "\n".join(f for f in v.findings if finding_class(f))
+    elif v.warnings:
+        v.outcome, v.message = QUALITY_WARNING, "\n".join(v.warnings)
+    return v
+

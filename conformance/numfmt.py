@@ -1,0 +1,46 @@
+"""How numbers appear in verdict messages and reports: one helper for every module.
+
+- `value`: a value the kernel returned or the oracle computed, as Python's shortest round-trip
+  ``repr`` of the float64 (``0.1868896484375``, ``-0.010804179148237``, ``nan``, ``inf``), so two values
+  that differ never print the same, and NumPy scalars never print as ``np.float64(nan)``;
+- `approx`: an error, a tolerance, a usage ratio: 3 significant digits (``n/a`` for None);
+- `index`: an array index as ``[1, 0, 0, 0]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+__all__ = ["approx", "index", "value"]
+
+
+def value(x: object) -> str:
+    """Shortest round-trip repr of ``float(x)`` (``nan``, ``inf``, ``-inf`` for non-finite); ``n/a`` for None."""
+    if x is None:
+        return "n/a"
+    f = float(x)  # type: ignore[arg-type]
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return repr(f)
+
+
+def approx(x: object, digits: int = 3) -> str:
+    """``x`` to `digits` significant digits (``n/a`` for None)."""
+    if x is None:
+        return "n/a"
+    f = float(x)  # type: ignore[arg-type]
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return f"{f:.{digits}g}"
+
+
+def index(idx: Iterable[int] | None) -> str:
+    """``[1, 0, 0, 0]`` for an index tuple (``n/a`` for None)."""
+    if idx is None:
+        return "n/a"
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"

@@ -1,0 +1,194 @@
+"""The installed pytest plugin (entry point ``pytest11``): ``pytest --pyargs conformance --impl X --profile ci``.
+
+Loaded by pytest for every run in an environment where this distribution is installed (disable it
+with ``-p no:attention_conformance``). It provides:
+
+- options ``--impl NAME_OR_MODULE:ATTR [...]`` (repeatable; ``all`` = every built-in adapter available
+  here), ``--profile ci|full|gpu`` (case catalog profile, default ``ci``) and ``--device cpu|cuda``
+  (default ``$CONFORMANCE_DEVICE`` or ``cpu``), ``--cases EXPR`` (the conformance cases whose id EXPR
+  selects, in the ``-k`` grammar of ``python -m conformance run``; pytest's own ``-k`` still filters test
+  ids). Each also has a ``--conformance-`` prefixed name, which
+  is the only one registered when another plugin already owns the short name;
+- the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
+- ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
+  build it first (``python -m kernels.build``), tests that need it skip with that command otherwise;
+- under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
+  ``CUDA_VISIBLE_DEVICES`` (`conformance.parallel.gpu_for_worker`), and the conformance tests ordered
+  largest estimated cost first (other tests keep their places);
+- the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
+  chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
+  every adapter) stays small, and its session fixture ``conformance_session``.
+
+The test module ships inside the package (``conformance/test_conformance.py``) because
+``pytest --pyargs conformance`` collects the installed package directory; every other test of the
+project lives under the repository's ``tests/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+
+__all__ = ["cases_option", "device_option", "impl_option", "profile_option"]
+
+_DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
+          "cases": "conformance_cases"}
+_MARKERS = (
+    "gpu: needs a CUDA device (skipped cleanly without one)",
+    "slow: long-running; excluded from the ci profile",
+    "fp8: exercises FP8 paths",
+    "backward: exercises gradients",
+)
+
+
+def _add(group: Any, name: str, **kw: Any) -> None:
+    """Register ``--NAME`` and ``--conformance-NAME``; only the prefixed one if ``--NAME`` is taken."""
+    try:
+        group.addoption(f"--{name}", f"--conformance-{name}", dest=_DESTS[name], **kw)
+    except (ValueError, argparse.ArgumentError):
+        group.addoption(f"--conformance-{name}", dest=_DESTS[name], **kw)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "attention-conformance")
+    _add(group, "impl", action="extend", nargs="+", default=None, metavar="NAME_OR_MODULE:ATTR",
+         help="adapter(s) under test: built-in names, 'all', or module:attr")
+    _add(group, "profile", default="ci", choices=("ci", "full", "gpu"),
+         help="conformance case profile (default ci)")
+    _add(group, "device", default=None, choices=("cpu", "cuda"),
+         help="device for adapters (default $CONFORMANCE_DEVICE or cpu)")
+    _add(group, "cases", default=None, metavar="EXPR",
+         help="conformance cases whose id EXPR selects (the -k grammar of `python -m conformance run`)")
+
+
+def impl_option(config: pytest.Config) -> list[str] | None:
+    """The raw ``--impl`` values (None when not given)."""
+    raw = config.getoption(_DESTS["impl"])
+    return list(raw) if raw else None
+
+
+def profile_option(config: pytest.Config) -> str:
+    """The ``--profile`` value (default ``ci``)."""
+    return config.getoption(_DESTS["profile"])
+
+
+def device_option(config: pytest.Config) -> str:
+    """``--device``, else ``$CONFORMANCE_DEVICE``, else ``cpu``."""
+    return config.getoption(_DESTS["device"]) or os.environ.get("CONFORMANCE_DEVICE", "cpu")
+
+
+def cases_option(config: pytest.Config) -> str | None:
+    """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.selection` grammar)."""
+    return config.getoption(_DESTS["cases"])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    expr = cases_option(config)
+    if expr:
+        from conformance.selection import SelectorError, parse
+
+        try:
+            parse(expr)
+        except SelectorError as exc:
+            raise pytest.UsageError(f"--cases: {exc}") from None
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
+        from conformance.parallel import gpu_for_worker
+
+        gpu = gpu_for_worker(int(worker.removeprefix("gw") or 0))
+        if gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
+def _specs(config: pytest.Config) -> list[str]:
+    from conformance.registry import DEFAULT_CPU, resolve_specs
+
+    raw = impl_option(config)
+    if not raw:
+        return list(DEFAULT_CPU)
+    specs, _ = resolve_specs(raw)
+    return specs
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not {"conformance_case", "conformance_spec"} <= set(metafunc.fixturenames):
+        return
+    from conformance import catalog
+    from conformance.selection import SelectorError
+
+    config = metafunc.config
+    device = device_option(config)
+    specs = _specs(config)
+    try:
+        cases = catalog.select(catalog.cases(profile_option(config)), cases_option(config))
+    except SelectorError as exc:
+        raise pytest.UsageError(f"--cases: {exc}") from None
+    params = []
+    for case in cases:
+        marks = [getattr(pytest.mark, m) for m in catalog.case_marks(case)]
+        if device == "cuda" and "gpu" not in catalog.case_marks(case):
+            marks.append(pytest.mark.gpu)
+        for spec in specs:
+            params.append(pytest.param(case, spec, id=f"{case.id}::{spec}", marks=marks))
+    metafunc.parametrize(("conformance_case", "conformance_spec"), params)
+
+
+def _case_of(item: pytest.Item) -> Any:
+    cs = getattr(item, "callspec", None)
+    return cs.params.get("conformance_case") if cs is not None else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: conformance tests largest estimated cost first, in the slots they occupy."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
+        return
+    slots = [i for i, item in enumerate(items) if _case_of(item) is not None]
+    if not slots:
+        return
+    from conformance.catalog import estimated_cost
+
+    ordered = sorted((items[i] for i in slots), key=lambda it: (-estimated_cost(_case_of(it)), _case_of(it).id))
+    for i, item in zip(slots, ordered):
+        items[i] = item
+
+
+class ConformanceSession:
+    """One engine `Runner` per pytest session: loaded adapters and a small window of cached oracles."""
+
+    def __init__(self, device: str):
+        from conformance.engine import Runner
+
+        self.device = device
+        self.runner = Runner([], device)
+        self.loaded: dict[str, object] = {}
+        self.recent: OrderedDict[str, None] = OrderedDict()
+
+    def adapter(self, spec: str) -> Any:
+        if spec not in self.loaded:
+            from conformance.registry import load
+
+            self.loaded[spec] = load(spec, self.device)
+        return self.loaded[spec]
+
+    def touch(self, case_id: str, keep: int = 4) -> None:
+        """Mark ``case_id`` in use; evict the oracle results of cases older than the last ``keep``."""
+        self.recent[case_id] = None
+        self.recent.move_to_end(case_id)
+        while len(self.recent) > keep:
+            old, _ = self.recent.popitem(last=False)
+            self.runner.cache.evict(old)
+
+
+@pytest.fixture(scope="session")
+def conformance_session(request: pytest.FixtureRequest):
+    """The session's `ConformanceSession` (closed at the end of the session)."""
+    s = ConformanceSession(device_option(request.config))
+    yield s
+    s.runner.close()

@@ -1,0 +1,158 @@
+// FlashAttention-3 forward for Hopper (sm_90a): TMA loads into a K/V shared-memory ring completing on
+// mbarriers, wgmma for S = Q K^T (both operands in shared memory) and O += P V (P from registers), a
+// producer warpgroup and two consumer warpgroups with setmaxnreg, pingpong between the consumers,
+// intra-warpgroup overlap of softmax and GEMMs, a persistent longest-first tile scheduler.
+// Semantics: oracles/SEMANTICS.md. The kernel is include/hopper/mainloop.cuh; this file validates,
+// builds the tensor maps and picks the instantiation. NOTES_FA3.md has the design and the measurements.
+#include <cuda_runtime.h>
+
+#include "attn_params.h"
+#include "hopper/mainloop.cuh"
+#include "hopper/tma_host.cuh"
+#include "launch_common.cuh"
+
+namespace {
+
+using namespace attn::hopper;
+
+constexpr int kFull = 0;
+
+int device_sms(int* major) {
+    int dev = 0, sms = 0;
+    *major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms;
+}
+
+template <class C>
+int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int errlen) {
+    Fa3Params P{};
+    P.p = p;
+    const bool bf16 = p.dtype == ATTN_BF16;
+    char msg[384] = {0};
+    if (make_tma_tensor(P.q, "q", p.q, bf16, p.head_dim, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride,
+                        p.q_head_stride, p.q_batch_stride, C::kBlockM, msg, sizeof msg))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_fa3_fwd: %s", msg);
+    if (p.seqlen_k > 0) {
+        if (make_tma_tensor(P.k, "k", p.k, bf16, p.head_dim, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride,
+                            p.k_head_stride, p.k_batch_stride, C::kBlockN, msg, sizeof msg) ||
+            make_tma_tensor(P.v, "v", p.v, bf16, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride,
+                            p.v_head_stride, p.v_batch_stride, C::kBlockN, msg, sizeof msg))
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_fa3_fwd: %s", msg);
+    } else {
+        P.k = P.q;  // never read: no key tile exists
+        P.v = P.q;
+    }
+    const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * 2;
+    const int bh = p.heads_q * p.batch;
+    // Heads per L2 section: the K/V of the heads in flight together should stay in L2 (32 MB of the 50).
+    // With GQA, consecutive query heads share one K/V head, hence the factor heads_q / heads_kv.
+    P.order = TileOrder{num_m, p.heads_q, p.batch,
+                        l2_section(kv_bytes, 32LL << 20, bh) * (p.heads_q / p.heads_kv)};
+    if (P.order.section > bh) P.order.section = bh;
+    const long long total = 1LL * num_m * bh;
+    if (total > 0x7fffffffLL)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_fa3_fwd: %lld work tiles exceed the grid limit",
+                          total);
+    auto kernel = fa3_fwd_kernel<C>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: cudaFuncSetAttribute(%u bytes): %s",
+                          C::kSmemBytes, cudaGetErrorString(e));
+    int grid = static_cast<int>(total);
+    if constexpr (C::kPersistent) {
+        grid = sms > 0 && sms < grid ? sms : grid;
+        e = cudaMallocAsync(reinterpret_cast<void**>(&P.counter), sizeof(int), stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(P.counter, 0, sizeof(int), stream);
+        if (e != cudaSuccess)
+            return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: tile counter: %s", cudaGetErrorString(e));
+    }
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
+    e = cudaGetLastError();
+    if constexpr (C::kPersistent) cudaFreeAsync(P.counter, stream);
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: launch failed: %s (%s)", cudaGetErrorName(e),
+                          cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
+// The full kernel (warp specialised, pingpong, intra-warpgroup overlap, persistent) for every head dim,
+// dtype and prescale setting; the ablation variants for d = 128 only.
+template <int D, typename E, bool kPre>
+using Full = Fa3Config<D, E, 2, true, true, true, true, kPre>;
+
+template <int D, typename E>
+int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
+    const bool pre = p.softcap > 0.f || !(p.scale > 0.f);
+    return pre ? launch<Full<D, E, true>>(p, s, sms, err, errlen) : launch<Full<D, E, false>>(p, s, sms, err, errlen);
+}
+
+template <typename E>
+int dispatch_ablation(const AttnFwdParams& p, int flags, cudaStream_t s, int sms, char* err, int errlen) {
+    switch (flags) {
+        case ATTN_FA3_NO_PINGPONG:
+            return launch<Fa3Config<128, E, 2, true, true, false, true, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_NO_OVERLAP:
+            return launch<Fa3Config<128, E, 2, true, false, true, true, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_NO_PERSISTENT:
+            return launch<Fa3Config<128, E, 2, true, true, true, false, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_NO_WS:
+            return launch<Fa3Config<128, E, 2, false, true, false, false, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_STAGE1:
+            return launch<Fa3Config<128, E, 1, false, false, false, false, false>>(p, s, sms, err, errlen);
+        default:
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                              "attn_fa3_fwd_variant: flags=%d: built variants are 0 (full), %d, %d, %d, %d, %d",
+                              flags, ATTN_FA3_NO_PINGPONG, ATTN_FA3_NO_OVERLAP, ATTN_FA3_NO_PERSISTENT,
+                              ATTN_FA3_NO_WS, ATTN_FA3_STAGE1);
+    }
+}
+
+int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) {
+    const char* name = flags == kFull ? "attn_fa3_fwd" : "attn_fa3_fwd_variant";
+    int rc = attn::validate_fwd(p, name, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
+    int major = 0;
+    const int sms = device_sms(&major);
+    if (major != 9)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,
+                          major);
+    auto s = static_cast<cudaStream_t>(stream);
+    const bool bf = p->dtype == ATTN_BF16;
+    if (flags != kFull) {
+        const bool pre = p->softcap > 0.f || !(p->scale > 0.f);
+        if (p->head_dim != 128 || pre)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                              "%s: head_dim=%d softcap=%g scale=%g: ablation variants exist for head_dim 128, "
+                              "no softcap, scale > 0",
+                              name, p->head_dim, p->softcap, p->scale);
+        return bf ? dispatch_ablation<__nv_bfloat16>(*p, flags, s, sms, err, errlen)
+                  : dispatch_ablation<__half>(*p, flags, s, sms, err, errlen);
+    }
+    switch (p->head_dim) {
+        case 64:
+            return bf ? dispatch_full<64, __nv_bfloat16>(*p, s, sms, err, errlen)
+                      : dispatch_full<64, __half>(*p, s, sms, err, errlen);
+        case 128:
+            return bf ? dispatch_full<128, __nv_bfloat16>(*p, s, sms, err, errlen)
+                      : dispatch_full<128, __half>(*p, s, sms, err, errlen);
+        default:
+            return bf ? dispatch_full<256, __nv_bfloat16>(*p, s, sms, err, errlen)
+                      : dispatch_full<256, __half>(*p, s, sms, err, errlen);
+    }
+}
+
+}  // namespace
+
+extern "C" int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
+    return run(p, kFull, stream, err, errlen);
+}
+
+extern "C" int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) {
+    return run(p, flags, stream, err, errlen);
+}

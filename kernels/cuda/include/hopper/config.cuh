@@ -1,0 +1,69 @@
+// Tile shapes, shared-memory layout and the feature switches of the FA3 forward (one struct per
+// instantiation, so every variant of the ablation table comes from the same source).
+//
+// kWS: a producer warpgroup (one thread issues every TMA load) beside kConsumerWGs = 2 consumer
+//      warpgroups, with setmaxnreg moving registers from the producer (24) to the consumers (240).
+//      Without it, thread 0 of the first consumer warpgroup issues the loads between its own GEMMs.
+// kOverlap: intra-warpgroup overlap: S(j) = Q K(j)^T and O += P(j-1) V(j-1) are in flight together
+//      while the softmax of S(j) runs.
+// kPingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so one
+//      warpgroup's softmax runs while the other's GEMMs use the tensor cores.
+// kPersistent: gridDim.x = #SMs CTAs loop over work tiles taken from a global counter (scheduler.cuh).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace attn::hopper {
+
+template <int D, typename Elem_, int kConsumerWGs_, bool kWS_, bool kOverlap_, bool kPingpong_, bool kPersistent_,
+          bool kPrescale_>
+struct Fa3Config {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = D;
+    static constexpr int kConsumerWGs = kConsumerWGs_;
+    static constexpr bool kWS = kWS_, kOverlap = kOverlap_, kPingpong = kPingpong_, kPersistent = kPersistent_;
+    static constexpr bool kPrescale = kPrescale_;
+    static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
+    static_assert(kConsumerWGs == 1 || kConsumerWGs == 2, "one or two consumer warpgroups");
+    static_assert(!kPingpong || kConsumerWGs == 2, "pingpong needs two consumer warpgroups");
+    static_assert(!kPersistent || kWS, "the persistent loop runs with a producer warpgroup");
+    static_assert(!kWS || kConsumerWGs == 2, "warp specialisation is built with two consumer warpgroups");
+
+    static constexpr int kBlockM = 64 * kConsumerWGs;  // query rows per CTA (64 per consumer warpgroup)
+    static constexpr int kBlockN = D == 256 ? 64 : 128;  // keys per K/V tile
+    static constexpr int kStages = D == 64 ? 3 : 2;      // K/V ring depth
+    static constexpr int kColBlocks = D / 64;            // 64-column (128-byte) blocks per row
+    static constexpr int kThreads = 128 * (kConsumerWGs + (kWS ? 1 : 0));
+    static constexpr int kConsumerThreads = 128 * kConsumerWGs;
+    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+
+    static constexpr uint32_t kQBytes = kBlockM * D * 2;
+    static constexpr uint32_t kKVBytes = kBlockN * D * 2;
+    static constexpr uint32_t kOffK = kQBytes;
+    static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
+    static constexpr uint32_t kOffBar = kOffV + kStages * kKVBytes;
+    // barriers: full_q, empty_q, full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
+    static constexpr int kNumBars = 2 + 4 * kStages + 4;
+    static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
+    static constexpr uint32_t kSmemBytes = kOffSlot + 16 + 1024;  // + slack to align the base to 1024
+
+    // Named barrier ids (0 is __syncthreads): per-warpgroup epilogue, pingpong turns, all consumers.
+    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup
+    static constexpr int kBarTurn = 3;      // + consumer warpgroup whose turn it is
+    static constexpr int kBarConsumers = 5;
+};
+
+template <int S>
+struct PipeState {
+    int stage = 0;
+    uint32_t phase = 0;
+    __device__ __forceinline__ void advance() {
+        if (++stage == S) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
+
+}  // namespace attn::hopper

@@ -1,0 +1,408 @@
+// The FA3 forward kernel: producer (TMA loads into the Q buffer and a K/V ring) and consumers (wgmma
+// S = Q K^T from shared memory, online softmax in fp32, wgmma O += P V with P from registers, deferred
+// normalisation, LSE). Semantics: oracles/SEMANTICS.md (§2 scale, §3 softcap, §4 causal alignments,
+// §5 windows, §7 varlen, §8 fully masked rows, §9 GQA).
+//
+// Synchronisation (all mbarriers in shared memory, phases tracked by PipeState):
+//   full_q / empty_q     Q tile landed (TMA bytes) / every consumer warp is done with it (after the epilogue)
+//   full_k[s], full_v[s] K or V tile of stage s landed;  empty_k[s], empty_v[s]: every consumer warp's
+//                        wgmma that read it has completed (one arrival per warp)
+//   tile_full / tile_empty  (persistent) the next work-tile index, handed from the producer to the consumers
+// Key tiles run from the last to the first, so the tiles needing per-element masks (the sequence tail,
+// the causal diagonal) come first. The first tile may extend past the real key length lk: rows j >= lk
+// of its V are zeroed in shared memory before any P V product reads them (P = 0 there, but 0 * NaN is
+// NaN and padded rows may hold anything, SEMANTICS.md §7).
+#pragma once
+#include "../fa_ptx.cuh"
+#include "config.cuh"
+#include "epilogue.cuh"
+#include "plan.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "wgmma.cuh"
+
+namespace attn::hopper {
+
+template <class C>
+struct Smem {
+    unsigned char* base;
+    __device__ __forceinline__ unsigned char* q() const { return base; }
+    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
+    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
+    __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
+    __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
+    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
+    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(2 + C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 2 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 3 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 4 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 4 * C::kStages + i); }
+    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
+
+    __device__ __forceinline__ void init() const {
+        const int arrivals = C::kConsumerWGs * 4;  // one per consumer warp
+        mbar_init(full_q(), 1);
+        mbar_init(empty_q(), arrivals);
+        for (int s = 0; s < C::kStages; ++s) {
+            mbar_init(full_k(s), 1);
+            mbar_init(full_v(s), 1);
+            mbar_init(empty_k(s), arrivals);
+            mbar_init(empty_v(s), arrivals);
+        }
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(tile_full(i), 1);
+            mbar_init(tile_empty(i), arrivals);
+        }
+        mbar_init_fence();
+    }
+};
+
+// ---- producer side: one thread issues every load ---------------------------------------------------
+template <class C>
+struct Loader {
+    const Fa3Params& P;
+    Smem<C> sm;
+    PipeState<C::kStages> pk, pv;
+    uint32_t q_phase = 0;
+
+    __device__ __forceinline__ void load_q(const WorkTile& w) {
+        mbar_wait(sm.empty_q(), q_phase ^ 1);
+        mbar_arrive_expect_tx(sm.full_q(), C::kQBytes);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb)
+            tma_load_4d(sm.q() + cb * (C::kBlockM * 128), &P.q.map, sm.full_q(), cb * 64, w.m_block * C::kBlockM,
+                        w.h * P.q.head_mul, w.b * P.q.batch_mul);
+        q_phase ^= 1;
+    }
+    __device__ __forceinline__ void load_kv(bool is_v, const WorkTile& w, int n) {
+        PipeState<C::kStages>& ps = is_v ? pv : pk;
+        const TmaTensor& t = is_v ? P.v : P.k;
+        uint64_t* full = is_v ? sm.full_v(ps.stage) : sm.full_k(ps.stage);
+        mbar_wait(is_v ? sm.empty_v(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
+        mbar_arrive_expect_tx(full, C::kKVBytes);
+        unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
+        const int hkv = w.h / (P.p.heads_q / P.p.heads_kv);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb)
+            tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN, hkv * t.head_mul,
+                        w.b * t.batch_mul);
+        ps.advance();
+    }
+};
+
+template <class C>
+__device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
+    Loader<C> ld{P, sm};
+    int t = blockIdx.x;
+    PipeState<2> slot;
+    const int total = P.order.total();
+    while (true) {
+        if constexpr (C::kPersistent) {
+            mbar_wait(sm.tile_empty(slot.stage), slot.phase ^ 1);
+            *sm.slot(slot.stage) = t;
+            mbar_arrive(sm.tile_full(slot.stage));
+            slot.advance();
+        }
+        if (t >= total) break;
+        const WorkTile w = P.order.at(t);
+        const TilePlan pl = make_plan<C>(P.p, w);
+        if (pl.n_tiles() > 0) {
+            ld.load_q(w);
+            for (int n = pl.n_hi - 1; n >= pl.n_lo; --n) {
+                ld.load_kv(false, w, n);
+                ld.load_kv(true, w, n);
+            }
+        }
+        if constexpr (!C::kPersistent) break;
+        t = atomicAdd(P.counter, 1) + gridDim.x;
+    }
+}
+
+// ---- consumer side ------------------------------------------------------------------------------
+template <class C>
+struct Consumer {
+    using Elem = typename C::Elem;
+    static constexpr int D = C::kHeadDim, BN = C::kBlockN;
+    const Fa3Params& P;
+    Smem<C> sm;
+    int cw;  // consumer warpgroup index
+    PipeState<C::kStages> ck, cv;
+    uint32_t q_phase = 0;
+
+    __device__ __forceinline__ void release(uint64_t* bar) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+    }
+    __device__ __forceinline__ void turn_wait() {
+        if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
+    }
+    __device__ __forceinline__ void turn_pass() {
+        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw ^ 1), 256);
+    }
+
+    // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled.
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
+        const uint32_t qa = smem_addr(sm.q()) + cw * 64 * 128, ka = smem_addr(sm.k(stage));
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+            const int cb = ks / 4, kk = ks % 4;
+            const uint64_t da = sw128_desc(qa + cb * (C::kBlockM * 128) + kk * 32, 16, 1024);
+            const uint64_t db = sw128_desc(ka + cb * (BN * 128) + kk * 32, 16, 1024);
+            wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+        }
+    }
+    // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
+    __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        const uint32_t va = smem_addr(sm.v(stage));
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], sw128_desc(va + ks * 2048, BN * 128, 1024), 1);
+    }
+
+    // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup).
+    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n) {
+        if constexpr (C::kPrescale) {
+            const float cap = P.p.softcap, sc = P.p.scale;
+#pragma unroll
+            for (int e = 0; e < BN / 2; ++e) {
+                float x = s[e] * sc;
+                if (cap > 0.f) x = cap * tanhf(x / cap);
+                s[e] = x * kLog2e;
+            }
+        }
+        const int i_lo = row0, i_hi = min(row0 + 63, pl.mask.lq - 1);
+        if (pl.mask.tile_needs_mask(n, BN, i_lo, i_hi)) {
+            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+#pragma unroll
+            for (int e = 0; e < BN / 2; ++e) {
+                const int i = row0 + 16 * warp + lane / 4 + 8 * ((e / 2) % 2);
+                const int j = n * BN + 8 * (e / 4) + 2 * (lane % 4) + (e % 2);
+                if (!pl.mask.visible(i, j)) s[e] = -INFINITY;
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) pa[ks][r] = MmaOp<Elem>::pack(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
+    }
+
+    // Rows j >= lk of the first key tile's V (only when that tile extends past lk): zero them, every
+    // consumer thread a share, then order the stores before the tensor cores read (proxy fence + barrier).
+    __device__ __forceinline__ void zero_v_tail(const TilePlan& pl) {
+        const int j0 = (pl.n_hi - 1) * BN, valid = pl.mask.lk - j0;
+        if (valid >= BN) return;
+        mbar_wait(sm.full_v(cv.stage), cv.phase);
+        unsigned char* v = sm.v(cv.stage);
+        const int words = (BN - valid) * 128 / 16;  // per 64-column block
+        for (int c = threadIdx.x % C::kConsumerThreads; c < words * C::kColBlocks; c += C::kConsumerThreads) {
+            const int cb = c / words, wi = c % words;
+            *reinterpret_cast<uint4*>(v + cb * (BN * 128) + valid * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async();
+        named_sync(C::kBarConsumers, C::kConsumerThreads);
+    }
+
+    // One work tile. `ld` (non-warp-specialised builds only): the loader run by thread 0 of warpgroup 0.
+    __device__ __forceinline__ void run_tile(const WorkTile& w, const TilePlan& pl, Loader<C>* ld) {
+        const int nt = pl.n_tiles();
+        const int row0 = w.m_block * C::kBlockM + cw * 64;
+        if constexpr (!C::kWS) {
+            if (ld != nullptr) {
+                ld->load_q(w);
+                for (int x = 0; x < nt && x < C::kStages; ++x) {
+                    ld->load_kv(false, w, pl.n_hi - 1 - x);
+                    ld->load_kv(true, w, pl.n_hi - 1 - x);
+                }
+            }
+        }
+        // Refill after a release (non-warp-specialised): tile x + kStages into the stage tile x had.
+        auto refill = [&](bool is_v, int x) {
+            if constexpr (!C::kWS) {
+                if (ld != nullptr && x + C::kStages < nt) ld->load_kv(is_v, w, pl.n_hi - 1 - x - C::kStages);
+            }
+        };
+        zero_v_tail(pl);
+        mbar_wait(sm.full_q(), q_phase);
+
+        const float sl2 = C::kPrescale ? 1.f : P.p.scale * kLog2e;
+        float o[D / 2];
+#pragma unroll
+        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        float s[BN / 2];
+        uint32_t pa[BN / 16][4];
+        RowSoftmax smx;
+        smx.init();
+        float corr[2];
+
+        // first key tile: S, softmax, P (O is still zero, nothing to rescale)
+        int n = pl.n_hi - 1;
+        turn_wait();
+        mbar_wait(sm.full_k(ck.stage), ck.phase);
+        wgmma_fence();
+        gemm_s(s, ck.stage);
+        wgmma_commit();
+        turn_pass();
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(sm.empty_k(ck.stage));
+        refill(false, 0);
+        ck.advance();
+        score_mod(s, pl, row0, n);
+        smx.online(s, sl2, corr);
+        to_a_frags(pa, s);
+        if constexpr (!C::kOverlap) {
+            // O += P V(first) now; the overlapped loop does it together with the next S.
+            turn_wait();
+            mbar_wait(sm.full_v(cv.stage), cv.phase);
+            wgmma_fence();
+            gemm_pv(o, pa, cv.stage);
+            wgmma_commit();
+            turn_pass();
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(sm.empty_v(cv.stage));
+            refill(true, 0);
+            cv.advance();
+        }
+        for (int x = 1; x < nt; ++x) {
+            n = pl.n_hi - 1 - x;
+            if constexpr (C::kOverlap) {
+                // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the PV product.
+                turn_wait();
+                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                fence_regs(o);
+                wgmma_fence();
+                gemm_s(s, ck.stage);
+                wgmma_commit();
+                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                gemm_pv(o, pa, cv.stage);
+                wgmma_commit();
+                turn_pass();
+                wgmma_wait<1>();
+                fence_regs(s);
+                release(sm.empty_k(ck.stage));
+                refill(false, x);
+                ck.advance();
+                score_mod(s, pl, row0, n);
+                smx.online(s, sl2, corr);
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pa);
+                release(sm.empty_v(cv.stage));
+                refill(true, x - 1);
+                cv.advance();
+                RowSoftmax::rescale(o, corr);
+                to_a_frags(pa, s);
+            } else {
+                turn_wait();
+                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                wgmma_fence();
+                gemm_s(s, ck.stage);
+                wgmma_commit();
+                turn_pass();
+                wgmma_wait<0>();
+                fence_regs(s);
+                release(sm.empty_k(ck.stage));
+                refill(false, x);
+                ck.advance();
+                score_mod(s, pl, row0, n);
+                smx.online(s, sl2, corr);
+                RowSoftmax::rescale(o, corr);
+                to_a_frags(pa, s);
+                turn_wait();
+                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                wgmma_fence();
+                gemm_pv(o, pa, cv.stage);
+                wgmma_commit();
+                turn_pass();
+                wgmma_wait<0>();
+                fence_regs(o);
+                release(sm.empty_v(cv.stage));
+                refill(true, x);
+                cv.advance();
+            }
+        }
+        if constexpr (C::kOverlap) {
+            // O += P(last) V(last)
+            mbar_wait(sm.full_v(cv.stage), cv.phase);
+            fence_regs(o);
+            wgmma_fence();
+            gemm_pv(o, pa, cv.stage);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(sm.empty_v(cv.stage));
+            cv.advance();
+        }
+        float inv_l[2], lse[2];
+        smx.finalize(sl2, inv_l, lse);
+        store_tile<C>(P.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.q());
+        fence_proxy_async();  // the next Q arrives by TMA into the rows just read
+        release(sm.empty_q());
+        q_phase ^= 1;
+    }
+};
+
+template <class C>
+__device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
+    Consumer<C> cs{P, sm, cw};
+    Loader<C> ld{P, sm};
+    Loader<C>* my_ld = (!C::kWS && threadIdx.x == 0) ? &ld : nullptr;
+    if constexpr (C::kPingpong) {
+        if (cw == 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+    }
+    PipeState<2> slot;
+    int t = blockIdx.x;
+    const int total = P.order.total();
+    while (true) {
+        if constexpr (C::kPersistent) {
+            mbar_wait(sm.tile_full(slot.stage), slot.phase);
+            t = *sm.slot(slot.stage);
+            cs.release(sm.tile_empty(slot.stage));
+            slot.advance();
+        }
+        if (t >= total) break;
+        const WorkTile w = P.order.at(t);
+        const TilePlan pl = make_plan<C>(P.p, w);
+        if (pl.i_hi >= pl.i_lo) {
+            if (pl.n_tiles() > 0)
+                cs.run_tile(w, pl, my_ld);
+            else
+                store_empty_tile<C>(P.p, w, pl.mask.lq, cw);
+        }
+        if constexpr (!C::kPersistent) break;
+    }
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fa3_fwd_kernel(const __grid_constant__ Fa3Params P) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    Smem<C> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+    if (threadIdx.x == 0) {
+        sm.init();
+        tma_prefetch_desc(&P.q.map);
+        tma_prefetch_desc(&P.k.map);
+        tma_prefetch_desc(&P.v.map);
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if constexpr (C::kWS) {
+        if (wg == 0) {
+            regs_dealloc<C::kProducerRegs>();
+            if (threadIdx.x == 0) producer_loop<C>(P, sm);
+        } else {
+            regs_alloc<C::kConsumerRegs>();
+            consumer_loop<C>(P, sm, wg - 1);
+        }
+    } else {
+        consumer_loop<C>(P, sm, wg);
+    }
+#endif
+}
+
+}  // namespace attn::hopper

@@ -1,0 +1,50 @@
+// Work tiles of the FA3 forward and the order they are handed out (SEMANTICS.md §4 causal, §5 window).
+//
+// A work tile is (query tile m, query head h, batch b). Tile indices t = 0, 1, ... enumerate them in
+// sections of `section` consecutive (b, h) pairs: all tiles of one section come before the next section,
+// so the CTAs running at one time share the K/V of a few heads in L2. Inside a section the query tiles
+// run from the last to the first: under a causal mask the last query tile sees the most keys, so the
+// longest jobs are handed out first and the short ones fill the end (longest processing time first;
+// kernels/planning.py `greedy_loads` simulates the policy on the CPU).
+//
+// Non-persistent launch: CTA t takes tile t (the hardware hands out CTAs in index order, a greedy
+// scheduler). Persistent launch: gridDim.x CTAs; CTA c starts with tile c and then takes the next
+// unclaimed index from a global counter whenever its producer has issued the loads of its current tile.
+#pragma once
+
+namespace attn::hopper {
+
+struct WorkTile {
+    int m_block, h, b;
+};
+
+struct TileOrder {
+    int num_m, heads, batch, section;
+
+    __host__ __device__ __forceinline__ int total() const { return num_m * heads * batch; }
+
+    __host__ __device__ __forceinline__ WorkTile at(int t) const {
+        const int per_section = section * num_m;
+        const int sec = t / per_section;
+        const int bh0 = sec * section;
+        const int bh_total = heads * batch;
+        const int g = section < bh_total - bh0 ? section : bh_total - bh0;
+        const int r = t - sec * per_section;
+        const int bh = bh0 + r % g;
+        WorkTile w;
+        w.m_block = num_m - 1 - r / g;
+        w.h = bh % heads;
+        w.b = bh / heads;
+        return w;
+    }
+};
+
+// Heads per section: as many as fit their K and V in `l2_bytes` (at least 1).
+inline int l2_section(long long kv_bytes_per_head, long long l2_bytes, int bh_total) {
+    long long s = kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : bh_total;
+    if (s < 1) s = 1;
+    if (s > bh_total) s = bh_total;
+    return static_cast<int>(s);
+}
+
+}  // namespace attn::hopper

@@ -1,0 +1,81 @@
+// Online softmax over one warpgroup's 64 rows of an S tile in the wgmma accumulator layout.
+//
+// Accumulator of m64nNk16 (N/2 floats per thread): warp w of the warpgroup holds rows 16w..16w+15; in
+// column chunk j (8 columns), thread lane holds s[4j + 0..1] at row 16w + lane/4, columns 8j + 2(lane%4)
+// + {0, 1}, and s[4j + 2..3] at row 16w + lane/4 + 8. So each thread owns two rows (h = 0, 1) and a row
+// is spread over the 4 threads of a quad: a row reduction is two xor-shuffles.
+//
+// Scores come in "sl2 units": p = 2^(s*sl2 - m*sl2) with sl2 = scale * log2(e) folded into one FFMA (the
+// softcap path pre-scales and passes sl2 = 1). The update is split in two so that the FA3 mainloop can
+// compute P for tile j while O += P(j-1) V(j-1) is still running on the tensor cores: `online` turns S
+// into P in place and returns the factor corr = 2^(m_old - m_new) per row; `rescale` applies it to O
+// once the wgmma that writes O has completed. Row sums stay per-thread partials until `finalize`.
+#pragma once
+#include <math.h>
+
+#include "../fa_ptx.cuh"
+
+namespace attn::hopper {
+
+struct RowSoftmax {
+    float row_max[2];
+    float row_sum[2];
+
+    __device__ __forceinline__ void init() {
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.f;
+    }
+
+    template <int kRegs>
+    __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = row_max[h];
+#pragma unroll
+            for (int j = 0; j < kRegs / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // No visible key yet: keep max = -inf and subtract 0, so masked scores give p = 0, not NaN.
+            const float m_scaled = (mx == -INFINITY) ? 0.f : mx * sl2;
+            corr[h] = fast_exp2(row_max[h] * sl2 - m_scaled);
+            row_max[h] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < kRegs / 4; ++j) {
+                const float p0 = fast_exp2(fmaf(s[4 * j + 2 * h], sl2, -m_scaled));
+                const float p1 = fast_exp2(fmaf(s[4 * j + 2 * h + 1], sl2, -m_scaled));
+                s[4 * j + 2 * h] = p0;
+                s[4 * j + 2 * h + 1] = p1;
+                sum += p0 + p1;
+            }
+            row_sum[h] = row_sum[h] * corr[h] + sum;
+        }
+    }
+
+    template <int kRegs>
+    static __device__ __forceinline__ void rescale(float (&o)[kRegs], const float (&corr)[2]) {
+#pragma unroll
+        for (int j = 0; j < kRegs / 4; ++j) {
+            o[4 * j + 0] *= corr[0];
+            o[4 * j + 1] *= corr[0];
+            o[4 * j + 2] *= corr[1];
+            o[4 * j + 3] *= corr[1];
+        }
+    }
+
+    // 1/l (0 for a row that saw no key: O = 0) and LSE = m*scale + log(l) (-inf for such a row),
+    // with the accurate logf (SEMANTICS.md §8).
+    __device__ __forceinline__ void finalize(float sl2, float (&inv_l)[2], float (&lse)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = row_sum[h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const bool empty = (l == 0.f) || (row_max[h] == -INFINITY);
+            inv_l[h] = empty ? 0.f : 1.f / l;
+            lse[h] = empty ? -INFINITY : row_max[h] * sl2 * kLn2 + logf(l);
+        }
+    }
+};
+
+}  // namespace attn::hopper

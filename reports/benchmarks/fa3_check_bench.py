@@ -1,0 +1,228 @@
+"""Device check + benchmark of the FA3 forward (kernels/cuda/fa3_fwd.cu, sm_90a) on one H200.
+
+``python -m reports.benchmarks.fa3_check_bench [--out DIR] [--quick] [--skip-bench] [--curves] [--ablation]``
+
+1. Correctness (`cuda_fwd_check_bench.check_case`: fresh random inputs per case, float64 reference,
+   outputs poisoned with NaN inside guard bands, inputs checked unmodified, SEMANTICS.md §8 fully masked
+   rows): head dims 64/128/256, fp16/bf16, tails, causal in both alignments, windows, softcap, GQA,
+   varlen, [B, L, H, D] strides, Lk = 0; then every ablation build on a few d = 128 cases.
+2. Timing (CUDA events, warm-up, median of 25) at B=4, H=16, N=8192, d in {64, 128, 256}, causal or not,
+   beside torch SDPA's flash and cuDNN backends and, when ``flash_attn.cute`` imports, flash-attn-4
+   (``flash_attn.cute.interface.flash_attn_func``); ``--ablation``: the ablation builds at d = 128;
+   ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 4*B*H*N*N*d (halved for causal).
+
+Prints a short table last; writes fa3.json and fa3.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from kernels import cuda_lib
+from reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn, time_fn
+
+__all__ = ["ablation_rows", "bench_rows", "correctness", "fa4_fn", "main"]
+
+BF, HF = torch.bfloat16, torch.float16
+
+
+def _runner(variant):
+    def run(q, k, v, o, lse, **kw):
+        p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
+        if variant == "full":
+            cuda_lib.call("attn_fa3_fwd", p)
+        else:
+            cuda_lib.call_fa3_variant(p, variant)
+
+    return run
+
+
+def _checked(label, variant, seed, case):
+    r = check_case(label, runner=_runner(variant), seed=seed, **case)
+    print(("OK  " if r["ok"] else "BAD ") + f"{r['case']:72s} err {r['rel_err']:.2e} lse {r['lse_err']:.1e} "
+          + "; ".join(r["problems"]), flush=True)
+    return r
+
+
+def correctness(variants) -> list[dict]:
+    """The case list through every build named in `variants` ("full" = attn_fa3_fwd)."""
+    cases = []
+    for d in (64, 128, 256):
+        for dt in (BF, HF):
+            cases.append(dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=d, dtype=dt))
+            cases.append(dict(B=2, Hq=4, Hkv=4, Lq=257, Lk=129, d=d, dtype=dt, causal=True))
+            cases.append(dict(B=1, Hq=2, Hkv=1, Lq=300, Lk=77, d=d, dtype=dt, causal=True, bottom_right=False))
+    cases += [
+        dict(B=2, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True),
+        dict(B=1, Hq=2, Hkv=2, Lq=1, Lk=1, d=128, dtype=BF),
+        dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, dtype=HF),
+        dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=128, dtype=BF, window=(50, 20)),
+        dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=64, dtype=HF, window=(30, None), causal=True),
+        dict(B=2, Hq=4, Hkv=1, Lq=300, Lk=100, d=128, dtype=BF, window=(None, 5), bottom_right=False),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=BF, varlen=True, causal=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=64, dtype=HF, varlen=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=333, Lk=200, d=256, dtype=BF, varlen=True, causal=True),
+        dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=128, dtype=BF, softcap=5.0, causal=True),
+        dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=256, dtype=HF, layout="bshd"),
+        dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=300, d=128, dtype=BF, layout="bshd", causal=True),
+        dict(B=2, Hq=4, Hkv=4, Lq=1024, Lk=1024, d=128, dtype=BF, causal=True),
+        dict(B=1, Hq=132, Hkv=132, Lq=1000, Lk=1000, d=128, dtype=BF, causal=True),  # > #SMs tiles: persistent loop
+        dict(B=2, Hq=16, Hkv=16, Lq=2048, Lk=2048, d=64, dtype=BF),
+    ]
+    res = []
+    vcases = [
+        dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=128, dtype=BF),
+        dict(B=2, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=HF, varlen=True, causal=True, bottom_right=False),
+        dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF, window=(100, 30)),
+    ]
+    for variant in variants:
+        if variant == "full":
+            res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
+        else:
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 1000 + i, c) for i, c in enumerate(vcases)]
+    return res
+
+
+def fa4_fn(q, k, v, causal):
+    """flash-attn-4's forward on [B, H, N, d] tensors, or None when ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except Exception:
+        return None
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+    def f():
+        return flash_attn_func(qt, kt, vt, causal=causal)
+
+    return f
+
+
+def _time_row(row, name, fn, flops):
+    try:
+        med, lo, hi = time_fn(fn)
+        row[name + "_ms"] = med
+        row[name + "_tflops"] = flops / med / 1e9
+        row[name + "_spread"] = (hi - lo) / med
+    except Exception as e:  # a backend refused the shape
+        row[name + "_error"] = str(e).splitlines()[0][:200]
+
+
+def bench_rows(shapes, with_refs=True) -> list[dict]:
+    from torch.nn.attention import SDPBackend
+
+    rows = []
+    for B, H, N, d, causal in shapes:
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row = dict(B=B, H=H, N=N, d=d, causal=causal)
+        _time_row(row, "fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p), flops)
+        if with_refs:
+            _time_row(row, "flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), flops)
+            _time_row(row, "cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), flops)
+            f4 = fa4_fn(q, k, v, causal)
+            if f4 is not None:
+                _time_row(row, "fa4", f4, flops)
+        for ref in ("flash", "cudnn", "fa4"):
+            if ref + "_ms" in row and "fa3_ms" in row:
+                row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
+        rows.append(row)
+        del q, k, v, o
+    return rows
+
+
+def ablation_rows() -> list[dict]:
+    rows = []
+    for causal in (False, True):
+        B, H, N, d = 4, 16, 8192, 128
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        for variant in cuda_lib.FA3_VARIANTS:
+            row = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
+            _time_row(row, "fa3", lambda p=p, variant=variant: cuda_lib.call_fa3_variant(p, variant), flops)
+            rows.append(row)
+        del q, k, v, o
+    return rows
+
+
+def markdown(env, rows, abl) -> str:
+    nan = float("nan")
+    out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
+           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
+           f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
+           "Reproduce: `python -m kernels.build && python -m reports.benchmarks.fa3_check_bench --out DIR`", "",
+           "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                   f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
+                   f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
+                   f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+    if abl:
+        out += ["", "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
+        for r in abl:
+            out.append(f"| {r['variant']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                       f"{r.get('fa3_ms', nan):.3f} |" + (f" {r['fa3_error']}" if "fa3_error" in r else ""))
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "reports/benchmarks/out"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--curves", action="store_true")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--variants", default=",".join(cuda_lib.FA3_VARIANTS),
+                    help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = env_info()
+    try:
+        from importlib.metadata import version
+
+        env["fa4"] = version("flash-attn-4")
+    except Exception:
+        env["fa4"] = "not installed"
+    print(json.dumps(env), flush=True)
+    t0 = time.time()
+    res = [] if args.skip_check else correctness(args.variants.split(","))
+    nbad = sum(not r["ok"] for r in res)
+    print(f"correctness: {len(res) - nbad}/{len(res)} ok ({time.time() - t0:.1f} s)", flush=True)
+    rows, abl, curves = [], [], []
+    if not args.skip_bench:
+        shapes = [(4, 16, 8192, d, c) for d in (64, 128, 256) for c in (False, True)]
+        if args.quick:
+            shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
+        rows = bench_rows(shapes)
+        if args.ablation:
+            abl = ablation_rows()
+        if args.curves:
+            curves = bench_rows([(max(1, 32768 // n), 16, n, d, c) for d in (64, 128, 256) for c in (False, True)
+                                 for n in (512, 1024, 2048, 4096, 8192, 16384)])
+    (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
+                                                             curves=curves), indent=1))
+    md = markdown(env, rows, abl)
+    (out / f"fa3{args.tag}.md").write_text(md)
+    print(md)
+    return 1 if nbad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""One judge: the same (case, adapter result) pairs give the same verdict through every entry point.
+
+Entry points (conformance/judge.py): the engine (`Runner.run_case`, what ``python -m conformance run``
+and pytest ``conformance/`` use), the property suite (`property_tests.kernel_check.evaluate`), the repro
+snippet (`conformance.repro.snippet`, executed in a subprocess), and the FP8 offset property
+(`property_tests.kernel_properties.check_fp8_offset`). The adapters are `engine_toys.OracleToy` and its
+variants: correct, +inf LSE declared (in-process and isolated), +inf undeclared, input mutation, raising,
+nondeterministic, NaN output, wrong dQ; each also has an expected outcome, so agreement on a wrong
+verdict fails too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import pytest
+
+from conformance.case import Case, FP8Spec
+from conformance.engine import Runner
+from conformance.judge import judge
+from conformance.registry import load
+from conformance.repro import snippet
+from conformance.tolerance import compute_oracle
+from conformance.worker import call_adapter, collect_calls
+from property_tests.kernel_check import evaluate
+from property_tests.kernel_properties import check_fp8_offset, offset_model, peaked_inputs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sampled(**kw) -> Case:
+    """A case the engine's "sampled" determinism check includes (so every entry point repeats the call)."""
+    for seed in range(1000):
+        c = Case(family="judge", seed=seed, **kw)
+        if zlib.crc32(c.id.encode()) % 4 == 0:
+            return c
+    raise AssertionError("no sampled seed")
+
+
+CASES = {
+    "empty_rows": _sampled(B=1, Hq=2, Hkv=2, Lq=8, Lk=9, d=8, dv=8, dtype="float32", mask="full_rows"),
+    "backward": _sampled(B=2, Hq=2, Hkv=1, Lq=7, Lk=5, d=8, dv=8, dtype="float16", causal=True,
+                         alignment="bottom_right", backward=True),
+    "fp8": _sampled(B=1, Hq=1, Hkv=1, Lq=4, Lk=32, d=16, dv=16, dtype="float8_e4m3fn",
+                    fp8=FP8Spec(granularity="per_tensor")),
+}
+EMPTY = {"empty_rows", "backward"}  # cases with fully masked rows (where the LSE convention shows)
+
+# spec -> expected (outcome, failing check) per case name; None = PASS everywhere
+TOYS: dict[str, dict[str, tuple[str, str]] | None] = {
+    "OracleToy": None,
+    "OraclePlusInfLse": None,
+    "IsolatedOraclePlusInfLse": None,
+    "OracleUndeclaredPlusInfLse": {c: ("FAIL", "lse") for c in EMPTY},
+    "OracleMutatesK": {c: ("FAIL", "inputs_unchanged") for c in CASES},
+    "OracleRaises": {c: ("FAIL", "forward") for c in CASES},
+    "OracleNondeterministic": {c: ("FAIL", "determinism") for c in CASES},
+    "OracleNaN": {c: ("FAIL", "out") for c in CASES},
+    "OracleBadDq": {"backward": ("FAIL", "dq")},
+}
+
+
+@pytest.fixture(scope="module")
+def toy_path():
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, old) if p)  # isolated workers import the toys
+    yield
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def _snippet_verdicts(pairs: list[tuple[str, Case]]) -> dict[tuple[str, str], tuple[int, dict]]:
+    """Run every repro snippet in one fresh interpreter; (spec, case id) -> (exit code, VERDICT json)."""
+    sources = {f"{spec}|{case.id}": snippet(case, spec) for spec, case in pairs}
+    driver = textwrap.dedent("""
+        import contextlib, io, json, sys
+        sources = json.loads(sys.stdin.read())
+        out = {}
+        for key, src in sources.items():
+            buf = io.StringIO()
+            code = 0
+            with contextlib.redirect_stdout(buf):
+                try:
+                    exec(compile(src, key, "exec"), {"__name__": "__main__"})
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 1
+            line = [x for x in buf.getvalue().splitlines() if x.startswith("VERDICT ")]
+            out[key] = [code, json.loads(line[-1][8:]) if line else None, buf.getvalue()[-2000:]]
+        print(json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", driver], input=json.dumps(sources), capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {tuple(k.split("|", 1)): (v[0], v[1]) for k, v in got.items()}
+
+
+def _expected(toy: str, case_name: str) -> tuple[str, str | None]:
+    table = TOYS[toy] or {}
+    return table.get(case_name, ("PASS", None))
+
+
+def test_same_verdict_through_engine_property_suite_and_repro(toy_path):
+    pairs = [(f"engine_toys:{toy}", case) for toy in TOYS for case in CASES.values()]
+    snippets = _snippet_verdicts(pairs)
+    names = {c.id: n for n, c in CASES.items()}
+    for spec, case in pairs:
+        la = load(spec)
+        assert la.available, la.reason
+        runner = Runner([la], "cpu", determinism="sampled")
+        try:
+            engine = runner.verdict(la, case).summary()
+        finally:
+            runner.close()
+        prop = evaluate(la.adapter, case, "cpu", spec=spec)
+        code, snip = snippets[(spec, case.id)]
+        where = f"{spec} on {case.id}"
+        assert snip is not None, where
+        prop_summary = prop.summary()
+        prop_summary["message"] = prop_summary["message"].removesuffix(f" (case {case.id})")
+        assert engine == prop_summary, f"engine vs kernel_check.evaluate: {where}"
+        assert engine == snip, f"engine vs repro snippet: {where}"
+        assert code == (1 if engine["outcome"] == "FAIL" else 0), where
+        outcome, check = _expected(spec.split(":")[1], names[case.id])
+        assert engine["outcome"] == outcome, (where, engine)
+        if check is not None:
+            assert engine["checks"].get(check) == "fail", (where, engine)
+        if "PlusInf" in spec and names[case.id] in EMPTY and outcome == "PASS":
+            assert "lse_convention:+inf" in engine["findings"], (where, engine)
+
+
+@pytest.mark.parametrize("toy", ["OracleToy", "OraclePlusInfLse", "IsolatedOraclePlusInfLse", "OracleMutatesK",
+                                 "OracleRaises", "OracleNaN"])
+def test_fp8_offset_property_judges_like_the_engine(toy, toy_path):
+    """`check_fp8_offset` on peaked rows gives the engine's verdict on the same inputs (its bound is lower,
+    so the toys return the oracle's own answer: only the non-value checks and NaN can differ)."""
+    spec = f"engine_toys:{toy}"
+    la = load(spec)
+    case = Case(family="hyp-fp8-peaked", B=1, Hq=1, Hkv=1, Lq=2, Lk=1025, d=16, dv=16, dtype="float8_e4m3fn",
+                fp8=FP8Spec(granularity="per_tensor"), seed=3)
+    peak, seed = 7.3, 11
+    prop = check_fp8_offset(la.adapter, case, peak, seed, "cpu")
+    runner = Runner([la], "cpu", determinism="none")
+    inputs = peaked_inputs(case, peak, seed)
+    runner.cache._data[case.id] = (inputs, compute_oracle(case, inputs), None)
+    try:
+        engine = runner.verdict(la, case)
+    finally:
+        runner.close()
+    a, b = prop.summary(), engine.summary()
+    assert (a["outcome"], a["checks"], a["findings"]) == (b["outcome"], b["checks"], b["findings"]), (a, b)
+    assert a["outcome"] == _expected(toy, "fp8")[0], a
+    # and the property's own bound is what the judge used
+    inputs = peaked_inputs(case, peak, seed)
+    od = compute_oracle(case, inputs)
+    res = collect_calls(lambda kind: call_adapter(la.adapter, kind, inputs, case, "cpu"), case, repeat=False)
+    direct = judge(case, od, res, device="cpu", capabilities=la.adapter.capabilities, model_adjust=offset_model)
+    if toy != "OracleRaises":
+        assert direct.tolerance_model["eta_p"] == pytest.approx(od.model.eta_p * 2.0**-8)
+    assert direct.summary()["outcome"] == a["outcome"]

@@ -1,0 +1,76 @@
+"""GPU tests of the FA3 forward (kernels/cuda/fa3_fwd.cu, sm_90a): random inputs vs a float64 reference.
+
+Marked ``gpu``; skipped without a Hopper GPU or the kernel library. Each case draws fresh random inputs,
+poisons the outputs with NaN inside sentinel guard bands and checks values, LSE, fully masked rows
+(SEMANTICS.md §8), padded rows left unwritten (§7), guard bands and input immutability
+(`reports.benchmarks.cuda_fwd_check_bench.check_case`); every ablation build runs two of the cases.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                       reason="needs a Hopper (sm_90) GPU"),
+]
+
+BF, HF = torch.bfloat16, torch.float16
+CASES = [
+    dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=64, dtype=BF),
+    dict(B=2, Hq=4, Hkv=4, Lq=257, Lk=129, d=128, dtype=HF, causal=True),
+    dict(B=1, Hq=2, Hkv=1, Lq=300, Lk=77, d=256, dtype=BF, causal=True, bottom_right=False),
+    dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=128, dtype=BF, window=(50, 20)),
+    dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=BF, varlen=True, causal=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=128, dtype=BF, softcap=5.0),
+    dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=256, dtype=HF, layout="bshd"),
+    dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, dtype=HF),
+    dict(B=1, Hq=140, Hkv=140, Lq=300, Lk=300, d=128, dtype=BF, causal=True),  # more tiles than SMs
+]
+
+
+def _lib():
+    from kernels import cuda_lib
+
+    try:
+        lib = cuda_lib.library()
+    except cuda_lib.LibraryUnavailable as e:
+        pytest.skip(str(e))
+    if getattr(lib, "attn_fa3_fwd", None) is None:
+        pytest.skip("library does not export attn_fa3_fwd")
+    return cuda_lib
+
+
+@pytest.mark.parametrize("spec", CASES, ids=[f"fa3-{i}" for i in range(len(CASES))])
+def test_fa3_matches_float64_reference(spec):
+    _lib()
+    from reports.benchmarks.cuda_fwd_check_bench import check_case
+
+    res = check_case("attn_fa3_fwd", seed=zlib.crc32(repr(sorted(spec.items())).encode()) % 1000, **spec)
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
+@pytest.mark.parametrize("variant", ["no_pingpong", "no_overlap", "no_persistent", "no_ws", "stage1"])
+def test_fa3_ablation_builds_match_reference(variant):
+    cuda_lib = _lib()
+    from reports.benchmarks.cuda_fwd_check_bench import check_case
+
+    def run(q, k, v, o, lse, **kw):
+        cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
+
+    for i, spec in enumerate((CASES[4], dict(B=1, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True))):
+        res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **spec)
+        assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
+def test_fa3_variant_rejects_other_head_dims():
+    cuda_lib = _lib()
+    q = torch.randn(1, 1, 64, 64, device="cuda", dtype=BF)
+    p = cuda_lib.fwd_params(q, q, q, torch.empty_like(q))
+    with pytest.raises(cuda_lib.KernelUnsupported, match="head_dim=64"):
+        cuda_lib.call_fa3_variant(p, "no_ws")

@@ -1,0 +1,42 @@
+"""CPU tests of the FA3 forward's tile scheduling (kernels/planning.py, mirroring hopper/scheduler.cuh).
+
+The seed's load-balancing example (FA3, longest processing time first): in index order three SMs end
+with loads [9, 5, 6]; longest first, [7, 7, 6]. The kernel's own enumeration (`fa3_tile_order`) must be
+longest first under a causal mask and a permutation of all work tiles.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.planning import fa3_tile_order, greedy_loads, lpt_order
+
+
+def test_seed_example_in_order_and_longest_first():
+    costs = [m + 1 for b in range(2) for m in range(4)]  # two sequences, causal tile m sees m + 1 key tiles
+    assert greedy_loads(costs, 3) == [9, 5, 6]
+    assert greedy_loads([costs[i] for i in lpt_order(costs)], 3) == [7, 7, 6]
+
+
+def test_kernel_order_reproduces_the_seed_example():
+    order = fa3_tile_order(num_m=4, heads=1, batch=2, section=2)
+    assert greedy_loads([m + 1 for m, _, _ in order], 3) == [7, 7, 6]
+
+
+@pytest.mark.parametrize("num_m,heads,batch,section", [(5, 3, 2, 4), (1, 1, 1, 1), (7, 16, 4, 6), (3, 2, 2, 100)])
+def test_kernel_order_is_a_permutation_longest_first_per_section(num_m, heads, batch, section):
+    order = fa3_tile_order(num_m, heads, batch, min(section, heads * batch))
+    assert sorted(order) == sorted((m, h, b) for m in range(num_m) for h in range(heads) for b in range(batch))
+    per = min(section, heads * batch) * num_m
+    for s in range(0, len(order), per):
+        ms = [m for m, _, _ in order[s:s + per]]
+        assert ms == sorted(ms, reverse=True), "query tiles must run from the last to the first in a section"
+
+
+def test_greedy_ties_and_errors():
+    assert greedy_loads([3, 3, 3], 3) == [3, 3, 3]
+    assert greedy_loads([], 2) == [0, 0]
+    with pytest.raises(ValueError, match="workers"):
+        greedy_loads([1], 0)
+    with pytest.raises(ValueError, match="costs"):
+        greedy_loads([-1], 1)
