@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="built-in adapters, availability here, declared capabilities")
     ls.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ls.add_argument("--impl", nargs="+", action="extend", default=None, help="also list these specs")
+    ls.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
+                    help="what plain --impl functions support (as for run)")
 
     run = sub.add_parser("run", help="run the suite and write report.json / report.md / report.html")
     run.add_argument("--impl", nargs="+", action="extend", default=None, metavar="NAME_OR_MODULE:ATTR",

@@ -10,7 +10,7 @@ An expectations file (TOML, ``schema = 1``) lists entries::
     gpu = "H200"                                        # optional: a substring of a visible GPU's name
     cases = "scale and causal"                          # optional: a -k expression over case ids
     where = {family = "scale", causal = true, scale = {max = 0.0}}   # optional: Case fields (value, list, range)
-    outcome = "FAIL"                                    # expected outcome(s); default FAIL
+    outcome = "FAIL"                                    # expected outcome(s), `EXPECTABLE`; default FAIL
     symptom = "non-finite value(s)"                     # optional: a substring of the verdict's message
     finding = "..."                                     # optional: a named finding the verdict must carry
     reason = "what is wrong, where it was measured"     # required
@@ -20,8 +20,8 @@ A result is *in scope* of an entry when adapter, version, device, GPU and case m
 
 - the expected outcome (and symptom, and finding) -> KNOWN: not failing, shown in every report with
   the entry's reason and link, the raw outcome kept in ``expectation.raw_outcome``;
-- PASS or QUALITY_WARNING -> UNEXPECTED_PASS: failing (the kernel or the harness changed; remove or
-  narrow the entry);
+- PASS, QUALITY_WARNING or FINDING (a verdict that does not fail the run; conformance/outcomes.py)
+  -> UNEXPECTED_PASS: failing (the kernel or the harness changed; remove or narrow the entry);
 - another failure (other outcome or symptom) -> unchanged, with a note naming the entry;
 - NOT_SUPPORTED or HARNESS_ERROR -> unchanged.
 
@@ -47,15 +47,28 @@ from pathlib import Path
 from typing import Any
 
 from conformance.case import Case
+from conformance.outcomes import (
+    FINDING,
+    HARNESS_ERROR,
+    KNOWN,
+    NOT_SUPPORTED,
+    OUTCOMES,
+    PASS,
+    QUALITY_WARNING,
+    UNEXPECTED_PASS,
+)
 
-__all__ = ["DEFAULT_FILE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
-           "RunExpectations", "Verdict", "load", "load_files", "version_in", "decide", "applicable", "apply"]
+__all__ = ["DEFAULT_FILE", "EXPECTABLE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
+           "Decision", "RunExpectations", "load", "load_files", "version_in", "decide", "applicable", "apply",
+           "report_rows"]
 
-KNOWN = "KNOWN"
-UNEXPECTED_PASS = "UNEXPECTED_PASS"
 DEFAULT_FILE = Path(__file__).with_name("expectations.toml")
-_PASSING = ("PASS", "QUALITY_WARNING")
-_INERT = ("NOT_SUPPORTED", "HARNESS_ERROR")
+#: verdicts that do not fail a run: in an entry's scope and not what it expects, they are UNEXPECTED_PASS
+_PASSING = (PASS, QUALITY_WARNING, FINDING)
+#: verdicts an entry never changes (the adapter declined the case; the harness itself raised)
+_INERT = (NOT_SUPPORTED, HARNESS_ERROR)
+#: what an entry may expect
+EXPECTABLE = tuple(o for o in OUTCOMES if o not in (PASS, NOT_SUPPORTED, HARNESS_ERROR, KNOWN, UNEXPECTED_PASS))
 _CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
          "symptom", "finding", "reason", "link"}
@@ -103,7 +116,7 @@ class RunContext:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Decision:
     """The outcome after expectations: the new outcome, the entry, and what to add to the message."""
 
     outcome: str
@@ -197,11 +210,9 @@ def _entry(raw: dict, source: str, index: int) -> Expectation:
     if devices_t is not None and not set(devices_t) <= {"cpu", "cuda"}:
         raise ExpectationError(f"{where_}: devices {list(devices_t)}: expected 'cpu' and/or 'cuda'")
     outcomes = _strings(raw.get("outcome", "FAIL"), f"{where_} outcome")
-    from conformance.engine import OUTCOMES
-
-    bad = [o for o in outcomes if o not in OUTCOMES or o in _PASSING + _INERT]
+    bad = [o for o in outcomes if o not in EXPECTABLE]
     if bad:
-        raise ExpectationError(f"{where_}: outcome {bad}: expected a failing outcome (FAIL, CRASH, TIMEOUT)")
+        raise ExpectationError(f"{where_}: outcome {bad}: expected one of {list(EXPECTABLE)}")
     where = raw.get("where", {})
     if not isinstance(where, dict):
         raise ExpectationError(f"{where_}: 'where' must be a table of Case fields")
@@ -303,26 +314,26 @@ def applicable(e: Expectation, adapter: str, spec: str, ctx: RunContext) -> bool
 
 def _expected(e: Expectation, outcome: str, message: str, findings: Sequence[str]) -> bool:
     return (outcome in e.outcomes and (e.symptom is None or e.symptom in message)
-            and (e.finding is None or e.finding in findings))
+            and (e.finding is None or any(f == e.finding or f.split(":", 1)[0] == e.finding for f in findings)))
 
 
 def decide(entries: Sequence[Expectation], case: Case, adapter: str, spec: str, outcome: str, message: str,
-           findings: Sequence[str], ctx: RunContext) -> Verdict:
+           findings: Sequence[str], ctx: RunContext) -> Decision:
     """The outcome of one (case, adapter) verdict after ``entries`` (first matching entry wins)."""
     scope = [e for e in entries if applicable(e, adapter, spec, ctx) and _case_matches(e, case)]
     if not scope or outcome in _INERT:
-        return Verdict(outcome, None)
+        return Decision(outcome, None)
     for e in scope:
         if _expected(e, outcome, message, findings):
             link = f" ({e.link})" if e.link else ""
-            return Verdict(KNOWN, e, f"KNOWN ({e.label()}, raw outcome {outcome}): {e.reason}{link}")
+            return Decision(KNOWN, e, f"KNOWN ({e.label()}, raw outcome {outcome}): {e.reason}{link}")
     e = scope[0]
     want = "/".join(e.outcomes) + (f" with {e.symptom!r}" if e.symptom else "") + \
         (f" and finding {e.finding!r}" if e.finding else "")
     if outcome in _PASSING:
-        return Verdict(UNEXPECTED_PASS, e, f"UNEXPECTED_PASS: expected {want} by expectation {e.label()}, "
+        return Decision(UNEXPECTED_PASS, e, f"UNEXPECTED_PASS: expected {want} by expectation {e.label()}, "
                                            f"got {outcome}; remove or narrow that entry ({e.reason})")
-    return Verdict(outcome, e, f"expectation {e.label()} expected {want}; this is another failure")
+    return Decision(outcome, e, f"expectation {e.label()} expected {want}; this is another failure")
 
 
 def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx: RunContext) -> tuple[list, dict]:
@@ -397,3 +408,20 @@ class RunExpectations:
     def warnings(self) -> list[str]:
         """One line per entry that matched no result of the run (delete it, or it hides nothing)."""
         return [f"warning: expectation {label} matched no result of this run" for label in self.summary["unused"]]
+
+
+def report_rows(results: Iterable[dict]) -> list[dict]:
+    """One row per expectations entry that verdicts of a report fell under (report.json ``results`` dicts):
+    ``{"id", "source", "reason", "link", "adapters", "outcomes": {outcome: n}}``, most results first."""
+    rows: dict[tuple[str, str], dict] = {}
+    for r in results:
+        e = r.get("expectation")
+        if not e:
+            continue
+        row = rows.setdefault((e["id"], e.get("source", "")), {"id": e["id"], "source": e.get("source", ""),
+                                                              "reason": e.get("reason", ""), "link": e.get("link"),
+                                                              "adapters": [], "outcomes": {}})
+        if r["adapter"] not in row["adapters"]:
+            row["adapters"].append(r["adapter"])
+        row["outcomes"][r["outcome"]] = row["outcomes"].get(r["outcome"], 0) + 1
+    return sorted(rows.values(), key=lambda x: (-sum(x["outcomes"].values()), x["id"]))

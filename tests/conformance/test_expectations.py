@@ -64,7 +64,7 @@ def test_version_ranges(version, spec, ok):
     ('[[expectation]]\nadapters = ["x"]\n', "'reason' is required"),
     ('[[expectation]]\nreason = "r"\n', "'adapters' is required"),
     ('[[expectation]]\nadapters = ["x"]\nreason = "r"\nbogus = 1\n', "unknown key(s) ['bogus']"),
-    ('[[expectation]]\nadapters = ["x"]\nreason = "r"\noutcome = "PASS"\n', "failing outcome"),
+    ('[[expectation]]\nadapters = ["x"]\nreason = "r"\noutcome = "PASS"\n', "expected one of"),
     ('[[expectation]]\nadapters = ["x"]\nreason = "r"\nversions = "about 2"\n', "version clause"),
     ('[[expectation]]\nadapters = ["x"]\nreason = "r"\nversions = ">=2, about"\n', "version clause"),
     ('[[expectation]]\nadapters = ["x"]\nreason = "r"\nwhere = {colour = 1}\n', "unknown Case field"),
@@ -152,3 +152,82 @@ def test_apply_counts_and_reports_unused_entries(tmp_path):
     assert summary["known"] == 1 and summary["unexpected_pass"] == 0
     assert summary["unused"] == [f"never-matches ({tmp_path / 'user.toml'})"], summary
 
+
+
+# -- through the command line ----------------------------------------------------------------------
+SCALE_CASES = "scale-b1h2x2-q45k45"
+
+
+def _run(tmp_path, name, *args):
+    import json
+
+    from conformance import cli
+
+    out = tmp_path / name
+    code = cli.main(["run", "--report-dir", str(out), "--quiet", "--determinism", "none", *args])
+    rep = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
+    return code, rep, out
+
+
+def test_cli_known_failure_passes_the_run_and_is_shown_with_its_reason(tmp_path, capsys):
+    pytest.importorskip("torch")
+    code, rep, out = _run(tmp_path, "default", "--impl", "torch-sdpa-flash", "-k", SCALE_CASES)
+    known = [r for r in rep["results"] if r["outcome"] == "KNOWN"]
+    assert code == 0 and known, [(r["case_id"], r["outcome"]) for r in rep["results"]]
+    assert all(r["expectation"]["raw_outcome"] == "FAIL" and r["expectation"]["id"] ==
+               "torch-cpu-flash-causal-nonpositive-scale" for r in known)
+    assert rep["summary"]["by_outcome"]["KNOWN"] == len(known) and rep["expectations"]["known"] == len(known)
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for text in (md, html):
+        assert "torch-cpu-flash-causal-nonpositive-scale" in text and "native causal path" in text
+    raw_code, raw, _ = _run(tmp_path, "raw", "--impl", "torch-sdpa-flash", "-k", SCALE_CASES, "--no-expect")
+    assert raw_code == 1 and "KNOWN" not in {r["outcome"] for r in raw["results"]}
+    assert sorted(r["case_id"] for r in raw["results"] if r["outcome"] == "FAIL") == sorted(r["case_id"]
+                                                                                             for r in known)
+
+
+def test_cli_user_file_and_unexpected_pass(tmp_path, capsys):
+    pytest.importorskip("torch")
+    broken = "conformance.examples.broken_sdpa:attention"
+    user = _file(tmp_path, f"""
+        [[expectation]]
+        id = "broken-tail-tile"
+        adapters = ["{broken}"]
+        cases = "tile_edges"
+        symptom = "tolerance"
+        reason = "drops the last key tile when Lk % 64 == 1"
+        link = "https://example.org/broken/1"
+
+        [[expectation]]
+        id = "stale"
+        adapters = ["reference-fa2"]
+        cases = "tile_edges-b1h2x2-q64k64"
+        reason = "claims a failure that does not happen"
+
+        [[expectation]]
+        id = "unused"
+        adapters = ["reference-fa2"]
+        cases = "no-such-case"
+        reason = "matches nothing"
+    """)
+    sel = "tile_edges and q1k129 or tile_edges-b1h2x2-q64k64"
+    code, rep, out = _run(tmp_path, "user", "--impl", broken, "reference-fa2", "-k", sel, "--expect", str(user))
+    outcomes = {(r["adapter"], r["case_id"]): r["outcome"] for r in rep["results"]}
+    assert code == 1, outcomes
+    assert {o for (a, _), o in outcomes.items() if a == broken} >= {"KNOWN"}
+    assert {o for (a, _), o in outcomes.items() if a == "reference-fa2" and "q64k64" in _} == {"UNEXPECTED_PASS"}
+    assert any("stale" in r["message"] and "remove or narrow" in r["message"] for r in rep["results"]
+               if r["outcome"] == "UNEXPECTED_PASS")
+    err = capsys.readouterr().err
+    assert "expectation unused" in err and "matched no result" in err, err
+    assert rep["expectations"]["unused"] == [f"unused ({user})"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--expect", "/no/such/file.toml"], "cannot read expectations file"),
+    (["--expect", "x.toml", "--no-expect"], "exclude each other"),
+])
+def test_cli_expectation_usage_errors(tmp_path, capsys, args, needle):
+    code, _, _ = _run(tmp_path, "err", "--impl", "reference-fa2", "-k", "tile_edges-b1h2x2-q64k64", *args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0], err

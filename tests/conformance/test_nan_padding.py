@@ -162,14 +162,15 @@ def test_reference_without_bounds_check_fails(module, line, case_list, quantity)
 @pytest.mark.parametrize("spec", ["torch-sdpa-math", "torch-sdpa-flash", "torch-flex"])
 def test_torch_cpu_finding_is_recorded(spec):
     """torch 2.13 on CPU reads masked-out (padded) K/V (torch #101967 class): FAIL with the recorded symptom,
-    matching `conformance.known_findings` so `pytest conformance/` xfails it with the reason."""
-    from conformance.known_findings import known_finding
+    matched by the shipped expectations file, so `run` and `pytest conformance/` report it as KNOWN."""
+    from conformance.expectations import KNOWN, RunExpectations
 
-    adapter = load(spec).adapter
+    la = load(spec)
+    expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])
     case = FWD_CASES[0]
-    known = known_finding(case, spec, "cpu")
-    assert known is not None
-    res = _run(adapter, case)
-    assert res.outcome == "FAIL" and known.symptom in res.message and "got nan" in res.message, res.message
-    assert _run(adapter, case.replace(distribution="normal")).outcome == "PASS"
-    assert known_finding(case.replace(distribution="normal"), spec, "cpu") is None
+    res = _run(la.adapter, case)
+    assert res.outcome == "FAIL" and "got nan" in res.message, res.message
+    (known,) = expect.apply([res])
+    assert known.outcome == KNOWN and known.expectation["id"] == "torch-cpu-nan-in-masked-rows", known.message
+    clean = _run(la.adapter, case.replace(distribution="normal"))
+    assert clean.outcome == "PASS" and expect.apply([clean])[0].outcome == "PASS"

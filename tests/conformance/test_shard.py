@@ -8,8 +8,8 @@ import pytest
 
 from conformance import catalog, cli, shard
 
-ADAPTERS = ["torch-sdpa-math", "reference-fa2", "conformance.examples.broken_sdpa:attention"]
-SUBSET = "tile_edges or causal_alignment"
+ADAPTERS = ["torch-sdpa-math", "torch-sdpa-flash", "reference-fa2", "conformance.examples.broken_sdpa:attention"]
+SUBSET = "tile_edges or causal_alignment or scale-b1h2x2-q45k45"  # incl. the shipped expectations' KNOWN
 
 
 def _run(tmp_path, name: str, *extra: str) -> tuple[int, dict]:
@@ -51,7 +51,7 @@ def test_bad_shard_spec_is_a_usage_error(spec, tmp_path, capsys):
 def test_two_and_three_shards_merged_equal_one_run(tmp_path):
     pytest.importorskip("torch")
     code, one = _run(tmp_path, "one")
-    assert code == 1 and {o for _, _, o in _outcomes(one)} >= {"PASS", "FAIL"}, "the subset must hold both"
+    assert code == 1 and {o for _, _, o in _outcomes(one)} >= {"PASS", "FAIL", "KNOWN"}, "the subset holds all three"
     for n in (2, 3):
         paths = []
         for k in range(1, n + 1):
@@ -65,6 +65,8 @@ def test_two_and_three_shards_merged_equal_one_run(tmp_path):
         assert merged["summary"]["by_outcome"] == one["summary"]["by_outcome"]
         assert merged["summary"]["by_adapter"] == one["summary"]["by_adapter"]
         assert "--shard" not in merged["command"] and len(merged["merged_from"]) == n
+        for key in ("known", "unexpected_pass", "used", "unused"):
+            assert merged["expectations"][key] == one["expectations"][key], key
         assert (merged_dir / "report.md").exists() and (merged_dir / "report.html").exists()
 
 
