@@ -22,12 +22,19 @@
    [B, H, L, D] torch tensors (``is_causal`` = top-left, SEMANTICS.md §4; boolean mask True = attend,
    float mask added to the scores, §6). `wrap_sdpa_function` turns it into an adapter that:
 
-   - **probes** each feature once per process and device, lazily, on a small case: each dtype
-     (float32, float16, bfloat16, float64), GQA (``enable_gqa=True``), dv != d, boolean mask, float
-     bias, ``scale``, ``is_causal`` square and non-square, backward through autograd. Only keyword
-     arguments that differ from SDPA's defaults are passed, so a function without, say,
-     ``enable_gqa`` still runs every MHA case. A probe that raises makes that feature NOT_SUPPORTED
-     (the reason quotes the exception); a feature that probed fine and raises later is a FAIL;
+   - takes what the function **declares** (``@conformance.claims(...)``, or ``--claims SPEC`` for a
+     function one cannot edit; conformance/declared.py): dtypes, head dims, causal-only, alignments,
+     sequence-length multiple, masks, GQA, backward. A case outside the declaration is NOT_SUPPORTED
+     with the declaration named; a declared feature is claimed, so if it raises, that is a FAIL;
+   - **probes** what is not declared, once per process and device (conformance/adapters/sdpa_probes.py):
+     each dtype on shapes inside the declaration (undeclared: d = 16 tiny, then d = 64 and 128 at
+     L = 128, non-causal and causal), then GQA (``enable_gqa=True``), dv != d, boolean mask, float
+     bias, ``scale``, ``is_causal`` square and non-square, non-causal, backward through autograd, and
+     each new head dim lazily. Only keyword arguments that differ from SDPA's defaults are passed, so
+     a function without, say, ``enable_gqa`` still runs every MHA case. A probe that raises makes that
+     feature NOT_SUPPORTED (the reason quotes the exception; a function no dtype probe runs is
+     unavailable with every probe's exception listed); a feature that probed fine and raises later is
+     a FAIL;
    - tests everything the signature can express: bottom-right causal, windows and varlen padding as
      boolean masks, fully masked rows, additive biases, non-contiguous (``bshd``) and stride-0
      (``kv_broadcast``) inputs, backward. Softcap and FP8 cannot be expressed: NOT_SUPPORTED.
