@@ -52,6 +52,12 @@ class CaseInputs:
     page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
     j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
     entry a kernel must not read leads to NaN. k/v stay the dense logical arrays the oracle sees.
+
+    ``sinks`` float64 [Hq]: the sink logit of each query head (SEMANTICS.md §18), for cases with ``Case.sinks``.
+    ``dlse`` float64 [B, Hq, Lq]: the LSE cotangent of an ``lse_grad`` backward case (§13, §18).
+    ``kv_append`` (KV-cache append, §20): ``k_cache`` [B, Hkv, Lk, d], ``v_cache`` [B, Hkv, Lk, dv] with NaN in
+    every slot at or past ``cache_seqlens[b]``, the new rows ``k_new`` [B, Hkv, Lq, d], ``v_new``, and
+    ``cache_seqlens`` int32 [B]; k/v are then the appended caches the oracle sees (NaN past cache_seqlens + Lq).
     """
 
     q: np.ndarray
@@ -62,6 +68,9 @@ class CaseInputs:
     bias: np.ndarray | None = None
     fp8: dict[str, Any] | None = None
     paged: dict[str, Any] | None = None
+    sinks: np.ndarray | None = None
+    dlse: np.ndarray | None = None
+    kv_append: dict[str, Any] | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array field that is set, by name (used for the input-mutation check).
@@ -73,6 +82,8 @@ class CaseInputs:
         out = {k: v for k, v in named.items() if isinstance(v, np.ndarray)}
         if self.paged:
             out.update({f"paged.{k}": v for k, v in self.paged.items() if isinstance(v, np.ndarray)})
+        if self.kv_append:
+            out.update({f"kv_append.{k}": v for k, v in self.kv_append.items() if isinstance(v, np.ndarray)})
         return out
 
 
@@ -94,12 +105,14 @@ class ForwardOutput:
 
 @dataclass
 class BackwardOutput:
-    """What one backward call returned: dq, dk, dv of sum(out * dout) (SEMANTICS.md §13)."""
+    """What one backward call returned: dq, dk, dv (and d sinks) of sum(out * dout) + sum(lse * dlse)
+    (SEMANTICS.md §13, §18)."""
 
     dq: np.ndarray  # float64 [B, Hq, Lq, d]
     dk: np.ndarray  # float64 [B, Hkv, Lk, d]
     dv: np.ndarray  # float64 [B, Hkv, Lk, dv]
     out: ForwardOutput | None = None  # the forward of the same call, when computed together
+    dsinks: np.ndarray | None = None  # float64 [Hq] for sink cases (SEMANTICS.md §18)
     kernels: tuple[str, ...] = ()
     mutated_inputs: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
@@ -141,6 +154,7 @@ class CallResult:
     #: who raised `error`: "adapter" (the code under test) or "harness" (code around it)
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
+    memory: dict | None = None  # peak device memory of the call on CUDA (conformance.memory.MemoryRecord), else None
 
 
 @dataclass

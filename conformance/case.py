@@ -12,7 +12,8 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
-__all__ = ["Case", "FP8Spec", "DTYPES", "ALIGNMENTS", "LAYOUTS", "PAGED_LAYOUTS", "DISTRIBUTIONS", "page_size_of"]
+__all__ = ["Case", "FP8Spec", "DTYPES", "ALIGNMENTS", "LAYOUTS", "PAGED_LAYOUTS", "DISTRIBUTIONS", "SINK_RECIPES",
+           "page_size_of"]
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 ALIGNMENTS = ("bottom_right", "top_left")
@@ -29,6 +30,13 @@ PAGED_LAYOUTS = ("paged64", "paged128", "paged256")
 # k and v rows j >= seqlens_k[b]) are NaN: a kernel that reads them (P = 0 times V = NaN is NaN)
 # fails (SEMANTICS.md §7, §15; torch #101967, flash-attention #443, #752).
 DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")
+# Sink logits, one per query head (SEMANTICS.md §18; `conformance.inputs.make_sinks`): small ~ N(0, 1); large:
+# head 0 at 1e4 (an LSE of +inf when the sink is left out of the running max), the others 8..40; very_negative:
+# -1e4 and -60..-90 (the sink underflows, exactly no effect in FP32).
+SINK_RECIPES = ("small", "large", "very_negative")
+# Fields added after the first catalog: left out of `Case.key` (hence of every id) while at their default, so
+# the ids of the cases that do not use them stay what they were.
+_LATE_FIELDS = {"sinks": None, "chunk": None, "kv_append": None, "lse_grad": False}
 
 
 def page_size_of(layout: str) -> int | None:
@@ -77,7 +85,24 @@ class Case:
     backward: bool = False
     fp8: FP8Spec | None = None
     seed: int = 0
+    sinks: str | None = None  # sink recipe (SINK_RECIPES), one logit per query head (SEMANTICS.md §18)
+    chunk: int | None = None  # chunked attention: chunk size of the aligned positions (§19)
+    kv_append: tuple[int, ...] | None = None  # KV-cache append: cache_seqlens per batch before the Lq new rows (§20)
+    lse_grad: bool = False  # backward with an LSE cotangent dlse (the LSE is an output with a gradient, §13, §18)
     note: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kv_append is not None:
+            if self.seqlens_k is not None:
+                raise ValueError(f"Case.kv_append={self.kv_append} sets the key lengths (cache_seqlens + Lq); "
+                                 f"seqlens_k must be None, got {self.seqlens_k}")
+            if len(self.kv_append) != self.B or any(n < 0 or n + self.Lq > self.Lk for n in self.kv_append):
+                raise ValueError(f"Case.kv_append={self.kv_append} must hold B={self.B} cache lengths with "
+                                 f"cache_seqlens + Lq <= Lk (Lq={self.Lq} new rows, Lk={self.Lk} cache slots)")
+        if self.chunk is not None and self.chunk < 1:
+            raise ValueError(f"Case.chunk={self.chunk} must be >= 1 (SEMANTICS.md §19)")
+        if self.sinks is not None and self.sinks not in SINK_RECIPES:
+            raise ValueError(f"Case.sinks={self.sinks!r} is not a sink recipe; known: {SINK_RECIPES}")
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -89,17 +114,31 @@ class Case:
         return self.seqlens_q is not None or self.seqlens_k is not None
 
     @property
+    def effective_seqlens_k(self) -> tuple[int, ...] | None:
+        """The key lengths attended: ``seqlens_k``, or for KV append ``cache_seqlens + Lq`` (§20)."""
+        if self.kv_append is not None:
+            return tuple(int(n) + self.Lq for n in self.kv_append)
+        return self.seqlens_k
+
+    @property
     def oracle_kwargs(self) -> dict:
-        """Keyword arguments of `oracles.attention` except mask/bias arrays (made by inputs)."""
-        return dict(
+        """Keyword arguments of `oracles.attention` except mask/bias/sink arrays (made by inputs).
+
+        ``chunk`` is present only when set, so an adapter that forwards these keywords to a function that
+        predates chunks is unaffected by every other case. KV-append cases attend ``effective_seqlens_k``.
+        """
+        kw = dict(
             scale=self.scale,
             causal=self.causal,
             alignment=self.alignment,
             window=self.window,
             softcap=self.softcap,
             seqlens_q=self.seqlens_q,
-            seqlens_k=self.seqlens_k,
+            seqlens_k=self.effective_seqlens_k,
         )
+        if self.chunk is not None:
+            kw["chunk"] = self.chunk
+        return kw
 
     @property
     def id(self) -> str:
@@ -122,17 +161,26 @@ class Case:
             parts.append(self.distribution)
         if self.layout != "contiguous":
             parts.append(self.layout)
+        if self.sinks:
+            parts.append(f"sink-{self.sinks}")
+        if self.chunk is not None:
+            parts.append(f"chunk{self.chunk}")
+        if self.kv_append is not None:
+            parts.append("kvappend")
         if self.backward:
             parts.append("bwd")
+        if self.lse_grad:
+            parts.append("dlse")
         if self.fp8 is not None:
             parts.append(f"fp8-{self.fp8.format}-{self.fp8.granularity}" + ("-had" if self.fp8.incoherent else ""))
         digest = hashlib.sha1(repr(self.key()).encode()).hexdigest()[:6]
         return "-".join(parts) + "-" + digest
 
     def key(self) -> tuple:
-        """All semantic fields, in a fixed order (the identity of the case)."""
+        """All semantic fields, in a fixed order (the identity of the case); late fields only when set."""
         return tuple(
-            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.compare
+            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+            if f.compare and not (f.name in _LATE_FIELDS and getattr(self, f.name) == _LATE_FIELDS[f.name])
         )
 
     def replace(self, **changes) -> Case:
@@ -148,7 +196,7 @@ class Case:
         data = {k: v for k, v in data.items() if k != "id"}
         if data.get("fp8") is not None:
             data["fp8"] = FP8Spec(**data["fp8"])
-        for name in ("window", "seqlens_q", "seqlens_k"):
+        for name in ("window", "seqlens_q", "seqlens_k", "kv_append"):
             if data.get(name) is not None:
                 data[name] = tuple(data[name])
         return cls(**data)

@@ -328,9 +328,9 @@ def _pairs(profile: str) -> Iterator[Case]:
     A pairwise covering design (`conformance.covering`) over the features of `conformance.features.PAIRWISE`
     (dtype, FP8 granularity, causal alignment, window bounds, mask, bias, softcap, GQA/MQA, dv vs d, varlen,
     layout incl. paged, backward, split-KV decoding shape) under `conformance.features.CONSTRAINTS`, each
-    row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24 or 2 x 160). Bugs that live
-    in a combination of two features (a window ignored only with GQA, softcap skipped only with a bias)
-    meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
+    row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24, 2 x 160 or, paged, 24 x 100).
+    Bugs that live in a combination of two features (a window ignored only with GQA, softcap skipped only with
+    a bias) meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
     """
     for n, row in enumerate(_pair_rows()):
         yield features.realize("pairs", dict(row), index=n)
@@ -361,6 +361,86 @@ def _large(profile: str) -> Iterator[Case]:
     yield _mk("large", Lq=64, Lk=16384, d=64, distribution="uniform", dtype="bfloat16", Hq=1, Hkv=1)
 
 
+def _memory(profile: str) -> Iterator[Case]:
+    """One shape at N, 2N, 4N: the growth exponent of peak device memory (conformance/memory.py, CUDA only)."""
+    if profile != "gpu":
+        return
+    for n in (1024, 2048, 4096):
+        yield _mk("memory", B=1, Hq=4, Hkv=4, Lq=n, Lk=n, d=64, dtype="float16")
+
+
+def _sinks(profile: str) -> Iterator[Case]:
+    """Attention sinks (SEMANTICS.md §18; flash-attention PR #2752, #1973, #2102): small, large (1e4: +inf LSE when
+    the sink is not in the running max) and very negative logits, rows with no visible key (O = 0, LSE = sink),
+    GQA/MQA, decoding through a split-KV combine (the sink joins once), backward with d sink, with and without
+    an LSE cotangent."""
+    for recipe in ("small", "large", "very_negative"):
+        yield _mk("sinks", Lq=65, Lk=65, d=64, causal=True, sinks=recipe)
+    yield _mk("sinks", Lq=40, Lk=24, causal=True, sinks="large", dtype="bfloat16", note="rows 0..15 see no key")
+    yield _mk("sinks", Lq=40, Lk=40, mask="full_rows", sinks="small", note="empty rows: O = 0, LSE = sink")
+    yield _mk("sinks", Lq=40, Lk=40, mask="full_rows", sinks="very_negative", dtype="float32")
+    yield _mk("sinks", B=2, Lq=16, Lk=24, seqlens_k=(24, 0), sinks="small", note="batch 1 has no keys")
+    yield _mk("sinks", Hq=8, Hkv=2, Lq=37, Lk=53, causal=True, sinks="small", note="GQA: one sink per query head")
+    yield _mk("sinks", Hq=8, Hkv=1, Lq=1, Lk=257, d=64, causal=True, sinks="small", dtype="bfloat16",
+              note="decoding, MQA")
+    yield _mk("sinks", Lq=33, Lk=47, causal=True, sinks="small", backward=True)
+    yield _mk("sinks", Lq=33, Lk=47, causal=True, sinks="small", backward=True, lse_grad=True,
+              note="d sink needs its dLSE term")
+    yield _mk("sinks", Hq=4, Hkv=2, Lq=40, Lk=24, causal=True, sinks="small", backward=True, lse_grad=True,
+              dtype="bfloat16", note="GQA; rows 0..15 see no key: their d sink share is dlse")
+    if profile != "ci":
+        for dt in ("bfloat16", "float32"):
+            for recipe in ("small", "large", "very_negative"):
+                yield _mk("sinks", Hq=4, Hkv=1, Lq=129, Lk=129, d=64, causal=True, sinks=recipe, dtype=dt)
+        yield _mk("sinks", Lq=65, Lk=129, d=64, window=(16, 0), sinks="small", backward=True, lse_grad=True)
+        yield _mk("sinks", Lq=64, Lk=64, d=64, sinks="large", backward=True, lse_grad=True, dtype="bfloat16")
+
+
+def _mla(profile: str) -> Iterator[Case]:
+    """MLA shapes (DeepSeek-style latent attention): d=192/dv=128 and d=576/dv=512, decoding with Hkv = 1."""
+    yield _mk("mla", Hq=4, Hkv=1, Lq=1, Lk=257, d=576, dv=512, causal=True, dtype="bfloat16")
+    yield _mk("mla", Hq=4, Hkv=1, Lq=2, Lk=129, d=576, dv=512, causal=True, scale=1.0 / math.sqrt(192))
+    yield _mk("mla", Hq=8, Hkv=1, Lq=1, Lk=300, d=192, dv=128, causal=True)
+    yield _mk("mla", Lq=33, Lk=33, d=192, dv=128, causal=True, dtype="bfloat16")
+    yield _mk("mla", Lq=33, Lk=47, d=192, dv=128, causal=True, backward=True)
+    if profile != "ci":
+        yield _mk("mla", B=2, Hq=16, Hkv=1, Lq=4, Lk=1000, d=576, dv=512, causal=True, dtype="bfloat16")
+        yield _mk("mla", Hq=4, Hkv=1, Lq=1, Lk=257, d=576, dv=512, causal=True, sinks="small", dtype="bfloat16")
+        yield _mk("mla", Hq=4, Hkv=4, Lq=129, Lk=129, d=192, dv=128, causal=True, dtype="bfloat16", backward=True)
+
+
+def _chunked(profile: str) -> Iterator[Case]:
+    """Chunked attention (SEMANTICS.md §19; Llama 4 ``attention_chunk``) across chunk edges, tile edges and both
+    causal alignments; with a window, with sinks, decoding where the new queries straddle a chunk edge."""
+    yield _mk("chunked", Lq=65, Lk=65, d=64, causal=True, chunk=16, note="edges at 16, 32, 48, 64")
+    yield _mk("chunked", Lq=65, Lk=65, d=64, causal=True, chunk=64, note="the edge at the tile edge")
+    yield _mk("chunked", Lq=40, Lk=53, causal=True, chunk=7, alignment="top_left")
+    yield _mk("chunked", Lq=40, Lk=53, causal=True, chunk=7, note="bottom-right: aligned positions 13..52")
+    yield _mk("chunked", Lq=4, Lk=98, d=64, causal=True, chunk=32, Hq=4, Hkv=1, note="queries at 94..97: edge 96")
+    yield _mk("chunked", Lq=48, Lk=48, chunk=12, window=(5, 5), note="non-causal: the chunk's right edge too")
+    yield _mk("chunked", Lq=48, Lk=48, causal=True, chunk=10, sinks="small", dtype="bfloat16")
+    yield _mk("chunked", Lq=33, Lk=47, causal=True, chunk=9, backward=True)
+    if profile != "ci":
+        yield _mk("chunked", Lq=257, Lk=257, d=64, causal=True, chunk=128, dtype="bfloat16")
+        yield _mk("chunked", B=3, Lq=64, Lk=64, causal=True, chunk=20, seqlens_q=(37, 64, 1), seqlens_k=(64, 20, 50))
+        yield _mk("chunked", Lq=129, Lk=129, d=64, causal=True, chunk=33, backward=True, dtype="bfloat16")
+
+
+def _kv_append(profile: str) -> Iterator[Case]:
+    """KV-cache append (SEMANTICS.md §20, `flash_attn_with_kvcache`): the new rows go to cache_seqlens[b] and
+    every slot past cache_seqlens + Lq holds NaN (flash-attention #1417: output depended on the cache length)."""
+    yield _mk("kv_append", B=3, Hq=8, Hkv=2, Lq=1, Lk=300, d=64, causal=True, kv_append=(299, 100, 0))
+    yield _mk("kv_append", B=2, Hq=4, Hkv=1, Lq=4, Lk=129, d=64, causal=True, kv_append=(60, 125), dtype="bfloat16")
+    yield _mk("kv_append", B=2, Hq=4, Hkv=2, Lq=2, Lk=100, d=64, causal=True, kv_append=(31, 64), sinks="small")
+    yield _mk("kv_append", B=2, Hq=4, Hkv=2, Lq=3, Lk=100, d=64, causal=True, kv_append=(30, 61), chunk=32,
+              note="the new queries straddle a chunk edge")
+    if profile != "ci":
+        yield _mk("kv_append", B=2, Hq=8, Hkv=1, Lq=1, Lk=1000, d=128, causal=True, kv_append=(999, 512),
+                  dtype="bfloat16")
+        yield _mk("kv_append", B=2, Hq=4, Hkv=1, Lq=1, Lk=300, d=576, dv=512, causal=True, kv_append=(200, 17),
+                  dtype="bfloat16", note="MLA decode step")
+
+
 GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "worked": _worked,
     "tile_edges": _tile_edges,
@@ -382,13 +462,18 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
     "backward": _backward,
     "fp8": _fp8,
     "accumulation": _accumulation,
+    "sinks": _sinks,
+    "mla": _mla,
+    "chunked": _chunked,
+    "kv_append": _kv_append,
     "pairs": _pairs,
     "large": _large,
+    "memory": _memory,
 }
 
 
 #: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
-_OWN_PROFILE = ("large", "paged")
+_OWN_PROFILE = ("large", "paged", "memory")
 
 
 def _seeded(case: Case) -> Case:
@@ -457,6 +542,6 @@ def case_marks(case: Case) -> tuple[str, ...]:
     cost = estimated_cost(case)
     if cost > 5e7:
         marks.append("slow")
-    if case.family == "large":
+    if case.family in ("large", "memory"):
         marks.append("gpu")
     return tuple(marks)

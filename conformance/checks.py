@@ -8,9 +8,11 @@ conformance/TOLERANCES.md.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from conformance import numfmt
 
 __all__ = [
     "QuantityStats",
@@ -46,12 +48,15 @@ class QuantityStats:
     got_at_max_ratio: float | None = None
     ref_at_max_ratio: float | None = None
     naive_max_err: float | None = None
-    nonfinite: int = 0
+    nonfinite: int = 0  # compared elements that are NaN/Inf where the oracle is finite
+    nonfinite_index: tuple[int, ...] | None = None  # the first of them
+    nonfinite_batches: list[int] = field(default_factory=list)  # batch entries (axis 0) holding them
+    nonfinite_value: float | None = None  # the value at nonfinite_index (nan, inf or -inf)
     ok: bool = True
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("shape", "max_err_index", "max_ratio_index"):
+        for key in ("shape", "max_err_index", "max_ratio_index", "nonfinite_index"):
             if d[key] is not None:
                 d[key] = [int(x) for x in d[key]]
         return d
@@ -61,6 +66,35 @@ def _idx(flat: int, shape) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(flat), shape))
 
 
+def _nonfinite_sentence(name: str, got: np.ndarray, ref: np.ndarray, bad: np.ndarray, compared: int) -> str:
+    """``out: all 5760 compared values are NaN ...`` / ``out: 12 of 5760 compared values are non-finite ...``."""
+    n = int(bad.sum())
+    vals = got[bad]
+    nan, pinf = int(np.isnan(vals).sum()), int(np.isposinf(vals).sum())
+    ninf = n - nan - pinf
+    kinds = [f"{c} {w}" for c, w in ((nan, "NaN"), (pinf, "+inf"), (ninf, "-inf")) if c]
+    k = _idx(int(np.argmax(bad)), bad.shape)
+    first = f"first at {name}{numfmt.index(k)}: got {numfmt.value(got[k])}, oracle {numfmt.value(ref[k])}"
+    if n == compared:
+        what = "NaN" if nan == n else "+inf" if pinf == n else "-inf" if ninf == n else "non-finite (" + \
+            ", ".join(kinds) + ")"
+        head = f"{name}: all {n} compared values are {what} where the oracle is finite"
+    elif len(kinds) == 1:
+        head = f"{name}: {n} of {compared} compared values are {kinds[0].split(' ')[1]} where the oracle is finite"
+    else:
+        head = (f"{name}: {n} of {compared} compared values are non-finite ({', '.join(kinds)}) where the oracle "
+                "is finite")
+    return f"{head}; {first} (shape {list(ref.shape)})"
+
+
+def _bound_sentence(stats: QuantityStats, shape) -> str:
+    return (f"error {numfmt.approx(stats.err_at_max_ratio)} > tolerance {numfmt.approx(stats.tol_at_max_ratio)} "
+            f"(usage {numfmt.approx(stats.max_ratio)}) at index {numfmt.index(stats.max_ratio_index)} of shape "
+            f"{list(shape)}: got {numfmt.value(stats.got_at_max_ratio)}, oracle "
+            f"{numfmt.value(stats.ref_at_max_ratio)}; max abs error {numfmt.approx(stats.max_err)} at "
+            f"{numfmt.index(stats.max_err_index)}")
+
+
 def compare_values(
     name: str, got: np.ndarray | None, ref: np.ndarray, tol: np.ndarray, rows: np.ndarray | None = None,
     naive: np.ndarray | None = None,
@@ -68,7 +102,9 @@ def compare_values(
     """Compare ``got`` with the oracle's ``ref`` element-wise under ``tol``.
 
     ``rows`` (bool, broadcastable to ref) selects the compared elements (padded query rows are not
-    compared, SEMANTICS.md §7). NaN/Inf where the oracle is finite always fails.
+    compared, SEMANTICS.md §7). NaN/Inf where the oracle is finite always fails; the message then says
+    so first ("all 5760 compared values are NaN"), then what the finite values do. Values print with
+    `conformance.numfmt.value` (round-trip repr), so got and oracle never print alike when they differ.
     """
     stats = QuantityStats(name=name, shape=tuple(ref.shape))
     if got is None:
@@ -99,22 +135,20 @@ def compare_values(
         stats.tol_at_max_ratio = float(tol.flat[j])
         stats.got_at_max_ratio = float(got.flat[j])
         stats.ref_at_max_ratio = float(ref.flat[j])
+    parts = []
     if stats.nonfinite:
-        k = _idx(int(np.argmax(bad)), bad.shape)
-        stats.ok = False
-        return stats, (
-            f"{name}: {stats.nonfinite} non-finite value(s) where the oracle is finite; first at index {list(k)}: "
-            f"got {float(got[k])!r}, oracle {ref[k]:.6g} (shape {list(ref.shape)})"
-        )
+        stats.nonfinite_index = _idx(int(np.argmax(bad)), bad.shape)
+        stats.nonfinite_value = float(got[stats.nonfinite_index])
+        if bad.ndim:
+            stats.nonfinite_batches = [int(b) for b in np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))]
+        parts.append(_nonfinite_sentence(name, got, ref, bad, stats.compared))
     if stats.max_ratio > 1.0:
+        parts.append(("the finite values: " if parts else f"{name}: ") + _bound_sentence(stats, ref.shape))
+    elif parts and stats.compared > stats.nonfinite:
+        parts.append(f"the finite values are within the bound (usage {numfmt.approx(stats.max_ratio)})")
+    if parts:
         stats.ok = False
-        k = stats.max_ratio_index
-        return stats, (
-            f"{name}: error {stats.err_at_max_ratio:.3g} > tolerance {stats.tol_at_max_ratio:.3g} "
-            f"(usage {stats.max_ratio:.3g}) at index {list(k)} of shape {list(ref.shape)}: "
-            f"got {stats.got_at_max_ratio:.8g}, oracle {stats.ref_at_max_ratio:.8g}; "
-            f"max abs error {stats.max_err:.3g} at {list(stats.max_err_index)}"
-        )
+        return stats, "; ".join(parts)
     return stats, None
 
 
@@ -156,8 +190,8 @@ def compare_lse(
                 findings.append("lse_convention:mixed")
             else:
                 k = tuple(int(i) for i in np.argwhere(bad)[0])
-                msg = (f"lse: fully masked row {list(k)} must have LSE = -inf (SEMANTICS.md §8); got {got[k]!r} "
-                       f"(shape {list(ref.shape)})")
+                msg = (f"lse: fully masked row {list(k)} must have LSE = -inf (SEMANTICS.md §8); got "
+                       f"{numfmt.value(got[k])} (shape {list(ref.shape)})")
         if declared == "+inf" and "lse_convention:+inf" not in findings and msg is None:
             findings.append("lse_convention:declared_+inf_but_-inf_seen")
     safe_ref = np.where(np.isfinite(ref), ref, 0.0)
@@ -172,8 +206,9 @@ def quality_warning(stats: QuantityStats) -> str | None:
     if stats.naive_max_err is None or not stats.ok:
         return None
     if stats.max_err > QUALITY_FACTOR * stats.naive_max_err and stats.max_ratio >= QUALITY_MIN_USAGE:
-        return (f"{stats.name}: max error {stats.max_err:.3g} > {QUALITY_FACTOR:g} x the naive same-precision "
-                f"implementation's {stats.naive_max_err:.3g} (bound usage {stats.max_ratio:.2f})")
+        return (f"{stats.name}: max error {numfmt.approx(stats.max_err)} > {QUALITY_FACTOR:g} x the naive "
+                f"same-precision implementation's {numfmt.approx(stats.naive_max_err)} (bound usage "
+                f"{numfmt.approx(stats.max_ratio)})")
     return None
 
 

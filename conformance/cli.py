@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=positive_float, default=300.0,
                      help="seconds (> 0) per call for isolated adapters")
     run.add_argument("--determinism", default="sampled", choices=("none", "sampled", "all"))
+    run.add_argument("--strict", action="store_true",
+                     help="named findings (e.g. masked_nan, SEMANTICS.md §17) are FAIL instead of FINDING")
     run.add_argument("--progress-every", type=positive_int, default=25)
     run.add_argument("--quiet", action="store_true")
     run.add_argument("--shard", default=None, metavar="K/N",
@@ -124,8 +126,8 @@ def _check_specs(specs: list[str]) -> None:
     """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
     from conformance.registry import spec_error
 
-    for spec in specs:
-        problem = spec_error(spec)
+    for spec in (part.strip() for s in specs for part in s.split(",")):  # "a,b" as `resolve_specs` reads it
+        problem = spec_error(spec) if spec else None
         if problem:
             raise UsageError(f"--impl: {problem}")
 
@@ -177,6 +179,7 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
+    from conformance import memory
     from conformance.engine import Runner, stderr_progress
     from conformance.registry import builtin_names, load_many, resolve_specs
     from conformance.report import build_report, exit_code, write_report
@@ -233,7 +236,7 @@ def _cmd_run(args) -> int:
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
         done = expect.apply(done)
         rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
-                           command=command, extra={"workers": args.workers, "partial": True,
+                           command=command, extra={"workers": args.workers, "partial": True, "strict": args.strict,
                                                    "cases_planned": len(cases), **shard_extra,
                                                    "expectations": expect.summary})
         write_report(args.report_dir, rep, done)
@@ -243,20 +246,21 @@ def _cmd_run(args) -> int:
 
         results = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
                                determinism=args.determinism, progress=progress, checkpoint=checkpoint,
-                               every=args.progress_every)
+                               every=args.progress_every, strict=args.strict)
     else:
-        runner = Runner(loaded, device, timeout=args.timeout, determinism=args.determinism)
+        runner = Runner(loaded, device, timeout=args.timeout, determinism=args.determinism, strict=args.strict)
         try:
             results = runner.run(cases, progress=progress, every=args.progress_every, checkpoint=checkpoint)
         finally:
             runner.close()
+    memory.apply_growth(results, memory.claims_of(loaded))  # the memory family's cross-case verdict
     wall = time.perf_counter() - t0
     results = expect.apply(results)
     for line in expect.warnings():
         print(line, file=sys.stderr)
     rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
-                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases), **shard_extra,
-                              "expectations": expect.summary})
+                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases),
+                              "strict": args.strict, **shard_extra, "expectations": expect.summary})
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]

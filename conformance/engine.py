@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance import features
+from conformance import features, memory
+from conformance.calldata import raise_site
 from conformance.case import Case
 from conformance.catalog import estimated_cost
 from conformance.eta import EtaModel
@@ -82,6 +83,8 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    raised_at: str = ""  # for a call that raised: the frame that raised it (file:line in function)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> MemoryRecord (CUDA only)
     seconds: float = 0.0
     oracle_seconds: float = 0.0
     tolerance_model: dict[str, Any] = field(default_factory=dict)
@@ -152,8 +155,9 @@ class Runner:
         v = self.verdict(la, case)
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
-                          findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes,
-                          seconds=v.seconds, oracle_seconds=v.oracle_seconds, tolerance_model=v.tolerance_model,
+                          findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,
+                          raised_at=v.raised_at, seconds=v.seconds, oracle_seconds=v.oracle_seconds,
+                          tolerance_model=v.tolerance_model,
                           case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, self.device))
 
     def verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
@@ -164,21 +168,26 @@ class Runner:
         except (WorkerCrash, WorkerTimeout) as exc:
             outcome = TIMEOUT if isinstance(exc, WorkerTimeout) else CRASH
             v = Verdict(outcome=outcome, message=f"{outcome}: {exc}")
-        except Exception:
-            v = Verdict(outcome=HARNESS_ERROR, message="harness error:\n" + traceback.format_exc(limit=8))
+        except Exception as exc:
+            site = raise_site(exc)
+            v = Verdict(outcome=HARNESS_ERROR, raised_at=site,
+                        message=f"harness error: {type(exc).__name__}: {exc}; raised at {site}\n"
+                                + traceback.format_exc(limit=8))
         v.seconds = time.perf_counter() - t0
         return v
 
     def _verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
         if not la.available:
             return Verdict(outcome=NOT_SUPPORTED, message=f"adapter unavailable: {la.reason}")
-        reason = la.adapter.supports(case, self.device)
+        reason = la.adapter.supports(case, self.device) or memory.unsupported_reason(case, self.device)
         if reason is not None:
             return Verdict(outcome=NOT_SUPPORTED, message=reason)
         inputs, od, err = self.cache.get(case)
         if err is not None:
             return Verdict(outcome=HARNESS_ERROR, message=f"oracle / inputs failed for {case.id}:\n{err}")
         caps = la.adapter.capabilities
+        if memory.needs_warmup(case, self.device):  # one-time workspaces fall into the measured call's baseline
+            self._call(la, "forward", inputs, case)
         results = collect_calls(lambda kind: self._call(la, kind, inputs, case), case,
                                 repeat=caps.deterministic and self._check_determinism(case))
         return judge(case, od, results, device=self.device, capabilities=caps, strict=self.strict)

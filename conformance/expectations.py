@@ -12,16 +12,18 @@ An expectations file (TOML, ``schema = 1``) lists entries::
     where = {family = "scale", causal = true, scale = {max = 0.0}}   # optional: Case fields (value, list, range)
     outcome = "FAIL"                                    # expected outcome(s), `EXPECTABLE`; default FAIL
     symptom = "non-finite value(s)"                     # optional: a substring of the verdict's message
-    finding = "..."                                     # optional: a named finding the verdict must carry
+    finding = "masked_nan"                              # optional: a named finding the verdict must carry
     reason = "what is wrong, where it was measured"     # required
     link = "https://github.com/..."                     # optional: the upstream issue
 
 A result is *in scope* of an entry when adapter, version, device, GPU and case match. In scope:
 
-- the expected outcome (and symptom, and finding) -> KNOWN: not failing, shown in every report with
-  the entry's reason and link, the raw outcome kept in ``expectation.raw_outcome``;
-- PASS, QUALITY_WARNING or FINDING (a verdict that does not fail the run; conformance/outcomes.py)
-  -> UNEXPECTED_PASS: failing (the kernel or the harness changed; remove or narrow the entry);
+- the expected outcome (and symptom, and finding), when it is a failing one (FAIL, CRASH, TIMEOUT)
+  -> KNOWN: not failing, shown in every report with the entry's reason and link, the raw outcome kept
+  in ``expectation.raw_outcome``; an expected FINDING or QUALITY_WARNING (not failing anyway) stays
+  what it is, the entry named beside it (a named finding keeps its own count, conformance/outcomes.py);
+- PASS, or a QUALITY_WARNING or FINDING the entry does not expect -> UNEXPECTED_PASS: failing (the
+  kernel or the harness changed; remove or narrow the entry);
 - another failure (other outcome or symptom) -> unchanged, with a note naming the entry;
 - NOT_SUPPORTED or HARNESS_ERROR -> unchanged.
 
@@ -48,6 +50,7 @@ from typing import Any
 
 from conformance.case import Case
 from conformance.outcomes import (
+    FAILING,
     FINDING,
     HARNESS_ERROR,
     KNOWN,
@@ -314,7 +317,14 @@ def applicable(e: Expectation, adapter: str, spec: str, ctx: RunContext) -> bool
 
 def _expected(e: Expectation, outcome: str, message: str, findings: Sequence[str]) -> bool:
     return (outcome in e.outcomes and (e.symptom is None or e.symptom in message)
-            and (e.finding is None or any(f == e.finding or f.split(":", 1)[0] == e.finding for f in findings)))
+            and (e.finding is None or _names_finding(e.finding, message, findings)))
+
+
+def _names_finding(name: str, message: str, findings: Sequence[str]) -> bool:
+    """Whether a verdict carries the named finding ``name``: in its findings (``masked_nan:out``), or named
+    in its message, as the FAIL of a named finding under ``--strict`` is (SEMANTICS.md §17)."""
+    return any(f == name or f.split(":", 1)[0] == name for f in findings) or \
+        re.search(rf"\b{re.escape(name)}\b", message) is not None
 
 
 def decide(entries: Sequence[Expectation], case: Case, adapter: str, spec: str, outcome: str, message: str,
@@ -326,6 +336,8 @@ def decide(entries: Sequence[Expectation], case: Case, adapter: str, spec: str, 
     for e in scope:
         if _expected(e, outcome, message, findings):
             link = f" ({e.link})" if e.link else ""
+            if outcome not in FAILING:  # an expected FINDING / QUALITY_WARNING stays what it is, confirmed
+                return Decision(outcome, e, f"expected by {e.label()}: {e.reason}{link}")
             return Decision(KNOWN, e, f"KNOWN ({e.label()}, raw outcome {outcome}): {e.reason}{link}")
     e = scope[0]
     want = "/".join(e.outcomes) + (f" with {e.symptom!r}" if e.symptom else "") + \

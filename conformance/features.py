@@ -158,6 +158,8 @@ def _set_varlen(kw: Kwargs, value: str, row: Mapping[str, str]) -> None:
 
 def _set_layout(kw: Kwargs, value: str, row: Mapping[str, str]) -> None:
     kw["layout"] = "paged64" if value == "paged" else value
+    if value == "paged" and row["split_kv"] == "off":
+        kw.update(Lq=24, Lk=100)  # chunked prefill on a paged cache: two pages, the second one partial
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -208,7 +210,6 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     _c("dtype", _DENSE_DTYPES, "fp8", _FP8_ON, "FP8 scaling applies to FP8 dtypes only (SEMANTICS.md §10)"),
     _c("fp8", _FP8_ON, "backward", ("on",), "FP8 attention is forward only (SEMANTICS.md §10)"),
     _c("fp8", _FP8_ON, "layout", ("paged",), "FP8 is not combined with paging (SEMANTICS.md §16)"),
-    _c("layout", ("paged",), "split_kv", ("off",), "a paged K/V cache is read by decoding shapes (SEMANTICS.md §16)"),
     _c("layout", ("paged",), "backward", ("on",),
        "no built-in adapter claims a paged backward (SEMANTICS.md §16 defines paged storage for the forward); "
        "drop this constraint when one does"),
@@ -270,7 +271,8 @@ def consistent(row: Mapping[str, str]) -> bool:
 def realize(family: str, row: Mapping[str, str], index: int = 0, **base: Any) -> Case:
     """The case holding every value of ``row`` (a full assignment of `PAIRWISE`), from small base shapes.
 
-    ``index`` (the row's number in its design) varies what the features leave open (Lq < Lk or Lq > Lk).
+    ``index`` (the row's number in its design) varies what the features leave open (Lq < Lk or Lq > Lk); it
+    travels in the keyword arguments as ``_index`` while the features write them, and is removed after.
     """
     kw: Kwargs = dict(B=2, Hq=4, Hkv=4, Lq=24, Lk=40, d=32, dv=32, dtype="float16", _index=index)
     kw.update(base)

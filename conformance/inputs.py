@@ -40,12 +40,24 @@ exactly as for ``contiguous`` (same values, so the oracle sees the dense logical
 `paged_storage` also stores K and V in pages behind a block table (`CaseInputs.paged`), from a random
 stream of its own: a seeded page permutation (never the identity), extra decoy pages, and NaN in every
 page, slot or table entry a correct kernel does not read (flash-attention #2709).
+
+Sinks (``case.sinks``, SEMANTICS.md §18; `make_sinks`): one logit per query head, rounded to the case dtype:
+``small`` N(0, 1); ``large`` head 0 at 1e4 and the others in [8, 40]; ``very_negative`` head 0 at -1e4 and the
+others in [-90, -60]. An ``lse_grad`` backward case also gets ``dlse`` ~ N(0, 1) [B, Hq, Lq]. Both come from
+random streams of their own, so the q, k, v, dout of a case do not depend on them.
+
+KV-cache append (``case.kv_append`` = cache_seqlens, §20; `kv_append_storage`): q, k, v are made as for any
+case with Lk = the cache capacity; the cache handed to the kernel keeps slots ``j < cache_seqlens[b]`` and
+holds NaN in every other slot (where the new rows go and past them); the new rows ``k_new``, ``v_new`` are
+the dense rows ``cache_seqlens[b] .. cache_seqlens[b] + Lq - 1``. The oracle's k, v are the appended caches:
+NaN past ``cache_seqlens[b] + Lq``, so a kernel that reads past the new length fails (flash-attention #1417).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +65,7 @@ from conformance.adapters.base import CaseInputs
 from conformance.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
-           "poison_padding", "paged_storage"]
+           "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
 BIASES = ("random", "alibi", "neg_inf_rows")
@@ -262,6 +274,84 @@ def poison_padding(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, dout
     return q, k, v, dout
 
 
+def _rows(lo: int, hi: int) -> str:
+    return f"row {lo}" if hi == lo + 1 else f"rows {lo}..{hi - 1}"
+
+
+@dataclass(frozen=True)
+class PlantedNaN:
+    """Where a case's inputs hold NaN on purpose (SEMANTICS.md §7, §16, §17), for failure messages.
+
+    ``kind``: ``"padding"`` (the ``nan_padding`` recipe: padded rows of q, k, v, dout) or ``"paged"``
+    (decoy pages, tail slots and unused block-table entries of a paged K/V cache); ``kv_batches`` /
+    ``q_batches``: the batch entries with planted NaN in K/V (or their pages) / in q and dout rows;
+    ``where``: one sentence per batch entry, e.g. ``{1: "K/V rows 40..63 of batch 1 are padding and
+    hold NaN"}``.
+    """
+
+    kind: str
+    kv_batches: frozenset[int]
+    q_batches: frozenset[int]
+    where: dict[int, str]
+
+    def reachable(self, quantity: str) -> frozenset[int]:
+        """Batch entries of `quantity` that planted NaN can reach: out, lse and dq rows read K/V only (their
+        own q rows are real); dk and dv sum over every query row, padded ones included (SEMANTICS.md §13)."""
+        if quantity in ("dk", "dv"):
+            return self.kv_batches | self.q_batches
+        return self.kv_batches
+
+    def describe(self, batches) -> str:
+        """The sentences of `batches` (those with planted NaN), joined; every batch when none is listed."""
+        chosen = [b for b in sorted(set(batches)) if b in self.where] or sorted(self.where)
+        return "; ".join(self.where[b] for b in chosen)
+
+
+def planted_nan(case: Case) -> PlantedNaN | None:
+    """Where `make_inputs` plants NaN for `case` (`poison_padding`, `paged_storage`), or None when it plants none."""
+    B, Lq, Lk = case.B, case.Lq, case.Lk
+    where: dict[int, list[str]] = {}
+    kv: set[int] = set()
+    qb: set[int] = set()
+    kind = None
+    if case.distribution == "nan_padding" and case.varlen and case.fp8 is None:
+        kind = "padding"
+        shared_k = None
+        if case.seqlens_k is not None and case.layout == "kv_broadcast":
+            shared_k = max(int(n) for n in case.seqlens_k) if B else 0
+        for b in range(B):
+            parts = []
+            if case.seqlens_q is not None and int(case.seqlens_q[b]) < Lq:
+                parts.append(f"q{'/dout' if case.backward else ''} {_rows(int(case.seqlens_q[b]), Lq)}")
+                qb.add(b)
+            if case.seqlens_k is not None:
+                sk = int(case.seqlens_k[b]) if shared_k is None else shared_k
+                if sk < Lk:
+                    parts.append(f"K/V {_rows(sk, Lk)}")
+                    kv.add(b)
+            if parts:
+                where[b] = [" and ".join(parts) + f" of batch {b} are padding and hold NaN (SEMANTICS.md §7)"]
+    page_size = page_size_of(case.layout)
+    if page_size is not None:
+        kind = "paged"
+        pages = -(-Lk // page_size)
+        for b in range(B):
+            n = Lk if case.seqlens_k is None else min(int(case.seqlens_k[b]), Lk)
+            used = -(-n // page_size)
+            parts = ["the pool's decoy pages"]
+            if n % page_size:
+                slots = _rows(n % page_size, page_size).replace("row", "slot")
+                parts.append(f"{slots} of batch {b}'s last page (keys >= {n})")
+            if used < pages:
+                parts.append(f"the pages block_table[{b}, {used}:] names")
+            where.setdefault(b, []).append(", ".join(parts) + f" hold NaN; batch {b} must not read them "
+                                           "(SEMANTICS.md §16)")
+            kv.add(b)
+    if kind is None or not where:
+        return None
+    return PlantedNaN(kind, frozenset(kv), frozenset(qb), {b: "; ".join(w) for b, w in where.items()})
+
+
 # -- paged K/V storage -------------------------------------------------------------------------------
 
 _PAGED_STREAM = 0x9A6ED  # second seed word of the paging generator: paging never shifts the main stream
@@ -323,13 +413,72 @@ def paged_storage(case: Case, k: np.ndarray, v: np.ndarray) -> dict:
     return dict(k_pool=k_pool, v_pool=v_pool, block_table=table, page_size=page_size)
 
 
+# -- sinks, LSE cotangent, KV append ----------------------------------------------------------------
+
+_SINK_STREAM = 0x5157  # second seed words of the sink / dlse generators: they never shift the main stream
+_DLSE_STREAM = 0xD15E
+
+
+def make_sinks(case: Case) -> np.ndarray | None:
+    """The sink logits [Hq] of ``case.sinks`` (SEMANTICS.md §18), rounded to the case dtype (bf16 for FP8)."""
+    if case.sinks is None:
+        return None
+    rng = np.random.default_rng([case.seed, _SINK_STREAM])
+    H = case.Hq
+    if case.sinks == "small":
+        s = rng.standard_normal(H)
+    elif case.sinks == "large":
+        s = rng.uniform(8.0, 40.0, H)
+        s[:1] = 1e4
+    elif case.sinks == "very_negative":
+        s = rng.uniform(-90.0, -60.0, H)
+        s[:1] = -1e4
+    else:
+        raise ValueError(f"unknown sink recipe {case.sinks!r} in case {case.id}")
+    return round_to_dtype(s, "bfloat16" if case.fp8 is not None else case.dtype)
+
+
+def make_dlse(case: Case) -> np.ndarray | None:
+    """The LSE cotangent [B, Hq, Lq] of an ``lse_grad`` backward case, N(0, 1) rounded to the case dtype."""
+    if not (case.backward and case.lse_grad):
+        return None
+    rng = np.random.default_rng([case.seed, _DLSE_STREAM])
+    return round_to_dtype(rng.standard_normal((case.B, case.Hq, case.Lq)), case.dtype)
+
+
+def kv_append_storage(case: Case, k: np.ndarray, v: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(``CaseInputs.kv_append``, appended k, appended v) for a KV-append case (SEMANTICS.md §20).
+
+    ``k``, ``v`` are the dense rows [B, Hkv, Lk, D]. The cache keeps rows ``j < cache_seqlens[b]`` and is NaN
+    elsewhere; the new rows are rows ``cache_seqlens[b] .. + Lq - 1``; the appended k, v (what the oracle sees)
+    equal the dense rows below ``cache_seqlens[b] + Lq`` and are NaN past it.
+    """
+    lens = np.asarray(case.kv_append, dtype=np.int32)
+    Ln = case.Lq
+    k_cache = np.full(k.shape, np.nan)
+    v_cache = np.full(v.shape, np.nan)
+    k_new = np.empty(k.shape[:2] + (Ln, k.shape[3]))
+    v_new = np.empty(v.shape[:2] + (Ln, v.shape[3]))
+    k_app, v_app = np.full(k.shape, np.nan), np.full(v.shape, np.nan)
+    for b, c in enumerate(int(x) for x in lens):
+        k_cache[b, :, :c] = k[b, :, :c]
+        v_cache[b, :, :c] = v[b, :, :c]
+        k_new[b] = k[b, :, c:c + Ln]
+        v_new[b] = v[b, :, c:c + Ln]
+        k_app[b, :, :c + Ln] = k[b, :, :c + Ln]
+        v_app[b, :, :c + Ln] = v[b, :, :c + Ln]
+    store = dict(k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, cache_seqlens=lens)
+    return store, k_app, v_app
+
+
 # -- entry point -----------------------------------------------------------------------------------
 
 def make_inputs(case: Case) -> CaseInputs:
     """FP64 inputs for `case`, exactly representable in ``case.dtype`` (SEMANTICS.md §1).
 
     Deterministic: the same case always gives the same arrays (NumPy PCG64 seeded by ``case.seed``).
-    Paged layouts also get `CaseInputs.paged` (`paged_storage`, SEMANTICS.md §16).
+    Paged layouts also get `CaseInputs.paged` (`paged_storage`, SEMANTICS.md §16); sink, ``lse_grad`` and
+    KV-append cases `CaseInputs.sinks`, ``dlse``, ``kv_append`` (§18, §20).
     """
     rng = np.random.default_rng(case.seed)
     raw = _make_qkv(case, rng)
@@ -362,5 +511,9 @@ def make_inputs(case: Case) -> CaseInputs:
             raise ValueError(f"recipe {case.distribution!r} overflowed {case.dtype} in {name} for case {case.id}")
     if case.distribution == "nan_padding":
         q, k, v, dout_r = poison_padding(case, q, k, v, dout_r)
+    kv_store = None
+    if case.kv_append is not None:
+        kv_store, k, v = kv_append_storage(case, k, v)
     paged = paged_storage(case, k, v) if page_size_of(case.layout) is not None else None
-    return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8, paged=paged)
+    return CaseInputs(q=q, k=k, v=v, dout=dout_r, mask=mask, bias=bias, fp8=fp8, paged=paged,
+                      sinks=make_sinks(case), dlse=make_dlse(case), kv_append=kv_store)

@@ -14,12 +14,15 @@ Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
    precision model), ``device``;
 3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
    rows are not compared, SEMANTICS.md §7); NaN/Inf where the oracle is finite always fails;
-4. ``lse`` when declared or returned (SEMANTICS.md §12) with the fully-masked-row convention of §8,
+4. ``lse`` when declared or returned (SEMANTICS.md §12), first converted from the adapter's declared
+   ``Capabilities.lse_base`` / ``lse_layout`` (§21, `conformance.lse_convention`), with the fully-masked-row
+   convention of §8,
    reported by name (``lse_convention:+inf`` etc.): +inf passes only where the adapter's
    `ForwardOutput.lse_convention` declares it, whether the adapter runs in-process or isolated;
 5. ``inputs_unchanged`` (every array handed over, page pools and FP8 codes included), ``out_fully_written``
    for adapters that accept an ``out=`` buffer;
-6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4);
+6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4), ``dsinks`` for sink cases
+   (SEMANTICS.md §18, TOLERANCES.md §4a);
 7. ``determinism``: when a repeated forward is given, bit-identical out and LSE;
 8. the secondary criterion (TOLERANCES.md §5): QUALITY_WARNING.
 
@@ -34,9 +37,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance import checks
+from conformance import checks, numfmt
 from conformance.calldata import AdapterResults, CallResult
 from conformance.case import Case
+from conformance.inputs import planted_nan
+from conformance.lse_convention import to_contract
 from conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
 from conformance.tolerance import OracleData, PrecisionModel, forward_tolerance, lse_tolerance, precision_model
 
@@ -71,6 +76,8 @@ class Verdict:
     tolerance_model: dict[str, Any] = field(default_factory=dict)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.calldata.raise_site`)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     oracle_seconds: float = 0.0
     seconds: float = 0.0
 
@@ -115,15 +122,38 @@ def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
                                f"{call.error_site or 'an unknown frame'}, outside the code under test\n{call.error}")
     if kind == "forward":
         return FAIL, (f"declared capability raised {call.error_type} (adapter claims this case; a claimed feature "
-                      f"that raises is a FAIL): {last}\n{call.error}")
-    return FAIL, f"{kind} raised {call.error_type}: {last}"
+                      f"that raises is a FAIL): {last}; raised at {call.error_site or 'an unknown frame'}\n"
+                      f"{call.error}")
+    return FAIL, f"{kind} raised {call.error_type}: {last}; raised at {call.error_site or 'an unknown frame'}"
 
 
 class _Judgement:
-    """Accumulates checks, stats, failures and warnings into a `Verdict`."""
+    """Accumulates checks, stats, failures, findings and warnings into a `Verdict`; grades planted NaN (§17)."""
 
-    def __init__(self, verdict: Verdict):
+    def __init__(self, verdict: Verdict, case: Case, capabilities, strict: bool):
         self.v = verdict
+        self.finding_messages: list[str] = []
+        self.planted = planted_nan(case)
+        self.masked_padded_rows = bool(getattr(capabilities, "padding_as_mask", False) and case.seqlens_q is not None
+                                       and any(int(n) < case.Lq for n in case.seqlens_q))
+        self.finding_allowed = False
+        self.why_fail = ""
+        p = self.planted
+        if p is None:
+            return
+        if p.kind == "paged":
+            self.why_fail = ("the kernel was given the block table and the sequence lengths and read what they "
+                             "exclude: FAIL (SEMANTICS.md §16, §17)")
+        elif not getattr(capabilities, "padding_as_mask", False):
+            self.why_fail = "the kernel was given the sequence lengths and read padding: FAIL (SEMANTICS.md §7, §17)"
+        elif getattr(capabilities, "nan_safe_masking", False):
+            self.why_fail = ("the adapter claims NaN-safe masking (Capabilities.nan_safe_masking), so NaN from "
+                             "masked-out positions is a FAIL, not the finding masked_nan (SEMANTICS.md §17)")
+        elif strict:
+            self.why_fail = "NaN from masked-out positions of a dense mask (masked_nan) is a FAIL under --strict " \
+                            "(SEMANTICS.md §17)"
+        else:
+            self.finding_allowed = True
 
     def fail(self, check: str, message: str) -> None:
         self.v.checks[check] = "fail"
@@ -132,16 +162,46 @@ class _Judgement:
     def ok(self, check: str) -> None:
         self.v.checks.setdefault(check, "pass")
 
+    def planted_nan(self, stats: checks.QuantityStats, msg: str) -> str | None:
+        """`msg` with what was poisoned and where when the non-finite values can come from planted NaN;
+        None when they are the named finding masked_nan instead of a failure (SEMANTICS.md §17)."""
+        p = self.planted
+        if p is None and stats.nonfinite and self.masked_padded_rows and stats.name in ("dk", "dv"):
+            return (f"{msg}; the padded query rows reach this API as fully masked rows (SEMANTICS.md §7, §17), and "
+                    "a kernel that returns NaN on fully masked rows (§8 says 0) carries it into dk, dv")
+        if p is None or not stats.nonfinite:
+            return msg
+        name, idx = stats.name, list(stats.nonfinite_index or ())
+        batches = stats.nonfinite_batches
+        elsewhere = sorted(set(batches) - p.reachable(name))
+        if elsewhere:
+            return (f"{msg}; no planted NaN can reach {name} of batch entries {elsewhere} (SEMANTICS.md §17), so "
+                    "these non-finite values are the kernel's own")
+        cell = numfmt.index(idx[:3]).rstrip("]") + ", :]" if len(idx) == 4 else numfmt.index(idx)
+        value = numfmt.value(stats.nonfinite_value).replace("nan", "NaN")
+        others = f" (non-finite values in batch entries {batches})" if len(batches) > 1 else ""
+        note = f"{p.describe(idx[:1])}; {name}{cell} is {value}{others}"
+        if self.finding_allowed and stats.max_ratio <= 1.0:
+            self.v.checks[name] = "finding"
+            self.v.findings.append(f"masked_nan:{name}")
+            self.finding_messages.append(
+                f"{msg}; {note}: named finding masked_nan (SEMANTICS.md §17: NaN planted at masked-out positions of "
+                f"a dense mask reached {name} through 0 x NaN; FAIL under --strict)")
+            return None
+        return f"{msg}; {note}; {self.why_fail}"
+
     def values(self, stats: checks.QuantityStats, msg: str | None) -> None:
-        """One `checks.compare_values` result: its stats, pass/fail, or the secondary-criterion warning."""
+        """One `checks.compare_values` result: its stats, pass/fail/finding, or the secondary-criterion warning."""
         self.v.stats[stats.name] = stats.to_dict()
-        if msg:
-            self.fail(stats.name, msg)
+        if msg is None:
+            self.ok(stats.name)
+            w = checks.quality_warning(stats)
+            if w:
+                self.v.warnings.append(w)
             return
-        self.ok(stats.name)
-        w = checks.quality_warning(stats)
-        if w:
-            self.v.warnings.append(w)
+        msg = self.planted_nan(stats, msg)
+        if msg is not None:
+            self.fail(stats.name, msg)
 
 
 def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device: str, capabilities,
@@ -173,13 +233,25 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
     tol = forward_tolerance(od, model)
     j.values(*checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out))
     if capabilities.lse or fo.lse is not None:
-        lstats, lmsg, conventions = checks.compare_lse(fo.lse, od.lse, lse_tolerance(od, model), od.valid,
+        got_lse = fo.lse
+        if got_lse is not None:  # the adapter's declared base and layout -> the contract's (SEMANTICS.md §21)
+            try:
+                got_lse = to_contract(got_lse, case, getattr(capabilities, "lse_base", "e"),
+                                      getattr(capabilities, "lse_layout", "bhs"))
+            except ValueError as exc:
+                got_lse = None
+                j.fail("lse", f"lse: {exc}")
+        lstats, lmsg, conventions = checks.compare_lse(got_lse, od.lse, lse_tolerance(od, model), od.valid,
                                                        declared=getattr(fo, "lse_convention", "-inf"))
         v.stats["lse"] = lstats.to_dict()
         v.findings.extend(conventions)
+        if lmsg and lstats.nonfinite:
+            lmsg = j.planted_nan(lstats, lmsg)
+            if lmsg is None:
+                lmsg = ""
         if lmsg:
             j.fail("lse", lmsg)
-        else:
+        elif lmsg is None:
             j.ok("lse")
     mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
     if mutated:
@@ -202,8 +274,9 @@ def _backward(j: _Judgement, od: OracleData, bwd: CallResult) -> None:
         if k not in j.v.kernels:
             j.v.kernels.append(k)
     rows_q = od.valid[..., None]
-    for name in ("dq", "dk", "dv"):
-        got = getattr(bo, name, None)
+    names = ("dq", "dk", "dv", "dsinks") if "dsinks" in od.grads else ("dq", "dk", "dv")  # d sinks: §18
+    for name in names:
+        got = getattr(bo, name, None)  # a missing d sink is a FAIL ("the adapter returned nothing")
         rows = rows_q if name == "dq" else None
         j.values(*checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
                                         naive=od.naive_grads.get(name)))
@@ -230,10 +303,13 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
     Pure: reads its arguments, calls no adapter, changes nothing.
     """
     v = Verdict(oracle_seconds=float(getattr(oracle, "seconds", 0.0) or 0.0))
-    j = _Judgement(v)
+    v.memory = {k: c.memory for k, c in (("forward", result.forward), ("backward", result.backward))
+                if c is not None and c.memory}  # recorded, not judged: the memory family is judged across cases
+    j = _Judgement(v, case, capabilities, strict)
     fwd = result.forward
     if fwd.error is not None:
         v.checks["forward"] = "fail"
+        v.raised_at = fwd.error_site or ""
         v.outcome, v.message = _call_error("forward", fwd)
         return v
     _forward(j, case, oracle, fwd, device, capabilities, model_adjust)
@@ -245,6 +321,7 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
         elif bwd.error is not None:
             outcome, msg = _call_error("backward", bwd)
             v.checks["backward"] = "fail"
+            v.raised_at = bwd.error_site or ""
             if outcome == HARNESS_ERROR:
                 harness_error = msg
             else:
@@ -256,10 +333,9 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
     if harness_error is not None:
         v.outcome, v.message = HARNESS_ERROR, "\n".join([harness_error, *v.failures])
     elif v.failures:
-        v.outcome, v.message = FAIL, "\n".join(v.failures)
-    elif any(finding_class(f) for f in v.findings):
-        v.outcome = FINDING
-        v.message = "\n".join(f for f in v.findings if finding_class(f))
+        v.outcome, v.message = FAIL, "\n".join(v.failures + j.finding_messages)
+    elif j.finding_messages:
+        v.outcome, v.message = FINDING, "\n".join(j.finding_messages)
     elif v.warnings:
         v.outcome, v.message = QUALITY_WARNING, "\n".join(v.warnings)
     return v

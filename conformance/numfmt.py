@@ -4,7 +4,8 @@
   ``repr`` of the float64 (``0.1868896484375``, ``-0.010804179148237``, ``nan``, ``inf``), so two values
   that differ never print the same, and NumPy scalars never print as ``np.float64(nan)``;
 - `approx`: an error, a tolerance, a usage ratio: 3 significant digits (``n/a`` for None);
-- `index`: an array index as ``[1, 0, 0, 0]``.
+- `index`: an array index as ``[1, 0, 0, 0]``;
+- `mib`: a byte count in MiB with one decimal (``16.1``), ``n/a`` for None.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["approx", "index", "value"]
+__all__ = ["approx", "index", "mib", "value"]
 
 
 def value(x: object) -> str:
@@ -44,3 +45,8 @@ def index(idx: Iterable[int] | None) -> str:
     if idx is None:
         return "n/a"
     return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def mib(n: object) -> str:
+    """Bytes as MiB with one decimal (``mib(16 * 2**20 + 2**17)`` -> ``16.1``); ``n/a`` for None."""
+    return "n/a" if n is None else f"{float(n) / 2**20:.1f}"  # type: ignore[arg-type]

@@ -47,7 +47,7 @@ def gpu_for_worker(index: int, gpus: Sequence[str] | None = None) -> str | None:
 
 class _Worker:
     def __init__(self, index: int, specs: list[str], device: str, timeout: float, determinism: str,
-                 gpu: str | None, workers: int = 1):
+                 gpu: str | None, workers: int = 1, strict: bool = False):
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -59,7 +59,8 @@ class _Worker:
         self.index = index
         self.proc = subprocess.Popen([sys.executable, "-m", "conformance.parallel"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, start_new_session=True)
-        _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism})
+        _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism,
+                                "strict": strict})
         self.case: Case | None = None
         self.started = 0.0
 
@@ -77,7 +78,7 @@ class _Worker:
 
 def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
                  determinism: str = "sampled", progress: Callable[[str], None] | None = None,
-                 checkpoint: Callable[[list], None] | None = None, every: int = 25) -> list:
+                 checkpoint: Callable[[list], None] | None = None, every: int = 25, strict: bool = False) -> list:
     """Run `cases` on the `loaded` adapters with `workers` processes; results in catalog order."""
     from conformance.engine import CaseResult, features_of, repro_command
 
@@ -85,7 +86,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     order = sorted(cases, key=lambda c: -estimated_cost(c))
     gpus = visible_gpus() if device == "cuda" else []
     pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None,
-                    workers)
+                    workers, strict)
             for i in range(workers)]
     pending = list(order)
     results: dict[str, list[CaseResult]] = {}
@@ -103,7 +104,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         """Kill `w`; a fresh worker with its index (and GPU) takes its place in the pool and is returned."""
         w.kill()
         nw = _Worker(w.index, specs, device, timeout, determinism, gpu_for_worker(w.index, gpus) if gpus else None,
-                     workers)
+                     workers, strict)
         pool[pool.index(w)] = nw
         return nw
 
@@ -162,7 +163,7 @@ def main() -> int:
 
     cfg = _recv(inp, None)
     runner = Runner(load_many(cfg["specs"], cfg["device"]), cfg["device"], timeout=cfg["timeout"],
-                    determinism=cfg["determinism"])
+                    determinism=cfg["determinism"], strict=cfg.get("strict", False))
     try:
         while True:
             try:

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from conformance.adapters import BUILTIN
 from conformance.adapters.base import Adapter
+from conformance.adapters.variants import split_variant, variant_name
 
 __all__ = ["LoadedAdapter", "load", "load_many", "resolve_specs", "builtin_names", "closest_builtin", "spec_error",
-           "DEFAULT_CPU"]
+           "entry_point_names", "DEFAULT_CPU"]
 
 #: what `pytest conformance/` runs without --impl
 DEFAULT_CPU = (
@@ -71,10 +72,27 @@ def spec_error(spec: str) -> str | None:
     """
     if spec in BUILTIN or spec == "all" or ":" in spec:
         return None
-    hint = closest_builtin(spec)
+    try:
+        base, entry = split_variant(spec)
+    except ValueError as exc:
+        return str(exc)
+    if entry is not None and base in BUILTIN:
+        names = entry_point_names(base)
+        if spec in names:
+            return None
+        return f"{spec!r}: unknown entry point {entry!r} of {base}; its entry points are {', '.join(names) or 'none'}"
+    hint = closest_builtin(base)
     did = f"; did you mean {hint}?" if hint else ""
     return (f"unknown adapter {spec!r}: not a built-in name ({', '.join(builtin_names())}, all) "
             f"nor module:attr{did}")
+
+
+def entry_point_names(base: str) -> list[str]:
+    """``base@ENTRY`` for every entry point the built-in adapter `base` lists (none: [])."""
+    if base not in BUILTIN:
+        raise ValueError(f"{base!r} is not a built-in adapter ({', '.join(BUILTIN)})")
+    cls = _import_attr(BUILTIN[base])
+    return [variant_name(base, e) for e in getattr(cls, "entry_points", ()) or ()]
 
 
 def _import_attr(target: str):
@@ -130,12 +148,31 @@ def _load_third_party(spec: str) -> Adapter:
     return load_impl(spec)
 
 
+def _load_variant(base: str, entry: str) -> Adapter:
+    """``base@entry``: the built-in adapter class `base` constructed with ``entry_point=entry``."""
+    cls = _import_attr(BUILTIN[base])
+    entries = tuple(getattr(cls, "entry_points", ()) or ())
+    if entry not in entries:
+        raise ValueError(f"{base} has no entry point {entry!r} ("
+                         + (f"its entry points: {', '.join(entries)}" if entries else "it has a single spelling")
+                         + ")")
+    return cls(entry_point=entry)
+
+
 def load(spec: str, device: str = "cpu") -> LoadedAdapter:
-    """Resolve one spec; failures become a `LoadedAdapter` with ``reason`` set."""
+    """Resolve one spec; failures become a `LoadedAdapter` with ``reason`` set.
+
+    ``NAME@ENTRY`` (`conformance.adapters.variants`) is built-in NAME calling one public spelling only."""
+    try:
+        base, entry = split_variant(spec) if ":" not in spec else (spec, None)
+    except ValueError as exc:
+        return LoadedAdapter(spec, spec, None, str(exc))
     target = BUILTIN.get(spec, spec)
     name = spec
     try:
-        if spec in BUILTIN:
+        if entry is not None and base in BUILTIN:
+            adapter = _load_variant(base, entry)
+        elif spec in BUILTIN:
             adapter = _instantiate(_import_attr(target), spec)
         else:
             adapter = _load_third_party(spec)
@@ -143,7 +180,7 @@ def load(spec: str, device: str = "cpu") -> LoadedAdapter:
         return LoadedAdapter(spec, name, None, f"import failed: {type(exc).__name__}: {exc}")
     except Exception as exc:  # a broken third-party module must not take down `list`
         return LoadedAdapter(spec, name, None, f"could not load {target}: {type(exc).__name__}: {exc}")
-    if spec in BUILTIN and adapter.name and adapter.name != spec:
+    if (spec in BUILTIN or entry is not None) and adapter.name and adapter.name != spec:
         name = spec
     elif adapter.name:
         name = adapter.name

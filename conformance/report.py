@@ -10,11 +10,17 @@ report.json, ``"schema_version": 1``::
       "summary": {"total": n, "by_outcome": {...}, "by_adapter": {name: {...}}, "exit_code": 0|1},
       "results": [CaseResult.to_dict(): case_id, adapter, outcome, message, stats{out,lse,dq,dk,dv:
                   max_err, max_err_index, tol_at_max_err, max_ratio, ...}, checks, findings, kernels,
-                  tolerance_model, case (all fields), seed, repro]
+                  memory {forward, backward: peak bytes of the call on CUDA, conformance/memory.py},
+                  tolerance_model, case (all fields), seed, repro],
+      "memory_growth": [GrowthRow.to_dict(): adapter, shape, claim, ns, peak_bytes, extra_bytes,
+                        driver_bytes, exponent, driver_exponent, verdict, message]
     }
 
-report.md: a summary table, the adapter x feature matrix of worst outcomes, named findings (LSE
-conventions, kernels that ran), then every failure with its message and repro command.
+report.md: a summary table, the named findings per adapter and class (SEMANTICS.md §17), the adapter
+x feature matrix of worst outcomes, conventions seen (LSE) and kernels that ran, the smallest failing
+case per adapter and feature, then every failure, finding and warning (per adapter, smallest case
+first) with its message and repro command (`conformance.report_digest`, shared with report.html).
+``summary.findings_by_class`` counts the named findings per adapter and class.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from conformance import memory
 from conformance.engine import CaseResult
-from conformance.outcomes import LEGEND, OUTCOMES, SEVERITY, SHORT, exit_code_of, worst
+from conformance.judge import FINDING_CLASSES, finding_class
+from conformance.numfmt import mib
+from conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 from conformance.registry import LoadedAdapter
+from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
 from conformance.report_html import render_html
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
@@ -142,9 +152,12 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
             "by_outcome": by_outcome,
             "by_adapter": {k: dict(v) for k, v in by_adapter.items()},
             "adapter_seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "findings_by_class": {a: {c: n for c, (n, _) in by.items()}
+                                  for a, by in named_findings([r.to_dict() for r in results]).items()},
             "exit_code": exit_code(results),
         },
         "results": [r.to_dict() for r in results],
+        "memory_growth": [row.to_dict() for row in memory.growth_rows(results, memory.claims_of(adapters))],
     }
     if extra:
         rep.update(extra)
@@ -184,6 +197,18 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                      + f" | {secs:.1f} |")
     lines.append("")
 
+    dicts = [r.to_dict() for r in results]
+    named = named_findings(dicts)
+    if named:
+        lines += ["## Named findings (SEMANTICS.md §17; FAIL under --strict)", ""]
+        for cls in sorted({c for by in named.values() for c in by}):
+            lines.append(f"- `{cls}`: {FINDING_CLASSES[cls]}")
+        lines += ["", "| adapter | finding | cases | smallest case |", "|---|---|---|---|"]
+        for adapter in sorted(named):
+            for cls, (n, r) in sorted(named[adapter].items()):
+                lines.append(f"| {adapter} | {cls} | {n} | `{r['case_id']}` ({shape_of(r)}) |")
+        lines.append("")
+
     cols = _feature_columns(results)
     cell: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in results:
@@ -206,7 +231,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     findings: dict[str, set[str]] = defaultdict(set)
     kernels: dict[str, set[str]] = defaultdict(set)
     for r in results:
-        findings[r.adapter].update(r.findings)
+        findings[r.adapter].update(f for f in r.findings if finding_class(f) is None)
         kernels[r.adapter].update(r.kernels)
     if any(findings.values()) or any(kernels.values()):
         lines += ["## Findings", ""]
@@ -223,23 +248,29 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
         lines.append("")
 
     lines += _expectation_lines(rep, results)
-    bad = [r for r in results if SEVERITY[r.outcome] >= SEVERITY["QUALITY_WARNING"]]
-    bad.sort(key=lambda r: (-SEVERITY[r.outcome], r.adapter, r.case_id))
-    lines += [f"## Failures and warnings ({len(bad)})", ""]
-    for r in bad[:max_failures]:
-        lines.append(f"### {r.outcome}: `{r.adapter}` on `{r.case_id}`")
+    lines += _memory_section(rep.get("memory_growth") or [])
+
+    rows = smallest_failing(dicts)
+    if rows:
+        lines += ["## Smallest failing case per adapter and feature", "",
+                  "| adapter | feature | failing | smallest failing case | shape |", "|---|---|---|---|---|"]
+        for adapter, feature, n, r in rows:
+            lines.append(f"| {adapter} | {feature} | {n} | `{r['case_id']}` | {shape_of(r)} |")
         lines.append("")
-        st = r.stats.get("out")
-        if st and st.get("max_ratio_index") is not None:
-            lines.append(f"- out: max error {st['max_err']:.3g}, usage {st['max_ratio']:.3g} "
-                         f"(error {st['err_at_max_ratio']:.3g} vs tolerance {st['tol_at_max_ratio']:.3g} "
-                         f"at {st['max_ratio_index']}); naive same-precision error {_fmt(st.get('naive_max_err'))}")
-        msg = r.message.strip().splitlines()
+
+    bad = failure_order(dicts)
+    lines += [f"## Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)", ""]
+    for r in bad[:max_failures]:
+        lines.append(f"### {r['outcome']}: `{r['adapter']}` on `{r['case_id']}`")
+        lines.append("")
+        for line in _quantity_lines(r):
+            lines.append(f"- {line}")
+        msg = r["message"].strip().splitlines()
         if msg:
             lines.append("- " + msg[0][:600])
             for m in msg[1:4]:
                 lines.append("  " + m[:600])
-        lines.append(f"- repro: `{r.repro}`")
+        lines.append(f"- repro: `{r['repro']}`")
         lines.append("")
     if len(bad) > max_failures:
         lines.append(f"... {len(bad) - max_failures} more in report.json")
@@ -276,6 +307,32 @@ def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
     return lines + [""]
 
 
+def _memory_section(rows: Sequence[dict]) -> list[str]:
+    """The ``memory`` family table: peak device memory per N (torch allocator; beyond inputs and outputs in
+    parentheses), the fitted exponent per adapter and its verdict (conformance/memory.py)."""
+    if not rows:
+        return []
+    out = ["## Peak device memory (family `memory`, CUDA)", "",
+           f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent = "
+           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
+           "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
+           "torch's already reserved pool; memory allocated outside torch shows there).", "",
+           "| adapter | claim | shape | peak MiB per N (beyond I/O) | exponent | driver exponent | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per_n = "; ".join(f"{n}: {mib(p)} ({mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        drv = _fmt_exp(r["driver_exponent"])
+        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
+            drv = "no rise"  # everything came from torch's already reserved pool
+        out.append(f"| {r['adapter']} | {r['claim'] or '-'} | {r['shape']} | {per_n} | {_fmt_exp(r['exponent'])} | "
+                   f"{drv} | {r['verdict']} |")
+    return out + [""]
+
+
+def _fmt_exp(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[CaseResult]) -> tuple[Path, Path]:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -299,8 +356,11 @@ def _json_default(o):
     return str(o)
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
+def _quantity_lines(r: dict) -> list[str]:
+    """`quantity_line` for out, then for every other quantity whose check did not pass."""
+    stats, states = r.get("stats") or {}, r.get("checks") or {}
+    names = [n for n in stats if n == "out" or states.get(n) not in (None, "pass")]
+    return [line for n in names if (line := quantity_line(n, stats[n])) is not None]
 
 
 def _short_kernel(name: str, width: int = 90) -> str:

@@ -5,10 +5,13 @@ also renders reports written by earlier runs or on other machines:
 
     python -m conformance.report_html reports/gpu/report.json [-o report.html] [--bench reports/benchmarks]
 
-Sections: run and environment, summary per adapter, pictures (`conformance.report_charts`), the
-adapter x feature matrix coloured by worst outcome (hover a cell for its counts), every failure and
-warning as a collapsible entry with the error at the worst element and the repro command, and the
-NOT_SUPPORTED reasons.
+Sections: run and environment, summary per adapter, pictures
+(`conformance.report_charts`), named findings per adapter and class (SEMANTICS.md
+§17), the adapter x feature matrix coloured by worst outcome (hover a cell for its counts), the smallest
+failing case per adapter and feature, every failure, finding and warning as a collapsible entry (per
+adapter, smallest case first; non-finite values first, then the error at the worst element) with the
+repro command, and the NOT_SUPPORTED reasons. The content is computed by `conformance.report_digest`,
+shared with report.md.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SEVERITY, SHORT, worst
+from conformance.judge import FINDING_CLASSES
+from conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
 from conformance.report_charts import charts_html, load_benchmarks
+from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
 
 __all__ = ["render_html", "main"]
 
@@ -55,10 +60,6 @@ def _cell(outcome: str | None, text: str, title: str = "") -> str:
     if outcome is None:
         return "<td></td>"
     return f'<td style="background:{COLOUR[outcome]}" title="{_e(title)}">{_e(text)}</td>'
-
-
-def _fmt(x: object) -> str:
-    return "n/a" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 def render_html(rep: dict, benchmarks: dict | None = None) -> str:
@@ -99,6 +100,17 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
     parts += ["<h2>Summary</h2>", _table(["adapter", "available", *(SHORT[o] for o in OUTCOMES), "seconds"], rows)]
     parts.append(charts_html(rep, benchmarks))
 
+    # Named findings
+    named = named_findings(results)
+    if named:
+        classes = sorted({c for by in named.values() for c in by})
+        rows = [[f"<td>{_e(a)}</td>", f"<td><code>{_e(c)}</code></td>", f'<td class="num">{n}</td>',
+                 f"<td><code>{_e(r['case_id'])}</code> ({_e(shape_of(r))})</td>"]
+                for a in sorted(named) for c, (n, r) in sorted(named[a].items())]
+        parts += ["<h2>Named findings (SEMANTICS.md §17; FAIL under --strict)</h2>", "<ul>" + "".join(
+            f"<li><code>{_e(c)}</code>: {_e(FINDING_CLASSES[c])}</li>" for c in classes) + "</ul>",
+            _table(["adapter", "finding", "cases", "smallest case"], rows)]
+
     # Matrix
     cols: dict[str, None] = {}
     cell: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -123,22 +135,25 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
 
     parts += _expectations_html(rep)
 
-    # Failures
-    bad = [r for r in results if SEVERITY[r["outcome"]] >= SEVERITY["QUALITY_WARNING"]]
-    bad.sort(key=lambda r: (-SEVERITY[r["outcome"]], r["adapter"], r["case_id"]))
-    parts.append(f"<h2>Failures and warnings ({len(bad)})</h2>")
+    # Smallest failing case per adapter and feature
+    rows = [[f"<td>{_e(a)}</td>", f"<td>{_e(f)}</td>", f'<td class="num">{n}</td>',
+             f"<td><code>{_e(r['case_id'])}</code></td>", f"<td>{_e(shape_of(r))}</td>"]
+            for a, f, n, r in smallest_failing(results)]
+    if rows:
+        parts += ["<h2>Smallest failing case per adapter and feature</h2>",
+                  _table(["adapter", "feature", "failing", "smallest failing case", "shape"], rows)]
+
+    # Failures, findings, warnings
+    bad = failure_order(results)
+    parts.append(f"<h2>Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)</h2>")
     for r in bad:
-        st = (r.get("stats") or {}).get("out") or {}
-        where = ""
-        if st.get("max_ratio_index") is not None:
-            where = (f"<li>out: max error {_fmt(st.get('max_err'))}, usage {_fmt(st.get('max_ratio'))} (error "
-                     f"{_fmt(st.get('err_at_max_ratio'))} vs tolerance {_fmt(st.get('tol_at_max_ratio'))} at "
-                     f"{_e(st.get('max_ratio_index'))}); naive same-precision error {_fmt(st.get('naive_max_err'))}"
-                     "</li>")
+        stats, states = r.get("stats") or {}, r.get("checks") or {}
+        lines = [quantity_line(n, stats[n]) for n in stats if n == "out" or states.get(n) not in (None, "pass")]
+        where = "".join(f"<li>{_e(line)}</li>" for line in lines if line)
         parts.append(
             f'<details style="border-color:{COLOUR[r["outcome"]]}"><summary><b>{SHORT[r["outcome"]]}</b> '
-            f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code></summary><ul>{where}"
-            f"<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
+            f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code> ({_e(shape_of(r))})</summary>"
+            f"<ul>{where}<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
             f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
 
     # NOT_SUPPORTED reasons

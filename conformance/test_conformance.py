@@ -6,9 +6,11 @@ the repository's ``tests/``.
 
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
-standalone message and the repro command. A verdict an expectations entry expects (the shipped
-conformance/expectations.toml, ``--expect FILE``; none with ``--no-expect``) is KNOWN: an xfail with the
-entry's reason and link; one that passes is UNEXPECTED_PASS: the test fails, asking for the entry to go.
+standalone message and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes with a
+warning. Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
+``--no-expect``): a failure an entry expects is KNOWN, an xfail with the entry's reason and link; a
+FINDING an entry expects passes as before (the entry confirmed); a verdict an entry expects that passes
+is UNEXPECTED_PASS and fails the test, asking for the entry to go.
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ magnitudes of TOLERANCES.md are accumulated:
 
 and, for backward cases, the dQ/dK/dV bounds (TOLERANCES.md §4) with the case's precision model.
 
+Sinks (SEMANTICS.md §18): ``P`` is taken against the LSE that includes the sink (rows sum to 1 - P_sink),
+the naive implementation puts the sink in its max and sum, and sink backward cases get a bound on d sink:
+``sum_i P_sink,i ((tol_LSE_i + u_a) |D_i - dlse_i| + dD_i) + gamma(rows) u_a sum_i P_sink,i |D_i - dlse_i|``
+(the P_sink error from the kernel's LSE, the D error from its O, the accumulation over rows). ``lse_grad``
+cases add the LSE cotangent to dS (``dS = P (dP - D + dlse)``) in the bound and the naive backward.
+
 The same pass evaluates the *naive same-precision implementation* (inputs in the case dtype,
 scores and softmax in fp32, P rounded to the input dtype, PV accumulated in fp32, output rounded),
 whose error is the secondary criterion (QUALITY_WARNING at more than 2x).
@@ -207,12 +213,18 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     t0 = time.perf_counter()
     kw = dict(case.oracle_kwargs)
     kw.update(mask=inputs.mask, bias=inputs.bias)
+    sinks = getattr(inputs, "sinks", None)
+    if sinks is not None:
+        kw["sinks"] = sinks
     out, lse = oracles.attention(inputs.q, inputs.k, inputs.v, **kw)
     grads: dict[str, np.ndarray] = {}
+    dlse = getattr(inputs, "dlse", None) if case.backward else None
     if case.backward:
-        dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **kw)
-        grads = {"dq": dq, "dk": dk, "dv": dv}
-    p = validate(inputs.q, inputs.k, inputs.v, inputs.dout if case.backward else None, **kw)
+        g = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, dlse=dlse, **kw)
+        grads = {"dq": g[0], "dk": g[1], "dv": g[2]}
+        if sinks is not None:
+            grads["dsinks"] = g[3]
+    p = validate(inputs.q, inputs.k, inputs.v, inputs.dout if case.backward else None, dlse=dlse, **kw)
     model = precision_model(case)
 
     B, Hq, Lq, dvdim = out.shape
@@ -261,6 +273,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
             q32 = p.q[b, h, :sq].astype(acc)
             k32 = p.k[b, hk, :sk].astype(acc)
             v32 = vb.astype(acc)
+            sink = -np.inf if p.sinks is None else float(p.sinks[h])
             for r0, r1 in blocks:
                 s, _ = _score_block(p, b, h, r0, r1, qs, kfull)
                 vis = s > -np.inf
@@ -268,21 +281,25 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                 Lf = np.where(np.isfinite(L), L, 0.0)
                 with np.errstate(invalid="ignore", over="ignore"):
                     P = np.where(vis, np.exp(np.where(vis, s, Lf[:, None]) - Lf[:, None]), 0.0)
-                rowsum = P.sum(axis=1)
+                    p_sink = np.where(np.isfinite(L), np.exp(sink - Lf), 0.0)  # 0 without a sink (§18)
+                rowsum = P.sum(axis=1) + p_sink
                 drift = np.abs(rowsum - np.isfinite(L))
                 if drift.size and drift.max() > 1e-9:  # P must be the oracle's softmax (same scores, same LSE)
                     i = int(np.argmax(drift))
                     raise RuntimeError(f"bound pass disagrees with the oracle: sum_j P = {rowsum[i]!r} at batch {b}, "
                                        f"head {h}, row {r0 + i} (LSE {L[i]!r}); case {case.id}")
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1, initial=-np.inf), 0.0)
+                if sink > -np.inf:  # the kernel's running max includes the sink (§18): it sets the rounding scale
+                    m = np.maximum(np.where(vis.any(axis=1), m, -np.inf), sink)
                 sigma = aq[r0:r1] @ akt
                 g = gd * sigma + 3.0 * np.abs(np.where(vis, s, 0.0)) + np.abs(m)[:, None]
                 Pg = P * g
+                Pg_sink = p_sink * (3.0 * abs(sink) + np.abs(m)) if sink > -np.inf else 0.0 * p_sink
                 O = out[b, h, r0:r1]
                 absO = np.abs(O)
                 A[b, h, r0:r1] = P @ absv
-                G[b, h, r0:r1] = Pg @ absv + absO * Pg.sum(axis=1)[:, None]
-                gb[b, h, r0:r1] = Pg.sum(axis=1)
+                G[b, h, r0:r1] = Pg @ absv + absO * (Pg.sum(axis=1) + Pg_sink)[:, None]
+                gb[b, h, r0:r1] = Pg.sum(axis=1) + Pg_sink
                 P2[b, h, r0:r1] = (P * P).sum(axis=1)
                 n = vis.sum(axis=1).astype(np.float64)
                 nkeys[b, h, r0:r1] = n
@@ -297,9 +314,10 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                     s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
                 s32 = np.where(vis, s32, -np.inf).astype(acc)
                 m32 = np.max(s32, axis=1, initial=-np.inf) if sk else np.full(r1 - r0, -np.inf, dtype=acc)
+                m32 = np.maximum(m32, acc(sink))  # the sink is in the naive max and sum too (§18)
                 m32 = np.where(np.isfinite(m32), m32, 0).astype(acc)
                 e32 = np.exp(s32 - m32[:, None])
-                l32 = e32.sum(axis=1, dtype=acc)
+                l32 = e32.sum(axis=1, dtype=acc) + np.exp(acc(sink) - m32)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     P32 = np.where(l32[:, None] > 0, e32 / l32[:, None], 0).astype(acc)
                 Pr = round_to_dtype(P32, p_dt).astype(acc)
@@ -308,17 +326,27 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2)
     if bwd:
         tol_o = forward_tolerance(od)
-        _backward_pass(p, od, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd)
+        sink_acc = None if p.sinks is None else [np.zeros(p.Hq) for _ in range(3)]  # bound, naive, |terms|
+        _backward_pass(p, od, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd, sink_acc)
         od.grad_tol = {"dq": dq_t, "dk": dk_t, "dv": dv_t}
         od.naive_grads = {
             "dq": round_to_dtype(ndq, out_dt), "dk": round_to_dtype(ndk, out_dt), "dv": round_to_dtype(ndv, out_dt)
         }
+        if sink_acc is not None:
+            bound, naive_ds, terms = sink_acc
+            rows = max(int(np.sum(p.seqlens_q)), 1)
+            od.grad_tol["dsinks"] = (bound + gamma(rows) * model.u_a * terms
+                                     + unit_roundoff("float32") * np.abs(grads["dsinks"]) + model.floor)
+            od.naive_grads["dsinks"] = naive_ds
     od.seconds = time.perf_counter() - t0
     return od
 
 
-def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd) -> None:
-    """dQ/dK/dV bounds (TOLERANCES.md §4) and the naive same-precision backward, blockwise."""
+def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, acc, gd, sink_acc=None) -> None:
+    """dQ/dK/dV bounds (TOLERANCES.md §4) and the naive same-precision backward, blockwise.
+
+    ``sink_acc`` (sink cases): three [Hq] accumulators, the d sink bound (without the row-sum growth term),
+    the naive same-precision d sink, and sum_i P_sink,i |D_i - dlse_i| (the growth term's magnitude)."""
     from oracles.scores import row_blocks
 
     model = od.model
@@ -330,6 +358,8 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
     tol_lse = lse_tolerance(od)
     for b in range(p.B):
         sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
+        if sink_acc is not None and sq > 0:
+            _sink_bound(p, od, tol_o, tol_lse, b, sq, acc, sink_acc)
         if sq == 0 or sk == 0:
             continue
         blocks = row_blocks(sq, sk, BLOCK_ELEMENTS)
@@ -355,6 +385,8 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 Lf = np.where(np.isfinite(L), L, 0.0)
                 P = np.where(vis, np.exp(np.where(vis, s, Lf[:, None]) - Lf[:, None]), 0.0)
                 m = np.where(vis.any(axis=1), np.max(np.where(vis, s, -np.inf), axis=1), 0.0)
+                if p.sinks is not None and p.sinks[h] > -np.inf:  # the running max includes the sink (§18)
+                    m = np.maximum(np.where(vis.any(axis=1), m, -np.inf), float(p.sinks[h]))
                 sigma = aq[r0:r1] @ absk.T
                 # P = exp(s - L) is recomputed from the kernel's own stored LSE, whose error is bounded
                 # by the LSE tolerance (TOLERANCES.md §3, §4)
@@ -366,6 +398,8 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 dOb = dO[r0:r1]
                 dPm = dOb @ vb.T
                 D = (dOb * O).sum(axis=1)
+                if p.dlse is not None:
+                    D = D - np.where(np.isfinite(L), p.dlse[b, h, r0:r1], 0.0)  # dS = P (dP - D + dlse)
                 dS = P * (dPm - D[:, None])
                 if t is not None:
                     dS_r = dS * (1.0 - t * t)
@@ -394,6 +428,8 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 O_r = round_to_dtype(O, out_dt).astype(acc)
                 dP32 = do32[r0:r1] @ v32.T
                 D32 = (do32[r0:r1] * O_r).sum(axis=1, dtype=acc)
+                if p.dlse is not None:
+                    D32 = (D32 - np.where(np.isfinite(L), p.dlse[b, h, r0:r1], 0.0)).astype(acc)
                 dS32 = P32 * (dP32 - D32[:, None])
                 if tt is not None:
                     dS32 = dS32 * (1 - tt * tt)
@@ -407,3 +443,33 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
     dk_t += u_out * np.abs(grads["dk"]) + model.floor
     dv_t += u_out * np.abs(grads["dv"]) + model.floor
 
+
+
+def _sink_bound(p, od: OracleData, tol_o, tol_lse, b: int, sq: int, acc, sink_acc) -> None:
+    """Add batch b's share of the d sink bound and of the naive d sink (SEMANTICS.md §18).
+
+    d sink_h = sum_i P_sink,i (dlse_i - D_i), P_sink = exp(sink_h - LSE_i), D_i = dout_i . O_i. The kernel's
+    P_sink carries the error of its own LSE (tol_LSE, relative to P_sink) and of the exp (u_a); its D the
+    error of its O (sum_c |dout_ic| tol_O_ic) and of the dot product (gamma(dv) u_a sum |dout O|).
+    """
+    bound, naive_ds, terms = sink_acc
+    u_a = od.model.u_a
+    gdv = gamma(p.dv)
+    for h in range(p.Hq):
+        sink = float(p.sinks[h])
+        if sink == -np.inf:
+            continue
+        L = od.lse[b, h, :sq]
+        O = od.out[b, h, :sq]
+        dO = p.dout[b, h, :sq]
+        dl = np.zeros(sq) if p.dlse is None else p.dlse[b, h, :sq]
+        p_sink = np.exp(sink - L)
+        Dm = (dO * O).sum(axis=1) - dl
+        dD = (np.abs(dO) * tol_o[b, h, :sq]).sum(axis=1) + u_a * gdv * (np.abs(dO) * np.abs(O)).sum(axis=1)
+        bound[h] += float(np.sum(p_sink * ((tol_lse[b, h, :sq] + u_a) * np.abs(Dm) + dD)))
+        terms[h] += float(np.sum(p_sink * np.abs(Dm)))
+        # naive: fp32 P_sink from the LSE, D from the output rounded to the output dtype
+        O_r = round_to_dtype(O, od.model.out_dtype).astype(acc)
+        D32 = (dO.astype(acc) * O_r).sum(axis=1, dtype=acc) - dl.astype(acc)
+        ps32 = np.exp(acc(sink) - L.astype(acc))
+        naive_ds[h] += float(-np.sum(ps32 * D32, dtype=acc))

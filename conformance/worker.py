@@ -8,10 +8,12 @@ and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to on
 
 `call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
 snapshots every input array (page pools, block tables and FP8 codes included), calls forward/backward,
-reports which inputs changed, and records who raised an exception (`conformance.calldata`: the code
-under test, or the harness around it). `collect_calls` is the one sequence of calls made for a case
-(forward, backward for backward cases, a repeated forward for determinism); the engine and the repro
-snippets both use it, so `conformance.judge.judge` sees the same calls from either.
+reports which inputs changed, records who raised an exception (`conformance.calldata`: the code
+under test, or the harness around it) and, on CUDA, the call's peak device memory
+(`conformance.memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
+sequence of calls made for a case (forward, backward for backward cases, a repeated forward for
+determinism); the engine and the repro snippets both use it, so `conformance.judge.judge` sees the same
+calls from either.
 """
 
 from __future__ import annotations
@@ -56,20 +58,26 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
     from conformance.checks import changed_arrays
+    from conformance.memory import PeakMemory, io_bytes
 
     before = _snapshot(inputs)
     t0 = time.perf_counter()
     res = CallResult()
-    try:
-        fn = adapter.forward if kind == "forward" else adapter.backward
-        res.output = fn(inputs, case, device)
-    except Exception as exc:  # recorded for the judge: the adapter's exception is FAIL, the harness's HARNESS_ERROR
-        res.error = traceback.format_exc(limit=8)
-        res.error_type = type(exc).__name__
-        res.error_site = raise_site(exc)
-        ours = bool(getattr(adapter, "marks_code_under_test", False))
-        res.error_origin = "adapter" if (raised_under_test(exc) or not ours) else "harness"
+    with PeakMemory(device) as pm:
+        try:
+            fn = adapter.forward if kind == "forward" else adapter.backward
+            res.output = fn(inputs, case, device)
+        except Exception as exc:  # for the judge: the adapter's exception is FAIL, the harness's HARNESS_ERROR
+            res.error = traceback.format_exc(limit=8)
+            res.error_type = type(exc).__name__
+            res.error_site = raise_site(exc)
+            ours = bool(getattr(adapter, "marks_code_under_test", False))
+            res.error_origin = "adapter" if (raised_under_test(exc) or not ours) else "harness"
     res.seconds = time.perf_counter() - t0
+    if pm.record is not None:
+        pm.record.io_bytes = io_bytes(case, kind)
+        pm.record.extra_bytes = pm.record.torch_peak_bytes - pm.record.io_bytes
+        res.memory = pm.record.to_dict()
     res.mutated = changed_arrays(before, _snapshot(inputs))
     return res
 

@@ -10,11 +10,20 @@
   that becomes free first (a persistent CTA taking the next index from a global counter, or the hardware
   handing out CTAs in index order); `fa3_tile_order` is the order kernels/cuda/include/hopper/scheduler.cuh
   enumerates, longest (last, under a causal mask) query tiles first inside each L2 section of heads.
+- `pipeline_times` / `pipeline_speedup`: [FA-anim] "流水线 · 先算理想上限": n blocks, each loaded then
+  computed; serial ``n (load + compute)`` against ideal double buffering ``load + (n - 1) max(load, compute)
+  + compute`` (4 blocks of 2 us + 5 us: 28 vs 22 us, 1.27x). The bound an FA3-style producer/consumer
+  overlap can reach; fill and drain (the first load, the last compute) are always paid.
+- `end_to_end_speedup`: [FA-anim] 练习 3 and [FA2-ch] "资源预算模型": a kernel ``s`` times faster inside a
+  ``total`` whose ``part`` it is gives ``total / (total - part + part / s)`` (attention 4 ms of a 10 ms layer,
+  2x faster: 1.25x; even an infinitely fast kernel: 1.67x). It assumes the rest is unchanged: measure the
+  attention and the whole layer separately (profiler), since overlap and communication change the fraction.
 """
 
 from __future__ import annotations
 
-__all__ = ["working_set_bytes", "num_tiles", "cta_count", "greedy_loads", "lpt_order", "fa3_tile_order"]
+__all__ = ["working_set_bytes", "num_tiles", "cta_count", "greedy_loads", "lpt_order", "fa3_tile_order",
+           "pipeline_times", "pipeline_speedup", "end_to_end_speedup"]
 
 
 def _positive(**kw: int) -> None:
@@ -100,3 +109,57 @@ def fa3_tile_order(num_m: int, heads: int, batch: int, section: int) -> list[tup
         bh = sec * section + r % g
         out.append((num_m - 1 - r // g, bh % heads, bh // heads))
     return out
+
+
+def _time(**kw: float) -> None:
+    for name, x in kw.items():
+        if isinstance(x, bool) or not isinstance(x, int | float) or not x >= 0:
+            raise ValueError(f"{name} must be a number >= 0; got {x!r}")
+
+
+def pipeline_times(n_blocks: int, load: float, compute: float) -> tuple[float, float]:
+    """(serial, ideally overlapped) time of `n_blocks` blocks, each loaded (`load`) then computed (`compute`).
+
+    Serial: ``n (load + compute)``. Ideal double buffering: the first load, then each block's compute
+    overlapping the next block's load, then the last compute: ``load + (n - 1) max(load, compute) + compute``.
+
+    >>> pipeline_times(4, 2, 5)
+    (28, 22)
+    >>> pipeline_times(4, 5, 2)  # load-bound: the loads set the pace
+    (28, 22)
+    >>> pipeline_times(1, 2, 5)  # one block: nothing to overlap
+    (7, 7)
+    """
+    _positive(n_blocks=n_blocks)
+    _time(load=load, compute=compute)
+    return n_blocks * (load + compute), load + (n_blocks - 1) * max(load, compute) + compute
+
+
+def pipeline_speedup(n_blocks: int, load: float, compute: float) -> float:
+    """Serial over ideally overlapped time (`pipeline_times`): the most overlap can give.
+
+    >>> round(pipeline_speedup(4, 2, 5), 2)
+    1.27
+    >>> round(pipeline_speedup(10**6, 5, 5), 3)  # equal stages, many blocks: approaches 2
+    2.0
+    """
+    serial, overlapped = pipeline_times(n_blocks, load, compute)
+    return serial / overlapped if overlapped > 0 else 1.0
+
+
+def end_to_end_speedup(total: float, part: float, part_speedup: float) -> float:
+    """Whole-run speedup when `part` of `total` runs `part_speedup` times faster and the rest is unchanged.
+
+    >>> end_to_end_speedup(10.0, 4.0, 2.0)  # attention 4 ms of a 10 ms layer, a 2x faster kernel
+    1.25
+    >>> round(end_to_end_speedup(10.0, 4.0, float("inf")), 3)  # the ceiling: the other 6 ms remain
+    1.667
+    >>> end_to_end_speedup(1.0, 0.4, 2.0)  # the same as a fraction: 40 % of the time
+    1.25
+    """
+    _time(total=total, part=part)
+    if total <= 0 or part > total:
+        raise ValueError(f"need 0 < total and part <= total; got total={total!r}, part={part!r}")
+    if isinstance(part_speedup, bool) or not isinstance(part_speedup, int | float) or not part_speedup > 0:
+        raise ValueError(f"part_speedup must be a number > 0; got {part_speedup!r}")
+    return total / (total - part + part / part_speedup)

@@ -5,7 +5,8 @@ Public API (NumPy in, float64 out):
 - `attention`, `attention_backward`: dense exact forward / analytic backward.
 - `streaming_attention`: an independently written row-streaming online-softmax forward.
 - `merge_partials`, `split_partials`: split-KV partials and their merge (Flash-Decoding, §14).
-- `visibility`: dense boolean mask for causal / window / varlen semantics (§4, §5, §7).
+- `visibility`: dense boolean mask for causal / window / varlen / chunk semantics (§4, §5, §7, §19).
+- `fold_sinks`: fold per-head sink logits into a sink-free (out, lse) (§18); `kv_append`: KV-cache append (§20).
 - `numerical_gradients`, `gradcheck`, `compare_gradients`: central-difference gradient checker.
 - `python -m oracles.selfcheck`, `python -m oracles.lab`, `python -m oracles.bench`: self-check, seed lab, speed.
 - `fp8` (lazy submodule, written separately): FP8 quantisation and the random Hadamard transform.
@@ -27,6 +28,9 @@ __all__ = [
     "split_partials",
     "visibility",
     "validate",
+    "fold_sinks",
+    "kv_append",
+    "central_differences",
     "numerical_gradients",
     "gradcheck",
     "compare_gradients",
@@ -42,6 +46,9 @@ _LAZY = {
     "numerical_gradients": ("numgrad", "numerical_gradients"),
     "gradcheck": ("numgrad", "gradcheck"),
     "compare_gradients": ("numgrad", "compare_gradients"),
+    "central_differences": ("numgrad", "central_differences"),
+    "fold_sinks": ("sinks", "fold_sinks"),
+    "kv_append": ("kvcache", "kv_append"),
 }
 
 

@@ -6,6 +6,9 @@ the fully-masked-row convention of §8:
 
     m = max_j s_j,   P_j = exp(s_j - m),   l = sum_j P_j,   O = (P V) / l,   LSE = m + log l
     rows with no visible key (m = -inf): O = 0, LSE = -inf (§8); padded query rows likewise (§7).
+
+With ``sinks`` the sink logit of each head is folded in once per row at the end (`oracles.sinks.fold_sinks`,
+§18); ``chunk`` restricts visibility to the query's chunk (§19, `oracles.masking`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 
 from .masking import key_range
 from .scores import row_blocks, score_block
+from .sinks import fold_sinks
 from .validate import Problem, validate
 
 __all__ = ["attention", "softmax_block"]
@@ -57,7 +61,9 @@ def _forward(p: Problem, out: np.ndarray, lse: np.ndarray) -> None:
             kb = p.k[b, hk]
             vb = p.v[b, hk]
             for r0, r1 in blocks:
-                lo, hi = key_range(r0, r1, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+                lo, hi = key_range(
+                    r0, r1, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window, chunk=p.chunk
+                )
                 if hi == lo:
                     continue  # every row of the block is fully masked: O = 0, LSE = -inf (§8)
                 s, _ = score_block(p, b, h, r0, r1, lo, hi, qs, kb)
@@ -89,6 +95,8 @@ def attention(
     seqlens_q=None,
     seqlens_k=None,
     allow_nonfinite=False,
+    sinks=None,
+    chunk=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact attention in FP64: returns ``(out [B, Hq, Lq, dv], lse [B, Hq, Lq])`` (SEMANTICS.md).
 
@@ -98,11 +106,15 @@ def attention(
     (True = attend) and additive ``bias`` broadcast to [B, Hq, Lq, Lk] (§6); ``seqlens_q`` /
     ``seqlens_k`` per-batch real lengths (§7); rows with no visible key give O = 0, LSE = -inf (§8);
     query head h reads kv head h // (Hq / Hkv) (§9); LSE is the natural-log logsumexp of the final
-    scores (§12). Bad input raises ValueError (§15). Memory: one [rows x Lk] score block at a time.
+    scores (§12); ``sinks`` [Hq]: one sink logit per query head in every row's denominator, LSE includes it,
+    a fully masked row gives O = 0 and LSE = the sink (§18); ``chunk``: key j is visible to query i only in
+    the same chunk of aligned positions (§19). Bad input raises ValueError (§15). Memory: one [rows x Lk]
+    score block at a time.
     """
     p = validate(
         q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
         softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, allow_nonfinite=allow_nonfinite,
+        sinks=sinks, chunk=chunk,
     )
     out = np.zeros((p.B, p.Hq, p.Lq, p.dv))
     lse = np.full((p.B, p.Hq, p.Lq), -np.inf)
@@ -111,4 +123,6 @@ def attention(
             _forward(p, out, lse)
     else:
         _forward(p, out, lse)
+    if p.sinks is not None:
+        out, lse = fold_sinks(out, lse, p.sinks)
     return out, lse

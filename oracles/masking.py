@@ -12,6 +12,7 @@ Key j is visible to query i iff all of
     j <= c(i)                 if causal     (§4)
     j >= c(i) - left          if left  is not None   (§5)
     j <= c(i) + right         if right is not None   (§5)
+    c(i) // chunk == j // chunk   if chunk is not None  (§19; floor division, so c(i) < 0 sees no key)
 
 so ``causal=True`` with ``window=(left, right)`` is the same as ``causal=False`` with
 ``window=(left, 0)`` for every ``right >= 0`` (§5). The boolean ``mask`` and ``-inf`` bias entries
@@ -22,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .validate import ALIGNMENTS, _check_window
+from .validate import ALIGNMENTS, _check_window, check_chunk
 
-__all__ = ["visibility", "block_visibility", "block_invisible", "key_range", "diagonal_offset"]
+__all__ = ["visibility", "block_visibility", "block_invisible", "key_range", "diagonal_offset", "chunk_index"]
 
 
 def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
@@ -36,6 +37,16 @@ def diagonal_offset(sq: int, sk: int, alignment: str) -> int:
     raise ValueError(f"alignment must be one of {ALIGNMENTS} (§4); got {alignment!r}")
 
 
+def chunk_index(pos, chunk: int):
+    """The chunk of aligned position ``pos`` (int or int array): ``floor(pos / chunk)`` (§19).
+
+    Query i is in chunk ``chunk_index(c(i), chunk)``, key j in ``chunk_index(j, chunk)``; the pair is
+    visible only when the two agree. Floor division puts a negative ``c(i)`` (bottom-right rows before
+    the first key) in chunk -1, which holds no key.
+    """
+    return pos // chunk
+
+
 def _effective_window(causal: bool, window: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
     """§5: causal is the window (left, min(right, 0))."""
     left, right = window
@@ -45,9 +56,9 @@ def _effective_window(causal: bool, window: tuple[int | None, int | None]) -> tu
 
 
 def key_range(
-    row_start: int, row_stop: int, *, sq: int, sk: int, causal: bool, alignment: str, window
+    row_start: int, row_stop: int, *, sq: int, sk: int, causal: bool, alignment: str, window, chunk: int | None = None
 ) -> tuple[int, int]:
-    """Keys ``[lo, hi)`` that any query row in ``[row_start, row_stop)`` can see by §4, §5, §7.
+    """Keys ``[lo, hi)`` that any query row in ``[row_start, row_stop)`` can see by §4, §5, §7, §19.
 
     Keys outside this range are invisible to every row of the block, so the oracle need not score
     them (their weight is exactly 0). ``hi <= lo`` means the whole block is fully masked (§8).
@@ -56,6 +67,9 @@ def key_range(
     off = diagonal_offset(sq, sk, alignment)
     lo = 0 if left is None else max(0, row_start + off - left)
     hi = sk if right is None else min(sk, row_stop - 1 + off + right + 1)
+    if chunk is not None and row_stop > row_start:
+        lo = max(lo, chunk_index(row_start + off, chunk) * chunk)
+        hi = min(hi, (chunk_index(row_stop - 1 + off, chunk) + 1) * chunk)
     return lo, max(lo, hi)
 
 
@@ -70,9 +84,10 @@ def block_invisible(
     causal: bool,
     alignment: str,
     window: tuple[int | None, int | None],
+    chunk: int | None = None,
 ) -> np.ndarray | None:
     """True where query i in ``[row_start, row_stop)`` may *not* see key j in ``[col_start, col_stop)``
-    (§4, §5, §7), as a bool array ``[rows, cols]``; ``None`` when every pair is visible."""
+    (§4, §5, §7, §19), as a bool array ``[rows, cols]``; ``None`` when every pair is visible."""
     left, right = _effective_window(causal, window)
     c = np.arange(row_start, row_stop, dtype=np.int64)[:, None] + diagonal_offset(sq, sk, alignment)
     j = np.arange(col_start, col_stop, dtype=np.int64)[None, :]
@@ -82,6 +97,9 @@ def block_invisible(
     if left is not None and col_start < row_stop - 1 + diagonal_offset(sq, sk, alignment) - left:
         far = j < c - left
         inv = far if inv is None else (inv | far)
+    if chunk is not None:
+        other = chunk_index(c, chunk) != chunk_index(j, chunk)
+        inv = other if inv is None else (inv | other)
     pad_rows, pad_cols = row_stop > sq, col_stop > sk
     if pad_rows or pad_cols:
         inv = np.zeros((row_stop - row_start, col_stop - col_start), bool) if inv is None else inv
@@ -102,13 +120,14 @@ def block_visibility(
     causal: bool,
     alignment: str,
     window: tuple[int | None, int | None],
+    chunk: int | None = None,
 ) -> np.ndarray | None:
-    """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7).
+    """Visibility of rows ``[row_start, row_stop)`` against keys ``[0, Lk)`` of one sequence (§4, §5, §7, §19).
 
     Returns a bool array ``[row_stop - row_start, Lk]``, or ``None`` when every entry is visible.
     """
     inv = block_invisible(
-        row_start, row_stop, 0, Lk, sq=sq, sk=sk, causal=causal, alignment=alignment, window=window
+        row_start, row_stop, 0, Lk, sq=sq, sk=sk, causal=causal, alignment=alignment, window=window, chunk=chunk
     )
     return None if inv is None else ~inv
 
@@ -121,8 +140,9 @@ def visibility(
     window=None,
     seqlens_q=None,
     seqlens_k=None,
+    chunk=None,
 ) -> np.ndarray:
-    """Dense boolean visibility (True = attend) for the given semantics (§4, §5, §7).
+    """Dense boolean visibility (True = attend) for the given semantics (§4, §5, §7, §19).
 
     Returns shape ``[Lq, Lk]`` when both ``seqlens_q`` and ``seqlens_k`` are ``None``, otherwise
     ``[B, 1, Lq, Lk]`` (B = the seqlens length); both broadcast to ``[B, Hq, Lq, Lk]`` and can be
@@ -130,10 +150,11 @@ def visibility(
     semantics explicitly. Padded query rows (i >= seqlens_q[b]) are all False.
     """
     win = _check_window(window, f"Lq={Lq}, Lk={Lk}")
+    chunk = check_chunk(chunk, f"Lq={Lq}, Lk={Lk}")
     if alignment not in ALIGNMENTS:
         raise ValueError(f"alignment must be one of {ALIGNMENTS} (§4); got {alignment!r}")
     if seqlens_q is None and seqlens_k is None:
-        vis = block_visibility(0, Lq, Lk, sq=Lq, sk=Lk, causal=causal, alignment=alignment, window=win)
+        vis = block_visibility(0, Lq, Lk, sq=Lq, sk=Lk, causal=causal, alignment=alignment, window=win, chunk=chunk)
         return np.ones((Lq, Lk), dtype=bool) if vis is None else vis
     B = len(seqlens_q if seqlens_q is not None else seqlens_k)
     sqs = [Lq] * B if seqlens_q is None else [int(x) for x in seqlens_q]
@@ -144,7 +165,8 @@ def visibility(
     for b in range(B):
         if not (0 <= sqs[b] <= Lq and 0 <= sks[b] <= Lk):
             raise ValueError(f"seqlens out of range at batch {b}: sq={sqs[b]} (Lq={Lq}), sk={sks[b]} (Lk={Lk}) (§7)")
-        vis = block_visibility(0, Lq, Lk, sq=sqs[b], sk=sks[b], causal=causal, alignment=alignment, window=win)
+        vis = block_visibility(0, Lq, Lk, sq=sqs[b], sk=sks[b], causal=causal, alignment=alignment, window=win,
+                               chunk=chunk)
         if vis is not None:
             out[b, 0] = vis
     return out

@@ -6,6 +6,10 @@ by its own sum and its LSE. `merge_partials` combines any set of such partials, 
     LSE = M + log sum_s exp(LSE_s - M),  M = max_s LSE_s;   O = sum_s exp(LSE_s - LSE) O_s
 
 Splits with LSE_s = -inf contribute nothing, whatever O_s holds; all-empty gives O = 0, LSE = -inf.
+
+Sinks (§18) join the merge once, not once per split: the partials are sink-free, and
+``merge_partials(..., sinks=)`` adds one extra partial ``(O = 0, LSE = sink_h)`` per row
+(`oracles.sinks.fold_sinks`), so all-empty rows give O = 0, LSE = sink_h.
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from .forward import attention
+from .sinks import fold_sinks
 from .validate import validate
 
 __all__ = ["merge_partials", "split_partials"]
 
 
-def merge_partials(outs, lses) -> tuple[np.ndarray, np.ndarray]:
+def merge_partials(outs, lses, sinks=None) -> tuple[np.ndarray, np.ndarray]:
     """Merge split-KV partials ``outs [S, ..., Lq, dv]``, ``lses [S, ..., Lq]`` into ``(out, lse)`` (§14).
 
     The leading axis enumerates splits (any order; S >= 1). ``lses`` may hold ``-inf`` (empty split)
-    but not NaN or ``+inf`` (ValueError). Returns float64 ``out [..., Lq, dv]``, ``lse [..., Lq]``.
+    but not NaN or ``+inf`` (ValueError). ``sinks`` [Hq] (§18; the head axis of ``lses`` is the second
+    last) are folded in once, after the splits. Returns float64 ``out [..., Lq, dv]``, ``lse [..., Lq]``.
     """
     o = np.asarray(outs, dtype=np.float64)
     lse = np.asarray(lses, dtype=np.float64)
@@ -49,6 +55,8 @@ def merge_partials(outs, lses) -> tuple[np.ndarray, np.ndarray]:
     w /= np.where(empty, 1.0, total)
     present = (lse > -np.inf)[..., None]
     out = np.where(present, w[..., None] * np.where(present, o, 0.0), 0.0).sum(axis=0)
+    if sinks is not None:
+        return fold_sinks(out, lse_out, sinks)
     return out, lse_out
 
 
@@ -57,9 +65,15 @@ def split_partials(q, k, v, boundaries: Sequence[int], **kw) -> tuple[np.ndarray
 
     ``boundaries`` are the edges ``0 = b_0 <= b_1 <= ... <= b_S = Lk``; split s covers keys
     ``[b_s, b_{s+1})`` (empty splits allowed). Every other rule (causal, window, mask, bias, varlen)
-    uses the global key index. ``kw`` are the keywords of `oracles.attention`.
+    uses the global key index. ``kw`` are the keywords of `oracles.attention` except ``sinks``: partials
+    are sink-free and the sink joins `merge_partials` once (§18), so ``sinks=`` here is a ValueError.
     """
     p = validate(q, k, v, **{n: x for n, x in kw.items() if n != "mask"})
+    if kw.get("sinks") is not None:
+        raise ValueError(
+            "sinks: split partials are sink-free; pass sinks= to merge_partials, which adds the sink once (§18); "
+            f"q.shape={p.q.shape}, k.shape={p.k.shape}, v.shape={p.v.shape}"
+        )
     edges = [int(x) for x in boundaries]
     if len(edges) < 2 or edges[0] != 0 or edges[-1] != p.Lk or any(a > b for a, b in zip(edges, edges[1:])):
         raise ValueError(

@@ -5,19 +5,57 @@ by central differences, one input entry at a time: ``(L(x + eps) - L(x - eps)) /
 Truncation error is O(eps^2), rounding error O(eps_64 |L| / eps); eps = 1e-6 gives ~1e-10 for O(1)
 inputs, well inside the 2e-8 bound of the seed lab ([FA-anim] "动手 · CPU 参考实现").
 `compare_gradients` / `gradcheck` report the worst entry with its index (SEMANTICS.md §13).
+`central_differences` is the general form: any list of arguments (e.g. q, k, v and the sinks of §18) and any
+list of outputs with their cotangents (e.g. out with dout and LSE with dlse).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["numerical_gradients", "compare_gradients", "gradcheck", "GradientMismatch"]
+__all__ = ["numerical_gradients", "central_differences", "compare_gradients", "gradcheck", "GradientMismatch"]
 
 
 class GradientMismatch(AssertionError):
     """Raised by `gradcheck` when analytic and numerical gradients differ by more than atol."""
+
+
+def central_differences(
+    f: Callable[..., Sequence[np.ndarray]],
+    args: Sequence,
+    cotangents: Sequence,
+    eps: float = 1e-6,
+) -> list[np.ndarray]:
+    """Central-difference gradients of ``L = sum_o sum(f(*args)[o] * cotangents[o])`` w.r.t. every arg.
+
+    ``f`` returns a sequence of outputs, one per cotangent. Entries with a zero cotangent are left out of
+    the sum (so a -inf LSE of a fully masked row with dlse = 0 does not make L NaN). Returns float64 arrays
+    shaped like ``args``.
+    """
+    xs = [np.array(x, dtype=np.float64) for x in args]
+    cts = [np.asarray(c, dtype=np.float64) for c in cotangents]
+
+    def loss() -> float:
+        outs = f(*xs)
+        return float(sum(np.sum(np.where(c != 0, np.asarray(o, dtype=np.float64) * c, 0.0))
+                         for o, c in zip(outs, cts, strict=True)))
+
+    grads = []
+    for x in xs:
+        g = np.zeros_like(x)
+        flat, gflat = x.reshape(-1), g.reshape(-1)
+        for idx in range(flat.size):
+            orig = flat[idx]
+            flat[idx] = orig + eps
+            up = loss()
+            flat[idx] = orig - eps
+            down = loss()
+            flat[idx] = orig
+            gflat[idx] = (up - down) / (2 * eps)
+        grads.append(g)
+    return grads
 
 
 def numerical_gradients(

@@ -5,7 +5,7 @@ For a (batch b, query head h) pair and query rows ``[r0, r1)`` this builds, in F
     s = scale * q k^T                  (§2; evaluated as (scale * q) k^T)
     s = c * tanh(s / c)                if softcap c is set (§3)
     s = s + bias                       if bias is set (§3, §6)
-    s = -inf where not visible         visibility of §4, §5, §7 and the boolean mask of §6
+    s = -inf where not visible         visibility of §4, §5, §7, §19 and the boolean mask of §6
 
 over the keys ``[lo, hi)`` that some row of the block can see (`oracles.masking.key_range`): padded
 keys and keys outside every row's causal/window range are never read (§7).
@@ -58,7 +58,9 @@ def score_block(
         s *= p.softcap
     if p.bias is not None:
         s += p.bias[b, h, r0:r1, lo:hi]
-    inv = block_invisible(r0, r1, lo, hi, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window)
+    inv = block_invisible(
+        r0, r1, lo, hi, sq=sq, sk=sk, causal=p.causal, alignment=p.alignment, window=p.window, chunk=p.chunk
+    )
     if p.mask is not None:
         hidden = ~p.mask[b, h, r0:r1, lo:hi]
         inv = hidden if inv is None else (inv | hidden)

@@ -2,7 +2,8 @@
 
 Each check compares two independent routes to the same number and records the error and its bound:
 dense vs streaming forward (§12), dense vs merged split-KV partials (§14), analytic backward vs
-central differences (§13), the seed lab (`oracles.lab`), and two worked numbers from the seeds
+central differences (§13), the same three with sinks and chunks (§18, §19; d sink with an LSE cotangent),
+the fully-masked-row-with-sink convention (§18), the seed lab (`oracles.lab`), and two worked numbers from the seeds
 (online-softmax O ~ 4.966, split-K O ~ 1.612955). Returns / prints PASS or FAIL per check.
 """
 
@@ -19,12 +20,14 @@ from .backward import attention_backward
 from .forward import attention
 from .lab import run_lab
 from .merge import merge_partials, split_partials
-from .numgrad import compare_gradients, numerical_gradients
+from .numgrad import central_differences, compare_gradients, numerical_gradients
 from .streaming import streaming_attention
 
 __all__ = ["CHECKS", "run_selfcheck", "main"]
 
 _KW = {"causal": True, "window": (3, None), "softcap": 2.0, "seqlens_q": [5, 3], "seqlens_k": [6, 7]}
+_SINKS = np.array([0.4, -1.5, 3.0, -30.0])
+_KW_SINK = {"causal": True, "chunk": 3, "seqlens_q": [5, 3], "seqlens_k": [6, 0]}
 
 
 def _inputs(seed: int = 0):
@@ -65,6 +68,35 @@ def _backward() -> float:
     return max(err for err, _ in compare_gradients(analytic, numeric).values())
 
 
+def _sinks_streaming_merge() -> float:
+    q, k, v, _ = _inputs()
+    dense = attention(q, k, v, sinks=_SINKS, **_KW_SINK)
+    stream = max(_max_err(streaming_attention(q, k, v, block=b, sinks=_SINKS, **_KW_SINK), dense) for b in (1, 4))
+    outs, lses = split_partials(q, k, v, [0, 3, 3, 7], **_KW_SINK)
+    return max(stream, _max_err(merge_partials(outs, lses, sinks=_SINKS), dense))
+
+
+def _sinks_backward() -> float:
+    q, k, v, dout = _inputs()
+    dlse = np.random.default_rng(1).standard_normal(dout.shape[:3])
+    real = np.arange(5)[None, :] < np.array(_KW_SINK["seqlens_q"])[:, None]
+    analytic = attention_backward(q, k, v, dout, sinks=_SINKS, dlse=dlse, **_KW_SINK)
+
+    def f(a, b, c, s):
+        out, lse = attention(a, b, c, sinks=s, **_KW_SINK)
+        return out, np.where(np.isfinite(lse), lse, 0.0)
+
+    cts = [dout * real[:, None, :, None], dlse * real[:, None]]
+    numeric = central_differences(f, [q, k, v, _SINKS], cts, eps=1e-5)  # LSE terms: rounding dominates at 1e-6
+    return max(float(np.abs(a - n).max()) for a, n in zip(analytic, numeric))
+
+
+def _sink_empty_row() -> float:
+    q, k, v, _ = _inputs()
+    out, lse = attention(q, k[:, :, :0], v[:, :, :0], sinks=_SINKS)  # no key at all: O = 0, LSE = sink
+    return float(max(np.abs(out).max(), np.abs(lse - _SINKS[None, :, None]).max()))
+
+
 def _lab() -> float:
     r = run_lab(7, 3)
     return max(r["forward_err"] / 1e-12, max(r["grad_err"].values()) / 2e-8)  # worst error / its bound
@@ -92,6 +124,13 @@ CHECKS: dict[str, tuple[Callable[[], float], float, str]] = {
     "streaming_vs_dense": (_streaming, 1e-12, "row-streaming online softmax vs dense forward, blocks 1/3/8 (§12)"),
     "merge_vs_dense": (_merge, 1e-12, "merge of split-KV partials incl. an empty split vs dense (§14)"),
     "backward_vs_central_differences": (_backward, 2e-8, "analytic backward vs central differences (§13)"),
+    "sinks_chunk_streaming_merge_vs_dense": (
+        _sinks_streaming_merge, 1e-12, "sinks + chunk: streaming (sink in the running max) and merge (sink once) (§18)"
+    ),
+    "sinks_backward_vs_central_differences": (
+        _sinks_backward, 2e-8, "dq, dk, dv, d sink with dout and dlse vs central differences (§13, §18)"
+    ),
+    "sink_fully_masked_row": (_sink_empty_row, 0.0, "no visible key with a sink: O = 0, LSE = sink exactly (§18)"),
     "seed_lab": (_lab, 1.0, "python -m oracles.lab --length 7 --block 3: worst error / its bound"),
     "seed_online_softmax_4.966": (_seed_online_softmax, 1e-14, "[FA-anim] online-softmax example, exact form"),
     "seed_split_k_1.612955": (_seed_split_k, 5e-7, "[FA2-ch] split-K example"),

@@ -5,7 +5,7 @@ tiles of any size ``block``, carrying the running max ``m``, the running sum ``l
 unnormalised numerator ``o`` ([FA-anim] "Online softmax · 一边读，一边合并" and "实现 · 一行的可运行逻辑";
 [OS-deriv] "合并两个循环")::
 
-    m, l, o = -inf, 0, 0
+    m, l, o = -inf, 0, 0                    # with a sink (§18): m, l, o = sink, 1, 0 (the sink in the max)
     for each key tile:                      # tail tile checks j < Lk ([FA-anim] "尾块")
         s = where(valid, scores, -inf)
         if not any(valid): continue         # skip fully masked tiles: no -inf - -inf
@@ -17,7 +17,8 @@ unnormalised numerator ``o`` ([FA-anim] "Online softmax · 一边读，一边合
     else: O, LSE = o / l, m + log(l)
 
 Visibility is decided per (i, j) by `visible`, a scalar restatement of §4-§7 written separately
-from `oracles.masking`. It is slow (Python per row and tile): use it on small problems.
+from `oracles.masking` (the chunk test of §19 calls its `chunk_index`, the one statement of that rule).
+It is slow (Python per row and tile): use it on small problems.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import math
 
 import numpy as np
 
+from .masking import chunk_index
 from .validate import Problem, validate
 
 __all__ = ["streaming_attention", "visible", "key_tiles", "stream_row"]
@@ -44,6 +46,8 @@ def visible(p: Problem, b: int, h: int, i: int, j: int) -> bool:
         return False
     if right is not None and j > diag + right:
         return False
+    if p.chunk is not None and chunk_index(diag, p.chunk) != chunk_index(j, p.chunk):  # §19
+        return False
     return p.mask is None or bool(p.mask[b, h, i, j])
 
 
@@ -52,11 +56,17 @@ def key_tiles(Lk: int, block: int) -> list[tuple[int, int]]:
     return [(start, start + block) for start in range(0, max(Lk, 1), block)] if Lk > 0 else []
 
 
-def stream_row(s_row: np.ndarray, valid: np.ndarray, v: np.ndarray, block: int) -> tuple[np.ndarray, float]:
+def stream_row(
+    s_row: np.ndarray, valid: np.ndarray, v: np.ndarray, block: int, sink: float = -math.inf
+) -> tuple[np.ndarray, float]:
     """Online softmax of one row: scores ``s_row`` [Lk] (values at invalid keys are ignored), ``valid``
-    [Lk] bool, values ``v`` [Lk, dv]; tiles of ``block`` keys. Returns ``(O [dv], LSE)``."""
+    [Lk] bool, values ``v`` [Lk, dv]; tiles of ``block`` keys; ``sink`` the row's sink logit (§18: it
+    starts the running state as a score with no value, so it is in the running max from the start).
+    Returns ``(O [dv], LSE)``."""
     Lk, dv = v.shape
     m, l, o = -math.inf, 0.0, np.zeros(dv)
+    if sink > -math.inf:
+        m, l = float(sink), 1.0
     for start, stop in key_tiles(Lk, block):
         j = np.arange(start, stop)
         inside = j < Lk  # tail tile: only j < Lk exist
@@ -97,6 +107,8 @@ def streaming_attention(
     seqlens_q=None,
     seqlens_k=None,
     allow_nonfinite=False,
+    sinks=None,
+    chunk=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Attention by row-streaming online softmax over key tiles of ``block`` keys (any block >= 1).
 
@@ -108,6 +120,7 @@ def streaming_attention(
     p = validate(
         q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
         softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, allow_nonfinite=allow_nonfinite,
+        sinks=sinks, chunk=chunk,
     )
     out = np.zeros((p.B, p.Hq, p.Lq, p.dv))
     lse = np.full((p.B, p.Hq, p.Lq), -math.inf)
@@ -126,5 +139,6 @@ def streaming_attention(
                         x += float(p.bias[b, h, i, j])
                     s_row[j] = x
                 valid &= s_row > -math.inf  # bias = -inf means masked (§6)
-                out[b, h, i], lse[b, h, i] = stream_row(s_row, valid, vh, block)
+                sink = -math.inf if p.sinks is None else float(p.sinks[h])
+                out[b, h, i], lse[b, h, i] = stream_row(s_row, valid, vh, block, sink)
     return out, lse

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ALIGNMENTS", "Problem", "validate", "as_real_float64"]
+__all__ = ["ALIGNMENTS", "Problem", "validate", "as_real_float64", "check_chunk"]
 
 ALIGNMENTS = ("bottom_right", "top_left")
 
@@ -25,6 +25,8 @@ ALIGNMENTS = ("bottom_right", "top_left")
 class Problem:
     """A validated attention problem: float64 arrays plus normalised keywords (SEMANTICS.md §1-§9).
 
+    ``sinks`` is a float64 array ``[Hq]`` or ``None`` (§18); ``chunk`` an int >= 1 or ``None`` (§19);
+    ``dlse`` a float64 ``[B, Hq, Lq]`` LSE cotangent or ``None`` (§13, §18).
     ``window`` is always a pair ``(left, right)`` with ``None`` for unbounded, *before* causal is
     applied (causal is kept separately, §5). ``mask`` / ``bias`` are read-only broadcast views of
     shape ``[B, Hq, Lq, Lk]`` or ``None``. ``seqlens_q`` / ``seqlens_k`` are int64 arrays of length B
@@ -44,6 +46,9 @@ class Problem:
     softcap: float | None
     seqlens_q: np.ndarray
     seqlens_k: np.ndarray
+    sinks: np.ndarray | None = None
+    chunk: int | None = None
+    dlse: np.ndarray | None = None
 
     @property
     def B(self) -> int:
@@ -151,6 +156,30 @@ def _check_window(window, shapes: str) -> tuple[int | None, int | None]:
     return (out[0], out[1])
 
 
+def _check_sinks(sinks, Hq: int, allow_nonfinite: bool, shapes: str) -> np.ndarray | None:
+    """§18: one sink logit per query head, shape [Hq]; NaN and +inf are errors (-inf means no sink)."""
+    if sinks is None:
+        return None
+    arr = as_real_float64(sinks, "sinks", shapes)
+    if arr.shape != (Hq,):
+        raise ValueError(f"sinks must have shape [Hq] = [{Hq}] (one logit per query head, §18); "
+                         f"got sinks.shape={arr.shape}; {shapes}")
+    if not allow_nonfinite and (np.isnan(arr).any() or np.isposinf(arr).any()):
+        bad = int(np.argwhere(np.isnan(arr) | np.isposinf(arr))[0, 0])
+        raise ValueError(f"sinks has {arr[bad]} at head {bad}; sinks must be finite or -inf (no sink) (§18); "
+                         f"sinks.shape={arr.shape}; {shapes}")
+    return arr
+
+
+def check_chunk(chunk, shapes: str) -> int | None:
+    """§19: chunk is None (off) or an int >= 1."""
+    if chunk is None:
+        return None
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk <= 0:
+        raise ValueError(f"chunk must be None or an int >= 1 (chunked attention, §19); got chunk={chunk!r}; {shapes}")
+    return int(chunk)
+
+
 def validate(
     q,
     k,
@@ -167,6 +196,9 @@ def validate(
     seqlens_q=None,
     seqlens_k=None,
     allow_nonfinite=False,
+    sinks=None,
+    chunk=None,
+    dlse=None,
 ) -> Problem:
     """Check every argument against SEMANTICS.md §15 and return the normalised `Problem`.
 
@@ -174,7 +206,9 @@ def validate(
     kv-head / key-length / head-dim mismatches, Hq not a multiple of Hkv, dout of the wrong shape,
     mask not boolean or not broadcastable, bias not broadcastable, window entries < 0, softcap <= 0,
     non-finite scale, seqlens of the wrong length or out of range, NaN/Inf in the non-padded part of
-    q, k, v, dout (and NaN/+Inf in bias) unless ``allow_nonfinite=True``, unknown alignment.
+    q, k, v, dout (and NaN/+Inf in bias) unless ``allow_nonfinite=True``, unknown alignment, sinks
+    not of shape [Hq] or holding NaN / +inf (§18), chunk not None and not an int >= 1 (§19), dlse not
+    of shape [B, Hq, Lq] or non-finite in its non-padded rows (§13).
     """
     raw = {"q": q, "k": k, "v": v}
     if dout is not None:
@@ -218,6 +252,8 @@ def validate(
             raise ValueError(f"softcap must be None or a finite number > 0 (§3); got {softcap!r}; {shapes}")
         softcap = float(softcap)
     win = _check_window(window, shapes)
+    sinks64 = _check_sinks(sinks, Hq, allow_nonfinite, shapes)
+    chunk_i = check_chunk(chunk, shapes)
 
     target = (B, Hq, Lq, Lk)
     mask_b = None
@@ -241,6 +277,14 @@ def validate(
 
     sq = _check_seqlens(seqlens_q, "seqlens_q", B, Lq, "Lq", shapes)
     sk = _check_seqlens(seqlens_k, "seqlens_k", B, Lk, "Lk", shapes)
+
+    dlse64 = None
+    if dlse is not None:
+        dlse64 = as_real_float64(dlse, "dlse", shapes)
+        if dlse64.shape != (B, Hq, Lq):
+            raise ValueError(f"dlse must have shape [B, Hq, Lq] = {[B, Hq, Lq]} (§13); "
+                             f"got dlse.shape={dlse64.shape}; {shapes}")
+        arrs["dlse"] = dlse64[..., None]
 
     if not allow_nonfinite:  # only the positions that are read: padding may hold anything (§7)
         for n, a in arrs.items():
@@ -268,4 +312,7 @@ def validate(
         softcap=softcap,
         seqlens_q=sq,
         seqlens_k=sk,
+        sinks=sinks64,
+        chunk=chunk_i,
+        dlse=dlse64,
     )

@@ -28,7 +28,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from conformance.adapters.base import Capabilities, capability_reason
-from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec
+from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, SINK_RECIPES, Case, FP8Spec
 from conformance.inputs import BIASES, MASKS
 
 __all__ = [
@@ -59,6 +59,9 @@ __all__ = [
     "EDGE_KINDS",
     "attention_arrays",
     "sample_values",
+    "sink_logits",
+    "chunk_sizes",
+    "cache_lengths",
 ]
 
 #: forward multiply-adds ``B * Hq * Lq * Lk * (d + dv)`` allowed per example
@@ -154,6 +157,23 @@ def windows(Lq: int, Lk: int) -> st.SearchStrategy[tuple[int | None, int | None]
     span = max(Lq, Lk) + 1
     side = st.one_of(st.none(), st.integers(0, 4), st.integers(0, span))
     return st.tuples(side, side).filter(lambda w: w != (None, None))
+
+
+def sink_logits(Hq: int) -> st.SearchStrategy[np.ndarray]:
+    """One sink logit per query head (SEMANTICS.md §18): ordinary, large (up to 1e4), very negative, -inf."""
+    one = st.one_of(st.floats(-4.0, 4.0, width=32), st.sampled_from([1e4, 40.0, -60.0, -1e4, -np.inf]))
+    return st.lists(one, min_size=Hq, max_size=Hq).map(lambda xs: np.asarray(xs, dtype=np.float64))
+
+
+def chunk_sizes(Lq: int, Lk: int) -> st.SearchStrategy[int]:
+    """Chunk sizes (SEMANTICS.md §19) from 1 to past the longer sequence, favouring edges inside it."""
+    span = max(Lq, Lk, 1)
+    return st.one_of(st.integers(1, 4), st.integers(1, span + 1))
+
+
+def cache_lengths(B: int, Lq: int, Lk: int) -> st.SearchStrategy[tuple[int, ...]]:
+    """KV-append cache_seqlens (SEMANTICS.md §20): B lengths in [0, Lk - Lq] (the Lq new rows fit)."""
+    return st.lists(st.integers(0, max(Lk - Lq, 0)), min_size=B, max_size=B).map(tuple)
 
 
 def distributions(allowed: Sequence[str] = DISTRIBUTIONS) -> st.SearchStrategy[str]:
@@ -383,6 +403,15 @@ def attention_cases(
                 kw["softcap"] = draw(softcaps())
             if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 3:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
+            if not want_fp8 and (caps is None or caps.sinks) and draw(st.integers(0, 3)) == 3:
+                kw["sinks"] = draw(st.sampled_from(SINK_RECIPES))
+            if not want_fp8 and (caps is None or caps.chunk) and draw(st.integers(0, 3)) == 3:
+                kw["chunk"] = draw(chunk_sizes(Lq, Lk))
+            if (not want_fp8 and caps is not None and caps.kv_append and "seqlens_k" not in kw and Lk >= Lq
+                    and "seqlens_q" not in kw
+                    and draw(st.integers(0, 3)) == 3):
+                kw["kv_append"] = draw(cache_lengths(B, Lq, Lk))
+                kw["causal"], kw["alignment"] = True, "bottom_right"
         if kw.get("seqlens_k") is not None and "nan_padding" in value_distributions and draw(st.booleans()):
             # padding exists: half the time fill it with NaN, so a kernel that reads padded rows shows it
             kw["distribution"] = "nan_padding"
@@ -396,6 +425,8 @@ def attention_cases(
         kw["backward"] = (draw(st.booleans()) if backward is None else bool(backward)) and can_bwd
         if backward and not can_bwd:
             assume(False)
+        if kw["backward"] and (caps is None or caps.lse_grad) and draw(st.integers(0, 2)) == 2:
+            kw["lse_grad"] = True  # an LSE cotangent: d sink's dLSE term, dS = P (dP - D + dlse) (§13, §18)
         kw["seed"] = draw(st.integers(0, 2**31 - 1))
         case = Case(family=family, **shape, **kw)
         if caps is not None:
@@ -406,7 +437,7 @@ def attention_cases(
 
 
 EDGE_KINDS = ("mask_full_rows", "mask_none_visible", "bias_neg_inf_rows", "causal_lq_gt_lk", "varlen_empty",
-              "window_narrow")
+              "window_narrow", "sink_empty_rows")
 
 
 def edge_cases(
@@ -437,6 +468,8 @@ def edge_cases(
             kinds.append("varlen_empty")
         if caps is None or (caps.window and "bottom_right" in caps.alignments):
             kinds.append("window_narrow")
+        if caps is None or (caps.sinks and caps.mask):
+            kinds.append("sink_empty_rows")
         assume(kinds)
         kind = draw(st.sampled_from(kinds))
         case = draw(attention_cases(capabilities=caps, device=device, family=family, fp8=False, backward=False,
@@ -457,6 +490,8 @@ def edge_cases(
             empty = draw(st.integers(0, case.B - 1))
             sk = tuple(0 if b == empty else x for b, x in enumerate(sk)) if case.B > 1 else sk
             case = case.replace(seqlens_q=sq, seqlens_k=sk)
+        elif kind == "sink_empty_rows":  # no visible key with a sink: O = 0, LSE = the sink (§18)
+            case = case.replace(mask="full_rows", sinks=draw(st.sampled_from(SINK_RECIPES)))
         else:
             w = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
             case = case.replace(window=w, alignment="bottom_right")
@@ -481,13 +516,16 @@ def attention_arrays(
     bias: bool | None = None,
     varlen: bool | None = None,
     tile_sizes: Sequence[int] = (4, 8, 16),
+    sinks: bool | None = False,
+    chunk: bool | None = False,
 ) -> st.SearchStrategy[dict[str, Any]]:
     """FP64 arrays and oracle keywords for properties of the oracle itself.
 
     Draws ``{"q", "k", "v", "kwargs"}`` where kwargs are keyword arguments of `oracles.attention`:
     scale, causal, alignment, window, softcap, mask (bool array, sometimes with fully masked rows),
     bias (float array, broadcast shapes included) and seqlens_q / seqlens_k. ``mask``, ``bias``,
-    ``varlen``: True forces the feature, False excludes it, None draws it sometimes.
+    ``varlen``, ``sinks`` (§18), ``chunk`` (§19): True forces the feature, False excludes it, None draws it
+    sometimes (sinks and chunk default to False, so properties written before them see no change).
     """
 
     @st.composite
@@ -521,6 +559,10 @@ def attention_arrays(
             use_varlen = draw(st.integers(0, 3)) == 3 if varlen is None else varlen
             if use_varlen:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
+            if draw(st.booleans()) if chunk is None else chunk:
+                kw["chunk"] = draw(chunk_sizes(Lq, Lk))
+        if draw(st.booleans()) if sinks is None else sinks:
+            kw["sinks"] = draw(sink_logits(Hq))
         return {"q": q, "k": k, "v": v, "kwargs": kw, "shape": shape}
 
     return _draw()

@@ -11,8 +11,8 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
 - `visibility`: the dense boolean "key j takes part for query i" array for the semantics SDPA-style
   APIs cannot express natively: causal in either alignment (§4), sliding windows (§5), varlen padding
   (§7), combined with the case's own boolean mask (§6); built on `oracles.visibility`. Padded query
-  rows (i >= seqlens_q[b]) are made fully visible so that every kernel writes a finite value there;
-  the engine ignores those rows.
+  rows (i >= seqlens_q[b]) are fully masked rows (§8, §17): an SDPA-signature function sees them as
+  rows it must not attend from; the engine does not compare them.
 - `snapshot` / `changed`: bitwise copies of what an adapter hands to a kernel and the names of those
   changed by the call (`ForwardOutput.mutated_inputs`).
 - `KernelRecorder`: on CUDA, the names of the device kernels that actually ran (torch.profiler,
@@ -183,7 +183,7 @@ def materialize(inputs: CaseInputs, case: Case, device: str, *, dtype: torch.dty
     and dout (non-contiguous dO is its own bug class: flash-attention #355). With `requires_grad`,
     gradients are taken with respect to the returned views (`torch.autograd.grad`), so dK, dV keep
     their per-batch shape even for stride-0 K and V. With varlen, dout is zeroed on padded query rows
-    (SEMANTICS.md §7, §13: their dout is ignored), since `visibility` makes those rows attend.
+    (SEMANTICS.md §7, §13, §17: their dout is ignored; it is the harness's own tensor, handed to autograd).
     """
     dtype = torch_dtype(case.dtype) if dtype is None else dtype
     layout = case.layout if layout is None else layout
@@ -196,8 +196,8 @@ def materialize(inputs: CaseInputs, case: Case, device: str, *, dtype: torch.dty
     dout = None
     if inputs.dout is not None:
         d = inputs.dout
-        if case.seqlens_q is not None:  # §7/§13: padded rows' dout is ignored; zero it so the rows
-            d = np.array(d, dtype=np.float64)  # made visible for finiteness add nothing to dk, dv
+        if case.seqlens_q is not None:  # §7/§13/§17: padded rows' dout is ignored; zero it so they add
+            d = np.array(d, dtype=np.float64)  # nothing to dk, dv whatever the kernel does with them
             for b, n in enumerate(case.seqlens_q):
                 d[b, :, int(n):, :] = 0.0
         _, dout = _laid_out(d, dtype, device, q_layout, "dout", False)
@@ -247,15 +247,18 @@ def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | N
 
 # -- masks -------------------------------------------------------------------------------------------
 def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bool = True,
-               B: int | None = None, Lq: int | None = None, Lk: int | None = None) -> np.ndarray | None:
+               B: int | None = None, Lq: int | None = None, Lk: int | None = None,
+               padded_rows_visible: bool = False) -> np.ndarray | None:
     """bool [B, Hm, Lq, Lk], True where key j takes part for query i; None when every key does.
 
     The structural part (SEMANTICS.md §4 causal alignment with each sequence's real lengths, §5 window
-    (left, right) around the aligned diagonal, causal => right = 0, §7 keys at or past seqlens_k[b]) is
+    (left, right) around the aligned diagonal, causal => right = 0, §7 keys at or past seqlens_k[b], §19
+    chunks) is
     `oracles.visibility`; the case's boolean mask (§6, True = attend) is and-ed on top. Hm is Hq when
-    `mask` varies over heads, else 1. Padded query rows (i >= seqlens_q[b]) are made all True: their
-    output is unspecified (the engine does not compare them) but must be finite for every kernel.
-    `include_causal=False` leaves causal out (the caller passes it natively).
+    `mask` varies over heads, else 1. Padded query rows (i >= seqlens_q[b]) are all False, fully masked
+    rows (SEMANTICS.md §7, §8, §17: padding reaches a dense-mask API as masked-out positions; the engine
+    does not compare those rows); `padded_rows_visible=True` makes them all True instead (for callers that
+    ask which *real* rows are empty). `include_causal=False` leaves causal out (the caller passes it natively).
     """
     import oracles
 
@@ -263,7 +266,7 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
     Lq = case.Lq if Lq is None else Lq
     Lk = case.Lk if Lk is None else Lk
     causal = case.causal and include_causal
-    structural = causal or case.window is not None or case.varlen
+    structural = causal or case.window is not None or case.varlen or case.chunk is not None
     if not structural and mask is None:
         return None
     vis = np.ones((B, 1, Lq, Lk), dtype=bool)
@@ -278,7 +281,7 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
             window = None if window is None else (window[0], 0 if window[1] is None else min(window[1], 0))
         vis = np.broadcast_to(
             oracles.visibility(Lq, Lk, causal=causal, alignment=case.alignment, window=window,
-                               seqlens_q=seqlens_q, seqlens_k=seqlens_k),
+                               seqlens_q=seqlens_q, seqlens_k=seqlens_k, chunk=case.chunk),
             (B, 1, Lq, Lk),
         )
     if mask is not None:
@@ -289,16 +292,15 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
     vis = np.array(vis, dtype=bool)
     if case.seqlens_q is not None:
         for b, sq in enumerate(case.seqlens_q):
-            vis[b, :, int(sq):, :] = True
+            vis[b, :, int(sq):, :] = padded_rows_visible
     return vis
 
 
 def neutral_padded_bias(bias: np.ndarray | None, case: Case) -> np.ndarray | None:
     """`bias` broadcast to [B, Hb, Lq, Lk] with padded query rows (i >= seqlens_q[b]) set to 0.
 
-    Padded rows attend to every key (see `visibility`); a bias row of -inf there (the
-    ``neg_inf_rows`` recipe) would make them empty again and could put NaN into gradients that
-    flow through them, so their bias is neutralised (SEMANTICS.md §7: their values are ignored).
+    Their values are ignored (SEMANTICS.md §7); a finite bias there keeps an API that evaluates the bias
+    on every row (FlexAttention's score_mod) from meeting -inf rows it was not asked about.
     """
     if bias is None or case.seqlens_q is None:
         return bias

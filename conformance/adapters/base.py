@@ -65,12 +65,21 @@ class Capabilities:
     deterministic: bool = False  # bitwise identical on repeated calls
     accepts_out: bool = False  # writes into a caller-provided buffer (engine poisons it)
     max_seqlen: int | None = None
+    sinks: bool = False  # attention sinks, one logit per query head (SEMANTICS.md §18); with backward: d sinks
+    chunk: bool = False  # chunked attention (§19)
+    kv_append: bool = False  # KV-cache append at cache_seqlens (§20)
+    lse_grad: bool = False  # backward accepts an LSE cotangent dlse (§13, §18)
+    lse_base: str = "e"  # the LSE the adapter returns: "e" (natural log) or "2" (FlashInfer), SEMANTICS.md §21
+    lse_layout: str = "bhs"  # "bhs" [B, Hq, Lq], "hs_total" [Hq, total_q], "total_h" [total_q, Hq] (§21)
     #: varlen padding reaches the kernel as masked-out positions of a dense mask (padded keys masked, padded
     #: query rows fully masked), not as sequence lengths: SDPA-signature APIs (SEMANTICS.md §17)
     padding_as_mask: bool = False
     #: claims masked-out positions never contribute, even when they hold NaN (SEMANTICS.md §6, §17): NaN from
     #: them is then a FAIL, not the named finding masked_nan
     nan_safe_masking: bool = False
+    #: "linear": peak device memory grows as O(N) (no N x N score / probability matrix is stored); judged on
+    #: CUDA by the ``memory`` family (conformance/memory.py), which fails a claim that grows quadratically
+    memory: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -107,6 +116,14 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
         return "softcap not supported"
     if case.Hq != case.Hkv and not caps.gqa:
         return f"GQA/MQA (Hq={case.Hq}, Hkv={case.Hkv}) not supported"
+    if case.sinks is not None and not caps.sinks:
+        return "attention sinks (one logit per query head, SEMANTICS.md §18) not supported"
+    if case.chunk is not None and not caps.chunk:
+        return "chunked attention (SEMANTICS.md §19) not supported"
+    if case.kv_append is not None and not caps.kv_append:
+        return "KV-cache append at cache_seqlens (SEMANTICS.md §20) not supported"
+    if case.lse_grad and not caps.lse_grad:
+        return "backward with an LSE cotangent (dlse) not supported"
     if case.varlen and not caps.varlen:
         return "varlen / padded sequences not supported"
     if case.scale is not None and not caps.custom_scale:

@@ -104,6 +104,7 @@ class _CudaAdapter(Adapter):
         lse=True,
         backward=False,
         accepts_out=True,
+        memory="linear",
     )
 
     # -- availability ---------------------------------------------------------------------------------

@@ -15,6 +15,12 @@ flash_attn/cute/interface.py):
   ``cu_seqlens`` (`cu_seqlens`, `pack_varlen`, `unpack_varlen`); padded query rows come back as 0.
 - decoding (FA2, FA3): ``flash_attn_with_kvcache`` for forward cases with Lq <= 4 and no seqlens_q;
   per-batch key lengths (``seqlens_k``) go in ``cache_seqlens``.
+- §16 paged K/V: the pools [num_pages, Hkv, page_size, d] become caches [num_pages, page_size, Hkv, d] with
+  the int32 block table: ``flash_attn_with_kvcache(block_table=...)`` (FA2, pages of 256 keys),
+  ``(page_table=...)`` (FA3), ``flash_attn_varlen_func(page_table=..., seqused_k=...)`` (FA4).
+- entry points: each adapter lists its public spellings (``entry_points``); ``NAME@ENTRY``
+  (`conformance.adapters.variants`, conformance/README.md) calls only that one and declines the cases it
+  cannot express; plain NAME picks the spelling per case as above.
 - §3 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
   -> NOT_SUPPORTED.
 - §12 LSE: ``return_attn_probs=True`` (FA2 func/varlen, FA3), ``return_softmax_lse=True``
@@ -31,7 +37,9 @@ unit-tested on CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.metadata
 import inspect
 from typing import Any, ClassVar
 
@@ -47,7 +55,8 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.case import LAYOUTS, Case
+from conformance.adapters.variants import variant_name
+from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
     "FlashAttn2",
@@ -180,10 +189,24 @@ class _FlashAttnBase(Adapter):
     lse_declared: ClassVar[str] = "-inf"
     unbounded: ClassVar[int | None] = -1  # `fa_window`'s value for an unbounded side
 
-    def __init__(self) -> None:
+    #: public spellings selectable as ``NAME@ENTRY`` (`conformance.adapters.variants`); auto per case without
+    entry_points: ClassVar[tuple[str, ...]] = ()
+    _paged_entries: ClassVar[tuple[str, ...]] = ("with_kvcache_paged",)  # spellings that read the page pools
+    #: substrings of the CUDA kernel names the library launches (forward, backward); a record without any
+    #: of them gets a note (empty: not checked)
+    expected_kernels: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
+
+    def __init__(self, entry_point: str | None = None) -> None:
+        if entry_point is not None and entry_point not in self.entry_points:
+            raise ValueError(f"{type(self).name} has no entry point {entry_point!r}; "
+                             f"its entry points: {list(self.entry_points)}")
+        self.entry_point = entry_point
+        self.name = variant_name(type(self).name, entry_point)
         self._module = None
         self._import_error: str | None = None
         self._notes: list[str] = []
+        self._paged: dict = {}  # the page pools and table of a paged call, by `CaseInputs.arrays` name
+        self._paged_lens: list[int] = []
 
     # -- availability -----------------------------------------------------------------------------
     def module(self):
@@ -243,7 +266,43 @@ class _FlashAttnBase(Adapter):
         if case.window is not None and case.alignment == "top_left" and (case.Lq != case.Lk or case.varlen):
             return ("flash-attn windows are centred on the bottom-right diagonal; a top-left window with "
                     "Lq != Lk (or varlen lengths) is not expressible")
-        return capability_reason(self.capabilities, effective, device) or self._extra_reason(case, device)
+        return (capability_reason(self.capabilities, effective, device) or self._extra_reason(case, device)
+                or self._entry_reason(self.entry(case), case))
+
+    # -- entry points -----------------------------------------------------------------------------
+    def entry(self, case: Case) -> str:
+        """The spelling this call uses: the variant's, else the one `_auto_entry` picks for the case."""
+        return self.entry_point or self._auto_entry(case)
+
+    def _auto_entry(self, case: Case) -> str:
+        if page_size_of(case.layout) is not None:
+            return "with_kvcache_paged"
+        if case.Lq <= 4 and not case.backward and case.seqlens_q is None:
+            return "with_kvcache"
+        return "varlen_func" if case.varlen else "func"
+
+    def _entry_reason(self, entry: str, case: Case) -> str | None:
+        """Why spelling `entry` cannot express `case` (FA2/FA3 spellings; FA4 overrides), or None."""
+        paged = page_size_of(case.layout) is not None
+        if entry == "func":
+            if case.varlen:
+                return "flash_attn_func takes no per-sequence lengths (varlen case)"
+            if paged:
+                return "flash_attn_func takes no block table (paged K/V case)"
+        elif entry == "varlen_func":
+            if paged:
+                return "this adapter's flash_attn_varlen_func spelling takes no block table (paged K/V case)"
+        elif entry in ("with_kvcache", "with_kvcache_paged"):
+            if case.backward:
+                return "flash_attn_with_kvcache is forward only"
+            if case.seqlens_q is not None:
+                return "flash_attn_with_kvcache takes per-batch key lengths (cache_seqlens), not query lengths"
+            if entry == "with_kvcache" and paged:
+                return f"paged K/V goes through {variant_name(type(self).name, 'with_kvcache_paged')}"
+            if entry == "with_kvcache_paged":
+                if not paged:
+                    return "the with_kvcache_paged spelling expresses paged K/V cases only (layouts paged64/128/256)"
+        return None
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
         if max(case.d, case.dv) > 256:
@@ -259,7 +318,7 @@ class _FlashAttnBase(Adapter):
         if lse_bhl is None:
             return None, "-inf"
         lse = tc.to_numpy(lse_bhl)
-        vis = tc.visibility(case, None)
+        vis = tc.visibility(case, None, padded_rows_visible=True)  # real rows only: padding is not compared
         empty = tc.fully_masked_rows(vis, (case.B, case.Hq, case.Lq))
         lse, convention, note = tc.translate_empty_lse(lse, empty, self.lse_declared)
         if note:
@@ -276,16 +335,57 @@ class _FlashAttnBase(Adapter):
         raise NotImplementedError
 
     def _tensors(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool) -> tc.Materialized:
-        return tc.materialize(inputs, case, device, requires_grad=requires_grad)
+        layout = "contiguous" if page_size_of(case.layout) is not None else None  # paged: q dense, K/V in pools
+        return tc.materialize(inputs, case, device, requires_grad=requires_grad, layout=layout)
+
+    def _handed(self, t: tc.Materialized, case: Case) -> dict:
+        """Everything the kernel receives, by name (the mutation check): the paged pools instead of dense K/V."""
+        if self._paged:
+            return {"q": t.q, **self._paged}
+        return t.named()
+
+    def _paged_cache(self, inputs: CaseInputs, case: Case, device: str, dtype) -> tuple[Any, Any, Any, list[int]]:
+        """(k_cache, v_cache [num_pages, page_size, Hkv, d] contiguous, block_table int32, key lengths) from
+        `CaseInputs.paged` (SEMANTICS.md §16: pool [num_pages, Hkv, page_size, d] is the engine's layout;
+        flash-attn's caches put the page slot before the head). Remembered in ``self._paged`` for the
+        mutation check. `_finite_tail` may rewrite slots an API documents it reads (FA4)."""
+        paged = inputs.paged
+        if paged is None:
+            raise ValueError(f"case {case.id}: layout {case.layout!r} is paged but CaseInputs.paged is None")
+        _, lens = self._lengths(case)
+        lens = [min(int(n), case.Lk) for n in lens]
+        k_pool = np.ascontiguousarray(np.asarray(paged["k_pool"]).transpose(0, 2, 1, 3))
+        v_pool = np.ascontiguousarray(np.asarray(paged["v_pool"]).transpose(0, 2, 1, 3))
+        table = np.ascontiguousarray(paged["block_table"], dtype=np.int32)
+        k_pool, v_pool = self._finite_tail(k_pool, v_pool, table, lens, int(paged["page_size"]))
+        k_cache = tc.to_torch(k_pool, dtype, device, name="paged.k_pool")
+        v_cache = tc.to_torch(v_pool, dtype, device, name="paged.v_pool")
+        bt = torch.from_numpy(table).to(device)
+        self._paged = {"paged.k_pool": k_cache, "paged.v_pool": v_cache, "paged.block_table": bt}
+        self._paged_lens = lens
+        return k_cache, v_cache, bt, lens
+
+    def _finite_tail(self, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray, lens: list[int],
+                     page_size: int) -> tuple[np.ndarray, np.ndarray]:
+        return k_pool, v_pool
+
+    def _prepare(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool):
+        """(tensors, everything handed to the kernel by name, its snapshot), all made before the kernel record
+        starts: the paged caches too (built for the spellings in `_paged_entries`)."""
+        self._notes = []
+        self._paged = {}
+        t = self._tensors(inputs, case, device, requires_grad)
+        if page_size_of(case.layout) is not None and self.entry(case) in self._paged_entries:
+            self._paged_cache(inputs, case, device, t.q.dtype)
+        handed = self._handed(t, case)
+        return t, handed, tc.snapshot(handed)
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        self._notes = []
-        t = self._tensors(inputs, case, device, False)
-        handed = t.named()
-        before = tc.snapshot(handed)
+        t, handed, before = self._prepare(inputs, case, device, False)
         with tc.KernelRecorder(device) as rec:
             out, lse, entry = self._run(t, inputs, case, device, want_lse=True)
         notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
+        notes += self._kernel_notes(rec, 0)
         lse_np, convention = self._finish_lse(lse, case, notes)
         return ForwardOutput(
             out=tc.to_numpy(out), lse=lse_np, out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
@@ -295,27 +395,72 @@ class _FlashAttnBase(Adapter):
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
-        self._notes = []
-        t = self._tensors(inputs, case, device, True)
-        handed = t.named()
-        before = tc.snapshot(handed)
+        t, handed, before = self._prepare(inputs, case, device, True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, _, entry = self._run(t, inputs, case, device, want_lse=False)
             grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
-        return tc.autograd_output(out, grads, rec, tc.changed(before, handed),
-                                  notes=[f"entry point: {entry}"] + ([rec.error] if rec.error else []))
+        notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
+        notes += self._kernel_notes(rec, 1)
+        return tc.autograd_output(out, grads, rec, tc.changed(before, handed), notes=notes)
+
+    def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
+        """A note when the record (forward: 0, backward: 1) holds none of the library's expected kernels."""
+        expected = self.expected_kernels[which]
+        note = tc.missing_kernel_note(rec.names, expected, self.name) if expected else None
+        return [note] if note else []
+
+    def _paged_tensors(self):
+        """(k_cache, v_cache, block_table) built by `_prepare` for a paged spelling."""
+        p = self._paged
+        return p["paged.k_pool"], p["paged.v_pool"], p["paged.block_table"]
+
+    # -- the FA2 / FA3 spellings (same signatures in flash_attn and flash_attn_interface) -------------
+    def _run_fa23(self, t, inputs, case, device, want_lse, required: dict, prefix: str):
+        """Call `case` through spelling ``self.entry(case)`` with the keywords in `required` (softmax_scale,
+        causal, window_size, softcap, descales); returns (out [B, H, Lq, dv], lse [B, H, Lq] or None, name)."""
+        mod = self.module()
+        entry = self.entry(case)
+        q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
+        if entry in ("with_kvcache", "with_kvcache_paged"):
+            _, sk = self._lengths(case)
+            required = dict(required, cache_seqlens=torch.tensor(sk, dtype=torch.int32, device=device))
+            if entry == "with_kvcache_paged":
+                k, v, table = self._paged_tensors()
+                required[self.page_table_kw] = table
+            res = _call(mod.flash_attn_with_kvcache, (q, k, v), required, dict(return_softmax_lse=want_lse))
+            out, lse = _split_result(res)
+            return out.transpose(1, 2), (lse if want_lse else None), f"{prefix}flash_attn_with_kvcache"
+        if entry == "varlen_func":
+            sq, sk = self._lengths(case)
+            cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
+            ck = torch.tensor(cu_seqlens(sk), dtype=torch.int32, device=device)
+            res = _call(mod.flash_attn_varlen_func,
+                        (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk), cq, ck, max(sq), max(sk)),
+                        required, dict(return_attn_probs=want_lse))
+            out, lse = _split_result(res) if want_lse else (_split_result(res)[0], None)
+            out = unpack_varlen(out, sq, case.Lq)
+            lse = unpack_varlen_lse(lse, sq, case.Lq) if lse is not None else None
+            return out, lse, f"{prefix}flash_attn_varlen_func"
+        res = _call(mod.flash_attn_func, (q, k, v), required, dict(return_attn_probs=want_lse))
+        out, lse = _split_result(res)
+        return out.transpose(1, 2), (lse if want_lse else None), f"{prefix}flash_attn_func"
 
 
 def _fa_caps(**kw) -> Capabilities:
     base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=None, dv_ne_d=False,
                 alignments=frozenset({"bottom_right"}), window=True, mask=False, bias=False, softcap=True, gqa=True,
-                varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True)
+                varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True,
+                memory="linear")
     base.update(kw)
     return Capabilities(**base)
 
 
+_FA23_ENTRY_POINTS = ("func", "varlen_func", "with_kvcache", "with_kvcache_paged")
+
+
 class FlashAttn2(_FlashAttnBase):
-    """FlashAttention-2 (``pip install flash-attn``, 2.x): func, varlen_func, with_kvcache."""
+    """FlashAttention-2 (``pip install flash-attn``, 2.x): func, varlen_func, with_kvcache (cache_seqlens,
+    block_table with pages of a multiple of 256 keys)."""
 
     name = "flash-attn-2"
     description = "FlashAttention-2 (flash_attn_func / flash_attn_varlen_func / flash_attn_with_kvcache)"
@@ -324,7 +469,10 @@ class FlashAttn2(_FlashAttnBase):
     min_cc = (8, 0)
     cc_text = "sm80 or newer (Ampere, Ada, Hopper)"
     lse_declared = "+inf"
-    capabilities = _fa_caps()
+    entry_points = _FA23_ENTRY_POINTS
+    page_table_kw = "block_table"
+    # FA2's block_table takes pages of a multiple of 256 keys: of the paged layouts, paged256
+    capabilities = _fa_caps(layouts=frozenset(LAYOUTS) | {"paged256"})
 
     def _check_module(self, mod) -> str | None:
         version = str(getattr(mod, "__version__", ""))
@@ -335,51 +483,29 @@ class FlashAttn2(_FlashAttnBase):
         return None
 
     def _run(self, t, inputs, case, device, want_lse):
-        mod = self.module()
-        scale = case.scale
-        window = fa_window(case, self.unbounded)
-        softcap = case.softcap if case.softcap is not None else 0.0
-        common = dict(softmax_scale=scale, causal=case.causal, window_size=window)
-        extra = dict(softcap=softcap) if softcap else {}
-        decoding = case.Lq <= 4 and not case.backward and case.seqlens_q is None
-        if decoding and hasattr(mod, "flash_attn_with_kvcache"):
-            # the KV-cache entry point; per-batch key lengths (seqlens_k) become cache_seqlens
-            _, sk = self._lengths(case)
-            cache_seqlens = torch.tensor(sk, dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_with_kvcache, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)),
-                        dict(cache_seqlens=cache_seqlens, **common, **extra), dict(return_softmax_lse=want_lse))
-            out, lse = _split_result(res)
-            return out.transpose(1, 2), lse, "flash_attn_with_kvcache"
-        if case.varlen:
-            sq, sk = self._lengths(case)
-            cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
-            ck = torch.tensor(cu_seqlens(sk), dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_varlen_func,
-                        (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk), cq, ck, max(sq), max(sk)),
-                        dict(dropout_p=0.0, **common, **extra), dict(return_attn_probs=want_lse))
-            out, lse = _split_result(res) if want_lse else (_split_result(res)[0], None)
-            out = unpack_varlen(out, sq, case.Lq)
-            if lse is not None:
-                lse = unpack_varlen_lse(lse, sq, case.Lq)
-            return out, lse, "flash_attn_varlen_func"
-        q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
-        res = _call(mod.flash_attn_func, (q, k, v), dict(dropout_p=0.0, **common, **extra),
-                    dict(return_attn_probs=want_lse))
-        out, lse = _split_result(res)
-        return out.transpose(1, 2), (lse if want_lse else None), "flash_attn_func"
+        required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
+        if case.softcap:
+            required["softcap"] = case.softcap
+        if self.entry(case) in ("func", "varlen_func"):
+            required["dropout_p"] = 0.0
+        return self._run_fa23(t, inputs, case, device, want_lse, required, "")
 
 
 class FlashAttn3(_FlashAttnBase):
-    """FlashAttention-3 (hopper/ build, module flash_attn_interface), incl. FP8 with (B, Hkv) descales."""
+    """FlashAttention-3 (hopper/ build, module flash_attn_interface), incl. FP8 with (B, Hkv) descales;
+    func, varlen_func, with_kvcache (cache_seqlens, page_table of any page size)."""
 
     name = "flash-attn-3"
-    description = "FlashAttention-3 (flash_attn_interface.flash_attn_func / varlen), FP8 e4m3 with descales"
+    description = "FlashAttention-3 (flash_attn_interface.flash_attn_func / varlen / with_kvcache), FP8 e4m3"
     module_names = ("flash_attn_interface", "flash_attn_3.flash_attn_interface")
     package = "flash-attn 3 (hopper/ build, module flash_attn_interface)"
     min_cc = (8, 0)
     cc_text = "sm80 or newer (FP8: sm90 Hopper)"
     lse_declared = "-inf"
-    capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}))
+    entry_points = _FA23_ENTRY_POINTS
+    page_table_kw = "page_table"
+    capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}),
+                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
         reason = super()._extra_reason(case, device)  # head dims up to 256
@@ -391,8 +517,6 @@ class FlashAttn3(_FlashAttnBase):
                 return f"FA3 FP8 needs sm90; this GPU is sm{cc[0]}{cc[1]}"
             if case.backward:
                 return "FA3 FP8 is forward only"
-            if case.fp8.incoherent:
-                return None  # rotation happens before quantization; the kernel sees plain FP8 codes
         return None
 
     def _tensors(self, inputs, case, device, requires_grad):
@@ -405,78 +529,177 @@ class FlashAttn3(_FlashAttnBase):
         return tc.materialize(coded, case, device, dtype=torch.float8_e4m3fn)
 
     def _run(self, t, inputs, case, device, want_lse):
-        mod = self.module()
-        window = fa_window(case, self.unbounded)
-        softcap = case.softcap if case.softcap is not None else 0.0
-        required = dict(softmax_scale=case.scale, causal=case.causal, window_size=window)
-        if softcap:
-            required["softcap"] = softcap
+        required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
+        if case.softcap:
+            required["softcap"] = case.softcap
         if case.fp8 is not None:
             ds, rounded = fa3_descales(inputs.fp8, case.B, case.Hkv)
             if rounded:
                 self._notes.append(f"FP8 descales rounded to float32 for FA3 (max relative change {rounded:.2e})")
             for name, arr in ds.items():
                 required[name] = torch.from_numpy(arr).to(device)
-        optional = dict(return_attn_probs=want_lse)
-        decoding = case.Lq <= 4 and not case.backward and case.seqlens_q is None
-        if decoding and hasattr(mod, "flash_attn_with_kvcache"):
-            # KV-cache entry point (split-KV heuristics, num_splits=0); seqlens_k become cache_seqlens
-            _, sk = self._lengths(case)
-            required["cache_seqlens"] = torch.tensor(sk, dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_with_kvcache, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)),
-                        required, dict(return_softmax_lse=want_lse))
-            out, lse = _split_result(res)
-            return out.transpose(1, 2), (lse if want_lse else None), "flash_attn_interface.flash_attn_with_kvcache"
-        if case.varlen:
-            sq, sk = self._lengths(case)
-            cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
-            ck = torch.tensor(cu_seqlens(sk), dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_varlen_func,
-                        (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk), cq, ck, max(sq), max(sk)),
-                        required, optional)
-            out, lse = _split_result(res)
-            out = unpack_varlen(out, sq, case.Lq)
-            lse = unpack_varlen_lse(lse, sq, case.Lq) if (lse is not None and want_lse) else None
-            return out, lse, "flash_attn_interface.flash_attn_varlen_func"
-        res = _call(mod.flash_attn_func, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)), required, optional)
-        out, lse = _split_result(res)
-        return out.transpose(1, 2), (lse if want_lse else None), "flash_attn_interface.flash_attn_func"
+        return self._run_fa23(t, inputs, case, device, want_lse, required, "flash_attn_interface.")
+
+
+def _i32(values, device: str):
+    return torch.tensor([int(x) for x in values], dtype=torch.int32, device=device)
+
+
+#: FA4 (flash-attn-4 4.0.0b36, flash_attn/cute/interface.py) on sm90: `_validate_head_dims` accepts d and dv
+#: in 8..256, multiples of 16 // element size (8 for fp16/bf16)
+FA4_SM90_HEAD_DIMS = frozenset(range(8, 257, 8))
 
 
 class FlashAttn4(_FlashAttnBase):
-    """FlashAttention-4 (CuTe DSL, module flash_attn.cute; Hopper sm90 and Blackwell sm100)."""
+    """FlashAttention-4 (CuTe DSL, module flash_attn.cute, distribution flash-attn-4), its sm90 path.
+
+    What it claims is what flash_attn/cute/interface.py (4.0.0b36) accepts on sm90: fp16/bf16 (FP8 is
+    sm100-only there); d and dv in 8..256, multiples of 8, dv != d allowed; causal (bottom-right), windows
+    ``(left, right)`` with None unbounded, softcap, GQA/MQA, a custom ``softmax_scale``; LSE through
+    ``return_lse=True`` ([B, H, Lq], or [H, total_q] with cu_seqlens_q; -inf on rows with no key, §8);
+    backward through autograd, except GQA/MQA with dv != d (FlashAttentionBackwardSm90 asserts
+    ``head_dim == head_dim_v`` for GQA) and paged K/V (the backward takes no page table).
+
+    Entry points (``flash-attn-4@ENTRY``, conformance/README.md): ``func`` (``flash_attn_func``, dense
+    cases), ``varlen_func`` (``flash_attn_varlen_func`` on packed sequences with ``cu_seqlens_q/k``; a dense
+    case is packed with equal lengths), ``seqused`` (``flash_attn_varlen_func`` on padded [B, L, H, D] tensors
+    with ``seqused_q`` / ``seqused_k``), ``paged`` (``flash_attn_varlen_func`` with ``page_table`` [B, pages]
+    and ``seqused_k`` over caches [num_pages, page_size, Hkv, d]; paged cases only), and ``deterministic``
+    (the per-case spelling with ``deterministic=True``, which FA4 honours in its backward with semaphores;
+    the adapter then declares bitwise determinism). Without ``@`` the spelling is picked per case: paged
+    -> ``paged``, varlen -> ``varlen_func``, otherwise ``func``.
+
+    FA4 documents a precondition of ``page_table``: when pages are loaded by TMA, the slots past
+    ``seqused_k`` in a sequence's last, partially used page are read (their scores masked, but 0 x NaN is
+    NaN), so they must be finite. The adapter writes 0 there (a note counts them) and leaves NaN in every
+    page and table entry a sequence does not use, which FA4 says may hold anything (SEMANTICS.md §16).
+
+    Not passed (yet): ``learnable_sink`` ((Hq,) fp16/bf16/fp32 logits joining every row's softmax
+    denominator, gradient returned; an empty row's LSE is the sink), ``qv`` (MLA, sm100), ``score_mod`` /
+    ``mask_mod``, block sparsity, ``num_splits`` (SplitKV is refused on sm90).
+    """
 
     name = "flash-attn-4"
-    description = "FlashAttention-4 (flash_attn.cute.flash_attn_func / flash_attn_varlen_func, CuTe DSL)"
+    description = "FlashAttention-4 sm90 (flash_attn.cute.flash_attn_func / flash_attn_varlen_func, CuTe DSL)"
     module_names = ("flash_attn.cute",)
-    package = "flash-attn 4 (module flash_attn.cute, needs nvidia-cutlass-dsl)"
+    distribution = "flash-attn-4"
+    package = "flash-attn-4 (module flash_attn.cute, needs nvidia-cutlass-dsl)"
     min_cc = (9, 0)
-    cc_text = "sm90 (Hopper) or sm100 (Blackwell)"
+    cc_text = "sm90 (Hopper); the claims here are FA4's sm90 path"
     lse_declared = "-inf"
     unbounded = None
-    # head dims the FA4 README lists for sm90/sm100 forward and backward
-    capabilities = _fa_caps(head_dims=frozenset({64, 96, 128}))
+    entry_points = ("func", "varlen_func", "seqused", "paged", "deterministic")
+    _paged_entries = ("paged",)
+    # seen on the H200 (reports/gpu/flash_attn_4/README.md): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
+    # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
+    expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
+    capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
+                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+
+    def __init__(self, entry_point: str | None = None) -> None:
+        super().__init__(entry_point)
+        if entry_point == "deterministic":
+            self.capabilities = dataclasses.replace(type(self).capabilities, deterministic=True)
+
+    def version(self) -> str:
+        """The distribution's version from package metadata (flash_attn.cute.__version__ asks for a
+        distribution named "fa4" and reads 0.0.0 for the flash-attn-4 wheel)."""
+        try:
+            return importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return super().version() + f" (no {self.distribution} distribution metadata)"
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = super().unavailable_reason(device)
+        if reason is None and device.startswith("cuda"):
+            cc = tc.cuda_capability()
+            if cc is not None and cc[0] != 9:
+                return (f"{self.name} claims what FA4's sm90 path supports; this GPU is sm{cc[0]}{cc[1]}, where "
+                        "FA4 has other limits (head dims <= 128, 192/128, 256/256; FP8)")
+        return reason
+
+    def entry(self, case: Case) -> str:
+        if self.entry_point in (None, "deterministic"):
+            return self._auto_entry(case)
+        return self.entry_point
+
+    def _auto_entry(self, case: Case) -> str:
+        if page_size_of(case.layout) is not None:
+            return "paged"
+        return "varlen_func" if case.varlen else "func"
+
+    def _extra_reason(self, case: Case, device: str) -> str | None:
+        if case.backward and case.Hq != case.Hkv and case.d != case.dv:
+            return (f"FA4's sm90 backward with GQA/MQA needs head_dim == head_dim_v (d={case.d}, dv={case.dv}; "
+                    "FlashAttentionBackwardSm90 asserts it)")
+        if page_size_of(case.layout) is not None and (case.d % 16 or case.dv % 16):
+            return (f"FA4's sm90 paged K/V loaded without TMA needs head dims that are multiples of 16 "
+                    f"(d={case.d}, dv={case.dv}: 'Paged KV does not support irregular head dim')")
+        return None
+
+    def _entry_reason(self, entry: str, case: Case) -> str | None:
+        paged = page_size_of(case.layout) is not None
+        if entry == "paged":
+            if not paged:
+                return "the paged spelling (page_table) expresses paged K/V cases only (layouts paged64/128/256)"
+            if case.backward:
+                return "FA4's backward takes no page_table (paged K/V is forward only)"
+            return None
+        if paged:
+            return f"paged K/V goes through {variant_name(type(self).name, 'paged')} (page_table)"
+        if entry == "func" and case.varlen:
+            return "flash_attn_func takes no per-sequence lengths (varlen case)"
+        return None
+
+    def _finite_tail(self, k_pool, v_pool, table, lens, page_size):
+        k_pool, v_pool = k_pool.copy(), v_pool.copy()
+        zeroed = 0
+        for b, n in enumerate(lens):
+            used = -(-n // page_size)
+            if used and n % page_size:
+                page = int(table[b, used - 1])
+                k_pool[page, n % page_size:] = 0.0
+                v_pool[page, n % page_size:] = 0.0
+                zeroed += page_size - n % page_size
+        if zeroed:
+            self._notes.append(f"page_table precondition (FA4 docstring): {zeroed} slot(s) past seqused_k in "
+                               "last, partially used pages set to 0 (unused pages keep NaN)")
+        return k_pool, v_pool
 
     def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
+        entry = self.entry(case)
+        kw: dict[str, Any] = dict(softmax_scale=case.scale, causal=case.causal, return_lse=want_lse)
         window = fa_window(case, self.unbounded)
-        required = dict(softmax_scale=case.scale, causal=case.causal)
         if window != (None, None):
-            required["window_size"] = window
-        if case.softcap is not None:
-            required["softcap"] = case.softcap
-        optional = dict(return_lse=want_lse)
-        if case.varlen:
-            sq, sk = self._lengths(case)
-            required["cu_seqlens_q"] = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
-            required["cu_seqlens_k"] = torch.tensor(cu_seqlens(sk), dtype=torch.int32, device=device)
-            optional.update(max_seqlen_q=max(sq), max_seqlen_k=max(sk))
+            kw["window_size"] = window
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        if self.entry_point == "deterministic":
+            kw["deterministic"] = True
+        sq, sk = self._lengths(case)
+        q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
+        name = "flash_attn.cute."
+        if entry == "func":
+            out, lse = _split_result(_call(mod.flash_attn_func, (q, k, v), kw, {}))
+            return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_func"
+        if entry == "varlen_func":
+            kw.update(cu_seqlens_q=_i32(cu_seqlens(sq), device), cu_seqlens_k=_i32(cu_seqlens(sk), device),
+                      max_seqlen_q=max(sq), max_seqlen_k=max(sk))
             res = _call(mod.flash_attn_varlen_func, (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk)),
-                        required, optional)
+                        kw, {})
             out, lse = _split_result(res)
             out = unpack_varlen(out, sq, case.Lq)
             lse = unpack_varlen_lse(lse, sq, case.Lq) if (lse is not None and want_lse) else None
-            return out, lse, "flash_attn.cute.flash_attn_varlen_func"
-        res = _call(mod.flash_attn_func, (self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)), required, optional)
-        out, lse = _split_result(res)
-        return out.transpose(1, 2), (lse if want_lse else None), "flash_attn.cute.flash_attn_func"
+            return out, lse, name + "flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k)"
+        if entry == "seqused":
+            kw.update(seqused_q=_i32(sq, device), seqused_k=_i32(sk, device))
+            out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k, v), kw, {}))
+            entry_name = name + "flash_attn_varlen_func(seqused_q, seqused_k)"
+            return out.transpose(1, 2), (lse if want_lse else None), entry_name
+        k_cache, v_cache, table = self._paged_tensors()
+        kw.update(page_table=table, seqused_k=_i32(self._paged_lens, device))
+        if case.seqlens_q is not None:
+            kw["seqused_q"] = _i32(sq, device)
+        out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k_cache, v_cache), kw, {}))
+        return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_varlen_func(page_table, seqused_k)"

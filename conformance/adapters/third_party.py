@@ -36,8 +36,14 @@
      unavailable with every probe's exception listed); a feature that probed fine and raises later is
      a FAIL;
    - tests everything the signature can express: bottom-right causal, windows and varlen padding as
-     boolean masks, fully masked rows, additive biases, non-contiguous (``bshd``) and stride-0
-     (``kv_broadcast``) inputs, backward. Softcap and FP8 cannot be expressed: NOT_SUPPORTED.
+     boolean masks (padded keys masked out, padded query rows fully masked: SEMANTICS.md §17), fully
+     masked rows, additive biases, non-contiguous (``bshd``) and stride-0 (``kv_broadcast``) inputs,
+     backward. Softcap, FP8 and paged K/V (a block table) cannot be expressed: `supports` checks the
+     declared capabilities, so those cases are NOT_SUPPORTED with the reason;
+   - calls the function inside `conformance.calldata.under_test`: an exception raised by the function
+     (or by autograd through it) is the function's, a FAIL for a claimed case; an exception raised by
+     the harness around it (translating the case, preparing tensors, reading the result) is
+     HARNESS_ERROR, naming the harness frame.
 """
 
 from __future__ import annotations
@@ -54,9 +60,11 @@ from conformance.adapters.base import (
     Capabilities,
     CaseInputs,
     ForwardOutput,
+    capability_reason,
 )
 from conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
-from conformance.case import ALIGNMENTS, LAYOUTS, Case
+from conformance.calldata import under_test
+from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 from conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
@@ -66,6 +74,7 @@ class SdpaFunctionAdapter(Adapter):
     """Adapter around a plain function with torch SDPA's signature (see the module docstring)."""
 
     description = "third-party function with torch SDPA's signature, features probed"
+    marks_code_under_test = True  # only the function itself (and autograd through it) is code under test
 
     def __init__(self, fn, name: str, claims: Claims | None = None):
         if not callable(fn):
@@ -103,18 +112,20 @@ class SdpaFunctionAdapter(Adapter):
             devices=frozenset({device.split(":")[0]}),
             head_dims=frozenset(c.head_dims) if c.head_dims is not None else None,
             dv_ne_d=ok("dv_ne_d"),
-            alignments=frozenset(c.alignments) if c.alignments is not None else
-            frozenset(ALIGNMENTS) if ok("bool_mask") or causal_ok else frozenset(),
+            # declared alignments only restrict Lq != Lk (`claims_reason`); square causal is one semantics
+            alignments=frozenset(ALIGNMENTS) if ok("bool_mask") or causal_ok else frozenset(),
             window=ok("bool_mask"),
             mask=ok("bool_mask"),
             bias=ok("float_bias"),
             softcap=False,
             gqa=ok("gqa"),
             varlen=ok("bool_mask"),
+            chunk=ok("bool_mask"),
             custom_scale=ok("scale"),
-            layouts=frozenset(LAYOUTS),
+            layouts=frozenset(LAYOUTS),  # dense layouts only: the signature has no block table
             lse=False,
             backward=ok("backward"),
+            padding_as_mask=True,
         )
 
     @property
@@ -162,8 +173,17 @@ class SdpaFunctionAdapter(Adapter):
             return "the SDPA signature has no FP8 inputs or descales"
         if case.softcap is not None:
             return "the SDPA signature cannot express softcap (tanh is not an additive bias)"
+        if case.sinks is not None:
+            return "the SDPA signature cannot express attention sinks (a logit with no value, SEMANTICS.md §18)"
+        if case.kv_append is not None:
+            return "the SDPA signature has no KV cache to append to (SEMANTICS.md §20)"
+        if case.lse_grad:
+            return "the SDPA signature returns no LSE, so it takes no LSE cotangent (SEMANTICS.md §13)"
         if case.dtype not in PROBE_DTYPES:
             return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
+        if page_size_of(case.layout) is not None:
+            return (f"paged K/V layout {case.layout} (block table, SEMANTICS.md §16) is not expressible through "
+                    "torch SDPA's signature (dense K/V tensors only)")
         from conformance.adapters.torch_sdpa import _needs_attn_mask
 
         declined = claims_reason(self.claims, case, needs_mask=_needs_attn_mask(case))
@@ -177,12 +197,18 @@ class SdpaFunctionAdapter(Adapter):
             err = head_dim_reason(self.fn, self.claims, device, case.d, case.dv)
             if err is not None:
                 return f"probe 'head_dim:{case.d}x{case.dv}' raised on {device}: {err}"
-        return None
+        return capability_reason(self.caps_for(device), case, device)
 
     # -- the call ---------------------------------------------------------------------------------
     def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
+        """The function under test on the prepared tensors; what it raises (or returns instead of a tensor)
+        is its own, not the harness's (`under_test`)."""
         kwargs = sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
-        return first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+        with under_test():
+            out = first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"{self.name} returned {type(out).__name__}, not a torch.Tensor")
+        return out
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         from conformance.adapters.torch_sdpa import prepare_sdpa_call
@@ -203,7 +229,8 @@ class SdpaFunctionAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t, c.mask_t, c.is_causal, case)
-            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+            with under_test():  # autograd runs the function's own backward graph
+                grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated())
 
 

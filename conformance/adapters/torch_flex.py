@@ -4,7 +4,11 @@ How a case (oracles/SEMANTICS.md) maps onto FlexAttention:
 - §4 causal, both alignments, and §5 windows: a ``mask_mod`` on the indices, around the aligned
   diagonal ``c(i) = i + (sk - sq)`` (bottom-right) or ``c(i) = i`` (top-left), with ``sq, sk`` each
   sequence's real lengths (§7 varlen: per-batch length tensors indexed by ``b``; keys ``j >= sk``
-  masked; padded query rows made fully visible so their output is finite - the engine ignores them).
+  masked; padded query rows fully masked, SEMANTICS.md §17 - the engine does not compare them).
+- §19 chunked attention: the same ``mask_mod`` keeps ``floor(c(i) / C) == floor(j / C)``.
+- §18 sinks are not claimed: a ``score_mod`` rewrites the scores of existing keys and cannot add a term
+  with no value to the denominator; expressing one needs a zero K/V row appended to the inputs with its
+  score set to the sink (a different call, with its own Lk), which is not what a flex user's kernel computes.
 - §6 boolean mask: the ``mask_mod`` indexes a bool tensor; additive bias: the ``score_mod`` adds a
   tensor entry. §3 order: scale (flex applies ``scale`` before ``score_mod``), softcap
   ``c * tanh(s / c)`` in the ``score_mod``, then bias, then the mask.
@@ -39,6 +43,7 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
+from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["FlexAttention", "flex_mods"]
@@ -56,6 +61,8 @@ _CPU_CAPS = Capabilities(
     layouts=frozenset(LAYOUTS),
     lse=True,
     backward=False,
+    padding_as_mask=True,  # varlen reaches flex as a mask_mod over the padded tensors (SEMANTICS.md §17)
+    chunk=True,
 )
 # the CPU claims, less float64, plus the backward that only the compiled CUDA path has
 _CUDA_CAPS = dataclasses.replace(
@@ -93,7 +100,8 @@ def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, devi
     left, right = case.window if case.window is not None else (None, None)
     if case.causal:
         right = 0
-    structural = case.causal or case.window is not None or case.varlen
+    structural = case.causal or case.window is not None or case.varlen or case.chunk is not None
+    chunk = case.chunk
 
     mask_mod = None
     if structural or mask_t is not None:
@@ -110,10 +118,13 @@ def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, devi
                 keep = keep & (kv_idx <= diag + right)
             if left is not None:
                 keep = keep & (kv_idx >= diag - left)
+            if chunk is not None:  # §19: same chunk of the aligned positions (floor division)
+                keep = keep & (torch.div(diag, chunk, rounding_mode="floor")
+                               == torch.div(kv_idx, chunk, rounding_mode="floor"))
             if mask_t is not None:
                 keep = keep & mask_t[b, h if mask_heads > 1 else 0, q_idx, kv_idx]
             if sq_t is not None:
-                keep = keep | (q_idx >= sq_b)  # padded query rows: finite, not compared
+                keep = keep & (q_idx < sq_b)  # padded query rows are fully masked (SEMANTICS.md §17), not compared
             return keep
 
     score_mod = None
@@ -142,6 +153,7 @@ class FlexAttention(Adapter):
     name = "torch-flex"
     description = "torch FlexAttention with mask_mod/score_mod (eager on CPU, torch.compile on CUDA)"
     capabilities = _CPU_CAPS
+    marks_code_under_test = True  # torch's flex calls (and autograd through them) are the code under test
     _compiled: dict = {}
 
     def __init__(self) -> None:
@@ -195,19 +207,22 @@ class FlexAttention(Adapter):
         mask_mod, mask_heads, score_mod = flex_mods(case, inputs.mask, inputs.bias, device, score_dtype)
         block_mask = None
         if mask_mod is not None:
-            block_mask = fa_mod.create_block_mask(
-                mask_mod, case.B, case.Hq if mask_heads > 1 else None, case.Lq, case.Lk, device=device)
-        fn = self._function(device)
+            with under_test():  # torch evaluates the mask into its block structure
+                block_mask = fa_mod.create_block_mask(
+                    mask_mod, case.B, case.Hq if mask_heads > 1 else None, case.Lq, case.Lk, device=device)
+        with under_test():
+            fn = self._function(device)
         kwargs = dict(score_mod=score_mod, block_mask=block_mask, scale=case.scale, enable_gqa=case.Hq != case.Hkv)
         aux_request = getattr(fa_mod, "AuxRequest", None)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
             warnings.filterwarnings("ignore", message=".*return_lse is deprecated.*")
-            if aux_request is not None:
-                out, aux = fn(t.q, t.k, t.v, return_aux=aux_request(lse=True), **kwargs)
-                lse = aux.lse
-            else:
-                out, lse = fn(t.q, t.k, t.v, return_lse=True, **kwargs)
+            with under_test():
+                if aux_request is not None:
+                    out, aux = fn(t.q, t.k, t.v, return_aux=aux_request(lse=True), **kwargs)
+                    lse = aux.lse
+                else:
+                    out, lse = fn(t.q, t.k, t.v, return_lse=True, **kwargs)
         return out, lse, block_mask
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
@@ -238,6 +253,7 @@ class FlexAttention(Adapter):
         before = tc.snapshot(handed)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, lse, _ = self._run(t, inputs, case, device)
-            grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
+            with under_test():
+                grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         return tc.autograd_output(out, grads, rec, tc.changed(before, handed), lse=lse,
                                   notes=[rec.error] if rec.error else [])

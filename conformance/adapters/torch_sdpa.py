@@ -19,6 +19,12 @@ How a case (oracles/SEMANTICS.md) maps onto the SDPA signature:
   from the public call's. Its value on fully masked rows is 0 (§8 convention "0"): mapped to -inf
   on exactly the rows the case's mask empties, with a note; any other value is left for the engine.
 
+Spellings (``torch-sdpa-*@ENTRY``, `conformance.adapters.variants`, `sdpa_entry_reason`): ``is_causal``
+(flags only), ``bool_mask`` (always a dense boolean mask), ``causal_upper_left`` / ``causal_lower_right``
+(``torch.nn.attention.bias`` CausalBias objects; torch runs those as ``is_causal=True`` when they mean it,
+and for lower-right with Lq != Lk tries the flash / efficient kernels itself, bypassing ``sdpa_kernel``,
+else materialises the mask). A variant calls only its spelling and declines what it cannot express.
+
 `supports` declines with torch's own words: after the declared-capability check it asks torch's
 dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
 dtype, strides, mask and requires_grad) whether the pinned backend accepts the call, and returns the
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -49,10 +55,12 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
+from conformance.adapters.variants import variant_name
+from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath", "prepare_sdpa_call",
-           "sdpa_plan"]
+__all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
+           "prepare_sdpa_call", "sdpa_entry_reason", "sdpa_plan", "spelled_plan"]
 
 _ALL_FLOAT = frozenset({"float64", "float32", "float16", "bfloat16"})
 _HALF = frozenset({"float16", "bfloat16"})
@@ -66,6 +74,7 @@ def _needs_attn_mask(case: Case) -> bool:
         or case.bias is not None
         or case.window is not None
         or case.varlen
+        or case.chunk is not None
         or (case.causal and not native_causal)
     )
 
@@ -82,6 +91,72 @@ def sdpa_plan(case: Case, mask: np.ndarray | None, bias: np.ndarray | None) -> t
     if bias is not None:
         return False, tc.float_mask(vis, tc.neutral_padded_bias(bias, case), case.B, case.Lq, case.Lk)
     return False, vis
+
+
+#: the public spellings of SDPA's masking, selectable as ``torch-sdpa-*@ENTRY`` (`conformance.adapters.variants`)
+SDPA_ENTRY_POINTS = ("is_causal", "bool_mask", "causal_upper_left", "causal_lower_right")
+
+
+def _square(case: Case) -> bool:
+    return case.Lq == case.Lk and not case.varlen
+
+
+def sdpa_entry_reason(entry: str, case: Case) -> str | None:
+    """Why SDPA spelling `entry` cannot express `case` (None: it can).
+
+    - ``is_causal``: flags only (``is_causal``, no ``attn_mask``): non-causal unmasked cases, and causal ones
+      whose alignment is top-left (or square, where both alignments are one mask), §4;
+    - ``bool_mask``: a dense boolean ``attn_mask`` (True = attend) for every case without an additive bias;
+    - ``causal_upper_left`` / ``causal_lower_right``: ``attn_mask=torch.nn.attention.bias.causal_upper_left(Lq,
+      Lk)`` / ``causal_lower_right(Lq, Lk)``: causal cases of that alignment (or square) with nothing else
+      restricting the keys (no mask, bias, window or varlen lengths).
+    """
+    if entry not in SDPA_ENTRY_POINTS:
+        raise ValueError(f"unknown SDPA entry point {entry!r}; choose from {list(SDPA_ENTRY_POINTS)}")
+    if entry == "is_causal":
+        if _needs_attn_mask(case):
+            return ("the is_causal spelling expresses only unmasked cases and causal top-left (or square) ones; "
+                    "this case needs an attn_mask")
+        return None
+    if entry == "bool_mask":
+        return "an additive bias is not expressible as a boolean mask" if case.bias is not None else None
+    want = "top_left" if entry == "causal_upper_left" else "bottom_right"
+    if not case.causal:
+        return f"the {entry} bias expresses causal cases only"
+    if case.alignment != want and not _square(case):
+        return f"the {entry} bias is {want.replace('_', '-')} causal; this case is {case.alignment} with Lq != Lk"
+    if case.mask is not None or case.bias is not None or case.window is not None or case.varlen:
+        return f"the {entry} bias expresses plain causal masking only (this case adds a mask, bias, window or varlen)"
+    return None
+
+
+def spelled_plan(entry: str | None, case: Case, mask: np.ndarray | None,
+                 bias: np.ndarray | None) -> tuple[bool, np.ndarray | None, str | None]:
+    """(is_causal, attn_mask, causal bias variant or None) for `case` through spelling `entry`.
+
+    entry None: `sdpa_plan` (native ``is_causal`` where it means the case, else a dense mask). For the
+    ``causal_*`` spellings attn_mask is the equivalent dense boolean mask (used for the empty-row and LSE
+    bookkeeping; the call itself passes the bias object). Call `sdpa_entry_reason` first.
+    """
+    if entry is None or entry == "is_causal":
+        is_causal, attn_mask = sdpa_plan(case, mask, bias)
+        return is_causal, attn_mask, None
+    vis = tc.visibility(case, mask)
+    if vis is None:
+        vis = np.ones((case.B, 1, case.Lq, case.Lk), dtype=bool)
+    if entry == "bool_mask":
+        return False, vis, None
+    return False, vis, entry
+
+
+def _causal_bias(variant: str, case: Case) -> tuple[object, list[str]]:
+    """The CausalBias object of `variant` for the case's lengths, and what torch warned while making it."""
+    from torch.nn.attention import bias as attn_bias
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        made = getattr(attn_bias, variant)(case.Lq, case.Lk)
+    return made, [f"torch warned: {w.message}" for w in caught]
 
 
 def _mask_tensor(attn_mask: np.ndarray | None, dtype, device: str):
@@ -105,20 +180,35 @@ class SdpaCall:
     is_causal: bool
     handed: dict
     before: dict
+    #: what the public call passes as attn_mask: mask_t, or a torch.nn.attention.bias.CausalBias
+    call_mask: object = None
+    bias_variant: str | None = None  # "causal_upper_left" / "causal_lower_right" when call_mask is one
+    notes: list[str] = field(default_factory=list)
 
     def mutated(self) -> tuple[str, ...]:
         return tc.changed(self.before, self.handed)
 
 
-def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: bool = False) -> SdpaCall:
-    """Tensors in the case's layout, (is_causal, attn_mask) from `sdpa_plan`, and a snapshot of them."""
-    is_causal, attn_mask = sdpa_plan(case, inputs.mask, inputs.bias)
+def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: bool = False,
+                      entry: str | None = None) -> SdpaCall:
+    """Tensors in the case's layout, (is_causal, attn_mask) from `spelled_plan` for spelling `entry`
+    (None: `sdpa_plan`), and a snapshot of them. With a ``causal_*`` spelling `mask_t` is the equivalent
+    dense mask (for the LSE op) and `call_mask` the CausalBias object the public call gets."""
+    is_causal, attn_mask, variant = spelled_plan(entry, case, inputs.mask, inputs.bias)
     t = tc.materialize(inputs, case, device, requires_grad=backward)
     mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-    handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
+    call_mask, notes = mask_t, []
+    if variant is not None:
+        call_mask, notes = _causal_bias(variant, case)
+        if _square(case) or variant == "causal_upper_left":  # what CausalBias itself runs: is_causal=True
+            is_causal, attn_mask, mask_t = True, None, None
+    handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": call_mask if variant is None else None}
     if backward:
         handed["dout"] = t.dout
-    return SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed))
+    c = SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed), call_mask, variant, notes)
+    if variant is not None:
+        c.attn_mask = tc.visibility(case, None)  # the rows each alignment empties, for the LSE bookkeeping
+    return c
 
 
 def _empty_view(shape: tuple[int, ...], dtype, device: str, layout: str, requires_grad: bool):
@@ -142,8 +232,16 @@ class SdpaAdapter(Adapter):
     cuda_caps: ClassVar[Capabilities | None] = None
     #: LSE value the CPU op writes on fully masked rows (SEMANTICS.md §8 names conventions)
     cpu_lse_convention: ClassVar[str] = "-inf"
+    marks_code_under_test = True  # torch's SDPA calls (and autograd through them) are the code under test
 
-    def __init__(self) -> None:
+    entry_points: ClassVar[tuple[str, ...]] = SDPA_ENTRY_POINTS
+
+    def __init__(self, entry_point: str | None = None) -> None:
+        if entry_point is not None and entry_point not in self.entry_points:
+            raise ValueError(f"{type(self).name} has no entry point {entry_point!r}; "
+                             f"its entry points: {list(self.entry_points)}")
+        self.entry_point = entry_point
+        self.name = variant_name(type(self).name, entry_point)
         on_cuda = torch is not None and torch.cuda.is_available()
         caps = (self.cuda_caps if on_cuda else self.cpu_caps) or self.cuda_caps or self.cpu_caps
         self.capabilities = caps
@@ -186,7 +284,36 @@ class SdpaAdapter(Adapter):
         reason = capability_reason(caps, effective, device)
         if reason:
             return reason
+        if self.entry_point is not None:
+            reason = sdpa_entry_reason(self.entry_point, case)
+            if reason:
+                return f"SDPA spelling {self.entry_point}: {reason}"
         return self._torch_refusal(case, device)
+
+    def _query_spelling(self, case: Case, device: str) -> tuple[str | None, bool] | None:
+        """(mask kind None/"bool"/"float", is_causal) of the call torch's dispatcher sees for this case and
+        spelling; None when the spelling bypasses the dispatcher's backend choice (see `_torch_refusal`)."""
+        entry = self.entry_point
+        kind = ("float" if case.bias is not None else "bool") if _needs_attn_mask(case) else None
+        if entry is None or entry == "is_causal":
+            return kind, (case.causal if kind is None else False)
+        if entry == "bool_mask":
+            return "bool", False
+        if entry == "causal_upper_left" or _square(case):
+            return None, True  # CausalBias runs is_causal=True
+        # causal_lower_right, Lq != Lk: CausalBias itself tries the flash then the efficient kernel (no
+        # sdpa_kernel pinning), else it materialises the mask through the pinned backend
+        if device.startswith("cuda"):
+            from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+            dtype = tc.torch_dtype(case.dtype)
+            q = _empty_view((case.B, case.Hq, case.Lq, case.d), dtype, device, "contiguous", case.backward)
+            k = _empty_view((case.B, case.Hkv, case.Lk, case.d), dtype, device, "contiguous", case.backward)
+            v = _empty_view((case.B, case.Hkv, case.Lk, case.dv), dtype, device, "contiguous", case.backward)
+            params = SDPAParams(q, k, v, None, 0.0, False, case.Hq != case.Hkv)
+            if can_use_flash_attention(params) or can_use_efficient_attention(params):
+                return None
+        return "bool", False
 
     def _torch_refusal(self, case: Case, device: str) -> str | None:
         """torch's own reasons for refusing the pinned backend on this case's call, or None."""
@@ -198,11 +325,13 @@ class SdpaAdapter(Adapter):
         q = _empty_view((case.B, case.Hq, case.Lq, case.d), dtype, device, q_layout, grad)
         k = _empty_view((case.B, case.Hkv, case.Lk, case.d), dtype, device, case.layout, grad)
         v = _empty_view((case.B, case.Hkv, case.Lk, case.dv), dtype, device, case.layout, grad)
+        spelled = self._query_spelling(case, device)
+        if spelled is None:
+            return None
+        kind, is_causal = spelled
         mask = None
-        is_causal = case.causal
-        if _needs_attn_mask(case):
-            is_causal = False
-            mask_dtype = dtype if case.bias is not None else torch.bool
+        if kind is not None:
+            mask_dtype = dtype if kind == "float" else torch.bool
             mask = torch.zeros((case.B, 1, case.Lq, case.Lk), dtype=mask_dtype, device=device)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -228,7 +357,7 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]):
+        with sdpa_kernel([self.backend]), under_test():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
@@ -249,11 +378,11 @@ class SdpaAdapter(Adapter):
         return notes
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        c = prepare_sdpa_call(inputs, case, device)
+        c = prepare_sdpa_call(inputs, case, device, entry=self.entry_point)
         with tc.KernelRecorder(device) as rec:
-            out = self._call(c.t.q, c.t.k, c.t.v, c.mask_t, c.is_causal, case)
+            out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
         mutated = c.mutated()
-        notes = self._kernel_notes(rec, 0)
+        notes = self._spelling_notes(c) + self._kernel_notes(rec, 0)
         lse, convention = self._lse(c.t, c.mask_t, c.attn_mask, c.is_causal, case, out, device, notes)
         return ForwardOutput(
             out=tc.to_numpy(out),
@@ -285,7 +414,8 @@ class SdpaAdapter(Adapter):
         if mask_t is not None and mask_t.dtype == torch.bool:
             fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
         try:
-            got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
+            with under_test():
+                got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
         except Exception as exc:
             if declared:
                 raise
@@ -327,11 +457,22 @@ class SdpaAdapter(Adapter):
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
-        c = prepare_sdpa_call(inputs, case, device, backward=True)
+        c = prepare_sdpa_call(inputs, case, device, backward=True, entry=self.entry_point)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
-            out = self._call(c.t.q, c.t.k, c.t.v, c.mask_t, c.is_causal, case)
-            grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
-        return tc.autograd_output(out, grads, rec, c.mutated(), notes=self._kernel_notes(rec, 1))
+            out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
+            with under_test():
+                grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
+        return tc.autograd_output(out, grads, rec, c.mutated(),
+                                  notes=self._spelling_notes(c) + self._kernel_notes(rec, 1))
+
+    def _spelling_notes(self, c: SdpaCall) -> list[str]:
+        if self.entry_point is None:
+            return []
+        if c.bias_variant is not None:
+            return [f"spelling: attn_mask=torch.nn.attention.bias.{c.bias_variant}(Lq, Lk)"] + c.notes
+        if self.entry_point == "bool_mask":
+            return ["spelling: dense boolean attn_mask (True = attend), is_causal=False"]
+        return [f"spelling: is_causal={c.is_causal}, attn_mask=None"]
 
 
 # kernel-name fragments of the fused SDPA backends on CUDA (as the torch profiler names them)
@@ -341,8 +482,9 @@ _FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "
 def _caps(**kw) -> Capabilities:
     base = dict(dtypes=_ALL_FLOAT, devices=frozenset({"cpu"}), alignments=frozenset(ALIGNMENTS), window=True,
                 mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
-                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False)
+                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True)
     base.update(kw)
+    base.setdefault("chunk", base["window"])  # chunks go through the same dense attn_mask as windows (§19)
     return Capabilities(**base)
 
 
@@ -370,7 +512,7 @@ class SdpaFlash(SdpaAdapter):
     # is_causal only for Lq == Lk (torch refuses non-square causal: FA2 would align it bottom-right)
     # (the head-dim limits are left to torch's dispatcher check in `supports`, which words them itself)
     cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, dv_ne_d=False, alignments=frozenset({"top_left"}),
-                      window=False, mask=False, bias=False, varlen=False)
+                      window=False, mask=False, bias=False, varlen=False, memory="linear")
     cpu_lse_convention = "0"
 
     def _device_reason(self, device: str) -> str | None:
@@ -399,7 +541,8 @@ class SdpaEfficient(SdpaAdapter):
     backend_name = "EFFICIENT_ATTENTION"
     expected_kernels = (("fmha_cutlassF",), ("fmha_cutlassB",))
     cpu_reason = "torch SDPA's EFFICIENT_ATTENTION backend has no CPU implementation (CUDA only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}))
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=frozenset({"float32", "float16", "bfloat16"}),
+                      memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, log_sumexp [B, H, ceil(Lq / 32) * 32], seed, offset); no native GQA
@@ -417,7 +560,8 @@ class SdpaCudnn(SdpaAdapter):
     backend_name = "CUDNN_ATTENTION"
     expected_kernels = (("cudnn", "fort_native_sdpa"), ("cudnn", "fort_native_sdpa"))
     cpu_reason = "torch SDPA's CUDNN_ATTENTION backend has no CPU implementation (CUDA + cuDNN only)"
-    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF)  # shape limits: torch's dispatcher check
+    # shape limits: torch's dispatcher check
+    cuda_caps = _caps(devices=frozenset({"cuda"}), dtypes=_HALF, memory="linear")
 
     def _lse_op(self, q, k, v, fmask, is_causal: bool, case: Case, device: str):
         # (out, logsumexp [B, H, Lq] or [B, H, Lq, 1], ...); K/V expanded to Hq heads for the second call

@@ -4,7 +4,13 @@
 any tile of rows [r0, r1) x keys [c0, c1), which scores take part (oracles/SEMANTICS.md §3-§7):
 key j is visible to query i iff i < Lq_b, j < Lk_b (varlen, §6), the boolean mask allows it (§5),
 and, with causal or a window, diag - left <= j <= diag + right where diag = i + Lk_b - Lq_b
-("bottom_right") or diag = i ("top_left"); causal sets right = 0 (§4).
+("bottom_right") or diag = i ("top_left"); causal sets right = 0 (§4); with ``chunk`` C, also
+floor(diag / C) == floor(j / C) (§19).
+
+Sinks (§18) are one term of the softmax state: `initial_state` starts every row's running max at the
+head's sink logit and its running sum at exp(sink - sink) = 1, so the sink is in the running max from
+the first tile and a row that sees no key ends with O = 0, LSE = sink. `sink_grad` is the backward's
+d sink = sum_i P_sink,i (dlse_i - D_i), with D already holding the LSE cotangent (D - dlse).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class Problem:
 
     def __init__(self, q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
                  bias=None, softcap=None, seqlens_q=None, seqlens_k=None, dtype="bfloat16",
-                 round_inputs: bool = True):
+                 round_inputs: bool = True, sinks=None, chunk=None):
         self.dtype = emulate.canonical(dtype)
         self.acc = emulate.acc_dtype(self.dtype)
         arrays = {}
@@ -73,6 +79,15 @@ class Problem:
         if causal:
             right = 0 if right is None else min(int(right), 0)
         self.left, self.right = left, right
+        if chunk is not None and (isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1):
+            raise ValueError(f"chunk={chunk!r} must be an int >= 1 (or None)")
+        self.chunk = None if chunk is None else int(chunk)
+        self.sinks = None
+        if sinks is not None:
+            sk_arr = np.asarray(sinks, dtype=np.float64)
+            if sk_arr.shape != (Hq,):
+                raise ValueError(f"sinks shape {sk_arr.shape} must be [Hq] = ({Hq},) (one logit per query head)")
+            self.sinks = sk_arr.astype(self.acc)  # the sink logit in the softmax dtype (FA4: float32)
         self.len_q = _seqlens("seqlens_q", seqlens_q, B, Lq)
         self.len_k = _seqlens("seqlens_k", seqlens_k, B, Lk)
         self.offset = self.len_k - self.len_q if alignment == "bottom_right" else np.zeros(B, dtype=np.int64)
@@ -119,10 +134,43 @@ class Problem:
             ok = ok & (j <= diag + self.right)
         if self.left is not None:
             ok = ok & (j >= diag - self.left)
+        if self.chunk is not None:
+            ok = ok & (diag // self.chunk == j // self.chunk)
         ok = ok[:, None]
         if self.mask is not None:
             ok = ok & self.mask[:, :, r0:r1, c0:c1]
         return ok
+
+    def initial_state(self, rows: int, unit: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Running (max, sum) [B, Hq, rows] before the first key tile: (-inf, 0), or with a sink
+        (sink, ``unit``): the sink's own exp(sink - max) on the kernel's P scale (``unit`` = 2^offset in FA3)."""
+        m = np.full((self.B, self.Hq, rows), -np.inf, dtype=self.acc)
+        l = np.zeros((self.B, self.Hq, rows), dtype=self.acc)
+        if self.sinks is not None:
+            live = np.broadcast_to((self.sinks > -np.inf)[None, :, None], m.shape)
+            m = np.where(live, self.sinks[None, :, None], m).astype(self.acc)
+            l = np.where(live, unit, 0.0).astype(self.acc)
+        return m, l
+
+    def load_dlse(self, dlse) -> np.ndarray:
+        """The LSE cotangent [B, Hq, Lq] in the accumulator dtype, 0 on padded rows (0 everywhere if None)."""
+        if dlse is None:
+            return np.zeros((self.B, self.Hq, self.Lq), dtype=self.acc)
+        g = np.asarray(dlse).astype(self.acc)
+        if g.shape != (self.B, self.Hq, self.Lq):
+            raise ValueError(f"dlse shape {g.shape} must be [B, Hq, Lq] = {(self.B, self.Hq, self.Lq)}")
+        real = np.arange(self.Lq)[None, :] < self.len_q[:, None]
+        return np.where(real[:, None, :], g, 0.0).astype(self.acc)
+
+    def sink_grad(self, L: np.ndarray, D: np.ndarray) -> np.ndarray:
+        """d sink [Hq] = -sum over batch and real rows of P_sink * D, P_sink = exp(sink - L) (§18).
+
+        ``L`` is the stored LSE (it includes the sink), ``D`` = rowsum(dO * O) - dlse."""
+        real = (np.arange(self.Lq)[None, :] < self.len_q[:, None])[:, None, :]
+        with np.errstate(invalid="ignore", over="ignore"):
+            p_sink = np.exp(self.sinks[None, :, None] - L)
+        contrib = np.where(real & (self.sinks[None, :, None] > -np.inf), p_sink * D, 0.0)
+        return -np.sum(contrib, axis=(0, 2)).astype(self.acc)
 
     def bias_tile(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """The additive bias of the tile, [B, Hq, r1 - r0, c1 - c0] in the accumulator dtype."""

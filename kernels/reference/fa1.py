@@ -7,7 +7,9 @@ merges the new tile's m~ = rowmax(S), P~ = exp(S - m~), l~ = rowsum(P~), and wri
 (the HBM O is float32, like FA1's ``o_tmp`` buffer). Backward recomputes P = diag(l)^-1 exp(S - m)
 from the stored statistics, K/V tiles outer, with D_i = rowsum(dO_i * O_i) formed in the inner loop
 and dQ_i read from and written back to HBM at every step.
-Semantics: oracles/SEMANTICS.md §1-§8; precision emulation: kernels/emulate.py.
+Sinks (§18): the HBM statistics start at m = sink, l = 1 (`Problem.initial_state`), so the sink is in
+every merge; the backward subtracts the LSE cotangent from D_i and returns d sink. Chunks (§19): `Problem.visible`.
+Semantics: oracles/SEMANTICS.md §1-§8, §18, §19; precision emulation: kernels/emulate.py.
 """
 
 from __future__ import annotations
@@ -22,14 +24,13 @@ __all__ = ["backward", "forward"]
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
             softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16",
-            return_stats=False):
+            return_stats=False, sinks=None, chunk=None):
     """FA1 forward; returns (out, lse), or (out, lse, l, m) with ``return_stats`` (the stored statistics)."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     kv_head = np.arange(p.Hq) // p.group
     O = np.zeros((p.B, p.Hq, p.Lq, p.dv), dtype=p.acc)
-    l = np.zeros((p.B, p.Hq, p.Lq), dtype=p.acc)
-    m = np.full((p.B, p.Hq, p.Lq), -np.inf, dtype=p.acc)
+    m, l = p.initial_state(p.Lq)
     with np.errstate(divide="ignore", invalid="ignore"):
         for c0, c1 in tiles(p.Lk, block_k):
             Kj = p.k[:, kv_head, c0:c1]
@@ -72,18 +73,19 @@ def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", wind
 
 def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bottom_right", window=None,
              mask=None, bias=None, softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64,
-             dtype="bfloat16", l=None, m=None):
-    """FA1 backward by recomputation; returns (dq, dk, dv) rounded to ``dtype``.
+             dtype="bfloat16", l=None, m=None, sinks=None, chunk=None, dlse=None):
+    """FA1 backward by recomputation; returns (dq, dk, dv) rounded to ``dtype`` (and d sinks with ``sinks``).
 
     Uses the forward's statistics (``l``, ``m``) when given; otherwise m = lse and l = 1, which defines
-    the same P = exp(S - lse).
+    the same P = exp(S - lse). ``dlse`` is the LSE cotangent (§13, §18).
     """
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     O = emulate.round_to(np.asarray(out), p.dtype)
     dO = emulate.round_to(np.asarray(dout), p.dtype)
     O = p.load_q_rows(O)  # padded query rows of out and dO are never read (SEMANTICS.md §7, §13)
     dO = p.load_q_rows(dO)
+    dLSE = p.load_dlse(dlse)
     if m is None or l is None:
         m = np.asarray(lse).astype(p.acc)
         l = np.where(m == -np.inf, 0.0, 1.0).astype(p.acc)
@@ -115,7 +117,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
             P = np.exp(s - m_safe[:, :, r0:r1, None]) / l_safe[:, :, r0:r1, None]
             dVj = dVj + emulate.matmul(emulate.round_to(P, p.dtype).swapaxes(-1, -2), dOi, p.dtype)
             dP = emulate.matmul(dOi, Vj.swapaxes(-1, -2), p.dtype)
-            Di = np.sum(dOi * O[:, :, r0:r1], axis=-1)
+            Di = np.sum(dOi * O[:, :, r0:r1], axis=-1) - dLSE[:, :, r0:r1]
             dS = P * (dP - Di[..., None])
             if p.softcap is not None:
                 dS = dS * (1.0 - t * t)
@@ -126,4 +128,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
         dV[:, :, c0:c1] = dVj
     dK = dK.reshape(p.B, p.Hkv, p.group, p.Lk, p.d).sum(axis=2)
     dV = dV.reshape(p.B, p.Hkv, p.group, p.Lk, p.dv).sum(axis=2)
-    return emulate.round_to(dQ, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    grads = emulate.round_to(dQ, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    if p.sinks is None:
+        return grads
+    return (*grads, p.sink_grad(np.asarray(lse).astype(p.acc), np.sum(dO * O, axis=-1) - dLSE))

@@ -4,8 +4,11 @@ Forward: Q tiles outer, K/V tiles inner; the accumulator O stays unnormalised (r
 alpha = exp(m_old - m_new) when the running max grows) and is divided by l once at the end;
 LSE = m + log(l) is stored for the backward. Backward: K/V tiles outer, Q tiles inner,
 D = rowsum(dO * O) computed once, P recomputed from the LSE, dS = P * (dP - D), dQ accumulated
-across K/V tiles. Semantics: oracles/SEMANTICS.md §1-§8; precision emulation: kernels/emulate.py
-(operands in ``dtype``, float32 products, P and dS rounded to ``dtype`` before their matmuls).
+across K/V tiles. Sinks (§18): the running max and sum start at (sink, 1) (`Problem.initial_state`);
+the backward folds the LSE cotangent into D (D = rowsum(dO * O) - dlse) and returns d sink. Chunked
+masks (§19) are part of `Problem.visible`. Semantics: oracles/SEMANTICS.md §1-§8, §18, §19; precision
+emulation: kernels/emulate.py (operands in ``dtype``, float32 products, P and dS rounded to ``dtype``
+before their matmuls).
 Vectorised over batch and heads; one operation per line so single-line mutants stay meaningful.
 """
 
@@ -20,10 +23,11 @@ __all__ = ["backward", "forward"]
 
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
-            softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16"):
+            softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16", sinks=None,
+            chunk=None):
     """FA2 forward; returns (out [B, Hq, Lq, dv] rounded to ``dtype``, lse [B, Hq, Lq] float32/float64)."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     kv_head = np.arange(p.Hq) // p.group
     K = p.k[:, kv_head]
     V = p.v[:, kv_head]
@@ -32,8 +36,7 @@ def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", wind
     with np.errstate(divide="ignore", invalid="ignore"):
         for r0, r1 in tiles(p.Lq, block_q):
             Qi = p.q[:, :, r0:r1]
-            m = np.full((p.B, p.Hq, r1 - r0), -np.inf, dtype=p.acc)
-            l = np.zeros((p.B, p.Hq, r1 - r0), dtype=p.acc)
+            m, l = p.initial_state(r1 - r0)
             acc = np.zeros((p.B, p.Hq, r1 - r0, p.dv), dtype=p.acc)
             for c0, c1 in tiles(p.Lk, block_k):
                 vis = p.visible(r0, r1, c0, c1)
@@ -61,10 +64,11 @@ def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", wind
 
 def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bottom_right", window=None,
              mask=None, bias=None, softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64,
-             dtype="bfloat16"):
-    """FA2 backward (Algorithm 2); returns (dq, dk, dv) rounded to ``dtype``, dk/dv reduced over GQA groups."""
+             dtype="bfloat16", sinks=None, chunk=None, dlse=None):
+    """FA2 backward (Algorithm 2); returns (dq, dk, dv) rounded to ``dtype``, dk/dv reduced over GQA groups,
+    and d sinks [Hq] (float32/float64) as a fourth value when ``sinks`` is given. ``dlse`` is the LSE cotangent."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     O = emulate.round_to(np.asarray(out), p.dtype)
     dO = emulate.round_to(np.asarray(dout), p.dtype)
     O = p.load_q_rows(O)  # padded query rows of out and dO are never read (SEMANTICS.md §7, §13)
@@ -74,7 +78,8 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
     kv_head = np.arange(p.Hq) // p.group
     K = p.k[:, kv_head]
     V = p.v[:, kv_head]
-    D = np.sum(dO * O, axis=-1)
+    D_out = np.sum(dO * O, axis=-1)
+    D = D_out - p.load_dlse(dlse)
     dQ = np.zeros((p.B, p.Hq, p.Lq, p.d), dtype=p.acc)
     dK = np.zeros((p.B, p.Hq, p.Lk, p.d), dtype=p.acc)
     dV = np.zeros((p.B, p.Hq, p.Lk, p.dv), dtype=p.acc)
@@ -110,4 +115,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
         dV[:, :, c0:c1] = dVj
     dK = dK.reshape(p.B, p.Hkv, p.group, p.Lk, p.d).sum(axis=2)
     dV = dV.reshape(p.B, p.Hkv, p.group, p.Lk, p.dv).sum(axis=2)
-    return emulate.round_to(dQ, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    grads = emulate.round_to(dQ, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    if p.sinks is None:
+        return grads
+    return (*grads, p.sink_grad(L, D))

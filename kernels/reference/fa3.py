@@ -15,6 +15,9 @@ rows for K and V as in the FA3 paper -- and computes
 
 with the V descale applied once at the end (per tensor / per head) or per K/V tile (per tile).
 Incoherent processing happens before the kernel (oracles/fp8.py, §11): the kernel sees rotated codes.
+
+Sinks (§18, FP16/BF16 paths): the running state starts at m = sink, l = 2^offset (the sink's own P on
+the kernel's scale); the backward folds dlse into D and returns d sink. Chunks (§19): `Problem.visible`.
 """
 
 from __future__ import annotations
@@ -61,8 +64,7 @@ def _attend(p: Problem, block_q: int, block_k: int, p_dtype: str, p_offset: floa
     with np.errstate(divide="ignore", invalid="ignore"):
         for r0, r1 in tiles(p.Lq, block_q):
             Qi = p.q[:, :, r0:r1]
-            m = np.full((p.B, p.Hq, r1 - r0), -np.inf, dtype=p.acc)
-            l = np.zeros((p.B, p.Hq, r1 - r0), dtype=p.acc)
+            m, l = p.initial_state(r1 - r0, unit=float(np.exp2(p_offset)))
             acc = np.zeros((p.B, p.Hq, r1 - r0, p.dv), dtype=p.acc)
             for j, (c0, c1) in enumerate(tiles(p.Lk, block_k)):
                 vis = p.visible(r0, r1, c0, c1)
@@ -96,10 +98,11 @@ def _attend(p: Problem, block_q: int, block_k: int, p_dtype: str, p_offset: floa
 
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
-            softcap=None, seqlens_q=None, seqlens_k=None, block_q=128, block_k=128, dtype="bfloat16"):
+            softcap=None, seqlens_q=None, seqlens_k=None, block_q=128, block_k=128, dtype="bfloat16", sinks=None,
+            chunk=None):
     """FA3 FP16/BF16 forward (float32 softmax); returns (out rounded to ``dtype``, lse)."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     out, lse = _attend(p, block_q, block_k, p.dtype, 0.0)
     return emulate.round_to(out, p.dtype), lse
 
@@ -137,11 +140,12 @@ def forward_fp8(q8, k8, v8, q_descale=1.0, k_descale=1.0, v_descale=1.0, *, form
 
 def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bottom_right", window=None,
              mask=None, bias=None, softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=128,
-             dtype="bfloat16"):
+             dtype="bfloat16", sinks=None, chunk=None, dlse=None):
     """FA3 FP16/BF16 backward: K/V tiles outer, dQ accumulated in a float32 buffer, exp2-based P
-    recomputation from the LSE; returns (dq, dk, dv) rounded to ``dtype`` with GQA-reduced dk, dv."""
+    recomputation from the LSE; returns (dq, dk, dv) rounded to ``dtype`` with GQA-reduced dk, dv, and
+    d sinks with ``sinks``. ``dlse`` is the LSE cotangent (§13, §18)."""
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+                softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
     O = emulate.round_to(np.asarray(out), p.dtype)
     dO = emulate.round_to(np.asarray(dout), p.dtype)
     O = p.load_q_rows(O)  # padded query rows of out and dO are never read (SEMANTICS.md §7, §13)
@@ -149,7 +153,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
     L = np.asarray(lse).astype(p.acc)
     L_log2 = np.where(L == -np.inf, 0.0, L * LOG2E).astype(p.acc)
     kv_head = np.arange(p.Hq) // p.group
-    D = np.sum(dO * O, axis=-1)
+    D = np.sum(dO * O, axis=-1) - p.load_dlse(dlse)
     dQ_accum = np.zeros((p.B, p.Hq, p.Lq, p.d), dtype=p.acc)
     dK = np.zeros((p.B, p.Hkv, p.Lk, p.d), dtype=p.acc)
     dV = np.zeros((p.B, p.Hkv, p.Lk, p.dv), dtype=p.acc)
@@ -183,4 +187,7 @@ def backward(q, k, v, out, lse, dout, *, scale=None, causal=False, alignment="bo
             dKj = dKj + emulate.matmul(dS.swapaxes(-1, -2), Qi, p.dtype) * p.scale
         dK[:, :, c0:c1] = dKj.reshape(p.B, p.Hkv, p.group, c1 - c0, p.d).sum(axis=2)
         dV[:, :, c0:c1] = dVj.reshape(p.B, p.Hkv, p.group, c1 - c0, p.dv).sum(axis=2)
-    return emulate.round_to(dQ_accum, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    grads = emulate.round_to(dQ_accum, p.dtype), emulate.round_to(dK, p.dtype), emulate.round_to(dV, p.dtype)
+    if p.sinks is None:
+        return grads
+    return (*grads, p.sink_grad(L, D))

@@ -14,6 +14,11 @@ Paged K/V (``block_table=``, SEMANTICS.md §16): k and v are then page pools [nu
 and each K/V tile is gathered through the block table as a GPU kernel does (`paged_tile`: per key tile,
 look up the page of each page-run, copy its rows); rows past the sequence's real length load as 0 and
 neither their slots nor their table entries are read (the bounds check, as for padded rows, §7).
+
+Sinks (§18): the partials are sink-free and `combine` adds the sink once, as one more partial
+(O = 0, LSE = sink). Chunks (§19): `Problem.visible`. KV-cache append (§20, `flash_attn_with_kvcache`):
+``k_new``, ``v_new`` with ``cache_seqlens`` are written into a copy of the cache at ``cache_seqlens[b]``
+(`append_kv`) and the keys attended are those below ``cache_seqlens[b] + Ln``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 from kernels import emulate
 from kernels.reference._common import Problem, tiles
 
-__all__ = ["combine", "forward", "forward_partials", "paged_tile", "split_ranges"]
+__all__ = ["append_kv", "combine", "forward", "forward_partials", "paged_tile", "split_ranges"]
 
 
 def split_ranges(Lk: int, block_k: int, num_splits: int) -> list[tuple[int, int]]:
@@ -65,6 +70,23 @@ def paged_tile(pool: np.ndarray, block_table: np.ndarray, page_size: int, len_k:
     return tile
 
 
+def append_kv(k_cache, v_cache, k_new, v_new, cache_seqlens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decode step's cache write (§20): copies of the caches with row t of ``k_new`` / ``v_new`` at slot
+    ``cache_seqlens[b] + t``, and the new lengths ``cache_seqlens + Ln`` (the kernel then reads no slot past them)."""
+    k = np.array(k_cache, copy=True)
+    v = np.array(v_cache, copy=True)
+    k_new, v_new = np.asarray(k_new), np.asarray(v_new)
+    lens = np.asarray(cache_seqlens, dtype=np.int64).reshape(-1)
+    Ln = k_new.shape[2]
+    if lens.shape != (k.shape[0],) or (lens < 0).any() or (lens + Ln > k.shape[2]).any():
+        raise ValueError(f"cache_seqlens={lens.tolist()} must hold B={k.shape[0]} lengths with "
+                         f"cache_seqlens + Ln <= Lc (Ln={Ln}, k_cache {k.shape})")
+    for b in range(k.shape[0]):
+        k[b, :, lens[b]:lens[b] + Ln] = k_new[b]
+        v[b, :, lens[b]:lens[b] + Ln] = v_new[b]
+    return k, v, lens + Ln
+
+
 def _paged_problem(q, k_pool, v_pool, block_table, page_size, seqlen_k, **kw):
     """`Problem` of a paged call (shapes, visibility, seqlens) and the pools rounded to the kernel dtype.
 
@@ -94,14 +116,14 @@ def _paged_problem(q, k_pool, v_pool, block_table, page_size, seqlen_k, **kw):
 
 def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
                      bias=None, softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64,
-                     dtype="bfloat16", num_splits=2, block_table=None, page_size=None, seqlen_k=None):
+                     dtype="bfloat16", num_splits=2, block_table=None, page_size=None, seqlen_k=None, chunk=None):
     """Per-split partials: (outs [S, B, Hq, Lq, dv] float32/float64, lses [S, B, Hq, Lq]).
 
     With ``block_table`` (int [B, pages_per_seq]), k and v are page pools [num_pages, Hkv, page_size, D] and
     ``seqlen_k`` is the logical key length Lk (SEMANTICS.md §16); K/V tiles are read through the table.
     """
     kw = dict(scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
-              softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype)
+              softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, chunk=chunk)
     if block_table is None:
         p = Problem(q, k, v, **kw)
     else:
@@ -153,10 +175,16 @@ def forward_partials(q, k, v, *, scale=None, causal=False, alignment="bottom_rig
     return outs, lses
 
 
-def combine(outs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge split partials (the FA3 combine kernel): returns (out [..., Lq, dv], lse [..., Lq])."""
+def combine(outs: np.ndarray, lses: np.ndarray, sinks=None) -> tuple[np.ndarray, np.ndarray]:
+    """Merge split partials (the FA3 combine kernel): returns (out [..., Lq, dv], lse [..., Lq]).
+
+    ``sinks`` [Hq] (the head axis of ``lses`` is the second last) join once, as the partial (0, sink) (§18)."""
     outs = np.asarray(outs)
     lses = np.asarray(lses)
+    if sinks is not None:
+        sink_lse = np.broadcast_to(np.asarray(sinks, dtype=lses.dtype)[:, None], lses.shape[1:])
+        lses = np.concatenate([lses, sink_lse[None]])
+        outs = np.concatenate([outs, np.zeros((1, *outs.shape[1:]), dtype=outs.dtype)])
     with np.errstate(divide="ignore", invalid="ignore"):
         lse_max = lses.max(axis=0)
         lse_max_safe = np.where(lse_max == -np.inf, 0.0, lse_max).astype(lses.dtype)
@@ -171,14 +199,23 @@ def combine(outs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
             softcap=None, seqlens_q=None, seqlens_k=None, block_q=64, block_k=64, dtype="bfloat16", num_splits=2,
-            block_table=None, page_size=None, seqlen_k=None):
+            block_table=None, page_size=None, seqlen_k=None, sinks=None, chunk=None, k_new=None, v_new=None,
+            cache_seqlens=None):
     """Split-KV forward: `forward_partials` then `combine`; out rounded to ``dtype``, lse float32/float64.
 
     Paged K/V (SEMANTICS.md §16): pass the pools as k, v with ``block_table``, ``page_size`` and ``seqlen_k``.
+    KV append (§20): pass the caches as k, v with ``k_new``, ``v_new``, ``cache_seqlens`` (then ``seqlens_k``
+    must be None: the lengths are ``cache_seqlens + Ln``). Sinks (§18) join the combine once.
     """
+    if k_new is not None:
+        if seqlens_k is not None or block_table is not None:
+            raise ValueError("KV append: seqlens_k and block_table must be None (the lengths are cache_seqlens + Ln)")
+        k, v, seqlens_k = append_kv(k, v, k_new, v_new, cache_seqlens)
     outs, lses = forward_partials(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window,
                                   mask=mask, bias=bias, softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
                                   block_q=block_q, block_k=block_k, dtype=dtype, num_splits=num_splits,
-                                  block_table=block_table, page_size=page_size, seqlen_k=seqlen_k)
-    out, lse = combine(outs, lses)
+                                  block_table=block_table, page_size=page_size, seqlen_k=seqlen_k, chunk=chunk)
+    if sinks is not None and np.shape(sinks) != (np.shape(q)[1],):
+        raise ValueError(f"sinks shape {np.shape(sinks)} must be [Hq] = ({np.shape(q)[1]},)")
+    out, lse = combine(outs, lses, sinks)
     return emulate.round_to(out, dtype), lse

@@ -201,6 +201,38 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("fa1_bwd_dq_missing_scale", "dQ missing the softmax scale (FA1 backward)", "§13", "reference-fa1", _FA1,
        [Edit("dQ[:, :, r0:r1] = dQ[:, :, r0:r1] + emulate.matmul(dS, Kj, p.dtype) * p.scale",
              "dQ[:, :, r0:r1] = dQ[:, :, r0:r1] + emulate.matmul(dS, Kj, p.dtype)", BWD)]),
+    # -- 2026 contract: sinks, chunks, KV append (SEMANTICS.md §18-§20) -------------------------------
+    _m("fa2_sink_not_in_running_max", "sink left out of the running max: added to l at the end as exp(sink - m) "
+       "(NaN LSE on rows with no visible key, +inf LSE for a large sink)", "§18", "reference-fa2", _FA2,
+       [Edit("m, l = p.initial_state(r1 - r0)",
+             "m, l = (np.full((p.B, p.Hq, r1 - r0), -np.inf, dtype=p.acc), np.zeros((p.B, p.Hq, r1 - r0), "
+             "dtype=p.acc))", FWD),
+        Edit("out[:, :, r0:r1] = np.where(l[..., None] > 0, acc / l[..., None], 0.0)",
+             "l = l if p.sinks is None else l + np.exp(p.sinks[None, :, None] - m)\n"
+             "            out[:, :, r0:r1] = np.where(l[..., None] > 0, acc / l[..., None], 0.0)", FWD)],
+       origin="flash-attention PR #2752 (Softmax.finalize(sink_val=...) with row_max = -inf)"),
+    _m("fa2_dsink_without_dlse", "d sink without its dLSE term (only -sum P_sink D)", "§18", "reference-fa2", _FA2,
+       [Edit("return (*grads, p.sink_grad(L, D))", "return (*grads, p.sink_grad(L, D_out))", BWD)],
+       origin="flash-attention #1973, #2102, PR #2706 review (dSink's dLSE contribution untested)"),
+    _m("fa2_dsink_missing", "sink backward missing: d sink not returned", "§18", "reference-fa2", _FA2,
+       [Edit("return (*grads, p.sink_grad(L, D))", "return grads", BWD)],
+       origin="flash-attention #1973, #2102 (bwd without sink)"),
+    _m("common_chunk_edge_off_by_one", "chunk edge off by one (the query's chunk taken from position c(i) - 1)",
+       "§19", "reference-fa2", _COMMON,
+       [Edit("ok = ok & (diag // self.chunk == j // self.chunk)",
+             "ok = ok & ((diag - 1) // self.chunk == j // self.chunk)")],
+       origin="Llama 4 attention_chunk"),
+    _m("splitkv_cache_read_past_sequence", "KV append: the cache read up to its physical length, not "
+       "cache_seqlens + Ln", "§20, §7", "reference-splitkv", _SPLIT,
+       [Edit("k, v, seqlens_k = append_kv(k, v, k_new, v_new, cache_seqlens)",
+             "k, v, _ = append_kv(k, v, k_new, v_new, cache_seqlens)", FWD)],
+       origin="flash-attention #1417 (output depends on the physical cache length)"),
+    _m("splitkv_sink_per_split", "split-KV adds the sink in every split instead of once in the combine", "§18, §14",
+       "reference-splitkv", _SPLIT,
+       [Edit("out, lse = combine(outs, lses, sinks)",
+             "out, lse = combine(outs, lses) if sinks is None else combine(np.concatenate([outs] + [np.zeros_like("
+             "outs[:1])] * (len(outs) - 1)), np.concatenate([lses] + [np.broadcast_to(np.asarray(sinks, "
+             "dtype=lses.dtype)[:, None], lses.shape[1:])[None]] * (len(outs) - 1)), sinks)", FWD)]),
     # -- FP8 --------------------------------------------------------------------------------------
     _m("fp8_v_descale_missing", "FP8 V descale not applied", "§10", "reference-fa3-fp8", _FA3,
        [Edit("o = o * v_end[:, :, None, None]", "o = o", ATTEND),

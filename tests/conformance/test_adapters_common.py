@@ -68,9 +68,12 @@ def test_visibility_matches_the_oracle_definition(kw):
                                              seqlens_k=case.seqlens_k), (2, 1, 6, 8))
     if case.seqlens_q is None:
         assert np.array_equal(vis, ref)
-    else:  # padded query rows are made fully visible (finite output), real rows agree
+    else:  # padded query rows are fully masked rows (SEMANTICS.md §17), real rows agree
         for b, n in enumerate(case.seqlens_q):
-            assert np.array_equal(vis[b, :, :n], ref[b, :, :n]) and vis[b, :, n:].all()
+            assert np.array_equal(vis[b, :, :n], ref[b, :, :n]) and not vis[b, :, n:].any()
+        seen = tc.visibility(case, padded_rows_visible=True)
+        for b, n in enumerate(case.seqlens_q):
+            assert np.array_equal(seen[b, :, :n], ref[b, :, :n]) and seen[b, :, n:].all()
 
 
 def test_visibility_combines_the_case_mask_per_head():

@@ -326,3 +326,215 @@ def test_fa3_fp8_path_hands_codes_and_float32_descales():
     assert fo.out_dtype == "bfloat16"
     want, _ = reference(case, inputs)
     assert np.abs(fo.out - want).max() < 0.05  # bf16 output of an exact-in-float32 stand-in
+
+
+# -- entry points (NAME@ENTRY): each spelling on the cases it can express ------------------------------
+def _gather_pages(cache, table_row, n, page_size):
+    """The first ceil(n / page_size) pages of one table row, whole (a TMA-style read: tail slots too)."""
+    used = -(-n // page_size)
+    if used == 0:
+        return cache[:0].reshape(0, *cache.shape[2:])
+    return cache[table_row[:used].long()].reshape(used * page_size, *cache.shape[2:])
+
+
+def _padded_core(q, k, v, seqused_q, seqused_k, page_table, run, empty_lse):
+    """Per-batch attention on padded [B, L, H, D] inputs or a paged cache; rows past seqused_q are NaN (their
+    output is unspecified), keys are read page-wise *including* the tail slots of the last page and masked
+    after the scores, as FA4 documents for TMA page loads (0 x NaN = NaN if a tail slot holds NaN)."""
+    B, Lq, H, _ = q.shape
+    out = torch.full((B, Lq, H, v.shape[-1]), float("nan"), dtype=q.dtype)
+    lse = torch.full((B, H, Lq), empty_lse)
+    for b in range(B):
+        nq = Lq if seqused_q is None else int(seqused_q[b])
+        nk = (k.shape[1] if page_table is None else page_table.shape[1] * k.shape[1]) if seqused_k is None \
+            else int(seqused_k[b])
+        if page_table is not None:
+            kb = _gather_pages(k, page_table[b], nk, k.shape[1])[None]
+            vb = _gather_pages(v, page_table[b], nk, v.shape[1])[None]
+        else:
+            kb, vb = k[b:b + 1], v[b:b + 1]
+        o, ls = run(q[b:b + 1, :nq], kb, vb, nk)
+        out[b, :nq], lse[b, :, :nq] = o[0], ls[0]
+    return out, lse
+
+
+def _masked_tail_core(softmax_scale, causal, window, softcap, unbounded, empty_lse):
+    def run(q, k, v, n):
+        # scores over every loaded slot, slots >= n masked; P = 0 there, but P @ V still multiplies their V
+        qf, kf, vf = (x.float() for x in (q, k, v))
+        o_ref, lse = _core(q, k[:, :n], v[:, :n], softmax_scale, causal, window, softcap, unbounded, empty_lse)
+        tail = vf[:, n:].sum(dim=1, keepdim=True).transpose(0, 1)  # NaN there poisons every row, like 0 x NaN
+        return (o_ref.float() + 0.0 * tail.sum()).to(q.dtype), lse
+    return run
+
+
+def _fake_fa4_full():
+    mod = _fake_fa4()
+    packed = mod.flash_attn_varlen_func
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                               seqused_q=None, seqused_k=None, page_table=None, softmax_scale=None, causal=False,
+                               window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1,
+                               pack_gqa=None, deterministic=False, return_lse=False):
+        if cu_seqlens_q is not None:
+            assert page_table is None and seqused_q is None
+            return packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale,
+                          causal=causal, window_size=window_size, softcap=softcap, return_lse=return_lse)
+        assert cu_seqlens_k is None, "FA4: page_table / padded q take no cu_seqlens_k here"
+        if page_table is not None:
+            assert page_table.dtype == torch.int32 and page_table.shape[0] == q.shape[0]
+            assert k.dim() == 4 and k.is_contiguous(), "FA4 paged caches are [num_pages, page_size, Hkv, d]"
+        run = _masked_tail_core(softmax_scale, causal, window_size, softcap, None, float("-inf"))
+        out, lse = _padded_core(q, k, v, seqused_q, seqused_k, page_table, run, float("-inf"))
+        return out, (lse if return_lse else None)
+
+    mod.flash_attn_varlen_func = flash_attn_varlen_func
+    return mod
+
+
+def _claims(adapter, case):
+    """`supports` on a CUDA device, for an adapter whose module is a CPU stand-in."""
+    adapter.unavailable_reason = lambda device: None
+    return adapter.supports(case, "cuda")
+
+
+PAGED = Case("t", 3, 4, 2, 3, 150, 16, 16, dtype="float16", seqlens_k=(150, 70, 1), causal=True, layout="paged64")
+VARLEN = Case("t", 3, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6, 0), seqlens_k=(9, 3, 5), causal=True)
+DENSE = Case("t", 2, 4, 2, 9, 12, 16, 32, dtype="bfloat16", window=(4, 1), layout="bshd")
+DENSE_BWD = Case("t", 2, 4, 2, 9, 12, 16, 16, dtype="float16", causal=True, backward=True)
+
+
+@pytest.mark.parametrize("entry,case,declines", [
+    ("func", DENSE, None), ("func", VARLEN, "no per-sequence lengths"), ("func", PAGED, "flash-attn-4@paged"),
+    ("varlen_func", DENSE, None), ("varlen_func", VARLEN, None), ("varlen_func", PAGED, "flash-attn-4@paged"),
+    ("seqused", DENSE, None), ("seqused", VARLEN, None), ("seqused", PAGED, "flash-attn-4@paged"),
+    ("paged", PAGED, None), ("paged", DENSE, "paged K/V cases only"),
+    ("paged", PAGED.replace(backward=True), "no page_table"),
+    (None, PAGED.replace(d=40, dv=40), "multiples of 16"),
+    (None, DENSE_BWD.replace(dv=32), "head_dim == head_dim_v"),
+    (None, DENSE.replace(d=12, dv=12), "not in declared head dims"),
+    ("deterministic", DENSE, None),
+], ids=lambda x: x if isinstance(x, str) or x is None else x.id if isinstance(x, Case) else str(x))
+def test_fa4_entry_points_express_their_cases_and_decline_the_rest(entry, case, declines):
+    adapter = FlashAttn4(entry)
+    adapter._module = _fake_fa4_full()
+    assert adapter.name == ("flash-attn-4" if entry is None else f"flash-attn-4@{entry}")
+    reason = _claims(adapter, case)
+    if declines:
+        assert reason is not None and declines in reason, reason
+        return
+    assert reason is None, reason
+    if case.backward:
+        return
+    inputs = make_inputs(case)
+    want_out, want_lse = reference(case, inputs)
+    fo = adapter.forward(inputs, case, "cpu")
+    rows = real_rows(case)
+    assert np.abs(fo.out - want_out)[rows].max() <= BOUND[case.dtype], fo.notes
+    lse_rows = rows & np.isfinite(want_lse)
+    assert np.abs(fo.lse[lse_rows] - want_lse[lse_rows]).max() <= 1e-5
+    spelled = {"func": "flash_attn_func", "varlen_func": "cu_seqlens_q", "seqused": "seqused_q",
+               "paged": "page_table", "deterministic": "flash_attn_func", None: ""}[entry]
+    assert spelled in fo.notes[0]
+    assert fo.mutated_inputs == ()
+
+
+def test_fa4_paged_call_writes_only_the_documented_tail_and_reports_pool_mutations():
+    """The tail slots of each last, partially used page are the ones FA4 reads (its documented precondition):
+    the adapter makes them finite, so the stand-in (which reads them like TMA does) is exact; every other
+    NaN (decoy pages, unused table entries) stays, and the pools are in the mutation check."""
+    adapter = FlashAttn4("paged")
+    adapter._module = _fake_fa4_full()
+    inputs = make_inputs(PAGED)
+    fo = adapter.forward(inputs, PAGED, "cpu")
+    want, _ = reference(PAGED, inputs)
+    assert np.abs(fo.out - want).max() <= BOUND["float16"]
+    assert any("slot(s) past seqused_k" in n for n in fo.notes), fo.notes
+    assert set(adapter._paged) == {"paged.k_pool", "paged.v_pool", "paged.block_table"}
+    assert torch.isnan(adapter._paged["paged.v_pool"]).any()  # decoy pages keep their NaN
+    # without the adapter's zeroing the stand-in gives NaN: the precondition is real in the stand-in
+    adapter._finite_tail = lambda k, v, table, lens, ps: (k, v)
+    assert np.isnan(adapter.forward(inputs, PAGED, "cpu").out).any()
+
+
+def test_fa4_version_comes_from_distribution_metadata(monkeypatch):
+    import importlib.metadata as md
+
+    adapter = FlashAttn4()
+    monkeypatch.setattr(md, "version", lambda name: "4.0.0b36" if name == "flash-attn-4" else "0.0.0")
+    assert adapter.version() == "4.0.0b36"
+
+
+def test_unknown_entry_point_is_refused_with_the_list():
+    with pytest.raises(ValueError, match="func, varlen_func|'func', 'varlen_func'"):
+        FlashAttn4("nope")
+
+
+@pytest.mark.parametrize("cls,fake,kw", [(FlashAttn2, _fake_fa2, "block_table"), (FlashAttn3, _fake_fa3, "page_table")],
+                         ids=["fa2", "fa3"])
+def test_fa23_with_kvcache_paged_spelling(cls, fake, kw):
+    mod = fake()
+    dense = mod.flash_attn_with_kvcache
+
+    def with_kvcache(q, k_cache, v_cache, cache_seqlens=None, **kwargs):
+        table = kwargs.pop(kw, None)
+        assert table is not None and table.dtype == torch.int32
+        page = k_cache.shape[1]
+        ks = torch.stack([_gather_pages(k_cache, table[b], table.shape[1] * page, page) for b in range(q.shape[0])])
+        vs = torch.stack([_gather_pages(v_cache, table[b], table.shape[1] * page, page) for b in range(q.shape[0])])
+        return dense(q, ks, vs, cache_seqlens=cache_seqlens, **kwargs)
+
+    mod.flash_attn_with_kvcache = with_kvcache
+    case = PAGED.replace(layout="paged256", Lk=300, seqlens_k=(300, 70, 1))
+    adapter = cls("with_kvcache_paged")
+    adapter._module = mod
+    assert _claims(adapter, case) is None
+    inputs = make_inputs(case)
+    fo = adapter.forward(inputs, case, "cpu")
+    want, _ = reference(case, inputs)
+    assert np.abs(fo.out - want).max() <= BOUND["float16"]
+    assert fo.notes[0].endswith("flash_attn_with_kvcache")
+    if cls is FlashAttn2:  # FA2's block_table takes pages of a multiple of 256 keys
+        assert "declared paged layouts: ['paged256']" in _claims(cls("with_kvcache_paged"), PAGED)
+    assert "forward only" in _claims(cls("with_kvcache"), DENSE_BWD)
+    assert "with_kvcache_paged" in _claims(cls("with_kvcache"), PAGED.replace(layout="paged256", Lk=300,
+                                                                              seqlens_k=(300, 70, 1)))
+
+
+def test_fa4_declares_bitwise_determinism_only_in_its_deterministic_spelling():
+    """Only ``flash-attn-4@deterministic`` passes ``deterministic=True`` to FA4, so only it may claim it."""
+    calls = []
+    mod = _fake_fa4_full()
+    plain = mod.flash_attn_func
+
+    def spy(*args, **kw):
+        calls.append(kw.get("deterministic", False))
+        return plain(*args, **kw)
+
+    mod.flash_attn_func = spy
+    for entry, claimed in ((None, False), ("func", False), ("deterministic", True)):
+        adapter = FlashAttn4(entry)
+        adapter._module = mod
+        assert adapter.capabilities.deterministic is claimed
+        adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+        assert calls[-1] is claimed
+    assert FlashAttn4.capabilities.deterministic is False  # the class's claims are not changed by an instance
+
+
+def test_fa4_notes_a_kernel_record_without_its_sm90_kernel(monkeypatch):
+    """On CUDA the record must show FA4's sm90 forward kernel; a record of other kernels only gets a note."""
+    from conformance.adapters import _torch_common as tc
+
+    class Recorder(tc.KernelRecorder):
+        def __exit__(self, *exc):
+            self.names = ("void at::native::elementwise_kernel<...>",)
+
+    monkeypatch.setattr(tc, "KernelRecorder", Recorder)
+    adapter = FlashAttn4()
+    adapter._module = _fake_fa4_full()
+    fo = adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+    assert any("FlashAttentionForwardSm90" in n for n in fo.notes), fo.notes
+    Recorder.__exit__ = lambda self, *exc: setattr(self, "names", ("kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90"
+                                                                   "FlashAttentionForwardSm90_object_at_",))
+    fo = adapter.forward(make_inputs(DENSE), DENSE, "cpu")
+    assert not any("none of the captured" in n for n in fo.notes), fo.notes

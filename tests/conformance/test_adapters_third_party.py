@@ -119,6 +119,27 @@ def test_softcap_and_fp8_are_not_expressible(good):
     assert "softcap" in good.supports(C("t", 1, 1, 1, 2, 2, 16, 16, dtype="float32", softcap=5.0), "cpu")
 
 
+def test_paged_layouts_are_declined_not_failed(good):
+    """An SDPA-signature function takes dense K/V: a paged case (SEMANTICS.md §16) is NOT_SUPPORTED, never a
+    FAIL of a correct function (the engine judges a claimed case that raises as FAIL)."""
+    from conformance import catalog
+    from conformance.engine import Runner
+
+    paged = [c for c in catalog.cases("ci") if c.family == "paged"][:2]
+    assert paged, "the ci profile has no paged case"
+    for case in paged:
+        assert "paged layout" in good.supports(case, "cpu"), case.id
+    from conformance.registry import load
+
+    runner = Runner([], "cpu")
+    try:
+        la = load("conformance.examples.good_sdpa:attention", "cpu")
+        outcomes = {runner.run_case(la, c).outcome for c in paged}
+    finally:
+        runner.close()
+    assert outcomes == {"NOT_SUPPORTED"}, outcomes
+
+
 class _Adapter(Adapter):
     name = "demo-adapter"
     capabilities = Capabilities(dtypes=frozenset({"float64"}))

@@ -152,10 +152,14 @@ def test_flex_declares_no_cpu_backward():
 
 
 @pytest.mark.backward
-def test_varlen_padded_rows_get_a_neutral_bias():
-    """Padded query rows attend everywhere with bias 0: a -inf bias row there (rows 1 and 4 here, padded since
-    seqlens_q = 1) would leave a naive softmax with NaN rows that poison dK/dV through autograd."""
+def test_varlen_padded_rows_are_fully_masked_rows():
+    """Padded query rows reach an SDPA-signature function as fully masked rows (SEMANTICS.md §17), whatever their
+    bias (a -inf bias row here: rows 1 and 4, padded since seqlens_q = 1): a function that returns 0 there (§8)
+    passes forward and backward; a naive softmax (NaN on fully masked rows) fails dk with a message saying why."""
     from conformance.adapters.third_party import wrap_sdpa_function
+    from conformance.engine import Runner
+    from conformance.examples.good_sdpa import attention as good
+    from conformance.registry import LoadedAdapter
 
     def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
@@ -165,5 +169,105 @@ def test_varlen_padded_rows_get_a_neutral_bias():
 
     case = C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float64", seqlens_q=(1, 1), seqlens_k=(9, 4), bias="neg_inf_rows",
              backward=True)
-    check_backward(wrap_sdpa_function(naive, "naive"), case)
+    check_backward(wrap_sdpa_function(good, "good"), case)
     check_forward(FlexAttention(), case.replace(backward=False))
+    adapter = wrap_sdpa_function(naive, "naive")
+    la = LoadedAdapter("naive", "naive", adapter)
+    res = Runner([la], "cpu").run_case(la, case)
+    assert res.outcome == "FAIL" and res.checks["dk"] == "fail", res.message
+    assert "fully masked rows" in res.message, res.message
+
+
+# -- the four SDPA spellings (NAME@ENTRY): each on the cases it can express, declining the rest ---------
+SPELLING_CASES = [
+    (C("t", 2, 4, 2, 5, 9, 16, 16, dtype="float32"), {"is_causal", "bool_mask"}),  # no masking at all
+    (C("t", 2, 4, 1, 5, 9, 16, 16, dtype="float32", causal=True, alignment="top_left"),
+     {"is_causal", "bool_mask", "causal_upper_left"}),
+    (C("t", 2, 4, 2, 5, 9, 16, 16, dtype="float32", causal=True, alignment="bottom_right"),
+     {"bool_mask", "causal_lower_right"}),
+    (C("t", 1, 2, 2, 7, 7, 16, 16, dtype="float64", causal=True, alignment="bottom_right"),  # square: one mask
+     {"is_causal", "bool_mask", "causal_upper_left", "causal_lower_right"}),
+    (C("t", 2, 2, 1, 6, 9, 16, 16, dtype="float32", mask="full_rows"), {"bool_mask"}),
+    (C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float32", bias="neg_inf_rows"), set()),
+    (C("t", 2, 2, 2, 6, 9, 16, 16, dtype="float32", seqlens_q=(4, 6), seqlens_k=(9, 3), causal=True),
+     {"bool_mask"}),
+    (C("t", 1, 2, 2, 6, 9, 16, 16, dtype="float32", window=(2, 1)), {"bool_mask"}),
+]
+SPELLINGS = ("is_causal", "bool_mask", "causal_upper_left", "causal_lower_right")
+
+
+@pytest.mark.parametrize("cls", [SdpaMath, SdpaFlash], ids=["math", "flash"])
+@pytest.mark.parametrize("entry", SPELLINGS)
+@pytest.mark.parametrize("case,expressible", SPELLING_CASES, ids=[c.id + str(i) for i, (c, _) in
+                                                                   enumerate(SPELLING_CASES)])
+def test_each_sdpa_spelling_runs_what_it_expresses(cls, entry, case, expressible):
+    adapter = cls(entry)
+    assert adapter.name == f"{cls.name}@{entry}"
+    if cls is SdpaFlash and case.dv != case.d:
+        pytest.skip("CPU flash: dv == d only")
+    if entry not in expressible:
+        reason = adapter.supports(case, "cpu")
+        assert reason is not None and reason.startswith(f"SDPA spelling {entry}:"), reason
+        return
+    fo, _ = check_forward(adapter, case)
+    spelled = {"is_causal": "spelling: is_causal=", "bool_mask": "dense boolean attn_mask",
+               "causal_upper_left": "bias.causal_upper_left", "causal_lower_right": "bias.causal_lower_right"}
+    assert any(spelled[entry] in n for n in fo.notes), fo.notes
+
+
+def test_causal_bias_spellings_hand_torch_a_causal_bias_object(monkeypatch):
+    """The causal_* spellings must reach SDPA as torch.nn.attention.bias.CausalBias objects (not as the
+    adapter's own dense mask), and bool_mask as a boolean tensor even where no key is masked."""
+    from torch.nn.attention.bias import CausalBias
+
+    seen = []
+    real = SdpaMath._call
+
+    def spy(self, q, k, v, attn_mask, is_causal, case):
+        seen.append((type(attn_mask), is_causal))
+        return real(self, q, k, v, attn_mask, is_causal, case)
+
+    monkeypatch.setattr(SdpaMath, "_call", spy)
+    br = C("t", 1, 2, 2, 5, 9, 16, 16, dtype="float32", causal=True)
+    check_forward(SdpaMath("causal_lower_right"), br)
+    check_forward(SdpaMath("causal_upper_left"), br.replace(alignment="top_left"))
+    check_forward(SdpaMath("bool_mask"), br.replace(causal=False))
+    check_forward(SdpaMath("is_causal"), br.replace(alignment="top_left"))
+    assert seen == [(CausalBias, False), (CausalBias, False), (torch.Tensor, False), (type(None), True)]
+
+
+@pytest.mark.backward
+@pytest.mark.parametrize("entry", ["causal_lower_right", "bool_mask"])
+def test_sdpa_spellings_backward(entry):
+    check_backward(SdpaMath(entry), C("t", 2, 4, 2, 5, 9, 16, 16, dtype="float64", causal=True, backward=True))
+
+
+def test_sdpa_entry_point_names_load_through_the_registry():
+    from conformance.registry import entry_point_names, load
+
+    assert entry_point_names("torch-sdpa-math") == [f"torch-sdpa-math@{e}" for e in SPELLINGS]
+    la = load("torch-sdpa-flash@causal_upper_left", "cpu")
+    assert la.available and la.name == "torch-sdpa-flash@causal_upper_left"
+    assert la.adapter.entry_point == "causal_upper_left"
+    bad = load("torch-sdpa-math@upper_left", "cpu")
+    assert bad.adapter is None and "is_causal, bool_mask, causal_upper_left, causal_lower_right" in bad.reason
+    assert load("reference-fa2@func", "cpu").reason.endswith("(it has a single spelling)")
+
+
+def test_cli_runs_a_spelling_on_its_own_row_and_refuses_an_unknown_one(tmp_path, capsys):
+    from conformance.cli import main
+
+    rc = main(["run", "--impl", "torch-sdpa-math@causal_lower_right", "torch-sdpa-math@nope", "-k", "causal_alignment",
+               "--report-dir", str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "torch-sdpa-math@nope" in err[0] and "causal_lower_right" in err[0]
+    rc = main(["run", "--impl", "torch-sdpa-math@causal_lower_right", "-k", "causal_alignment",
+               "--report-dir", str(tmp_path), "--quiet"])
+    assert rc == 0
+    import json
+
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [a["name"] for a in report["adapters"]] == ["torch-sdpa-math@causal_lower_right"]
+    outcomes = {r["outcome"] for r in report["results"]}
+    assert outcomes == {"PASS", "NOT_SUPPORTED"}
+    assert all("--impl torch-sdpa-math@causal_lower_right" in r["repro"] for r in report["results"])

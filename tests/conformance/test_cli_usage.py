@@ -48,6 +48,10 @@ USAGE = {
     "progress_every_0": (["run", "--progress-every", "0"], "argument --progress-every"),
     "impl_typo_run": (["run", "--impl", "torch-sdpa-mth", "-k", CASE], "did you mean torch-sdpa-math?"),
     "impl_typo_list": (["list", "--impl", "reference-fa22"], "did you mean reference-fa2?"),
+    "impl_unknown_entry_point": (["run", "--impl", "torch-sdpa-math@bogus", "-k", CASE],
+                                 "unknown entry point 'bogus' of torch-sdpa-math"),
+    "impl_variant_typo": (["run", "--impl", "torch-sdpa-mth@is_causal", "-k", CASE], "did you mean torch-sdpa-math?"),
+    "impl_typo_in_a_comma_list": (["run", "--impl", "reference-fa2,reference-fa9", "-k", CASE], "reference-fa9"),
     "impl_unimportable": (["run", "--impl", "no_such_module_xyz:fn", "-k", CASE], "--impl no_such_module_xyz:fn"),
     "impl_unavailable": (["run", "--impl", "torch-sdpa-efficient", "-k", CASE, "--device", "cpu"],
                          "torch-sdpa-efficient is unavailable on cpu"),
@@ -94,8 +98,8 @@ def test_unknown_impl_without_close_match_lists_the_builtins(capsys):
 
 def test_good_arguments_still_work(capsys, tmp_path):
     """The checks reject only what they should: valid values pass and the case runs."""
-    code, _, err = _main(["run", "--impl", "reference-fa2", "-k", CASE, "--workers", "1", "--timeout", "0.5",
-                          "--report-dir", str(tmp_path), "--quiet"], capsys)
+    code, _, err = _main(["run", "--impl", "reference-fa2,reference-fa1", "-k", CASE, "--workers", "1", "--timeout",
+                          "0.5", "--report-dir", str(tmp_path), "--quiet"], capsys)
     assert code == 0, err
     code, out, err = _main(["repro", _case_id(), "--impl", "reference-fa2"], capsys)
     assert code == 0 and "Case.from_dict" in out, err

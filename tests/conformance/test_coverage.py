@@ -63,7 +63,7 @@ def test_pairs_family_is_deterministic_and_valid():
         if c.family == "pairs":
             v = features.values_of(c)
             assert features.consistent(v), (c.id, v)
-            assert c.B * c.Hq * c.Lq * c.Lk <= 2 * 4 * 40 * 40, c.id  # small: the ci profile stays cheap
+            assert c.B * c.Hq * c.Lq * c.Lk <= 2 * 4 * 24 * 100, c.id  # small: the ci profile stays cheap
 
 
 def test_covering_rows_on_a_toy():

@@ -40,7 +40,8 @@ def test_catalog_ids_unique_and_sizes():
         assert len(ids) == len(set(ids)), p
     assert 150 <= sizes["ci"] <= 300 and sizes["ci"] < sizes["full"] and sizes["ci"] < sizes["gpu"]
     gpu = catalog.cases("gpu")
-    assert max(c.Lk for c in gpu) == 16384 and max(c.d for c in gpu) == 256
+    assert max(c.Lk for c in gpu) == 16384 and max(c.d for c in gpu if c.family != "mla") == 256
+    assert {(c.d, c.dv) for c in gpu if c.family == "mla"} >= {(576, 512), (192, 128)}  # MLA decoding shapes
 
 
 def test_select_expression():
@@ -92,7 +93,8 @@ def test_correct_toy_passes_and_records_stats():
 
 
 @pytest.mark.parametrize("behaviour,needle", [
-    ("mutate", "inputs changed"), ("nan", "non-finite"), ("wrong_shape", "shape"), ("raise", "raised"),
+    ("mutate", "inputs changed"), ("nan", "where the oracle is finite"), ("wrong_shape", "shape"),
+    ("raise", "raised"),
 ])
 def test_broken_behaviours_fail(behaviour, needle):
     res = _run(EmulatedKernel(behaviour=behaviour), SMALL)

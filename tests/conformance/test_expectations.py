@@ -103,6 +103,27 @@ def test_matched_failure_is_known_and_a_pass_is_unexpected(tmp_path):
                      CPU).outcome == "NOT_SUPPORTED"
 
 
+def test_an_expected_finding_stays_a_finding_and_its_absence_is_unexpected(tmp_path):
+    entries = ex.load(_file(tmp_path, """
+        [[expectation]]
+        id = "masked"
+        adapters = ["torch-sdpa-flash"]
+        outcome = ["FINDING", "FAIL"]
+        finding = "masked_nan"
+        reason = "0 x NaN"
+    """))
+    args = (SCALE, "torch-sdpa-flash", "torch-sdpa-flash")
+    v = ex.decide(entries, *args, "FINDING", "masked_nan:out", ["masked_nan:out"], CPU)
+    assert v.outcome == "FINDING" and v.expectation is not None and "0 x NaN" in v.note
+    strict = "out: NaN ...; NaN from masked-out positions of a dense mask (masked_nan) is a FAIL under --strict"
+    assert ex.decide(entries, *args, "FAIL", strict, [], CPU).outcome == ex.KNOWN
+    assert ex.decide(entries, *args, "FAIL", "out: error 3 > tolerance", [], CPU).outcome == "FAIL"
+    assert ex.decide(entries, *args, "PASS", "", [], CPU).outcome == ex.UNEXPECTED_PASS
+    only_fail = ex.load(_file(tmp_path, ENTRY, "fail.toml"))
+    assert ex.decide(only_fail, *args, "FINDING", "masked_nan:out", ["masked_nan:out"], CPU).outcome == \
+        ex.UNEXPECTED_PASS, "a FINDING where an entry expects FAIL: the entry is stale"
+
+
 @pytest.mark.parametrize("case,adapter,ctx", [
     (OTHER, "torch-sdpa-flash", CPU),  # another case
     (SCALE, "torch-sdpa-math", ex.RunContext("cpu", (), {"torch-sdpa-math": "torch 2.13.0"})),  # another adapter

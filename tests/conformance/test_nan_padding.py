@@ -2,9 +2,11 @@
 
 Bug classes: "NaN in masked-out K still poisons output" (torch #101967)
 and "NaN dQ at padded/out-of-bounds keys in varlen" (flash-attention #443, #752). The recipe puts NaN
-in every padded row of q, k, v, dout; the oracle never reads them, so a kernel that does (P = 0 times
-V = NaN is NaN) must FAIL with a message naming the NaN, and a kernel that bounds-checks its tile
-loads (the NumPy references) must PASS.
+in every padded row of q, k, v, dout; the oracle never reads them. A kernel told the sequence lengths
+that reads them anyway (the NumPy references without their bounds checks) must FAIL with a message
+naming the NaN; a dense SDPA-signature function, which receives the padding as masked-out positions
+of a dense mask, gets the named finding masked_nan (SEMANTICS.md §17), FAIL under strict; a kernel that
+bounds-checks its tile loads (the NumPy references) must PASS.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ BWD_CASES = [c for c in NAN_CASES if c.backward]
 REFERENCES = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-splitkv")
 
 
-def _run(adapter, case):
-    runner = Runner([LoadedAdapter(adapter.name, adapter.name, adapter)], "cpu", determinism="none")
+def _run(adapter, case, strict: bool = False):
+    runner = Runner([LoadedAdapter(adapter.name, adapter.name, adapter)], "cpu", determinism="none", strict=strict)
     try:
         return runner.run_case(runner.adapters[0], case)
     finally:
@@ -116,16 +118,19 @@ def test_oracle_never_reads_the_padding(case):
 
 
 @pytest.mark.parametrize("case", FWD_CASES, ids=lambda c: c.id)
-def test_kernel_reading_padded_kv_fails_naming_nan(case):
-    """The naive SDPA passes the normal twin and FAILS the NaN-padded case with NaN in compared rows."""
+def test_dense_sdpa_reading_masked_kv_is_the_named_finding(case):
+    """The naive SDPA passes the normal twin; on the NaN-padded case its NaN (0 x NaN in P V, from keys the
+    dense mask masks out) is the named finding masked_nan, naming what was planted; FAIL under strict."""
     from conformance.adapters.third_party import wrap_sdpa_function
 
     adapter = wrap_sdpa_function(naive_sdpa, "naive-sdpa")
     ok = _run(adapter, case.replace(distribution="normal"))
     assert ok.outcome == "PASS", ok.message
-    bad = _run(adapter, case)
-    assert bad.outcome == "FAIL", bad.message
-    assert "non-finite" in bad.message and "got nan" in bad.message, bad.message
+    found = _run(adapter, case)
+    assert found.outcome == "FINDING" and "masked_nan:out" in found.findings, found.message
+    assert "are padding and hold NaN" in found.message and "got nan" in found.message, found.message
+    strict = _run(adapter, case, strict=True)
+    assert strict.outcome == "FAIL" and "--strict" in strict.message, strict.message
 
 
 @pytest.mark.parametrize("spec", REFERENCES)
@@ -161,16 +166,21 @@ def test_reference_without_bounds_check_fails(module, line, case_list, quantity)
 
 @pytest.mark.parametrize("spec", ["torch-sdpa-math", "torch-sdpa-flash", "torch-flex"])
 def test_torch_cpu_finding_is_recorded(spec):
-    """torch 2.13 on CPU reads masked-out (padded) K/V (torch #101967 class): FAIL with the recorded symptom,
-    matched by the shipped expectations file, so `run` and `pytest conformance/` report it as KNOWN."""
+    """torch 2.13 on CPU lets NaN at masked-out (padded) K/V through 0 x NaN (torch #101967 class): the named
+    finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under strict the FAIL
+    is KNOWN through the same entry."""
     from conformance.expectations import KNOWN, RunExpectations
 
     la = load(spec)
     expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])
     case = FWD_CASES[0]
     res = _run(la.adapter, case)
-    assert res.outcome == "FAIL" and "got nan" in res.message, res.message
-    (known,) = expect.apply([res])
-    assert known.outcome == KNOWN and known.expectation["id"] == "torch-cpu-nan-in-masked-rows", known.message
+    assert res.outcome == "FINDING" and "masked_nan:out" in res.findings, res.message
+    (seen,) = expect.apply([res])
+    assert seen.outcome == "FINDING" and seen.expectation["id"] == "torch-cpu-nan-in-masked-rows", seen.message
+    strict = _run(la.adapter, case, strict=True)
+    assert strict.outcome == "FAIL" and "got nan" in strict.message, strict.message
+    (known,) = expect.apply([strict])
+    assert known.outcome == KNOWN and known.expectation["raw_outcome"] == "FAIL", known.message
     clean = _run(la.adapter, case.replace(distribution="normal"))
     assert clean.outcome == "PASS" and expect.apply([clean])[0].outcome == "PASS"

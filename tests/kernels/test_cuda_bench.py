@@ -3,9 +3,11 @@
 Marked ``benchmark_only`` and ``gpu``. Each benchmark times one call with a synchronize inside the
 timed function (pytest-benchmark's wall clock around a CUDA-synchronised launch, >= 20 rounds after
 warm-up), then the same number of CUDA-event timings (``extra_info["cuda_event_median_ms"]``), on
-the issue-6 shapes, with torch SDPA's flash backend (vendored FA2) and cuDNN timed on the same inputs
-in the same run: each shape is one benchmark *group* (``--benchmark-group-by=group``), so the table
-pytest-benchmark prints puts ours, torch-flash and cuDNN side by side. ``extra_info`` carries
+the issue-6 shapes, with torch SDPA's flash backend (vendored FA2), cuDNN and, when ``flash_attn.cute``
+is importable (flash-attn-4; reports/benchmarks/run_fa4.sh installs it on the H200), FA4's
+``flash_attn_func`` timed on the same inputs in the same run: each shape is one benchmark *group*
+(``--benchmark-group-by=group``), so the table pytest-benchmark prints puts ours, torch-flash, cuDNN and
+FA4 side by side. ``extra_info`` carries
 TFLOPs/s (4·B·H·Lq·Lk·d, halved for causal; backward 2.5x the forward) or TB/s for decoding.
 
 - FA2 forward, B=4, H=16, N=8192, d=128, bf16, causal and not;
@@ -33,7 +35,29 @@ pytestmark = [
 ]
 
 B, H, N, D = 4, 16, 8192, 128
-IMPLS = ("ours", "torch-flash", "torch-cudnn")
+IMPLS = ("ours", "torch-flash", "torch-cudnn", "flash-attn-4")
+
+
+def _fa4_module():
+    """flash_attn.cute (flash-attn-4) when importable here (reports/benchmarks/run_fa4.sh installs it on the
+    H200), else skip: FA4 is timed beside cuDNN and torch-flash, never required."""
+    try:
+        import flash_attn.cute as fa4
+    except Exception as exc:  # ImportError, or a CuTe DSL that cannot load on this host
+        pytest.skip(f"flash-attn-4 not importable: {type(exc).__name__}: {exc}"[:200])
+    return fa4
+
+
+def _fa4(q, k, v, causal: bool):
+    """FA4's flash_attn_func on [B, N, H, D] copies of the [B, H, N, D] inputs (its native layout, made once)."""
+    fa4 = _fa4_module()
+    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(x.requires_grad) for x in (q, k, v))
+
+    def call():
+        return fa4.flash_attn_func(qt, kt, vt, causal=causal)[0]
+
+    call()
+    return call, (qt, kt, vt)
 
 
 def _synced(fn):
@@ -86,13 +110,15 @@ def test_fwd_8k_d128(benchmark, causal, impl):
         lse = torch.empty(B, H, N, device="cuda")
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         fn = lambda: cuda_lib.call("attn_fa2_fwd", p)  # noqa: E731
+    elif impl == "flash-attn-4":
+        fn, _ = _fa4(q, k, v, causal)
     else:
         fn = _sdpa(impl, q, k, v, causal)
     _bench(benchmark, fn, 20, f"fa2-fwd B{B} H{H} N{N} d{D} {'causal' if causal else 'full'}",
            4 * B * H * N * N * D / (2 if causal else 1))
 
 
-@pytest.mark.parametrize("impl", ("ours", "torch-flash", "torch-cudnn"))
+@pytest.mark.parametrize("impl", IMPLS)
 def test_bwd_8k_d128(benchmark, impl):
     from kernels import cuda_bwd_lib, cuda_lib
 
@@ -102,6 +128,11 @@ def test_bwd_8k_d128(benchmark, impl):
         lse = torch.empty(B, H, N, device="cuda")
         cuda_lib.call("attn_fa2_fwd", cuda_lib.fwd_params(q, k, v, o, lse))
         fn = lambda: cuda_bwd_lib.backward("attn_fa2_bwd", q, k, v, o, lse, dout)  # noqa: E731
+    elif impl == "flash-attn-4":
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        call, (qt, kt, vt) = _fa4(qg, kg, vg, False)
+        out, dout_t = call(), dout.transpose(1, 2).contiguous()
+        fn = lambda: torch.autograd.grad(out, (qt, kt, vt), dout_t, retain_graph=True)  # noqa: E731
     else:
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         out = _sdpa(impl, qg, kg, vg, False)()
@@ -124,6 +155,8 @@ def test_decode_128k(benchmark, impl):
         part_l = torch.empty(splits * 32, device="cuda")
         p = cuda_lib.fwd_params(q, k, v, o, lse, num_splits=splits, o_partial=part_o, lse_partial=part_l)
         fn = lambda: cuda_lib.call("attn_splitkv_fwd", p)  # noqa: E731
+    elif impl == "flash-attn-4":  # GQA native; sm90 FA4 has no split-KV (num_splits=1)
+        fn, _ = _fa4(q, k, v, False)
     else:
         fn = _sdpa(impl, q, k, v, False, gqa=True)
     _bench(benchmark, fn, 30, "decode Lq1 Lk131072 Hq32 Hkv8 d128", 2 * 8 * 131072 * 128 * 2, unit="TBps")

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import doctest
+
 import pytest
 
-from kernels.planning import cta_count, num_tiles, working_set_bytes
+import kernels.planning
+from kernels.planning import (
+    cta_count,
+    end_to_end_speedup,
+    num_tiles,
+    pipeline_speedup,
+    pipeline_times,
+    working_set_bytes,
+)
 
 
 def test_tile_working_set_table():
@@ -41,3 +51,38 @@ def test_tail_tiles_and_splits():
 def test_planning_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="must be an int >= 1"):
         working_set_bytes(bad, 64, 128)
+
+
+def test_pipeline_bound_seed_example():
+    """[FA-anim] "流水线 · 先算理想上限": 4 blocks, 2 us load, 5 us compute: serial 4 x (2 + 5) = 28 us,
+    ideal double buffering 2 + 4 x 5 = 22 us, 28 / 22 = 1.27x."""
+    assert pipeline_times(4, 2, 5) == (28, 22)
+    assert pipeline_speedup(4, 2, 5) == pytest.approx(28 / 22) and round(28 / 22, 2) == 1.27
+
+
+def test_pipeline_bound_limits():
+    assert pipeline_times(3, 0, 5) == (15, 15)  # nothing to hide
+    assert pipeline_times(8, 1.5, 1.5) == (24.0, 13.5)
+    assert pipeline_speedup(10**6, 3, 3) == pytest.approx(2.0, rel=1e-5)  # at most 2x for two stages
+    with pytest.raises(ValueError, match="load must be a number >= 0"):
+        pipeline_times(4, -1, 5)
+    with pytest.raises(ValueError, match="n_blocks must be an int >= 1"):
+        pipeline_times(0, 2, 5)
+
+
+def test_end_to_end_speedup_exercise_3():
+    """[FA-anim] 练习 3: a 10 ms layer, attention 4 ms, a 2x faster kernel: 10 / (6 + 2) = 1.25x;
+    [FA2-ch]: attention 40 % of training time, 2x kernel: about 1.25x."""
+    assert end_to_end_speedup(10, 4, 2) == 1.25
+    assert end_to_end_speedup(1.0, 0.4, 2.0) == pytest.approx(1.25)
+    assert end_to_end_speedup(10, 4, float("inf")) == pytest.approx(10 / 6)
+    assert end_to_end_speedup(10, 0, 100) == 1.0
+    for bad in ((10, 11, 2), (0, 0, 2), (10, 4, 0)):
+        with pytest.raises(ValueError):
+            end_to_end_speedup(*bad)
+
+
+def test_planning_doctests_run():
+    """The seeds' numbers in kernels/planning.py's docstrings are executed (pytest does not collect doctests)."""
+    res = doctest.testmod(kernels.planning)
+    assert res.failed == 0 and res.attempted >= 10

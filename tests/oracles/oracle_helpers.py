@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["rand_qkv", "case_repr", "scalar_visible"]
@@ -21,10 +23,10 @@ def rand_qkv(B=2, Hq=4, Hkv=2, Lq=5, Lk=6, d=3, dv=None, seed=0, dout=False):
     return arrs
 
 
-def scalar_visible(i, j, sq, sk, causal, alignment, window) -> bool:
+def scalar_visible(i, j, sq, sk, causal, alignment, window, chunk=None) -> bool:
     """Whether key j takes part for query i, one pair at a time (SEMANTICS.md §4 causal and its
-    alignment, §5 window ``(left, right)`` or None, §7 real lengths sq, sk): a scalar restatement of
-    the rule, independent of `oracles.masking`, for the oracle self-tests to check it against."""
+    alignment, §5 window ``(left, right)`` or None, §7 real lengths sq, sk, §19 chunk): a scalar
+    restatement of the rule, independent of `oracles.masking`, for the oracle self-tests to check it against."""
     if i >= sq or j >= sk:
         return False
     diag = i + (sk - sq) if alignment == "bottom_right" else i
@@ -32,6 +34,8 @@ def scalar_visible(i, j, sq, sk, causal, alignment, window) -> bool:
     if causal and j > diag:
         return False
     if left is not None and j < diag - left:
+        return False
+    if chunk is not None and math.floor(diag / chunk) != math.floor(j / chunk):
         return False
     return right is None or j <= diag + right
 

@@ -24,8 +24,10 @@ def _mp(x) -> mpmath.mpf:
 
 
 def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None,
-                 bias=None, softcap=None, seqlens_q=None, seqlens_k=None):
-    """Scalar mpmath attention: returns (out, lse) as nested lists of mpf (None for lse = -inf)."""
+                 bias=None, softcap=None, seqlens_q=None, seqlens_k=None, sinks=None, chunk=None):
+    """Scalar mpmath attention: returns (out, lse) as nested lists of mpf (None for lse = -inf).
+
+    ``sinks`` (SEMANTICS.md §18): the head's sink logit is one more term of the row's sum, with no value."""
     B, Hq, Lq, d = q.shape
     Hkv, Lk, dv = k.shape[1], k.shape[2], v.shape[3]
     sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)
@@ -42,7 +44,7 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
             for i in range(Lq):
                 scores = {}
                 for j in range(Lk):
-                    if not scalar_visible(i, j, sq, sk, causal, alignment, window):
+                    if not scalar_visible(i, j, sq, sk, causal, alignment, window, chunk):
                         continue
                     if mask is not None and not mask[b, h, i, j]:
                         continue
@@ -52,15 +54,16 @@ def mp_attention(q, k, v, *, scale=None, causal=False, alignment="bottom_right",
                     if bias is not None:
                         s += _mp(bias[b, h, i, j])
                     scores[j] = s
-                if not scores:
+                sink = [] if sinks is None else [mpmath.exp(_mp(sinks[h]))]
+                if not scores and not sink:
                     lse[b, h, i] = None
                     continue
-                total = mpmath.fsum(mpmath.exp(s) for s in scores.values())
+                total = mpmath.fsum([mpmath.exp(s) for s in scores.values()] + sink)
                 lse[b, h, i] = mpmath.log(total)
                 for c in range(dv):
                     terms = [mpmath.exp(s) / total * _mp(v[b, g, j, c]) for j, s in scores.items()]
                     out[b, h, i, c] = mpmath.fsum(terms)
-                    scl[b, h, i, c] = mpmath.fsum(abs(t) for t in terms)
+                    scl[b, h, i, c] = mpmath.fsum(abs(t) for t in terms) if terms else mpmath.mpf(1)
     return out, lse, scl
 
 
@@ -77,6 +80,16 @@ CASES = {
     "mask_with_empty_row": {"mask": np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]], bool)},
     "varlen": {"seqlens_q": [2], "seqlens_k": [3], "causal": True},
     "large_logits": {"scale": 25.0},
+    "sinks": {"sinks": np.array([0.7, -1.3])},
+    "sinks_large": {"sinks": np.array([40.0, 600.0])},
+    "sinks_very_negative": {"sinks": np.array([-50.0, -1e4])},
+    "sinks_empty_row": {"sinks": np.array([0.5, -2.0]),
+                        "mask": np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]], bool)},
+    "sinks_varlen_no_keys": {"sinks": np.array([1.5, 0.0]), "seqlens_q": [3], "seqlens_k": [0]},
+    "chunk": {"chunk": 2},
+    "chunk_causal": {"chunk": 2, "causal": True},
+    "chunk_top_left_window": {"chunk": 3, "causal": True, "alignment": "top_left", "window": (1, None)},
+    "chunk_sinks": {"chunk": 3, "sinks": np.array([0.2, 2.0])},
 }
 
 

@@ -75,6 +75,8 @@ def _explicit_visibility(a: dict) -> np.ndarray:
             for j in range(sk):
                 c = i + off
                 ok = (right is None or j <= c + right) and (left is None or j >= c - left)
+                if kw.get("chunk") is not None:  # §19: same chunk of the aligned positions (floor division)
+                    ok = ok and math.floor(c / kw["chunk"]) == math.floor(j / kw["chunk"])
                 vis[b, :, i, j] = ok
     if kw.get("mask") is not None:
         vis &= np.broadcast_to(kw["mask"], vis.shape)
@@ -163,14 +165,16 @@ def test_causal_equals_explicit_mask_in_both_alignments(a, alignment):
                                   err_msg=f"oracles.visibility disagrees with §4 for Lq={Lq}, Lk={Lk}, {alignment}")
 
 
-@given(a=attention_arrays())
+@given(a=attention_arrays(chunk=None))
 def test_window_causal_varlen_equal_explicit_mask(a):
-    """§5/§7: every visibility feature (window, causal, varlen, mask, -inf bias) == one explicit mask from §4-§7."""
+    """§5/§7/§19: every visibility feature (window, causal, varlen, chunk, mask, -inf bias) == one explicit mask."""
     vis = _explicit_visibility(a)
     out_f, lse_f = oracles.attention(a["q"], a["k"], a["v"], **a["kwargs"])
     out_m, lse_m = oracles.attention(a["q"], a["k"], a["v"], **_plain_kwargs(a, vis))
     if "window" in a["kwargs"]:
         event("window")
+    if "chunk" in a["kwargs"]:
+        event("chunk")
     _close("out features vs mask", out_f, out_m, context=_describe(a))
     _close("lse features vs mask", lse_f, lse_m, context=_describe(a))
 
@@ -190,6 +194,32 @@ def test_causal_is_window_left_zero(a, data):
         out_f, _ = oracles.attention(a["q"], a["k"], a["v"], window=(Lk - 1, 0), **kw)
         out_p, _ = oracles.attention(a["q"], a["k"], a["v"], causal=True, **kw)
         _close("out window(Lk-1, 0) vs causal", out_f, out_p, context=_describe(a))
+
+
+@given(a=attention_arrays(sinks=True, chunk=None))
+def test_sink_is_one_more_key_with_zero_value(a):
+    """§18: a sink sigma_h is a key every real row sees, with score sigma_h (q . 0 = 0, then bias sigma_h) and
+    value 0: out and LSE equal attention over Lk + 1 keys with that key appended (so an empty row gets
+    O = 0, LSE = sigma_h). Padded query rows see only the appended key in the explicit form, as in §18."""
+    s, kw = a["shape"], a["kwargs"]
+    B, Hq, Lq, Lk = s["B"], s["Hq"], s["Lq"], s["Lk"]
+    sinks = kw["sinks"]
+    vis = _explicit_visibility(a)
+    mask = np.concatenate([vis, np.ones((B, Hq, Lq, 1), bool)], axis=-1)
+    bias = np.zeros((B, Hq, Lq, Lk + 1))
+    if kw.get("bias") is not None:
+        bias[..., :Lk] = np.broadcast_to(kw["bias"], (B, Hq, Lq, Lk))
+    live = np.isfinite(sinks)
+    mask[..., Lk] = live[None, :, None]
+    bias[..., Lk] = np.where(live, sinks, 0.0)[None, :, None]
+    k1 = np.concatenate([a["k"], np.zeros(a["k"].shape[:2] + (1, a["k"].shape[3]))], axis=2)
+    v1 = np.concatenate([a["v"], np.zeros(a["v"].shape[:2] + (1, a["v"].shape[3]))], axis=2)
+    plain = {n: kw[n] for n in ("scale", "softcap") if n in kw}
+    out_s, lse_s = oracles.attention(a["q"], a["k"], a["v"], **kw)
+    out_k, lse_k = oracles.attention(a["q"], k1, v1, mask=mask, bias=bias, **plain)
+    event(f"sink heads -inf: {int((~live).sum())}, empty rows: {'yes' if (~vis.any(-1)).any() else 'no'}")
+    _close("out sink vs appended key", out_s, out_k, rtol=1e-10, context=_describe(a))
+    _close("lse sink vs appended key", lse_s, lse_k, rtol=1e-11, context=_describe(a))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Messages a person can act on: non-finite values first, enough digits, the smallest failing case first."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import checks, numfmt
+from conformance.case import Case
+from conformance.engine import CaseResult
+from conformance.report import build_report, render_markdown
+from conformance.report_digest import quantity_line
+
+
+def test_numfmt_round_trips_and_never_prints_numpy_reprs():
+    x = np.float64(0.1) + np.float64(2.0**-52)
+    assert numfmt.value(x) != numfmt.value(np.float64(0.1)) and float(numfmt.value(x)) == x
+    assert numfmt.value(np.float64("nan")) == "nan" and numfmt.value(np.float32("-inf")) == "-inf"
+    assert numfmt.approx(None) == "n/a" and numfmt.approx(0.000123456) == "0.000123"
+    assert numfmt.index((1, 0, np.int64(2))) == "[1, 0, 2]"
+
+
+def test_all_nan_says_so_first_and_never_max_error_zero():
+    ref = np.ones((2, 3, 4, 5))
+    tol = np.full(ref.shape, 1e-3)
+    stats, msg = checks.compare_values("out", np.full(ref.shape, np.nan), ref, tol)
+    assert msg.startswith("out: all 120 compared values are NaN where the oracle is finite"), msg
+    assert "np.float64" not in msg and "max error 0" not in msg
+    line = quantity_line("out", stats.to_dict())
+    assert line.startswith("out: all 120 compared values are non-finite") and "max error" not in line, line
+
+
+def test_some_nan_plus_a_bound_violation_reports_both():
+    ref = np.zeros((1, 1, 2, 4))
+    got = ref.copy()
+    got[0, 0, 0, 1] = np.inf
+    got[0, 0, 1, 2] = 0.5
+    _, msg = checks.compare_values("dq", got, ref, np.full(ref.shape, 1e-3))
+    assert msg.startswith("dq: 1 of 8 compared values are +inf"), msg
+    assert "first at dq[0, 0, 0, 1]: got inf" in msg and "the finite values: error 0.5 > tolerance 0.001" in msg, msg
+
+
+def test_float64_values_print_with_enough_digits_to_differ():
+    ref = np.full((1, 1, 1, 1), 1.0 / 3.0)
+    got = ref + 1e-12
+    _, msg = checks.compare_values("out", got, ref, np.full(ref.shape, 1e-14))
+    g, o = msg.split("got ")[1].split(", oracle ")
+    o = o.split(";")[0]
+    assert g != o and float(g) == got.item() and float(o) == ref.item(), msg
+
+
+def _result(case: Case, outcome: str, adapter: str = "a") -> CaseResult:
+    return CaseResult(case_id=case.id, adapter=adapter, spec=adapter, outcome=outcome, family=case.family,
+                      features=[f"dtype:{case.dtype}"], message=f"{outcome} here", case=case.to_dict(),
+                      repro=f"python -m conformance repro {case.id} --impl {adapter}")
+
+
+def test_report_names_the_smallest_failing_case_first():
+    big = Case(family="f", B=2, Hq=4, Hkv=4, Lq=256, Lk=256, d=64, dv=64, dtype="float16")
+    small = Case(family="f", B=1, Hq=1, Hkv=1, Lq=3, Lk=5, d=8, dv=8, dtype="float16")
+    results = [_result(big, "FAIL"), _result(small, "FAIL"), _result(big.replace(seed=9), "PASS")]
+    rep = build_report(results, [], profile="ci", device="cpu", wall_seconds=1.0)
+    rep["adapters"] = [{"name": "a", "available": True, "reason": None}]
+    md = render_markdown(rep, results)
+    table = md.split("## Smallest failing case per adapter and feature")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| a | family:f"))
+    assert f"| 2 | `{small.id}`" in row, row
+    details = md.split("## Failures")[1]
+    assert details.index(small.id) < details.index(big.id)
