@@ -190,6 +190,19 @@ class _Judgement:
             return None
         return f"{msg}; {note}; {self.why_fail}"
 
+    def lse(self, stats: checks.QuantityStats, msg: str | None) -> None:
+        """The `checks.compare_lse` result: NaN there is graded like any value (`planted_nan`), the convention
+        messages of SEMANTICS.md §8 fail as they are; no secondary criterion for LSE."""
+        self.v.stats["lse"] = stats.to_dict()
+        if msg and stats.nonfinite:
+            msg = self.planted_nan(stats, msg)
+            if msg is None:
+                return
+        if msg:
+            self.fail("lse", msg)
+        else:
+            self.ok("lse")
+
     def values(self, stats: checks.QuantityStats, msg: str | None) -> None:
         """One `checks.compare_values` result: its stats, pass/fail/finding, or the secondary-criterion warning."""
         self.v.stats[stats.name] = stats.to_dict()
@@ -243,16 +256,8 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
                 j.fail("lse", f"lse: {exc}")
         lstats, lmsg, conventions = checks.compare_lse(got_lse, od.lse, lse_tolerance(od, model), od.valid,
                                                        declared=getattr(fo, "lse_convention", "-inf"))
-        v.stats["lse"] = lstats.to_dict()
         v.findings.extend(conventions)
-        if lmsg and lstats.nonfinite:
-            lmsg = j.planted_nan(lstats, lmsg)
-            if lmsg is None:
-                lmsg = ""
-        if lmsg:
-            j.fail("lse", lmsg)
-        elif lmsg is None:
-            j.ok("lse")
+        j.lse(lstats, lmsg)
     mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
     if mutated:
         j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}")

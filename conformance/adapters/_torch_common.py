@@ -18,12 +18,16 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
 - `KernelRecorder`: on CUDA, the names of the device kernels that actually ran (torch.profiler,
   CUDA activity); on CPU it records nothing and claims nothing.
 - `autograd_output`: the `BackwardOutput` of a backward taken through torch autograd (§13).
+- `code_under_test`: `conformance.calldata.under_test` for a torch call, waiting for the device at the end
+  of the block, so an asynchronous CUDA error of the kernel surfaces inside it (the kernel's, not the
+  harness's next synchronisation).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +38,7 @@ except ImportError:  # pragma: no cover - exercised only on machines without tor
     torch = None  # type: ignore[assignment]
 
 from conformance.adapters.base import BackwardOutput, CaseInputs, ForwardOutput
+from conformance.calldata import under_test
 from conformance.case import Case
 
 __all__ = [
@@ -42,6 +47,7 @@ __all__ = [
     "Materialized",
     "autograd_output",
     "changed",
+    "code_under_test",
     "cuda_capability",
     "device_unavailable_reason",
     "dtype_name",
@@ -222,6 +228,16 @@ def autograd_output(out: torch.Tensor, grads: Sequence[torch.Tensor], rec: Kerne
     )
     return BackwardOutput(dq=to_numpy(dq), dk=to_numpy(dk), dv=to_numpy(dv), out=fwd, kernels=rec.names,
                           mutated_inputs=mutated, notes=list(notes))
+
+
+@contextmanager
+def code_under_test(device) -> Iterator[None]:
+    """`under_test` (exceptions inside are the code under test's) that synchronises a CUDA `device` before
+    leaving, so an asynchronous kernel error is raised here and not in the harness code that reads results."""
+    with under_test():
+        yield
+        if str(device).startswith("cuda") and torch is not None and torch.cuda.is_available():
+            torch.cuda.synchronize()
 
 
 # -- mutation check ----------------------------------------------------------------------------------

@@ -63,7 +63,6 @@ from conformance.adapters.base import (
     capability_reason,
 )
 from conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
-from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 from conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
 
@@ -202,9 +201,9 @@ class SdpaFunctionAdapter(Adapter):
     # -- the call ---------------------------------------------------------------------------------
     def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
         """The function under test on the prepared tensors; what it raises (or returns instead of a tensor)
-        is its own, not the harness's (`under_test`)."""
+        is its own, not the harness's (`_torch_common.code_under_test`)."""
         kwargs = sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
-        with under_test():
+        with tc.code_under_test(t.q.device):
             out = first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
             if not isinstance(out, torch.Tensor):
                 raise TypeError(f"{self.name} returned {type(out).__name__}, not a torch.Tensor")
@@ -229,7 +228,7 @@ class SdpaFunctionAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t, c.mask_t, c.is_causal, case)
-            with under_test():  # autograd runs the function's own backward graph
+            with tc.code_under_test(device):  # autograd runs the function's own backward graph
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated())
 

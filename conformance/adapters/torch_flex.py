@@ -43,7 +43,6 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["FlexAttention", "flex_mods"]
@@ -207,17 +206,17 @@ class FlexAttention(Adapter):
         mask_mod, mask_heads, score_mod = flex_mods(case, inputs.mask, inputs.bias, device, score_dtype)
         block_mask = None
         if mask_mod is not None:
-            with under_test():  # torch evaluates the mask into its block structure
+            with tc.code_under_test(device):  # torch evaluates the mask into its block structure
                 block_mask = fa_mod.create_block_mask(
                     mask_mod, case.B, case.Hq if mask_heads > 1 else None, case.Lq, case.Lk, device=device)
-        with under_test():
+        with tc.code_under_test(device):
             fn = self._function(device)
         kwargs = dict(score_mod=score_mod, block_mask=block_mask, scale=case.scale, enable_gqa=case.Hq != case.Hkv)
         aux_request = getattr(fa_mod, "AuxRequest", None)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
             warnings.filterwarnings("ignore", message=".*return_lse is deprecated.*")
-            with under_test():
+            with tc.code_under_test(device):
                 if aux_request is not None:
                     out, aux = fn(t.q, t.k, t.v, return_aux=aux_request(lse=True), **kwargs)
                     lse = aux.lse
@@ -253,7 +252,7 @@ class FlexAttention(Adapter):
         before = tc.snapshot(handed)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out, lse, _ = self._run(t, inputs, case, device)
-            with under_test():
+            with tc.code_under_test(device):
                 grads = torch.autograd.grad(out, (t.q, t.k, t.v), grad_outputs=t.dout)
         return tc.autograd_output(out, grads, rec, tc.changed(before, handed), lse=lse,
                                   notes=[rec.error] if rec.error else [])

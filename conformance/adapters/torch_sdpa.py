@@ -56,7 +56,6 @@ from conformance.adapters.base import (
     capability_reason,
 )
 from conformance.adapters.variants import variant_name
-from conformance.calldata import under_test
 from conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
@@ -357,7 +356,7 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]), under_test():
+        with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
@@ -414,7 +413,7 @@ class SdpaAdapter(Adapter):
         if mask_t is not None and mask_t.dtype == torch.bool:
             fmask = torch.zeros(mask_t.shape, dtype=t.q.dtype, device=mask_t.device).masked_fill(~mask_t, -math.inf)
         try:
-            with under_test():
+            with tc.code_under_test(device):
                 got = self._lse_op(t.q, t.k, t.v, fmask, is_causal, case, device)
         except Exception as exc:
             if declared:
@@ -460,7 +459,7 @@ class SdpaAdapter(Adapter):
         c = prepare_sdpa_call(inputs, case, device, backward=True, entry=self.entry_point)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
             out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
-            with under_test():
+            with tc.code_under_test(device):
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated(),
                                   notes=self._spelling_notes(c) + self._kernel_notes(rec, 1))

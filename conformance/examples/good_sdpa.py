@@ -6,7 +6,8 @@ mask True = attend, float mask added to the scores (§6); ``is_causal`` is top-l
 convention); GQA maps query head h to kv head h // (Hq / Hkv) (§9); a row with no visible key
 returns 0 (§8). Scores, softmax and the P.V product are computed in float32 for fp16/bf16 inputs
 (float64 for float64 inputs) and the result is cast back to the input dtype. Differentiable
-through autograd.
+through autograd. Dense: ``P V`` runs over every key, so NaN planted at masked-out keys reaches the
+output as 0 x NaN, which the harness reports as the named finding ``masked_nan`` (SEMANTICS.md §17).
 """
 
 from __future__ import annotations

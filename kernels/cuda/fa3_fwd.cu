@@ -79,35 +79,43 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     return ATTN_OK;
 }
 
-// The full kernel (warp specialised, pingpong, intra-warpgroup overlap, persistent) for every head dim,
-// dtype and prescale setting; the ablation variants for d = 128 only.
-template <int D, typename E, bool kPre>
-using Full = Fa3Config<D, E, 2, true, true, true, true, kPre>;
+// The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, two consumer
+// warpgroups, pingpong, intra-warpgroup overlap, one CTA per work tile (the persistent loop measured 2-4%
+// slower), key tiles of 192 / 128 / 80 for d = 64 / 128 / 256, a K/V ring as deep as shared memory allows.
+template <int D>
+constexpr int kDefaultN = D == 64 ? 192 : (D == 128 ? 128 : 80);
+template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0>
+using Default = Fa3Config<D, E, 2, true, true, true, kPersistent, kPre, kN, kStages>;
 
 template <int D, typename E>
 int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
     const bool pre = p.softcap > 0.f || !(p.scale > 0.f);
-    return pre ? launch<Full<D, E, true>>(p, s, sms, err, errlen) : launch<Full<D, E, false>>(p, s, sms, err, errlen);
+    return pre ? launch<Default<D, E, true>>(p, s, sms, err, errlen)
+               : launch<Default<D, E, false>>(p, s, sms, err, errlen);
 }
 
+// Ablation and tuning builds, d = 128: each changes one thing of the default.
 template <typename E>
-int dispatch_ablation(const AttnFwdParams& p, int flags, cudaStream_t s, int sms, char* err, int errlen) {
+int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms, char* err, int errlen) {
     switch (flags) {
         case ATTN_FA3_NO_PINGPONG:
-            return launch<Fa3Config<128, E, 2, true, true, false, true, false>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, true, false, false, false>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_OVERLAP:
-            return launch<Fa3Config<128, E, 2, true, false, true, true, false>>(p, s, sms, err, errlen);
-        case ATTN_FA3_NO_PERSISTENT:
-            return launch<Fa3Config<128, E, 2, true, true, true, false, false>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, false, true, false, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_PERSISTENT:
+            return launch<Default<128, E, false, true>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_WS:
             return launch<Fa3Config<128, E, 2, false, true, false, false, false>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGE1:
             return launch<Fa3Config<128, E, 1, false, false, false, false, false>>(p, s, sms, err, errlen);
+        case ATTN_FA3_N176:
+            return launch<Default<128, E, false, false, 176>>(p, s, sms, err, errlen);
+        case ATTN_FA3_STAGES2:
+            return launch<Default<128, E, false, false, 128, 2>>(p, s, sms, err, errlen);
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                              "attn_fa3_fwd_variant: flags=%d: built variants are 0 (full), %d, %d, %d, %d, %d",
-                              flags, ATTN_FA3_NO_PINGPONG, ATTN_FA3_NO_OVERLAP, ATTN_FA3_NO_PERSISTENT,
-                              ATTN_FA3_NO_WS, ATTN_FA3_STAGE1);
+                              "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
+                              ATTN_FA3_STAGES2);
     }
 }
 
@@ -126,13 +134,15 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
     const bool bf = p->dtype == ATTN_BF16;
     if (flags != kFull) {
         const bool pre = p->softcap > 0.f || !(p->scale > 0.f);
-        if (p->head_dim != 128 || pre)
+        if (pre)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                              "%s: head_dim=%d softcap=%g scale=%g: ablation variants exist for head_dim 128, "
-                              "no softcap, scale > 0",
-                              name, p->head_dim, p->softcap, p->scale);
-        return bf ? dispatch_ablation<__nv_bfloat16>(*p, flags, s, sms, err, errlen)
-                  : dispatch_ablation<__half>(*p, flags, s, sms, err, errlen);
+                              "%s: softcap=%g scale=%g: the variant builds need no softcap and scale > 0", name,
+                              p->softcap, p->scale);
+        if (p->head_dim != 128)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                              "%s: head_dim=%d: the variant builds exist for head_dim 128", name, p->head_dim);
+        return bf ? dispatch_variant<__nv_bfloat16>(*p, flags, s, sms, err, errlen)
+                  : dispatch_variant<__half>(*p, flags, s, sms, err, errlen);
     }
     switch (p->head_dim) {
         case 64:

@@ -1,12 +1,12 @@
 """A small case set over every launcher in libattn_kernels.so, for compute-sanitizer.
 
-``compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.cuda.sanitize_cases``
-(and ``--tool racecheck``; ``tox -e sanitize`` runs both). Small shapes that still cover tail tiles,
-causal diagonals in both alignments, a window, GQA, varlen with an empty sequence, softcap, split-KV
-with several splits and an empty split, the FA3 forward (Hopper only), paged K/V (a shuffled block
-table over a pool with NaN decoy pages, varlen with a short and an empty sequence), and the backward
-launchers when the library exports them. Inputs are random (never zeros); each launcher's status is
-checked, and the outputs must be finite where the semantics say so (a crash or a sanitizer report is the
+``compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.cuda.sanitize_cases [LAUNCHER ...]``
+(launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
+Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
+empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward (Hopper only), paged
+K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty sequence), and
+the backward launchers when the library exports them. Inputs are random (never zeros); each launcher's status
+is checked, and the outputs must be finite where the semantics say so (a crash or a sanitizer report is the
 real signal); a paged case must also equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
 """
 
@@ -195,7 +195,10 @@ def main() -> int:
 
     lib = cuda_lib.library()
     failures = 0
+    only = sys.argv[1:]  # optional launcher names: run only their cases
     for launcher, spec in CASES:
+        if only and launcher not in only:
+            continue
         if getattr(lib, launcher, None) is None:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
             continue

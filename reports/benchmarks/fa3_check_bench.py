@@ -6,7 +6,8 @@
    outputs poisoned with NaN inside guard bands, inputs checked unmodified, SEMANTICS.md §8 fully masked
    rows): head dims 64/128/256, fp16/bf16, tails, causal in both alignments, windows, softcap, GQA,
    varlen, [B, L, H, D] strides, Lk = 0; then every ablation build on a few d = 128 cases.
-2. Timing (CUDA events, warm-up, median of 25) at B=4, H=16, N=8192, d in {64, 128, 256}, causal or not,
+2. Timing (CUDA events, warm-up, median of 25; the candidates of a row timed round-robin 3 times, the
+   median kept) at B=4, H=16, N=8192, d in {64, 128, 256}, causal or not,
    beside torch SDPA's flash and cuDNN backends and, when ``flash_attn.cute`` imports, flash-attn-4
    (``flash_attn.cute.interface.flash_attn_func``); ``--ablation``: the ablation builds at d = 128;
    ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 4*B*H*N*N*d (halved for causal).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -105,17 +107,33 @@ def fa4_fn(q, k, v, causal):
     return f
 
 
-def _time_row(row, name, fn, flops):
-    try:
-        med, lo, hi = time_fn(fn)
-        row[name + "_ms"] = med
-        row[name + "_tflops"] = flops / med / 1e9
-        row[name + "_spread"] = (hi - lo) / med
-    except Exception as e:  # a backend refused the shape
-        row[name + "_error"] = str(e).splitlines()[0][:200]
+ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
-def bench_rows(shapes, with_refs=True) -> list[dict]:
+def _time_candidates(row, cands, flops):
+    """Time every (name, fn) of `cands` round-robin ROUNDS times (each a `time_fn` median of 25 launches),
+    so that clock drift during the run affects every candidate alike; record the median of the rounds and
+    the rounds' spread ((max - min) / median)."""
+    meds: dict[str, list[float]] = {name: [] for name, _ in cands}
+    for _ in range(ROUNDS):
+        for name, fn in cands:
+            if name + "_error" in row:
+                continue
+            try:
+                meds[name].append(time_fn(fn)[0])
+            except Exception as e:  # a backend refused the shape
+                row[name + "_error"] = str(e).splitlines()[0][:200]
+    for name, ms in meds.items():
+        if ms:
+            med = statistics.median(ms)
+            row[name + "_ms"] = med
+            row[name + "_tflops"] = flops / med / 1e9
+            row[name + "_spread"] = (max(ms) - min(ms)) / med
+
+
+def bench_rows(shapes, with_refs=True, variants=()) -> list[dict]:
+    """Timing rows: FA3 (attn_fa3_fwd, plus each build in `variants` as ``fa3_<variant>``) beside the
+    references on the same inputs."""
     from torch.nn.attention import SDPBackend
 
     rows = []
@@ -126,13 +144,15 @@ def bench_rows(shapes, with_refs=True) -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(B=B, H=H, N=N, d=d, causal=causal)
-        _time_row(row, "fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p), flops)
+        cands = [("fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p))]
+        cands += [("fa3_" + v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in variants if d == 128]
         if with_refs:
-            _time_row(row, "flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), flops)
-            _time_row(row, "cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), flops)
+            cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
+                      ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
             f4 = fa4_fn(q, k, v, causal)
             if f4 is not None:
-                _time_row(row, "fa4", f4, flops)
+                cands.append(("fa4", f4))
+        _time_candidates(row, cands, flops)
         for ref in ("flash", "cudnn", "fa4"):
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
@@ -142,6 +162,7 @@ def bench_rows(shapes, with_refs=True) -> list[dict]:
 
 
 def ablation_rows() -> list[dict]:
+    """Every build of `cuda_lib.FA3_VARIANTS` at B=4, H=16, N=8192, d=128 bf16, causal and not."""
     rows = []
     for causal in (False, True):
         B, H, N, d = 4, 16, 8192, 128
@@ -150,10 +171,13 @@ def ablation_rows() -> list[dict]:
         lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row: dict = {}
+        _time_candidates(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in cuda_lib.FA3_VARIANTS],
+                         flops)
         for variant in cuda_lib.FA3_VARIANTS:
-            row = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
-            _time_row(row, "fa3", lambda p=p, variant=variant: cuda_lib.call_fa3_variant(p, variant), flops)
-            rows.append(row)
+            r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
+            r.update({"fa3" + k[len(variant):]: x for k, x in row.items() if k.startswith(variant + "_")})
+            rows.append(r)
         del q, k, v, o
     return rows
 
@@ -171,6 +195,14 @@ def markdown(env, rows, abl) -> str:
                    f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
                    f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
                    f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+    extra = sorted({k[4:-7] for r in rows for k in r
+                    if k.startswith("fa3_") and k.endswith("_tflops") and k != "fa3_tflops"})
+    if extra:
+        out += ["", "| B, H, N, d | causal | attn_fa3_fwd | " + " | ".join(extra) + " |",
+                "|---|---|---|" + "---|" * len(extra)]
+        for r in rows:
+            out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                       + " | ".join(f"{r.get('fa3_' + v + '_tflops', nan):.0f}" for v in extra) + " |")
     if abl:
         out += ["", "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
         for r in abl:
@@ -188,6 +220,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--curves", action="store_true")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
     ap.add_argument("--variants", default=",".join(cuda_lib.FA3_VARIANTS),
                     help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
     args = ap.parse_args(argv)
@@ -210,7 +243,7 @@ def main(argv=None) -> int:
         shapes = [(4, 16, 8192, d, c) for d in (64, 128, 256) for c in (False, True)]
         if args.quick:
             shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
-        rows = bench_rows(shapes)
+        rows = bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v])
         if args.ablation:
             abl = ablation_rows()
         if args.curves:

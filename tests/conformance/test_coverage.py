@@ -38,11 +38,21 @@ def test_claimable_pairs_come_from_declared_capabilities():
 
 
 def test_paged_backward_constraint_matches_the_adapters():
-    """`features.CONSTRAINTS` excludes paged x backward because no built-in adapter claims it; when one does,
-    this fails: drop the constraint so the pairs family covers the pair."""
+    """`features.CONSTRAINTS` excludes paged x backward because no built-in adapter runs it (flash-attn's paged
+    spellings are forward only); when one does, this fails: drop the constraint so the pairs family covers the
+    pair. Adapters whose capabilities list a paged layout and backward must decline a paged backward case."""
+    from conformance.registry import load
+
+    probe = Case("probe", B=1, Hq=2, Hkv=2, Lq=8, Lk=512, d=64, dv=64, dtype="bfloat16", causal=True, layout="paged256",
+                 backward=True)
     for name, caps in coverage.declared_capabilities():
         paged = any(layout in caps.layouts for layout in PAGED_LAYOUTS)
-        assert not (paged and caps.backward), f"{name} claims a paged backward: drop the paged x backward constraint"
+        if not (paged and caps.backward):
+            continue
+        adapter = load(name, "cpu").adapter
+        assert adapter is not None, name
+        adapter.unavailable_reason = lambda device: None  # judge the claim, not this machine
+        assert adapter.supports(probe, "cuda"), f"{name} claims a paged backward: drop the paged x backward constraint"
 
 
 def test_labels_are_the_report_columns():

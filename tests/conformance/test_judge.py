@@ -5,8 +5,10 @@ and pytest ``conformance/`` use), the property suite (`property_tests.kernel_che
 snippet (`conformance.repro.snippet`, executed in a subprocess), and the FP8 offset property
 (`property_tests.kernel_properties.check_fp8_offset`). The adapters are `engine_toys.OracleToy` and its
 variants: correct, +inf LSE declared (in-process and isolated), +inf undeclared, input mutation, raising,
-nondeterministic, NaN output, wrong dQ; each also has an expected outcome, so agreement on a wrong
-verdict fails too.
+nondeterministic, NaN output, wrong dQ, plus the SDPA-signature example `good_sdpa` (padding as a dense
+mask: the named finding masked_nan on planted NaN); the cases: fully masked rows, a GQA backward with
+bottom-right causal, FP8, and NaN-padded varlen. Each pair also has an expected outcome, so agreement on
+a wrong verdict fails too.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ CASES = {
                          alignment="bottom_right", backward=True),
     "fp8": _sampled(B=1, Hq=1, Hkv=1, Lq=4, Lk=32, d=16, dv=16, dtype="float8_e4m3fn",
                     fp8=FP8Spec(granularity="per_tensor")),
+    # NaN planted in padded rows (SEMANTICS.md §17): the toys are told the lengths, the SDPA function gets a mask
+    "nan_padding": _sampled(B=2, Hq=2, Hkv=2, Lq=9, Lk=12, d=8, dv=8, dtype="float32", seqlens_q=(9, 5),
+                            seqlens_k=(12, 7), distribution="nan_padding"),
 }
 EMPTY = {"empty_rows", "backward"}  # cases with fully masked rows (where the LSE convention shows)
 
@@ -63,6 +68,11 @@ TOYS: dict[str, dict[str, tuple[str, str]] | None] = {
     "OracleNaN": {c: ("FAIL", "out") for c in CASES},
     "OracleBadDq": {"backward": ("FAIL", "dq")},
 }
+# an SDPA-signature function (padding reaches it as a dense mask): the named finding on planted NaN; its fp16
+# backward (autograd through float32 scores, dV cast to fp16) is within the bound but over 2x the naive error
+SDPA_SPEC = "conformance.examples.good_sdpa:attention"
+SDPA_EXPECTED = {"empty_rows": ("PASS", None), "backward": ("QUALITY_WARNING", None), "fp8": ("NOT_SUPPORTED", None),
+                 "nan_padding": ("FINDING", "out")}
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +113,15 @@ def _snippet_verdicts(pairs: list[tuple[str, Case]]) -> dict[tuple[str, str], tu
 
 
 def _expected(toy: str, case_name: str) -> tuple[str, str | None]:
+    if toy == SDPA_SPEC:
+        return SDPA_EXPECTED[case_name]
     table = TOYS[toy] or {}
     return table.get(case_name, ("PASS", None))
 
 
 def test_same_verdict_through_engine_property_suite_and_repro(toy_path):
     pairs = [(f"engine_toys:{toy}", case) for toy in TOYS for case in CASES.values()]
+    pairs += [(SDPA_SPEC, case) for case in CASES.values()]
     snippets = _snippet_verdicts(pairs)
     names = {c.id: n for n, c in CASES.items()}
     for spec, case in pairs:
@@ -122,16 +135,21 @@ def test_same_verdict_through_engine_property_suite_and_repro(toy_path):
         prop = evaluate(la.adapter, case, "cpu", spec=spec)
         code, snip = snippets[(spec, case.id)]
         where = f"{spec} on {case.id}"
+        if engine["outcome"] == "NOT_SUPPORTED":  # the snippet says so and exits 0 without a VERDICT line
+            assert code == 0 and snip is None, where
+            assert prop.outcome == "NOT_SUPPORTED", where
+            assert _expected(spec if spec == SDPA_SPEC else spec.split(":")[1], names[case.id])[0] == "NOT_SUPPORTED"
+            continue
         assert snip is not None, where
         prop_summary = prop.summary()
         prop_summary["message"] = prop_summary["message"].removesuffix(f" (case {case.id})")
         assert engine == prop_summary, f"engine vs kernel_check.evaluate: {where}"
         assert engine == snip, f"engine vs repro snippet: {where}"
         assert code == (1 if engine["outcome"] == "FAIL" else 0), where
-        outcome, check = _expected(spec.split(":")[1], names[case.id])
+        outcome, check = _expected(spec if spec == SDPA_SPEC else spec.split(":")[1], names[case.id])
         assert engine["outcome"] == outcome, (where, engine)
         if check is not None:
-            assert engine["checks"].get(check) == "fail", (where, engine)
+            assert engine["checks"].get(check) == ("finding" if outcome == "FINDING" else "fail"), (where, engine)
         if "PlusInf" in spec and names[case.id] in EMPTY and outcome == "PASS":
             assert "lse_convention:+inf" in engine["findings"], (where, engine)
 

@@ -180,3 +180,22 @@ def test_ci_profile_counts_for_sdpa_signature_functions():
         paged = [r for r in results if "paged" in r.case.get("layout", "")]
         assert paged and all(r.outcome == "NOT_SUPPORTED" for r in paged)
         assert np.isfinite(counts.get("PASS", 0))
+
+
+def test_run_strict_turns_the_finding_into_a_fail(tmp_path, capsys):
+    """``python -m conformance run --strict``: masked_nan is FAIL (exit 1); without it FINDING (exit 0)."""
+    import json
+
+    from conformance.cli import main
+
+    case = next(c for c in NAN_CASES if not c.backward)
+    argv = ["run", "--impl", "torch-sdpa-math", "-k", case.id, "--quiet"]
+    assert main(argv + ["--report-dir", str(tmp_path / "plain")]) == 0
+    assert main(argv + ["--report-dir", str(tmp_path / "strict"), "--strict"]) == 1
+    plain = json.loads((tmp_path / "plain" / "report.json").read_text())
+    strict = json.loads((tmp_path / "strict" / "report.json").read_text())
+    assert plain["summary"]["by_outcome"]["FINDING"] == 1 and strict["summary"]["by_outcome"]["FAIL"] == 1
+    assert plain["summary"]["findings_by_class"] == {"torch-sdpa-math": {"masked_nan": 1}}
+    assert "masked_nan" in (tmp_path / "plain" / "report.md").read_text()
+    assert "masked_nan" in (tmp_path / "plain" / "report.html").read_text()
+    assert strict["strict"] is True

@@ -55,7 +55,7 @@ def test_fa3_matches_float64_reference(spec):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
 
 
-@pytest.mark.parametrize("variant", ["no_pingpong", "no_overlap", "no_persistent", "no_ws", "stage1"])
+@pytest.mark.parametrize("variant", ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2"])
 def test_fa3_ablation_builds_match_reference(variant):
     cuda_lib = _lib()
     from reports.benchmarks.cuda_fwd_check_bench import check_case

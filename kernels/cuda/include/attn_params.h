@@ -130,15 +130,17 @@ int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen
 
 // FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices
 // and for strides TMA cannot express, naming the argument). attn_fa3_fwd_variant runs one of the ablation
-// builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
+// or tuning builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
 int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
 int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
-enum AttnFa3Variant {
-    ATTN_FA3_NO_PINGPONG = 1,    // warp specialised, overlap, persistent; warpgroups issue GEMMs freely
-    ATTN_FA3_NO_OVERLAP = 2,     // warp specialised, pingpong, persistent; S, softmax, PV in sequence
-    ATTN_FA3_NO_PERSISTENT = 3,  // warp specialised, pingpong, overlap; one CTA per work tile
-    ATTN_FA3_NO_WS = 4,          // two consumer warpgroups, thread 0 issues the loads; overlap, one CTA per tile
-    ATTN_FA3_STAGE1 = 5,         // one warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
+enum AttnFa3Variant {  // each changes one thing of the default build (d = 128)
+    ATTN_FA3_NO_PINGPONG = 1,  // consumer warpgroups issue their GEMMs without taking turns
+    ATTN_FA3_NO_OVERLAP = 2,   // S, softmax, P V in sequence inside a warpgroup
+    ATTN_FA3_PERSISTENT = 3,   // persistent grid (#SMs CTAs) taking tiles from a global counter, Q double-buffered
+    ATTN_FA3_NO_WS = 4,        // no producer warpgroup: thread 0 issues the loads, no setmaxnreg, no pingpong
+    ATTN_FA3_STAGE1 = 5,       // one consumer warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
+    ATTN_FA3_N176 = 6,         // key tiles of 176 instead of 128
+    ATTN_FA3_STAGES2 = 7,      // a K/V ring of 2 stages instead of 3
 };
 
 // Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of

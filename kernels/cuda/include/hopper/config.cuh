@@ -17,7 +17,7 @@
 namespace attn::hopper {
 
 template <int D, typename Elem_, int kConsumerWGs_, bool kWS_, bool kOverlap_, bool kPingpong_, bool kPersistent_,
-          bool kPrescale_>
+          bool kPrescale_, int kBlockN_ = (D == 256 ? 64 : 128), int kStages_ = 0>
 struct Fa3Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
@@ -31,8 +31,11 @@ struct Fa3Config {
     static_assert(!kWS || kConsumerWGs == 2, "warp specialisation is built with two consumer warpgroups");
 
     static constexpr int kBlockM = 64 * kConsumerWGs;  // query rows per CTA (64 per consumer warpgroup)
-    static constexpr int kBlockN = D == 256 ? 64 : 128;  // keys per K/V tile
-    static constexpr int kStages = D == 64 ? 3 : 2;      // K/V ring depth
+    static constexpr int kBlockN = kBlockN_;  // keys per K/V tile (a multiple of 16, at most 256)
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key tile: a multiple of 16 up to 256");
+    // K/V ring depth: kStages_, or (0) 3 where Q + three (K, V) stages fit in the 227 KB a block may use, else 2.
+    static constexpr int kStages =
+        kStages_ > 0 ? kStages_ : (kBlockM * D * 2 + 3 * 2 * kBlockN_ * D * 2 + 2048 <= 232448 ? 3 : 2);
     static constexpr int kColBlocks = D / 64;            // 64-column (128-byte) blocks per row
     static constexpr int kThreads = 128 * (kConsumerWGs + (kWS ? 1 : 0));
     static constexpr int kConsumerThreads = 128 * kConsumerWGs;
@@ -40,11 +43,15 @@ struct Fa3Config {
 
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
-    static constexpr uint32_t kOffK = kQBytes;
+    // Persistent builds double-buffer Q where shared memory allows, so the producer loads the next
+    // tile's Q (and then its K/V) while the consumers still compute and store the current one.
+    static constexpr int kQStages =
+        (kPersistent && 2 * kQBytes + 2 * kStages * kKVBytes + 2048 <= 232448) ? 2 : 1;
+    static constexpr uint32_t kOffK = kQStages * kQBytes;
     static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
     static constexpr uint32_t kOffBar = kOffV + kStages * kKVBytes;
-    // barriers: full_q, empty_q, full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
-    static constexpr int kNumBars = 2 + 4 * kStages + 4;
+    // barriers: full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
+    static constexpr int kNumBars = 4 + 4 * kStages + 4;
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + 16 + 1024;  // + slack to align the base to 1024
 

@@ -4,7 +4,8 @@
 // §5 windows, §7 varlen, §8 fully masked rows, §9 GQA).
 //
 // Synchronisation (all mbarriers in shared memory, phases tracked by PipeState):
-//   full_q / empty_q     Q tile landed (TMA bytes) / every consumer warp is done with it (after the epilogue)
+//   full_q / empty_q     Q tile landed (TMA bytes) / every consumer thread is done with it (after the
+//                        epilogue); two Q buffers in persistent builds where shared memory allows
 //   full_k[s], full_v[s] K or V tile of stage s landed;  empty_k[s], empty_v[s]: every consumer warp's
 //                        wgmma that read it has completed (one arrival per warp)
 //   tile_full / tile_empty  (persistent) the next work-tile index, handed from the producer to the consumers
@@ -26,24 +27,28 @@ namespace attn::hopper {
 template <class C>
 struct Smem {
     unsigned char* base;
-    __device__ __forceinline__ unsigned char* q() const { return base; }
+    __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
     __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
     __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
-    __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
-    __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
-    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(2 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 2 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 3 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 4 * C::kStages + i); }
-    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 4 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
+    __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
+    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
+    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(4 + C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(4 + 2 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(4 + 3 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(4 + 4 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
     __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     __device__ __forceinline__ void init() const {
-        const int arrivals = C::kConsumerWGs * 4;  // one per consumer warp
-        mbar_init(full_q(), 1);
-        mbar_init(empty_q(), arrivals);
+        // K/V stages: one arrival per consumer warp (their readers are wgmma, complete in every thread
+        // at wgmma_wait); Q and the tile slot: one per consumer thread, since ordinary loads read them.
+        const int arrivals = C::kConsumerWGs * 4;
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(full_q(s), 1);
+            mbar_init(empty_q(s), C::kConsumerThreads);
+        }
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full_k(s), 1);
             mbar_init(full_v(s), 1);
@@ -52,7 +57,7 @@ struct Smem {
         }
         for (int i = 0; i < 2; ++i) {
             mbar_init(tile_full(i), 1);
-            mbar_init(tile_empty(i), arrivals);
+            mbar_init(tile_empty(i), C::kConsumerThreads);
         }
         mbar_init_fence();
     }
@@ -64,16 +69,16 @@ struct Loader {
     const Fa3Params& P;
     Smem<C> sm;
     PipeState<C::kStages> pk, pv;
-    uint32_t q_phase = 0;
+    PipeState<C::kQStages> pq;
 
     __device__ __forceinline__ void load_q(const WorkTile& w) {
-        mbar_wait(sm.empty_q(), q_phase ^ 1);
-        mbar_arrive_expect_tx(sm.full_q(), C::kQBytes);
+        mbar_wait(sm.empty_q(pq.stage), pq.phase ^ 1);
+        mbar_arrive_expect_tx(sm.full_q(pq.stage), C::kQBytes);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-            tma_load_4d(sm.q() + cb * (C::kBlockM * 128), &P.q.map, sm.full_q(), cb * 64, w.m_block * C::kBlockM,
-                        w.h * P.q.head_mul, w.b * P.q.batch_mul);
-        q_phase ^= 1;
+            tma_load_4d(sm.q(pq.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full_q(pq.stage), cb * 64,
+                        w.m_block * C::kBlockM, w.h * P.q.head_mul, w.b * P.q.batch_mul);
+        pq.advance();
     }
     __device__ __forceinline__ void load_kv(bool is_v, const WorkTile& w, int n) {
         PipeState<C::kStages>& ps = is_v ? pv : pk;
@@ -108,9 +113,13 @@ __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
         const WorkTile w = P.order.at(t);
         const TilePlan pl = make_plan<C>(P.p, w);
         if (pl.n_tiles() > 0) {
+            // K runs one tile ahead of V (the consumers need K(x) and V(x-1) together): K(first), Q,
+            // then K(n - 1), V(n) pairs, then V(last). A K slot frees earlier than a V slot (S(x) completes
+            // before P(x) V(x)), so this order never holds a K load behind a V slot still in use.
+            ld.load_kv(false, w, pl.n_hi - 1);
             ld.load_q(w);
             for (int n = pl.n_hi - 1; n >= pl.n_lo; --n) {
-                ld.load_kv(false, w, n);
+                if (n > pl.n_lo) ld.load_kv(false, w, n - 1);
                 ld.load_kv(true, w, n);
             }
         }
@@ -128,7 +137,7 @@ struct Consumer {
     Smem<C> sm;
     int cw;  // consumer warpgroup index
     PipeState<C::kStages> ck, cv;
-    uint32_t q_phase = 0;
+    PipeState<C::kQStages> cq;
 
     __device__ __forceinline__ void release(uint64_t* bar) {
         __syncwarp();
@@ -143,7 +152,7 @@ struct Consumer {
 
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled.
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint32_t qa = smem_addr(sm.q()) + cw * 64 * 128, ka = smem_addr(sm.k(stage));
+        const uint32_t qa = smem_addr(sm.q(cq.stage)) + cw * 64 * 128, ka = smem_addr(sm.k(stage));
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
             const int cb = ks / 4, kk = ks % 4;
@@ -226,7 +235,7 @@ struct Consumer {
             }
         };
         zero_v_tail(pl);
-        mbar_wait(sm.full_q(), q_phase);
+        mbar_wait(sm.full_q(cq.stage), cq.phase);
 
         const float sl2 = C::kPrescale ? 1.f : P.p.scale * kLog2e;
         float o[D / 2];
@@ -340,10 +349,10 @@ struct Consumer {
         }
         float inv_l[2], lse[2];
         smx.finalize(sl2, inv_l, lse);
-        store_tile<C>(P.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.q());
-        fence_proxy_async();  // the next Q arrives by TMA into the rows just read
-        release(sm.empty_q());
-        q_phase ^= 1;
+        store_tile<C>(P.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.q(cq.stage));
+        fence_proxy_async();  // a later Q arrives by TMA into the rows just read
+        mbar_arrive(sm.empty_q(cq.stage));
+        cq.advance();
     }
 };
 
@@ -362,7 +371,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
         if constexpr (C::kPersistent) {
             mbar_wait(sm.tile_full(slot.stage), slot.phase);
             t = *sm.slot(slot.stage);
-            cs.release(sm.tile_empty(slot.stage));
+            mbar_arrive(sm.tile_empty(slot.stage));
             slot.advance();
         }
         if (t >= total) break;
