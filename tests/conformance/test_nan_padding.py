@@ -167,9 +167,9 @@ def test_reference_without_bounds_check_fails(module, line, case_list, quantity)
 @pytest.mark.parametrize("spec", ["torch-sdpa-math", "torch-sdpa-flash", "torch-flex"])
 def test_torch_cpu_finding_is_recorded(spec):
     """torch 2.13 on CPU lets NaN at masked-out (padded) K/V through 0 x NaN (torch #101967 class): the named
-    finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under strict the FAIL
-    is KNOWN through the same entry."""
-    from conformance.expectations import KNOWN, RunExpectations
+    finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under --strict it is
+    a FAIL the entry does not waive."""
+    from conformance.expectations import RunExpectations
 
     la = load(spec)
     expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])
@@ -180,7 +180,7 @@ def test_torch_cpu_finding_is_recorded(spec):
     assert seen.outcome == "FINDING" and seen.expectation["id"] == "torch-cpu-nan-in-masked-rows", seen.message
     strict = _run(la.adapter, case, strict=True)
     assert strict.outcome == "FAIL" and "got nan" in strict.message, strict.message
-    (known,) = expect.apply([strict])
-    assert known.outcome == KNOWN and known.expectation["raw_outcome"] == "FAIL", known.message
+    (still,) = expect.apply([strict])
+    assert still.outcome == "FAIL" and "another failure" in still.message, "--strict must keep the finding a FAIL"
     clean = _run(la.adapter, case.replace(distribution="normal"))
     assert clean.outcome == "PASS" and expect.apply([clean])[0].outcome == "PASS"
