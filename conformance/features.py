@@ -11,7 +11,10 @@ The pairwise features (SEMANTICS.md section in brackets): dtype [§1], FP8 granu
 alignment none / top_left / bottom_right [§4], window left / right / both bounds [§5], boolean mask and
 additive bias [§6], softcap [§3], GQA / MQA [§9], dv > d and dv < d [§9], varlen [§7], layout incl. paged
 K/V [§1, §16], backward [§13], split-KV (a decoding shape: few queries, many keys, the regime where
-split-KV kernels split, [§14]). Two more features only label reports: the input distribution and Lq != Lk.
+split-KV kernels split, [§14]), attention sinks [§18], chunked attention [§19]. Four more features only
+label reports: the input distribution, Lq != Lk, KV-cache append (§20: one decoding API, claimed by the
+split-KV kernels only; its own catalog family crosses it with sinks, chunks, GQA, MLA shapes) and the LSE
+cotangent of a backward case (``dlse``, §13, §18).
 
 **Adding a feature** is a change to this module only: append a `Feature` to `FEATURES` (its values, the
 first one being what a case without the feature has; ``value_of``; ``label``; ``apply``; a ``stage`` if its
@@ -192,6 +195,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature("lq_ne_lk", ("eq", "ne"), lambda c: "ne" if c.Lq != c.Lk else "eq",
             lambda c: "Lq!=Lk" if c.Lq != c.Lk else None, pairwise=False),
     Feature("split_kv", ("off", "decode"), _split_value, lambda c: None, _set_split, stage=0),
+    Feature("sinks", ("off", "on"), lambda c: "off" if c.sinks is None else "on",
+            lambda c: f"sinks:{c.sinks}" if c.sinks is not None else None, _set_flag("sinks", lambda row: "small")),
+    Feature("chunk", ("off", "on"), lambda c: "off" if c.chunk is None else "on",
+            lambda c: "chunk" if c.chunk is not None else None, _set_flag("chunk", lambda row: 7)),
+    Feature("kv_append", ("off",), lambda c: "off" if c.kv_append is None else "on",
+            lambda c: "kv_append" if c.kv_append is not None else None, pairwise=False),
+    Feature("dlse", ("off",), lambda c: "on" if c.lse_grad else "off", lambda c: "dlse" if c.lse_grad else None,
+            pairwise=False),
 )
 
 #: the features of the pair-coverage model, in `FEATURES` order
@@ -210,6 +221,8 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     _c("dtype", _DENSE_DTYPES, "fp8", _FP8_ON, "FP8 scaling applies to FP8 dtypes only (SEMANTICS.md §10)"),
     _c("fp8", _FP8_ON, "backward", ("on",), "FP8 attention is forward only (SEMANTICS.md §10)"),
     _c("fp8", _FP8_ON, "layout", ("paged",), "FP8 is not combined with paging (SEMANTICS.md §16)"),
+    _c("sinks", ("on",), "fp8", _FP8_ON, "no built-in adapter claims FP8 with sinks; drop this when one does"),
+    _c("chunk", ("on",), "fp8", _FP8_ON, "no built-in adapter claims FP8 with chunks; drop this when one does"),
     _c("layout", ("paged",), "backward", ("on",),
        "no built-in adapter claims a paged backward (SEMANTICS.md §16 defines paged storage for the forward); "
        "drop this constraint when one does"),

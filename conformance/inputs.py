@@ -282,8 +282,9 @@ def _rows(lo: int, hi: int) -> str:
 class PlantedNaN:
     """Where a case's inputs hold NaN on purpose (SEMANTICS.md §7, §16, §17), for failure messages.
 
-    ``kind``: ``"padding"`` (the ``nan_padding`` recipe: padded rows of q, k, v, dout) or ``"paged"``
-    (decoy pages, tail slots and unused block-table entries of a paged K/V cache); ``kv_batches`` /
+    ``kind``: ``"padding"`` (the ``nan_padding`` recipe: padded rows of q, k, v, dout), ``"paged"``
+    (decoy pages, tail slots and unused block-table entries of a paged K/V cache) or ``"kv_append"`` (cache
+    slots past cache_seqlens + Lq, SEMANTICS.md §20); ``kv_batches`` /
     ``q_batches``: the batch entries with planted NaN in K/V (or their pages) / in q and dout rows;
     ``where``: one sentence per batch entry, e.g. ``{1: "K/V rows 40..63 of batch 1 are padding and
     hold NaN"}``.
@@ -308,7 +309,8 @@ class PlantedNaN:
 
 
 def planted_nan(case: Case) -> PlantedNaN | None:
-    """Where `make_inputs` plants NaN for `case` (`poison_padding`, `paged_storage`), or None when it plants none."""
+    """Where `make_inputs` plants NaN for `case` (`poison_padding`, `paged_storage`, `kv_append_storage`), or None
+    when it plants none."""
     B, Lq, Lk = case.B, case.Lq, case.Lk
     where: dict[int, list[str]] = {}
     kv: set[int] = set()
@@ -347,6 +349,14 @@ def planted_nan(case: Case) -> PlantedNaN | None:
             where.setdefault(b, []).append(", ".join(parts) + f" hold NaN; batch {b} must not read them "
                                            "(SEMANTICS.md §16)")
             kv.add(b)
+    if case.kv_append is not None:
+        kind = "kv_append"
+        for b, c in enumerate(int(n) for n in case.kv_append):
+            if c + Lq < Lk:
+                where.setdefault(b, []).append(
+                    f"cache slots {c + Lq}..{Lk - 1} of batch {b} (past cache_seqlens[{b}] + {Lq} new rows) hold NaN "
+                    "(SEMANTICS.md §20)")
+                kv.add(b)
     if kind is None or not where:
         return None
     return PlantedNaN(kind, frozenset(kv), frozenset(qb), {b: "; ".join(w) for b, w in where.items()})

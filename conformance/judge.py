@@ -144,6 +144,9 @@ class _Judgement:
         if p.kind == "paged":
             self.why_fail = ("the kernel was given the block table and the sequence lengths and read what they "
                              "exclude: FAIL (SEMANTICS.md §16, §17)")
+        elif p.kind == "kv_append":
+            self.why_fail = ("the kernel was given cache_seqlens and read cache slots past the new length: FAIL "
+                             "(SEMANTICS.md §20, §17)")
         elif not getattr(capabilities, "padding_as_mask", False):
             self.why_fail = "the kernel was given the sequence lengths and read padding: FAIL (SEMANTICS.md §7, §17)"
         elif getattr(capabilities, "nan_safe_masking", False):
