@@ -3,6 +3,8 @@
     python -m conformance list [--device cpu|cuda]
     python -m conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
                               [--device cpu|cuda] [--report-dir DIR] [-k EXPR] [--workers N]
+                              [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
+    python -m conformance merge REPORT_JSON ... [--report-dir DIR]
     python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
     python -m conformance cases [--profile P] [-k EXPR] [--coverage]
     python -m conformance mutants [--profile ci] ...
@@ -70,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="built-in adapters, availability here, declared capabilities")
     ls.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ls.add_argument("--impl", nargs="+", action="extend", default=None, help="also list these specs")
+    ls.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
+                    help="what plain --impl functions support (as for run)")
 
     run = sub.add_parser("run", help="run the suite and write report.json / report.md / report.html")
     run.add_argument("--impl", nargs="+", action="extend", default=None, metavar="NAME_OR_MODULE:ATTR",
@@ -88,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="named findings (e.g. masked_nan, SEMANTICS.md §17) are FAIL instead of FINDING")
     run.add_argument("--progress-every", type=positive_int, default=25)
     run.add_argument("--quiet", action="store_true")
+    run.add_argument("--shard", default=None, metavar="K/N",
+                     help="run only shard K of N (balanced by estimated cost); join them with `merge`")
+    run.add_argument("--expect", action="append", default=[], metavar="FILE",
+                     help="an expectations file (TOML) on top of the shipped one: matched failures are KNOWN")
+    run.add_argument("--no-expect", action="store_true",
+                     help="apply no expectations (not even the shipped file): raw outcomes")
+    run.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
+                     help="what plain --impl functions support, e.g. 'dtypes=float16,bfloat16; head_dims=64,128; "
+                          "causal=only' (conformance/declared.py)")
+
+    mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N` into one report")
+    mg.add_argument("reports", nargs="+", metavar="REPORT_JSON")
+    mg.add_argument("--report-dir", default=os.path.join("reports", "latest"))
 
     rp = sub.add_parser("repro", help="print a standalone Python snippet reproducing one case")
     rp.add_argument("case_id")
@@ -148,6 +165,9 @@ def _cmd_list(args) -> int:
                   f"head_dims={caps.get('head_dims') or 'any'}")
             print(f"{'':24s}   claims: {', '.join(claimed) or '-'}; fp8={caps.get('fp8') or '-'}; "
                   f"isolate={la.isolate}; version={_safe_version(la.adapter)}")
+            declared = getattr(getattr(la.adapter, "claims", None), "declared", None)
+            if callable(declared) and declared():
+                print(f"{'':24s}   declared (conformance.claims / --claims): {declared()}")
     return 0
 
 
@@ -184,6 +204,28 @@ def _cmd_run(args) -> int:
               file=sys.stderr)
     if not loaded:
         raise UsageError(f"no adapter available on {device} (try `python -m conformance list`)")
+    if args.claims:
+        from conformance.declared import unclaimed_targets
+
+        problems = unclaimed_targets(args.claims, loaded)
+        if problems:
+            raise UsageError(f"--claims {problems[0]}")
+    from conformance.expectations import ExpectationError, RunExpectations
+
+    if args.no_expect and args.expect:
+        raise UsageError("--expect and --no-expect exclude each other")
+    try:
+        expect = RunExpectations.for_run(args.expect, default=not args.no_expect, device=device, loaded=loaded)
+    except ExpectationError as exc:
+        raise UsageError(f"--expect: {one_line(exc)}") from None
+    shard_extra: dict = {}
+    if args.shard is not None:
+        from conformance.shard import ShardError, select
+
+        try:
+            cases, shard_extra["shard"] = select(cases, args.shard)
+        except ShardError as exc:
+            raise UsageError(one_line(exc)) from None
     if not args.quiet:
         print(f"running {len(cases)} cases x {len(loaded)} adapters ({', '.join(la.name for la in loaded)}) "
               f"on {device}, profile {args.profile}", file=sys.stderr)
@@ -192,9 +234,11 @@ def _cmd_run(args) -> int:
     command = ["python", "-m", "conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
 
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
+        done = expect.apply(done)
         rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
                            command=command, extra={"workers": args.workers, "partial": True, "strict": args.strict,
-                                                   "cases_planned": len(cases)})
+                                                   "cases_planned": len(cases), **shard_extra,
+                                                   "expectations": expect.summary})
         write_report(args.report_dir, rep, done)
 
     if args.workers > 1:
@@ -211,9 +255,12 @@ def _cmd_run(args) -> int:
             runner.close()
     memory.apply_growth(results, memory.claims_of(loaded))  # the memory family's cross-case verdict
     wall = time.perf_counter() - t0
+    results = expect.apply(results)
+    for line in expect.warnings():
+        print(line, file=sys.stderr)
     rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
                        extra={"workers": args.workers, "partial": False, "cases_planned": len(cases),
-                              "strict": args.strict})
+                              "strict": args.strict, **shard_extra, "expectations": expect.summary})
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]
@@ -272,6 +319,32 @@ def _cmd_cases(args) -> int:
     return 0
 
 
+def _cmd_merge(args) -> int:
+    import json
+
+    from conformance.report import write_report
+    from conformance.shard import ShardError, merge
+
+    loaded = []
+    for path in args.reports:
+        try:
+            with open(path) as f:
+                loaded.append((path, json.load(f)))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"merge: cannot read {path}: {one_line(exc)}") from None
+    _check_report_dir(args.report_dir)
+    try:
+        rep, results = merge(loaded)
+    except ShardError as exc:
+        raise UsageError(one_line(exc)) from None
+    jp, mp = write_report(args.report_dir, rep, results)
+    code = rep["summary"]["exit_code"]
+    by = rep["summary"]["by_outcome"]
+    print(" ".join(f"{k}={v}" for k, v in by.items() if v) + f" from {len(loaded)} shards; reports: {jp}, {mp}; "
+          f"exit {code}")
+    return code
+
+
 def _cmd_mutants(argv: list[str]) -> int:
     try:
         mod = importlib.import_module("property_tests.mutants.cli")
@@ -287,10 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_mutants(argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
-    handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases}
+    handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
+    from conformance.declared import ClaimsError, cli_claims
+
     try:
-        return handlers[args.command](args)
-    except UsageError as exc:
+        with cli_claims(getattr(args, "claims", None) or []):
+            return handlers[args.command](args)
+    except (UsageError, ClaimsError) as exc:
         print(f"python -m conformance {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -91,6 +91,7 @@ class CaseResult:
     case: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     repro: str = ""
+    expectation: dict[str, Any] | None = None  # the expectations entry applied (conformance/expectations.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

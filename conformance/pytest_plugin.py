@@ -7,7 +7,9 @@ with ``-p no:attention_conformance``). It provides:
   here), ``--profile ci|full|gpu`` (case catalog profile, default ``ci``) and ``--device cpu|cuda``
   (default ``$CONFORMANCE_DEVICE`` or ``cpu``), ``--cases EXPR`` (the conformance cases whose id EXPR
   selects, in the ``-k`` grammar of ``python -m conformance run``; pytest's own ``-k`` still filters test
-  ids). Each also has a ``--conformance-`` prefixed name, which
+  ids), ``--expect FILE`` (repeatable) / ``--no-expect`` (expectations, conformance/expectations.py: the
+  shipped file applies by default; a KNOWN verdict is an xfail, an UNEXPECTED_PASS a failure, entries that
+  matched no test are listed in the terminal summary). Each also has a ``--conformance-`` prefixed name, which
   is the only one registered when another plugin already owns the short name;
 - the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
 - ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
@@ -36,7 +38,7 @@ import pytest
 __all__ = ["cases_option", "device_option", "impl_option", "profile_option"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
-          "cases": "conformance_cases"}
+          "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect"}
 _MARKERS = (
     "gpu: needs a CUDA device (skipped cleanly without one)",
     "slow: long-running; excluded from the ci profile",
@@ -63,6 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
          help="device for adapters (default $CONFORMANCE_DEVICE or cpu)")
     _add(group, "cases", default=None, metavar="EXPR",
          help="conformance cases whose id EXPR selects (the -k grammar of `python -m conformance run`)")
+    _add(group, "expect", action="append", default=[], metavar="FILE",
+         help="an expectations file on top of the shipped one (KNOWN verdicts xfail)")
+    _add(group, "no-expect", action="store_true", default=False, help="apply no expectations (raw verdicts)")
 
 
 def impl_option(config: pytest.Config) -> list[str] | None:
@@ -140,6 +145,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(("conformance_case", "conformance_spec"), params)
 
 
+_SESSION = pytest.StashKey["ConformanceSession"]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Expectations entries that matched no test of this session (delete them: they match nothing)."""
+    s = config.stash.get(_SESSION, None)
+    if s is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        for label in s.unused():
+            terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
+
+
 def _case_of(item: pytest.Item) -> Any:
     cs = getattr(item, "callspec", None)
     return cs.params.get("conformance_case") if cs is not None else None
@@ -160,15 +176,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class ConformanceSession:
-    """One engine `Runner` per pytest session: loaded adapters and a small window of cached oracles."""
+    """One engine `Runner` per pytest session: loaded adapters, a small window of cached oracles, and the
+    expectations (conformance/expectations.py) with the entries some test's verdict fell under."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, expect: list[str] | None = None, default_expect: bool = True):
         from conformance.engine import Runner
+        from conformance.expectations import load_files
 
         self.device = device
         self.runner = Runner([], device)
         self.loaded: dict[str, object] = {}
         self.recent: OrderedDict[str, None] = OrderedDict()
+        self.expectations = load_files(expect or [], default=default_expect)
+        self.used: set[str] = set()
+
+    def context(self, la: Any) -> Any:
+        """The expectations context of one loaded adapter (its version, this session's device and GPUs)."""
+        from conformance.expectations import RunExpectations
+
+        return RunExpectations.for_run([], default=False, device=self.device, loaded=[la]).ctx
+
+    def unused(self) -> list[str]:
+        """Entries applicable to an adapter of this session under which no test's verdict fell."""
+        from conformance.expectations import applicable
+
+        ran = [(la, self.context(la)) for la in self.loaded.values() if getattr(la, "adapter", None) is not None]
+        return [e.label() for e in self.expectations if e.label() not in self.used
+                and any(applicable(e, la.name, la.spec, ctx) for la, ctx in ran)]
 
     def adapter(self, spec: str) -> Any:
         if spec not in self.loaded:
@@ -189,6 +223,13 @@ class ConformanceSession:
 @pytest.fixture(scope="session")
 def conformance_session(request: pytest.FixtureRequest):
     """The session's `ConformanceSession` (closed at the end of the session)."""
-    s = ConformanceSession(device_option(request.config))
+    from conformance.expectations import ExpectationError
+
+    try:
+        s = ConformanceSession(device_option(request.config), request.config.getoption(_DESTS["expect"]),
+                               not request.config.getoption(_DESTS["no-expect"]))
+    except ExpectationError as exc:
+        raise pytest.UsageError(f"--expect: {exc}") from None
+    request.config.stash[_SESSION] = s
     yield s
     s.runner.close()

@@ -247,6 +247,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
                              + f"; plus {rest} copy / elementwise / reduction kernels (names in report.json)")
         lines.append("")
 
+    lines += _expectation_lines(rep, results)
     lines += _memory_section(rep.get("memory_growth") or [])
 
     rows = smallest_failing(dicts)
@@ -284,6 +285,26 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             lines.append(f"| {a} | {why[:160]} | {n} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
+    """The expectations section: every entry verdicts fell under (KNOWN / UNEXPECTED_PASS / other), with its
+    reason and link, and the entries that matched nothing (conformance/expectations.py)."""
+    from conformance.expectations import report_rows
+
+    summary = rep.get("expectations") or {}
+    rows = report_rows(r.to_dict() for r in results)
+    if not rows and not summary.get("unused"):
+        return []
+    lines = [f"## Expectations ({', '.join(summary.get('files', [])) or 'none'})", "",
+             "| entry | adapters | verdicts | reason | link |", "|---|---|---|---|---|"]
+    for row in rows:
+        verdicts = ", ".join(f"{SHORT[o]} {n}" for o, n in row["outcomes"].items())
+        lines.append(f"| `{row['id']}` ({row['source']}) | {', '.join(row['adapters'])} | {verdicts} | "
+                     f"{row['reason'][:600]} | {row['link'] or ''} |")
+    for label in summary.get("unused", []):
+        lines.append(f"| {label} | | matched no result of this run | | |")
+    return lines + [""]
 
 
 def _memory_section(rows: Sequence[dict]) -> list[str]:

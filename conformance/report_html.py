@@ -133,6 +133,8 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
     parts += ["<h2>Adapter x feature matrix (worst outcome; count of it / cases)</h2>",
               _table(["feature", *(_e(n) for n in names)], rows)]
 
+    parts += _expectations_html(rep)
+
     # Smallest failing case per adapter and feature
     rows = [[f"<td>{_e(a)}</td>", f"<td>{_e(f)}</td>", f'<td class="num">{n}</td>',
              f"<td><code>{_e(r['case_id'])}</code></td>", f"<td>{_e(shape_of(r))}</td>"]
@@ -165,6 +167,27 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
         parts += ["<h2>NOT_SUPPORTED reasons</h2>", _table(["adapter", "reason", "cases"], rows)]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _expectations_html(rep: dict) -> list[str]:
+    """Every expectations entry the report's verdicts fell under, with reason and link; unused entries."""
+    from conformance.expectations import report_rows
+
+    summary = rep.get("expectations") or {}
+    rows = report_rows(rep.get("results", []))
+    if not rows and not summary.get("unused"):
+        return []
+    out = []
+    for row in rows:
+        link = f'<a href="{_e(row["link"])}">{_e(row["link"])}</a>' if row["link"] else ""
+        verdicts = " ".join(_cell(o, f"{SHORT[o]} {n}") for o, n in row["outcomes"].items())
+        out.append([f"<td><code>{_e(row['id'])}</code><br><small>{_e(row['source'])}</small></td>",
+                    f"<td>{_e(', '.join(row['adapters']))}</td>", f"<td><table><tr>{verdicts}</tr></table></td>",
+                    f"<td>{_e(row['reason'])}</td>", f"<td>{link}</td>"])
+    out += [[f"<td>{_e(label)}</td>", "<td></td>", "<td>matched no result of this run</td>", "<td></td>",
+             "<td></td>"] for label in summary.get("unused", [])]
+    files = ", ".join(summary.get("files", [])) or "none"
+    return [f"<h2>Expectations ({_e(files)})</h2>", _table(["entry", "adapters", "verdicts", "reason", "link"], out)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,9 +7,10 @@ the repository's ``tests/``.
 Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
 standalone message and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes with a
-warning. A FAIL listed in `conformance.known_findings` (an upstream bug this harness reproduces) is an
-expected failure; an entry that names a finding class must show it; either fails the test once it stops
-reproducing.
+warning. Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
+``--no-expect``): a failure an entry expects is KNOWN, an xfail with the entry's reason and link; a
+FINDING an entry expects passes as before (the entry confirmed); a verdict an entry expects that passes
+is UNEXPECTED_PASS and fails the test, asking for the entry to go.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import warnings
 
 import pytest
 
-from conformance.known_findings import known_finding
-from conformance.outcomes import FAILING, FINDING, QUALITY_WARNING
+from conformance.expectations import decide
+from conformance.outcomes import FAILING, FINDING, KNOWN, QUALITY_WARNING, UNEXPECTED_PASS
 
 
 def test_case(conformance_session, conformance_case, conformance_spec):
@@ -42,18 +43,14 @@ def test_case(conformance_session, conformance_case, conformance_spec):
         pytest.skip(f"NOT_SUPPORTED: {result.message}")
     if result.outcome in (QUALITY_WARNING, FINDING):
         warnings.warn(f"{result.outcome} {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
-    known = known_finding(conformance_case, conformance_spec, session.device)
-    if known is not None:
-        if known.finding is not None and result.outcome == FINDING:
-            shown = {f.split(":", 1)[0] for f in result.findings}
-            assert known.finding in shown, (f"{conformance_spec} on {conformance_case.id}: expected the named "
-                                            f"finding {known.finding}, got {sorted(shown)}: {result.message}")
-        if result.outcome == "FAIL" and known.symptom in result.message:
-            pytest.xfail(f"known finding: {known.reason}\n{result.message.splitlines()[0]}")
-        if result.outcome in ("PASS", "QUALITY_WARNING"):
-            pytest.fail(f"known finding no longer reproduces: {conformance_spec} {result.outcome} on "
-                        f"{conformance_case.id}; remove it from conformance/known_findings.py ({known.reason})",
-                        pytrace=False)
+    decision = decide(session.expectations, conformance_case, la.name, conformance_spec, result.outcome,
+                      result.message, result.findings, session.context(la))
+    if decision.expectation is not None:
+        session.used.add(decision.expectation.label())
+    if decision.outcome == KNOWN:
+        pytest.xfail(f"{decision.note}\n{result.message.splitlines()[0] if result.message else ''}")
+    if decision.outcome == UNEXPECTED_PASS:
+        pytest.fail(f"{decision.note}\n{conformance_spec} on {conformance_case.id}", pytrace=False)
     if result.outcome in FAILING:
         pytest.fail(f"{result.outcome}: {conformance_spec} on {conformance_case.id}\n{result.message}\n"
                     f"repro: {result.repro}", pytrace=False)

@@ -22,12 +22,19 @@
    [B, H, L, D] torch tensors (``is_causal`` = top-left, SEMANTICS.md §4; boolean mask True = attend,
    float mask added to the scores, §6). `wrap_sdpa_function` turns it into an adapter that:
 
-   - **probes** each feature once per process and device, lazily, on a small case: each dtype
-     (float32, float16, bfloat16, float64), GQA (``enable_gqa=True``), dv != d, boolean mask, float
-     bias, ``scale``, ``is_causal`` square and non-square, backward through autograd. Only keyword
-     arguments that differ from SDPA's defaults are passed, so a function without, say,
-     ``enable_gqa`` still runs every MHA case. A probe that raises makes that feature NOT_SUPPORTED
-     (the reason quotes the exception); a feature that probed fine and raises later is a FAIL;
+   - takes what the function **declares** (``@conformance.claims(...)``, or ``--claims SPEC`` for a
+     function one cannot edit; conformance/declared.py): dtypes, head dims, causal-only, alignments,
+     sequence-length multiple, masks, GQA, backward. A case outside the declaration is NOT_SUPPORTED
+     with the declaration named; a declared feature is claimed, so if it raises, that is a FAIL;
+   - **probes** what is not declared, once per process and device (conformance/adapters/sdpa_probes.py):
+     each dtype on shapes inside the declaration (undeclared: d = 16 tiny, then d = 64 and 128 at
+     L = 128, non-causal and causal), then GQA (``enable_gqa=True``), dv != d, boolean mask, float
+     bias, ``scale``, ``is_causal`` square and non-square, non-causal, backward through autograd, and
+     each new head dim lazily. Only keyword arguments that differ from SDPA's defaults are passed, so
+     a function without, say, ``enable_gqa`` still runs every MHA case. A probe that raises makes that
+     feature NOT_SUPPORTED (the reason quotes the exception; a function no dtype probe runs is
+     unavailable with every probe's exception listed); a feature that probed fine and raises later is
+     a FAIL;
    - tests everything the signature can express: bottom-right causal, windows and varlen padding as
      boolean masks (padded keys masked out, padded query rows fully masked: SEMANTICS.md §17), fully
      masked rows, additive biases, non-contiguous (``bshd``) and stride-0 (``kv_broadcast``) inputs,
@@ -55,42 +62,11 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
+from conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
 from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
+from conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
-
-PROBE_DTYPES = ("float32", "float16", "bfloat16", "float64")
-# probes beyond dtypes, in the order they are reported
-_FEATURES = ("gqa", "dv_ne_d", "bool_mask", "float_bias", "scale", "causal", "causal_nonsquare", "backward")
-
-# (function identity, device) -> {feature: None | exception text}; one probe per process and device
-_PROBES: dict[tuple[int, str], dict[str, str | None]] = {}
-_KEEP: dict[int, Any] = {}  # keeps probed functions alive so their id() stays unique
-
-
-def _sdpa_kwargs(attn_mask=None, is_causal: bool = False, scale: float | None = None, gqa: bool = False) -> dict:
-    """Only the keyword arguments that differ from SDPA's defaults."""
-    kwargs: dict[str, Any] = {}
-    if attn_mask is not None:
-        kwargs["attn_mask"] = attn_mask
-    if is_causal:
-        kwargs["is_causal"] = True
-    if scale is not None:
-        kwargs["scale"] = scale
-    if gqa:
-        kwargs["enable_gqa"] = True
-    return kwargs
-
-
-def _first_tensor(result):
-    if isinstance(result, (tuple, list)):
-        return result[0]
-    return result
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
 class SdpaFunctionAdapter(Adapter):
@@ -99,88 +75,44 @@ class SdpaFunctionAdapter(Adapter):
     description = "third-party function with torch SDPA's signature, features probed"
     marks_code_under_test = True  # only the function itself (and autograd through it) is code under test
 
-    def __init__(self, fn, name: str):
+    def __init__(self, fn, name: str, claims: Claims | None = None):
         if not callable(fn):
             raise TypeError(f"{name!r} is not callable")
         self.fn = fn
         self.name = name
-        self.description = f"{name}: third-party SDPA-signature function (features probed once per device)"
-        _KEEP[id(fn)] = fn
+        # what the function declares (its `conformance.claims`), then --claims for it on top, then `claims`
+        declared = claims_of(fn) or Claims()
+        for extra in (cli_claims_for(name), claims):
+            if extra is not None:
+                declared = declared.merged(extra)
+        self.claims = declared
+        what = f"declares {declared.declared()}, the rest probed" if declared.declared() else "features probed"
+        self.description = f"{name}: third-party SDPA-signature function ({what} once per device)"
         self.isolate = torch is not None and torch.cuda.is_available()  # CUDA faults cost one case
 
     def version(self) -> str:
         module = inspect.getmodule(self.fn)
         return str(getattr(module, "__version__", "unknown"))
 
-    # -- probing ----------------------------------------------------------------------------------
+    # -- probing (conformance/adapters/sdpa_probes.py) ----------------------------------------------
     def probes(self, device: str) -> dict[str, str | None]:
-        """{feature: None if it ran, else the exception}, computed once per process and device."""
-        key = (id(self.fn), device)
-        if key not in _PROBES:
-            _PROBES[key] = self._probe_all(device)
-        return _PROBES[key]
+        """{feature: None if it ran or is declared, else why not}, computed once per process and device."""
+        return probe(self.fn, self.claims, device).results
 
-    def _probe_all(self, device: str) -> dict[str, str | None]:
-        results: dict[str, str | None] = {}
-        gen = torch.Generator().manual_seed(1234)
-
-        def rand(*shape, dtype):
-            return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
-
-        def attempt(feature: str, call) -> None:
-            try:
-                out = _first_tensor(call())
-                if not isinstance(out, torch.Tensor):
-                    raise TypeError(f"returned {type(out).__name__}, not a torch.Tensor")
-                results[feature] = None
-            except Exception as exc:  # the probe's whole point: any exception means "not supported"
-                results[feature] = _describe(exc)
-
-        B, H, Lq, Lk, D = 1, 2, 5, 7, 16
-        for name in PROBE_DTYPES:
-            dt = tc.torch_dtype(name)
-            q, k, v = rand(B, H, Lq, D, dtype=dt), rand(B, H, Lk, D, dtype=dt), rand(B, H, Lk, D, dtype=dt)
-            attempt(f"dtype:{name}", lambda q=q, k=k, v=v: self.fn(q, k, v))
-        base = next((n for n in PROBE_DTYPES if results[f"dtype:{n}"] is None), None)
-        if base is None:
-            for feature in _FEATURES:
-                results[feature] = "no dtype probe succeeded, so no feature could be probed"
-            return results
-        dt = tc.torch_dtype(base)
-        q, k, v = rand(B, H, Lq, D, dtype=dt), rand(B, H, Lk, D, dtype=dt), rand(B, H, Lk, D, dtype=dt)
-        q4 = rand(B, 2 * H, Lq, D, dtype=dt)
-        v_wide = rand(B, H, Lk, 2 * D, dtype=dt)
-        mask = torch.rand(B, 1, Lq, Lk, generator=gen).to(device) > 0.3
-        mask[..., 0] = True
-        bias = rand(B, H, Lq, Lk, dtype=dt)
-        qs = rand(B, H, Lk, D, dtype=dt)  # square: Lq == Lk
-        attempt("gqa", lambda: self.fn(q4, k, v, **_sdpa_kwargs(gqa=True)))
-        attempt("dv_ne_d", lambda: self.fn(q, k, v_wide))
-        attempt("bool_mask", lambda: self.fn(q, k, v, **_sdpa_kwargs(attn_mask=mask)))
-        attempt("float_bias", lambda: self.fn(q, k, v, **_sdpa_kwargs(attn_mask=bias)))
-        attempt("scale", lambda: self.fn(q, k, v, **_sdpa_kwargs(scale=0.37)))
-        attempt("causal", lambda: self.fn(qs, k, v, **_sdpa_kwargs(is_causal=True)))
-        attempt("causal_nonsquare", lambda: self.fn(q, k, v, **_sdpa_kwargs(is_causal=True)))
-
-        def grad_probe():
-            leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-            with torch.enable_grad():
-                out = _first_tensor(self.fn(*leaves))
-                grads = torch.autograd.grad(out, leaves, grad_outputs=torch.ones_like(out))
-            return grads[0]
-
-        attempt("backward", grad_probe)
-        return results
-
-    # -- declared capabilities (from the probes on the default device) ----------------------------
+    # -- declared capabilities (the declaration, the probes for the rest) ----------------------------
     def caps_for(self, device: str) -> Capabilities:
         p = self.probes(device)
+        c = self.claims
         ok = lambda f: p.get(f) is None  # noqa: E731
+        causal_ok = ok("causal") or ok("causal_nonsquare")
         return Capabilities(
-            dtypes=frozenset(n for n in PROBE_DTYPES if ok(f"dtype:{n}")),
+            dtypes=frozenset(c.dtypes) if c.dtypes is not None else
+            frozenset(n for n in PROBE_DTYPES if ok(f"dtype:{n}")),
             devices=frozenset({device.split(":")[0]}),
+            head_dims=frozenset(c.head_dims) if c.head_dims is not None else None,
             dv_ne_d=ok("dv_ne_d"),
-            alignments=frozenset(ALIGNMENTS) if ok("bool_mask") or ok("causal") else frozenset(),
+            # declared alignments only restrict Lq != Lk (`claims_reason`); square causal is one semantics
+            alignments=frozenset(ALIGNMENTS) if ok("bool_mask") or causal_ok else frozenset(),
             window=ok("bool_mask"),
             mask=ok("bool_mask"),
             bias=ok("float_bias"),
@@ -206,7 +138,9 @@ class SdpaFunctionAdapter(Adapter):
             return reason
         p = self.probes(device)
         if all(p[f"dtype:{n}"] is not None for n in PROBE_DTYPES):
-            return f"{self.name} raised on every dtype probe on {device}: {p['dtype:float32']}"
+            tried = "; ".join(f"dtype:{n}: [{p[f'dtype:{n}']}]" for n in PROBE_DTYPES)
+            return f"{self.name} raised on every dtype probe on {device} (declare what it supports with " \
+                   f"conformance.claims or --claims): {tried}"
         return None
 
     def needs(self, case: Case) -> list[str]:
@@ -222,6 +156,8 @@ class SdpaFunctionAdapter(Adapter):
             need.append("float_bias" if case.bias is not None else "bool_mask")
         elif case.causal:
             need.append("causal" if case.Lq == case.Lk else "causal_nonsquare")
+        else:
+            need.append("noncausal")
         if case.scale is not None:
             need.append("scale")
         if case.backward:
@@ -247,19 +183,28 @@ class SdpaFunctionAdapter(Adapter):
         if page_size_of(case.layout) is not None:
             return (f"paged K/V layout {case.layout} (block table, SEMANTICS.md §16) is not expressible through "
                     "torch SDPA's signature (dense K/V tensors only)")
+        from conformance.adapters.torch_sdpa import _needs_attn_mask
+
+        declined = claims_reason(self.claims, case, needs_mask=_needs_attn_mask(case))
+        if declined:
+            return declined
         p = self.probes(device)
         for feature in self.needs(case):
             if p.get(feature) is not None:
                 return f"probe '{feature}' raised on {device}: {p[feature]}"
+        if self.claims.head_dims is None:
+            err = head_dim_reason(self.fn, self.claims, device, case.d, case.dv)
+            if err is not None:
+                return f"probe 'head_dim:{case.d}x{case.dv}' raised on {device}: {err}"
         return capability_reason(self.caps_for(device), case, device)
 
     # -- the call ---------------------------------------------------------------------------------
     def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
         """The function under test on the prepared tensors; what it raises (or returns instead of a tensor)
         is its own, not the harness's (`_torch_common.code_under_test`)."""
-        kwargs = _sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
+        kwargs = sdpa_kwargs(attn_mask=mask_t, is_causal=is_causal, scale=case.scale, gqa=case.Hq != case.Hkv)
         with tc.code_under_test(t.q.device):
-            out = _first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
+            out = first_tensor(self.fn(t.q, t.k, t.v, **kwargs))
             if not isinstance(out, torch.Tensor):
                 raise TypeError(f"{self.name} returned {type(out).__name__}, not a torch.Tensor")
         return out
@@ -288,9 +233,10 @@ class SdpaFunctionAdapter(Adapter):
         return tc.autograd_output(out, grads, rec, c.mutated())
 
 
-def wrap_sdpa_function(fn, name: str | None = None) -> SdpaFunctionAdapter:
-    """An adapter for `fn`, a function with torch SDPA's signature (see the module docstring)."""
-    return SdpaFunctionAdapter(fn, name or getattr(fn, "__qualname__", repr(fn)))
+def wrap_sdpa_function(fn, name: str | None = None, claims: Claims | None = None) -> SdpaFunctionAdapter:
+    """An adapter for `fn`, a function with torch SDPA's signature (see the module docstring); ``claims``
+    adds to what `fn` declares (conformance/declared.py)."""
+    return SdpaFunctionAdapter(fn, name or getattr(fn, "__qualname__", repr(fn)), claims)
 
 
 class _ProtocolAdapter(Adapter):
