@@ -46,7 +46,7 @@ __all__ = [
     "splitkv_num_splits",
 ]
 
-ATTN_PARAMS_VERSION = 3
+ATTN_PARAMS_VERSION = 4
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd")
@@ -81,6 +81,7 @@ class AttnFwdParams(ctypes.Structure):
         ("num_splits", _i32),
         ("o_partial", _vp), ("lse_partial", _vp),
         ("block_table", _vp), ("block_table_batch_stride", _i64), ("page_size", _i32),  # v3: paged K/V
+        ("sinks", _vp),  # v4: attention sinks, fp32 [Hq] or NULL
     ]  # fmt: skip
 
 
@@ -95,6 +96,7 @@ class AttnBwdParams(ctypes.Structure):
         ("dk_batch_stride", _i64), ("dk_head_stride", _i64), ("dk_row_stride", _i64),
         ("dv_batch_stride", _i64), ("dv_head_stride", _i64), ("dv_row_stride", _i64),
         ("dq_accum", _vp), ("d_rowsum", _vp), ("dk_accum", _vp), ("dv_accum", _vp),
+        ("dlse", _vp), ("dsinks", _vp),  # v4: LSE cotangent fp32 [B, Hq, Lq] and d sinks fp32 [Hq], or NULL
     ]  # fmt: skip
 
 
@@ -231,6 +233,7 @@ def fwd_params(
     block_table: Any = None,
     page_size: int = 0,
     seqlen_k: int | None = None,
+    sinks: Any = None,
 ) -> AttnFwdParams:
     """Fill `AttnFwdParams` from CUDA tensors q [B,Hq,Lq,d], k [B,Hkv,Lk,d], v [B,Hkv,Lk,dv], o [B,Hq,Lq,dv].
 
@@ -245,6 +248,9 @@ def fwd_params(
     logical (padded) key length Lk, which the pools' shape does not carry; it must be given and at most
     pages_per_seq * page_size. Logical key j of batch b is ``pool[block_table[b, j // page_size], :,
     j % page_size]``.
+
+    Attention sinks (attn_params.h v4, SEMANTICS.md §18; read by ``attn_fa2_fwd``, ``attn_splitkv_fwd`` and
+    ``attn_fa2_bwd``): ``sinks`` is a contiguous fp32 tensor [Hq], one logit per query head, or None.
     """
     B, Hq, Lq, d = q.shape
     _, Hkv, Lk, _ = k.shape
@@ -260,6 +266,7 @@ def fwd_params(
                               f"{name}.stride(-1)={t.stride(-1)}: the last dimension must be contiguous")
     if lse is not None and lse.stride(-1) != 1:
         raise KernelError("fwd_params", 2, f"lse.stride(-1)={lse.stride(-1)}: must be 1")
+    _check_vector("fwd_params", "sinks", sinks, (Hq,))
     wl, wr = (None, None) if window is None else window
     p = AttnFwdParams()
     p.q, p.k, p.v, p.o, p.lse = _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse)
@@ -283,8 +290,20 @@ def fwd_params(
     p.o_partial, p.lse_partial = _ptr(o_partial), _ptr(lse_partial)
     if block_table is not None:
         p.block_table, p.block_table_batch_stride, p.page_size = _ptr(block_table), block_table.stride(0), page_size
-    p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial, block_table]
+    p.sinks = _ptr(sinks)
+    p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial, block_table, sinks]
     return p
+
+
+def _check_vector(who: str, name: str, t: Any, shape: tuple[int, ...]) -> None:
+    """A contiguous fp32 tensor of exactly ``shape`` (or None); else `KernelError` naming it and its shape."""
+    if t is None:
+        return
+    import torch
+
+    if t.dtype != torch.float32 or tuple(t.shape) != shape or not t.is_contiguous():
+        raise KernelError(who, 2, f"{name}: dtype {t.dtype}, shape {tuple(t.shape)}, stride {tuple(t.stride())}: "
+                                  f"must be a contiguous float32 tensor of shape {shape}")
 
 
 def _check_paged(k: Any, v: Any, block_table: Any, page_size: int, seqlen_k: int | None, batch: int) -> int:
@@ -331,12 +350,16 @@ def bwd_params(
     d_rowsum: Any = None,
     dk_accum: Any = None,
     dv_accum: Any = None,
+    dlse: Any = None,
+    dsinks: Any = None,
     **fwd_kwargs: Any,
 ) -> AttnBwdParams:
     """Fill `AttnBwdParams`: the forward's fields (`fwd_params` keywords) plus dO, dQ, dK, dV and scratch.
 
     dq [B,Hq,Lq,d], dk [B,Hkv,Lk,d], dv [B,Hkv,Lk,dv] (written); scratch buffers as the header
     describes (fp32; the launchers initialise them, so torch.empty is enough), or None for kernels that do not use them.
+    v4 (``attn_fa2_bwd`` only): ``dlse`` the LSE cotangent, contiguous fp32 [B, Hq, Lq] (the lse's layout), and
+    ``dsinks`` the fp32 [Hq] output written when ``sinks=`` is given (SEMANTICS.md §18).
     """
     p = AttnBwdParams()
     fwd = fwd_params(q, k, v, o, lse, **fwd_kwargs)
@@ -349,7 +372,16 @@ def bwd_params(
     p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride = dv.stride(0), dv.stride(1), dv.stride(2)
     p.dq_accum, p.d_rowsum = _ptr(dq_accum), _ptr(d_rowsum)
     p.dk_accum, p.dv_accum = _ptr(dk_accum), _ptr(dv_accum)
-    p._keep = keep + [dout, dq, dk, dv, dq_accum, d_rowsum, dk_accum, dv_accum]
+    B, Hq, Lq = q.shape[0], q.shape[1], q.shape[2]
+    _check_vector("bwd_params", "dsinks", dsinks, (Hq,))
+    if dlse is not None:
+        _check_vector("bwd_params", "dlse", dlse, (B, Hq, Lq))
+        if lse is None or tuple(lse.stride()) != tuple(dlse.stride()):
+            raise KernelError("bwd_params", 2, f"dlse stride {tuple(dlse.stride())}: must equal the lse's "
+                                               f"({None if lse is None else tuple(lse.stride())}), the kernel "
+                                               "addresses both with the lse strides")
+    p.dlse, p.dsinks = _ptr(dlse), _ptr(dsinks)
+    p._keep = keep + [dout, dq, dk, dv, dq_accum, d_rowsum, dk_accum, dv_accum, dlse, dsinks]
     return p
 
 

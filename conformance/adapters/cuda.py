@@ -10,6 +10,10 @@ How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda
 - layouts: the views of `_torch_common.materialize` go in as they are (element strides; [B, L, H, D]
   transposed and stride-0 K/V included); the kernels need 16-byte aligned rows (head dims 64/128/256).
 - §8 fully masked rows: the kernels write O = 0, LSE = -inf (declared convention "-inf").
+- §18 attention sinks (``cuda-fa2`` forward and backward, ``cuda-splitkv`` forward): ``inputs.sinks`` goes in as
+  an fp32 [Hq] device tensor (``sinks=``); the LSE the kernels write includes the sink (an empty row: O = 0,
+  LSE = the sink). ``cuda-fa2``'s backward also takes the LSE cotangent ``inputs.dlse`` (fp32 [B, Hq, Lq],
+  ``dlse=``) and writes d sinks (fp32 [Hq]) into `BackwardOutput.dsinks`. FA1 and FA3 decline sink cases.
 - §16 paged K/V (``cuda-splitkv`` only, layouts paged64/128/256): the kernel gets the page pools of
   ``CaseInputs.paged`` as [num_pages, Hkv, page_size, d] tensors (their batch stride is the page stride)
   and the block table as an int32 device tensor; q and the output stay contiguous [B, H, L, D]. The dense
@@ -180,8 +184,26 @@ class _CudaAdapter(Adapter):
                 kw[name] = torch.tensor([int(x) for x in lens], dtype=torch.int32, device=device)
         return kw
 
+    @staticmethod
+    def _fp32(inputs: CaseInputs, case: Case, device: str, name: str, shape: tuple[int, ...]) -> Any:
+        """``inputs.<name>`` (sinks / dlse) as a contiguous fp32 device tensor of ``shape``, or None when unset."""
+        arr = getattr(inputs, name)
+        if arr is None:
+            return None
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.shape != shape:
+            raise ValueError(f"case {case.id}: CaseInputs.{name} has shape {arr.shape}, expected {shape}")
+        return torch.from_numpy(arr).to(device)
+
+    def _sinks(self, inputs: CaseInputs, case: Case, device: str) -> Any:
+        """The fp32 [Hq] sink tensor of a sink case (SEMANTICS.md §18), None otherwise."""
+        if case.sinks is not None and inputs.sinks is None:
+            raise ValueError(f"case {case.id}: case.sinks={case.sinks!r} but CaseInputs.sinks is None "
+                             "(make_inputs builds it for sink cases)")
+        return self._fp32(inputs, case, device, "sinks", (case.Hq,))
+
     def _forward_raw(self, m: tc.Materialized, case: Case, device: str, notes: list[str],
-                     paged_kw: dict | None = None):
+                     paged_kw: dict | None = None, sinks: Any = None):
         from kernels import cuda_lib
 
         dtype = m.q.dtype
@@ -189,6 +211,8 @@ class _CudaAdapter(Adapter):
         lse = GuardedBuffer("lse", (case.B, case.Hq, case.Lq), torch.float32, device)
         kw = self._semantics(case, device)
         kw.update(self._extra_fwd_kwargs(case))
+        if sinks is not None:
+            kw["sinks"] = sinks
         params = cuda_lib.fwd_params(m.q, m.k, m.v, o.view, lse.view, **kw, **(paged_kw or {}))
         if paged_kw:
             notes.append(f"paged K/V: page_size={paged_kw['page_size']}, pool {tuple(m.k.shape)}, "
@@ -202,9 +226,12 @@ class _CudaAdapter(Adapter):
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         m, paged_kw, named = self._materialize(inputs, case, device)
+        sinks = self._sinks(inputs, case, device)
+        if sinks is not None:
+            named["sinks"] = sinks
         before = tc.snapshot(named)
         notes: list[str] = []
-        o, lse, _, oob = self._forward_raw(m, case, device, notes, paged_kw)
+        o, lse, _, oob = self._forward_raw(m, case, device, notes, paged_kw, sinks)
         notes += oob
         if oob:
             raise AssertionError("; ".join(oob))
@@ -226,9 +253,13 @@ class _CudaAdapter(Adapter):
         from kernels import cuda_lib
 
         m = tc.materialize(inputs, case, device)
-        before = tc.snapshot(m.named())
+        sinks = self._sinks(inputs, case, device)
+        dlse = self._fp32(inputs, case, device, "dlse", (case.B, case.Hq, case.Lq)) if case.lse_grad else None
+        named = m.named()
+        named.update({k: t for k, t in (("sinks", sinks), ("dlse", dlse)) if t is not None})
+        before = tc.snapshot(named)
         notes: list[str] = []
-        o, lse, kw, oob = self._forward_raw(m, case, device, notes)
+        o, lse, kw, oob = self._forward_raw(m, case, device, notes, sinks=sinks)
         B, Hq, Hkv, Lq, Lk, d, dv = case.B, case.Hq, case.Hkv, case.Lq, case.Lk, case.d, case.dv
         dtype = m.q.dtype
         dq = GuardedBuffer("dq", (B, Hq, Lq, d), dtype, device)
@@ -237,16 +268,17 @@ class _CudaAdapter(Adapter):
         f32 = dict(dtype=torch.float32, device=device)
         scratch = dict(dq_accum=torch.zeros(B, Hq, Lq, d, **f32), d_rowsum=torch.zeros(B, Hq, Lq, **f32),
                        dk_accum=torch.zeros(B, Hq, Lk, d, **f32), dv_accum=torch.zeros(B, Hq, Lk, dv, **f32))
+        ds = GuardedBuffer("dsinks", (Hq,), torch.float32, device) if sinks is not None else None
         params = cuda_lib.bwd_params(m.q, m.k, m.v, o.view, lse.view, m.dout, dq.view, dk.view, dvb.view, **scratch,
-                                     **kw)
+                                     dlse=dlse, dsinks=None if ds is None else ds.view, **kw)
         cuda_lib.call(self.bwd_launcher, params)
         torch.cuda.synchronize()
-        oob += [r for r in (o.oob_report(), lse.oob_report(), dq.oob_report(), dk.oob_report(), dvb.oob_report())
-                if r]
+        bufs = (o, lse, dq, dk, dvb) + ((ds,) if ds is not None else ())
+        oob += [r for r in (b.oob_report() for b in bufs) if r]
         notes += oob
         if oob:
             raise AssertionError("; ".join(oob))
-        mutated = tc.changed(before, m.named())
+        mutated = tc.changed(before, named)
         fo = self._forward_output(o, lse, case, [], mutated)
         valid = _rows_valid(case)
         dq_np = tc.to_numpy(dq.view)
@@ -254,7 +286,12 @@ class _CudaAdapter(Adapter):
                 tc.to_numpy(dvb.view)).any():
             notes.append("unwritten: NaN poison left in dq/dk/dv")
         dq_np[~valid] = 0.0
-        return BackwardOutput(dq=dq_np, dk=tc.to_numpy(dk.view), dv=tc.to_numpy(dvb.view), out=fo,
+        dsinks = None
+        if ds is not None:
+            dsinks = tc.to_numpy(ds.view)
+            if np.isnan(dsinks).any():
+                notes.append("unwritten: NaN poison left in dsinks")
+        return BackwardOutput(dq=dq_np, dk=tc.to_numpy(dk.view), dv=tc.to_numpy(dvb.view), out=fo, dsinks=dsinks,
                               mutated_inputs=tuple(mutated), notes=notes)
 
 
@@ -264,7 +301,9 @@ class CudaFA2(_CudaAdapter):
                    "m16n8k16, cp.async K/V ping-pong, deferred normalisation")
     fwd_launcher = "attn_fa2_fwd"
     bwd_launcher = "attn_fa2_bwd"
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True)
+    # sinks: the running max / sum start at (sink, 1) (kernels/cuda/include/softmax.cuh); backward: d sinks from
+    # the preprocess, and the LSE cotangent enters as D - dlse (include/bwd_prepost.cuh), SEMANTICS.md §18.
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, sinks=True, lse_grad=True)
 
 
 class CudaFA1(_CudaAdapter):
@@ -285,7 +324,9 @@ class CudaSplitKV(_CudaAdapter):
     bwd_launcher = None
     # Paged K/V: every page size of the catalog is a multiple of the kernel's key tile (64 for d = 64/128,
     # 32 for d = 256), which attn_splitkv_fwd requires (ATTN_ERR_UNSUPPORTED otherwise).
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+    # Sinks: the split partials are sink-free and the combine kernel adds the sink once (SEMANTICS.md §18).
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS),
+                                       sinks=True)
 
 
 class CudaFA3(_CudaAdapter):

@@ -318,6 +318,8 @@ class _FlashAttnBase(Adapter):
         if lse_bhl is None:
             return None, "-inf"
         lse = tc.to_numpy(lse_bhl)
+        if case.sinks is not None:  # a sink joins every row: no row is empty, an unkeyed row's LSE is the sink (§18)
+            return lse, self.lse_declared
         vis = tc.visibility(case, None, padded_rows_visible=True)  # real rows only: padding is not compared
         empty = tc.fully_masked_rows(vis, (case.B, case.Hq, case.Lq))
         lse, convention, note = tc.translate_empty_lse(lse, empty, self.lse_declared)
@@ -574,9 +576,17 @@ class FlashAttn4(_FlashAttnBase):
     NaN), so they must be finite. The adapter writes 0 there (a note counts them) and leaves NaN in every
     page and table entry a sequence does not use, which FA4 says may hold anything (SEMANTICS.md §16).
 
-    Not passed (yet): ``learnable_sink`` ((Hq,) fp16/bf16/fp32 logits joining every row's softmax
-    denominator, gradient returned; an empty row's LSE is the sink), ``qv`` (MLA, sm100), ``score_mod`` /
-    ``mask_mod``, block sparsity, ``num_splits`` (SplitKV is refused on sm90).
+    Attention sinks (SEMANTICS.md §18): ``learnable_sink``, a float32 tensor of shape (Hq,) (the interface
+    accepts fp16 / bf16 / fp32; the case's sink values are exact in fp32), on every spelling. FA4 folds it
+    into the softmax, so the LSE it returns includes the sink and a row with no visible key has LSE = the
+    sink (not -inf; the adapter translates nothing on sink cases). Backward: ``FlashAttnFunc.backward``
+    returns the sink's gradient (``_flash_attn_bwd(..., learnable_sink=)`` -> (dq, dk, dv, dsink), sm90 and
+    sm100), which autograd hands back as the gradient of the sink tensor -> `BackwardOutput.dsinks`.
+    LSE cotangent (``lse_grad`` cases): the forward runs with ``return_lse=True`` and autograd passes the
+    cotangent of the returned LSE to FA4's backward as ``dlse`` (padded query rows get 0).
+
+    Not passed (yet): ``qv`` (MLA, sm100), ``score_mod`` / ``mask_mod``, block sparsity, ``num_splits``
+    (SplitKV is refused on sm90).
     """
 
     name = "flash-attn-4"
@@ -594,10 +604,11 @@ class FlashAttn4(_FlashAttnBase):
     # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
     expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
     capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
-                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS), sinks=True, lse_grad=True)
 
     def __init__(self, entry_point: str | None = None) -> None:
         super().__init__(entry_point)
+        self._sink = None  # the learnable_sink tensor of the current call (set by `_prepare`), or None
         if entry_point == "deterministic":
             self.capabilities = dataclasses.replace(type(self).capabilities, deterministic=True)
 
@@ -666,10 +677,55 @@ class FlashAttn4(_FlashAttnBase):
                                "last, partially used pages set to 0 (unused pages keep NaN)")
         return k_pool, v_pool
 
+    def _prepare(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool):
+        """The base's tensors plus, for a sink case, ``learnable_sink`` (float32 [Hq], a leaf that requires
+        grad in a backward) in the mutation check as ``sinks``."""
+        t, handed, before = super()._prepare(inputs, case, device, requires_grad)
+        self._sink = None
+        if case.sinks is not None:
+            if inputs.sinks is None or np.shape(inputs.sinks) != (case.Hq,):
+                raise ValueError(f"case {case.id}: case.sinks={case.sinks!r} needs CaseInputs.sinks of shape "
+                                 f"({case.Hq},), got {None if inputs.sinks is None else np.shape(inputs.sinks)}")
+            sink = torch.tensor(np.asarray(inputs.sinks, dtype=np.float32), device=device)
+            self._sink = sink.requires_grad_(requires_grad)
+            handed = dict(handed, sinks=self._sink)
+            before = dict(before, sinks=self._sink.detach().clone())
+        return t, handed, before
+
+    def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
+        """Autograd through FA4 with the sink as a leaf (its gradient is d sinks) and, for ``lse_grad`` cases,
+        the LSE as a second output with cotangent ``inputs.dlse`` (0 on padded query rows)."""
+        if case.sinks is None and not case.lse_grad:
+            return super().backward(inputs, case, device)
+        if inputs.dout is None:
+            raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
+        if case.lse_grad and inputs.dlse is None:
+            raise ValueError(f"case {case.id}: lse_grad=True but CaseInputs.dlse is None")
+        t, handed, before = self._prepare(inputs, case, device, True)
+        wrt = (t.q, t.k, t.v) + ((self._sink,) if self._sink is not None else ())
+        with torch.enable_grad(), tc.KernelRecorder(device) as rec:
+            out, lse, entry = self._run(t, inputs, case, device, want_lse=case.lse_grad)
+            outputs, cotangents = [out], [t.dout]
+            if case.lse_grad:
+                dlse = np.array(inputs.dlse, dtype=np.float32)
+                for b, n in enumerate(case.seqlens_q or ()):
+                    dlse[b, :, int(n):] = 0.0  # padded rows are not in the loss (§7)
+                outputs.append(lse)
+                cotangents.append(torch.from_numpy(dlse).to(device=device, dtype=lse.dtype))
+            grads = torch.autograd.grad(outputs, wrt, grad_outputs=cotangents)
+        notes = [f"entry point: {entry}"] + self._notes + ([rec.error] if rec.error else [])
+        notes += self._kernel_notes(rec, 1)
+        bo = tc.autograd_output(out, grads[:3], rec, tc.changed(before, handed), notes=notes)
+        if self._sink is not None:
+            bo.dsinks = tc.to_numpy(grads[3])
+        return bo
+
     def _run(self, t, inputs, case, device, want_lse):
         mod = self.module()
         entry = self.entry(case)
         kw: dict[str, Any] = dict(softmax_scale=case.scale, causal=case.causal, return_lse=want_lse)
+        if self._sink is not None:
+            kw["learnable_sink"] = self._sink
         window = fa_window(case, self.unbounded)
         if window != (None, None):
             kw["window_size"] = window

@@ -1,7 +1,8 @@
 // FlashAttention-2 backward (FA2 paper, Algorithm 2) for fp16 / bf16, head dims 64, 128, 256.
 //     int attn_fa2_bwd(const AttnBwdParams*, void* stream, char* err, int errlen);
 // Three stages on the caller's stream:
-//   1. bwd_preprocess   D = rowsum(dO * O) into d_rowsum, dq_accum := 0   (include/bwd_prepost.cuh)
+//   1. bwd_preprocess   D = rowsum(dO * O) - dlse into d_rowsum, dq_accum := 0 (include/bwd_prepost.cuh);
+//                       with sinks (attn_params.h v4) bwd_dsinks then writes d sinks [Hq] (SEMANTICS.md §18)
 //   2. fa2_bwd_kernel   K/V tiles outer per CTA, tensor cores; dK/dV in registers, dQ by fp32
 //                       atomics into dq_accum                                (include/bwd_fa2_kernel.cuh)
 //   3. bwd_convert_dq   dq = scale * dq_accum in the output dtype; for GQA bwd_reduce_gqa sums the
@@ -141,6 +142,8 @@ template <typename T>
 int run(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
     int rc = cuda_status(launch_preprocess<T>(p, s), "attn_fa2_bwd: preprocess (D = rowsum(dO * O))", err, errlen);
     if (rc != ATTN_OK) return rc;
+    rc = cuda_status(launch_dsinks(p, s), "attn_fa2_bwd: d sinks", err, errlen);
+    if (rc != ATTN_OK) return rc;
     if (p.fwd.seqlen_k > 0) {
         rc = main_loop<T>(p, s, err, errlen);
         if (rc != ATTN_OK) return rc;
@@ -152,7 +155,7 @@ int run(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
 
 extern "C" int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen) {
     if (err && errlen > 0) err[0] = '\0';
-    int rc = check_bwd_params(p, "attn_fa2_bwd", err, errlen);
+    int rc = check_bwd_params(p, "attn_fa2_bwd", err, errlen, /*sinks_ok=*/true);
     if (rc != ATTN_OK) return rc;
     if (p->fwd.batch == 0) return ATTN_OK;
     cudaStream_t s = (cudaStream_t)stream;

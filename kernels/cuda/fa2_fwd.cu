@@ -1,7 +1,7 @@
 // FlashAttention-2 forward: one CTA per 128-row query tile, split-Q across warps, mma.sync
 // m16n8k16 with ldmatrix, cp.async K/V ping-pong, online softmax with deferred normalisation.
 // Semantics: oracles/SEMANTICS.md (causal alignments, window, GQA, varlen, softcap, LSE, §8 fully
-// masked rows). The kernel body is include/fwd_kernel.cuh; this file validates and dispatches.
+// masked rows, §18 attention sinks). The kernel body is include/fwd_kernel.cuh; this file validates and dispatches.
 #include "attn_params.h"
 #include "fwd_kernel.cuh"
 #include "launch_common.cuh"
@@ -45,7 +45,7 @@ cudaError_t dispatch_dim(const AttnFwdParams& p, cudaStream_t stream) {
 }  // namespace
 
 extern "C" int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
-    int rc = attn::validate_fwd(p, "attn_fa2_fwd", err, errlen);
+    int rc = attn::validate_fwd(p, "attn_fa2_fwd", err, errlen, /*paged_ok=*/false, /*sinks_ok=*/true);
     if (rc != ATTN_OK) return rc;
     if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
     if (p->seqlen_q > 65535 * 128)

@@ -3,6 +3,9 @@
 // LSE_s in fp32, then a combine kernel merges them (Flash-Decoding; SEMANTICS.md §14's merge rule):
 //     LSE = max + log sum_s exp(LSE_s - max),  O = sum_s exp(LSE_s - LSE) O_s,
 // a split with LSE_s = -inf contributes 0, and rows whose splits are all -inf get O = 0, LSE = -inf.
+// Attention sinks (sinks != NULL, attn_params.h v4, SEMANTICS.md §18): the split partials are sink-free
+// and the combine adds the sink once, as one more partial (O, LSE) = (0, sink[h]): it joins the max and
+// the sum, so a row with no visible key gets O = 0, LSE = sink.
 // The query heads of one GQA group share a CTA (packed into M), so K/V are read once per group.
 // Paged K/V (block_table != NULL, attn_params.h v3): the same kernel instantiated with kPaged reads each
 // key tile through the table; page_size must be a multiple of the key tile (checked below).
@@ -90,13 +93,15 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
     const float* lse_s = p.lse_partial + row;  // split s at lse_s[s * rows]
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
+        const float sink = p.sinks != nullptr ? p.sinks[h] : -INFINITY;  // one extra partial (0, sink)
         float mx = -INFINITY;
         for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, lse_s[s * rows]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        mx = fmaxf(mx, sink);
         float lse = -INFINITY;
         if (mx != -INFINITY) {
-            float sum = 0.f;
+            float sum = (lane == 0 && sink != -INFINITY) ? expf(sink - mx) : 0.f;  // the sink, once
             for (int s = lane; s < num_splits; s += 32) sum += expf(lse_s[s * rows] - mx);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -152,13 +157,14 @@ int device_sms() {
 
 extern "C" int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms) {
     char buf[8];
-    if (attn::validate_fwd(p, "attn_splitkv_num_splits", buf, sizeof buf, /*paged_ok=*/true) != ATTN_OK) return -1;
+    if (attn::validate_fwd(p, "attn_splitkv_num_splits", buf, sizeof buf, /*paged_ok=*/true, /*sinks_ok=*/true) != ATTN_OK)
+        return -1;
     if (p->num_splits >= 1) return p->num_splits;
     return choose_splits(*p, num_sms > 0 ? num_sms : device_sms());
 }
 
 extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
-    int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen, /*paged_ok=*/true);
+    int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen, /*paged_ok=*/true, /*sinks_ok=*/true);
     if (rc != ATTN_OK) return rc;
     if (p->block_table != nullptr && p->page_size % block_n_for(p->head_dim) != 0)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -209,11 +215,11 @@ extern "C" int attn_params_layout(int64_t* out, int n) {
     X(o_row_stride) X(lse_batch_stride) X(lse_head_stride) X(batch) X(heads_q) X(heads_kv) X(seqlen_q) X(seqlen_k)  \
     X(head_dim) X(head_dim_v) X(seqlens_q) X(seqlens_k) X(scale) X(softcap) X(causal) X(align_bottom_right)        \
     X(window_left) X(window_right) X(dtype) X(num_splits) X(o_partial) X(lse_partial) X(block_table)             \
-    X(block_table_batch_stride) X(page_size)
+    X(block_table_batch_stride) X(page_size) X(sinks)
 #define ATTN_BWD_FIELDS(X)                                                                                         \
     X(fwd) X(dout) X(dq) X(dk) X(dv) X(do_batch_stride) X(do_head_stride) X(do_row_stride) X(dq_batch_stride)      \
     X(dq_head_stride) X(dq_row_stride) X(dk_batch_stride) X(dk_head_stride) X(dk_row_stride) X(dv_batch_stride)    \
-    X(dv_head_stride) X(dv_row_stride) X(dq_accum) X(d_rowsum) X(dk_accum) X(dv_accum)
+    X(dv_head_stride) X(dv_row_stride) X(dq_accum) X(d_rowsum) X(dk_accum) X(dv_accum) X(dlse) X(dsinks)
     int64_t vals[128];
     int k = 0;
     vals[k++] = ATTN_PARAMS_VERSION;

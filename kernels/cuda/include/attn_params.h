@@ -10,7 +10,13 @@
 // If you change a field here, change the ctypes mirror in kernels/cuda_lib.py in the same commit.
 //
 // CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
-//   v3 (this version): three fields appended at the END of AttnFwdParams for paged K/V
+//   v4 (this version): attention sinks (oracles/SEMANTICS.md §18). `sinks` appended at the END of
+//     AttnFwdParams, `dlse` and `dsinks` at the END of AttnBwdParams. No earlier field of AttnFwdParams
+//     moved; every AttnBwdParams field after `fwd` moved again (sizeof(AttnFwdParams) grew): rebuild
+//     everything that embeds the structs. Zero-initialised (NULL) means "no sink" / "no LSE cotangent",
+//     exactly the v3 behaviour. attn_fa2_fwd, attn_splitkv_fwd and attn_fa2_bwd read them; every other
+//     launcher answers ATTN_ERR_UNSUPPORTED naming sinks / dlse / dsinks when one is not NULL.
+//   v3: three fields appended at the END of AttnFwdParams for paged K/V
 //     (block_table, block_table_batch_stride, page_size; oracles/SEMANTICS.md §16). No earlier field
 //     moved, but sizeof(AttnFwdParams) grew, so every AttnBwdParams field after `fwd` moved: rebuild
 //     everything that embeds the structs. A zero-initialised struct (block_table = NULL) means "not
@@ -29,7 +35,7 @@
 extern "C" {
 #endif
 
-#define ATTN_PARAMS_VERSION 3
+#define ATTN_PARAMS_VERSION 4
 
 enum AttnDtype { ATTN_FP16 = 0, ATTN_BF16 = 1 };
 
@@ -87,6 +93,13 @@ typedef struct AttnFwdParams {
     const int32_t* block_table;         // int32 device array; NULL = K/V not paged
     int64_t block_table_batch_stride;   // elements between the table rows of consecutive batch entries
     int32_t page_size;                  // keys per page (> 0 when block_table != NULL)
+
+    // Attention sinks (v4; SEMANTICS.md §18): fp32 device array [heads_q], one logit per query head in the
+    // units of the final scores (after scale and softcap), or NULL = no sink. The sink joins every real
+    // row's softmax denominator and carries no value: the LSE written includes it, and a row with no
+    // visible key gets O = 0, LSE = sinks[h]. -inf = no sink for that head. Read by attn_fa2_fwd,
+    // attn_splitkv_fwd (once, in the combine) and attn_fa2_bwd (the LSE given must include the sink).
+    const float* sinks;
 } AttnFwdParams;
 
 typedef struct AttnBwdParams {
@@ -108,6 +121,14 @@ typedef struct AttnBwdParams {
     float* d_rowsum;
     float* dk_accum;
     float* dv_accum;
+    // v4, read by attn_fa2_bwd only (other backward launchers reject non-NULL values):
+    // dlse: the LSE cotangent, fp32 [B, Hq, Lq] with the strides of fwd.lse (row stride 1), or NULL = 0;
+    //   the loss is sum dout . out + sum dlse * LSE, so D_i becomes D_i - dlse_i (SEMANTICS.md §13, §18).
+    // dsinks: fp32 [heads_q], written (not accumulated) when fwd.sinks != NULL: d sink_h = sum over b and
+    //   real rows i of exp(sink_h - LSE_i) (dlse_i - D_i), a deterministic reduction. Required when
+    //   fwd.sinks != NULL, ignored otherwise.
+    const float* dlse;
+    float* dsinks;
 } AttnBwdParams;
 
 // Every launcher has this shape: returns 0 on success, else a nonzero code, and writes a

@@ -25,8 +25,16 @@ static inline int cuda_status(cudaError_t e, const char* where, char* err, int e
 }
 
 // Checks common to the forward and backward of FA1 and the FA2 backward.
-static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen) {
+// sinks_ok: the caller handles attention sinks (attn_params.h v4); otherwise sinks != NULL is
+// ATTN_ERR_UNSUPPORTED naming sinks.
+static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen,
+                                   bool sinks_ok = false) {
     if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    if (p->sinks && !sinks_ok)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: sinks=%p: attention sinks are not supported (attn_fa2_fwd, attn_splitkv_fwd and "
+                    "attn_fa2_bwd handle them)",
+                    who, (const void*)p->sinks);
     if (p->block_table)  // paged K/V (attn_params.h v3): only attn_splitkv_fwd reads a block table
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                     "%s: block_table=%p: paged K/V is not supported (only attn_splitkv_fwd reads a block table)", who,
@@ -64,10 +72,20 @@ static inline int check_fwd_params(const AttnFwdParams* p, const char* who, char
     return ATTN_OK;
 }
 
-static inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, int errlen) {
+// sinks_ok: the caller reads fwd.sinks, dlse and dsinks (attn_params.h v4); otherwise any of them
+// non-NULL is ATTN_ERR_UNSUPPORTED naming it.
+static inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, int errlen,
+                                   bool sinks_ok = false) {
     if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
-    int rc = check_fwd_params(&p->fwd, who, err, errlen);
+    int rc = check_fwd_params(&p->fwd, who, err, errlen, sinks_ok);
     if (rc != ATTN_OK) return rc;
+    if (!sinks_ok && (p->dlse || p->dsinks))
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: dlse=%p dsinks=%p: an LSE cotangent / sink gradient is not supported (attn_fa2_bwd reads them)",
+                    who, (const void*)p->dlse, (void*)p->dsinks);
+    if (p->fwd.sinks && !p->dsinks && p->fwd.batch > 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: fwd.sinks=%p given but dsinks is NULL (fp32 [heads_q] output)",
+                    who, (const void*)p->fwd.sinks);
     if (p->fwd.batch == 0) return ATTN_OK;
     if (!p->fwd.lse && p->fwd.seqlen_q > 0)
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: fwd.lse is NULL; the backward recomputes P from the LSE", who);

@@ -1,6 +1,9 @@
 // The small kernels around every backward main loop (FA2 Algorithm 2, lines 4 and the end):
-//   bwd_preprocess:  D_i = rowsum(dO_i * O_i) (fp32 [B, Hq, Lq]) and dq_accum := 0, so the caller
-//                    need not zero the dQ scratch;
+//   bwd_preprocess:  D_i = rowsum(dO_i * O_i) - dlse_i (fp32 [B, Hq, Lq]; dlse = the LSE cotangent,
+//                    0 when NULL, SEMANTICS.md §13 / §18) and dq_accum := 0, so the caller need not
+//                    zero the dQ scratch;
+//   bwd_dsinks:      d sink_h = -sum over b and real rows i of exp(sink_h - LSE_i) D_i (§18; D as above),
+//                    one CTA per query head, a fixed-order reduction (deterministic);
 //   bwd_convert_dq:  dq = scale * dq_accum in the output dtype (padded rows get 0);
 //   bwd_reduce_gqa:  dk[b, hk] = sum over the hq/hkv query heads of dk_accum[b, h] (and dv): GQA
 //                    reduction of the per-query-head fp32 partial gradients.
@@ -30,7 +33,42 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(AttnBwdParams p) {
         for (int k = lane; k < d; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
     }
     acc = warp_sum(acc);
+    if (p.dlse != nullptr && row < sq) acc -= p.dlse[b * f.lse_batch_stride + h * f.lse_head_stride + row];
     if (lane == 0) p.d_rowsum[bh_row] = acc;
+}
+
+// d sink_h (SEMANTICS.md §18): with P_sink,i = exp(sink_h - LSE_i) (the forward's LSE includes the sink)
+// and d_rowsum = D_i - dlse_i, d sink_h = -sum_{b, i < seqlens_q[b]} P_sink,i d_rowsum_i. Grid (Hq),
+// 256 threads: thread t sums rows t, t + 256, ... of the flattened (b, i) range in order, then a fixed
+// shared-memory tree; the result does not depend on scheduling. sink = -inf: no sink, d sink = 0.
+constexpr int kDsinkThreads = 256;  // a power of two (the tree below)
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) bwd_dsinks_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int h = blockIdx.x;
+    const float sink = f.sinks[h];
+    __shared__ float part[kThreads];
+    float acc = 0.f;
+    if (sink != -INFINITY) {
+        const long long n = (long long)f.batch * f.seqlen_q;
+        for (long long t = threadIdx.x; t < n; t += kThreads) {
+            const int b = (int)(t / f.seqlen_q), i = (int)(t % f.seqlen_q);
+            const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+            if (i >= sq) continue;  // padded rows take no part (§7)
+            const float lse = f.lse[b * f.lse_batch_stride + h * f.lse_head_stride + i];
+            const float d = p.d_rowsum[((size_t)b * f.heads_q + h) * f.seqlen_q + i];
+            acc -= __expf(sink - lse) * d;
+        }
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int w = kThreads / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) p.dsinks[h] = part[0];
 }
 
 // One thread per element pair; grid (ceil(Lq * d / 2 / 256), Hq, B).
@@ -76,6 +114,13 @@ static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t
     if (f.seqlen_q == 0) return cudaSuccess;
     dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
     bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+// After launch_preprocess (it reads d_rowsum); only when fwd.sinks != NULL.
+static inline cudaError_t launch_dsinks(const AttnBwdParams& p, cudaStream_t s) {
+    if (p.fwd.sinks == nullptr) return cudaSuccess;
+    bwd_dsinks_kernel<kDsinkThreads><<<p.fwd.heads_q, kDsinkThreads, 0, s>>>(p);
     return cudaGetLastError();
 }
 

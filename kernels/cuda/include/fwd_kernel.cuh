@@ -26,6 +26,11 @@
 // the last tile are zero-filled by load_tile without a global read: table entries and slots past
 // the sequence may hold anything (the conformance inputs poison them with NaN / decoy pages).
 // A template flag, so the non-paged kernels are compiled exactly as before (same registers).
+//
+// Attention sinks (kSink, FA2 mode only; attn_params.h v4, SEMANTICS.md §18): the softmax state starts
+// at (max, sum) = (sink, 1) instead of (-inf, 0) (OnlineSoftmax::init_sink), so the sink is in the
+// running max and the denominator and nowhere else. Split-KV partials stay sink-free: the combine
+// kernel (splitkv.cu) adds the sink once. Also a template flag: the sink-free kernels are unchanged.
 #pragma once
 #include "fwd_epilogue.cuh"
 #include "fwd_mainloop.cuh"
@@ -36,9 +41,10 @@
 
 namespace attn {
 
-template <class Tr, bool kSplit, bool kPrescale, bool kPaged = false>
+template <class Tr, bool kSplit, bool kPrescale, bool kPaged = false, bool kSink = false>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
     static_assert(!kPaged || (kSplit && Tr::kStages >= 2), "paged K/V: split-KV ring configurations only");
+    static_assert(!kSink || !kSplit, "sinks: split-KV partials are sink-free, the combine adds the sink");
     using Elem = typename Tr::Elem;
     using Sched = TileScheduler<kSplit>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -84,14 +90,21 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
         for (int nt = 0; nt < Tr::kNTilesO; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
-    OnlineSoftmax<Tr::kMTiles, Tr::kNTilesS> softmax;
-    softmax.init();
-
     // kPrescale: scores are pre-multiplied when a softcap is on (tanh needs them in natural units)
     // or the scale is not positive (the running max must be taken over scaled scores); otherwise
     // the scale is folded into the exponent's FFMA. A template flag, so the common path carries no
     // tanh code and no extra registers.
     const float sl2 = kPrescale ? 1.f : p.scale * kLog2e;
+
+    OnlineSoftmax<Tr::kMTiles, Tr::kNTilesS> softmax;
+    float sink = -INFINITY, sink_units = -INFINITY;  // natural-log logit; the same in score units
+    if constexpr (kSink) {
+        sink = p.sinks[w.h];
+        sink_units = sink * (kLog2e / sl2);
+        softmax.init_sink(sink_units, (lane & 3) == 0);
+    } else {
+        softmax.init();
+    }
 
     if (n_lo < n_hi) {
         // Q: row r of the tile comes from (head, query row) given by the scheduler; missing rows = 0.
@@ -228,18 +241,25 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
     }
 
     float inv_l[Tr::kMTiles][2], lse[Tr::kMTiles][2];
-    softmax.finalize(sl2, inv_l, lse);
+    if constexpr (kSink)
+        softmax.finalize_sink(sl2, sink, sink_units, inv_l, lse);
+    else
+        softmax.finalize(sl2, inv_l, lse);
     store_output<Tr, kSplit>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
 }
 
-// The instantiation for p: prescale (softcap on or scale <= 0) and, for split-KV, paged K/V
-// (block_table != NULL; the FA2 launcher rejects a block table before it gets here).
+// The instantiation for p: prescale (softcap on or scale <= 0), for split-KV paged K/V (block_table !=
+// NULL; the FA2 launcher rejects a block table before it gets here), for FA2 sinks (sinks != NULL; the
+// split-KV kernel ignores them, its combine adds them).
 template <class Tr, bool kSplit>
 inline auto fwd_kernel_for(const AttnFwdParams& p) {
     const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
     if constexpr (kSplit) {
         if (p.block_table != nullptr)
             return prescale ? fwd_kernel<Tr, true, true, true> : fwd_kernel<Tr, true, false, true>;
+    } else {
+        if (p.sinks != nullptr)
+            return prescale ? fwd_kernel<Tr, false, true, false, true> : fwd_kernel<Tr, false, false, false, true>;
     }
     return prescale ? fwd_kernel<Tr, kSplit, true> : fwd_kernel<Tr, kSplit, false>;
 }

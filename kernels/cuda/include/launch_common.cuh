@@ -24,8 +24,16 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // Checks shared by the forward launchers. `name` prefixes the message. Returns ATTN_OK or a code.
 // paged_ok: the launcher reads K/V through a block table (attn_params.h v3); the others answer
 // ATTN_ERR_UNSUPPORTED naming block_table, so a paged cache is never misread as a dense one.
-inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen, bool paged_ok = false) {
+// sinks_ok: the launcher folds attention sinks into its softmax (attn_params.h v4, SEMANTICS.md §18); the
+// others answer ATTN_ERR_UNSUPPORTED naming sinks, so a sink is never silently dropped.
+inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen, bool paged_ok = false,
+                        bool sinks_ok = false) {
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", name);
+    if (p->sinks != nullptr && !sinks_ok)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: sinks=%p: attention sinks are not supported by this launcher (attn_fa2_fwd and "
+                    "attn_splitkv_fwd fold them in)",
+                    name, static_cast<const void*>(p->sinks));
     if (p->block_table != nullptr) {
         if (!paged_ok)
             return fail(err, errlen, ATTN_ERR_UNSUPPORTED,

@@ -24,6 +24,21 @@ struct OnlineSoftmax {
             for (int h = 0; h < 2; ++h) row_max[mi][h] = -INFINITY, row_sum[mi][h] = 0.f;
     }
 
+    // Attention sink (SEMANTICS.md §18), one term of the state: the running max starts at the sink logit
+    // (in score units, sink_units = sink * log2(e) / sl2) and the sum at exp(sink - max) = 1, held by one
+    // thread of the quad (finalize() quad-reduces the sum). A row that never sees a key keeps
+    // (max, sum) = (sink, 1): O = 0, LSE = sink; a large sink is an ordinary large max (no overflow).
+    // sink_units = -inf is "no sink": exactly the init() state.
+    __device__ __forceinline__ void init_sink(float sink_units, bool quad_leader) {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mi][h] = sink_units;
+                row_sum[mi][h] = (quad_leader && sink_units != -INFINITY) ? 1.f : 0.f;
+            }
+    }
+
     // s <- p = exp2(s*sl2 - m_new*sl2) in place; acc_o and row_sum rescaled by exp2((m_old - m_new)*sl2).
     template <int kNTilesO>
     __device__ __forceinline__ void update(float (&s)[kMTiles][kNTilesS][4], float (&acc_o)[kMTiles][kNTilesO][4],
@@ -72,6 +87,25 @@ struct OnlineSoftmax {
                 const bool empty = (l == 0.f) || (row_max[mi][h] == -INFINITY);
                 inv_l[mi][h] = empty ? 0.f : 1.f / l;
                 lse[mi][h] = empty ? -INFINITY : row_max[mi][h] * sl2 * kLn2 + logf(l);
+            }
+    }
+
+    // finalize() after init_sink(): while the max is still the sink's (no score exceeded it) the LSE is
+    // taken from the sink's natural-log value, sink + log(l), so a row with no visible key gets exactly
+    // LSE = sink (l = 1) rather than sink rounded through score units.
+    __device__ __forceinline__ void finalize_sink(float sl2, float sink, float sink_units, float (&inv_l)[kMTiles][2],
+                                                  float (&lse)[kMTiles][2]) {
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float l = row_sum[mi][h];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const bool empty = (l == 0.f) || (row_max[mi][h] == -INFINITY);
+                const float base = row_max[mi][h] == sink_units ? sink : row_max[mi][h] * sl2 * kLn2;
+                inv_l[mi][h] = empty ? 0.f : 1.f / l;
+                lse[mi][h] = empty ? -INFINITY : base + logf(l);
             }
     }
 };
