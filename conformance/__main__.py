@@ -1,7 +1,7 @@
-"""``python -m conformance``: see `conformance.cli`."""
+"""``python -m attention_conformance``: see `conformance.cli`."""
 
 import sys
 
-from conformance.cli import main
+from attention_conformance.cli import main
 
 sys.exit(main())

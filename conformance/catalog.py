@@ -22,8 +22,8 @@ import math
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 
-from conformance import covering, features, selection
-from conformance.case import Case, FP8Spec
+from attention_conformance import covering, features, selection
+from attention_conformance.case import Case, FP8Spec
 
 __all__ = ["PROFILES", "GROUPS", "cases", "case_by_id", "select", "estimated_cost", "case_marks"]
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from conformance import numfmt
+from attention_conformance import numfmt
 
 __all__ = [
     "QuantityStats",

@@ -1,13 +1,13 @@
-"""``python -m conformance``: list adapters, run the suite, print a repro, run the mutant catalog.
+"""``python -m attention_conformance``: list adapters, run the suite, print a repro, run the mutant catalog.
 
-    python -m conformance list [--device cpu|cuda]
-    python -m conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
+    python -m attention_conformance list [--device cpu|cuda]
+    python -m attention_conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
                               [--device cpu|cuda] [--report-dir DIR] [-k EXPR] [--workers N]
                               [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
-    python -m conformance merge REPORT_JSON ... [--report-dir DIR]
-    python -m conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
-    python -m conformance cases [--profile P] [-k EXPR] [--coverage]
-    python -m conformance mutants [--profile ci] ...
+    python -m attention_conformance merge REPORT_JSON ... [--report-dir DIR]
+    python -m attention_conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
+    python -m attention_conformance cases [--profile P] [-k EXPR] [--coverage]
+    python -m attention_conformance mutants [--profile ci] ...
 
 Exit codes: 0 = no case failed; 1 = some case is FAIL, CRASH or TIMEOUT; 2 = usage or harness error.
 Every usage error (a malformed or empty ``-k`` selection, ``--workers`` < 1, ``--timeout`` <= 0, an unknown or
@@ -65,7 +65,7 @@ def positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = UsageParser(prog="python -m conformance",
+    p = UsageParser(prog="python -m attention_conformance",
                     description="Attention-kernel conformance harness (FP64 oracle, explicit bounds).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=UsageParser)
 
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_specs(specs: list[str]) -> None:
     """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
-    from conformance.registry import spec_error
+    from attention_conformance.registry import spec_error
 
     for spec in (part.strip() for s in specs for part in s.split(",")):  # "a,b" as `resolve_specs` reads it
         problem = spec_error(spec) if spec else None
@@ -134,8 +134,8 @@ def _check_specs(specs: list[str]) -> None:
 
 def _select(profile: str, expr: str | None):
     """The cases of ``profile`` that ``-k expr`` selects; `UsageError` if it is malformed or selects none."""
-    from conformance import catalog
-    from conformance.selection import SelectorError
+    from attention_conformance import catalog
+    from attention_conformance.selection import SelectorError
 
     try:
         cases = catalog.select(catalog.cases(profile), expr)
@@ -147,7 +147,7 @@ def _select(profile: str, expr: str | None):
 
 
 def _cmd_list(args) -> int:
-    from conformance.registry import builtin_names, load
+    from attention_conformance.registry import builtin_names, load
 
     _check_specs(list(args.impl or []))
     specs = builtin_names() + [s for s in (args.impl or []) if s not in builtin_names()]
@@ -179,10 +179,10 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from conformance import memory
-    from conformance.engine import Runner, stderr_progress
-    from conformance.registry import builtin_names, load_many, resolve_specs
-    from conformance.report import build_report, exit_code, write_report
+    from attention_conformance import memory
+    from attention_conformance.engine import Runner, stderr_progress
+    from attention_conformance.registry import builtin_names, load_many, resolve_specs
+    from attention_conformance.report import build_report, exit_code, write_report
 
     device = args.device or os.environ.get("CONFORMANCE_DEVICE", "cpu")
     cases = _select(args.profile, args.keyword)
@@ -198,19 +198,20 @@ def _cmd_run(args) -> int:
     missing = [la for la in loaded if not la.available]
     if explicit and missing:  # named with --impl but cannot run here: a CI job must not pass without testing it
         raise UsageError("; ".join(f"--impl {la.spec} is unavailable on {device}: {one_line(la.reason)}"
-                                   for la in missing) + f" (see `python -m conformance list --device {device}`)")
+                                   for la in missing)
+              + f" (see `python -m attention_conformance list --device {device}`)")
     for la in missing:  # only with --impl all: every built-in is listed, the unavailable ones as NOT_SUPPORTED
         print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
     if not loaded:
-        raise UsageError(f"no adapter available on {device} (try `python -m conformance list`)")
+        raise UsageError(f"no adapter available on {device} (try `python -m attention_conformance list`)")
     if args.claims:
-        from conformance.declared import unclaimed_targets
+        from attention_conformance.declared import unclaimed_targets
 
         problems = unclaimed_targets(args.claims, loaded)
         if problems:
             raise UsageError(f"--claims {problems[0]}")
-    from conformance.expectations import ExpectationError, RunExpectations
+    from attention_conformance.expectations import ExpectationError, RunExpectations
 
     if args.no_expect and args.expect:
         raise UsageError("--expect and --no-expect exclude each other")
@@ -220,7 +221,7 @@ def _cmd_run(args) -> int:
         raise UsageError(f"--expect: {one_line(exc)}") from None
     shard_extra: dict = {}
     if args.shard is not None:
-        from conformance.shard import ShardError, select
+        from attention_conformance.shard import ShardError, select
 
         try:
             cases, shard_extra["shard"] = select(cases, args.shard)
@@ -231,7 +232,7 @@ def _cmd_run(args) -> int:
               f"on {device}, profile {args.profile}", file=sys.stderr)
     t0 = time.perf_counter()
     progress = None if args.quiet else stderr_progress
-    command = ["python", "-m", "conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
+    command = ["python", "-m", "attention_conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
 
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
         done = expect.apply(done)
@@ -242,7 +243,7 @@ def _cmd_run(args) -> int:
         write_report(args.report_dir, rep, done)
 
     if args.workers > 1:
-        from conformance.parallel import run_parallel
+        from attention_conformance.parallel import run_parallel
 
         results = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
                                determinism=args.determinism, progress=progress, checkpoint=checkpoint,
@@ -281,9 +282,9 @@ def _check_report_dir(path: str) -> None:
 
 
 def _cmd_repro(args) -> int:
-    from conformance.catalog import case_by_id
-    from conformance.registry import load
-    from conformance.repro import snippet
+    from attention_conformance.catalog import case_by_id
+    from attention_conformance.registry import load
+    from attention_conformance.repro import snippet
 
     try:
         case = case_by_id(args.case_id)
@@ -310,7 +311,7 @@ def _cmd_repro(args) -> int:
 def _cmd_cases(args) -> int:
     cases = _select(args.profile, args.keyword)
     if args.coverage:
-        from conformance.coverage import profile_coverage, render_matrix
+        from attention_conformance.coverage import profile_coverage, render_matrix
 
         print(render_matrix(profile_coverage(args.profile, cases)))
         return 0
@@ -322,8 +323,8 @@ def _cmd_cases(args) -> int:
 def _cmd_merge(args) -> int:
     import json
 
-    from conformance.report import write_report
-    from conformance.shard import ShardError, merge
+    from attention_conformance.report import write_report
+    from attention_conformance.shard import ShardError, merge
 
     loaded = []
     for path in args.reports:
@@ -347,7 +348,7 @@ def _cmd_merge(args) -> int:
 
 def _cmd_mutants(argv: list[str]) -> int:
     try:
-        mod = importlib.import_module("property_tests.mutants.cli")
+        mod = importlib.import_module("attention_conformance.property_tests.mutants.cli")
     except ImportError as exc:
         print(f"error: the mutant catalog is not available (property_tests.mutants.cli: {exc})", file=sys.stderr)
         return 2
@@ -361,13 +362,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
     handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
-    from conformance.declared import ClaimsError, cli_claims
+    from attention_conformance.declared import ClaimsError, cli_claims
 
     try:
         with cli_claims(getattr(args, "claims", None) or []):
             return handlers[args.command](args)
     except (UsageError, ClaimsError) as exc:
-        print(f"python -m conformance {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        print(f"python -m attention_conformance {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `cases | head`: the reader left; not an error of the command
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 2

@@ -8,7 +8,7 @@ declarations are static) claim a case holding both: `conformance.adapters.base.c
 None for a witness case (the pair completed with plain values, realized like a ``pairs`` case, at every
 head dim the adapter declares). A pair is *covered* by a profile when one of its cases holds it and some
 built-in adapter's capabilities claim that whole case. `profile_coverage` returns both sets;
-`render_matrix` prints the feature x feature matrix of ``python -m conformance cases --coverage``.
+`render_matrix` prints the feature x feature matrix of ``python -m attention_conformance cases --coverage``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from conformance import covering, features
-from conformance.adapters.base import Capabilities, capability_reason
-from conformance.case import Case
+from attention_conformance import covering, features
+from attention_conformance.adapters.base import Capabilities, capability_reason
+from attention_conformance.case import Case
 
 __all__ = ["Coverage", "Pair", "declared_capabilities", "claimable_pairs", "case_pairs", "profile_coverage",
            "render_matrix", "pair_text"]
@@ -69,8 +69,8 @@ def declared_capabilities() -> tuple[tuple[str, Capabilities], ...]:
     Adapters whose capabilities differ by device (``caps_for(device)``, e.g. torch SDPA on CPU vs CUDA)
     contribute one entry per device. An adapter whose module cannot be imported here contributes nothing.
     """
-    from conformance.adapters import BUILTIN
-    from conformance.registry import load
+    from attention_conformance.adapters import BUILTIN
+    from attention_conformance.registry import load
 
     out: list[tuple[str, Capabilities]] = []
     for name in BUILTIN:
@@ -131,7 +131,7 @@ def case_pairs(case: Case) -> set[Pair]:
 
 def profile_coverage(profile: str, cases: Sequence[Case] | None = None) -> Coverage:
     """Coverage of the claimable pairs by the cases of ``profile`` (or by ``cases``)."""
-    from conformance import catalog
+    from attention_conformance import catalog
 
     cases = catalog.cases(profile) if cases is None else list(cases)
     caps = [c for _, c in declared_capabilities()]

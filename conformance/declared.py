@@ -4,7 +4,7 @@ A function under test (``--impl module:fn``, conformance/adapters/third_party.py
 features nobody declared; what is declared is not probed but claimed, so a declared feature that then
 raises or is wrong is a FAIL, and every case outside the declared set is NOT_SUPPORTED with the reason::
 
-    import conformance
+    import attention_conformance as conformance
 
     @conformance.claims(dtypes=("float16", "bfloat16"), head_dims=(64, 128), causal="only")
     def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -12,8 +12,9 @@ raises or is wrong is a FAIL, and every case outside the declared set is NOT_SUP
 
 For a function one cannot edit, the same declaration on the command line::
 
-    python -m conformance run --impl theirpkg.attn:fn --claims "dtypes=float16,bfloat16; head_dims=64,128; causal=only"
-    python -m conformance run --impl a:f b:g --claims "b:g=causal=only; backward=false"   # for one function
+    python -m attention_conformance run --impl theirpkg.attn:fn --claims "dtypes=float16,bfloat16; head_dims=64,128;
+    causal=only"
+    python -m attention_conformance run --impl a:f b:g --claims "b:g=causal=only; backward=false"   # for one function
 
 Keys (each optional; an undeclared feature is probed):
 
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from conformance.case import ALIGNMENTS
+from attention_conformance.case import ALIGNMENTS
 
 __all__ = ["Claims", "ClaimsError", "CLAIMS_ATTR", "CLAIMS_ENV", "SDPA_DTYPES", "claims", "claims_of",
            "claims_reason", "parse_spec", "cli_claims_for", "cli_claims_env", "cli_claims", "unclaimed_targets"]

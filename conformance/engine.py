@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance import features, memory
-from conformance.calldata import raise_site
-from conformance.case import Case
-from conformance.catalog import estimated_cost
-from conformance.eta import EtaModel
-from conformance.judge import Verdict, judge
-from conformance.outcomes import (
+from attention_conformance import features, memory
+from attention_conformance.calldata import raise_site
+from attention_conformance.case import Case
+from attention_conformance.catalog import estimated_cost
+from attention_conformance.eta import EtaModel
+from attention_conformance.judge import Verdict, judge
+from attention_conformance.outcomes import (
     CRASH,
     FAILING,
     HARNESS_ERROR,
@@ -39,9 +39,16 @@ from conformance.outcomes import (
     TIMEOUT,
     worst,
 )
-from conformance.registry import LoadedAdapter
-from conformance.tolerance import OracleData, compute_oracle
-from conformance.worker import CallResult, WorkerClient, WorkerCrash, WorkerTimeout, call_adapter, collect_calls
+from attention_conformance.registry import LoadedAdapter
+from attention_conformance.tolerance import OracleData, compute_oracle
+from attention_conformance.worker import (
+    CallResult,
+    WorkerClient,
+    WorkerCrash,
+    WorkerTimeout,
+    call_adapter,
+    collect_calls,
+)
 
 __all__ = [
     "FAILING",
@@ -63,7 +70,7 @@ def features_of(case: Case) -> list[str]:
 
 def repro_command(case_id: str, spec: str, device: str = "cpu") -> str:
     dev = "" if device == "cpu" else f" --device {device}"
-    return f"python -m conformance repro {case_id} --impl {spec}{dev}"
+    return f"python -m attention_conformance repro {case_id} --impl {spec}{dev}"
 
 
 @dataclass
@@ -106,7 +113,7 @@ class OracleCache:
 
     def get(self, case: Case):
         if case.id not in self._data:
-            from conformance.inputs import make_inputs
+            from attention_conformance.inputs import make_inputs
 
             try:
                 inputs = make_inputs(case)

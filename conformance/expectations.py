@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.case import Case
-from conformance.outcomes import (
+from attention_conformance.case import Case
+from attention_conformance.outcomes import (
     FAILING,
     FINDING,
     HARNESS_ERROR,
@@ -230,7 +230,7 @@ def _entry(raw: dict, source: str, index: int) -> Expectation:
             raise ExpectationError(f"{where_}: versions: {exc}") from None
     cases = raw.get("cases")
     if cases is not None:
-        from conformance import catalog
+        from attention_conformance import catalog
 
         try:
             catalog.select([], str(cases))
@@ -294,7 +294,7 @@ def _case_matches(e: Expectation, case: Case) -> bool:
         if not _field_matches(getattr(case, name), want):
             return False
     if e.cases:
-        from conformance import catalog
+        from attention_conformance import catalog
 
         return bool(catalog.select([case], e.cases))
     return True
@@ -397,7 +397,7 @@ class RunExpectations:
         entries = load_files(files, default=default)
         gpus: tuple[str, ...] = ()
         if device.startswith("cuda") and entries:
-            from conformance.report import environment
+            from attention_conformance.report import environment
 
             gpus = tuple(g["name"] for g in environment().get("gpus", []))
         versions: dict[str, str] = {}

@@ -20,7 +20,7 @@ cotangent of a backward case (``dlse``, §13, §18).
 first one being what a case without the feature has; ``value_of``; ``label``; ``apply``; a ``stage`` if its
 ``apply`` reads fields another feature writes), and add to `CONSTRAINTS` the value pairs that cannot
 meet. The ``pairs`` family then covers the new feature against every other one, the coverage test
-(`tests/conformance/test_coverage.py`) demands it, and `python -m conformance cases --coverage` shows it.
+(`tests/conformance/test_coverage.py`) demands it, and `python -m attention_conformance cases --coverage` shows it.
 Ids of the other catalog cases do not change (only the ``pairs`` cases are regenerated).
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.case import Case, FP8Spec, page_size_of
+from attention_conformance.case import Case, FP8Spec, page_size_of
 
 __all__ = ["Feature", "Constraint", "FEATURES", "PAIRWISE", "CONSTRAINTS", "feature", "values_of", "labels",
            "forbidden", "consistent", "realize", "DECODE_MAX_LQ", "DECODE_MIN_LK"]

@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.adapters.base import CaseInputs
-from conformance.case import Case, page_size_of
+from attention_conformance.adapters.base import CaseInputs
+from attention_conformance.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
            "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]
@@ -502,7 +502,7 @@ def make_inputs(case: Case) -> CaseInputs:
     bias = make_bias(case, rng)
     fp8 = None
     if case.fp8 is not None:
-        from oracles import fp8 as fp8mod
+        from attention_conformance.oracles import fp8 as fp8mod
 
         spec = case.fp8
         q32, k32, v32 = (round_to_dtype(raw[n], "float32") for n in ("q", "k", "v"))

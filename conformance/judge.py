@@ -1,6 +1,6 @@
 """The judge: one pure function turns (case, oracle with its bound, what the adapter's calls returned) into a verdict.
 
-Every entry point calls `judge` and nothing else decides a verdict: the engine (`python -m conformance
+Every entry point calls `judge` and nothing else decides a verdict: the engine (`python -m attention_conformance
 run`, pytest ``conformance/``), the property suite (`property_tests.kernel_check.evaluate`), the FP8
 offset property (`property_tests.kernel_properties`) and the repro snippets (`conformance.repro`). The
 engine keeps iteration, caching and isolation; it hands the judge an `AdapterResults` (every call it
@@ -37,13 +37,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance import checks, numfmt
-from conformance.calldata import AdapterResults, CallResult
-from conformance.case import Case
-from conformance.inputs import planted_nan
-from conformance.lse_convention import to_contract
-from conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
-from conformance.tolerance import OracleData, PrecisionModel, forward_tolerance, lse_tolerance, precision_model
+from attention_conformance import checks, numfmt
+from attention_conformance.calldata import AdapterResults, CallResult
+from attention_conformance.case import Case
+from attention_conformance.inputs import planted_nan
+from attention_conformance.lse_convention import to_contract
+from attention_conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
+from attention_conformance.tolerance import (
+    OracleData,
+    PrecisionModel,
+    forward_tolerance,
+    lse_tolerance,
+    precision_model,
+)
 
 __all__ = ["FINDING_CLASSES", "Verdict", "finding_class", "judge"]
 

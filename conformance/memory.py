@@ -32,7 +32,7 @@ the least-squares slope of log(peak) against log(N). An adapter whose `Capabilit
 quadratic, 2); an adapter that claims nothing is reported, never failed (`KNOWN_QUADRATIC` names the ones
 expected to grow quadratically, such as torch's math backend). Before each measured call of a ``memory`` case
 the engine calls the adapter once unmeasured (`needs_warmup`), so one-time workspaces are in the baseline. The
-verdict spans three cases, so it is given by ``python -m conformance run`` over a whole run (`apply_growth`,
+verdict spans three cases, so it is given by ``python -m attention_conformance run`` over a whole run (`apply_growth`,
 also across ``--workers``); ``pytest conformance/`` judges each case alone and only records its peaks.
 """
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from conformance.numfmt import mib
+from attention_conformance.numfmt import mib
 
 __all__ = [
     "FAMILY",

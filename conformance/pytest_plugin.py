@@ -1,4 +1,5 @@
-"""The installed pytest plugin (entry point ``pytest11``): ``pytest --pyargs conformance --impl X --profile ci``.
+"""The installed pytest plugin (entry point ``pytest11``): ``pytest --pyargs attention_conformance --impl X --profile
+ci``.
 
 Loaded by pytest for every run in an environment where this distribution is installed (disable it
 with ``-p no:attention_conformance``). It provides:
@@ -6,14 +7,15 @@ with ``-p no:attention_conformance``). It provides:
 - options ``--impl NAME_OR_MODULE:ATTR [...]`` (repeatable; ``all`` = every built-in adapter available
   here), ``--profile ci|full|gpu`` (case catalog profile, default ``ci``) and ``--device cpu|cuda``
   (default ``$CONFORMANCE_DEVICE`` or ``cpu``), ``--cases EXPR`` (the conformance cases whose id EXPR
-  selects, in the ``-k`` grammar of ``python -m conformance run``; pytest's own ``-k`` still filters test
+  selects, in the ``-k`` grammar of ``python -m attention_conformance run``; pytest's own ``-k`` still filters test
   ids), ``--expect FILE`` (repeatable) / ``--no-expect`` (expectations, conformance/expectations.py: the
   shipped file applies by default; a KNOWN verdict is an xfail, an UNEXPECTED_PASS a failure, entries that
   matched no test are listed in the terminal summary). Each also has a ``--conformance-`` prefixed name, which
   is the only one registered when another plugin already owns the short name;
 - the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
 - ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
-  build it first (``python -m kernels.build``), tests that need it skip with that command otherwise;
+  build it first (``python -m attention_conformance.kernels.build``), tests that need it skip with that command
+  otherwise;
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
   ``CUDA_VISIBLE_DEVICES`` (`conformance.parallel.gpu_for_worker`), and the conformance tests ordered
   largest estimated cost first (other tests keep their places);
@@ -22,7 +24,7 @@ with ``-p no:attention_conformance``). It provides:
   every adapter) stays small, and its session fixture ``conformance_session``.
 
 The test module ships inside the package (``conformance/test_conformance.py``) because
-``pytest --pyargs conformance`` collects the installed package directory; every other test of the
+``pytest --pyargs attention_conformance`` collects the installed package directory; every other test of the
 project lives under the repository's ``tests/``.
 """
 
@@ -64,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _add(group, "device", default=None, choices=("cpu", "cuda"),
          help="device for adapters (default $CONFORMANCE_DEVICE or cpu)")
     _add(group, "cases", default=None, metavar="EXPR",
-         help="conformance cases whose id EXPR selects (the -k grammar of `python -m conformance run`)")
+         help="conformance cases whose id EXPR selects (the -k grammar of `python -m attention_conformance run`)")
     _add(group, "expect", action="append", default=[], metavar="FILE",
          help="an expectations file on top of the shipped one (KNOWN verdicts xfail)")
     _add(group, "no-expect", action="store_true", default=False, help="apply no expectations (raw verdicts)")
@@ -94,7 +96,7 @@ def cases_option(config: pytest.Config) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     expr = cases_option(config)
     if expr:
-        from conformance.selection import SelectorError, parse
+        from attention_conformance.selection import SelectorError, parse
 
         try:
             parse(expr)
@@ -105,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
-        from conformance.parallel import gpu_for_worker
+        from attention_conformance.parallel import gpu_for_worker
 
         gpu = gpu_for_worker(int(worker.removeprefix("gw") or 0))
         if gpu is not None:
@@ -113,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _specs(config: pytest.Config) -> list[str]:
-    from conformance.registry import DEFAULT_CPU, resolve_specs
+    from attention_conformance.registry import DEFAULT_CPU, resolve_specs
 
     raw = impl_option(config)
     if not raw:
@@ -125,8 +127,8 @@ def _specs(config: pytest.Config) -> list[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"conformance_case", "conformance_spec"} <= set(metafunc.fixturenames):
         return
-    from conformance import catalog
-    from conformance.selection import SelectorError
+    from attention_conformance import catalog
+    from attention_conformance.selection import SelectorError
 
     config = metafunc.config
     device = device_option(config)
@@ -168,7 +170,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slots = [i for i, item in enumerate(items) if _case_of(item) is not None]
     if not slots:
         return
-    from conformance.catalog import estimated_cost
+    from attention_conformance.catalog import estimated_cost
 
     ordered = sorted((items[i] for i in slots), key=lambda it: (-estimated_cost(_case_of(it)), _case_of(it).id))
     for i, item in zip(slots, ordered):
@@ -180,8 +182,8 @@ class ConformanceSession:
     expectations (conformance/expectations.py) with the entries some test's verdict fell under."""
 
     def __init__(self, device: str, expect: list[str] | None = None, default_expect: bool = True):
-        from conformance.engine import Runner
-        from conformance.expectations import load_files
+        from attention_conformance.engine import Runner
+        from attention_conformance.expectations import load_files
 
         self.device = device
         self.runner = Runner([], device)
@@ -192,13 +194,13 @@ class ConformanceSession:
 
     def context(self, la: Any) -> Any:
         """The expectations context of one loaded adapter (its version, this session's device and GPUs)."""
-        from conformance.expectations import RunExpectations
+        from attention_conformance.expectations import RunExpectations
 
         return RunExpectations.for_run([], default=False, device=self.device, loaded=[la]).ctx
 
     def unused(self) -> list[str]:
         """Entries applicable to an adapter of this session under which no test's verdict fell."""
-        from conformance.expectations import applicable
+        from attention_conformance.expectations import applicable
 
         ran = [(la, self.context(la)) for la in self.loaded.values() if getattr(la, "adapter", None) is not None]
         return [e.label() for e in self.expectations if e.label() not in self.used
@@ -206,7 +208,7 @@ class ConformanceSession:
 
     def adapter(self, spec: str) -> Any:
         if spec not in self.loaded:
-            from conformance.registry import load
+            from attention_conformance.registry import load
 
             self.loaded[spec] = load(spec, self.device)
         return self.loaded[spec]
@@ -223,7 +225,7 @@ class ConformanceSession:
 @pytest.fixture(scope="session")
 def conformance_session(request: pytest.FixtureRequest):
     """The session's `ConformanceSession` (closed at the end of the session)."""
-    from conformance.expectations import ExpectationError
+    from attention_conformance.expectations import ExpectationError
 
     try:
         s = ConformanceSession(device_option(request.config), request.config.getoption(_DESTS["expect"]),

@@ -19,9 +19,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from conformance.adapters import BUILTIN
-from conformance.adapters.base import Adapter
-from conformance.adapters.variants import split_variant, variant_name
+from attention_conformance.adapters import BUILTIN
+from attention_conformance.adapters.base import Adapter
+from attention_conformance.adapters.variants import split_variant, variant_name
 
 __all__ = ["LoadedAdapter", "load", "load_many", "resolve_specs", "builtin_names", "closest_builtin", "spec_error",
            "entry_point_names", "DEFAULT_CPU"]
@@ -125,7 +125,7 @@ def _instantiate(obj, spec: str) -> Adapter:
     if isinstance(obj, type) and issubclass(obj, Adapter):
         return obj()
     if _is_sdpa_function(obj):
-        from conformance.adapters.third_party import wrap_sdpa_function
+        from attention_conformance.adapters.third_party import wrap_sdpa_function
 
         return wrap_sdpa_function(obj, spec)
     if callable(obj):
@@ -142,7 +142,7 @@ def _load_third_party(spec: str) -> Adapter:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        from conformance.adapters.third_party import load_impl
+        from attention_conformance.adapters.third_party import load_impl
     except ImportError:
         return _instantiate(_import_attr(spec), spec)
     return load_impl(spec)

@@ -37,14 +37,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from conformance import memory
-from conformance.engine import CaseResult
-from conformance.judge import FINDING_CLASSES, finding_class
-from conformance.numfmt import mib
-from conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
-from conformance.registry import LoadedAdapter
-from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
-from conformance.report_html import render_html
+from attention_conformance import memory
+from attention_conformance.engine import CaseResult
+from attention_conformance.judge import FINDING_CLASSES, finding_class
+from attention_conformance.numfmt import mib
+from attention_conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
+from attention_conformance.registry import LoadedAdapter
+from attention_conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
+from attention_conformance.report_html import render_html
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
            "exit_code"]
@@ -290,7 +290,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
 def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
     """The expectations section: every entry verdicts fell under (KNOWN / UNEXPECTED_PASS / other), with its
     reason and link, and the entries that matched nothing (conformance/expectations.py)."""
-    from conformance.expectations import report_rows
+    from attention_conformance.expectations import report_rows
 
     summary = rep.get("expectations") or {}
     rows = report_rows(r.to_dict() for r in results)

@@ -17,9 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conformance import numfmt
-from conformance.judge import finding_class
-from conformance.outcomes import FAILING, SEVERITY
+from attention_conformance import numfmt
+from attention_conformance.judge import finding_class
+from attention_conformance.outcomes import FAILING, SEVERITY
 
 __all__ = ["failure_order", "named_findings", "quantity_line", "shape_of", "size_of", "smallest_failing"]
 

@@ -3,7 +3,7 @@
 Rendered from the report.json dictionary alone (schema_version 1, see `conformance.report`), so it
 also renders reports written by earlier runs or on other machines:
 
-    python -m conformance.report_html reports/gpu/report.json [-o report.html] [--bench reports/benchmarks]
+    python -m attention_conformance.report_html reports/gpu/report.json [-o report.html] [--bench reports/benchmarks]
 
 Sections: run and environment, summary per adapter, pictures
 (`conformance.report_charts`), named findings per adapter and class (SEMANTICS.md
@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from conformance.judge import FINDING_CLASSES
-from conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
-from conformance.report_charts import charts_html, load_benchmarks
-from conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
+from attention_conformance.judge import FINDING_CLASSES
+from attention_conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
+from attention_conformance.report_charts import charts_html, load_benchmarks
+from attention_conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
 
 __all__ = ["render_html", "main"]
 
@@ -171,7 +171,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
 
 def _expectations_html(rep: dict) -> list[str]:
     """Every expectations entry the report's verdicts fell under, with reason and link; unused entries."""
-    from conformance.expectations import report_rows
+    from attention_conformance.expectations import report_rows
 
     summary = rep.get("expectations") or {}
     rows = report_rows(rep.get("results", []))

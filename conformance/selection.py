@@ -1,8 +1,8 @@
 """The ``-k`` selection language: names joined by ``and``, ``or``, ``not`` and parentheses, parsed, never evaluated.
 
-One grammar serves every selector of the project: ``python -m conformance run -k`` and ``cases -k`` (case
+One grammar serves every selector of the project: ``python -m attention_conformance run -k`` and ``cases -k`` (case
 ids, through `conformance.catalog.select`), ``pytest conformance/ --cases EXPR`` (the same case ids), and
-``python -m conformance mutants -k`` (mutant names)::
+``python -m attention_conformance mutants -k`` (mutant names)::
 
     expr    := term ("or" term)*
     term    := factor ("and" factor)*

@@ -24,9 +24,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import fields
 
-from conformance.case import Case
-from conformance.catalog import estimated_cost
-from conformance.engine import CaseResult
+from attention_conformance.case import Case
+from attention_conformance.catalog import estimated_cost
+from attention_conformance.engine import CaseResult
 
 __all__ = ["ShardError", "parse_spec", "plan", "selection_digest", "select", "merge", "results_of"]
 
@@ -169,7 +169,7 @@ def merge(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]]:
         raise ShardError(f"merge: the shards cover {len(by_position)} of {ref['selection_cases']} cases")
     results = [r for pos in sorted(by_position) for r in by_position[pos]]
 
-    from conformance.report import build_report
+    from attention_conformance.report import build_report
 
     extra = {k: v for k, v in first.items() if k not in ("results", "summary", "shard", "created", "command",
                                                           "profile", "device", "wall_seconds", "environment",

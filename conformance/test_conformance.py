@@ -1,10 +1,10 @@
 """The conformance suite under pytest: one test per (case, adapter), parametrized by the installed plugin
-`conformance.pytest_plugin` (``pytest --pyargs conformance --impl X --profile ci`` from any directory).
+`conformance.pytest_plugin` (``pytest --pyargs attention_conformance --impl X --profile ci`` from any directory).
 
 This module ships inside the package so that ``--pyargs`` finds it; the project's own tests are under
 the repository's ``tests/``.
 
-Same engine, same verdicts as ``python -m conformance run``: NOT_SUPPORTED skips with the adapter's
+Same engine, same verdicts as ``python -m attention_conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
 standalone message and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes with a
 warning. Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
@@ -19,8 +19,8 @@ import warnings
 
 import pytest
 
-from conformance.expectations import decide
-from conformance.outcomes import FAILING, FINDING, KNOWN, QUALITY_WARNING, UNEXPECTED_PASS
+from attention_conformance.expectations import decide
+from attention_conformance.outcomes import FAILING, FINDING, KNOWN, QUALITY_WARNING, UNEXPECTED_PASS
 
 
 def test_case(conformance_session, conformance_case, conformance_spec):

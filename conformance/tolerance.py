@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance.case import Case
-from conformance.inputs import round_to_dtype
+from attention_conformance.case import Case
+from attention_conformance.inputs import round_to_dtype
 
 __all__ = [
     "LAMBDA",
@@ -192,7 +192,7 @@ def _score_block(p, b: int, h: int, r0: int, r1: int, qs, k, *, keep_tanh: bool 
     """
     import inspect
 
-    from oracles.scores import score_block
+    from attention_conformance.oracles.scores import score_block
 
     sk = int(p.seqlens_k[b])
     if "lo" in inspect.signature(score_block).parameters:
@@ -206,9 +206,9 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     """Oracle O/LSE (and gradients), magnitudes, bounds and the naive implementation for `case`."""
     import time
 
-    import oracles
-    from oracles.scores import row_blocks
-    from oracles.validate import validate
+    from attention_conformance import oracles
+    from attention_conformance.oracles.scores import row_blocks
+    from attention_conformance.oracles.validate import validate
 
     t0 = time.perf_counter()
     kw = dict(case.oracle_kwargs)
@@ -347,7 +347,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
 
     ``sink_acc`` (sink cases): three [Hq] accumulators, the d sink bound (without the row-sum growth term),
     the naive same-precision d sink, and sum_i P_sink,i |D_i - dlse_i| (the growth term's magnitude)."""
-    from oracles.scores import row_blocks
+    from attention_conformance.oracles.scores import row_blocks
 
     model = od.model
     u_s, u_a, u_p, u_out = model.u_s, model.u_a, model.u_p, model.u_out

@@ -1,6 +1,6 @@
 """Isolation: run an adapter's calls in a worker process (issue 3, item 6; issue 7).
 
-The parent (`WorkerClient`) starts ``python -m conformance.worker`` and speaks length-prefixed
+The parent (`WorkerClient`) starts ``python -m attention_conformance.worker`` and speaks length-prefixed
 pickles over its stdin/stdout. An illegal memory access, abort or segfault kills only the worker:
 the parent sees EOF and reports CRASH (with the tail of the worker's stderr); a call that takes
 longer than ``timeout`` seconds is killed and reported TIMEOUT. The next call starts a fresh worker,
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.calldata import AdapterResults, CallResult, raise_site, raised_under_test
+from attention_conformance.calldata import AdapterResults, CallResult, raise_site, raised_under_test
 
 __all__ = ["CallResult", "call_adapter", "collect_calls", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
 
@@ -57,8 +57,8 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
 
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
-    from conformance.checks import changed_arrays
-    from conformance.memory import PeakMemory, io_bytes
+    from attention_conformance.checks import changed_arrays
+    from attention_conformance.memory import PeakMemory, io_bytes
 
     before = _snapshot(inputs)
     t0 = time.perf_counter()
@@ -147,7 +147,7 @@ class WorkerClient:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conformance.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "attention_conformance.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True,
         )
         _send(self.proc.stdin, {"op": "load", "spec": self.spec, "device": self.device})
@@ -214,8 +214,8 @@ def _worker_channels() -> tuple[Any, int]:
 def main() -> int:
     """Worker loop: the real stdout carries replies only; prints from adapters go to stderr."""
     out, inp = _worker_channels()
-    from conformance.case import Case
-    from conformance.registry import load
+    from attention_conformance.case import Case
+    from attention_conformance.registry import load
 
     adapter = None
     device = "cpu"
@@ -245,6 +245,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     # run from the importable module, so pickled results name it (not __main__)
-    from conformance.worker import main as _main
+    from attention_conformance.worker import main as _main
 
     sys.exit(_main())

@@ -1,6 +1,6 @@
 """Build every CUDA kernel in kernels/cuda/*.cu into one shared library, libattn_kernels.so.
 
-``python -m kernels.build [--out DIR] [--jobs N] [--force] [--resource-usage] [--arch 80,90a]``
+``python -m attention_conformance.kernels.build [--out DIR] [--jobs N] [--force] [--resource-usage] [--arch 80,90a]``
 
 One library, a plain C ABI (kernels/cuda/include/attn_params.h), loaded with ctypes by
 kernels/cuda_lib.py: no torch C++ headers, so one build serves every torch version. Each ``.cu`` is
@@ -44,7 +44,7 @@ DEFAULT_OUT = REPO_ROOT / "build" / "kernels"
 LIB_NAME = "libattn_kernels.so"
 DEFAULT_ARCHS = ("80", "90a")
 #: the build step, as error messages and skip reasons name it
-BUILD_COMMAND = "python -m kernels.build"
+BUILD_COMMAND = "python -m attention_conformance.kernels.build"
 # Sources built for a subset of the architectures (Hopper-only instructions: wgmma, setmaxnreg). When
 # none of a source's architectures is requested it is built for the requested ones anyway: its kernels
 # compile to empty bodies there and its launchers answer ATTN_ERR_UNSUPPORTED on such devices.
@@ -205,7 +205,8 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.build",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default build/kernels)")
     ap.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: CPU count)")
     ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels import cuda_lib
-from kernels.cuda_lib import bwd_params  # re-exported: the one builder of `AttnBwdParams`
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.kernels.cuda_lib import bwd_params  # re-exported: the one builder of `AttnBwdParams`
 
 __all__ = ["BWD_LAUNCHERS", "backward", "bwd_params", "bwd_scratch", "fa1_forward"]
 

@@ -127,7 +127,7 @@ def library_path() -> Path:
     env = os.environ.get("ATTN_KERNELS_LIB")
     if env:
         return Path(env)
-    from kernels.build import DEFAULT_OUT, LIB_NAME
+    from attention_conformance.kernels.build import DEFAULT_OUT, LIB_NAME
 
     return DEFAULT_OUT / LIB_NAME
 
@@ -148,10 +148,11 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             raise LibraryUnavailable(_lib_error)
         path = library_path()
         if not path.is_file() and build_if_missing and "ATTN_KERNELS_LIB" not in os.environ:
-            from kernels.build import BuildError, build, find_nvcc
+            from attention_conformance.kernels.build import BuildError, build, find_nvcc
 
             if find_nvcc() is None:
-                _lib_error = f"{path} does not exist and nvcc was not found to build it (`python -m kernels.build`)"
+                _lib_error = (f"{path} does not exist and nvcc was not found to build it "
+                              "(`python -m attention_conformance.kernels.build`)")
                 raise LibraryUnavailable(_lib_error)
             try:
                 build(path.parent, verbose=False)
@@ -159,7 +160,7 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
                 _lib_error = f"building {path} failed: {e}"
                 raise LibraryUnavailable(_lib_error) from None
         if not path.is_file():
-            _lib_error = f"{path} does not exist (run `python -m kernels.build`)"
+            _lib_error = f"{path} does not exist (run `python -m attention_conformance.kernels.build`)"
             raise LibraryUnavailable(_lib_error)
         try:
             lib = ctypes.CDLL(str(path))

@@ -8,7 +8,8 @@ Public API (NumPy in, float64 out):
 - `visibility`: dense boolean mask for causal / window / varlen / chunk semantics (§4, §5, §7, §19).
 - `fold_sinks`: fold per-head sink logits into a sink-free (out, lse) (§18); `kv_append`: KV-cache append (§20).
 - `numerical_gradients`, `gradcheck`, `compare_gradients`: central-difference gradient checker.
-- `python -m oracles.selfcheck`, `python -m oracles.lab`, `python -m oracles.bench`: self-check, seed lab, speed.
+- `python -m attention_conformance.oracles.selfcheck`, `python -m attention_conformance.oracles.lab`, `python -m
+attention_conformance.oracles.bench`: self-check, seed lab, speed.
 - `fp8` (lazy submodule, written separately): FP8 quantisation and the random Hadamard transform.
 """
 

@@ -1,6 +1,7 @@
 """Speed of the FP64 oracle forward relative to the two float64 GEMMs of the same shape (issue 2).
 
-``python -m oracles.bench [--B 1 --H 4 --L 2048 --d 128 --repeat 5]`` times `oracles.attention` and
+``python -m attention_conformance.oracles.bench [--B 1 --H 4 --L 2048 --d 128 --repeat 5]`` times `oracles.attention`
+and
 ``Q K^T`` plus ``P V`` done as plain NumPy float64 matmuls per head (interleaved runs) and prints
 their ratio. The contract is ratio <= 2. The pytest-benchmark version lives in
 tests/oracles/test_oracle_bench.py (marker ``benchmark_only``).
@@ -58,7 +59,8 @@ def measure_ratio(B: int = 1, H: int = 4, L: int = 2048, d: int = 128, repeat: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m oracles.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.oracles.bench",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--H", type=int, default=4)
     ap.add_argument("--L", type=int, default=2048)

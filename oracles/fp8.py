@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oracles.hadamard import fwht, hadamard_matrix, hadamard_signs, random_hadamard
+from attention_conformance.oracles.hadamard import fwht, hadamard_matrix, hadamard_signs, random_hadamard
 
 __all__ = [
     "FP8_FORMATS",

@@ -1,6 +1,6 @@
 """The seed's CPU lab: a tiled streaming forward and a recomputation backward, checked two ways.
 
-``python -m oracles.lab --length 7 --block 3`` ([FA-anim] "动手 · CPU 参考实现") builds one causal
+``python -m attention_conformance.oracles.lab --length 7 --block 3`` ([FA-anim] "动手 · CPU 参考实现") builds one causal
 head (seeded), then
 
 1. runs a small FA-style kernel written here: the online softmax over key tiles of ``--block``
@@ -108,7 +108,8 @@ def run_lab(length: int = 7, block: int = 3, d: int = 4, seed: int = 0, mutate: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m oracles.lab", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.oracles.lab",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--length", type=int, default=7)
     ap.add_argument("--block", type=int, default=3)
     ap.add_argument("--dim", type=int, default=4)

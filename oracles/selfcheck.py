@@ -1,4 +1,5 @@
-"""A quick self-check of the FP64 oracle, for the CLI and CI (`python -m oracles.selfcheck [--json PATH]`).
+"""A quick self-check of the FP64 oracle, for the CLI and CI (`python -m attention_conformance.oracles.selfcheck
+[--json PATH]`).
 
 Each check compares two independent routes to the same number and records the error and its bound:
 dense vs streaming forward (§12), dense vs merged split-KV partials (§14), analytic backward vs
@@ -131,7 +132,8 @@ CHECKS: dict[str, tuple[Callable[[], float], float, str]] = {
         _sinks_backward, 2e-8, "dq, dk, dv, d sink with dout and dlse vs central differences (§13, §18)"
     ),
     "sink_fully_masked_row": (_sink_empty_row, 0.0, "no visible key with a sink: O = 0, LSE = sink exactly (§18)"),
-    "seed_lab": (_lab, 1.0, "python -m oracles.lab --length 7 --block 3: worst error / its bound"),
+    "seed_lab": (_lab, 1.0,
+                 "python -m attention_conformance.oracles.lab --length 7 --block 3: worst error / its bound"),
     "seed_online_softmax_4.966": (_seed_online_softmax, 1e-14, "[FA-anim] online-softmax example, exact form"),
     "seed_split_k_1.612955": (_seed_split_k, 5e-7, "[FA2-ch] split-K example"),
 }
@@ -147,7 +149,8 @@ def run_selfcheck() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m oracles.selfcheck", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.oracles.selfcheck",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the results as JSON to this path")
     a = ap.parse_args(argv)
     report = run_selfcheck()

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
-from conformance.adapters.base import Adapter
-from conformance.case import Case, FP8Spec
-from conformance.judge import Verdict
-from property_tests.kernel_check import evaluate
-from property_tests.strategies import attention_cases, edge_cases
+from attention_conformance.adapters.base import Adapter
+from attention_conformance.case import Case, FP8Spec
+from attention_conformance.judge import Verdict
+from attention_conformance.property_tests.kernel_check import evaluate
+from attention_conformance.property_tests.strategies import attention_cases, edge_cases
 
 __all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset", "offset_model",
            "peaked_inputs", "properties_for", "repro_command"]
@@ -59,7 +59,8 @@ class PropertyFailure(AssertionError):
 def repro_command(adapter_name: str, case: Case) -> str:
     """A one-line shell command that re-runs ``case`` on ``adapter_name`` and prints the verdict."""
     payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
-    return f"python -m property_tests.repro --impl {shlex.quote(adapter_name)} --case {shlex.quote(payload)}"
+    return (f"python -m attention_conformance.property_tests.repro --impl {shlex.quote(adapter_name)} "
+            f"--case {shlex.quote(payload)}")
 
 
 def _pin(family: str, **kw) -> Case:
@@ -144,8 +145,8 @@ def peaked_inputs(case: Case, peak: float, seed: int):
     """FP8-quantized inputs with one dominant key per head (score 0) and the rest at score -peak."""
     import numpy as np
 
-    from conformance.adapters.base import CaseInputs
-    from oracles import fp8 as fp8mod
+    from attention_conformance.adapters.base import CaseInputs
+    from attention_conformance.oracles import fp8 as fp8mod
 
     rng = np.random.default_rng(seed)
     scale = 1.0 / np.sqrt(case.d)
@@ -173,9 +174,9 @@ def offset_model(model):
 
 def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
     """Forward on peaked rows, judged by `conformance.judge.judge` with the P floor lowered (`offset_model`)."""
-    from conformance.judge import judge
-    from conformance.tolerance import compute_oracle
-    from conformance.worker import call_adapter, collect_calls
+    from attention_conformance.judge import judge
+    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.worker import call_adapter, collect_calls
 
     inputs = peaked_inputs(case, peak, seed)
     od = compute_oracle(case, inputs)

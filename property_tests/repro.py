@@ -1,4 +1,5 @@
-"""Re-run one property-test counterexample: ``python -m property_tests.repro --impl NAME --case JSON``.
+"""Re-run one property-test counterexample: ``python -m attention_conformance.property_tests.repro --impl NAME --case
+JSON``.
 
 The JSON is `Case.to_dict()` (what a failing kernel property prints). Prints the verdict of
 `property_tests.kernel_check.evaluate` and exits 1 when the case fails, 0 when it passes.
@@ -10,19 +11,19 @@ import argparse
 import json
 import sys
 
-from conformance.case import Case
-from property_tests.kernel_check import evaluate
+from attention_conformance.case import Case
+from attention_conformance.property_tests.kernel_check import evaluate
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m property_tests.repro", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.property_tests.repro", description=__doc__)
     ap.add_argument("--impl", required=True, help="adapter name or module:attr")
     ap.add_argument("--case", required=True, help="the case as JSON (Case.to_dict())")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     loaded = load(args.impl, args.device)
     if not loaded.available:

@@ -2,7 +2,7 @@
 
 Two levels, both public and usable from other projects::
 
-    from property_tests.strategies import attention_cases, attention_arrays
+    from attention_conformance.property_tests.strategies import attention_cases, attention_arrays
 
 - `attention_cases` draws `conformance.case.Case` objects (what to compute plus the input recipe:
   distribution, layout, seed). `conformance.inputs.make_inputs(case)` turns one into arrays. Pass an
@@ -27,9 +27,9 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from conformance.adapters.base import Capabilities, capability_reason
-from conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, SINK_RECIPES, Case, FP8Spec
-from conformance.inputs import BIASES, MASKS
+from attention_conformance.adapters.base import Capabilities, capability_reason
+from attention_conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, SINK_RECIPES, Case, FP8Spec
+from attention_conformance.inputs import BIASES, MASKS
 
 __all__ = [
     "DEFAULT_MAX_WORK",

@@ -1,7 +1,9 @@
 """README figures from the current report files, so prose and data cannot drift.
 
-    python -m reports.readme_figures           # rewrite every <!-- figures:NAME --> ... <!-- /figures --> block
-    python -m reports.readme_figures --check   # exit 1 (and name the blocks) when README.md differs from the data
+    python -m attention_conformance.reports.readme_figures           # rewrite every <!-- figures:NAME --> ... <!--
+    /figures --> block
+    python -m attention_conformance.reports.readme_figures --check   # exit 1 (and name the blocks) when README.md
+    differs from the data
 
 Blocks (each rendered from files listed in reports/index.md):
 
@@ -155,7 +157,8 @@ def rewrite(text: str, root: Path = REPORTS_DIR) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.readme_figures", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.reports.readme_figures",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only report blocks that differ from the data (exit 1)")
     ap.add_argument("--readme", type=Path, default=README)
     args = ap.parse_args(argv)
@@ -166,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if changed:
-            print(f"{args.readme}: blocks {changed} differ from the data; run `python -m reports.readme_figures`",
+            print(f"{args.readme}: blocks {changed} differ from the data; "
+                  "run `python -m attention_conformance.reports.readme_figures`",
                   file=sys.stderr)
             return 1
         return 0

@@ -37,9 +37,9 @@ try:  # torch is optional for the harness as a whole; the torch adapters report 
 except ImportError:  # pragma: no cover - exercised only on machines without torch
     torch = None  # type: ignore[assignment]
 
-from conformance.adapters.base import BackwardOutput, CaseInputs, ForwardOutput
-from conformance.calldata import under_test
-from conformance.case import Case
+from attention_conformance.adapters.base import BackwardOutput, CaseInputs, ForwardOutput
+from attention_conformance.calldata import under_test
+from attention_conformance.case import Case
 
 __all__ = [
     "TORCH_DTYPES",
@@ -276,7 +276,7 @@ def visibility(case: Case, mask: np.ndarray | None = None, *, include_causal: bo
     does not compare those rows); `padded_rows_visible=True` makes them all True instead (for callers that
     ask which *real* rows are empty). `include_causal=False` leaves causal out (the caller passes it natively).
     """
-    import oracles
+    from attention_conformance import oracles
 
     B = case.B if B is None else B
     Lq = case.Lq if Lq is None else Lq

@@ -28,8 +28,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from conformance.calldata import BackwardOutput, CaseInputs, ForwardOutput
-from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
+from attention_conformance.calldata import BackwardOutput, CaseInputs, ForwardOutput
+from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = [
     "Adapter",

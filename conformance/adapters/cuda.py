@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from conformance.adapters import _torch_common as tc
-from conformance.adapters._torch_common import torch
-from conformance.adapters.base import (
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters._torch_common import torch
+from attention_conformance.adapters.base import (
     Adapter,
     BackwardOutput,
     Capabilities,
@@ -45,7 +45,7 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
 
@@ -122,7 +122,7 @@ class _CudaAdapter(Adapter):
         if cap is None or cap < (8, 0):
             return f"{self.name} needs compute capability >= 8.0 (sm_80 / sm_90a builds); device has {cap}"
         try:
-            from kernels import cuda_lib
+            from attention_conformance.kernels import cuda_lib
 
             lib = cuda_lib.library()
         except Exception as e:  # LibraryUnavailable, or an import problem
@@ -137,7 +137,7 @@ class _CudaAdapter(Adapter):
 
     def version(self) -> str:
         try:
-            from kernels import cuda_lib
+            from attention_conformance.kernels import cuda_lib
 
             return f"libattn_kernels ABI v{cuda_lib.ATTN_PARAMS_VERSION} ({cuda_lib.library_path()})"
         except Exception:
@@ -204,7 +204,7 @@ class _CudaAdapter(Adapter):
 
     def _forward_raw(self, m: tc.Materialized, case: Case, device: str, notes: list[str],
                      paged_kw: dict | None = None, sinks: Any = None):
-        from kernels import cuda_lib
+        from attention_conformance.kernels import cuda_lib
 
         dtype = m.q.dtype
         o = GuardedBuffer("out", (case.B, case.Hq, case.Lq, case.dv), dtype, device)
@@ -250,7 +250,7 @@ class _CudaAdapter(Adapter):
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if self.bwd_launcher is None:
             raise NotImplementedError(f"{self.name} declares no backward")
-        from kernels import cuda_lib
+        from attention_conformance.kernels import cuda_lib
 
         m = tc.materialize(inputs, case, device)
         sinks = self._sinks(inputs, case, device)

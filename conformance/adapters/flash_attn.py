@@ -45,9 +45,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from conformance.adapters import _torch_common as tc
-from conformance.adapters._torch_common import torch
-from conformance.adapters.base import (
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters._torch_common import torch
+from attention_conformance.adapters.base import (
     Adapter,
     BackwardOutput,
     Capabilities,
@@ -55,8 +55,8 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.adapters.variants import variant_name
-from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.adapters.variants import variant_name
+from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
     "FlashAttn2",

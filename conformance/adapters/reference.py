@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
-from conformance.calldata import under_test
-from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
+from attention_conformance.calldata import under_test
+from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
 
@@ -94,7 +94,7 @@ class ReferenceFA1(_Reference):
 
     name = "reference-fa1"
     description = "NumPy FlashAttention-1 (kernels/reference/fa1.py), emulated precision"
-    module_name = "kernels.reference.fa1"
+    module_name = "attention_conformance.kernels.reference.fa1"
     capabilities = _caps()
 
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:
@@ -110,7 +110,7 @@ class ReferenceFA2(_Reference):
 
     name = "reference-fa2"
     description = "NumPy FlashAttention-2 (kernels/reference/fa2.py), emulated precision"
-    module_name = "kernels.reference.fa2"
+    module_name = "attention_conformance.kernels.reference.fa2"
     capabilities = _caps()
 
 
@@ -119,7 +119,7 @@ class ReferenceFA3(_Reference):
 
     name = "reference-fa3"
     description = "NumPy FlashAttention-3 FP16/BF16 numerics (kernels/reference/fa3.py), emulated precision"
-    module_name = "kernels.reference.fa3"
+    module_name = "attention_conformance.kernels.reference.fa3"
     default_knobs = {"block_q": 128, "block_k": 128}
     capabilities = _caps()
 
@@ -134,7 +134,7 @@ class ReferenceSplitKV(_Reference):
 
     name = "reference-splitkv"
     description = "NumPy split-KV / Flash-Decoding (kernels/reference/splitkv.py), emulated precision"
-    module_name = "kernels.reference.splitkv"
+    module_name = "attention_conformance.kernels.reference.splitkv"
     default_knobs = {"block_q": 64, "block_k": 32, "num_splits": 3}
     capabilities = _caps(backward=False, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS), lse_grad=False,
                          kv_append=True)
@@ -172,7 +172,7 @@ class ReferenceFA3FP8(_Reference):
 
     name = "reference-fa3-fp8"
     description = "NumPy FlashAttention-3 FP8 forward (kernels/reference/fa3.py:forward_fp8), BF16 output"
-    module_name = "kernels.reference.fa3"
+    module_name = "attention_conformance.kernels.reference.fa3"
     default_knobs = {"out_dtype": "bfloat16"}
     capabilities = _caps(dtypes=frozenset(), backward=False, fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
                          sinks=False, chunk=False, lse_grad=False,
@@ -186,7 +186,7 @@ class ReferenceFA3FP8(_Reference):
     def _quantized(self, inputs: CaseInputs, case: Case) -> dict[str, Any]:
         if inputs.fp8 is not None:
             return inputs.fp8
-        from oracles import fp8
+        from attention_conformance.oracles import fp8
 
         spec = case.fp8
         return fp8.quantize_attention_inputs(inputs.q, inputs.k, inputs.v, format=spec.format,

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.adapters import _torch_common as tc
-from conformance.adapters._torch_common import torch
-from conformance.declared import SDPA_DTYPES, Claims
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters._torch_common import torch
+from attention_conformance.declared import SDPA_DTYPES, Claims
 
 __all__ = ["FEATURES", "PROBE_DTYPES", "ProbeShape", "ProbeReport", "candidate_shapes", "probe", "head_dim_reason",
            "sdpa_kwargs", "first_tensor"]

@@ -52,9 +52,9 @@ import importlib
 import inspect
 from typing import Any
 
-from conformance.adapters import _torch_common as tc
-from conformance.adapters._torch_common import torch
-from conformance.adapters.base import (
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters._torch_common import torch
+from attention_conformance.adapters.base import (
     Adapter,
     BackwardOutput,
     Capabilities,
@@ -62,9 +62,9 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
-from conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
-from conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
+from attention_conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
+from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
+from attention_conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
 
@@ -145,7 +145,7 @@ class SdpaFunctionAdapter(Adapter):
 
     def needs(self, case: Case) -> list[str]:
         """The probed features `case` uses, in the order they are checked."""
-        from conformance.adapters.torch_sdpa import _needs_attn_mask
+        from attention_conformance.adapters.torch_sdpa import _needs_attn_mask
 
         need = [f"dtype:{case.dtype}"]
         if case.Hq != case.Hkv:
@@ -183,7 +183,7 @@ class SdpaFunctionAdapter(Adapter):
         if page_size_of(case.layout) is not None:
             return (f"paged K/V layout {case.layout} (block table, SEMANTICS.md §16) is not expressible through "
                     "torch SDPA's signature (dense K/V tensors only)")
-        from conformance.adapters.torch_sdpa import _needs_attn_mask
+        from attention_conformance.adapters.torch_sdpa import _needs_attn_mask
 
         declined = claims_reason(self.claims, case, needs_mask=_needs_attn_mask(case))
         if declined:
@@ -210,7 +210,7 @@ class SdpaFunctionAdapter(Adapter):
         return out
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        from conformance.adapters.torch_sdpa import prepare_sdpa_call
+        from attention_conformance.adapters.torch_sdpa import prepare_sdpa_call
 
         c = prepare_sdpa_call(inputs, case, device)
         with tc.KernelRecorder(device) as rec:
@@ -221,7 +221,7 @@ class SdpaFunctionAdapter(Adapter):
         )
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
-        from conformance.adapters.torch_sdpa import prepare_sdpa_call
+        from attention_conformance.adapters.torch_sdpa import prepare_sdpa_call
 
         if inputs.dout is None:
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
@@ -290,7 +290,8 @@ def _zero_arg_callable(obj) -> bool:
 def load_impl(spec: str) -> Adapter:
     """The adapter named by ``module:attr`` (attr may be dotted); see the module docstring."""
     if ":" not in spec:
-        raise ValueError(f"--impl {spec!r}: expected MODULE:ATTR, e.g. conformance.examples.good_sdpa:attention")
+        raise ValueError(f"--impl {spec!r}: expected MODULE:ATTR, "
+                         "e.g. attention_conformance.examples.good_sdpa:attention")
     module_name, attr = spec.split(":", 1)
     try:
         obj: Any = importlib.import_module(module_name)

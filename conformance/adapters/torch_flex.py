@@ -33,9 +33,9 @@ import warnings
 
 import numpy as np
 
-from conformance.adapters import _torch_common as tc
-from conformance.adapters._torch_common import torch
-from conformance.adapters.base import (
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters._torch_common import torch
+from attention_conformance.adapters.base import (
     Adapter,
     BackwardOutput,
     Capabilities,
@@ -43,7 +43,7 @@ from conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from conformance.case import ALIGNMENTS, LAYOUTS, Case
+from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["FlexAttention", "flex_mods"]
 

@@ -5,7 +5,7 @@
 - `broken_sdpa.attention`: the same tiled online-softmax algorithm with a realistic tail-tile bug
   (an off-by-one in the tile count drops the last key block when Lk % 64 == 1); the conformance run
   must FAIL it and print a repro that shows the failure:
-  ``python -m conformance run --impl conformance.examples.broken_sdpa:attention --profile ci``.
+  ``python -m attention_conformance run --impl attention_conformance.examples.broken_sdpa:attention --profile ci``.
 """
 
 __all__ = ["broken_sdpa", "good_sdpa"]

@@ -10,7 +10,8 @@ which equals the right count except when ``Lk % 64 == 1``: then the last tile - 
 never visited (Lk = 1, 65, 129, 257 ...). Rows then miss one key of the softmax, and with Lk = 1 a
 row sees no key at all and returns 0. Everything else (masks, GQA, scale, causal, fully masked rows,
 backward through autograd) is correct, so only tile-edge lengths expose it: the harness must find
-it and print a repro. Used by ``python -m conformance run --impl conformance.examples.broken_sdpa:attention``.
+it and print a repro. Used by ``python -m attention_conformance run --impl
+attention_conformance.examples.broken_sdpa:attention``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 
 import torch
 
-from conformance.examples.good_sdpa import _expand_kv, masked_scores
+from attention_conformance.examples.good_sdpa import _expand_kv, masked_scores
 
 __all__ = ["TILE", "attention", "n_key_tiles"]
 

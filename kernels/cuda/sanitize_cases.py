@@ -1,6 +1,7 @@
 """A small case set over every launcher in libattn_kernels.so, for compute-sanitizer.
 
-``compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.cuda.sanitize_cases [LAUNCHER ...]``
+``compute-sanitizer --tool memcheck --error-exitcode 1 python -m attention_conformance.kernels.cuda.sanitize_cases
+[LAUNCHER ...]``
 (launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
 Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
 empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward (Hopper only), paged
@@ -96,7 +97,7 @@ def _valid_rows(B: int, Lq: int, seqlens_q: Any, dev: str) -> Any:
 def _run(launcher: str, spec: dict) -> str:
     import torch
 
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     spec = dict(spec)
     B, Hq, Hkv, Lq, Lk, d = (spec.pop(n) for n in ("B", "Hq", "Hkv", "Lq", "Lk", "d"))
@@ -155,7 +156,7 @@ def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, 
     """One paged case: the launcher on a shuffled, NaN-poisoned pool must equal it on the dense K/V."""
     import torch
 
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     B, Hq, Lq, _ = q.shape
     Lk = k.shape[2]
@@ -191,7 +192,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("sanitize_cases: no CUDA device", file=sys.stderr)
         return 2
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     lib = cuda_lib.library()
     failures = 0

@@ -8,6 +8,6 @@ FP64 oracle to ~1e-12. Modules: `fa1`, `fa2`, `fa3` (incl. `fa3.forward_fp8`), `
 
 from __future__ import annotations
 
-from kernels.reference import fa1, fa2, fa3, splitkv, standard
+from attention_conformance.kernels.reference import fa1, fa2, fa3, splitkv, standard
 
 __all__ = ["fa1", "fa2", "fa3", "splitkv", "standard"]

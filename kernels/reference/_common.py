@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import emulate
+from attention_conformance.kernels import emulate
 
 __all__ = ["LN2", "LOG2E", "Problem", "tiles"]
 

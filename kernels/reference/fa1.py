@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import emulate
-from kernels.reference._common import Problem, tiles
+from attention_conformance.kernels import emulate
+from attention_conformance.kernels.reference._common import Problem, tiles
 
 __all__ = ["backward", "forward"]
 

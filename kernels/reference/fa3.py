@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import emulate
-from kernels.reference._common import LN2, LOG2E, Problem, tiles
+from attention_conformance.kernels import emulate
+from attention_conformance.kernels.reference._common import LN2, LOG2E, Problem, tiles
 
 __all__ = ["FP8_P_OFFSET", "backward", "expand_descale", "forward", "forward_fp8"]
 

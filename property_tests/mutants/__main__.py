@@ -1,7 +1,7 @@
-"""``python -m property_tests.mutants``: same as ``python -m conformance mutants``."""
+"""``python -m attention_conformance.property_tests.mutants``: same as ``python -m attention_conformance mutants``."""
 
 import sys
 
-from property_tests.mutants.cli import main
+from attention_conformance.property_tests.mutants.cli import main
 
 sys.exit(main())

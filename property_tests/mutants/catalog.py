@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from property_tests.mutants.apply import Edit
+from attention_conformance.property_tests.mutants.apply import Edit
 
 __all__ = ["Mutant", "MUTANTS", "by_name"]
 
@@ -53,11 +53,11 @@ def _m(name, bug_class, violates, adapter, module=None, edits=(), wrapper=None, 
     return Mutant(name, bug_class, violates, adapter, module, tuple(edits), wrapper, origin)
 
 
-_COMMON = "kernels.reference._common"
-_FA1 = "kernels.reference.fa1"
-_FA2 = "kernels.reference.fa2"
-_FA3 = "kernels.reference.fa3"
-_SPLIT = "kernels.reference.splitkv"
+_COMMON = "attention_conformance.kernels.reference._common"
+_FA1 = "attention_conformance.kernels.reference.fa1"
+_FA2 = "attention_conformance.kernels.reference.fa2"
+_FA3 = "attention_conformance.kernels.reference.fa3"
+_SPLIT = "attention_conformance.kernels.reference.splitkv"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- online softmax bookkeeping (FA2 forward) ----------------------------------------------

@@ -1,4 +1,5 @@
-"""``python -m conformance mutants`` / ``python -m property_tests.mutants``: the mutation-score table.
+"""``python -m attention_conformance mutants`` / ``python -m attention_conformance.property_tests.mutants``: the
+mutation-score table.
 
 Runs the conformance catalog of ``--profile`` (default ci) and the Hypothesis kernel properties on
 every mutant of `property_tests.mutants.catalog`, prints one row per mutant (killed or not, the check
@@ -14,16 +15,17 @@ import json
 import sys
 import time
 
-from conformance.cli import UsageParser, positive_float
-from conformance.selection import SelectorError, select
-from property_tests.mutants.catalog import MUTANTS
-from property_tests.mutants.runner import ORDERS, STEPS, format_table, run_all, score_line
+from attention_conformance.cli import UsageParser, positive_float
+from attention_conformance.property_tests.mutants.catalog import MUTANTS
+from attention_conformance.property_tests.mutants.runner import ORDERS, STEPS, format_table, run_all, score_line
+from attention_conformance.selection import SelectorError, select
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = UsageParser(prog="python -m conformance mutants", description="Mutation testing of the conformance harness.")
+    ap = UsageParser(prog="python -m attention_conformance mutants",
+                     description="Mutation testing of the conformance harness.")
     ap.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"),
                     help="conformance catalog profile (default ci); ci also bounds Hypothesis")
     ap.add_argument("--hypothesis-profile", default=None,

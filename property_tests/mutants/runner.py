@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 from hypothesis import settings
 
-from conformance.adapters.base import Adapter
-from conformance.case import Case
-from property_tests import profiles
-from property_tests.kernel_check import evaluate
-from property_tests.kernel_properties import PropertyFailure, build_property, properties_for
-from property_tests.mutants.apply import check_applies, load_module, load_with
-from property_tests.mutants.catalog import MUTANTS, Mutant
-from property_tests.mutants.wrappers import WRAPPERS
+from attention_conformance.adapters.base import Adapter
+from attention_conformance.case import Case
+from attention_conformance.property_tests import profiles
+from attention_conformance.property_tests.kernel_check import evaluate
+from attention_conformance.property_tests.kernel_properties import PropertyFailure, build_property, properties_for
+from attention_conformance.property_tests.mutants.apply import check_applies, load_module, load_with
+from attention_conformance.property_tests.mutants.catalog import MUTANTS, Mutant
+from attention_conformance.property_tests.mutants.wrappers import WRAPPERS
 
 __all__ = ["KillResult", "build_adapter", "run_mutant", "run_all", "format_table", "score_line", "ORDERS", "STEPS"]
 
@@ -62,7 +62,7 @@ class KillResult:
 
 def build_adapter(mutant: Mutant) -> Adapter:
     """The reference adapter of ``mutant.adapter`` built on the mutated kernel (or wrapped by the bug)."""
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     loaded = load(mutant.adapter)
     if loaded.adapter is None:
@@ -87,7 +87,7 @@ def _shape(case: Case) -> str:
 
 
 def _conformance(adapter: Adapter, profile: str, deadline: float, res: KillResult) -> bool:
-    from conformance.catalog import cases, estimated_cost
+    from attention_conformance.catalog import cases, estimated_cost
 
     todo = sorted((c for c in cases(profile) if adapter.supports(c, "cpu") is None), key=estimated_cost)
     for case in todo:
@@ -104,7 +104,7 @@ def _conformance(adapter: Adapter, profile: str, deadline: float, res: KillResul
 
 
 def _pinned(adapter: Adapter, deadline: float, res: KillResult) -> bool:
-    from property_tests.kernel_properties import PINNED
+    from attention_conformance.property_tests.kernel_properties import PINNED
 
     for kind in properties_for(adapter):
         for case in PINNED.get(kind, ()):

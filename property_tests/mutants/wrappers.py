@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, BackwardOutput, CaseInputs, ForwardOutput
-from conformance.case import Case
+from attention_conformance.adapters.base import Adapter, BackwardOutput, CaseInputs, ForwardOutput
+from attention_conformance.case import Case
 
 __all__ = ["WRAPPERS", "WrappedAdapter", "bshd_dout_as_contiguous", "causal_mask_bottom_right", "hadamard_q_only",
            "identity", "input_mutated_in_place", "noncontiguous_as_contiguous", "varlen_drops_softcap"]
@@ -95,7 +95,7 @@ class _HadamardQOnly(WrappedAdapter):
         f = inputs.fp8
         if case.fp8 is None or f is None or not f.get("incoherent"):
             return self.base.forward(inputs, case, device)
-        from oracles import fp8 as fp8mod
+        from attention_conformance.oracles import fp8 as fp8mod
 
         signs = np.asarray(f["signs"], dtype=np.float64)
         d = inputs.k.shape[-1]

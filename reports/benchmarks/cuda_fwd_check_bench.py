@@ -1,6 +1,6 @@
 """Device check + benchmark of the CUDA forward kernels (FA2 forward, split-KV decoding) on one GPU.
 
-``python -m reports.benchmarks.cuda_fwd_check_bench [--out DIR] [--quick] [--skip-bench]``
+``python -m attention_conformance.reports.benchmarks.cuda_fwd_check_bench [--out DIR] [--quick] [--skip-bench]``
 
 1. Correctness: random inputs (fresh per case) through attn_fa2_fwd / attn_splitkv_fwd against a
    float64 torch reference on the same GPU (SEMANTICS.md: causal alignments, window, GQA, varlen,
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernels import cuda_lib
+from attention_conformance.kernels import cuda_lib
 
 __all__ = ["check_case", "env_info", "main", "reference", "run_kernel", "sdpa_fn", "time_fn"]
 
@@ -199,7 +199,7 @@ def correctness(quick):
 
 
 def time_fn(fn, warmup=5, reps=25):
-    from kernels.timing import cuda_event_times_ms
+    from attention_conformance.kernels.timing import cuda_event_times_ms
 
     ts = cuda_event_times_ms(fn, reps, warmup)
     return statistics.median(ts), min(ts), max(ts)
@@ -292,7 +292,8 @@ def markdown(env, rows):
     out = [f"# CUDA forward kernels vs torch SDPA ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}.", "",
-           "Reproduce: `python -m kernels.build && python -m reports.benchmarks.cuda_fwd_check_bench --out DIR`", "",
+           "Reproduce: `python -m attention_conformance.kernels.build && "
+           "python -m attention_conformance.reports.benchmarks.cuda_fwd_check_bench --out DIR`", "",
            "| kernel | shape | causal | ours TFLOPs/s | flash | cuDNN | ours/flash | ours/cuDNN |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:

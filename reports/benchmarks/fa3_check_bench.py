@@ -1,6 +1,7 @@
 """Device check + benchmark of the FA3 forward (kernels/cuda/fa3_fwd.cu, sm_90a) on one H200.
 
-``python -m reports.benchmarks.fa3_check_bench [--out DIR] [--quick] [--skip-bench] [--curves] [--ablation]``
+``python -m attention_conformance.reports.benchmarks.fa3_check_bench [--out DIR] [--quick] [--skip-bench] [--curves]
+[--ablation]``
 
 1. Correctness (`cuda_fwd_check_bench.check_case`: fresh random inputs per case, float64 reference,
    outputs poisoned with NaN inside guard bands, inputs checked unmodified, SEMANTICS.md §8 fully masked
@@ -27,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from kernels import cuda_lib
-from reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn, time_fn
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn, time_fn
 
 __all__ = ["ablation_rows", "bench_rows", "correctness", "fa4_fn", "main"]
 
@@ -187,7 +188,8 @@ def markdown(env, rows, abl) -> str:
     out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
-           "Reproduce: `python -m kernels.build && python -m reports.benchmarks.fa3_check_bench --out DIR`", "",
+           "Reproduce: `python -m attention_conformance.kernels.build && "
+           "python -m attention_conformance.reports.benchmarks.fa3_check_bench --out DIR`", "",
            "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

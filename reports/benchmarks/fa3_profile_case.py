@@ -1,6 +1,6 @@
 """One FA3 forward launch per named build, for a profiler (ncu) to capture.
 
-``ncu --clock-control none -k regex:fa3_fwd_kernel python -m reports.benchmarks.fa3_profile_case
+``ncu --clock-control none -k regex:fa3_fwd_kernel python -m attention_conformance.reports.benchmarks.fa3_profile_case
 [--d 128] [--causal] [VARIANT ...]`` (variants: keys of `kernels.cuda_lib.FA3_VARIANTS`, default full).
 B=4, H=16, N=8192, bf16, random inputs; each build runs twice (a warm-up the profiler also sees, then the
 launch to read), so pass ``--launch-skip 1 --launch-count 1`` per build or filter by launch index.
@@ -17,7 +17,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="*", default=["full"])

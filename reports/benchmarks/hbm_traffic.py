@@ -1,6 +1,7 @@
 """HBM traffic of attention kernels, measured with Nsight Compute, beside the seeds' IO arithmetic.
 
-``python -m reports.benchmarks.hbm_traffic --out DIR [--configs seeds fa1_paper] [--impls ...] [--no-ncu]``
+``python -m attention_conformance.reports.benchmarks.hbm_traffic --out DIR [--configs seeds fa1_paper] [--impls ...]
+[--no-ncu]``
 
 One forward and one forward+backward of each implementation, at the seeds' configuration (B = 1, H = 1,
 N = 16,384, d = 128, fp16) and at the FA1 paper's GPT-2 medium configuration (B = 64, H = 16, N = 1024,
@@ -179,7 +180,7 @@ def _unavailable(impl: str, pass_: str = "fwd") -> str | None:
         return "no CUDA device"
     if impl in ("cuda-fa1", "cuda-fa2", "cuda-fa3"):
         try:
-            from kernels import cuda_lib
+            from attention_conformance.kernels import cuda_lib
 
             lib = cuda_lib.library(build_if_missing=False)
         except Exception as exc:
@@ -230,7 +231,7 @@ def _fa4(q, k, v):
 def _ours(impl: str, q, k, v, dout, backward: bool) -> Callable[[], object]:
     import torch
 
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     tag = {"cuda-fa1": "fa1", "cuda-fa2": "fa2", "cuda-fa3": "fa3"}[impl]
     fwd_name, bwd_name = f"attn_{tag}_fwd", f"attn_{tag}_bwd"
@@ -294,8 +295,8 @@ def _child(plan_path: str, log_path: str, reps: int) -> int:
     """Run every planned measurement: time it, measure its peak memory, then run it once profiled."""
     import torch
 
-    from conformance.memory import PeakMemory
-    from kernels.timing import cuda_event_times_ms
+    from attention_conformance.kernels.timing import cuda_event_times_ms
+    from attention_conformance.memory import PeakMemory
 
     plan = json.loads(Path(plan_path).read_text())
     with open(log_path, "w") as log:
@@ -472,7 +473,8 @@ def _measure_config(name: str, impls: Sequence[str], out: Path, reps: int, ncu: 
     plan_path.write_text(json.dumps(_plan([name], impls)))
     for p in (log_path, csv_path):
         p.unlink(missing_ok=True)
-    child = [sys.executable, "-m", "reports.benchmarks.hbm_traffic", "--out", str(out), "--reps", str(reps),
+    child = [sys.executable, "-m", "attention_conformance.reports.benchmarks.hbm_traffic", "--out", str(out),
+             "--reps", str(reps),
              "--child", str(plan_path), str(log_path)]
     note, segs, source = "", None, "model (no ncu)"
     if ncu is not None:
@@ -504,7 +506,8 @@ def _measure_config(name: str, impls: Sequence[str], out: Path, reps: int, ncu: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports.benchmarks.hbm_traffic", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.reports.benchmarks.hbm_traffic",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for hbm_traffic.json and hbm_traffic.md")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=list(IMPLS))
@@ -534,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += got
         per_config[name] = {"source": source, "note": note}
     rep = {"created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "command": "python -m reports.benchmarks.hbm_traffic " + " ".join(sys.argv[1:] if argv is None else argv),
+           "command": "python -m attention_conformance.reports.benchmarks.hbm_traffic "
+                      + " ".join(sys.argv[1:] if argv is None else argv),
            "env": _versions(), "per_config": per_config, "seconds": round(time.time() - t0, 1),
            "configs": CONFIGS, "paper_fa1": PAPER_FA1, "metrics": METRICS, "rows": rows}
     rep["env"]["date"] = rep["created"]

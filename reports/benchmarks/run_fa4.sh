@@ -30,7 +30,7 @@ if [ "${SMOKE_S:-90}" != 0 ]; then  # SMOKE_S=0 skips the smoke test (GNU timeou
 fi
 IMPLS=${FA4_IMPLS:-"flash-attn-4 flash-attn-4@func flash-attn-4@varlen_func flash-attn-4@seqused flash-attn-4@paged flash-attn-4@deterministic"}
 # shellcheck disable=SC2086
-timeout "${RUN_S:-470}" python3 -m conformance run --profile gpu --device cuda --impl $IMPLS \
+timeout "${RUN_S:-470}" python3 -m attention_conformance run --profile gpu --device cuda --impl $IMPLS \
     ${FA4_K:+-k "$FA4_K"} --timeout 180 --progress-every 10 --report-dir "$R" 2>&1 | tail -40
 echo "conformance rc=${PIPESTATUS[0]}"
 if [ "${BENCH:-0}" = 1 ]; then  # FA4 beside torch-flash and cuDNN (tests/kernels/test_cuda_bench.py, tox -e bench)

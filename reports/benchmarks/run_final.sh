@@ -3,14 +3,14 @@
 # kernels.cuda.sanitize_cases, the backward correctness cases, the pytest-benchmark side-by-side run
 # (what `tox -e bench` runs), then the conformance gpu profile with 1 and 2 workers
 # (reports/benchmarks/run_workers.sh; needs a 2-GPU machine, skipped with WORKERS=0).
-# Needs the library built beforehand (python -m kernels.build; ATTN_KERNELS_LIB may point at it) and $OUT.
+# Needs the library built beforehand (python -m attention_conformance.kernels.build; ATTN_KERNELS_LIB may point at it) and $OUT.
 #   OUT=/tmp/out bash reports/benchmarks/run_final.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 R=/tmp/final; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 -m kernels.cuda.sanitize_cases \
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
         > $R/$tool.txt 2>&1
     echo "$tool rc=$?"; grep -E "^FAIL|ERROR SUMMARY|RACECHECK SUMMARY|sanitize_cases:" $R/$tool.txt | tail -3
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the CUDA forward kernels (issue 6): correctness + benchmark table, compute-sanitizer
 # memcheck and racecheck over kernels.cuda.sanitize_cases, and the conformance gpu profile for the
-# cuda-* adapters. Needs the library built beforehand (python -m kernels.build) and $OUT set.
+# cuda-* adapters. Needs the library built beforehand (python -m attention_conformance.kernels.build) and $OUT set.
 #   OUT=/tmp/out bash reports/benchmarks/run_h200.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -10,12 +10,12 @@ timeout 240 python3 reports/benchmarks/cuda_fwd_check_bench.py --out "$OUT" > "$
 echo "bench rc=$?"
 grep -E "^BAD|^correctness" "$OUT/bench_log.txt"
 for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 -m kernels.cuda.sanitize_cases \
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
         > "$OUT/$tool.txt" 2>&1
     echo "$tool rc=$?"
     grep -E "FAIL|SUMMARY|sanitize_cases:" "$OUT/$tool.txt" | tail -4
 done
-timeout "${CONF_TIMEOUT:-240}" python3 -m conformance run --profile gpu --device cuda \
+timeout "${CONF_TIMEOUT:-240}" python3 -m attention_conformance run --profile gpu --device cuda \
     --impl cuda-fa2 cuda-splitkv cuda-fa1 --report-dir /tmp/conf --workers 4 --timeout 90 \
     > "$OUT/conformance_log.txt" 2>&1
 echo "conformance rc=$?"

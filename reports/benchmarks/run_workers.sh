@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 7: the gpu profile with 2 workers (one GPU each) against 1 worker, on a 2-GPU host, plus the
-# outcome comparison. Needs the CUDA library built (python -m kernels.build) and $OUT set.
+# outcome comparison. Needs the CUDA library built (python -m attention_conformance.kernels.build) and $OUT set.
 #   OUT=/tmp/out bash reports/benchmarks/run_workers.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -13,7 +13,7 @@ python3 -c "import numpy as np, sys; a = np.ones(int(sys.argv[1]) << 27); print(
 IMPLS=${IMPLS:-"torch-sdpa-flash torch-sdpa-efficient torch-sdpa-cudnn cuda-fa2 cuda-splitkv cuda-fa1"}
 for w in 1 2; do
     start=$(date +%s)
-    timeout "${LIMIT:-280}" python3 -m conformance run --profile gpu --device cuda --impl $IMPLS \
+    timeout "${LIMIT:-280}" python3 -m attention_conformance run --profile gpu --device cuda --impl $IMPLS \
         --workers $w --timeout 120 --report-dir "$OUT/w$w" --progress-every 50 > "$OUT/w$w.log" 2>&1
     echo "workers=$w rc=$? wall=$(( $(date +%s) - start ))s"
     tail -2 "$OUT/w$w.log"

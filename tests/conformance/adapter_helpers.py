@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import oracles
-from conformance.case import Case
-from conformance.inputs import make_inputs
+from attention_conformance import oracles
+from attention_conformance.case import Case
+from attention_conformance.inputs import make_inputs
 
 __all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "reference"]
 

@@ -7,7 +7,7 @@ The ``*_declared`` twins carry `conformance.claims`; the plain ones leave it to 
 
 from __future__ import annotations
 
-import conformance
+import attention_conformance as conformance
 
 try:
     import torch

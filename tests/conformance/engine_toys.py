@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, BackwardOutput, Capabilities, ForwardOutput
-from conformance.inputs import round_to_dtype
+from attention_conformance.adapters.base import Adapter, BackwardOutput, Capabilities, ForwardOutput
+from attention_conformance.inputs import round_to_dtype
 
 ALL_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 
@@ -48,7 +48,7 @@ class EmulatedKernel(Adapter):
         return "toy"
 
     def forward(self, inputs, case, device):
-        import oracles
+        from attention_conformance import oracles
 
         self.calls += 1
         b = self.behaviour
@@ -116,7 +116,7 @@ class EmulatedKernel(Adapter):
         return ForwardOutput(out=out, lse=lse, out_dtype=dt, lse_convention=declared)
 
     def backward(self, inputs, case, device):
-        import oracles
+        from attention_conformance import oracles
 
         kw = dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias)
         dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **kw)
@@ -205,7 +205,7 @@ class OracleToy(Adapter):
         return dict(case.oracle_kwargs, mask=inputs.mask, bias=inputs.bias)
 
     def forward(self, inputs, case, device):
-        import oracles
+        from attention_conformance import oracles
 
         self.calls += 1
         if self.behaviour == "raise":
@@ -223,7 +223,7 @@ class OracleToy(Adapter):
         return ForwardOutput(out=out, lse=lse, out_dtype=out_dt, lse_convention=self.declared)
 
     def backward(self, inputs, case, device):
-        import oracles
+        from attention_conformance import oracles
 
         dq, dk, dv = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, **self._kw(inputs, case))
         dq, dk, dv = (_r(x, case.dtype) for x in (dq, dk, dv))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import oracles
-from conformance.adapters import _torch_common as tc
-from conformance.adapters.base import CaseInputs
-from conformance.case import Case
-from conformance.inputs import make_inputs
+from attention_conformance import oracles
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters.base import CaseInputs
+from attention_conformance.case import Case
+from attention_conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 
@@ -119,7 +119,7 @@ def test_kernel_name_parsing_and_missing_kernel_notes():
 
     from torch.autograd import DeviceType
 
-    from conformance.adapters.torch_sdpa import SdpaFlash, SdpaMath
+    from attention_conformance.adapters.torch_sdpa import SdpaFlash, SdpaMath
 
     events = [SimpleNamespace(name="aten::scaled_dot_product_attention", device_type=DeviceType.CPU),
               SimpleNamespace(name="void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>",

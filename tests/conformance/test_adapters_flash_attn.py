@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from adapter_helpers import BOUND, real_rows, reference
 
-import oracles
-from conformance.adapters.flash_attn import (
+from attention_conformance import oracles
+from attention_conformance.adapters.flash_attn import (
     FlashAttn2,
     FlashAttn3,
     FlashAttn4,
@@ -22,8 +22,8 @@ from conformance.adapters.flash_attn import (
     unpack_varlen,
     unpack_varlen_lse,
 )
-from conformance.case import Case, FP8Spec
-from conformance.inputs import make_inputs
+from attention_conformance.case import Case, FP8Spec
+from attention_conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 
@@ -523,7 +523,7 @@ def test_fa4_declares_bitwise_determinism_only_in_its_deterministic_spelling():
 
 def test_fa4_notes_a_kernel_record_without_its_sm90_kernel(monkeypatch):
     """On CUDA the record must show FA4's sm90 forward kernel; a record of other kernels only gets a note."""
-    from conformance.adapters import _torch_common as tc
+    from attention_conformance.adapters import _torch_common as tc
 
     class Recorder(tc.KernelRecorder):
         def __exit__(self, *exc):

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from adapter_helpers import BOUND, real_rows
 
-import oracles
-from conformance.adapters.flash_attn import FlashAttn4
-from conformance.case import Case
-from conformance.inputs import make_inputs
+from attention_conformance import oracles
+from attention_conformance.adapters.flash_attn import FlashAttn4
+from attention_conformance.case import Case
+from attention_conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 

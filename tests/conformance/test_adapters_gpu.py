@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import check_backward, check_forward
 
-from conformance.adapters.torch_flex import FlexAttention
-from conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
-from conformance.case import Case
+from attention_conformance.adapters.torch_flex import FlexAttention
+from attention_conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
+from attention_conformance.case import Case
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -57,8 +57,8 @@ def test_flex_compiled_forward_and_backward():
 
 
 def test_third_party_function_probed_on_cuda():
-    from conformance.adapters.third_party import load_impl
+    from attention_conformance.adapters.third_party import load_impl
 
-    good = load_impl("conformance.examples.good_sdpa:attention")
+    good = load_impl("attention_conformance.examples.good_sdpa:attention")
     assert all(v is None for v in good.probes("cuda").values()), good.probes("cuda")
     check_forward(good, C("g", 2, 4, 2, 33, 65, 64, 64, dtype="float16", causal=True), device="cuda")

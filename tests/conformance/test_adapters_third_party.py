@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from adapter_helpers import check_backward, check_forward, reference
 
-from conformance.adapters.base import Adapter, Capabilities, ForwardOutput
-from conformance.adapters.third_party import SdpaFunctionAdapter, load_impl, wrap_sdpa_function
-from conformance.case import Case
-from conformance.examples import broken_sdpa, good_sdpa
-from conformance.inputs import make_inputs
+from attention_conformance.adapters.base import Adapter, Capabilities, ForwardOutput
+from attention_conformance.adapters.third_party import SdpaFunctionAdapter, load_impl, wrap_sdpa_function
+from attention_conformance.case import Case
+from attention_conformance.examples import broken_sdpa, good_sdpa
+from attention_conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 
@@ -34,7 +34,7 @@ GOOD_CASES = [
 
 @pytest.fixture(scope="module")
 def good():
-    return load_impl("conformance.examples.good_sdpa:attention")
+    return load_impl("attention_conformance.examples.good_sdpa:attention")
 
 
 @pytest.mark.parametrize("case", GOOD_CASES, ids=lambda c: c.id)
@@ -50,7 +50,7 @@ def test_good_example_backward(good):
 
 @pytest.mark.parametrize("Lk,broken", [(64, False), (65, True), (1, True), (129, True), (66, False)])
 def test_broken_example_fails_exactly_on_the_tail_tile(Lk, broken):
-    adapter = load_impl("conformance.examples.broken_sdpa:attention")
+    adapter = load_impl("attention_conformance.examples.broken_sdpa:attention")
     case = C("t", 1, 2, 2, 3, Lk, 16, 16, dtype="float32")
     inputs = make_inputs(case)
     want, _ = reference(case, inputs)
@@ -122,19 +122,19 @@ def test_softcap_and_fp8_are_not_expressible(good):
 def test_paged_layouts_are_declined_not_failed(good):
     """An SDPA-signature function takes dense K/V: a paged case (SEMANTICS.md §16) is NOT_SUPPORTED, never a
     FAIL of a correct function (the engine judges a claimed case that raises as FAIL)."""
-    from conformance import catalog
-    from conformance.engine import Runner
+    from attention_conformance import catalog
+    from attention_conformance.engine import Runner
 
     paged = [c for c in catalog.cases("ci") if c.family == "paged"][:2]
     assert paged, "the ci profile has no paged case"
     for case in paged:
         reason = good.supports(case, "cpu")
         assert reason and "paged" in reason and "§16" in reason, (case.id, reason)
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     runner = Runner([], "cpu")
     try:
-        la = load("conformance.examples.good_sdpa:attention", "cpu")
+        la = load("attention_conformance.examples.good_sdpa:attention", "cpu")
         outcomes = {runner.run_case(la, c).outcome for c in paged}
     finally:
         runner.close()

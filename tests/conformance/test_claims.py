@@ -12,13 +12,13 @@ import os
 
 import pytest
 
-from conformance import catalog, cli, declared
-from conformance.engine import Runner
-from conformance.registry import load
+from attention_conformance import catalog, cli, declared
+from attention_conformance.engine import Runner
+from attention_conformance.registry import load
 
 pytest.importorskip("torch")
 
-from conformance.adapters.sdpa_probes import candidate_shapes  # noqa: E402
+from attention_conformance.adapters.sdpa_probes import candidate_shapes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = ("tile_edges", "causal_alignment", "head_dims", "dtype", "gqa", "scale", "backward", "mask_bias",
@@ -96,7 +96,7 @@ def test_unavailable_reason_lists_every_probe_exception():
     try:
         la = load("claims_toys:causal_only_declared", "cpu")
         assert la.available, la.reason
-        from conformance.adapters.third_party import wrap_sdpa_function
+        from attention_conformance.adapters.third_party import wrap_sdpa_function
 
         def never(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
             raise RuntimeError(f"no kernel for {tuple(q.shape)} causal={is_causal}")
@@ -115,7 +115,7 @@ def test_unavailable_reason_lists_every_probe_exception():
     ("head_dims", "not key=value"),
 ])
 def test_bad_claims_spec_is_a_usage_error(tmp_path, capsys, spec, needle):
-    code = cli.main(["run", "--impl", "conformance.examples.good_sdpa:attention", "--claims", spec, "-k",
+    code = cli.main(["run", "--impl", "attention_conformance.examples.good_sdpa:attention", "--claims", spec, "-k",
                      "tile_edges-b1h2x2-q64k64", "--report-dir", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and needle in err[0], err

@@ -10,17 +10,18 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BROKEN = "conformance.examples.broken_sdpa:attention"
+BROKEN = "attention_conformance.examples.broken_sdpa:attention"
 
 
 def _cli(*args, timeout=300):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "attention_conformance", *args], capture_output=True, text=True,
+                          cwd=ROOT,
                           env=env, timeout=timeout)
 
 
 def test_list_names_every_builtin():
-    from conformance.adapters import BUILTIN
+    from attention_conformance.adapters import BUILTIN
 
     p = _cli("list")
     assert p.returncode == 0, p.stderr
@@ -51,7 +52,7 @@ def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
     assert failed and passed
     assert "repro" in (tmp_path / "report.md").read_text()
     cmd = failed[0]["repro"].split()
-    assert cmd[:4] == ["python", "-m", "conformance", "repro"]
+    assert cmd[:4] == ["python", "-m", "attention_conformance", "repro"]
     snippet = _cli(*cmd[3:])
     assert snippet.returncode == 0, snippet.stderr
     script = tmp_path / "repro.py"
@@ -80,13 +81,13 @@ def test_workers_give_the_same_outcomes(tmp_path):
 
 def test_report_records_the_command_of_an_in_process_call(tmp_path):
     """`main(argv)` called from Python (not the shell) records *its* argv as the command in report.json."""
-    from conformance.cli import main
+    from attention_conformance.cli import main
 
     argv = ["run", "--impl", "reference-fa2", "-k", "tile_edges-b1h2x2-q1k129", "--report-dir", str(tmp_path),
             "--quiet"]
     assert main(argv) == 0
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert rep["command"] == ["python", "-m", "conformance", *argv], rep["command"]
+    assert rep["command"] == ["python", "-m", "attention_conformance", *argv], rep["command"]
 
 
 @pytest.mark.parametrize("toy,needle", [("ZeroLseOnEmptyRows", "lse: fully masked row"),
@@ -97,10 +98,11 @@ def test_repro_reproduces_failures_beyond_out_values(tmp_path, toy, needle):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, toys]))
     spec = f"engine_toys:{toy}"
     case_id = next(c for c in _cli("cases", "-k", "masked_rows and mask-full_rows and f32").stdout.split())
-    run = subprocess.run([sys.executable, "-m", "conformance", "run", "--impl", spec, "-k", case_id, "--report-dir",
+    run = subprocess.run([sys.executable, "-m", "attention_conformance", "run", "--impl", spec, "-k", case_id,
+                          "--report-dir",
                           str(tmp_path), "--quiet"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
-    snippet = subprocess.run([sys.executable, "-m", "conformance", "repro", case_id, "--impl", spec],
+    snippet = subprocess.run([sys.executable, "-m", "attention_conformance", "repro", case_id, "--impl", spec],
                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     script = tmp_path / "repro.py"
     script.write_text(snippet.stdout)

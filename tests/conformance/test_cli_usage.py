@@ -1,4 +1,4 @@
-"""Every usage error of ``python -m conformance``: one ``error:`` line on stderr, no traceback, exit code 2.
+"""Every usage error of ``python -m attention_conformance``: one ``error:`` line on stderr, no traceback, exit code 2.
 
 Run in process through `conformance.cli.main` (argparse errors raise SystemExit(2)), plus two through a real
 subprocess so the shell-visible exit code and stderr are checked end to end.
@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from conformance.cli import main
+from attention_conformance.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASE = "tile_edges-b1h2x2-q1k129"
 
 
 def _case_id() -> str:
-    from conformance import catalog
+    from attention_conformance import catalog
 
     return catalog.select(catalog.cases("ci"), CASE)[0].id
 
@@ -91,7 +91,7 @@ def test_usage_error_is_one_line_exit_2(name, capsys, tmp_path, monkeypatch):
 def test_unknown_impl_without_close_match_lists_the_builtins(capsys):
     code, _, err = _main(["list", "--impl", "qqqqqq"], capsys)
     assert code == 2 and "did you mean" not in err
-    from conformance.adapters import BUILTIN
+    from attention_conformance.adapters import BUILTIN
 
     assert all(name in err for name in BUILTIN), err
 
@@ -108,7 +108,7 @@ def test_good_arguments_still_work(capsys, tmp_path):
 @pytest.mark.parametrize("argv", [["cases", "-k", "__import__('os')"], ["run", "--timeout", "-1"]])
 def test_usage_errors_from_the_shell(argv):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "conformance", *argv], capture_output=True, text=True, cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "attention_conformance", *argv], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
 

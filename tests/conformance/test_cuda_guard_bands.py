@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conformance.adapters.cuda import GUARD_ELEMS, GuardedBuffer  # noqa: E402
+from attention_conformance.adapters.cuda import GUARD_ELEMS, GuardedBuffer  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 from engine_toys import EmulatedKernel
 
-import oracles
-from conformance import catalog
-from conformance.engine import Runner
-from conformance.inputs import make_inputs
-from conformance.registry import LoadedAdapter, load
-from conformance.report import build_report, exit_code, write_report
+from attention_conformance import catalog, oracles
+from attention_conformance.engine import Runner
+from attention_conformance.inputs import make_inputs
+from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance.report import build_report, exit_code, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
@@ -59,7 +58,7 @@ def test_inputs_deterministic_and_representable():
         for name, arr in a.arrays().items():
             assert np.array_equal(arr, b.arrays()[name], equal_nan=True), (case.id, name)
         if case.fp8 is None:
-            from conformance.inputs import round_to_dtype
+            from attention_conformance.inputs import round_to_dtype
 
             for name in ("q", "k", "v"):
                 arr = getattr(a, name)
@@ -117,7 +116,7 @@ def test_lse_convention_reported_by_name():
 def test_mapped_finite_lse_convention_keeps_its_name():
     """An adapter that maps its vendor's finite empty-row LSE (torch CPU flash: 0) to -inf is reported by
     that convention's name, not as the contract's -inf (issue 3 item 5: conventions reported by name)."""
-    from conformance import checks
+    from attention_conformance import checks
 
     ref = np.array([[[-np.inf, 0.5, -np.inf]]])
     rows = np.ones(ref.shape, dtype=bool)
@@ -214,7 +213,7 @@ def test_report_files(tmp_path):
     r0 = data["results"][0]
     assert {"outcome", "stats", "case", "seed", "repro", "tolerance_model"} <= set(r0)
     md = mp.read_text()
-    assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m conformance repro" in md
+    assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m attention_conformance repro" in md
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     fail = next(r for r in data["results"] if r["outcome"] == "FAIL")
@@ -223,7 +222,7 @@ def test_report_files(tmp_path):
 
 
 def test_report_html_escapes_adapter_text():
-    from conformance.report_html import render_html
+    from attention_conformance.report_html import render_html
 
     rep = {"profile": "ci", "device": "cpu", "summary": {"cases": 1, "by_adapter": {}}, "environment": {},
            "adapters": [{"name": "<img src=x>", "available": False, "reason": "a & b"}],

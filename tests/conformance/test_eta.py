@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.eta import EtaModel
+from attention_conformance.eta import EtaModel
 
 
 def test_recovers_overhead_and_rate():

@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from conformance import catalog
-from conformance import expectations as ex
-from conformance.adapters import BUILTIN
-from conformance.engine import CaseResult
-from conformance.registry import entry_point_names
+from attention_conformance import catalog
+from attention_conformance import expectations as ex
+from attention_conformance.adapters import BUILTIN
+from attention_conformance.engine import CaseResult
+from attention_conformance.registry import entry_point_names
 
 SCALE = next(c for c in catalog.cases("ci") if c.family == "scale" and c.causal and c.scale == 0.0)
 OTHER = next(c for c in catalog.cases("ci") if c.family == "tile_edges")
@@ -185,7 +185,7 @@ SCALE_CASES = "scale-b1h2x2-q45k45"
 def _run(tmp_path, name, *args):
     import json
 
-    from conformance import cli
+    from attention_conformance import cli
 
     out = tmp_path / name
     code = cli.main(["run", "--report-dir", str(out), "--quiet", "--determinism", "none", *args])
@@ -212,7 +212,7 @@ def test_cli_known_failure_passes_the_run_and_is_shown_with_its_reason(tmp_path,
 
 def test_cli_user_file_and_unexpected_pass(tmp_path, capsys):
     pytest.importorskip("torch")
-    broken = "conformance.examples.broken_sdpa:attention"
+    broken = "attention_conformance.examples.broken_sdpa:attention"
     user = _file(tmp_path, f"""
         [[expectation]]
         id = "broken-tail-tile"

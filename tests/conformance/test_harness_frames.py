@@ -19,13 +19,13 @@ import re
 
 import pytest
 
-import conformance
+import attention_conformance as conformance
 import conformance.examples
-from conformance import catalog
-from conformance.adapters.third_party import wrap_sdpa_function
-from conformance.engine import Runner, features_of
-from conformance.examples.good_sdpa import attention as good_attention
-from conformance.registry import builtin_names, load
+from attention_conformance import catalog
+from attention_conformance.adapters.third_party import wrap_sdpa_function
+from attention_conformance.engine import Runner, features_of
+from attention_conformance.examples.good_sdpa import attention as good_attention
+from attention_conformance.registry import builtin_names, load
 
 ROOT = os.path.dirname(os.path.abspath(conformance.__file__))
 EXAMPLES = os.path.dirname(os.path.abspath(conformance.examples.__file__))
@@ -73,7 +73,8 @@ def _harness_frame(site: str) -> bool:
 
 
 def test_the_examples_are_found():
-    assert {"conformance.examples.good_sdpa:attention", "conformance.examples.broken_sdpa:attention"} <= set(SPECS)
+    assert {"attention_conformance.examples.good_sdpa:attention",
+            "attention_conformance.examples.broken_sdpa:attention"} <= set(SPECS)
     assert {"torch-sdpa-math", "reference-fa2"} <= set(SPECS)
 
 
@@ -83,7 +84,7 @@ def test_supports_never_raises_on_any_profile(spec):
     for c in _all_cases():
         reason = adapter.supports(c, "cpu")
         assert reason is None or isinstance(reason, str), (spec, c.id)
-        if spec.startswith("conformance.examples") and c.layout.startswith("paged"):
+        if spec.startswith("attention_conformance.examples") and c.layout.startswith("paged"):
             assert reason, (spec, c.id, "a paged case must be declined")
 
 
@@ -122,7 +123,7 @@ def test_an_exception_of_the_function_is_a_fail_naming_its_frame():
 
 
 def test_an_exception_of_the_harness_is_harness_error_naming_its_frame(monkeypatch):
-    import conformance.adapters.torch_sdpa as ts
+    import attention_conformance.adapters.torch_sdpa as ts
 
     def broken_prepare(*a, **kw):
         raise ValueError("translation bug")

@@ -1,6 +1,6 @@
 """One judge: the same (case, adapter result) pairs give the same verdict through every entry point.
 
-Entry points (conformance/judge.py): the engine (`Runner.run_case`, what ``python -m conformance run``
+Entry points (conformance/judge.py): the engine (`Runner.run_case`, what ``python -m attention_conformance run``
 and pytest ``conformance/`` use), the property suite (`property_tests.kernel_check.evaluate`), the repro
 snippet (`conformance.repro.snippet`, executed in a subprocess), and the FP8 offset property
 (`property_tests.kernel_properties.check_fp8_offset`). The adapters are `engine_toys.OracleToy` and its
@@ -22,15 +22,15 @@ import zlib
 
 import pytest
 
-from conformance.case import Case, FP8Spec
-from conformance.engine import Runner
-from conformance.judge import judge
-from conformance.registry import load
-from conformance.repro import snippet
-from conformance.tolerance import compute_oracle
-from conformance.worker import call_adapter, collect_calls
-from property_tests.kernel_check import evaluate
-from property_tests.kernel_properties import check_fp8_offset, offset_model, peaked_inputs
+from attention_conformance.case import Case, FP8Spec
+from attention_conformance.engine import Runner
+from attention_conformance.judge import judge
+from attention_conformance.property_tests.kernel_check import evaluate
+from attention_conformance.property_tests.kernel_properties import check_fp8_offset, offset_model, peaked_inputs
+from attention_conformance.registry import load
+from attention_conformance.repro import snippet
+from attention_conformance.tolerance import compute_oracle
+from attention_conformance.worker import call_adapter, collect_calls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,7 +70,7 @@ TOYS: dict[str, dict[str, tuple[str, str]] | None] = {
 }
 # an SDPA-signature function (padding reaches it as a dense mask): the named finding on planted NaN; its fp16
 # backward (autograd through float32 scores, dV cast to fp16) is within the bound but over 2x the naive error
-SDPA_SPEC = "conformance.examples.good_sdpa:attention"
+SDPA_SPEC = "attention_conformance.examples.good_sdpa:attention"
 SDPA_EXPECTED = {"empty_rows": ("PASS", None), "backward": ("QUALITY_WARNING", None), "fp8": ("NOT_SUPPORTED", None),
                  "nan_padding": ("FINDING", "out")}
 

@@ -9,12 +9,12 @@ import json
 import pytest
 from engine_toys import EmulatedKernel
 
-from conformance import catalog, memory
-from conformance.adapters.base import Capabilities
-from conformance.engine import CaseResult, Runner
-from conformance.registry import LoadedAdapter
-from conformance.report import build_report, write_report
-from conformance.worker import call_adapter
+from attention_conformance import catalog, memory
+from attention_conformance.adapters.base import Capabilities
+from attention_conformance.engine import CaseResult, Runner
+from attention_conformance.registry import LoadedAdapter
+from attention_conformance.report import build_report, write_report
+from attention_conformance.worker import call_adapter
 
 NS = (1024, 2048, 4096)
 MEMORY_CASES = [c for c in catalog.cases("gpu") if c.family == memory.FAMILY]
@@ -136,9 +136,9 @@ def test_capability_flag_defaults_to_no_claim():
 
 
 def test_builtin_claims():
-    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaFA3, CudaSplitKV
-    from conformance.adapters.flash_attn import FlashAttn2, FlashAttn4
-    from conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
+    from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaFA3, CudaSplitKV
+    from attention_conformance.adapters.flash_attn import FlashAttn2, FlashAttn4
+    from attention_conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
 
     for cls in (CudaFA1, CudaFA2, CudaFA3, CudaSplitKV, FlashAttn2, FlashAttn4):
         assert cls.capabilities.memory == "linear", cls.name
@@ -149,7 +149,7 @@ def test_builtin_claims():
 
 def test_cpu_call_records_no_memory_and_memory_cases_are_not_supported_on_cpu():
     small = catalog._seeded(catalog._mk("unit", Lq=9, Lk=9, d=16, dtype="float32"))
-    from conformance.inputs import make_inputs
+    from attention_conformance.inputs import make_inputs
 
     res = call_adapter(EmulatedKernel(), "forward", make_inputs(small), small, "cpu")
     assert res.error is None and res.memory is None

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from conformance import catalog, memory
-from conformance.inputs import make_inputs
-from conformance.worker import call_adapter
+from attention_conformance import catalog, memory
+from attention_conformance.inputs import make_inputs
+from attention_conformance.worker import call_adapter
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -45,7 +45,7 @@ def test_driver_view_sees_memory_allocated_outside_torch():
 
 
 def test_math_backend_peak_grows_faster_than_flash():
-    from conformance.adapters.torch_sdpa import SdpaFlash, SdpaMath
+    from attention_conformance.adapters.torch_sdpa import SdpaFlash, SdpaMath
 
     small, large = (catalog._seeded(catalog._mk("memory", Hq=4, Hkv=4, Lq=n, Lk=n, d=64)) for n in (1024, 4096))
     peaks = {}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import checks, numfmt
-from conformance.case import Case
-from conformance.engine import CaseResult
-from conformance.report import build_report, render_markdown
-from conformance.report_digest import quantity_line
+from attention_conformance import checks, numfmt
+from attention_conformance.case import Case
+from attention_conformance.engine import CaseResult
+from attention_conformance.report import build_report, render_markdown
+from attention_conformance.report_digest import quantity_line
 
 
 def test_numfmt_round_trips_and_never_prints_numpy_reprs():
@@ -51,7 +51,7 @@ def test_float64_values_print_with_enough_digits_to_differ():
 def _result(case: Case, outcome: str, adapter: str = "a") -> CaseResult:
     return CaseResult(case_id=case.id, adapter=adapter, spec=adapter, outcome=outcome, family=case.family,
                       features=[f"dtype:{case.dtype}"], message=f"{outcome} here", case=case.to_dict(),
-                      repro=f"python -m conformance repro {case.id} --impl {adapter}")
+                      repro=f"python -m attention_conformance repro {case.id} --impl {adapter}")
 
 
 def test_report_names_the_smallest_failing_case_first():

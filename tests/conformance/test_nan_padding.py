@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-import oracles
-from conformance import catalog
-from conformance.case import DISTRIBUTIONS
-from conformance.engine import Runner
-from conformance.inputs import make_inputs
-from conformance.registry import LoadedAdapter, load
+from attention_conformance import catalog, oracles
+from attention_conformance.case import DISTRIBUTIONS
+from attention_conformance.engine import Runner
+from attention_conformance.inputs import make_inputs
+from attention_conformance.registry import LoadedAdapter, load
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 FWD_CASES = [c for c in NAN_CASES if not c.backward]
@@ -121,7 +120,7 @@ def test_oracle_never_reads_the_padding(case):
 def test_dense_sdpa_reading_masked_kv_is_the_named_finding(case):
     """The naive SDPA passes the normal twin; on the NaN-padded case its NaN (0 x NaN in P V, from keys the
     dense mask masks out) is the named finding masked_nan, naming what was planted; FAIL under strict."""
-    from conformance.adapters.third_party import wrap_sdpa_function
+    from attention_conformance.adapters.third_party import wrap_sdpa_function
 
     adapter = wrap_sdpa_function(naive_sdpa, "naive-sdpa")
     ok = _run(adapter, case.replace(distribution="normal"))
@@ -144,15 +143,15 @@ def test_reference_kernels_pass(spec):
 
 
 @pytest.mark.parametrize("module, line, case_list, quantity", [
-    ("kernels.reference._common", "self.v = self.load_k_rows(self.v)", FWD_CASES, "out"),
-    ("kernels.reference._common", "self.q = self.load_q_rows(self.q)", BWD_CASES, "dk"),
-    ("kernels.reference.fa2", "dO = p.load_q_rows(dO)", BWD_CASES, "dk"),
+    ("attention_conformance.kernels.reference._common", "self.v = self.load_k_rows(self.v)", FWD_CASES, "out"),
+    ("attention_conformance.kernels.reference._common", "self.q = self.load_q_rows(self.q)", BWD_CASES, "dk"),
+    ("attention_conformance.kernels.reference.fa2", "dO = p.load_q_rows(dO)", BWD_CASES, "dk"),
 ], ids=["padded_v_read", "padded_q_read_bwd", "padded_dout_read_bwd"])
 def test_reference_without_bounds_check_fails(module, line, case_list, quantity):
     """Drop one bounds-checked load from reference-fa2: some nan_padding case FAILS on `quantity`, naming NaN."""
-    from property_tests.mutants.apply import Edit
-    from property_tests.mutants.catalog import Mutant
-    from property_tests.mutants.runner import build_adapter
+    from attention_conformance.property_tests.mutants.apply import Edit
+    from attention_conformance.property_tests.mutants.catalog import Mutant
+    from attention_conformance.property_tests.mutants.runner import build_adapter
 
     lhs = line.split(" = ")[0]
     mutant = Mutant("no_bounds_check", "reads padded rows", "§7", "reference-fa2", module,
@@ -169,7 +168,7 @@ def test_torch_cpu_finding_is_recorded(spec):
     """torch 2.13 on CPU lets NaN at masked-out (padded) K/V through 0 x NaN (torch #101967 class): the named
     finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under --strict it is
     a FAIL the entry does not waive."""
-    from conformance.expectations import RunExpectations
+    from attention_conformance.expectations import RunExpectations
 
     la = load(spec)
     expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import catalog
-from conformance.adapters.base import Adapter, Capabilities, CaseInputs, ForwardOutput, capability_reason
-from conformance.adapters.reference import ReferenceFA2, ReferenceSplitKV
-from conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec, page_size_of
-from conformance.inputs import make_inputs, paged_storage
-from conformance.registry import BUILTIN, load
-from conformance.worker import call_adapter
+from attention_conformance import catalog
+from attention_conformance.adapters.base import Adapter, Capabilities, CaseInputs, ForwardOutput, capability_reason
+from attention_conformance.adapters.reference import ReferenceFA2, ReferenceSplitKV
+from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec, page_size_of
+from attention_conformance.inputs import make_inputs, paged_storage
+from attention_conformance.registry import BUILTIN, load
+from attention_conformance.worker import call_adapter
 
 PAGED_CI = [c for c in catalog.cases("ci") if c.family == "paged"]
 PAGED_FULL = [c for c in catalog.cases("full") if c.family == "paged"]

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from conformance import catalog, parallel
-from conformance.registry import load
+from attention_conformance import catalog, parallel
+from attention_conformance.registry import load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
@@ -59,4 +59,4 @@ def test_a_dying_worker_costs_only_its_case(toys_on_path):
     assert outcomes == {SMALL.id: "PASS", EMPTY_ROWS.id: "CRASH", BIG.id: "PASS"}, [
         (r.case_id, r.outcome, r.message) for r in results]
     crash = next(r for r in results if r.outcome == "CRASH")
-    assert "died" in crash.message and crash.repro.startswith("python -m conformance repro")
+    assert "died" in crash.message and crash.repro.startswith("python -m attention_conformance repro")

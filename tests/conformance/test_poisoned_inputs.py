@@ -20,12 +20,12 @@ import math
 import numpy as np
 import torch
 
-from conformance import catalog
-from conformance.adapters.base import Adapter
-from conformance.adapters.third_party import wrap_sdpa_function
-from conformance.engine import Runner
-from conformance.inputs import planted_nan
-from conformance.registry import LoadedAdapter, load
+from attention_conformance import catalog
+from attention_conformance.adapters.base import Adapter
+from attention_conformance.adapters.third_party import wrap_sdpa_function
+from attention_conformance.engine import Runner
+from attention_conformance.inputs import planted_nan
+from attention_conformance.registry import LoadedAdapter, load
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 
@@ -170,7 +170,7 @@ def test_ci_profile_counts_for_sdpa_signature_functions():
     """`torch-sdpa-math`, `good_sdpa` and the from-scratch function on the whole ci profile: no FAIL, no
     HARNESS_ERROR; FINDING (masked_nan) exactly on the nan_padding cases; paged cases NOT_SUPPORTED."""
     cases = catalog.cases("ci")
-    good = load("conformance.examples.good_sdpa:attention").adapter
+    good = load("attention_conformance.examples.good_sdpa:attention").adapter
     for adapter in (load("torch-sdpa-math").adapter, good, wrap_sdpa_function(scratch_sdpa, "scratch")):
         results = _run(adapter, cases)
         counts = _counts(results)
@@ -183,10 +183,10 @@ def test_ci_profile_counts_for_sdpa_signature_functions():
 
 
 def test_run_strict_turns_the_finding_into_a_fail(tmp_path, capsys):
-    """``python -m conformance run --strict``: masked_nan is FAIL (exit 1); without it FINDING (exit 0)."""
+    """``python -m attention_conformance run --strict``: masked_nan is FAIL (exit 1); without it FINDING (exit 0)."""
     import json
 
-    from conformance.cli import main
+    from attention_conformance.cli import main
 
     case = next(c for c in NAN_CASES if not c.backward)
     argv = ["run", "--impl", "torch-sdpa-math", "-k", case.id, "--quiet"]

@@ -1,5 +1,5 @@
 """The installed pytest plugin (conformance/pytest_plugin.py, entry point ``pytest11``), run as a user would:
-``python -m pytest --pyargs conformance --impl ... --profile ci`` in an empty directory outside the repo,
+``python -m pytest --pyargs attention_conformance --impl ... --profile ci`` in an empty directory outside the repo,
 so neither the repository's pyproject.toml nor any conftest.py is involved."""
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ def _pytest(cwd: Path, *args: str, extra_path: Path | None = None) -> subprocess
 
 
 def test_plugin_is_registered_as_pytest11_entry_point():
-    eps = [ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.value == "conformance.pytest_plugin"]
+    eps = [ep for ep in importlib.metadata.entry_points(group="pytest11")
+           if ep.value == "attention_conformance.pytest_plugin"]
     assert eps, "the distribution is not installed with its pytest11 entry point (pip install -e .)"
 
 
 def test_pyargs_from_any_directory_passes_cleanly(tmp_path):
     """The plugin's options and parametrization work with no repository files around; no warnings."""
-    r = _pytest(tmp_path, "--pyargs", "conformance", "--impl", "reference-fa2", "--profile", "ci",
+    r = _pytest(tmp_path, "--pyargs", "attention_conformance", "--impl", "reference-fa2", "--profile", "ci",
                 "-k", "worked", "-W", "error")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
@@ -39,17 +40,18 @@ def test_pyargs_from_any_directory_passes_cleanly(tmp_path):
 
 def test_pyargs_reports_a_broken_function(tmp_path):
     """The same command fails on a function with a planted tail-tile bug (conformance/examples/broken_sdpa.py)."""
-    r = _pytest(tmp_path, "--pyargs", "conformance", "--impl", "conformance.examples.broken_sdpa:attention",
+    r = _pytest(tmp_path, "--pyargs", "attention_conformance", "--impl",
+                "attention_conformance.examples.broken_sdpa:attention",
                 "--profile", "ci", "-k", "tile_edges")
     out = r.stdout + r.stderr
-    assert r.returncode == 1 and "FAIL: conformance.examples.broken_sdpa:attention" in out, out[-3000:]
+    assert r.returncode == 1 and "FAIL: attention_conformance.examples.broken_sdpa:attention" in out, out[-3000:]
 
 
 def test_prefixed_options_when_another_plugin_owns_profile(tmp_path):
     """When another plugin already registered --profile, ours stay usable as --conformance-profile."""
     (tmp_path / "otherplug.py").write_text(
         "def pytest_addoption(parser):\n    parser.addoption('--profile', action='store_true')\n")
-    r = _pytest(tmp_path, "-p", "otherplug", "--pyargs", "conformance", "--conformance-impl", "reference-fa2",
+    r = _pytest(tmp_path, "-p", "otherplug", "--pyargs", "attention_conformance", "--conformance-impl", "reference-fa2",
                 "--conformance-profile", "ci", "-k", "worked", extra_path=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0 and " passed" in out, out[-3000:]

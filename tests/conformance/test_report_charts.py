@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from conformance.report_charts import benchmark_series, case_usage, charts_html, load_benchmarks
-from conformance.report_html import render_html
+from attention_conformance.report_charts import benchmark_series, case_usage, charts_html, load_benchmarks
+from attention_conformance.report_html import render_html
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from conformance import catalog, cli, shard
+from attention_conformance import catalog, cli, shard
 
-ADAPTERS = ["torch-sdpa-math", "torch-sdpa-flash", "reference-fa2", "conformance.examples.broken_sdpa:attention"]
+ADAPTERS = ["torch-sdpa-math", "torch-sdpa-flash", "reference-fa2",
+            "attention_conformance.examples.broken_sdpa:attention"]
 SUBSET = "tile_edges or causal_alignment or scale-b1h2x2-q45k45"  # incl. the shipped expectations' KNOWN
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.reference import fa1, fa2, fa3, splitkv
+from attention_conformance.kernels.reference import fa1, fa2, fa3, splitkv
 
 __all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "make_case", "repro", "run_forward"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.timing import cuda_event_median_ms
+from attention_conformance.kernels.timing import cuda_event_median_ms
 
 torch = pytest.importorskip("torch")
 
@@ -102,7 +102,7 @@ def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "t
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fwd_8k_d128(benchmark, causal, impl):
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if impl == "ours":
@@ -120,7 +120,7 @@ def test_fwd_8k_d128(benchmark, causal, impl):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_bwd_8k_d128(benchmark, impl):
-    from kernels import cuda_bwd_lib, cuda_lib
+    from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 
     q, k, v, dout = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     if impl == "ours":
@@ -142,7 +142,7 @@ def test_bwd_8k_d128(benchmark, impl):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_decode_128k(benchmark, impl):
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(1, 8, 131072, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -164,7 +164,7 @@ def test_decode_128k(benchmark, impl):
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_fa1_2k_d128(benchmark, direction):
-    from kernels import cuda_bwd_lib
+    from attention_conformance.kernels import cuda_bwd_lib
 
     n = 2048
     q, k, v, dout = (torch.randn(B, H, n, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))

@@ -3,7 +3,7 @@
 - argument validation: each launcher rejects unsupported head dims / dtypes / split-KV with
   ATTN_ERR_UNSUPPORTED and inconsistent arguments with ATTN_ERR_INVALID, and the message names the
   argument and its value (attn_params.h); these paths run before any CUDA call, so they work on a
-  machine without a GPU once the library is built (`python -m kernels.build`);
+  machine without a GPU once the library is built (`python -m attention_conformance.kernels.build`);
 - the GPU test's reference mask (test_cuda_bwd_device.visibility) equals the oracle's
   (oracles.masking.visibility, SEMANTICS.md §4/§5/§7), so the GPU checks judge the contract's semantics;
 - `kernels.cuda_bwd_lib.bwd_scratch` allocates the scratch shapes attn_params.h documents.
@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels import cuda_lib  # noqa: E402
-from kernels.cuda_bwd_lib import bwd_scratch  # noqa: E402
+from attention_conformance.kernels import cuda_lib  # noqa: E402
+from attention_conformance.kernels.cuda_bwd_lib import bwd_scratch  # noqa: E402
 
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_bwd")
 
@@ -103,7 +103,7 @@ def test_empty_batch_is_a_no_op():
     ],
 )
 def test_device_reference_mask_matches_oracle(kw):
-    from oracles.masking import visibility as oracle_vis
+    from attention_conformance.oracles.masking import visibility as oracle_vis
     from tests.kernels.test_cuda_bwd_device import BwdCase, visibility
 
     c = BwdCase("m", "bf16", 64, kw["Lq"], kw["Lk"], **{k: v for k, v in kw.items() if k not in ("Lq", "Lk")})

@@ -176,7 +176,7 @@ def _err(x, ref, valid=None) -> float:
 
 def check_case(c: BwdCase, seed: int = 0) -> dict:
     """Run FA1 fwd, FA1 bwd and FA2 bwd on one case; return errors, bounds and the verdict."""
-    from kernels import cuda_bwd_lib as L
+    from attention_conformance.kernels import cuda_bwd_lib as L
 
     q, k, v, dout = _inputs(c, seed)
     ref = reference(c, q, k, v, dout, torch.float64)
@@ -232,7 +232,7 @@ def check_case(c: BwdCase, seed: int = 0) -> dict:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_fa1_fwd_and_backwards_match_fp64(case: BwdCase):
     try:
-        from kernels import cuda_lib
+        from attention_conformance.kernels import cuda_lib
 
         cuda_lib.library()
     except Exception as e:  # pragma: no cover - depends on the machine
@@ -242,7 +242,7 @@ def test_fa1_fwd_and_backwards_match_fp64(case: BwdCase):
 
 
 def _time_ms(fn, warmup: int = 5, reps: int = 20) -> float:
-    from kernels.timing import cuda_event_median_ms
+    from attention_conformance.kernels.timing import cuda_event_median_ms
 
     return cuda_event_median_ms(fn, reps, warmup)
 
@@ -251,8 +251,8 @@ def bench(B=4, H=16, N=8192, d=128, causal=False, reps=20, variants=("default",)
     """Median ms of attn_fa2_bwd vs torch SDPA flash backward on the same inputs (bf16)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels import cuda_bwd_lib as L
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_bwd_lib as L
+    from attention_conformance.kernels import cuda_lib
 
     q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
                 f"({r['torch_flash_bwd_tflops']:.0f}TF)  {cudnn}  {extra}"
             )
         # FA1 reference forward/backward, reported only (fp32 SIMT).
-        from kernels import cuda_bwd_lib as L
+        from attention_conformance.kernels import cuda_bwd_lib as L
 
         if not args.fa1:
             return _finish(args, report, lines, results)

@@ -35,7 +35,7 @@ CASES = [
 
 
 def _lib():
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     try:
         lib = cuda_lib.library()
@@ -49,7 +49,7 @@ def _lib():
 @pytest.mark.parametrize("spec", CASES, ids=[f"fa3-{i}" for i in range(len(CASES))])
 def test_fa3_matches_float64_reference(spec):
     _lib()
-    from reports.benchmarks.cuda_fwd_check_bench import check_case
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
 
     res = check_case("attn_fa3_fwd", seed=zlib.crc32(repr(sorted(spec.items())).encode()) % 1000, **spec)
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
@@ -58,7 +58,7 @@ def test_fa3_matches_float64_reference(spec):
 @pytest.mark.parametrize("variant", ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2"])
 def test_fa3_ablation_builds_match_reference(variant):
     cuda_lib = _lib()
-    from reports.benchmarks.cuda_fwd_check_bench import check_case
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
 
     def run(q, k, v, o, lse, **kw):
         cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.planning import fa3_tile_order, greedy_loads, lpt_order
+from attention_conformance.kernels.planning import fa3_tile_order, greedy_loads, lpt_order
 
 
 def test_seed_example_in_order_and_longest_first():

@@ -37,8 +37,8 @@ CASES = [
 
 @pytest.mark.parametrize("launcher, spec", CASES, ids=[f"{lau[5:]}-{i}" for i, (lau, _) in enumerate(CASES)])
 def test_forward_matches_float64_reference(launcher, spec):
-    from kernels import cuda_lib
-    from reports.benchmarks.cuda_fwd_check_bench import check_case
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
 
     try:
         cuda_lib.library()

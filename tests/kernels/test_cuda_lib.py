@@ -1,7 +1,8 @@
 """CPU-side tests of the CUDA kernel build, the ctypes loader and the cuda-* adapters.
 
 - the library under build/kernels is the build of this tree (the stamp matches); a stale or missing
-  library is reported with the build command, never rebuilt here (CI runs `python -m kernels.build`
+  library is reported with the build command, never rebuilt here (CI runs `python -m
+  attention_conformance.kernels.build`
   as its own step before pytest);
 - the ctypes mirror of AttnFwdParams / AttnBwdParams matches the C header, checked two ways: a tiny C
   program compiled with the host compiler prints sizeof/offsetof, and the library's own
@@ -18,8 +19,8 @@ import subprocess
 
 import pytest
 
-from kernels import build as kbuild
-from kernels import cuda_lib
+from attention_conformance.kernels import build as kbuild
+from attention_conformance.kernels import cuda_lib
 
 torch = pytest.importorskip("torch")
 
@@ -104,7 +105,8 @@ def test_ctypes_mirror_matches_compiled_library():
     _lib_or_skip()
     assert cuda_lib.compiled_layout() == cuda_lib.mirror_layout(), (
         "libattn_kernels.so was compiled with a different AttnFwdParams/AttnBwdParams layout than "
-        "kernels/cuda_lib.py mirrors: rebuild (python -m kernels.build --force) or fix the mirror")
+        "kernels/cuda_lib.py mirrors: rebuild (python -m attention_conformance.kernels.build --force) "
+        "or fix the mirror")
 
 
 def _cpu_params(**kw):
@@ -146,8 +148,8 @@ def test_launchers_reject_bad_parameters_with_a_message(launcher, kw, status, ne
 
 
 def test_adapters_unavailable_or_declining_cleanly_without_gpu():
-    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
-    from conformance.case import Case
+    from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
+    from attention_conformance.case import Case
 
     for cls in (CudaFA1, CudaFA2, CudaSplitKV):
         a = cls()

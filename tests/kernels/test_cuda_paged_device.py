@@ -55,7 +55,7 @@ CASES = [
 
 
 def _lib_or_skip():
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     try:
         return cuda_lib.library()
@@ -64,7 +64,7 @@ def _lib_or_skip():
 
 
 def _setup(spec: dict, lens: list[int], lens_q: list[int] | None, seed: int):
-    from kernels.cuda.sanitize_cases import paged_kv
+    from attention_conformance.kernels.cuda.sanitize_cases import paged_kv
 
     B, Hq, Hkv, Lq, Lk, d, dtype = (spec[n] for n in ("B", "Hq", "Hkv", "Lq", "Lk", "d", "dtype"))
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -79,8 +79,8 @@ def _setup(spec: dict, lens: list[int], lens_q: list[int] | None, seed: int):
 
 def _run(q, k, v, *, seqlens_q, seqlens_k, num_splits, paged=None, **sem):
     """One attn_splitkv_fwd call on guarded, NaN-poisoned outputs; returns (o, lse, guards intact)."""
-    from kernels import cuda_lib
-    from reports.benchmarks.cuda_fwd_check_bench import guard_ok, guarded
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import guard_ok, guarded
 
     B, Hq, Lq, _ = q.shape
     obuf, o = guarded((B, Hq, Lq, v.shape[-1]), q.dtype, "cuda")
@@ -105,8 +105,8 @@ def _sem(spec: dict) -> dict:
 
 @pytest.mark.parametrize("spec, lens, lens_q", CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_paged_splitkv_equals_dense_and_float64_reference(spec, lens, lens_q):
-    from kernels import cuda_lib
-    from reports.benchmarks.cuda_fwd_check_bench import reference
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import reference
 
     _lib_or_skip()
     q, k, v, k_pool, v_pool, table, sq, sk = _setup(spec, lens, lens_q, seed=len(lens) * 7 + spec["d"])
@@ -188,10 +188,10 @@ def test_adapter_runs_paged_cases_against_the_oracle():
     """cuda-splitkv end to end on paged cases built by conformance.inputs (CaseInputs.paged)."""
     import numpy as np
 
-    import oracles
-    from conformance.adapters.cuda import CudaSplitKV
-    from conformance.case import Case
-    from conformance.inputs import make_inputs
+    from attention_conformance import oracles
+    from attention_conformance.adapters.cuda import CudaSplitKV
+    from attention_conformance.case import Case
+    from attention_conformance.inputs import make_inputs
 
     _lib_or_skip()
     adapter = CudaSplitKV()

@@ -21,8 +21,8 @@ import re
 import numpy as np
 import pytest
 
-from kernels import build as kbuild
-from kernels import cuda_lib
+from attention_conformance.kernels import build as kbuild
+from attention_conformance.kernels import cuda_lib
 
 torch = pytest.importorskip("torch")
 
@@ -31,7 +31,8 @@ PAGED_FIELDS = [("block_table", "const int32_t*"), ("block_table_batch_stride", 
 
 @pytest.fixture(scope="module")
 def lib():
-    """The library CI built before pytest (`python -m kernels.build`); skips with that command when absent."""
+    """The library CI built before pytest (`python -m attention_conformance.kernels.build`); skips with that
+    command when absent."""
     try:
         return cuda_lib.library(build_if_missing=False)
     except cuda_lib.LibraryUnavailable as e:
@@ -191,7 +192,7 @@ def test_backward_launchers_refuse_a_block_table(lib, launcher):
 
 # -- adapter -------------------------------------------------------------------------------------------------
 def _paged_case(layout="paged64", **kw):
-    from conformance.case import Case
+    from attention_conformance.case import Case
 
     base = dict(family="paged_test", B=3, Hq=4, Hkv=2, Lq=2, Lk=300, d=64, dv=64, dtype="bfloat16", causal=True,
                 seqlens_k=(300, 65, 0), layout=layout, seed=5)
@@ -200,8 +201,8 @@ def _paged_case(layout="paged64", **kw):
 
 
 def test_adapters_claim_paged_layouts_only_for_splitkv():
-    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
-    from conformance.case import PAGED_LAYOUTS
+    from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
+    from attention_conformance.case import PAGED_LAYOUTS
 
     for layout in PAGED_LAYOUTS:
         case = _paged_case(layout)
@@ -214,8 +215,8 @@ def test_adapters_claim_paged_layouts_only_for_splitkv():
 @pytest.mark.parametrize("layout", ["paged64", "paged256"])
 def test_adapter_paged_tensors_address_the_dense_kv(layout):
     """_materialize hands the kernel pools + table whose (table, page, slot) addressing gives the dense K/V."""
-    from conformance.adapters.cuda import CudaSplitKV
-    from conformance.inputs import make_inputs
+    from attention_conformance.adapters.cuda import CudaSplitKV
+    from attention_conformance.inputs import make_inputs
 
     case = _paged_case(layout)
     inputs = make_inputs(case)
@@ -242,8 +243,8 @@ def test_adapter_paged_tensors_address_the_dense_kv(layout):
 
 
 def test_adapter_paged_case_without_paged_inputs_is_an_error():
-    from conformance.adapters.base import CaseInputs
-    from conformance.adapters.cuda import CudaSplitKV
+    from attention_conformance.adapters.base import CaseInputs
+    from attention_conformance.adapters.cuda import CudaSplitKV
 
     case = _paged_case()
     z = np.zeros((3, 2, 300, 64))
@@ -252,8 +253,9 @@ def test_adapter_paged_case_without_paged_inputs_is_an_error():
 
 
 def test_paged_kv_helper_stores_dense_kv_behind_a_shuffled_poisoned_table():
-    """kernels.cuda.sanitize_cases.paged_kv (used by the sanitizer set and the GPU test) on CPU tensors."""
-    from kernels.cuda.sanitize_cases import paged_kv
+    """attention_conformance.kernels.cuda.sanitize_cases.paged_kv (used by the sanitizer set and the GPU test) on
+    CPU tensors."""
+    from attention_conformance.kernels.cuda.sanitize_cases import paged_kv
 
     B, Hkv, Lk, d, ps = 3, 2, 300, 8, 64
     k = torch.randn(B, Hkv, Lk, d, dtype=torch.float64)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-import oracles
+from attention_conformance import oracles
 
 torch = pytest.importorskip("torch")
 
@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda_lib():
-    from kernels import cuda_lib
+    from attention_conformance.kernels import cuda_lib
 
     try:
         cuda_lib.library()

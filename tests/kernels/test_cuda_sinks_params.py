@@ -20,15 +20,16 @@ import re
 
 import pytest
 
-from kernels import build as kbuild
-from kernels import cuda_lib
+from attention_conformance.kernels import build as kbuild
+from attention_conformance.kernels import cuda_lib
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def lib():
-    """The library CI built before pytest (`python -m kernels.build`); skips with that command when absent."""
+    """The library CI built before pytest (`python -m attention_conformance.kernels.build`); skips with that
+    command when absent."""
     try:
         return cuda_lib.library(build_if_missing=False)
     except cuda_lib.LibraryUnavailable as e:
@@ -134,7 +135,7 @@ def test_fa2_backward_refuses_sinks_without_a_dsinks_output(lib):
 
 # -- adapter claims ------------------------------------------------------------------------------------------
 def _case(**kw):
-    from conformance.case import Case
+    from attention_conformance.case import Case
 
     base = dict(family="sinks_test", B=2, Hq=4, Hkv=2, Lq=40, Lk=24, d=64, dv=64, dtype="bfloat16", causal=True,
                 sinks="small")
@@ -143,8 +144,8 @@ def _case(**kw):
 
 
 def test_cuda_adapters_claim_sinks_where_the_kernels_fold_them_in():
-    from conformance.adapters.base import capability_reason
-    from conformance.adapters.cuda import CudaFA1, CudaFA2, CudaFA3, CudaSplitKV
+    from attention_conformance.adapters.base import capability_reason
+    from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaFA3, CudaSplitKV
 
     fwd, bwd, bwd_dlse = _case(), _case(backward=True), _case(backward=True, lse_grad=True)
     for cls in (CudaFA2, CudaSplitKV):

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels import emulate
+from attention_conformance.kernels import emulate
 
 LOW = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
        "float8_e5m2": ml_dtypes.float8_e5m2, "float32": np.float32}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.benchmarks import hbm_traffic as ht
+from attention_conformance.reports.benchmarks import hbm_traffic as ht
 
 MIB = 2**20
 
@@ -89,7 +89,7 @@ def test_markdown_table_has_the_anchors():
     log = [dict(config=c, impl="naive", status="ran", profiled=True, ms=2.0, peak_bytes=3 * 2**30, **{"pass": p})
            for c in ht.CONFIGS for p in ht.PASSES]
     rows, _ = ht.attribute(log, [[{"name": "k", "dram__bytes_read.sum": 2e9, "dram__bytes_write.sum": 1e9}]] * 4)
-    rep = dict(created="now", command="python -m reports.benchmarks.hbm_traffic --out x", env={},
+    rep = dict(created="now", command="python -m attention_conformance.reports.benchmarks.hbm_traffic --out x", env={},
                per_config={"seeds": {"source": "ncu", "note": ""}}, rows=rows)
     md = ht.render_markdown(rep)
     assert "Bytes: ncu." in md and "2 GiB = 2.147 GB per head" in md and "40.3 GB HBM" in md and "4.4 GB" in md
@@ -105,7 +105,8 @@ def test_script_skips_cleanly_without_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this test checks the no-GPU path")
-    p = subprocess.run([sys.executable, "-m", "reports.benchmarks.hbm_traffic", "--out", str(tmp_path), "--no-ncu",
+    p = subprocess.run([sys.executable, "-m", "attention_conformance.reports.benchmarks.hbm_traffic", "--out",
+                        str(tmp_path), "--no-ncu",
                         "--configs", "seeds", "--impls", "naive", "cuda-fa1"], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr
@@ -123,7 +124,8 @@ def test_rebuild_from_the_committed_h200_run(tmp_path):
             shutil.copy(f, tmp_path / f.name)
     shutil.copy(here / "hbm_traffic.json", tmp_path / "hbm_traffic.json")
     rep = ht.rebuild(tmp_path)
-    assert rep["env"]["gpu"] == "NVIDIA H200" and rep["method"]["command"].startswith("python -m reports.")
+    assert rep["env"]["gpu"] == "NVIDIA H200"
+    assert rep["method"]["command"].startswith("python -m attention_conformance.reports.")
     rows = {(r["config"], r["impl"], r["pass"]): r for r in rep["rows"]}
     naive = rows[("seeds", "naive", "fwd")]
     assert naive["source"] == "ncu" and naive["kernels"] == 4

@@ -7,7 +7,7 @@ import doctest
 import pytest
 
 import kernels.planning
-from kernels.planning import (
+from attention_conformance.kernels.planning import (
     cta_count,
     end_to_end_speedup,
     num_tiles,

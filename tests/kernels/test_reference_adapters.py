@@ -7,10 +7,10 @@ import importlib
 import numpy as np
 import pytest
 
-import oracles
-from conformance.adapters import BUILTIN
-from conformance.adapters.base import Adapter, CaseInputs
-from conformance.case import Case, FP8Spec
+from attention_conformance import oracles
+from attention_conformance.adapters import BUILTIN
+from attention_conformance.adapters.base import Adapter, CaseInputs
+from attention_conformance.case import Case, FP8Spec
 
 NAMES = ["reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv"]
 
@@ -58,7 +58,7 @@ def test_forward_float64_matches_oracle_and_inputs_untouched(name):
 @pytest.mark.fp8
 @pytest.mark.parametrize("granularity", ["per_tensor", "per_head", "per_tile"])
 def test_fp8_adapter_reads_inputs_fp8(granularity):
-    from oracles import fp8
+    from attention_conformance.oracles import fp8
 
     case = Case(family="test", B=1, Hq=4, Hkv=2, Lq=40, Lk=70, d=32, dv=32, dtype="float8_e4m3fn",
                 fp8=FP8Spec(granularity=granularity, tile_q=16, tile_k=32, incoherent=True))
@@ -79,7 +79,7 @@ def test_fp8_adapter_reads_inputs_fp8(granularity):
 def test_adapters_can_be_built_on_another_kernel_module():
     import types
 
-    from kernels.reference import fa2
+    from attention_conformance.kernels.reference import fa2
 
     calls = []
     fake = types.SimpleNamespace(__name__="mutant", forward=lambda *a, **kw: calls.append(kw) or fa2.forward(*a, **kw))
@@ -103,7 +103,7 @@ def test_capabilities_are_honest():
 def test_reference_adapters_are_unavailable_off_the_cpu():
     """On --device cuda the NumPy adapters are unavailable with a reason, so a CUDA run never 'passes'
     by reporting every case of a CPU-only kernel NOT_SUPPORTED."""
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     for name in NAMES:
         assert load(name, "cpu").available

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from kernel_helpers import BWD_KERNELS, SEMANTIC_CASES, UNIT_ROUNDOFF, make_case, repro
 
-import oracles
-from kernels import emulate
+from attention_conformance import oracles
+from attention_conformance.kernels import emulate
 
 
 def _grads(kernel, arrays, kw, **knobs):

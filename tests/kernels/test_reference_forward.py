@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from kernel_helpers import KERNELS, SEMANTIC_CASES, UNIT_ROUNDOFF, make_case, repro, run_forward
 
-import oracles
-from kernels import emulate
+from attention_conformance import oracles
+from attention_conformance.kernels import emulate
 
 
 def _knobs(kernel: str, block_q: int, block_k: int, dtype: str) -> dict:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import oracles
-from kernels import emulate
-from kernels.reference import fa3
-from oracles import fp8
+from attention_conformance import oracles
+from attention_conformance.kernels import emulate
+from attention_conformance.kernels.reference import fa3
+from attention_conformance.oracles import fp8
 
 U_FP8 = {"e4m3fn": 2.0**-4, "e5m2": 2.0**-3}
 
@@ -110,7 +110,7 @@ def test_incoherent_processing_reduces_error_on_outliers():
     Incoherent processing lowers the RMSE >= 2x on the paper's outlier distribution; block
     quantization on top of it changes little (within 20%).
     """
-    from reports.fp8_accuracy import table3
+    from attention_conformance.reports.fp8_accuracy import table3
 
     names = ["FlashAttention-3 (FP8)", "No block quantization", "No incoherent processing"]
     r = table3(B=1, H=1, N=8192, d=128, seed=0, methods=names)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracles
-from kernels.reference import fa1, fa2, fa3, splitkv
+from attention_conformance import oracles
+from attention_conformance.kernels.reference import fa1, fa2, fa3, splitkv
 
 
 @st.composite

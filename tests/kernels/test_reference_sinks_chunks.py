@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from kernel_helpers import BWD_KERNELS, KERNELS, UNIT_ROUNDOFF
 
-import oracles
-from kernels import emulate
-from kernels.reference import splitkv
+from attention_conformance import oracles
+from attention_conformance.kernels import emulate
+from attention_conformance.kernels.reference import splitkv
 
 SHAPE = dict(B=2, Hq=4, Hkv=2, Lq=37, Lk=53, d=16, dv=8)
 SINKS = np.array([0.3, -2.0, 6.0, -np.inf])

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from kernel_helpers import make_case
 
-import oracles
-from kernels.reference import splitkv
+from attention_conformance import oracles
+from attention_conformance.kernels.reference import splitkv
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 4, 7, 64])
@@ -76,7 +76,7 @@ def test_combine_matches_oracle_merge_with_empty_splits():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_splits_agree_with_fa2_in_low_precision(dtype):
-    from kernels.reference import fa2
+    from attention_conformance.kernels.reference import fa2
 
     arrays, kw, _ = make_case("causal_br_lq_gt_lk")
     base, _ = fa2.forward(arrays["q"], arrays["k"], arrays["v"], **kw, block_k=8, dtype=dtype)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import catalog
-from conformance.case import Case
-from conformance.engine import Runner
-from conformance.inputs import make_inputs
-from conformance.registry import LoadedAdapter, load
-from kernels.reference import splitkv
-from property_tests.mutants.catalog import MUTANTS
-from property_tests.mutants.runner import build_adapter
+from attention_conformance import catalog
+from attention_conformance.case import Case
+from attention_conformance.engine import Runner
+from attention_conformance.inputs import make_inputs
+from attention_conformance.kernels.reference import splitkv
+from attention_conformance.property_tests.mutants.catalog import MUTANTS
+from attention_conformance.property_tests.mutants.runner import build_adapter
+from attention_conformance.registry import LoadedAdapter, load
 
 PAGED_CI = [c for c in catalog.cases("ci") if c.family == "paged"]
 PAGED_MORE = [c for c in catalog.cases("full") if c.family == "paged" and c not in PAGED_CI]
@@ -114,7 +114,7 @@ def _run(adapter, case):
 def test_reference_splitkv_passes_paged_ci_cases(case):
     res = _run(load("reference-splitkv").adapter, case)
     assert res.outcome == "PASS", f"reference-splitkv on {case.id}: {res.outcome}\n{res.message}\nrepro: {res.repro}"
-    assert res.kernels == ["kernels.reference.splitkv.forward[paged]"], res.kernels
+    assert res.kernels == ["attention_conformance.kernels.reference.splitkv.forward[paged]"], res.kernels
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.timing import cuda_event_median_ms, cuda_event_times_ms
+from attention_conformance.kernels.timing import cuda_event_median_ms, cuda_event_times_ms
 
 torch = pytest.importorskip("torch")
 

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from oracles import fp8, hadamard
+from attention_conformance.oracles import fp8, hadamard
 
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 FMAX = {"e4m3fn": 448.0, "e5m2": 57344.0}

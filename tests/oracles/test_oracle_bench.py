@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-import oracles
-from oracles.bench import gemm_baseline, make_inputs
+from attention_conformance import oracles
+from attention_conformance.oracles.bench import gemm_baseline, make_inputs
 
 SHAPE = dict(B=1, H=4, L=2048, d=128)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from oracle_helpers import case_repr, rand_qkv, scalar_visible
 
-import oracles
-from oracles.numgrad import central_differences
+from attention_conformance import oracles
+from attention_conformance.oracles.numgrad import central_differences
 
 ATOL = 2e-8  # the gradient bound of tests/oracles/test_oracle_gradients.py
 SHAPE = dict(B=2, Hq=4, Hkv=2, Lq=5, Lk=7, d=3, dv=2)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from oracle_helpers import case_repr, rand_qkv
 
-import oracles
-from oracles.numgrad import compare_gradients, numerical_gradients
+from attention_conformance import oracles
+from attention_conformance.oracles.numgrad import compare_gradients, numerical_gradients
 
 ATOL = 2e-8  # the seed lab's bound ([FA-anim] "动手 · CPU 参考实现")
 _rng = np.random.default_rng(3)

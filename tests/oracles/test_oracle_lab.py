@@ -1,4 +1,5 @@
-"""`python -m oracles.lab` (the seed lab, [FA-anim] "动手 · CPU 参考实现"): PASS on the real kernel,
+"""`python -m attention_conformance.oracles.lab` (the seed lab, [FA-anim] "动手 · CPU 参考实现"): PASS on the real
+kernel,
 FAIL with exit 1 for each of the seed's three planted edits."""
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from oracles import lab
+from attention_conformance.oracles import lab
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lab_cli_passes():
     r = subprocess.run(
-        [sys.executable, "-m", "oracles.lab", "--length", "7", "--block", "3"],
+        [sys.executable, "-m", "attention_conformance.oracles.lab", "--length", "7", "--block", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -28,7 +29,8 @@ def test_lab_cli_passes():
 
 def test_lab_cli_fails_with_exit_1_on_a_mutation():
     r = subprocess.run(
-        [sys.executable, "-m", "oracles.lab", "--length", "7", "--block", "3", "--mutate", "drop-alpha"],
+        [sys.executable, "-m", "attention_conformance.oracles.lab", "--length", "7", "--block", "3", "--mutate",
+         "drop-alpha"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 1 and r.stdout.strip().splitlines()[-1] == "FAIL", r.stdout + r.stderr

@@ -13,8 +13,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import oracles
-import oracles.scores as scores
+import attention_conformance.oracles.scores as scores
+from attention_conformance import oracles
 
 
 def _peak_bytes(fn) -> int:

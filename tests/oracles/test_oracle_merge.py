@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from oracle_helpers import rand_qkv
 
-import oracles
+from attention_conformance import oracles
 
 TOL = 1e-12
 

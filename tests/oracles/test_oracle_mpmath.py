@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from oracle_helpers import case_repr, rand_qkv, scalar_visible
 
-import oracles
+from attention_conformance import oracles
 
 mpmath.mp.dps = 50
 TOL = 1e-13

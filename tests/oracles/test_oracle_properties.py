@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracles
+from attention_conformance import oracles
 
 TOL = 1e-12
 

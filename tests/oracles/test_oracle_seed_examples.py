@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-import oracles
-from oracles.numgrad import numerical_gradients
-from oracles.streaming import key_tiles
+from attention_conformance import oracles
+from attention_conformance.oracles.numgrad import numerical_gradients
+from attention_conformance.oracles.streaming import key_tiles
 
 
 def _one_row(scores, values):

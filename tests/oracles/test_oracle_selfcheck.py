@@ -1,10 +1,11 @@
-"""`python -m oracles.selfcheck`: every check passes on the real oracle; a failing check gives exit 1."""
+"""`python -m attention_conformance.oracles.selfcheck`: every check passes on the real oracle; a failing check
+gives exit 1."""
 
 from __future__ import annotations
 
 import json
 
-from oracles import selfcheck
+from attention_conformance.oracles import selfcheck
 
 
 def test_selfcheck_passes_and_writes_json(tmp_path, capsys):

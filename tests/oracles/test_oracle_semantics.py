@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from oracle_helpers import rand_qkv, scalar_visible
 
-import oracles
+from attention_conformance import oracles
 
 
 def _same(a, b, atol=1e-14, what=""):
@@ -241,7 +241,7 @@ def test_lse_is_natural_log_of_final_scores():
 @pytest.mark.parametrize("Lq,Lk", [(5, 7), (7, 4)])
 def test_block_masks_and_key_ranges_match_the_scalar_rule(Lq, Lk):
     """Every sub-block of `block_invisible` and every `key_range` agree with §4, §5, §7 pair by pair."""
-    from oracles.masking import block_invisible, key_range
+    from attention_conformance.oracles.masking import block_invisible, key_range
 
     for sq, sk in [(Lq, Lk), (Lq - 2, Lk), (Lq, Lk - 3), (1, Lk), (Lq, 0)]:
         for causal in (False, True):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from oracle_helpers import case_repr, rand_qkv
 
-import oracles
+from attention_conformance import oracles
 
 TOL = 1e-12
 _rng = np.random.default_rng(21)
@@ -80,7 +80,7 @@ def test_dense_block_size_does_not_matter(kw, monkeypatch):
         kw["mask"] = rng.random((37, 29)) > 0.2
     ref = oracles.attention(q, k, v, **kw)
     ref_grads = oracles.attention_backward(q, k, v, dout, **kw)
-    import oracles.scores as scores
+    import attention_conformance.oracles.scores as scores
 
     monkeypatch.setattr(scores, "BLOCK_ELEMENTS", 1)  # 8-row blocks
     _compare(oracles.attention(q, k, v, **kw), ref, "8-row blocks", repr(kw))

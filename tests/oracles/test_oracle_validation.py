@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from oracle_helpers import rand_qkv
 
-import oracles
+from attention_conformance import oracles
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from property_tests import profiles
+from attention_conformance.property_tests import profiles
 
 profiles.register()
 
@@ -51,7 +51,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         show = False
     if not show:
         return
-    from property_tests.kernel_properties import STATS
+    from attention_conformance.property_tests.kernel_properties import STATS
 
     if not STATS:
         return

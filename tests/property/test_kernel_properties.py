@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.pytest_plugin import device_option, impl_option
-from property_tests.kernel_properties import STATS, build_property, properties_for
+from attention_conformance.property_tests.kernel_properties import STATS, build_property, properties_for
+from attention_conformance.pytest_plugin import device_option, impl_option
 
 DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv")
 
@@ -21,7 +21,7 @@ def _impls(config) -> list[str]:
     raw = impl_option(config)
     if not raw:
         return list(DEFAULT_IMPLS)
-    from conformance.registry import resolve_specs
+    from attention_conformance.registry import resolve_specs
 
     specs, _ = resolve_specs(raw)
     return specs
@@ -34,7 +34,7 @@ def _device(config) -> str:
 def pytest_generate_tests(metafunc):
     if "impl_kind" not in metafunc.fixturenames:
         return
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     device = _device(metafunc.config)
     params = []

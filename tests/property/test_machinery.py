@@ -8,15 +8,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from conformance.adapters.base import Capabilities, capability_reason
-from conformance.case import Case
-from property_tests.kernel_check import evaluate
-from property_tests.kernel_properties import repro_command
-from property_tests.mutants.apply import Edit, PatchError, check_applies, load_module, load_with, patched_source
-from property_tests.strategies import DEFAULT_MAX_WORK, attention_cases, special_lengths
+from attention_conformance.adapters.base import Capabilities, capability_reason
+from attention_conformance.case import Case
+from attention_conformance.property_tests.kernel_check import evaluate
+from attention_conformance.property_tests.kernel_properties import repro_command
+from attention_conformance.property_tests.mutants.apply import (
+    Edit,
+    PatchError,
+    check_applies,
+    load_module,
+    load_with,
+    patched_source,
+)
+from attention_conformance.property_tests.strategies import DEFAULT_MAX_WORK, attention_cases, special_lengths
 
-FA2 = "kernels.reference.fa2"
-COMMON = "kernels.reference._common"
+FA2 = "attention_conformance.kernels.reference.fa2"
+COMMON = "attention_conformance.kernels.reference._common"
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)
@@ -61,7 +68,7 @@ def test_patch_must_match_exactly_once():
 
 def test_mutated_module_is_a_fresh_copy():
     """Loading a mutant never touches the file on disk or the module in sys.modules."""
-    import kernels.reference.fa2 as original
+    import attention_conformance.kernels.reference.fa2 as original
 
     before = open(original.__file__, encoding="utf-8").read()
     mod = load_module(FA2, (Edit("s = s * p.scale", "s = s", after="def forward("),), "unit")
@@ -74,8 +81,8 @@ def test_mutated_module_is_a_fresh_copy():
 
 
 def test_load_with_injects_and_restores_dependencies():
-    import kernels.reference as pkg
-    import kernels.reference._common as common
+    import attention_conformance.kernels.reference as pkg
+    import attention_conformance.kernels.reference._common as common
 
     patched = load_module(COMMON, (Edit("ok = ok & (j <= diag + self.right)", "ok = ok & (j < diag + self.right)"),),
                           "unit")
@@ -104,7 +111,7 @@ class _Broken:
 
 
 def test_evaluate_fails_a_wrong_output_and_passes_a_correct_one():
-    from conformance.registry import load
+    from attention_conformance.registry import load
 
     base = load("reference-fa2").adapter
     case = Case(family="unit", B=1, Hq=2, Hkv=1, Lq=5, Lk=7, d=8, dv=8, dtype="float32", causal=True, seed=3)
@@ -122,14 +129,14 @@ def test_repro_command_round_trips(tmp_path):
     args = shlex.split(cmd)
     payload = json.loads(args[args.index("--case") + 1])
     assert Case.from_dict(payload) == case
-    from property_tests.repro import main
+    from attention_conformance.property_tests.repro import main
 
     assert main(["--impl", "reference-fa2", "--case", json.dumps(payload)]) == 0
 
 
 def test_runner_rejects_unknown_steps():
-    from property_tests.mutants.catalog import MUTANTS
-    from property_tests.mutants.runner import run_mutant
+    from attention_conformance.property_tests.mutants.catalog import MUTANTS
+    from attention_conformance.property_tests.mutants.runner import run_mutant
 
     with pytest.raises(ValueError, match="unknown step"):
         run_mutant(MUTANTS[0], order=("bogus",))
@@ -137,8 +144,8 @@ def test_runner_rejects_unknown_steps():
 
 def test_cli_exit_status_follows_the_score(monkeypatch, capsys):
     """Exit 0 only when every mutant is killed: a catalog holding only the unmutated kernel gives 0/1 and exit 1."""
-    from property_tests.mutants import cli
-    from property_tests.mutants.catalog import MUTANTS, Mutant
+    from attention_conformance.property_tests.mutants import cli
+    from attention_conformance.property_tests.mutants.catalog import MUTANTS, Mutant
 
     control = Mutant("control_identity", "none", "-", "reference-fa2", wrapper="identity")
     monkeypatch.setattr(cli, "MUTANTS", (control,))

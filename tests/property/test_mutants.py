@@ -1,6 +1,6 @@
 """Mutation testing in CI: every mutant's patch still applies, and the ci checks kill every mutant.
 
-``test_mutation_score_ci`` is the table of ``python -m conformance mutants --profile ci``: each mutant
+``test_mutation_score_ci`` is the table of ``python -m attention_conformance mutants --profile ci``: each mutant
 of `property_tests.mutants.catalog` must be killed (FAIL, CRASH or TIMEOUT on some check) within 60 s.
 ``test_unmutated_kernels_survive`` is the control: the same checks on the *correct* kernels find
 nothing, so a kill means the seeded bug was detected, not that the harness rejects everything.
@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from property_tests.mutants.apply import check_applies, source_of
-from property_tests.mutants.catalog import MUTANTS
-from property_tests.mutants.runner import build_adapter, format_table, run_all, run_mutant, score_line
+from attention_conformance.property_tests.mutants.apply import check_applies, source_of
+from attention_conformance.property_tests.mutants.catalog import MUTANTS
+from attention_conformance.property_tests.mutants.runner import (
+    build_adapter,
+    format_table,
+    run_all,
+    run_mutant,
+    score_line,
+)
 
 TIME_LIMIT = 60.0
 
@@ -95,9 +101,9 @@ def test_combination_mutant_is_killed_by_the_pairs_family(name):
     """The catalog's ``pairs`` family (conformance.features, conformance.covering) kills each combination mutant
     on its own, and only through cases that hold its two features together: on every claimed pairs case
     without the combination the mutant passes, as the correct kernel does."""
-    from conformance import catalog, features
-    from property_tests.kernel_check import evaluate
-    from property_tests.mutants.catalog import by_name
+    from attention_conformance import catalog, features
+    from attention_conformance.property_tests.kernel_check import evaluate
+    from attention_conformance.property_tests.mutants.catalog import by_name
 
     adapter = build_adapter(by_name(name))
     holds = COMBINATION_OF[name]
@@ -111,7 +117,7 @@ def test_combination_mutant_is_killed_by_the_pairs_family(name):
 
 def test_unmutated_kernels_survive():
     """Control: with an empty edit list (the correct kernel) the pinned + Hypothesis checks find nothing."""
-    from property_tests.mutants.catalog import Mutant
+    from attention_conformance.property_tests.mutants.catalog import Mutant
 
     for adapter in sorted({m.adapter for m in MUTANTS}):
         control = Mutant(f"control_{adapter}", "none", "-", adapter, wrapper="identity")
@@ -128,7 +134,7 @@ def test_mutation_score_ci(record_property):
     """The ci mutant table: every mutant killed within 60 s (stop at the first failing check).
 
     Run without the pinned examples (engine catalog first, then Hypothesis-generated cases only), so
-    the score does not rest on examples written after the mutants; ``python -m conformance mutants``
+    the score does not rest on examples written after the mutants; ``python -m attention_conformance mutants``
     (default order, pinned examples first) is faster still. The table appears in pytest's terminal
     summary."""
     results = run_all(MUTANTS, "ci", time_limit=TIME_LIMIT, order=("conformance", "generated"))

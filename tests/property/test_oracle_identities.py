@@ -17,8 +17,8 @@ import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-import oracles
-from property_tests.strategies import attention_arrays, bool_masks, sample_values
+from attention_conformance import oracles
+from attention_conformance.property_tests.strategies import attention_arrays, bool_masks, sample_values
 
 __all__: list[str] = []
 

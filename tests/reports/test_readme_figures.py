@@ -8,13 +8,14 @@ import shutil
 
 import pytest
 
-from reports import readme_figures as rf
+from attention_conformance.reports import readme_figures as rf
 
 
 def test_readme_blocks_match_the_data():
     text = rf.README.read_text()
     _, changed = rf.rewrite(text)
-    assert not changed, f"README.md blocks {changed} differ from the data: run `python -m reports.readme_figures`"
+    assert not changed, (f"README.md blocks {changed} differ from the data: "
+                         "run `python -m attention_conformance.reports.readme_figures`")
 
 
 def test_every_block_is_in_the_readme():

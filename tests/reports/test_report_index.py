@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from reports import index
+from attention_conformance.reports import index
 
 ROOT = index.REPO_ROOT
 
@@ -22,7 +22,7 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 def test_index_lists_the_current_files():
     assert index.listed_paths(index.INDEX.read_text()) == index.listed_paths(index.render_index()), (
-        "reports/index.md is out of date: run `python -m reports.index`")
+        "reports/index.md is out of date: run `python -m attention_conformance.reports.index`")
 
 
 def test_every_tracked_report_file_is_in_the_index():
@@ -52,7 +52,7 @@ def test_run_outputs_are_ignored_by_git(path):
 
 
 def test_default_outputs_are_under_reports_latest():
-    from conformance.cli import build_parser
+    from attention_conformance.cli import build_parser
 
     assert build_parser().parse_args(["run"]).report_dir.replace("\\", "/").startswith("reports/latest")
     tox = configparser.ConfigParser(interpolation=None)
