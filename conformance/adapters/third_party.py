@@ -140,7 +140,7 @@ class SdpaFunctionAdapter(Adapter):
         if all(p[f"dtype:{n}"] is not None for n in PROBE_DTYPES):
             tried = "; ".join(f"dtype:{n}: [{p[f'dtype:{n}']}]" for n in PROBE_DTYPES)
             return f"{self.name} raised on every dtype probe on {device} (declare what it supports with " \
-                   f"conformance.claims or --claims): {tried}"
+                   f"attention_conformance.claims or --claims): {tried}"
         return None
 
     def needs(self, case: Case) -> list[str]:

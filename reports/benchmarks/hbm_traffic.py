@@ -184,7 +184,7 @@ def _unavailable(impl: str, pass_: str = "fwd") -> str | None:
 
             lib = cuda_lib.library(build_if_missing=False)
         except Exception as exc:
-            return f"kernels.cuda_lib: {exc}"
+            return f"attention_conformance.kernels.cuda_lib: {exc}"
         tag = impl.split("-")[1]
         for name in (f"attn_{tag}_fwd",) + ((f"attn_{tag}_bwd",) if pass_ != "fwd" else ()):
             if getattr(lib, name, None) is None:

@@ -37,9 +37,9 @@ COST_CAP = 3e8  # estimated_cost above this (L in the thousands on the CPU) only
 def _example_specs() -> list[str]:
     specs = []
     for mod in pkgutil.iter_modules(conformance.examples.__path__):
-        module = importlib.import_module(f"conformance.examples.{mod.name}")
+        module = importlib.import_module(f"attention_conformance.examples.{mod.name}")
         if callable(getattr(module, "attention", None)):
-            specs.append(f"conformance.examples.{mod.name}:attention")
+            specs.append(f"attention_conformance.examples.{mod.name}:attention")
     return specs
 
 

@@ -68,7 +68,7 @@ def repro(kernel: str, name: str, **extra) -> str:
     """A stand-alone repro line for failure messages."""
     more = ", ".join(f"{k}={v!r}" for k, v in extra.items())
     return (f"repro: arrays, kw, _ = tests/kernels/kernel_helpers.make_case({name!r}); "
-            f"kernels.reference.{kernel}.forward(**arrays, **kw, {more})")
+            f"attention_conformance.kernels.reference.{kernel}.forward(**arrays, **kw, {more})")
 
 
 def run_forward(kernel: str, arrays: dict, kw: dict, **knobs):
