@@ -147,7 +147,7 @@ struct Consumer {
         if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
     }
     __device__ __forceinline__ void turn_pass() {
-        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw ^ 1), 256);
+        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
     }
 
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled.
@@ -362,7 +362,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     Loader<C> ld{P, sm};
     Loader<C>* my_ld = (!C::kWS && threadIdx.x == 0) ? &ld : nullptr;
     if constexpr (C::kPingpong) {
-        if (cw == 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+        if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
     }
     PipeState<2> slot;
     int t = blockIdx.x;
