@@ -9,6 +9,7 @@
 //   full_k[s], full_v[s] K or V tile of stage s landed;  empty_k[s], empty_v[s]: every consumer warp's
 //                        wgmma that read it has completed (one arrival per warp)
 //   tile_full / tile_empty  (persistent) the next work-tile index, handed from the producer to the consumers
+//                        (one arrival per consumer thread on tile_empty, since every thread reads the slot)
 // Key tiles run from the last to the first, so the tiles needing per-element masks (the sequence tail,
 // the causal diagonal) come first. The first tile may extend past the real key length lk: rows j >= lk
 // of its V are zeroed in shared memory before any P V product reads them (P = 0 there, but 0 * NaN is
