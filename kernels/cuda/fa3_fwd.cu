@@ -81,11 +81,16 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
 
 // The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, two consumer
 // warpgroups, pingpong, intra-warpgroup overlap, one CTA per work tile (the persistent loop measured 2-4%
-// slower), key tiles of 192 / 128 / 80 for d = 64 / 128 / 256, a K/V ring as deep as shared memory allows.
+// slower); d = 64: three consumer warpgroups (192 query rows), key tiles of 128; d = 128: key tiles of 128
+// (176 measured the same within the run-to-run spread); d = 256: key tiles of 80; a K/V ring as deep as
+// shared memory allows (3, 3, 2 stages).
 template <int D>
-constexpr int kDefaultN = D == 64 ? 192 : (D == 128 ? 128 : 80);
-template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0>
-using Default = Fa3Config<D, E, 2, true, true, true, kPersistent, kPre, kN, kStages>;
+constexpr int kDefaultN = D == 64 ? 128 : (D == 128 ? 128 : 80);
+template <int D>
+constexpr int kDefaultWGs = D == 64 ? 3 : 2;
+template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
+          int kWGs = kDefaultWGs<D>>
+using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages>;
 
 template <int D, typename E>
 int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
@@ -94,20 +99,25 @@ int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, in
                : launch<Default<D, E, false>>(p, s, sms, err, errlen);
 }
 
+// The default build with the persistent loop, or with one CTA per work tile, for any head dim.
+template <int D, typename E>
+int dispatch_grid(const AttnFwdParams& p, bool persistent, cudaStream_t s, int sms, char* err, int errlen) {
+    return persistent ? launch<Default<D, E, false, true>>(p, s, sms, err, errlen)
+                      : launch<Default<D, E, false, false>>(p, s, sms, err, errlen);
+}
+
 // Ablation and tuning builds, d = 128: each changes one thing of the default.
 template <typename E>
 int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms, char* err, int errlen) {
     switch (flags) {
         case ATTN_FA3_NO_PINGPONG:
-            return launch<Fa3Config<128, E, 2, true, true, false, false, false>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, true, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_OVERLAP:
-            return launch<Fa3Config<128, E, 2, true, false, true, false, false>>(p, s, sms, err, errlen);
-        case ATTN_FA3_PERSISTENT:
-            return launch<Default<128, E, false, true>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, false, true, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_WS:
-            return launch<Fa3Config<128, E, 2, false, true, false, false, false>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, false, true, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGE1:
-            return launch<Fa3Config<128, E, 1, false, false, false, false, false>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 1, false, false, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
         case ATTN_FA3_N176:
             return launch<Default<128, E, false, false, 176>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGES2:
@@ -115,7 +125,7 @@ int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms,
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
-                              ATTN_FA3_STAGES2);
+                              ATTN_FA3_D64_TWO_WG);
     }
 }
 
@@ -138,6 +148,27 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "%s: softcap=%g scale=%g: the variant builds need no softcap and scale > 0", name,
                               p->softcap, p->scale);
+        if (flags == ATTN_FA3_D64_TWO_WG) {
+            if (p->head_dim != 64)
+                return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: variant %d is for head_dim 64",
+                                  name, p->head_dim, flags);
+            return bf ? launch<Default<64, __nv_bfloat16, false, false, 192, 0, 2>>(*p, s, sms, err, errlen)
+                      : launch<Default<64, __half, false, false, 192, 0, 2>>(*p, s, sms, err, errlen);
+        }
+        if (flags == ATTN_FA3_PERSISTENT || flags == ATTN_FA3_ONE_CTA_PER_TILE) {
+            const bool per = flags == ATTN_FA3_PERSISTENT;
+            switch (p->head_dim) {
+                case 64:
+                    return bf ? dispatch_grid<64, __nv_bfloat16>(*p, per, s, sms, err, errlen)
+                              : dispatch_grid<64, __half>(*p, per, s, sms, err, errlen);
+                case 128:
+                    return bf ? dispatch_grid<128, __nv_bfloat16>(*p, per, s, sms, err, errlen)
+                              : dispatch_grid<128, __half>(*p, per, s, sms, err, errlen);
+                default:
+                    return bf ? dispatch_grid<256, __nv_bfloat16>(*p, per, s, sms, err, errlen)
+                              : dispatch_grid<256, __half>(*p, per, s, sms, err, errlen);
+            }
+        }
         if (p->head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "%s: head_dim=%d: the variant builds exist for head_dim 128", name, p->head_dim);

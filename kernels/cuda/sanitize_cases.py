@@ -197,9 +197,11 @@ def main() -> int:
     lib = cuda_lib.library()
     failures = 0
     only = sys.argv[1:]  # optional launcher names: run only their cases
+    ran = 0
     for launcher, spec in CASES:
         if only and launcher not in only:
             continue
+        ran += 1
         if getattr(lib, launcher, None) is None:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
             continue
@@ -212,7 +214,7 @@ def main() -> int:
         except Exception as e:  # a kernel error is a failure of the set
             failures += 1
             print(f"FAIL {launcher} {spec}: {e}", flush=True)
-    print(f"sanitize_cases: {len(CASES)} cases, {failures} failures")
+    print(f"sanitize_cases: {ran} of {len(CASES)} cases run, {failures} failures")
     return 1 if failures else 0
 
 

@@ -13,13 +13,14 @@
    (``flash_attn.cute.interface.flash_attn_func``); ``--ablation``: the ablation builds at d = 128;
    ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 4*B*H*N*N*d (halved for causal).
 
-Prints a short table last; writes fa3.json and fa3.md under --out.
+Prints a short table last; writes fa3.json and fa3.md (and fa3_curves.svg with --curves) under --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -31,7 +32,7 @@ import torch
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn, time_fn
 
-__all__ = ["ablation_rows", "bench_rows", "correctness", "fa4_fn", "main"]
+__all__ = ["ablation_rows", "bench_rows", "correctness", "curves_svg", "fa4_fn", "main"]
 
 BF, HF = torch.bfloat16, torch.float16
 
@@ -86,8 +87,14 @@ def correctness(variants) -> list[dict]:
         dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=HF, varlen=True, causal=True, bottom_right=False),
         dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF, window=(100, 30)),
     ]
+    d64 = [dict(c, d=64) for c in vcases]
     for variant in variants:
-        if variant == "full":
+        if variant == "d64_two_wg":
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 2000 + i, c) for i, c in enumerate(d64)]
+        elif variant in ANY_DIM_VARIANTS:
+            every = vcases + d64 + [dict(c, d=256) for c in vcases]
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 3000 + i, c) for i, c in enumerate(every)]
+        elif variant == "full":
             res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
         else:
             res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 1000 + i, c) for i, c in enumerate(vcases)]
@@ -108,15 +115,16 @@ def fa4_fn(q, k, v, causal):
     return f
 
 
+ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile")  # builds that exist for every head dim
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
-def _time_candidates(row, cands, flops):
+def _time_candidates(row, cands, flops, rounds=ROUNDS):
     """Time every (name, fn) of `cands` round-robin ROUNDS times (each a `time_fn` median of 25 launches),
     so that clock drift during the run affects every candidate alike; record the median of the rounds and
     the rounds' spread ((max - min) / median)."""
     meds: dict[str, list[float]] = {name: [] for name, _ in cands}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, fn in cands:
             if name + "_error" in row:
                 continue
@@ -132,7 +140,7 @@ def _time_candidates(row, cands, flops):
             row[name + "_spread"] = (max(ms) - min(ms)) / med
 
 
-def bench_rows(shapes, with_refs=True, variants=()) -> list[dict]:
+def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]:
     """Timing rows: FA3 (attn_fa3_fwd, plus each build in `variants` as ``fa3_<variant>``) beside the
     references on the same inputs."""
     from torch.nn.attention import SDPBackend
@@ -146,14 +154,15 @@ def bench_rows(shapes, with_refs=True, variants=()) -> list[dict]:
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(B=B, H=H, N=N, d=d, causal=causal)
         cands = [("fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p))]
-        cands += [("fa3_" + v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in variants if d == 128]
+        cands += [("fa3_" + v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in variants
+                  if v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128)]
         if with_refs:
             cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                       ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
             f4 = fa4_fn(q, k, v, causal)
             if f4 is not None:
                 cands.append(("fa4", f4))
-        _time_candidates(row, cands, flops)
+        _time_candidates(row, cands, flops, rounds)
         for ref in ("flash", "cudnn", "fa4"):
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
@@ -173,14 +182,55 @@ def ablation_rows() -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
-        _time_candidates(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in cuda_lib.FA3_VARIANTS],
-                         flops)
-        for variant in cuda_lib.FA3_VARIANTS:
+        names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"]
+        _time_candidates(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops)
+        for variant in names:
             r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
             r.update({"fa3" + k[len(variant):]: x for k, x in row.items() if k.startswith(variant + "_")})
             rows.append(r)
         del q, k, v, o
     return rows
+
+
+COLORS = {"fa3": "#d62728", "cudnn": "#1f77b4", "flash": "#2ca02c", "fa4": "#9467bd"}
+
+
+def curves_svg(rows: list[dict]) -> str:
+    """A dependency-free SVG chart of `bench_rows` output over N: one panel per (d, causal), TFLOPs/s of
+    each implementation (lines), N on a log2 axis."""
+    panels = sorted({(r["d"], r["causal"]) for r in rows})
+    w, h, pad = 300, 200, 40
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * w}" height="{h * ((len(panels) + 2) // 3)}" '
+           'font-family="sans-serif" font-size="10">']
+    ymax = max([r.get(k + "_tflops", 0) for r in rows for k in COLORS] + [1]) * 1.1
+    for idx, (d, causal) in enumerate(panels):
+        x0, y0 = (idx % 3) * w, (idx // 3) * h
+        pr = sorted((r for r in rows if (r["d"], r["causal"]) == (d, causal)), key=lambda r: r["N"])
+        ns = [r["N"] for r in pr]
+        lo, hi = math.log2(min(ns)), max(math.log2(max(ns)), math.log2(min(ns)) + 1)
+
+        def px(n, lo=lo, hi=hi, x0=x0):
+            return x0 + pad + (math.log2(n) - lo) / (hi - lo) * (w - 1.5 * pad)
+
+        def py(t, y0=y0):
+            return y0 + h - pad + -t / ymax * (h - 1.5 * pad)
+
+        out.append(f'<text x="{x0 + pad}" y="{y0 + 14}">d={d} {"causal" if causal else "non-causal"} '
+                   '(TFLOPs/s vs N)</text>')
+        out.append(f'<line x1="{px(ns[0])}" y1="{py(0)}" x2="{px(ns[-1])}" y2="{py(0)}" stroke="black"/>')
+        for n in ns:
+            label = f"{n // 1024}k" if n >= 1024 else str(n)
+            out.append(f'<text x="{px(n) - 8}" y="{py(0) + 12}">{label}</text>')
+        for t in range(0, int(ymax), 200):
+            out.append(f'<text x="{x0 + 5}" y="{py(t) + 3}">{t}</text>')
+        for k, color in COLORS.items():
+            pts = [(px(r["N"]), py(r[k + "_tflops"])) for r in pr if k + "_tflops" in r]
+            if pts:
+                out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="'
+                           + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
+                out.append(f'<text x="{pts[-1][0] - 20}" y="{pts[-1][1] - 4}" fill="{color}">{k}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def markdown(env, rows, abl) -> str:
@@ -222,6 +272,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--curves", action="store_true")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--curves-only", action="store_true", help="skip the N=8192 table")
+    ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
+    ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
     ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
     ap.add_argument("--variants", default=",".join(cuda_lib.FA3_VARIANTS),
                     help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
@@ -245,12 +298,16 @@ def main(argv=None) -> int:
         shapes = [(4, 16, 8192, d, c) for d in (64, 128, 256) for c in (False, True)]
         if args.quick:
             shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
-        rows = bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v])
+        rows = [] if args.curves_only else bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v])
         if args.ablation:
             abl = ablation_rows()
         if args.curves:
             curves = bench_rows([(max(1, 32768 // n), 16, n, d, c) for d in (64, 128, 256) for c in (False, True)
-                                 for n in (512, 1024, 2048, 4096, 8192, 16384)])
+                                 for n in (512, 1024, 2048, 4096, 8192, 16384)], rounds=1,
+                                with_refs=not args.curves_no_refs,
+                                variants=[v for v in args.curve_variants.split(",") if v])
+    if curves:
+        (out / f"fa3_curves{args.tag}.svg").write_text(curves_svg(curves))
     (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
                                                              curves=curves), indent=1))
     md = markdown(env, rows, abl)

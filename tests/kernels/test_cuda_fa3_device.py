@@ -55,7 +55,8 @@ def test_fa3_matches_float64_reference(spec):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
 
 
-@pytest.mark.parametrize("variant", ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2"])
+@pytest.mark.parametrize("variant",
+                         ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2"])
 def test_fa3_ablation_builds_match_reference(variant):
     cuda_lib = _lib()
     from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
@@ -66,6 +67,17 @@ def test_fa3_ablation_builds_match_reference(variant):
     for i, spec in enumerate((CASES[4], dict(B=1, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True))):
         res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **spec)
         assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
+def test_fa3_d64_two_warpgroup_build_matches_reference():
+    cuda_lib = _lib()
+    from reports.benchmarks.cuda_fwd_check_bench import check_case
+
+    def run(q, k, v, o, lse, **kw):
+        cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), "d64_two_wg")
+
+    res = check_case("attn_fa3_fwd[d64_two_wg]", runner=run, seed=7, **dict(CASES[4], d=64))
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
 
 
 def test_fa3_variant_rejects_other_head_dims():

@@ -40,3 +40,37 @@ def test_greedy_ties_and_errors():
         greedy_loads([1], 0)
     with pytest.raises(ValueError, match="costs"):
         greedy_loads([-1], 1)
+
+
+_ORDER_PROGRAM = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "hopper/scheduler.cuh"
+int main(int argc, char** argv) {
+    attn::hopper::TileOrder o{atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4])};
+    for (int t = 0; t < o.total(); ++t) {
+        attn::hopper::WorkTile w = o.at(t);
+        printf("%d %d %d\n", w.m_block, w.h, w.b);
+    }
+    return 0;
+}
+"""
+
+
+def test_python_mirror_matches_the_kernels_tile_order(tmp_path):
+    """`fa3_tile_order` against ``TileOrder::at`` itself (compiled for the host with nvcc)."""
+    import subprocess
+
+    from kernels.build import CUDA_DIR, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    src, exe = tmp_path / "order.cu", tmp_path / "order"
+    src.write_text(_ORDER_PROGRAM)
+    subprocess.run([nvcc, "-std=c++17", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    for args in ((5, 3, 2, 4), (7, 16, 4, 6), (1, 1, 1, 1), (3, 2, 2, 4)):
+        out = subprocess.run([str(exe), *map(str, args)], check=True, capture_output=True, text=True).stdout
+        got = [tuple(int(x) for x in line.split()) for line in out.splitlines()]
+        assert got == fa3_tile_order(*args), f"TileOrder{args} and fa3_tile_order{args} differ"

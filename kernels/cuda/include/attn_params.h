@@ -154,14 +154,18 @@ int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen
 // or tuning builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
 int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
 int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
-enum AttnFa3Variant {  // each changes one thing of the default build (d = 128)
+enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 unless noted)
     ATTN_FA3_NO_PINGPONG = 1,  // consumer warpgroups issue their GEMMs without taking turns
     ATTN_FA3_NO_OVERLAP = 2,   // S, softmax, P V in sequence inside a warpgroup
-    ATTN_FA3_PERSISTENT = 3,   // persistent grid (#SMs CTAs) taking tiles from a global counter, Q double-buffered
+    ATTN_FA3_PERSISTENT = 3,   // any head dim: persistent grid (#SMs CTAs) taking tiles from a global counter,
+                               // Q double-buffered where shared memory allows
     ATTN_FA3_NO_WS = 4,        // no producer warpgroup: thread 0 issues the loads, no setmaxnreg, no pingpong
     ATTN_FA3_STAGE1 = 5,       // one consumer warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
-    ATTN_FA3_N176 = 6,         // key tiles of 176 instead of 128
-    ATTN_FA3_STAGES2 = 7,      // a K/V ring of 2 stages instead of 3
+    ATTN_FA3_N176 = 6,         // key tiles of 176 instead of 128 (with a 2-stage K/V ring: 3 do not fit)
+    ATTN_FA3_STAGES2 = 7,      // a 2-stage K/V ring instead of 3
+    ATTN_FA3_D64_TWO_WG = 8,   // head_dim 64 only: two consumer warpgroups and key tiles of 192 instead of
+                               // three warpgroups (192 query rows) and key tiles of 128
+    ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
 };
 
 // Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of

@@ -2,11 +2,11 @@
 // instantiation, so every variant of the ablation table comes from the same source).
 //
 // kWS: a producer warpgroup (one thread issues every TMA load) beside kConsumerWGs = 2 consumer
-//      warpgroups, with setmaxnreg moving registers from the producer (24) to the consumers (240).
+//      or 3 consumer warpgroups, with setmaxnreg moving registers from the producer to the consumers.
 //      Without it, thread 0 of the first consumer warpgroup issues the loads between its own GEMMs.
 // kOverlap: intra-warpgroup overlap: S(j) = Q K(j)^T and O += P(j-1) V(j-1) are in flight together
 //      while the softmax of S(j) runs.
-// kPingpong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so one
+// kPingpong: the consumer warpgroups take turns issuing their GEMMs (named barriers), so one
 //      warpgroup's softmax runs while the other's GEMMs use the tensor cores.
 // kPersistent: gridDim.x = #SMs CTAs loop over work tiles taken from a global counter (scheduler.cuh).
 #pragma once
@@ -25,10 +25,10 @@ struct Fa3Config {
     static constexpr bool kWS = kWS_, kOverlap = kOverlap_, kPingpong = kPingpong_, kPersistent = kPersistent_;
     static constexpr bool kPrescale = kPrescale_;
     static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
-    static_assert(kConsumerWGs == 1 || kConsumerWGs == 2, "one or two consumer warpgroups");
-    static_assert(!kPingpong || kConsumerWGs == 2, "pingpong needs two consumer warpgroups");
+    static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");
+    static_assert(!kPingpong || kConsumerWGs >= 2, "pingpong needs two or more consumer warpgroups");
     static_assert(!kPersistent || kWS, "the persistent loop runs with a producer warpgroup");
-    static_assert(!kWS || kConsumerWGs == 2, "warp specialisation is built with two consumer warpgroups");
+    static_assert(!kWS || kConsumerWGs >= 2, "warp specialisation is built with two or three consumer warpgroups");
 
     static constexpr int kBlockM = 64 * kConsumerWGs;  // query rows per CTA (64 per consumer warpgroup)
     static constexpr int kBlockN = kBlockN_;  // keys per K/V tile (a multiple of 16, at most 256)
@@ -39,7 +39,10 @@ struct Fa3Config {
     static constexpr int kColBlocks = D / 64;            // 64-column (128-byte) blocks per row
     static constexpr int kThreads = 128 * (kConsumerWGs + (kWS ? 1 : 0));
     static constexpr int kConsumerThreads = 128 * kConsumerWGs;
-    static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+    // setmaxnreg targets: what the producer gives back the consumers take (entry: 65536 / kThreads,
+    // rounded down to a multiple of 8: 168 with 384 threads, 128 with 512).
+    static constexpr int kProducerRegs = kConsumerWGs == 3 ? 32 : 24;
+    static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
 
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
@@ -56,9 +59,9 @@ struct Fa3Config {
     static constexpr uint32_t kSmemBytes = kOffSlot + 16 + 1024;  // + slack to align the base to 1024
 
     // Named barrier ids (0 is __syncthreads): per-warpgroup epilogue, pingpong turns, all consumers.
-    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup
-    static constexpr int kBarTurn = 3;      // + consumer warpgroup whose turn it is
-    static constexpr int kBarConsumers = 5;
+    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
+    static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
+    static constexpr int kBarConsumers = 7;
 };
 
 template <int S>

@@ -9,6 +9,7 @@
 //   full_k[s], full_v[s] K or V tile of stage s landed;  empty_k[s], empty_v[s]: every consumer warp's
 //                        wgmma that read it has completed (one arrival per warp)
 //   tile_full / tile_empty  (persistent) the next work-tile index, handed from the producer to the consumers
+//                        (one arrival per consumer thread on tile_empty, since every thread reads the slot)
 // Key tiles run from the last to the first, so the tiles needing per-element masks (the sequence tail,
 // the causal diagonal) come first. The first tile may extend past the real key length lk: rows j >= lk
 // of its V are zeroed in shared memory before any P V product reads them (P = 0 there, but 0 * NaN is
@@ -147,7 +148,7 @@ struct Consumer {
         if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
     }
     __device__ __forceinline__ void turn_pass() {
-        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw ^ 1), 256);
+        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
     }
 
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled.
@@ -362,7 +363,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     Loader<C> ld{P, sm};
     Loader<C>* my_ld = (!C::kWS && threadIdx.x == 0) ? &ld : nullptr;
     if constexpr (C::kPingpong) {
-        if (cw == 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+        if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
     }
     PipeState<2> slot;
     int t = blockIdx.x;
