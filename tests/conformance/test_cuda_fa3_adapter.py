@@ -3,8 +3,8 @@ not claim with a reason, and is unavailable without a Hopper GPU (never a FAIL o
 
 from __future__ import annotations
 
-from conformance.adapters import BUILTIN
-from conformance.case import Case
+from attention_conformance.adapters import BUILTIN
+from attention_conformance.case import Case
 
 
 def _case(**kw):
@@ -15,14 +15,14 @@ def _case(**kw):
 
 
 def test_registered_under_its_name():
-    from conformance.adapters.cuda import CudaFA3
+    from attention_conformance.adapters.cuda import CudaFA3
 
-    assert BUILTIN["cuda-fa3"] == "conformance.adapters.cuda:CudaFA3"
+    assert BUILTIN["cuda-fa3"] == "attention_conformance.adapters.cuda:CudaFA3"
     assert CudaFA3.name == "cuda-fa3" and CudaFA3.fwd_launcher == "attn_fa3_fwd" and CudaFA3.bwd_launcher is None
 
 
 def test_claims_the_kernels_features_and_declines_the_rest():
-    from conformance.adapters.cuda import CudaFA3
+    from attention_conformance.adapters.cuda import CudaFA3
 
     a = CudaFA3()
     for layout in ("contiguous", "bshd", "kv_broadcast"):
@@ -35,7 +35,7 @@ def test_claims_the_kernels_features_and_declines_the_rest():
 
 
 def test_unavailable_off_cuda_with_a_reason():
-    from conformance.adapters.cuda import CudaFA3
+    from attention_conformance.adapters.cuda import CudaFA3
 
     reason = CudaFA3().unavailable_reason("cpu")
     assert isinstance(reason, str) and reason

@@ -71,7 +71,7 @@ def test_fa3_ablation_builds_match_reference(variant):
 
 def test_fa3_d64_two_warpgroup_build_matches_reference():
     cuda_lib = _lib()
-    from reports.benchmarks.cuda_fwd_check_bench import check_case
+    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
 
     def run(q, k, v, o, lse, **kw):
         cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), "d64_two_wg")

@@ -61,7 +61,7 @@ def test_python_mirror_matches_the_kernels_tile_order(tmp_path):
     """`fa3_tile_order` against ``TileOrder::at`` itself (compiled for the host with nvcc)."""
     import subprocess
 
-    from kernels.build import CUDA_DIR, find_nvcc
+    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:

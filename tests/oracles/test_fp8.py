@@ -1,4 +1,4 @@
-"""oracles.fp8 and oracles.hadamard: FP8 quantization and incoherent processing (SEMANTICS.md §10-§11)."""
+"""FP8 quantization and incoherent processing: oracles.fp8 and oracles.hadamard (SEMANTICS.md §10-§11)."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def test_causal_equals_explicit_mask_in_both_alignments(a, alignment):
     _close("out causal vs mask", out_c, out_m, context=f"alignment={alignment}; " + _describe(a))
     _close("lse causal vs mask", lse_c, lse_m, context=f"alignment={alignment}; " + _describe(a))
     np.testing.assert_array_equal(oracles.visibility(Lq, Lk, causal=True, alignment=alignment), explicit,
-                                  err_msg=f"oracles.visibility disagrees with §4 for Lq={Lq}, Lk={Lk}, {alignment}")
+                                  err_msg=f"visibility disagrees with §4 for Lq={Lq}, Lk={Lk}, {alignment}")
 
 
 @given(a=attention_arrays(chunk=None))
