@@ -151,9 +151,17 @@ _SESSION = pytest.StashKey["ConformanceSession"]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Expectations entries that matched no test of this session (delete them: they match nothing)."""
+    """The passing verdicts a person should still read (QUALITY_WARNING, FINDING: one line each, in a section of
+    their own rather than as Python warnings), and the expectations entries that matched no test of this
+    session (delete them: they match nothing)."""
     s = config.stash.get(_SESSION, None)
-    if s is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if s is None:
+        return
+    if s.notable:
+        terminalreporter.section("conformance: quality warnings and named findings (passing)")
+        for line in s.notable:
+            terminalreporter.write_line(line)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         for label in s.unused():
             terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
 
@@ -191,6 +199,8 @@ class ConformanceSession:
         self.recent: OrderedDict[str, None] = OrderedDict()
         self.expectations = load_files(expect or [], default=default_expect)
         self.used: set[str] = set()
+        #: one line per QUALITY_WARNING / FINDING verdict, shown in the terminal summary
+        self.notable: list[str] = []
 
     def context(self, la: Any) -> Any:
         """The expectations context of one loaded adapter (its version, this session's device and GPUs)."""

@@ -5,17 +5,15 @@ This module ships inside the package so that ``--pyargs`` finds it; the project'
 the repository's ``tests/``.
 
 Same engine, same verdicts as ``python -m attention_conformance run``: NOT_SUPPORTED skips with the adapter's
-reason, QUALITY_WARNING passes with a warning, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the
-standalone message and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes with a
-warning. Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
+reason, QUALITY_WARNING passes, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the standalone message
+and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes; both are listed, one line each,
+in the terminal summary's "quality warnings and named findings" section (not as Python warnings). Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
 ``--no-expect``): a failure an entry expects is KNOWN, an xfail with the entry's reason and link; a
 FINDING an entry expects passes as before (the entry confirmed); a verdict an entry expects that passes
 is UNEXPECTED_PASS and fails the test, asking for the entry to go.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
@@ -42,7 +40,8 @@ def test_case(conformance_session, conformance_case, conformance_spec):
     if result.outcome == "NOT_SUPPORTED":
         pytest.skip(f"NOT_SUPPORTED: {result.message}")
     if result.outcome in (QUALITY_WARNING, FINDING):
-        warnings.warn(f"{result.outcome} {conformance_case.id} on {conformance_spec}: {result.message}", stacklevel=1)
+        first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+        session.notable.append(f"{result.outcome} {conformance_case.id} on {conformance_spec}: {first}")
     decision = decide(session.expectations, conformance_case, la.name, conformance_spec, result.outcome,
                       result.message, result.findings, session.context(la))
     if decision.expectation is not None:

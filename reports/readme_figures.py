@@ -112,6 +112,25 @@ def _bench(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fa3(root: Path) -> str:
+    rep = _load(root / "benchmarks" / "fa3_side_by_side.json")
+    env = rep.get("env", {})
+    lines = [f"{env.get('gpu', '?')}, {env.get('date', '?')}, driver {env.get('driver', '?')}, CUDA "
+             f"{env.get('cuda', '?')}, torch {env.get('torch', '?')}, cuDNN {env.get('cudnn', '?')}, flash-attn-4 "
+             f"{env.get('fa4', '?')}; bf16, forward (`reports/benchmarks/fa3_side_by_side.json`; TFLOPs/s, all timed "
+             "in the same run):", "",
+             "| B, H, N, d | causal | FA3 (ours) | torch-flash | cuDNN | FA4 | ours / cuDNN | ours / FA4 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rep.get("bench", []):
+        ours, fa4 = r["fa3_tflops"], r.get("fa4_tflops")
+        fa4_cols = f"{fa4:.0f} | {ours / fa4:.2f}x" if fa4 else "n/a | n/a"
+        cells = fa4_cols.split(" | ")
+        lines.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {ours:.0f} | "
+                     f"{r['flash_tflops']:.0f} | {r['cudnn_tflops']:.0f} | {cells[0]} | "
+                     f"{ours / r['cudnn_tflops']:.2f}x | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def _workers(root: Path) -> str:
     w = _load(root / "benchmarks" / "workers.json")
     (n1, n2), (t1, t2) = w["workers"], w["wall_seconds"]
@@ -129,8 +148,8 @@ def _fp8(root: Path) -> str:
     return "\n".join([*table, "", *gain, ""]) if table else "(reports/fp8_accuracy.md has no table)\n"
 
 
-BLOCKS: dict[str, Callable[[Path], str]] = {"cpu": _cpu, "gpu": _gpu, "bench": _bench, "workers": _workers,
-                                            "fp8": _fp8}
+BLOCKS: dict[str, Callable[[Path], str]] = {"cpu": _cpu, "gpu": _gpu, "bench": _bench, "fa3": _fa3,
+                                            "workers": _workers, "fp8": _fp8}
 
 
 def render_block(name: str, root: Path = REPORTS_DIR) -> str:

@@ -265,7 +265,7 @@ def markdown(env, rows, abl) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "reports/benchmarks/out"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "reports/latest/benchmarks"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")

@@ -4,7 +4,7 @@
 # flash-attn-4 adapter and each of its entry-point variants (conformance/README.md, "Entry points").
 #
 # Here (a machine with the package index), once, from the project root:
-#     bash ../shared/tools/vendor_wheels.sh /work/main/.vendor 40     # 2 parts: p1 ~40 MB, p2 ~30 MB
+#     bash ../shared/tools/vendor_wheels.sh .vendor 40     # 2 parts: p1 ~40 MB, p2 ~30 MB (steering repo tool)
 # On the GPU host, two device calls less than 30 s apart (/tmp survives that long between calls):
 #   call 1, carry [".vendor/parts/p1", ".vendor/bin"]:
 #       mkdir -p /tmp/park && cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/
