@@ -29,6 +29,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "COLOUR",
+    "MARKER",
     "CRASH",
     "FAIL",
     "FAILING",
@@ -81,6 +82,11 @@ SHORT = {PASS: "PASS", QUALITY_WARNING: "WARN", FINDING: "FIND", KNOWN: "KNOWN",
 COLOUR = {PASS: "#d8f0d8", QUALITY_WARNING: "#fff2c2", FINDING: "#fde2b8", KNOWN: "#dfe7f5", FAIL: "#f7c6c6",
           UNEXPECTED_PASS: "#f3b0d4", NOT_SUPPORTED: "#eeeeee", CRASH: "#e9a3a3", TIMEOUT: "#f0b48a",
           HARNESS_ERROR: "#c9b3e6"}
+
+#: saturated colour per outcome for chart markers (COLOUR is the light cell background of the same outcome)
+MARKER = {PASS: "#2ca02c", QUALITY_WARNING: "#d4a017", FINDING: "#e08214", KNOWN: "#4a6fb5", FAIL: "#d62728",
+          UNEXPECTED_PASS: "#c2188f", NOT_SUPPORTED: "#9e9e9e", CRASH: "#8b0000", TIMEOUT: "#e66100",
+          HARNESS_ERROR: "#7b3fb5"}
 
 #: one sentence per outcome, for report legends
 LEGEND = {

@@ -27,10 +27,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from attention_conformance.outcomes import MARKER
+
 __all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "load_benchmarks"]
 
-MARKER_COLOURS = {"PASS": "#2ca02c", "QUALITY_WARNING": "#d4a017", "FAIL": "#d62728", "NOT_SUPPORTED": "#9e9e9e",
-                  "CRASH": "#8b0000", "TIMEOUT": "#e66100", "HARNESS_ERROR": "#7b3fb5"}
+MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/outcomes.py
 _LOW = 1e-6  # usages below this are drawn on the bottom edge
 _SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _DASHES = ("", "6,3", "2,2", "8,3,2,3")

@@ -7,10 +7,11 @@ the repository's ``tests/``.
 Same engine, same verdicts as ``python -m attention_conformance run``: NOT_SUPPORTED skips with the adapter's
 reason, QUALITY_WARNING passes, FAIL / CRASH / TIMEOUT / HARNESS_ERROR fail with the standalone message
 and the repro command. FINDING (a named finding, SEMANTICS.md §17) passes; both are listed, one line each,
-in the terminal summary's "quality warnings and named findings" section (not as Python warnings). Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with
-``--no-expect``): a failure an entry expects is KNOWN, an xfail with the entry's reason and link; a
-FINDING an entry expects passes as before (the entry confirmed); a verdict an entry expects that passes
-is UNEXPECTED_PASS and fails the test, asking for the entry to go.
+in the terminal summary's "quality warnings and named findings" section (not as Python warnings).
+Expectations (the shipped conformance/expectations.toml, ``--expect FILE``; none with ``--no-expect``):
+a failure an entry expects is KNOWN, an xfail with the entry's reason and link; a FINDING an entry
+expects passes as before (the entry confirmed); a verdict an entry expects that passes is UNEXPECTED_PASS
+and fails the test, asking for the entry to go.
 """
 
 from __future__ import annotations
