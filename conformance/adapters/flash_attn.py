@@ -55,7 +55,7 @@ from attention_conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from attention_conformance.adapters.variants import variant_name
+from attention_conformance.adapters.variants import checked_entry_point, variant_name
 from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
@@ -197,10 +197,7 @@ class _FlashAttnBase(Adapter):
     expected_kernels: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
 
     def __init__(self, entry_point: str | None = None) -> None:
-        if entry_point is not None and entry_point not in self.entry_points:
-            raise ValueError(f"{type(self).name} has no entry point {entry_point!r}; "
-                             f"its entry points: {list(self.entry_points)}")
-        self.entry_point = entry_point
+        self.entry_point = checked_entry_point(type(self), entry_point)
         self.name = variant_name(type(self).name, entry_point)
         self._module = None
         self._import_error: str | None = None

@@ -55,7 +55,7 @@ from attention_conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from attention_conformance.adapters.variants import variant_name
+from attention_conformance.adapters.variants import checked_entry_point, variant_name
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
@@ -236,10 +236,7 @@ class SdpaAdapter(Adapter):
     entry_points: ClassVar[tuple[str, ...]] = SDPA_ENTRY_POINTS
 
     def __init__(self, entry_point: str | None = None) -> None:
-        if entry_point is not None and entry_point not in self.entry_points:
-            raise ValueError(f"{type(self).name} has no entry point {entry_point!r}; "
-                             f"its entry points: {list(self.entry_points)}")
-        self.entry_point = entry_point
+        self.entry_point = checked_entry_point(type(self), entry_point)
         self.name = variant_name(type(self).name, entry_point)
         on_cuda = torch is not None and torch.cuda.is_available()
         caps = (self.cuda_caps if on_cuda else self.cpu_caps) or self.cuda_caps or self.cpu_caps

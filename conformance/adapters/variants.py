@@ -11,7 +11,7 @@ spelling and declines (NOT_SUPPORTED, with the reason) every case the spelling c
 
 from __future__ import annotations
 
-__all__ = ["SEPARATOR", "split_variant", "variant_name"]
+__all__ = ["SEPARATOR", "checked_entry_point", "split_variant", "variant_name"]
 
 SEPARATOR = "@"
 
@@ -29,3 +29,10 @@ def split_variant(spec: str) -> tuple[str, str | None]:
 def variant_name(base: str, entry: str | None) -> str:
     """The report name of `base` called through `entry` (`base` itself when entry is None)."""
     return base if entry is None else f"{base}{SEPARATOR}{entry}"
+
+
+def checked_entry_point(cls: type, entry: str | None) -> str | None:
+    """`entry` if adapter class `cls` lists it in ``entry_points`` (or None: the per-case choice), else ValueError."""
+    if entry is not None and entry not in cls.entry_points:
+        raise ValueError(f"{cls.name} has no entry point {entry!r}; its entry points: {list(cls.entry_points)}")
+    return entry
