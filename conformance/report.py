@@ -40,10 +40,16 @@ from pathlib import Path
 from attention_conformance import memory
 from attention_conformance.engine import CaseResult
 from attention_conformance.judge import FINDING_CLASSES, finding_class
-from attention_conformance.numfmt import mib
 from attention_conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 from attention_conformance.registry import LoadedAdapter
-from attention_conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
+from attention_conformance.report_digest import (
+    failure_order,
+    memory_table,
+    named_findings,
+    quantity_line,
+    shape_of,
+    smallest_failing,
+)
 from attention_conformance.report_html import render_html
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
@@ -308,29 +314,12 @@ def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
 
 
 def _memory_section(rows: Sequence[dict]) -> list[str]:
-    """The ``memory`` family table: peak device memory per N (torch allocator; beyond inputs and outputs in
-    parentheses), the fitted exponent per adapter and its verdict (conformance/memory.py)."""
+    """The ``memory`` family table (`report_digest.memory_table`) as markdown."""
     if not rows:
         return []
-    out = ["## Peak device memory (family `memory`, CUDA)", "",
-           f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent = "
-           f"log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
-           "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
-           "torch's already reserved pool; memory allocated outside torch shows there).", "",
-           "| adapter | claim | shape | peak MiB per N (beyond I/O) | exponent | driver exponent | verdict |",
-           "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        per_n = "; ".join(f"{n}: {mib(p)} ({mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
-        drv = _fmt_exp(r["driver_exponent"])
-        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
-            drv = "no rise"  # everything came from torch's already reserved pool
-        out.append(f"| {r['adapter']} | {r['claim'] or '-'} | {r['shape']} | {per_n} | {_fmt_exp(r['exponent'])} | "
-                   f"{drv} | {r['verdict']} |")
-    return out + [""]
-
-
-def _fmt_exp(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
+    title, intro, header, body = memory_table(rows)
+    return [f"## {title}", "", intro, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in body), ""]
 
 
 def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[CaseResult]) -> tuple[Path, Path]:

@@ -21,7 +21,8 @@ from attention_conformance import numfmt
 from attention_conformance.judge import finding_class
 from attention_conformance.outcomes import FAILING, SEVERITY
 
-__all__ = ["failure_order", "named_findings", "quantity_line", "shape_of", "size_of", "smallest_failing"]
+__all__ = ["failure_order", "memory_table", "named_findings", "quantity_line", "shape_of", "size_of",
+           "smallest_failing"]
 
 
 def quantity_line(name: str, st: Mapping[str, Any]) -> str | None:
@@ -92,3 +93,29 @@ def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
             seen[r["adapter"]][cls].append(r)
     return {a: {c: (len(rs), min(rs, key=lambda r: (size_of(r), r["case_id"]))) for c, rs in by.items()}
             for a, by in seen.items()}
+
+
+def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str], list[list[str]]]:
+    """The ``memory`` family (report.json ``memory_growth``, conformance/memory.py) as (title, intro, header,
+    rows): peak device memory per N (torch allocator; beyond inputs and outputs in parentheses), the fitted
+    exponent per adapter and its verdict."""
+    from attention_conformance import memory
+    from attention_conformance.numfmt import mib
+
+    def exp(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.2f}"
+
+    intro = (f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent "
+             f"= log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
+             "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
+             "torch's already reserved pool; memory allocated outside torch shows there).")
+    header = ["adapter", "claim", "shape", "peak MiB per N (beyond I/O)", "exponent", "driver exponent", "verdict"]
+    body = []
+    for r in rows:
+        per_n = "; ".join(f"{n}: {mib(p)} ({mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        drv = exp(r["driver_exponent"])
+        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
+            drv = "no rise"  # everything came from torch's already reserved pool
+        body.append([str(r["adapter"]), str(r["claim"] or "-"), str(r["shape"]), per_n, exp(r["exponent"]), drv,
+                     str(r["verdict"])])
+    return "Peak device memory (family `memory`, CUDA)", intro, header, body

@@ -27,7 +27,14 @@ from pathlib import Path
 from attention_conformance.judge import FINDING_CLASSES
 from attention_conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
 from attention_conformance.report_charts import charts_html, load_benchmarks
-from attention_conformance.report_digest import failure_order, named_findings, quantity_line, shape_of, smallest_failing
+from attention_conformance.report_digest import (
+    failure_order,
+    memory_table,
+    named_findings,
+    quantity_line,
+    shape_of,
+    smallest_failing,
+)
 
 __all__ = ["render_html", "main"]
 
@@ -110,6 +117,12 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
         parts += ["<h2>Named findings (SEMANTICS.md §17; FAIL under --strict)</h2>", "<ul>" + "".join(
             f"<li><code>{_e(c)}</code>: {_e(FINDING_CLASSES[c])}</li>" for c in classes) + "</ul>",
             _table(["adapter", "finding", "cases", "smallest case"], rows)]
+
+    # Peak device memory (the memory family, CUDA runs)
+    if rep.get("memory_growth"):
+        title, intro, header, body = memory_table(rep["memory_growth"])
+        parts += [f"<h2>{_e(title)}</h2>", f"<p>{_e(intro)}</p>",
+                  _table(header, ([f"<td>{_e(c)}</td>" for c in row] for row in body))]
 
     # Matrix
     cols: dict[str, None] = {}

@@ -190,3 +190,7 @@ def test_report_has_peak_bytes_per_case_and_exponent_per_adapter(tmp_path):
     table = md.split("## Peak device memory", 1)[1]
     line = next(x for x in table.splitlines() if x.startswith("| toy-linear |"))
     assert f"{growth['toy-linear']['exponent']:.2f}" in line and "FAIL" in line
+    page = (tmp_path / "report.html").read_text()
+    assert "Peak device memory" in page
+    row = page.split("Peak device memory", 1)[1].split("<tr><td>toy-linear</td>", 1)[1].split("</tr>", 1)[0]
+    assert f"{growth['toy-linear']['exponent']:.2f}" in row and "FAIL" in row
