@@ -1,14 +1,15 @@
 """Compare the PTX of the sm_80-family kernels between a git revision and the working tree.
 
-``python -m kernels.cuda.ptx_diff [--base REV] [--arch 80,90a] [--keep DIR] [--rename OLD=NEW ...]``
+``python -m kernels.cuda.ptx_diff [--base REV] [--head REV] [--arch 80,90a] [--keep DIR] [--rename OLD=NEW ...]``
 
 A CPU-only check that a refactor of kernels/cuda/ changes no instruction: every ``.cu`` (fa3_fwd.cu
 excluded unless ``--with-fa3``) is compiled to PTX (``-ptx``, virtual architecture only, kernels.build's
 flags without ``-lineinfo`` so no line numbers appear) from ``git archive REV kernels/cuda`` and from
-the working tree, and the two are compared line by line after normalising mangled names: every
-``_Z...`` symbol (a ``_param_N`` suffix kept apart) is demangled with c++filt and each ``--rename``
-pair is applied to the demangled text, so a namespace move shows up as nothing else. Exit 0 when every
-pair is identical after normalisation, 1 otherwise (the first differing lines are printed).
+the working tree (or ``--head REV``: another revision, e.g. a merge result), and the two are compared
+line by line after normalising mangled names: every ``_Z...`` symbol (a ``_param_N`` suffix kept apart)
+is demangled with c++filt and each ``--rename`` pair is applied to the demangled text, so a namespace
+move shows up as nothing else. Exit 0 when every pair is identical after normalisation, 1 otherwise
+(the first differing lines are printed).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def _tree(rev: str, dest: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.cuda.ptx_diff", description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="main", help="git revision to compare against (default main)")
+    ap.add_argument("--head", default=None, help="git revision to compare (default: the working tree)")
     ap.add_argument("--arch", default="80,90a", help="comma-separated virtual architectures (default 80,90a)")
     ap.add_argument("--rename", action="append", default=None, metavar="OLD=NEW",
                     help=f"demangled-name rewrite applied to the base PTX (default: {' '.join(DEFAULT_RENAMES)})")
@@ -100,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         (work / "base").mkdir(parents=True, exist_ok=True)
         (work / "head").mkdir(parents=True, exist_ok=True)
         base_dir = _tree(args.base, work / "base")
-        srcs = sorted(p.name for p in CUDA_DIR.glob("*.cu") if args.with_fa3 or p.name != "fa3_fwd.cu")
+        head_dir = _tree(args.head, work / "head") if args.head else CUDA_DIR
+        srcs = sorted(p.name for p in head_dir.glob("*.cu") if args.with_fa3 or p.name != "fa3_fwd.cu")
         jobs = [(s, a) for s in srcs for a in archs if s != "fa3_fwd.cu" or a == "90a"]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futs = {(s, a, side): pool.submit(compile_ptx, nvcc, d, s, a, work / side / f"{s[:-3]}.sm{a}.ptx")
-                    for s, a in jobs for side, d in (("base", base_dir), ("head", CUDA_DIR))
+                    for s, a in jobs for side, d in (("base", base_dir), ("head", head_dir))
                     if side == "head" or (d / s).is_file()}
             outs = {k: f.result() for k, f in futs.items()}
         failed = 0
