@@ -38,8 +38,7 @@ struct MaskInfo {
         m.lk = max(m.lk, 0);
         m.off = p.align_bottom_right ? m.lk - m.lq : 0;
         m.left = p.window_left;
-        m.right = p.window_right;
-        if (p.causal) m.right = (m.right < 0) ? 0 : min(m.right, 0);
+        m.right = p.causal ? 0 : p.window_right;  // the causal fold, as in make_mask()
         return m;
     }
 
