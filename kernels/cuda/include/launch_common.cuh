@@ -9,8 +9,8 @@
 //   check_fwd_params  attn_fa1_fwd, attn_fa1_bwd, attn_fa2_bwd (through check_bwd_params): the FA1
 //                     kernels read element by element and attn_fa2_bwd falls back to them for unaligned
 //                     tensors, so no alignment rule; it rejects num_splits > 1 instead.
-// The rules they share (params NULL, sinks, block_table, dtype, head dims, sizes, GQA ratio, grid
-// limit, window >= -1, softcap >= 0) answer the same codes; each of them answers the same code in both; the messages differ in wording.
+// Each rule they share (params NULL, sinks, block_table, dtype, head dims, sizes, GQA ratio, grid
+// limit, window >= -1, softcap >= 0) answers the same code in both; the messages differ in wording.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdarg.h>

@@ -9,15 +9,15 @@
 // softmax; a row with no visible key ends with l = 0 and is written as O = 0, LSE = -inf (§8).
 //
 //   MaskInfo (FA2 forward, split-KV, FA3): int32 arithmetic, lengths clamped to >= 0, key-tile ranges
-//            for a block of rows (tile_range / tile_needs_mask). Its callers never test i >= lq in
-//            visible(): rows past the real length are not written.
+//            for a block of rows (tile_range / tile_needs_mask). visible() does not test i < lq: its
+//            callers never write a row past the real length.
 //   SeqMask  (FA1 forward / backward, FA2 backward): 64-bit arithmetic (off - left can leave the int32
 //            range for huge windows), row ranges for a block of keys (rows_for_keys), key ranges for a
 //            block of rows (keys_for_rows), full-tile test (tile_full); visible() also tests i < sq.
 // The two visible() bodies are the same predicate in int32 and in 64-bit arithmetic. They stay written
-// out in each struct: routing both through one templated predicate changed the instructions of every
-// kernel (PTX comparison in NOTES.md, "One CUDA house"), and those kernels were verified on the GPU as
-// they are.
+// out in each struct: routing both through one templated predicate changed the instructions of
+// fa2_fwd, fa1 and fa2_bwd (PTX comparison in NOTES.md, "One CUDA house"), and those kernels were
+// verified on the GPU as they are.
 #pragma once
 #include <math.h>
 
