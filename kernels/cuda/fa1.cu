@@ -8,13 +8,14 @@
 #include <cuda_runtime.h>
 
 #include "include/attn_params.h"
-#include "include/bwd_check.cuh"
+#include "include/launch_common.cuh"
 #include "include/bwd_prepost.cuh"
 #include "include/fa1_bwd_kernel.cuh"
 #include "include/fa1_fwd_kernel.cuh"
 
-using namespace attn_bwd;
-using namespace attn_fa1;
+using namespace attn;
+using namespace attn::bwd;
+using namespace attn::fa1;
 
 namespace {
 

@@ -18,12 +18,13 @@
 #include <string.h>
 
 #include "include/attn_params.h"
-#include "include/bwd_check.cuh"
 #include "include/bwd_fa2_kernel.cuh"
 #include "include/bwd_prepost.cuh"
 #include "include/fa1_bwd_kernel.cuh"
+#include "include/launch_common.cuh"
 
-using namespace attn_bwd;
+using namespace attn;
+using namespace attn::bwd;
 
 namespace {
 
@@ -84,7 +85,7 @@ int launch_tc(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
 
 template <typename T, int D>
 int launch_simt(const AttnBwdParams& p, cudaStream_t s, char* err, int errlen) {
-    using namespace attn_fa1;
+    using namespace attn::fa1;
     int rc = set_smem(fa1_bwd_kernel<T, D>, bwd_smem_bytes<D>(), "attn_fa2_bwd (SIMT fallback)", err, errlen);
     if (rc != ATTN_OK) return rc;
     dim3 grid((p.fwd.seqlen_k + BWD_B - 1) / BWD_B, p.fwd.heads_q, p.fwd.batch);

@@ -9,7 +9,9 @@
 //
 // If you change a field here, change the ctypes mirror in kernels/cuda_lib.py in the same commit.
 //
-// CHANGE LOG (owner: CUDA engineer A; engineer B reads this before relying on a field):
+// ABI versions (ATTN_PARAMS_VERSION is the current one; a launcher or mirror built against an older
+// version must be rebuilt when a field it embeds moved). Header-only changes that move no field and
+// change no meaning (comments, the shared kernel headers behind the launchers) keep the version.
 //   v4 (this version): attention sinks (oracles/SEMANTICS.md §18). `sinks` appended at the END of
 //     AttnFwdParams, `dlse` and `dsinks` at the END of AttnBwdParams. No earlier field of AttnFwdParams
 //     moved; every AttnBwdParams field after `fwd` moved again (sizeof(AttnFwdParams) grew): rebuild
@@ -28,6 +30,8 @@
 //     flash-attention #1116 class); the split-KV helpers attn_splitkv_num_splits() and the statement that o_partial /
 //     lse_partial may be NULL (the launcher then allocates stream-ordered scratch itself);
 //     attn_params_layout() so tests can compare the ctypes mirror against the compiled layout.
+//   v1: the first layout, AttnFwdParams up to `lse_partial` and AttnBwdParams up to `dv_accum`
+//     (no ATTN_PARAMS_VERSION macro).
 #pragma once
 #include <stdint.h>
 
@@ -142,12 +146,12 @@ enum AttnStatus {
     ATTN_ERR_CUDA = 3,         // a CUDA runtime error (message carries cudaGetErrorString)
 };
 
-// Launchers (one shared library, libattn_kernels.so). A = engineer A, B = engineer B.
-int attn_fa1_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa1.cu
-int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa1.cu
-int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // A: kernels/cuda/fa2_fwd.cu
-int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // B: kernels/cuda/fa2_bwd.cu
-int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // A: kernels/cuda/splitkv.cu
+// Launchers (one shared library, libattn_kernels.so), with the source that defines each.
+int attn_fa1_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa1.cu
+int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa1.cu
+int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa2_fwd.cu
+int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa2_bwd.cu
+int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // kernels/cuda/splitkv.cu
 
 // FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices
 // and for strides TMA cannot express, naming the argument). attn_fa3_fwd_variant runs one of the ablation
@@ -168,12 +172,12 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
     ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
 };
 
-// Split-KV helpers (A: kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
+// Split-KV helpers (kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
 // splits attn_splitkv_fwd uses for p (p->num_splits when >= 1, else its own choice for a device with
 // num_sms multiprocessors; num_sms <= 0 = the current device's), or -1 when p is invalid.
 int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms);
 
-// Layout self-description (A: kernels/cuda/splitkv.cu): writes up to n int64 values, namely
+// Layout self-description (kernels/cuda/splitkv.cu): writes up to n int64 values, namely
 // [ATTN_PARAMS_VERSION, sizeof(AttnFwdParams), sizeof(AttnBwdParams)] followed by the byte offset of
 // every field of AttnFwdParams then AttnBwdParams in declaration order; returns how many it has.
 int attn_params_layout(int64_t* out, int n);

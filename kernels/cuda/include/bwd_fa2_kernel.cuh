@@ -17,12 +17,17 @@
 // Shared-memory rows are padded by 8 elements (16 bytes): ldmatrix's 8 row addresses then fall
 // in distinct bank groups without a swizzle.
 #pragma once
-#include "bwd_common.cuh"
+#include <math.h>
+
+#include "attn_params.h"
 #include "bwd_mma.cuh"
+#include "dtype.cuh"
+#include "fa_ptx.cuh"
+#include "mask.cuh"
 
 #include <type_traits>
 
-namespace attn_bwd {
+namespace attn::bwd {
 
 // QSTAGES: Q/dO buffers (2 = prefetch the next tile during this one, 1 = load then compute);
 // MINB: CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one
@@ -118,8 +123,8 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
 #pragma unroll
         for (int j = 0; j < BR / RSTEP; ++j) {
             const bool in = r0 + cp_lr + j * RSTEP < mask.sq;  // rows past the end: zero-filled, nothing read
-            cp_async16(q_s + j * RSTEP * SROW, in ? (const void*)(qrow + j * q_step) : q, in);
-            cp_async16(do_s + j * RSTEP * SROW, in ? (const void*)(dorow + j * do_step) : dO, in);
+            cp_async_16(q_s + j * RSTEP * SROW, in ? (const void*)(qrow + j * q_step) : q, in);
+            cp_async_16(do_s + j * RSTEP * SROW, in ? (const void*)(dorow + j * do_step) : dO, in);
         }
         // LSE_i and D_i by cp.async too: a plain load here would stall these threads (and, at the
         // next barrier, the CTA) for a full memory latency every tile. Rows past sq read as 0.
@@ -129,8 +134,8 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
             if ((2 * BR) % Tr::THREADS != 0 && r >= 2 * BR) break;
             const int i = r0 + (r % BR);
             const bool in = i < mask.sq;
-            if (r < BR) cp_async4(sLse + buf * BR + r, in ? lse + i : lse, in);
-            else cp_async4(sD + buf * BR + r - BR, in ? Drow + i : Drow, in);
+            if (r < BR) cp_async_4(sLse + buf * BR + r, in ? lse + i : lse, in);
+            else cp_async_4(sD + buf * BR + r - BR, in ? Drow + i : Drow, in);
         }
     };
     if (n_tiles > 0) issue_q_tile(0, 0);
@@ -146,7 +151,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
     for (int it = 0; it < n_tiles; ++it) {
         const int buf = NS == 2 ? (it & 1) : 0;
         const int r0 = tile_row(it);
-        cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads();  // tile `it` visible; every warp is done with iteration it - 1
         if (NS == 2) {    // double buffer: prefetch the next tile now, it lands during this one
             if (it + 1 < n_tiles) issue_q_tile(it + 1, buf ^ 1);
@@ -166,7 +171,6 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
             warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::PIPE>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
             // Per query column of this thread: LSE * log2 e (-inf, a row with no visible key, -> +inf
             // so that P = 2^(-inf) = 0 rather than NaN) and D. Masking only on tiles that need it.
-            constexpr float LOG2E = 1.4426950408889634f;
             float lse2[Tr::A_NT][2], dd[Tr::A_NT][2];
 #pragma unroll
             for (int nt = 0; nt < Tr::A_NT; ++nt)
@@ -174,11 +178,11 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
                 for (int e = 0; e < 2; ++e) {
                     const int n = wa_n + 8 * nt + 2 * t4 + e;
                     const float l = cL[n];
-                    lse2[nt][e] = l == -INFINITY ? INFINITY : l * LOG2E;
+                    lse2[nt][e] = l == -INFINITY ? INFINITY : l * kLog2e;
                     dd[nt][e] = cD[n];
                 }
             const bool need_mask = !mask.tile_full(r0, r0 + BR, c0, c0 + BC);
-            const float sl2 = p.scale * LOG2E;
+            const float sl2 = p.scale * kLog2e;
             const float scale_over_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
             // The element loop is instantiated per (softcap on, masking needed) and the choice is
             // made once per tile: tested inside the loop, the two flags put a branch around every
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
                                 if constexpr (CAPPED) {  // apply_softcap with the division hoisted
                                     const float th = tanhf(raw * scale_over_cap);
                                     dcap = 1.f - th * th;
-                                    pij = fast_exp2(p.softcap * th * LOG2E - lse2[nt][e]);
+                                    pij = fast_exp2(p.softcap * th * kLog2e - lse2[nt][e]);
                                 } else {
                                     pij = fast_exp2(raw * sl2 - lse2[nt][e]);
                                 }
@@ -295,4 +299,4 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
         }
 }
 
-}  // namespace attn_bwd
+}  // namespace attn::bwd

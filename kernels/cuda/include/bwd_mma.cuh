@@ -1,5 +1,6 @@
-// Tensor-core building blocks for the FA2 backward: cp.async tile loads, ldmatrix, and one warp's
-// share of a shared-memory GEMM with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate).
+// Tensor-core building blocks for the FA2 backward: cp.async tile loads and one warp's share of a
+// shared-memory GEMM with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate), on the PTX wrappers of
+// fa_ptx.cuh (cp_async_16, ldmatrix_x4[_trans], MmaOp).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //   A 16x16: a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..), a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..)
@@ -13,26 +14,9 @@
 #pragma once
 #include <stdint.h>
 
-#include "bwd_common.cuh"
+#include "fa_ptx.cuh"
 
-namespace attn_bwd {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// 16-byte global->shared copy; pred = false writes 16 zero bytes (src-size 0, nothing is read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(pred ? 16 : 0));
-}
-// 4-byte variant for the per-row LSE and D vectors; pred = false writes 0.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(pred ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+namespace attn::bwd {
 
 // Copy rows [row0, row0 + ROWS) x [0, D) of a row-strided global matrix into shared memory with
 // row pitch ld; rows at or past `valid` are zero-filled (tails, varlen padding).
@@ -46,48 +30,9 @@ __device__ __forceinline__ void load_tile_async(T* s, int ld, const T* g, int64_
         if ((ROWS * CHUNKS) % THREADS != 0 && e >= ROWS * CHUNKS) break;
         const int r = e / CHUNKS, c = (e % CHUNKS) * 8;
         const bool in = row0 + r < valid;
-        cp_async16(s + r * ld + c, in ? (const void*)(g + (int64_t)(row0 + r) * row_stride + c) : (const void*)g, in);
+        cp_async_16(s + r * ld + c, in ? (const void*)(g + (int64_t)(row0 + r) * row_stride + c) : (const void*)g, in);
     }
 }
-
-// 2^x on the SFU (ex2.approx: 2 ulp, ex2(-inf) = +0), the exp of FlashAttention's
-// exp2(s * scale * log2 e - LSE * log2 e) form.
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-template <typename T> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-template <> struct Mma<__half> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
 
 // The A fragment of m-tile rows [m, m + 16) and the B fragments of n-tiles [n, n + 16) (b0, b1 of the
 // first n-tile, then of the second) at k-step offset kk; operand layouts as in load_frags.
@@ -127,8 +72,8 @@ __device__ __forceinline__ void mma_frags(float (&acc)[MT][NT][4], const uint32_
     for (int np = 0; np < NT / 2; ++np)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            Mma<T>::run(acc[mt][2 * np], a[mt], b[np][0], b[np][1]);
-            Mma<T>::run(acc[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
+            MmaOp<T>::run(acc[mt][2 * np], a[mt], b[np][0], b[np][1]);
+            MmaOp<T>::run(acc[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
         }
 }
 
@@ -164,8 +109,8 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
                 load_b_pair<T, B_T>(bf, sB, ldb, n0 + 8 * nt, kk, lane);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    Mma<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
-                    Mma<T>::run(acc[mt][nt + 1], a[mt], bf[2], bf[3]);
+                    MmaOp<T>::run(acc[mt][nt], a[mt], bf[0], bf[1]);
+                    MmaOp<T>::run(acc[mt][nt + 1], a[mt], bf[2], bf[3]);
                 }
             }
         }
@@ -182,4 +127,4 @@ __device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
-}  // namespace attn_bwd
+}  // namespace attn::bwd

@@ -10,9 +10,13 @@
 // Scratch layouts are contiguous: dq_accum [B, Hq, Lq, d], d_rowsum [B, Hq, Lq],
 // dk_accum / dv_accum [B, Hq, Lk, d].
 #pragma once
-#include "bwd_common.cuh"
+#include <math.h>
 
-namespace attn_bwd {
+#include "attn_params.h"
+#include "dtype.cuh"
+#include "softmax.cuh"
+
+namespace attn::bwd {
 
 // One warp per query row; grid (ceil(Lq / 8), Hq, B), 256 threads.
 template <typename T>
@@ -143,4 +147,4 @@ static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_
     return cudaSuccess;
 }
 
-}  // namespace attn_bwd
+}  // namespace attn::bwd

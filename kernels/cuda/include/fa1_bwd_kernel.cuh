@@ -14,10 +14,14 @@
 // Tiles of BR = BC = 32 rows, 8 warps. Shared memory rows are padded by one float so that the
 // lane-strided reads (lane = row) hit distinct banks.
 #pragma once
-#include "bwd_common.cuh"
+#include <math.h>
 
-namespace attn_fa1 {
-using namespace attn_bwd;
+#include "attn_params.h"
+#include "dtype.cuh"
+#include "mask.cuh"
+#include "softmax.cuh"
+
+namespace attn::fa1 {
 
 constexpr int BWD_B = 32;
 constexpr int BWD_THREADS = 256;
@@ -158,4 +162,4 @@ __global__ void __launch_bounds__(BWD_THREADS) fa1_bwd_kernel(AttnBwdParams pb) 
     }
 }
 
-}  // namespace attn_fa1
+}  // namespace attn::fa1

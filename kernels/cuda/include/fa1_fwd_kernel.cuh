@@ -18,10 +18,14 @@
 // Math is fp32 SIMT: tiles of BR = BC = 32 rows, 8 warps; warp w owns Q rows 4w..4w+3 of the
 // Q tile and lane c is key column c of the K tile, so row max / sum are warp reductions.
 #pragma once
-#include "bwd_common.cuh"
+#include <math.h>
 
-namespace attn_fa1 {
-using namespace attn_bwd;
+#include "attn_params.h"
+#include "dtype.cuh"
+#include "mask.cuh"
+#include "softmax.cuh"
+
+namespace attn::fa1 {
 
 constexpr int FWD_B = 32;         // BR = BC
 constexpr int FWD_THREADS = 256;  // 8 warps x 4 rows
@@ -134,4 +138,4 @@ __global__ void __launch_bounds__(FWD_THREADS) fa1_fwd_kernel(AttnFwdParams p, i
     }
 }
 
-}  // namespace attn_fa1
+}  // namespace attn::fa1

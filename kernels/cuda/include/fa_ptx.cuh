@@ -1,6 +1,8 @@
-// Thin wrappers over the PTX instructions the forward kernels use (sm_80+): cp.async, ldmatrix,
-// mma.sync m16n8k16, ex2.approx. One place for the inline assembly so the algorithm headers read as
-// C++. Element types: __half and __nv_bfloat16 (fp32 accumulate in both).
+// Thin wrappers over the PTX instructions of the sm_80+ kernels (FA1, FA2 forward and backward,
+// split-KV; FA3 uses MmaOp::pack and fast_exp2): cp.async, ldmatrix, mma.sync m16n8k16, ex2.approx.
+// One place for the inline assembly so the algorithm headers read as C++. Element types: __half and
+// __nv_bfloat16 (fp32 accumulate in both). Hopper-only instructions (wgmma, TMA, mbarrier,
+// setmaxnreg) are in hopper/ptx.cuh and hopper/wgmma.cuh.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,6 +24,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 // Same, on a shared-window byte address (callers that step addresses by immediates).
 __device__ __forceinline__ void cp_async_16_a(uint32_t smem_addr, const void* gmem, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0));
+}
+// 4-byte variant through L1 (.ca), for per-row fp32 vectors (LSE, D); valid = false writes 0.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -83,9 +90,11 @@ template <> struct MmaOp<__nv_bfloat16> {
     }
 };
 
-// 2^x with the hardware approximation (relative error ~2^-22, flushes denormal results to 0). The
-// softmax folds log2(e) into the scale so every exponential is one ex2 instruction; probabilities
-// below 2^-126 of the row maximum cannot change an fp32 row sum, so the flush is harmless.
+// 2^x with the hardware approximation (relative error ~2^-22, ex2(-inf) = +0, flushes denormal
+// results to 0). The softmax folds log2(e) into the scale so every exponential is one ex2
+// instruction (the forward's exp2(s * scale * log2 e - m), the backward's exp2(s * scale * log2 e -
+// LSE * log2 e)); probabilities below 2^-126 of the row maximum cannot change an fp32 row sum, so
+// the flush is harmless.
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

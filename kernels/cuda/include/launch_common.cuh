@@ -1,5 +1,16 @@
 // Host-side helpers shared by every launcher: error messages, parameter validation, kernel launch
-// checks. A launcher returns an AttnStatus and writes a message that names the argument and value.
+// checks, the shared-memory opt-in. A launcher returns an AttnStatus and writes a message that names
+// the argument and value (fail()).
+//
+// Two validators, because the kernels behind them accept different inputs:
+//   validate_fwd      attn_fa2_fwd, attn_splitkv_fwd, attn_fa3_fwd: the cp.async / 16-byte-store
+//                     kernels, so it also requires 16-byte aligned q, k, v, o and element strides that
+//                     are multiples of 8;
+//   check_fwd_params  attn_fa1_fwd, attn_fa1_bwd, attn_fa2_bwd (through check_bwd_params): the FA1
+//                     kernels read element by element and attn_fa2_bwd falls back to them for unaligned
+//                     tensors, so no alignment rule; it rejects num_splits > 1 instead.
+// Each rule they share (params NULL, sinks, block_table, dtype, head dims, sizes, GQA ratio, grid
+// limit, window >= -1, softcap >= 0) answers the same code in both; the messages differ in wording.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -92,6 +103,101 @@ inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int
                         "%s: %s=%lld: element strides must be non-negative multiples of 8 (16-byte rows)", name,
                         snames[i], static_cast<long long>(strides[i]));
     return ATTN_OK;
+}
+
+inline int cuda_status(cudaError_t e, const char* where, char* err, int errlen) {
+    if (e == cudaSuccess) return ATTN_OK;
+    return fail(err, errlen, ATTN_ERR_CUDA, "%s: %s (%s)", where, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// Checks common to the forward and backward of FA1 and the FA2 backward.
+// sinks_ok: the caller handles attention sinks (attn_params.h v4); otherwise sinks != NULL is
+// ATTN_ERR_UNSUPPORTED naming sinks.
+inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen,
+                                   bool sinks_ok = false) {
+    if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    if (p->sinks && !sinks_ok)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: sinks=%p: attention sinks are not supported (attn_fa2_fwd, attn_splitkv_fwd and "
+                    "attn_fa2_bwd handle them)",
+                    who, (const void*)p->sinks);
+    if (p->block_table)  // paged K/V (attn_params.h v3): only attn_splitkv_fwd reads a block table
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: block_table=%p: paged K/V is not supported (only attn_splitkv_fwd reads a block table)", who,
+                    (const void*)p->block_table);
+    if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d unsupported (0=fp16, 1=bf16)", who, p->dtype);
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: head_dim=%d unsupported: kernels are instantiated for 64, 128, 256 only", who, p->head_dim);
+    if (p->head_dim_v != p->head_dim)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim_v=%d != head_dim=%d unsupported", who,
+                    p->head_dim_v, p->head_dim);
+    if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: negative size batch=%d seqlen_q=%d seqlen_k=%d", who, p->batch,
+                    p->seqlen_q, p->seqlen_k);
+    if (p->heads_q <= 0 || p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: heads_q=%d must be a positive multiple of heads_kv=%d", who,
+                    p->heads_q, p->heads_kv);
+    if (p->window_left < -1 || p->window_right < -1)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: window=(%d, %d): entries must be >= 0 or -1 (unbounded)", who,
+                    p->window_left, p->window_right);
+    if (!(p->softcap >= 0.f))
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: softcap=%g must be >= 0 (0 = off)", who, (double)p->softcap);
+    if (p->num_splits > 1)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: num_splits=%d unsupported (no split-KV here)", who,
+                    p->num_splits);
+    if (p->batch > 65535 || p->heads_q > 65535)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: batch=%d / heads_q=%d over the grid limit 65535", who,
+                    p->batch, p->heads_q);
+    // Empty tensors may carry NULL data pointers (torch does): only tensors with elements must be set.
+    const bool has_q = p->batch > 0 && p->seqlen_q > 0, has_k = p->batch > 0 && p->seqlen_k > 0;
+    if ((has_q && (!p->q || !p->o)) || (has_k && (!p->k || !p->v)))
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: NULL tensor pointer q=%p k=%p v=%p o=%p", who, p->q, p->k, p->v,
+                    p->o);
+    return ATTN_OK;
+}
+
+// sinks_ok: the caller reads fwd.sinks, dlse and dsinks (attn_params.h v4); otherwise any of them
+// non-NULL is ATTN_ERR_UNSUPPORTED naming it.
+inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, int errlen,
+                                   bool sinks_ok = false) {
+    if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
+    int rc = check_fwd_params(&p->fwd, who, err, errlen, sinks_ok);
+    if (rc != ATTN_OK) return rc;
+    if (!sinks_ok && (p->dlse || p->dsinks))
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: dlse=%p dsinks=%p: an LSE cotangent / sink gradient is not supported (attn_fa2_bwd reads them)",
+                    who, (const void*)p->dlse, (void*)p->dsinks);
+    if (p->fwd.sinks && !p->dsinks && p->fwd.batch > 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: fwd.sinks=%p given but dsinks is NULL (fp32 [heads_q] output)",
+                    who, (const void*)p->fwd.sinks);
+    if (p->fwd.batch == 0) return ATTN_OK;
+    if (!p->fwd.lse && p->fwd.seqlen_q > 0)
+        return fail(err, errlen, ATTN_ERR_INVALID, "%s: fwd.lse is NULL; the backward recomputes P from the LSE", who);
+    if ((p->fwd.seqlen_q > 0 && (!p->dout || !p->dq || !p->dq_accum || !p->d_rowsum)) ||
+        (p->fwd.seqlen_k > 0 && (!p->dk || !p->dv)))
+        return fail(err, errlen, ATTN_ERR_INVALID,
+                    "%s: NULL pointer dout=%p dq=%p dk=%p dv=%p dq_accum=%p d_rowsum=%p", who, p->dout, p->dq, p->dk,
+                    p->dv, (void*)p->dq_accum, (void*)p->d_rowsum);
+    if (p->fwd.heads_q != p->fwd.heads_kv && p->fwd.seqlen_k > 0 && (!p->dk_accum || !p->dv_accum))
+        return fail(err, errlen, ATTN_ERR_INVALID,
+                    "%s: GQA (heads_q=%d, heads_kv=%d) needs dk_accum and dv_accum [B, Hq, Lk, d] fp32; got %p, %p",
+                    who, p->fwd.heads_q, p->fwd.heads_kv, (void*)p->dk_accum, (void*)p->dv_accum);
+    return ATTN_OK;
+}
+
+// Raise a kernel's dynamic shared-memory limit (needed above 48 KB) and check it fits the device.
+template <typename K>
+inline int set_smem(K kernel, size_t bytes, const char* who, char* err, int errlen) {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if ((size_t)optin < bytes)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory, device %d allows %d",
+                    who, bytes, dev, optin);
+    return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), who, err,
+                       errlen);
 }
 
 inline int check_launch(const char* name, char* err, int errlen) {

@@ -1,11 +1,23 @@
-// Which keys a query row sees (oracles/SEMANTICS.md: causal alignment, sliding window, varlen).
+// Which keys a query row sees (oracles/SEMANTICS.md §4 causal alignment, §5 sliding window, §7 varlen),
+// for every kernel: the rule stated once below, and two views of one sequence's lengths and bounds.
 //
 // For a sequence with real lengths (lq, lk) the diagonal offset is off = lk - lq (bottom-right
-// alignment) or 0 (top-left). Query i sees key j iff
-//     j < lk  and  (no right bound or j <= i + off + right)  and  (no left bound or j >= i + off - left),
-// where causal sets right = 0 (combined with a window: right = min(right, 0)). Everything else is
-// -inf before the softmax; a row with no visible key ends with l = 0 and is written as O = 0,
-// LSE = -inf (SEMANTICS.md §8).
+// alignment) or 0 (top-left); c(i) = i + off is row i's aligned diagonal. Query i sees key j iff
+//     i < lq,  j < lk,  (no right bound or j <= c(i) + right)  and  (no left bound or j >= c(i) - left),
+// where causal sets right = 0 (combined with a window: right = min(right, 0) = 0, since right >= -1;
+// SEMANTICS.md §5: causal with window (l, r) == window (l, 0)). Everything else is -inf before the
+// softmax; a row with no visible key ends with l = 0 and is written as O = 0, LSE = -inf (§8).
+//
+//   MaskInfo (FA2 forward, split-KV, FA3): int32 arithmetic, lengths clamped to >= 0, key-tile ranges
+//            for a block of rows (tile_range / tile_needs_mask). visible() does not test i < lq: its
+//            callers never write a row past the real length.
+//   SeqMask  (FA1 forward / backward, FA2 backward): 64-bit arithmetic (off - left can leave the int32
+//            range for huge windows), row ranges for a block of keys (rows_for_keys), key ranges for a
+//            block of rows (keys_for_rows), full-tile test (tile_full); visible() also tests i < sq.
+// The two visible() bodies are the same predicate in int32 and in 64-bit arithmetic. They stay written
+// out in each struct: routing both through one templated predicate changed the instructions of
+// fa2_fwd, fa1 and fa2_bwd (PTX comparison in NOTES.md, "One CUDA house"), and those kernels were
+// verified on the GPU as they are.
 #pragma once
 #include <math.h>
 
@@ -26,8 +38,7 @@ struct MaskInfo {
         m.lk = max(m.lk, 0);
         m.off = p.align_bottom_right ? m.lk - m.lq : 0;
         m.left = p.window_left;
-        m.right = p.window_right;
-        if (p.causal) m.right = (m.right < 0) ? 0 : min(m.right, 0);
+        m.right = p.causal ? 0 : p.window_right;  // the causal fold, as in make_mask()
         return m;
     }
 
@@ -57,5 +68,63 @@ struct MaskInfo {
         return false;
     }
 };
+
+// The 64-bit view (see the top of this file). With real lengths sq, sk and aligned diagonal
+// c(i) = i + off, key j is visible to query i iff i < sq, j < sk, j <= c(i) + right (right >= 0) and
+// j >= c(i) - left (left >= 0).
+struct SeqMask {
+    int sq, sk;           // real lengths of this sequence
+    long long off;        // c(i) - i
+    long long left, right;  // -1 = unbounded
+
+    __device__ __forceinline__ bool visible(int i, int j) const {
+        if (i >= sq || j >= sk) return false;
+        const long long c = (long long)i + off;
+        if (right >= 0 && (long long)j > c + right) return false;
+        if (left >= 0 && (long long)j < c - left) return false;
+        return true;
+    }
+
+    // Query rows that see at least one key of [c0, c1) (c1 exclusive): [*lo, *hi] inclusive,
+    // empty when *lo > *hi. c(i) + right >= c0 and c(i) - left <= c1 - 1, both monotone in i.
+    __device__ __forceinline__ void rows_for_keys(int c0, int c1, int* lo, int* hi) const {
+        c1 = min(c1, sk);
+        long long l = 0, h = (long long)sq - 1;
+        if (c0 >= c1) { *lo = 1; *hi = 0; return; }
+        if (right >= 0) l = max(l, (long long)c0 - off - right);
+        if (left >= 0) h = min(h, (long long)c1 - 1 - off + left);
+        if (l > h) { *lo = 1; *hi = 0; return; }
+        *lo = (int)l; *hi = (int)h;
+    }
+
+    // Whether every (i, j) in [r0, r1) x [c0, c1) is visible: such tiles skip per-element masking.
+    __device__ __forceinline__ bool tile_full(int r0, int r1, int c0, int c1) const {
+        if (r1 > sq || c1 > sk) return false;
+        if (right >= 0 && (long long)c1 - 1 > (long long)r0 + off + right) return false;
+        if (left >= 0 && (long long)c0 < (long long)r1 - 1 + off - left) return false;
+        return true;
+    }
+
+    // Keys seen by at least one query of [r0, r1): [*lo, *hi] inclusive, empty when *lo > *hi.
+    __device__ __forceinline__ void keys_for_rows(int r0, int r1, int* lo, int* hi) const {
+        r1 = min(r1, sq);
+        long long l = 0, h = (long long)sk - 1;
+        if (r0 >= r1) { *lo = 1; *hi = 0; return; }
+        if (left >= 0) l = max(l, (long long)r0 + off - left);
+        if (right >= 0) h = min(h, (long long)r1 - 1 + off + right);
+        if (l > h) { *lo = 1; *hi = 0; return; }
+        *lo = (int)l; *hi = (int)h;
+    }
+};
+
+__device__ __forceinline__ SeqMask make_mask(const AttnFwdParams& p, int b) {
+    SeqMask m;
+    m.sq = p.seqlens_q ? min(p.seqlens_q[b], p.seqlen_q) : p.seqlen_q;
+    m.sk = p.seqlens_k ? min(p.seqlens_k[b], p.seqlen_k) : p.seqlen_k;
+    m.off = p.align_bottom_right ? (long long)m.sk - m.sq : 0;
+    m.left = p.window_left;
+    m.right = p.causal ? 0 : p.window_right;
+    return m;
+}
 
 }  // namespace attn

@@ -1,4 +1,9 @@
-// Online softmax over one warp's rows (FA2: statistics stay in registers, normalisation deferred).
+// Score pipeline and softmax pieces of every sm_80 kernel: the softcap of SEMANTICS.md §3, warp-wide
+// max / sum (FA1's one-row-per-warp reductions and the backward's D = rowsum(dO * O)), and the FA2
+// forward's online softmax (statistics in registers, normalisation deferred). FA3 has its own
+// warpgroup softmax (hopper/softmax.cuh) on the same fast_exp2.
+//
+// Online softmax over one warp's rows (OnlineSoftmax below):
 //
 // Each thread holds, per m16 tile, two rows of the S tile (rows g and g+8, g = lane / 4) and two
 // columns per n8 tile; the other three threads of its quad hold the remaining columns, so row
@@ -11,6 +16,30 @@
 #include "fa_ptx.cuh"
 
 namespace attn {
+
+// Score pipeline (SEMANTICS.md §3): s = scale * q.k, then softcap s = c * tanh(s / c).
+// Returns the capped score and, through *dcap, d(capped)/d(uncapped) = 1 - tanh^2 (1 when off),
+// which the backward multiplies into dS.
+__device__ __forceinline__ float apply_softcap(float s, float softcap, float* dcap) {
+    if (softcap > 0.f) {
+        const float t = tanhf(s / softcap);
+        *dcap = 1.f - t * t;
+        return softcap * t;
+    }
+    *dcap = 1.f;
+    return s;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
 
 template <int kMTiles, int kNTilesS>
 struct OnlineSoftmax {
