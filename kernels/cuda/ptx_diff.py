@@ -1,6 +1,7 @@
 """Compare the PTX of the sm_80-family kernels between a git revision and the working tree.
 
-``python -m kernels.cuda.ptx_diff [--base REV] [--head REV] [--arch 80,90a] [--keep DIR] [--rename OLD=NEW ...]``
+``python -m attention_conformance.kernels.cuda.ptx_diff [--base REV] [--head REV] [--arch 80,90a] [--keep DIR]
+[--rename OLD=NEW ...]``
 
 A CPU-only check that a refactor of kernels/cuda/ changes no instruction: every ``.cu`` (fa3_fwd.cu
 excluded unless ``--with-fa3``) is compiled to PTX (``-ptx``, virtual architecture only, kernels.build's
@@ -22,7 +23,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kernels.build import CUDA_DIR, REPO_ROOT, find_nvcc
+from attention_conformance.kernels.build import CUDA_DIR, REPO_ROOT, find_nvcc
 
 __all__ = ["DEFAULT_RENAMES", "compile_ptx", "main", "normalise"]
 
@@ -78,7 +79,8 @@ def _tree(rev: str, dest: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.cuda.ptx_diff", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.cuda.ptx_diff",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="main", help="git revision to compare against (default main)")
     ap.add_argument("--head", default=None, help="git revision to compare (default: the working tree)")
     ap.add_argument("--arch", default="80,90a", help="comma-separated virtual architectures (default 80,90a)")

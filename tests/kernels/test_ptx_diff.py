@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from kernels.cuda.ptx_diff import DEFAULT_RENAMES, normalise
+from attention_conformance.kernels.cuda.ptx_diff import DEFAULT_RENAMES, normalise
 
 pytestmark = pytest.mark.skipif(shutil.which("c++filt") is None, reason="c++filt not found")
 
