@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from attention_conformance.kernels.reference import fa1, fa2, fa3, splitkv
 
-__all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "make_case", "repro", "run_forward"]
+__all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "cuda_library_or_skip", "make_case", "repro",
+           "run_forward"]
 
 KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3, "splitkv": splitkv}
 BWD_KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3}
@@ -74,3 +76,14 @@ def repro(kernel: str, name: str, **extra) -> str:
 def run_forward(kernel: str, arrays: dict, kw: dict, **knobs):
     mod = KERNELS[kernel]
     return mod.forward(arrays["q"], arrays["k"], arrays["v"], **kw, **knobs)
+
+
+def cuda_library_or_skip(why: str = "kernel library unavailable"):
+    """The CUDA kernel library CI built before pytest (`python -m attention_conformance.kernels.build`): pytest
+    never compiles it, so a test that needs it skips with the reason (which names the build command)."""
+    from attention_conformance.kernels import cuda_lib
+
+    try:
+        return cuda_lib.library(build_if_missing=False)
+    except cuda_lib.LibraryUnavailable as e:
+        pytest.skip(f"{why}: {e}")

@@ -16,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_helpers import cuda_library_or_skip  # noqa: E402
+
 from attention_conformance.kernels import cuda_lib  # noqa: E402
 from attention_conformance.kernels.cuda_bwd_lib import bwd_scratch  # noqa: E402
 
@@ -23,10 +25,7 @@ LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_bwd")
 
 
 def _lib_or_skip():
-    try:
-        lib = cuda_lib.library(build_if_missing=False)
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(f"kernel library not built: {e}")
+    lib = cuda_library_or_skip("kernel library not built")
     missing = [n for n in LAUNCHERS if getattr(lib, n, None) is None]
     if missing:
         pytest.skip(f"library lacks {missing}")

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 
 import pytest
+from kernel_helpers import cuda_library_or_skip
 
 from attention_conformance.kernels import build as kbuild
 from attention_conformance.kernels import cuda_lib
@@ -28,10 +29,7 @@ HAS_NVCC = kbuild.find_nvcc() is not None
 
 
 def _lib_or_skip():
-    try:
-        return cuda_lib.library(build_if_missing=False)
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(f"kernel library unavailable: {e}")
+    return cuda_library_or_skip()
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found")

@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 import pytest
+from kernel_helpers import cuda_library_or_skip
 
 from attention_conformance.kernels import build as kbuild
 from attention_conformance.kernels import cuda_lib
@@ -33,10 +34,7 @@ PAGED_FIELDS = [("block_table", "const int32_t*"), ("block_table_batch_stride", 
 def lib():
     """The library CI built before pytest (`python -m attention_conformance.kernels.build`); skips with that
     command when absent."""
-    try:
-        return cuda_lib.library(build_if_missing=False)
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(f"kernel library unavailable: {e}")
+    return cuda_library_or_skip()
 
 
 def _header_fwd_fields() -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from kernel_helpers import cuda_library_or_skip
 
 from attention_conformance.kernels import build as kbuild
 from attention_conformance.kernels import cuda_lib
@@ -30,10 +31,7 @@ torch = pytest.importorskip("torch")
 def lib():
     """The library CI built before pytest (`python -m attention_conformance.kernels.build`); skips with that
     command when absent."""
-    try:
-        return cuda_lib.library(build_if_missing=False)
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(f"kernel library unavailable: {e}")
+    return cuda_library_or_skip()
 
 
 def _struct_fields(name: str) -> list[str]:
