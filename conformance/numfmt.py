@@ -16,8 +16,8 @@ from collections.abc import Iterable
 __all__ = ["approx", "index", "mib", "value"]
 
 
-def value(x: object) -> str:
-    """Shortest round-trip repr of ``float(x)`` (``nan``, ``inf``, ``-inf`` for non-finite); ``n/a`` for None."""
+def _special(x: object) -> str | None:
+    """``n/a`` for None, ``nan`` / ``inf`` / ``-inf`` for non-finite values, else None (format the number)."""
     if x is None:
         return "n/a"
     f = float(x)  # type: ignore[arg-type]
@@ -25,19 +25,19 @@ def value(x: object) -> str:
         return "nan"
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
-    return repr(f)
+    return None
+
+
+def value(x: object) -> str:
+    """Shortest round-trip repr of ``float(x)`` (``nan``, ``inf``, ``-inf`` for non-finite); ``n/a`` for None."""
+    special = _special(x)
+    return special if special is not None else repr(float(x))  # type: ignore[arg-type]
 
 
 def approx(x: object, digits: int = 3) -> str:
     """``x`` to `digits` significant digits (``n/a`` for None)."""
-    if x is None:
-        return "n/a"
-    f = float(x)  # type: ignore[arg-type]
-    if math.isnan(f):
-        return "nan"
-    if math.isinf(f):
-        return "inf" if f > 0 else "-inf"
-    return f"{f:.{digits}g}"
+    special = _special(x)
+    return special if special is not None else f"{float(x):.{digits}g}"  # type: ignore[arg-type]
 
 
 def index(idx: Iterable[int] | None) -> str:
