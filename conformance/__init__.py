@@ -9,9 +9,11 @@ the folders beside it are its subpackages (`attention_conformance.oracles`, `.ke
 (checks.py), the engine (engine.py, worker.py, parallel.py), adapters (adapters/, registry.py) and
 reports (report.py). See conformance/README.md.
 
-`claims` declares what a plain SDPA-signature function supports (conformance/declared.py).
+`claims` declares what a plain SDPA-signature function supports (conformance/declared.py); `CallDeclined`
+is what a function raises when the library it wraps refuses a call itself (NOT_SUPPORTED, conformance/calldata.py).
 """
 
+from attention_conformance.calldata import CallDeclined
 from attention_conformance.declared import Claims, claims
 
-__all__ = ["Claims", "claims"]
+__all__ = ["CallDeclined", "Claims", "claims"]

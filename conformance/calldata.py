@@ -11,6 +11,13 @@ a FAIL); one raised by harness code around it (translating the case, preparing t
 results) is HARNESS_ERROR. Adapters that wrap code under test mark the call with `under_test`; for an
 adapter that does not (a third-party `Adapter` subclass), its whole ``forward`` / ``backward`` is code
 under test (`Adapter.marks_code_under_test`).
+
+One exception is not a failure: `CallDeclined`, raised by an adapter when the library under test refuses
+the call *itself*, with its own reason, before computing anything (torch SDPA's "No available kernel"
+under a pinned backend: its dispatcher checked the inputs and declined). `supports()` is the first line
+(it asks the library beforehand where it can); `CallDeclined` is the backstop for refusals a dry query
+cannot foresee. The verdict is NOT_SUPPORTED with the library's words, never PASS, and never FAIL: the
+library computed nothing wrong, it said no.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = [
     "AdapterResults",
     "BackwardOutput",
     "CallResult",
+    "CallDeclined",
     "CaseInputs",
     "ForwardOutput",
     "raise_site",
@@ -116,6 +124,12 @@ class BackwardOutput:
     kernels: tuple[str, ...] = ()
     mutated_inputs: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+
+
+class CallDeclined(Exception):  # noqa: N818 (a verdict, not an error: the library declined the call)
+    """The library under test refused this call itself, with `reason` (its own words); the judge reports
+    NOT_SUPPORTED with it. Raise it only for a refusal that computed nothing (a dispatcher or argument check
+    of the library), never for a crash, a compile error or a wrong result."""
 
 
 @contextmanager

@@ -21,8 +21,9 @@ Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
    `ForwardOutput.lse_convention` declares it, whether the adapter runs in-process or isolated;
 5. ``inputs_unchanged`` (every array handed over, page pools and FP8 codes included), ``out_fully_written``
    for adapters that accept an ``out=`` buffer;
-6. backward cases: ``dq`` (compared rows), ``dk``, ``dv`` (TOLERANCES.md §4), ``dsinks`` for sink cases
-   (SEMANTICS.md §18, TOLERANCES.md §4a);
+6. backward cases: ``dq`` (compared query rows), ``dk``, ``dv`` (compared key rows; SEMANTICS.md §7) (TOLERANCES.md
+   §4), ``dsinks`` for sink cases (SEMANTICS.md §18, TOLERANCES.md §4a);
+   a call the library itself refused (`CallDeclined`) is NOT_SUPPORTED with its words;
 7. ``determinism``: when a repeated forward is given, bit-identical out and LSE;
 8. the secondary criterion (TOLERANCES.md §5): QUALITY_WARNING.
 
@@ -38,11 +39,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from attention_conformance import checks, numfmt
-from attention_conformance.calldata import AdapterResults, CallResult
+from attention_conformance.calldata import AdapterResults, CallDeclined, CallResult
 from attention_conformance.case import Case
 from attention_conformance.inputs import planted_nan
 from attention_conformance.lse_convention import to_contract
-from attention_conformance.outcomes import FAIL, FAILING, FINDING, HARNESS_ERROR, PASS, QUALITY_WARNING
+from attention_conformance.outcomes import (
+    FAIL,
+    FAILING,
+    FINDING,
+    HARNESS_ERROR,
+    NOT_SUPPORTED,
+    PASS,
+    QUALITY_WARNING,
+)
 from attention_conformance.tolerance import (
     OracleData,
     PrecisionModel,
@@ -121,8 +130,11 @@ def _dtype_name(x: str | None) -> str | None:
 
 
 def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
-    """(outcome, message) for a call that raised: the adapter's exception is FAIL, the harness's HARNESS_ERROR."""
+    """(outcome, message) for a call that raised: the adapter's exception is FAIL, the harness's HARNESS_ERROR,
+    the library's own refusal (`CallDeclined`, conformance/calldata.py) NOT_SUPPORTED with its reason."""
     last = call.error.strip().splitlines()[-1] if call.error and call.error.strip() else str(call.error_type)
+    if call.error_type == CallDeclined.__name__:
+        return NOT_SUPPORTED, f"{kind} declined at call time by the library: {last.split(': ', 1)[-1]}"
     if call.error_origin == "harness":
         return HARNESS_ERROR, (f"harness error in {kind} (not the adapter's fault): {last}; raised at "
                                f"{call.error_site or 'an unknown frame'}, outside the code under test\n{call.error}")
@@ -287,11 +299,13 @@ def _backward(j: _Judgement, od: OracleData, bwd: CallResult) -> None:
     for k in getattr(bo, "kernels", ()) or ():
         if k not in j.v.kernels:
             j.v.kernels.append(k)
-    rows_q = od.valid[..., None]
+    # padded rows are not compared (SEMANTICS.md §7): query rows of dq, key rows of dk and dv
+    rows_of = {"dq": od.valid[..., None], "dk": None if od.valid_k is None else od.valid_k[..., None]}
+    rows_of["dv"] = rows_of["dk"]
     names = ("dq", "dk", "dv", "dsinks") if "dsinks" in od.grads else ("dq", "dk", "dv")  # d sinks: §18
     for name in names:
         got = getattr(bo, name, None)  # a missing d sink is a FAIL ("the adapter returned nothing")
-        rows = rows_q if name == "dq" else None
+        rows = rows_of.get(name)
         j.values(*checks.compare_values(name, got, od.grads[name], od.grad_tol[name], rows=rows,
                                         naive=od.naive_grads.get(name)))
 
@@ -322,22 +336,24 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
     j = _Judgement(v, case, capabilities, strict)
     fwd = result.forward
     if fwd.error is not None:
-        v.checks["forward"] = "fail"
         v.raised_at = fwd.error_site or ""
         v.outcome, v.message = _call_error("forward", fwd)
+        v.checks["forward"] = "declined" if v.outcome == NOT_SUPPORTED else "fail"
         return v
     _forward(j, case, oracle, fwd, device, capabilities, model_adjust)
-    harness_error = None
+    harness_error = declined = None
     if case.backward:
         bwd = result.backward
         if bwd is None:
             harness_error = "harness error: a backward case was judged without a backward call"
         elif bwd.error is not None:
             outcome, msg = _call_error("backward", bwd)
-            v.checks["backward"] = "fail"
+            v.checks["backward"] = "declined" if outcome == NOT_SUPPORTED else "fail"
             v.raised_at = bwd.error_site or ""
             if outcome == HARNESS_ERROR:
                 harness_error = msg
+            elif outcome == NOT_SUPPORTED:
+                declined = msg
             else:
                 v.failures.append(msg)
         else:
@@ -348,6 +364,8 @@ def judge(case: Case, oracle: OracleData, result: AdapterResults, *, device: str
         v.outcome, v.message = HARNESS_ERROR, "\n".join([harness_error, *v.failures])
     elif v.failures:
         v.outcome, v.message = FAIL, "\n".join(v.failures + j.finding_messages)
+    elif declined is not None:  # the forward was right; the backward the case needs was refused
+        v.outcome, v.message = NOT_SUPPORTED, declined
     elif j.finding_messages:
         v.outcome, v.message = FINDING, "\n".join(j.finding_messages)
     elif v.warnings:

@@ -149,6 +149,7 @@ class OracleData:
     naive_grads: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: float = 0.0
     P2: np.ndarray | None = None  # sum_j P_ij^2 per row [B, Hq, Lq] (P-rounding error of l, LSE bound)
+    valid_k: np.ndarray | None = None  # bool [B, Hkv, Lk]: key rows of dk, dv that are compared (not padded, §7)
 
     @property
     def lse_empty(self) -> np.ndarray:
@@ -323,7 +324,11 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                 Pr = round_to_dtype(P32, p_dt).astype(acc)
                 o32 = Pr @ v32
                 naive[b, h, r0:r1] = round_to_dtype(o32, out_dt)
-    od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2)
+    valid_k = np.zeros(p.k.shape[:3], dtype=bool)
+    for b in range(p.B):
+        valid_k[b, :, :int(p.seqlens_k[b])] = True
+    od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2,
+                    valid_k=valid_k)
     if bwd:
         tol_o = forward_tolerance(od)
         sink_acc = None if p.sinks is None else [np.zeros(p.Hq) for _ in range(3)]  # bound, naive, |terms|

@@ -28,12 +28,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from attention_conformance.calldata import BackwardOutput, CaseInputs, ForwardOutput
+from attention_conformance.calldata import BackwardOutput, CallDeclined, CaseInputs, ForwardOutput
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = [
     "Adapter",
     "BackwardOutput",
+    "CallDeclined",
     "Capabilities",
     "CaseInputs",
     "ForwardOutput",

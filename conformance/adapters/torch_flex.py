@@ -45,7 +45,7 @@ from attention_conformance.adapters.base import (
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["FlexAttention", "flex_mods"]
+__all__ = ["CUDA_MIN_HEAD_DIM", "FlexAttention", "flex_mods"]
 
 _CPU_CAPS = Capabilities(
     dtypes=frozenset({"float64", "float32", "float16", "bfloat16"}),
@@ -63,6 +63,9 @@ _CPU_CAPS = Capabilities(
     padding_as_mask=True,  # varlen reaches flex as a mask_mod over the padded tensors (SEMANTICS.md §17)
     chunk=True,
 )
+#: the smallest head dim (d and dv) the compiled CUDA kernel lowers (inductor raises NYI below it)
+CUDA_MIN_HEAD_DIM = 16
+
 # the CPU claims, less float64, plus the backward that only the compiled CUDA path has
 _CUDA_CAPS = dataclasses.replace(
     _CPU_CAPS,
@@ -181,7 +184,13 @@ class FlexAttention(Adapter):
         return None
 
     def supports(self, case: Case, device: str) -> str | None:
-        return self.unavailable_reason(device) or capability_reason(self.caps_for(device), case, device)
+        reason = self.unavailable_reason(device) or capability_reason(self.caps_for(device), case, device)
+        if reason is None and device.startswith("cuda") and min(case.d, case.dv) < CUDA_MIN_HEAD_DIM:
+            # torch 2.11 on the H200: LoweringException "NYI: embedding dimension of the query, key, and value
+            # must be at least 16" from the compiled kernel's lowering
+            return (f"compiled FlexAttention needs head dims >= {CUDA_MIN_HEAD_DIM} on CUDA (inductor: NYI), the case "
+                    f"has d={case.d}, dv={case.dv}")
+        return reason
 
     # -- the call ---------------------------------------------------------------------------------
     def _function(self, device: str):

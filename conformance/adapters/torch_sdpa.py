@@ -29,7 +29,10 @@ else materialises the mask). A variant calls only its spelling and declines what
 dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
 dtype, strides, mask and requires_grad) whether the pinned backend accepts the call, and returns the
 reasons torch prints (e.g. "Flash attention does not support the is_causal flag when seqlen_q !=
-seqlen_k"). Anything torch accepts and then gets wrong is a FAIL.
+seqlen_k"). Anything torch accepts and then gets wrong is a FAIL. When the real call still ends in the
+dispatcher's "No available kernel" (seen on the H200 for the efficient and cuDNN backends with some
+bottom-right masks and stride-0 K/V that the dry query accepted), the adapter raises `CallDeclined` with
+the reasons torch printed: NOT_SUPPORTED, since the pinned backend computed nothing.
 
 On CUDA the torch profiler records the kernels that ran (`ForwardOutput.kernels`); when the pinned
 backend's expected kernel (``pytorch_flash::flash_fwd_kernel``, ``fmha_cutlassF_*``,
@@ -50,6 +53,7 @@ from attention_conformance.adapters._torch_common import torch
 from attention_conformance.adapters.base import (
     Adapter,
     BackwardOutput,
+    CallDeclined,
     Capabilities,
     CaseInputs,
     ForwardOutput,
@@ -210,6 +214,12 @@ def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: 
     return c
 
 
+def _torch_reasons(caught) -> list[str]:
+    """The reasons torch's SDPA dispatcher printed as warnings ("... not used because: <reason>")."""
+    said = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
+    return [s for s in said if s and not s.endswith("kernel not used because:")]
+
+
 def _empty_view(shape: tuple[int, ...], dtype, device: str, layout: str, requires_grad: bool):
     """An uninitialised [B, H, L, D] tensor with the strides `layout` gives (for dispatcher queries)."""
     B, H, L, D = shape
@@ -340,8 +350,7 @@ class SdpaAdapter(Adapter):
                 choice, error = None, str(exc).strip()
         if choice == int(self.backend):
             return None
-        said = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
-        said = [s for s in said if s and not s.endswith("kernel not used because:")]
+        said = _torch_reasons(caught)
         if error:
             said.append(error)
         return f"torch refuses SDPA {self.backend_name} for this call: " + ("; ".join(said) or f"choice={choice}")
@@ -353,8 +362,18 @@ class SdpaAdapter(Adapter):
         kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
         if case.Hq != case.Hkv:
             kwargs["enable_gqa"] = True
-        with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+            except RuntimeError as exc:
+                if "No available kernel" not in str(exc):
+                    raise
+                said = "; ".join(_torch_reasons(caught)) or "no reason printed"
+        # torch's dispatcher checked the real tensors and refused the pinned backend: it computed nothing
+        raise CallDeclined(f"torch SDPA {self.backend_name} refused the call (No available kernel), although its "
+                           f"dispatcher query in supports() accepted these shapes; torch said: {said}")
 
     def _kernel_notes(self, rec: tc.KernelRecorder, which: int) -> list[str]:
         notes = []

@@ -17,7 +17,8 @@ export PYTHONUNBUFFERED=1
 VENDOR=${VENDOR:-.vendor}
 R=${OUT:-/tmp/out}/fa4; mkdir -p "$R"
 bash "$VENDOR/install.sh" || { echo "install failed"; exit 3; }
-export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:$PWD:${PYTHONPATH:-}
+export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 # one on-disk JIT cache for the smoke test, the adapter's worker processes and its variants
 export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

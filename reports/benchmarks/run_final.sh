@@ -6,7 +6,8 @@
 # Needs the library built beforehand (python -m attention_conformance.kernels.build; ATTN_KERNELS_LIB may point at it) and $OUT.
 #   OUT=/tmp/out bash reports/benchmarks/run_final.sh
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 R=/tmp/final; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for tool in memcheck racecheck; do

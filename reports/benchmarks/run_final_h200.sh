@@ -17,8 +17,9 @@ if [ -n "${LIB_ZST:-}" ]; then  # the library travels zstd-compressed (44 MB -> 
     cp "$(dirname "$LIB_ZST")/build.stamp" build/kernels/ 2>/dev/null
 fi
 export ATTN_KERNELS_NO_BUILD=1
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 bash "$VENDOR/install.sh" || echo "flash-attn-4 install failed: FA4 rows will be skipped"
-export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:$PWD:${PYTHONPATH:-}
+export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
 export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import importlib.metadata as m, torch; print('flash-attn-4', m.version('flash-attn-4'), '| torch',

@@ -4,7 +4,8 @@
 # cuda-* adapters. Needs the library built beforehand (python -m attention_conformance.kernels.build) and $OUT set.
 #   OUT=/tmp/out bash reports/benchmarks/run_h200.sh
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 timeout 240 python3 reports/benchmarks/cuda_fwd_check_bench.py --out "$OUT" > "$OUT/bench_log.txt" 2>&1
 echo "bench rc=$?"

@@ -5,7 +5,8 @@
 # (python -m attention_conformance.kernels.build) and $OUT set; writes 8 files under $OUT. SKIP_HBM=1 / SKIP_PYTEST=1 leave parts out.
 #   OUT=/tmp/out bash reports/benchmarks/run_memory_h200.sh
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # keeps carried wheels (/tmp/site) importable
+export PYTHONUNBUFFERED=1
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 if [ -z "${SKIP_HBM:-}" ]; then
     timeout "${HBM_TIMEOUT:-240}" python3 -m attention_conformance.reports.benchmarks.hbm_traffic --out /tmp/hbm --reps "${REPS:-5}" \

@@ -3,7 +3,8 @@
 # outcome comparison. Needs the CUDA library built (python -m attention_conformance.kernels.build) and $OUT set.
 #   OUT=/tmp/out bash reports/benchmarks/run_workers.sh
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1
+. "$(dirname "${BASH_SOURCE[0]}")/checkout_env.sh"  # import attention_conformance from this checkout
 nvidia-smi -L
 # A fresh machine's memory grows as it is first touched (about 3 s per 8 GiB, KINDS.md): touch
 # ${WARM_GIB:-40} GiB once so neither timed run pays for that growth (run 1 of session 2 ran the

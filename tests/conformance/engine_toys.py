@@ -277,3 +277,56 @@ class OracleNaN(OracleToy):
 class OracleBadDq(OracleToy):
     name = "toy-oracle-bad-dq"
     behaviour = "bad_dq"
+
+
+class OracleGarbagePaddedGrads(OracleToy):
+    """Correct, but writes 1e3 into the padded rows of dq (query rows) and dk, dv (key rows), as an API told
+    the lengths may leave them unwritten (SEMANTICS.md §7): passes."""
+
+    name = "toy-oracle-garbage-padded-grads"
+
+    def backward(self, inputs, case, device):
+        res = super().backward(inputs, case, device)
+        for b in range(case.B):
+            sq = case.Lq if case.seqlens_q is None else case.seqlens_q[b]
+            sk = case.Lk if case.seqlens_k is None else case.seqlens_k[b]
+            res.dq[b, :, sq:] = 1e3
+            res.dk[b, :, sk:] = 1e3
+            res.dv[b, :, sk:] = 1e3
+        return res
+
+
+class OracleBadPaddedKeyGradAtEdge(OracleToy):
+    """Wrong dk in the last *valid* key row of each sequence (the row before the padding): fails check dk."""
+
+    name = "toy-oracle-bad-dk-at-edge"
+
+    def backward(self, inputs, case, device):
+        res = super().backward(inputs, case, device)
+        for b in range(case.B):
+            sk = case.Lk if case.seqlens_k is None else case.seqlens_k[b]
+            if sk:
+                res.dk[b, :, sk - 1] += 0.5
+        return res
+
+
+class OracleDeclines(OracleToy):
+    """The library refuses the call itself (`CallDeclined`): NOT_SUPPORTED with its words, never FAIL."""
+
+    name = "toy-oracle-declines"
+
+    def forward(self, inputs, case, device):
+        from attention_conformance import CallDeclined
+
+        raise CallDeclined("toy library: no kernel for this shape")
+
+
+class OracleDeclinesBackward(OracleToy):
+    """A right forward, a backward the library refuses: NOT_SUPPORTED (the case needs the backward)."""
+
+    name = "toy-oracle-declines-backward"
+
+    def backward(self, inputs, case, device):
+        from attention_conformance import CallDeclined
+
+        raise CallDeclined("toy library: no backward kernel for this shape")
