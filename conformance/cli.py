@@ -4,7 +4,7 @@
     python -m attention_conformance run [--impl NAME_OR_MODULE:ATTR ...] [--profile ci|full|gpu]
                               [--device cpu|cuda] [--report-dir DIR] [-k EXPR] [--workers N]
                               [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
-    python -m attention_conformance merge REPORT_JSON ... [--report-dir DIR]
+    python -m attention_conformance merge REPORT_JSON ... [--report-dir DIR] [--reexpect [--expect FILE ...]]
     python -m attention_conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
     python -m attention_conformance cases [--profile P] [-k EXPR] [--coverage]
     python -m attention_conformance mutants [--profile ci] ...
@@ -102,9 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what plain --impl functions support, e.g. 'dtypes=float16,bfloat16; head_dims=64,128; "
                           "causal=only' (conformance/declared.py)")
 
-    mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N` into one report")
+    mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N`, or of runs of one profile "
+                                      "with other adapters (a later result for a (case, adapter) replaces an "
+                                      "earlier one), into one report")
     mg.add_argument("reports", nargs="+", metavar="REPORT_JSON")
     mg.add_argument("--report-dir", default=os.path.join("reports", "latest"))
+    mg.add_argument("--reexpect", action="store_true",
+                    help="apply the shipped expectations (and --expect files) again to the raw outcomes")
+    mg.add_argument("--expect", action="append", default=[], metavar="FILE",
+                    help="with --reexpect: an expectations file on top of the shipped one")
 
     rp = sub.add_parser("repro", help="print a standalone Python snippet reproducing one case")
     rp.add_argument("case_id")
@@ -323,7 +329,9 @@ def _cmd_cases(args) -> int:
 def _cmd_merge(args) -> int:
     import json
 
-    from attention_conformance.report import write_report
+    from attention_conformance.combine import combine, reexpect, run_context
+    from attention_conformance.expectations import ExpectationError, load_files
+    from attention_conformance.report import build_report, write_report
     from attention_conformance.shard import ShardError, merge
 
     loaded = []
@@ -334,16 +342,36 @@ def _cmd_merge(args) -> int:
         except (OSError, ValueError) as exc:
             raise UsageError(f"merge: cannot read {path}: {one_line(exc)}") from None
     _check_report_dir(args.report_dir)
+    if args.expect and not args.reexpect:
+        raise UsageError("merge: --expect needs --reexpect")
+    shards = all(isinstance(rep.get("shard"), dict) for _, rep in loaded)
+    if not shards and any(isinstance(rep.get("shard"), dict) for _, rep in loaded):
+        raise UsageError("merge: the reports mix shards of a run (--shard K/N) with whole runs; merge the shards "
+                         "first, then join the result with the other runs")
     try:
-        rep, results = merge(loaded)
+        rep, results = merge(loaded) if shards else combine(loaded)
     except ShardError as exc:
         raise UsageError(one_line(exc)) from None
+    if args.reexpect:
+        try:
+            entries = load_files(args.expect, default=True)
+        except ExpectationError as exc:
+            raise UsageError(f"--expect: {one_line(exc)}") from None
+        results, summary = reexpect(results, entries, run_context(rep))
+        rep = build_report(results, [], profile=rep["profile"], device=rep["device"],
+                           wall_seconds=rep["wall_seconds"], command=rep.get("command") or [],
+                           extra={**{k: v for k, v in rep.items() if k not in _REBUILT}, "expectations": summary})
     jp, mp = write_report(args.report_dir, rep, results)
     code = rep["summary"]["exit_code"]
     by = rep["summary"]["by_outcome"]
-    print(" ".join(f"{k}={v}" for k, v in by.items() if v) + f" from {len(loaded)} shards; reports: {jp}, {mp}; "
-          f"exit {code}")
+    print(" ".join(f"{k}={v}" for k, v in by.items() if v) + f" from {len(loaded)} "
+          f"{'shards' if shards else 'reports'}; reports: {jp}, {mp}; exit {code}")
     return code
+
+
+#: the keys `conformance.report.build_report` computes itself (the rest of a report is carried over)
+_REBUILT = ("results", "summary", "created", "command", "profile", "device", "wall_seconds", "schema_version",
+            "expectations")
 
 
 def _cmd_mutants(argv: list[str]) -> int:

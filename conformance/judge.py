@@ -238,6 +238,19 @@ class _Judgement:
             self.fail(stats.name, msg)
 
 
+def _name_empty_row(msg: str | None, stats: checks.QuantityStats, od: OracleData) -> str | None:
+    """`msg` plus, when its worst element lies on a row with no visible key, a clause saying so (SEMANTICS.md §8):
+    a kernel engineer reads "fully masked row" faster than "oracle 0.0"."""
+    idx = stats.max_ratio_index if stats.max_ratio_index is not None else stats.max_err_index
+    if msg is None or idx is None or len(idx) != 4 or stats.nonfinite:
+        return msg
+    b, h, i = (int(x) for x in idx[:3])
+    if not od.lse_empty[b, h, i]:
+        return msg
+    return (f"{msg}; out[{b}, {h}, {i}, :] is a row with no visible key, whose output is 0 (SEMANTICS.md §8: "
+            "a fully masked row)")
+
+
 def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device: str, capabilities,
              model_adjust: Callable[[PrecisionModel], PrecisionModel] | None) -> None:
     fo = fwd.output
@@ -265,7 +278,8 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
         else:
             j.fail("device", f"device: output lived on {dev!r}, the run asked for {device!r}")
     tol = forward_tolerance(od, model)
-    j.values(*checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out))
+    stats, msg = checks.compare_values("out", fo.out, od.out, tol, rows=od.valid[..., None], naive=od.naive_out)
+    j.values(stats, _name_empty_row(msg, stats, od))
     if capabilities.lse or fo.lse is not None:
         got_lse = fo.lse
         if got_lse is not None:  # the adapter's declared base and layout -> the contract's (SEMANTICS.md §21)

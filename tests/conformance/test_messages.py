@@ -66,3 +66,28 @@ def test_report_names_the_smallest_failing_case_first():
     assert f"| 2 | `{small.id}`" in row, row
     details = md.split("## Failures")[1]
     assert details.index(small.id) < details.index(big.id)
+
+
+def test_a_failure_on_a_fully_masked_row_says_so():
+    """cuDNN on the H200 returns the unmasked softmax on rows with no visible key: the message must name the row
+    as fully masked (SEMANTICS.md §8), not leave the reader with "oracle 0.0"."""
+    from attention_conformance.adapters.base import Capabilities
+    from attention_conformance.calldata import AdapterResults, CallResult, ForwardOutput
+    from attention_conformance.inputs import make_inputs
+    from attention_conformance.judge import judge
+    from attention_conformance.tolerance import compute_oracle
+
+    case = Case(family="msg", B=1, Hq=1, Hkv=1, Lq=6, Lk=5, d=8, dv=8, dtype="float32", causal=True,
+                alignment="bottom_right", seed=1)  # row 0 is fully masked (c(0) = -1)
+    inputs = make_inputs(case)
+    od = compute_oracle(case, inputs)
+    out = od.out.copy()
+    out[0, 0, 0] = inputs.v[0, 0].mean(axis=0) + 1.0
+    res = AdapterResults(forward=CallResult(output=ForwardOutput(out=out, lse=od.lse, out_dtype="float32")))
+    v = judge(case, od, res, device="cpu", capabilities=Capabilities(dtypes=frozenset({"float32"}), lse=True))
+    assert v.outcome == "FAIL", v
+    assert "out[0, 0, 0, :] is a row with no visible key" in v.message, v.message
+    good = judge(case, od, AdapterResults(forward=CallResult(output=ForwardOutput(out=od.out, lse=od.lse,
+                                                                                   out_dtype="float32"))),
+                 device="cpu", capabilities=Capabilities(dtypes=frozenset({"float32"}), lse=True))
+    assert good.outcome == "PASS", good.message

@@ -81,7 +81,7 @@ def test_merge_refuses_reports_that_are_not_the_shards_of_one_run(tmp_path, caps
         p[name] = str(tmp_path / name / "report.json")
     capsys.readouterr()
     for paths, expect in (([p["a"]], "missing"), ([p["a"], p["a"], p["b"]], "both shard 1/2"),
-                          ([p["a"], p["c"]], "another split"), ([p["whole"]], "not a shard report"),
+                          ([p["a"], p["c"]], "another split"), ([p["a"], p["whole"]], "mix shards"),
                           ([str(tmp_path / "nope.json")], "cannot read")):
         assert cli.main(["merge", *paths, "--report-dir", str(tmp_path / "m")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
