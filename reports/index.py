@@ -78,8 +78,16 @@ def _conformance_row(path: Path, rep: dict) -> list[str]:
         link += " (" + ", ".join(siblings) + ")"
     return [link, str(rep.get("created", "?")),
             _commit(path), f"{rep.get('profile')} / {rep.get('device')}: {adapters}; {counts}; "
-            f"{rep.get('wall_seconds', 0):.0f} s", _env_line(rep.get("environment", {})),
-            f"`{' '.join(rep.get('command', []))}`"]
+            f"{rep.get('wall_seconds', 0):.0f} s", _env_line(rep.get("environment", {})), _command_cell(rep)]
+
+
+def _command_cell(rep: dict) -> str:
+    """The run's command; for a report joined by ``merge`` from runs, each run's command (and the merge)."""
+    cmd = f"`{' '.join(rep.get('command', []))}`"
+    runs = [m for m in rep.get("merged_from", []) if m.get("command")]
+    if not runs or "shard" in runs[0]:
+        return cmd
+    return "; ".join(f"{m['path']}: `{' '.join(m['command'])}`" for m in runs) + f"; then {cmd}"
 
 
 def _md_items(md: Path) -> list[str]:

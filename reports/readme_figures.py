@@ -8,7 +8,8 @@
 Blocks (each rendered from files listed in reports/index.md):
 
 - ``cpu``: the CPU conformance report (reports/cpu/report.json): wall time, machine, outcomes per adapter;
-- ``gpu``: the H200 conformance report(s) (every reports/gpu/**/report.json): outcomes per adapter;
+- ``gpu``: the H200 conformance report(s) (every reports/gpu/**/report.json: the joined gpu profile, and runs
+  of other adapter sets): outcomes per adapter;
 - ``bench``: the CUDA kernels against torch-flash and cuDNN (reports/benchmarks/cuda_fwd.json,
   cuda_bwd.json), per head dim and causality at the largest N timed, and split-KV decoding;
 - ``workers``: the gpu profile with one worker per GPU (reports/benchmarks/workers.json);
@@ -24,13 +25,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from attention_conformance.outcomes import OUTCOMES, SHORT
+
 __all__ = ["BLOCKS", "README", "render_block", "rewrite", "main"]
 
 REPORTS_DIR = Path(__file__).resolve().parent
 README = REPORTS_DIR.parent / "README.md"
 _BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
-_COLS = ("PASS", "QUALITY_WARNING", "FAIL", "NOT_SUPPORTED", "CRASH", "TIMEOUT", "HARNESS_ERROR")
-_SHORT = ("PASS", "WARN", "FAIL", "n/s", "CRASH", "TIMEOUT", "H-ERR")
+_COLS = OUTCOMES  # every outcome, in the order and with the short names of conformance/outcomes.py
+_SHORT = tuple(SHORT[o] for o in OUTCOMES)
 
 
 def _rel(p: Path, root: Path) -> str:

@@ -11,7 +11,7 @@ does not implement it, a d sink without its dLSE term. These tests need no GPU:
   ``dsinks`` output;
 - cuda-fa2 claims sinks (forward and backward, with the LSE cotangent), cuda-splitkv sinks (forward), and
   cuda-fa1 / cuda-fa3 decline sink cases with the capability reason.
-The kernels themselves are checked on the GPU by the conformance run (reports/gpu/sinks/).
+The kernels themselves are checked on the GPU by the conformance run (reports/gpu/, the sinks family).
 """
 
 from __future__ import annotations
