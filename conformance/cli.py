@@ -327,18 +327,16 @@ def _cmd_cases(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    import json
-
     from attention_conformance.combine import combine, reexpect, run_context
     from attention_conformance.expectations import ExpectationError, load_files
     from attention_conformance.report import build_report, write_report
+    from attention_conformance.report_store import load_report
     from attention_conformance.shard import ShardError, merge
 
     loaded = []
     for path in args.reports:
         try:
-            with open(path) as f:
-                loaded.append((path, json.load(f)))
+            loaded.append((path, load_report(path)))
         except (OSError, ValueError) as exc:
             raise UsageError(f"merge: cannot read {path}: {one_line(exc)}") from None
     _check_report_dir(args.report_dir)

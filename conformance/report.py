@@ -51,8 +51,10 @@ from attention_conformance.report_digest import (
     smallest_failing,
 )
 from attention_conformance.report_html import render_html
+from attention_conformance.report_store import dump_report
 
-__all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report", "render_markdown",
+__all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report",
+           "render_markdown",
            "exit_code"]
 
 SCHEMA_VERSION = 1
@@ -326,13 +328,7 @@ def write_report(report_dir: str | os.PathLike, rep: dict, results: Sequence[Cas
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
     jp, mp = d / "report.json", d / "report.md"
-    with open(jp, "w") as f:  # the summary indented, then one compact result per line (a diff shows the verdicts)
-        rest = json.dumps({k: v for k, v in rep.items() if k != "results"}, default=_json_default, allow_nan=True,
-                          indent=1)
-        f.write(rest[:-1].rstrip() + (',\n' if len(rep) > 1 else '') + '"results": [\n')
-        f.write(",\n".join(json.dumps(r, default=_json_default, allow_nan=True, separators=(",", ":"))
-                            for r in rep.get("results", [])))
-        f.write("\n]}\n")
+    dump_report(jp, rep, default=_json_default)
     mp.write_text(render_markdown(rep, results))
     (d / "report.html").write_text(render_html(json.loads(json.dumps(rep, default=_json_default))))
     return jp, mp

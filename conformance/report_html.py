@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -35,6 +34,7 @@ from attention_conformance.report_digest import (
     shape_of,
     smallest_failing,
 )
+from attention_conformance.report_store import load_report
 
 __all__ = ["render_html", "main"]
 
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = args.output or args.report.with_suffix(".html")
     bench = load_benchmarks(args.bench.glob("*.json")) if args.bench else None
-    out.write_text(render_html(json.loads(args.report.read_text()), bench))
+    out.write_text(render_html(load_report(args.report), bench))
     print(out)
     return 0
 

@@ -91,3 +91,17 @@ def test_a_failure_on_a_fully_masked_row_says_so():
                                                                                    out_dtype="float32"))),
                  device="cpu", capabilities=Capabilities(dtypes=frozenset({"float32"}), lse=True))
     assert good.outcome == "PASS", good.message
+
+
+def test_stored_kernel_names_keep_the_template_and_drop_the_parameters():
+    import doctest
+
+    from attention_conformance import report_store
+
+    assert doctest.testmod(report_store).failed == 0
+    fa4 = "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_object_at__tensor"
+    assert report_store.short_kernel_name(fa4) == fa4  # no parameter list: unchanged (under the length cap)
+    long = "void k<" + "x" * 400 + ">(int)"
+    assert len(report_store.short_kernel_name(long)) == report_store.KERNEL_NAME_CHARS
+    assert report_store.short_kernel_name("pytorch_flash::flash_fwd_kernel<Flash_fwd_traits<128>>(Flash_fwd_params)") \
+        == "pytorch_flash::flash_fwd_kernel<Flash_fwd_traits<128>>"

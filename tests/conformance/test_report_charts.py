@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attention_conformance.report_charts import benchmark_series, case_usage, charts_html, load_benchmarks
 from attention_conformance.report_html import render_html
+from attention_conformance.report_store import load_report
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
@@ -61,7 +62,7 @@ def test_benchmark_series_reads_the_committed_json():
 
 
 def test_report_page_is_self_contained():
-    rep = json.loads((REPORTS / "cpu" / "report.json").read_text())
+    rep = load_report(REPORTS / "cpu" / "report.json")  # each result with its case again (Lq, Lk of the heat map)
     page = render_html(rep, load_benchmarks((REPORTS / "benchmarks").glob("*.json")))
     # nothing loaded from the network (no scripts, images, style sheets, fonts); hyperlinks to upstream issues
     # (an expectations entry's link) are plain <a href>, which load nothing
