@@ -91,7 +91,7 @@ def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causa
 
     tdt = TORCH_FP8[format]
     q8, k8, v8 = dev(qi["q8"], tdt), dev(qi["k8"], tdt), dev(qi["v8"], tdt)
-    ds = [torch.from_numpy(np.ascontiguousarray(qi[n], dtype=np.float32)).cuda()
+    ds = [torch.from_numpy(np.array(qi[n], dtype=np.float32)).cuda()
           for n in ("q_descale", "k_descale", "v_descale")]
     oflat, o = _guarded((B, Hq, Lq, d), torch.bfloat16)
     lflat, lse = _guarded((B, Hq, Lq), torch.float32)

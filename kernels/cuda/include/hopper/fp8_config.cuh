@@ -47,8 +47,12 @@ struct Fa3Fp8Config {
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
     static constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
-    static constexpr int kProducerRegs = 32;
-    static constexpr int kConsumerRegs = 240;
+    // setmaxnreg moves registers inside the CTA: what the producer warpgroup gives back (128 x (168 - P)) must
+    // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
+    // forever. The transposing warps get 40 (24 would spill their loop state), the consumers 232.
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = 232;
+    static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");
 
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..2)
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..5)
