@@ -12,7 +12,9 @@ version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``
 - `fwd_params(...)` / `bwd_params(...)` fill them from tensors in the [B, H, L, D] convention (or,
   for paged K/V, from page pools and an int32 block table: ``block_table=``, ``page_size=``);
 - `call(name, params)` runs a launcher and raises `KernelError` (`KernelUnsupported` for
-  ATTN_ERR_UNSUPPORTED) carrying the kernel's own message.
+  ATTN_ERR_UNSUPPORTED) carrying the kernel's own message;
+- `AttnFp8FwdParams` / `fp8_fwd_params(...)`: the FP8 forward's struct (attn_params.h, its own version
+  ``ATTN_FP8_PARAMS_VERSION``) around an `AttnFwdParams`, for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from typing import Any
 __all__ = [
     "ATTN_BF16",
     "ATTN_FP16",
+    "ATTN_FP8_PARAMS_VERSION",
     "ATTN_PARAMS_VERSION",
+    "FP8_FORMAT_CODES",
+    "FP8_GRANULARITY_CODES",
     "LAUNCHERS",
     "AttnBwdParams",
+    "AttnFp8FwdParams",
     "AttnFwdParams",
     "FA3_VARIANTS",
     "KernelError",
@@ -38,7 +44,10 @@ __all__ = [
     "bwd_params",
     "call",
     "call_fa3_variant",
+    "compiled_fp8_layout",
     "compiled_layout",
+    "fp8_fwd_params",
+    "fp8_mirror_layout",
     "fwd_params",
     "library",
     "library_path",
@@ -49,7 +58,12 @@ __all__ = [
 ATTN_PARAMS_VERSION = 4
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
-LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd")
+LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd",
+             "attn_fa3_fp8_fwd")
+ATTN_FP8_PARAMS_VERSION = 1
+#: attn_params.h AttnFp8Format / AttnFp8Granularity, keyed by the oracle's names (oracles/fp8.py)
+FP8_FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
+FP8_GRANULARITY_CODES = {"per_tensor": 0, "per_head": 1, "per_tile": 2}
 #: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
 FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                 "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9}
@@ -97,6 +111,17 @@ class AttnBwdParams(ctypes.Structure):
         ("dv_batch_stride", _i64), ("dv_head_stride", _i64), ("dv_row_stride", _i64),
         ("dq_accum", _vp), ("d_rowsum", _vp), ("dk_accum", _vp), ("dv_accum", _vp),
         ("dlse", _vp), ("dsinks", _vp),  # v4: LSE cotangent fp32 [B, Hq, Lq] and d sinks fp32 [Hq], or NULL
+    ]  # fmt: skip
+
+
+class AttnFp8FwdParams(ctypes.Structure):
+    """Mirror of ``AttnFp8FwdParams`` in attn_params.h (ATTN_FP8_PARAMS_VERSION 1)."""
+
+    _fields_ = [
+        ("fwd", AttnFwdParams),
+        ("format", _i32), ("granularity", _i32),
+        ("q_descale", _vp), ("k_descale", _vp), ("v_descale", _vp),
+        ("tile_q", _i32), ("tile_k", _i32),
     ]  # fmt: skip
 
 
@@ -178,9 +203,11 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
         if hasattr(lib, "attn_splitkv_num_splits"):
             lib.attn_splitkv_num_splits.restype = ctypes.c_int
             lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
-        if hasattr(lib, "attn_params_layout"):
-            lib.attn_params_layout.restype = ctypes.c_int
-            lib.attn_params_layout.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+        for name in ("attn_params_layout", "attn_fp8_params_layout"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
         _lib = lib
         return lib
 
@@ -198,6 +225,26 @@ def compiled_layout() -> list[int]:
     buf = (_i64 * 128)()
     n = library().attn_params_layout(buf, 128)
     return list(buf[:n])
+
+
+def fp8_mirror_layout() -> list[int]:
+    """The ctypes mirror of AttnFp8FwdParams in `compiled_fp8_layout`'s format."""
+    return [ATTN_FP8_PARAMS_VERSION, ctypes.sizeof(AttnFp8FwdParams)] + [
+        getattr(AttnFp8FwdParams, n).offset for n, _ in AttnFp8FwdParams._fields_]
+
+
+def compiled_fp8_layout() -> list[int]:
+    """Version, size and field offsets of AttnFp8FwdParams as compiled (``attn_fp8_params_layout``)."""
+    lib = library()
+    if getattr(lib, "attn_fp8_params_layout", None) is None:
+        raise LibraryUnavailable(f"{library_path()} does not export attn_fp8_params_layout")
+    buf = (_i64 * 32)()
+    n = lib.attn_fp8_params_layout(buf, 32)
+    return list(buf[:n])
+
+
+def _is_fp8(t: Any) -> bool:
+    return "float8" in str(getattr(t, "dtype", ""))
 
 
 def _dtype_code(t: Any) -> int:
@@ -286,13 +333,49 @@ def fwd_params(
     p.align_bottom_right = int(alignment == "bottom_right")
     p.window_left = -1 if wl is None else int(wl)
     p.window_right = -1 if wr is None else int(wr)
-    p.dtype = _dtype_code(q)
+    p.dtype = _dtype_code(o if _is_fp8(q) else q)  # FP8 codes in: the field is the output dtype (attn_params.h)
     p.num_splits = int(num_splits)
     p.o_partial, p.lse_partial = _ptr(o_partial), _ptr(lse_partial)
     if block_table is not None:
         p.block_table, p.block_table_batch_stride, p.page_size = _ptr(block_table), block_table.stride(0), page_size
     p.sinks = _ptr(sinks)
     p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial, block_table, sinks]
+    return p
+
+
+def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, k_descale: Any, v_descale: Any, *,
+                   format: str, granularity: str, tile_q: int = 128, tile_k: int = 128,
+                   **fwd_kwargs: Any) -> AttnFp8FwdParams:
+    """Fill `AttnFp8FwdParams` for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10).
+
+    q8, k8, v8: FP8 CUDA tensors (torch.float8_e4m3fn / float8_e5m2, [B, H, L, D] views as for `fwd_params`);
+    o: bf16 [B, Hq, Lq, dv]; descales: contiguous fp32 CUDA tensors of shape () per tensor, (B, Hkv) per head,
+    (B, Hq, ceil(Lq / tile_q)) / (B, Hkv, ceil(Lk / tile_k)) per tile; ``format`` "e4m3fn" or "e5m2",
+    ``granularity`` "per_tensor", "per_head" or "per_tile". ``fwd_kwargs``: `fwd_params` keywords.
+    """
+    if format not in FP8_FORMAT_CODES:
+        raise KernelError("fp8_fwd_params", 2, f"format={format!r}: one of {sorted(FP8_FORMAT_CODES)}")
+    if granularity not in FP8_GRANULARITY_CODES:
+        raise KernelError("fp8_fwd_params", 2, f"granularity={granularity!r}: one of {sorted(FP8_GRANULARITY_CODES)}")
+    for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
+        if str(t.dtype) != f"torch.float8_{format}":
+            raise KernelError("fp8_fwd_params", 2, f"{name}.dtype={t.dtype}: must be torch.float8_{format} "
+                                                   f"(format={format!r})")
+    B, Hq, Lq, _ = q8.shape
+    Hkv, Lk = k8.shape[1], k8.shape[2]
+    shapes = {"per_tensor": ((), (), ()), "per_head": ((B, Hkv),) * 3,
+              "per_tile": ((B, Hq, -(-Lq // tile_q)),) + ((B, Hkv, -(-Lk // tile_k)),) * 2}[granularity]
+    for name, t, shape in zip(("q_descale", "k_descale", "v_descale"), (q_descale, k_descale, v_descale), shapes):
+        _check_vector("fp8_fwd_params", name, t, shape)
+        if t is None:
+            raise KernelError("fp8_fwd_params", 2, f"{name} is None: an fp32 tensor of shape {shape} is needed")
+    p = AttnFp8FwdParams()
+    fwd = fwd_params(q8, k8, v8, o, lse, **fwd_kwargs)
+    p.fwd = fwd
+    p.format, p.granularity = FP8_FORMAT_CODES[format], FP8_GRANULARITY_CODES[granularity]
+    p.q_descale, p.k_descale, p.v_descale = _ptr(q_descale), _ptr(k_descale), _ptr(v_descale)
+    p.tile_q, p.tile_k = int(tile_q), int(tile_k)
+    p._keep = list(fwd._keep) + [q_descale, k_descale, v_descale]
     return p
 
 
@@ -395,7 +478,7 @@ def _current_stream() -> int:
         return 0
 
 
-def call(name: str, params: AttnFwdParams | AttnBwdParams, stream: int | None = None) -> None:
+def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams, stream: int | None = None) -> None:
     """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current).
 
     Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and

@@ -27,4 +27,5 @@ BUILTIN: dict[str, str] = {
     "cuda-fa2": "attention_conformance.adapters.cuda:CudaFA2",
     "cuda-splitkv": "attention_conformance.adapters.cuda:CudaSplitKV",
     "cuda-fa3": "attention_conformance.adapters.cuda:CudaFA3",
+    "cuda-fa3-fp8": "attention_conformance.adapters.cuda:CudaFA3FP8",
 }

@@ -1,8 +1,9 @@
 """Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
 
 ``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
-(split-KV forward with its combine kernel) and ``cuda-fa3`` (FA3 forward, sm_90a only). Each call runs
-in a worker process (``isolate = True``) so a crash or hang costs one case.
+(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only) and ``cuda-fa3-fp8``
+(FA3 FP8 forward, sm_90a only). Each call runs in a worker process (``isolate = True``) so a crash or hang
+costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
 - §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
@@ -18,6 +19,9 @@ How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda
   ``CaseInputs.paged`` as [num_pages, Hkv, page_size, d] tensors (their batch stride is the page stride)
   and the block table as an int32 device tensor; q and the output stay contiguous [B, H, L, D]. The dense
   ``inputs.k`` / ``inputs.v`` are not handed to the kernel. The pools and table are in the mutation check.
+- §10 FP8 (``cuda-fa3-fp8``): the codes of ``CaseInputs.fp8`` (already rotated when the case is incoherent, §11)
+  go in as torch.float8_e4m3fn / float8_e5m2 views of the case layout, the descales as fp32 device tensors of
+  their oracle shapes (float64 -> float32, as the reference kernel rounds them); the output is bf16.
 - §7 padded query rows are never written by the kernels; the adapter reports them as 0 / -inf (the
   engine does not compare them) and counts only real rows as unwritten.
 
@@ -47,7 +51,7 @@ from attention_conformance.adapters.base import (
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
-__all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
+__all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaFA3FP8", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
 
 #: sentinel elements before and after every output buffer
 GUARD_ELEMS = 1024
@@ -349,3 +353,62 @@ class CudaFA3(_CudaAdapter):
         if cap is None or cap[0] != 9:
             return f"{self.name} is built for sm_90a (Hopper, compute capability 9.0) only; device has {cap}"
         return None
+
+
+class CudaFA3FP8(CudaFA3):
+    name = "cuda-fa3-fp8"
+    description = ("FlashAttention-3 FP8 forward for Hopper (kernels/cuda/fa3_fp8_fwd.cu, sm_90a): e4m3 / e5m2 "
+                   "wgmma k32, V transposed in shared memory by the producer warpgroup, P rounded to FP8 with the "
+                   "max offset, descales per tensor, per (batch, kv head) or per 128 x 128 tile, bf16 output")
+    fwd_launcher = "attn_fa3_fp8_fwd"
+    # FP8 only (no fp16 / bf16 inputs), head dims 64 and 128 (the instantiations of fa3_fp8_fwd.cu); causal both
+    # alignments, windows, softcap, GQA, varlen and every dense layout go through the FP16/BF16 kernel's plumbing
+    # (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens before the kernel: it gets rotated codes.
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(), head_dims=frozenset({64, 128}),
+                                       fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
+                                       fp8_formats=frozenset({"e4m3fn", "e5m2"}))
+    #: per-tile descale blocks the kernel's 128 x 128 tiles can apply (SEMANTICS.md §10)
+    TILE = 128
+
+    def supports(self, case: Case, device: str) -> str | None:
+        if case.fp8 is None:
+            return "FP8-only adapter: the case has no FP8 settings (Case.fp8 is None)"
+        spec = case.fp8
+        if spec.granularity == "per_tile" and (spec.tile_q, spec.tile_k) != (self.TILE, self.TILE):
+            return (f"per-tile descales of {spec.tile_q} x {spec.tile_k} rows: the kernel's tiles are "
+                    f"{self.TILE} x {self.TILE}, so only tile_q = tile_k = {self.TILE} is supported")
+        return super().supports(case, device)
+
+    @staticmethod
+    def _quantized(inputs: CaseInputs, case: Case) -> dict:
+        if inputs.fp8 is not None:
+            return inputs.fp8
+        from attention_conformance.oracles import fp8
+
+        spec = case.fp8
+        return fp8.quantize_attention_inputs(inputs.q, inputs.k, inputs.v, format=spec.format,
+                                             granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
+                                             incoherent=spec.incoherent, seed=spec.hadamard_seed)
+
+    def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
+        from attention_conformance.kernels import cuda_lib
+
+        qi = self._quantized(inputs, case)
+        dtype = torch.float8_e4m3fn if qi["format"] == "e4m3fn" else torch.float8_e5m2
+        m = tc.materialize(CaseInputs(q=qi["q8"], k=qi["k8"], v=qi["v8"]), case, device, dtype=dtype)
+        descales = {name: torch.from_numpy(np.array(qi[name], dtype=np.float32)).to(device)
+                    for name in ("q_descale", "k_descale", "v_descale")}
+        named = {**m.named(), **descales}
+        before = tc.snapshot(named)
+        o = GuardedBuffer("out", (case.B, case.Hq, case.Lq, case.dv), torch.bfloat16, device)
+        lse = GuardedBuffer("lse", (case.B, case.Hq, case.Lq), torch.float32, device)
+        params = cuda_lib.fp8_fwd_params(m.q, m.k, m.v, o.view, lse.view, descales["q_descale"],
+                                         descales["k_descale"], descales["v_descale"], format=qi["format"],
+                                         granularity=qi["granularity"], tile_q=int(qi["tile_q"]),
+                                         tile_k=int(qi["tile_k"]), **self._semantics(case, device))
+        cuda_lib.call(self.fwd_launcher, params)
+        torch.cuda.synchronize()
+        notes = [r for r in (o.oob_report(), lse.oob_report()) if r]
+        if notes:
+            raise AssertionError("; ".join(notes))
+        return self._forward_output(o, lse, case, notes, tc.changed(before, named))

@@ -5,10 +5,11 @@
 (launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
 Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
 empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward (Hopper only), paged
-K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty sequence), and
-the backward launchers when the library exports them. Inputs are random (never zeros); each launcher's status
-is checked, and the outputs must be finite where the semantics say so (a crash or a sanitizer report is the
-real signal); a paged case must also equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
+K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty sequence), the
+FA3 FP8 forward (e4m3 codes, unit descales of each granularity's shape), and the backward launchers when the
+library exports them. Inputs are random (never zeros); each launcher's status is checked, and the outputs must
+be finite where the semantics say so (a crash or a sanitizer report is the real signal); a paged case must also
+equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=1, Lq=64, Lk=64, d=128, softcap=4.0, dtype="float16")),
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=128)),  # unmasked tiles, ring wrap-around
     ("attn_fa3_fwd", dict(B=1, Hq=140, Hkv=20, Lq=64, Lk=300, d=64)),  # > #SMs tiles: persistent loop, GQA
+    # FA3 FP8 forward (sm_90a only): TMA of codes, V transpose by the producer warps, FP8 wgmma
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor")),
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=128, alignment="top_left", causal=True,
+                              fp8="per_head")),
 ]
 
 
@@ -121,6 +127,9 @@ def _run(launcher: str, spec: dict) -> str:
         kw["seqlens_k"] = torch.tensor(lens_k, device=dev, dtype=torch.int32)
     if num_splits is not None:
         kw["num_splits"] = num_splits
+    fp8 = kw.pop("fp8", None)
+    if fp8 is not None:
+        return _run_fp8(launcher, q, k, v, o, lse, kw, fp8)
     if page_size is not None:
         return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B)
     if launcher.endswith("_bwd"):
@@ -150,6 +159,29 @@ def _run(launcher: str, spec: dict) -> str:
         if bad:
             raise RuntimeError(f"{name}: {bad} non-finite value(s) of shape {list(t.shape)}")
     return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
+
+
+def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str) -> str:
+    """One FP8 case: e4m3 codes of q, k, v, unit descales of the granularity's shape (attn_params.h)."""
+    import torch
+
+    from attention_conformance.kernels import cuda_lib
+
+    B, Hq, Lq, _ = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    shapes = {"per_tensor": [()] * 3, "per_head": [(B, Hkv)] * 3,
+              "per_tile": [(B, Hq, -(-Lq // 128)), (B, Hkv, -(-Lk // 128)), (B, Hkv, -(-Lk // 128))]}[granularity]
+    ds = [torch.ones(s, device=q.device) for s in shapes]
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+    o = o.to(torch.bfloat16)
+    cuda_lib.call(launcher, cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format="e4m3fn", granularity=granularity,
+                                                    **kw))
+    torch.cuda.synchronize()
+    rows = _valid_rows(B, Lq, kw.get("seqlens_q"), q.device)
+    bad = int((~torch.isfinite(torch.where(rows, o, 0).float())).sum())
+    if bad:
+        raise RuntimeError(f"o (valid rows): {bad} non-finite value(s) of shape {list(o.shape)}")
+    return f"{launcher} {granularity} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{q.shape[-1]} ok"
 
 
 def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, lens: list[int]) -> str:
@@ -206,7 +238,7 @@ def main() -> int:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
             continue
         cap = torch.cuda.get_device_capability()
-        if launcher == "attn_fa3_fwd" and cap[0] != 9:
+        if launcher in ("attn_fa3_fwd", "attn_fa3_fp8_fwd") and cap[0] != 9:
             print(f"SKIP {launcher}: sm_90a kernel, device has compute capability {cap}")
             continue
         try:

@@ -135,6 +135,32 @@ typedef struct AttnBwdParams {
     float* dsinks;
 } AttnBwdParams;
 
+// FP8 forward (FA3, SEMANTICS.md §10), its own versioned struct beside AttnFwdParams (whose layout it embeds
+// unchanged). ATTN_FP8_PARAMS_VERSION 1: the first layout.
+//   fwd: as for attn_fa3_fwd, except that q, k, v hold FP8 codes (one byte per element, so their element
+//     strides are byte strides) in `format`, o is bf16 and fwd.dtype must be ATTN_BF16 (the output dtype).
+//   q_descale, k_descale, v_descale: fp32 device arrays, contiguous, by `granularity`:
+//     ATTN_FP8_PER_TENSOR  one value each;
+//     ATTN_FP8_PER_HEAD    (B, Hkv) each: per (batch, kv head), Q's shared by the query heads of the group;
+//     ATTN_FP8_PER_TILE    Q (B, Hq, ceil(Lq / tile_q)), K and V (B, Hkv, ceil(Lk / tile_k)), tiles of
+//                          tile_q query rows and tile_k keys (attn_fa3_fp8_fwd: tile_q = tile_k = 128).
+//   The kernel computes S = scale * dq * dk * (Q8 K8^T), P = 2^((S - m) log2 e + 8) rounded to `format`,
+//   O = dv * (P8 V8) / l in bf16, LSE = m + log l - 8 ln 2 (fp32).
+#define ATTN_FP8_PARAMS_VERSION 1
+
+enum AttnFp8Format { ATTN_FP8_E4M3 = 0, ATTN_FP8_E5M2 = 1 };
+enum AttnFp8Granularity { ATTN_FP8_PER_TENSOR = 0, ATTN_FP8_PER_HEAD = 1, ATTN_FP8_PER_TILE = 2 };
+
+typedef struct AttnFp8FwdParams {
+    AttnFwdParams fwd;
+    int32_t format;       // AttnFp8Format (q, k, v and the rounded P)
+    int32_t granularity;  // AttnFp8Granularity
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    int32_t tile_q, tile_k;  // per-tile scaling blocks (read with ATTN_FP8_PER_TILE only)
+} AttnFp8FwdParams;
+
 // Every launcher has this shape: returns 0 on success, else a nonzero code, and writes a
 // NUL-terminated message naming the argument and value into err (errlen bytes).
 //   int attn_<algo>_<direction>(const Attn{Fwd,Bwd}Params* p, void* stream, char* err, int errlen);
@@ -171,6 +197,13 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
                                // three warpgroups (192 query rows) and key tiles of 128
     ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
 };
+
+// FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64 and 128, bf16 output;
+// ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
+// values: [ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams)] and the byte offset of every field in declaration
+// order (the layout of `fwd` itself is attn_params_layout's); returns how many it wrote.
+int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen);
+int attn_fp8_params_layout(int64_t* out, int n);
 
 // Split-KV helpers (kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
 // splits attn_splitkv_fwd uses for p (p->num_splits when >= 1, else its own choice for a device with

@@ -81,13 +81,18 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][M]) {
 //     the k-th 16-element step inside a 64-element atom column adds 32 * k bytes to the start.
 //   MN-major (V: the output axis contiguous): LBO = bytes between 64-column blocks, SBO = 1024
 //     (next 8 rows of the reduction axis); the k-th 16-row step adds 2048 * k bytes.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+// `swizzled_desc` is the same with the layout type given: 1 = 128-byte, 2 = 64-byte swizzle (atoms of 8 rows of
+// 64 bytes = 512 bytes, chunk c of row r at c ^ ((r / 2) % 4), CU_TENSOR_MAP_SWIZZLE_64B).
+__device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t layout) {
     uint64_t d = 0;
     d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
     d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16;
     d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
-    d |= static_cast<uint64_t>(1) << 62;
+    d |= static_cast<uint64_t>(layout & 3) << 62;
     return d;
+}
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return swizzled_desc(addr, lbo, sbo, 1);
 }
 
 // ---- named barriers and register reallocation ------------------------------------------------------

@@ -10,6 +10,10 @@
 // compute P for tile j while O += P(j-1) V(j-1) is still running on the tensor cores: `online` turns S
 // into P in place and returns the factor corr = 2^(m_old - m_new) per row; `rescale` applies it to O
 // once the wgmma that writes O has completed. Row sums stay per-thread partials until `finalize`.
+//
+// kLog2Offset (FP8 path, SEMANTICS.md §10): P = 2^(s*sl2 - m*sl2 + kLog2Offset), the max-offset trick that
+// puts P in [0, 2^kLog2Offset] before it is rounded to FP8; the row sums are of that P, so `finalize`
+// subtracts kLog2Offset * ln 2 from the LSE (O = acc / l is unchanged: the factor cancels).
 #pragma once
 #include <math.h>
 
@@ -26,7 +30,7 @@ struct RowSoftmax {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
-    template <int kRegs>
+    template <int kLog2Offset = 0, int kRegs>
     __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -38,12 +42,13 @@ struct RowSoftmax {
             // No visible key yet: keep max = -inf and subtract 0, so masked scores give p = 0, not NaN.
             const float m_scaled = (mx == -INFINITY) ? 0.f : mx * sl2;
             corr[h] = fast_exp2(row_max[h] * sl2 - m_scaled);
+            const float bias = kLog2Offset == 0 ? -m_scaled : static_cast<float>(kLog2Offset) - m_scaled;
             row_max[h] = mx;
             float sum = 0.f;
 #pragma unroll
             for (int j = 0; j < kRegs / 4; ++j) {
-                const float p0 = fast_exp2(fmaf(s[4 * j + 2 * h], sl2, -m_scaled));
-                const float p1 = fast_exp2(fmaf(s[4 * j + 2 * h + 1], sl2, -m_scaled));
+                const float p0 = fast_exp2(fmaf(s[4 * j + 2 * h], sl2, bias));
+                const float p1 = fast_exp2(fmaf(s[4 * j + 2 * h + 1], sl2, bias));
                 s[4 * j + 2 * h] = p0;
                 s[4 * j + 2 * h + 1] = p1;
                 sum += p0 + p1;
@@ -64,7 +69,8 @@ struct RowSoftmax {
     }
 
     // 1/l (0 for a row that saw no key: O = 0) and LSE = m*scale + log(l) (-inf for such a row),
-    // with the accurate logf (SEMANTICS.md §8).
+    // with the accurate logf (SEMANTICS.md §8), less kLog2Offset * ln 2.
+    template <int kLog2Offset = 0>
     __device__ __forceinline__ void finalize(float sl2, float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -73,7 +79,9 @@ struct RowSoftmax {
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const bool empty = (l == 0.f) || (row_max[h] == -INFINITY);
             inv_l[h] = empty ? 0.f : 1.f / l;
-            lse[h] = empty ? -INFINITY : row_max[h] * sl2 * kLn2 + logf(l);
+            float v = row_max[h] * sl2 * kLn2 + logf(l);
+            if constexpr (kLog2Offset != 0) v -= static_cast<float>(kLog2Offset) * kLn2;
+            lse[h] = empty ? -INFINITY : v;
         }
     }
 };

@@ -38,15 +38,17 @@ inline EncodeTiledFn encode_tiled_fn() {
 }
 
 // Builds the map of tensor `name` (for messages). Returns 0, or writes a message into err and returns 1.
-inline int make_tma_tensor(TmaTensor& t, const char* name, const void* ptr, bool bf16, int dim, int seqlen, int heads,
-                           int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows,
-                           char* err, int errlen) {
+// `dt` / `es`: element type and its size in bytes; the box is `box_cols` elements wide (box_cols * es bytes, at
+// most the swizzle span `sw`).
+inline int make_tma_tensor_typed(TmaTensor& t, const char* name, const void* ptr, CUtensorMapDataType dt, int64_t es,
+                                 int box_cols, CUtensorMapSwizzle sw, int dim, int seqlen, int heads, int batch,
+                                 int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows, char* err,
+                                 int errlen) {
     EncodeTiledFn fn = encode_tiled_fn();
     if (fn == nullptr) {
         snprintf(err, errlen, "cuTensorMapEncodeTiled is not available from the driver");
         return 1;
     }
-    const int64_t es = 2;
     if (row_stride <= 0 && seqlen > 1) {
         snprintf(err, errlen, "%s_row_stride=%lld: TMA needs a positive row stride", name,
                  static_cast<long long>(row_stride));
@@ -75,11 +77,10 @@ inline int make_tma_tensor(TmaTensor& t, const char* name, const void* ptr, bool
                           static_cast<cuuint64_t>(t.batch_mul ? batch : 1)};
     cuuint64_t gstride[3] = {static_cast<cuuint64_t>(strides[0]), static_cast<cuuint64_t>(strides[1]),
                              static_cast<cuuint64_t>(strides[2])};
-    cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+    cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
-    CUresult r = fn(&t.map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                    const_cast<void*>(ptr), gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult r = fn(&t.map, dt, 4, const_cast<void*>(ptr), gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         snprintf(err, errlen,
                  "cuTensorMapEncodeTiled(%s: dims %d x %d x %d x %d, strides %lld/%lld/%lld elements) failed with "
@@ -89,6 +90,15 @@ inline int make_tma_tensor(TmaTensor& t, const char* name, const void* ptr, bool
         return 1;
     }
     return 0;
+}
+
+// fp16 / bf16 tensors: boxes of 64 columns (128 bytes), 128-byte swizzle.
+inline int make_tma_tensor(TmaTensor& t, const char* name, const void* ptr, bool bf16, int dim, int seqlen, int heads,
+                           int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows,
+                           char* err, int errlen) {
+    return make_tma_tensor_typed(t, name, ptr, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                 2, 64, CU_TENSOR_MAP_SWIZZLE_128B, dim, seqlen, heads, batch, row_stride, head_stride,
+                                 batch_stride, box_rows, err, errlen);
 }
 
 }  // namespace attn::hopper

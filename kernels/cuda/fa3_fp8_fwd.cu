@@ -1,0 +1,135 @@
+// FlashAttention-3 FP8 forward for Hopper (sm_90a): FP8 codes (e4m3 or e5m2) for Q, K, V with descales per
+// tensor, per (batch, kv head) or per 128-row tile, wgmma k32 on FP8 operands, V transposed in shared memory by
+// the producer warpgroup, P rounded to FP8 with the max offset, fp32 softmax, bf16 output and fp32 LSE.
+// Semantics: oracles/SEMANTICS.md §10 (and §2-§9 as the FP16/BF16 kernel). The kernel is
+// include/hopper/fp8_mainloop.cuh; this file validates, builds the tensor maps and picks the instantiation.
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "attn_params.h"
+#include "hopper/fp8_mainloop.cuh"
+#include "hopper/tma_host.cuh"
+#include "launch_common.cuh"
+
+namespace {
+
+using namespace attn::hopper;
+
+constexpr const char* kName = "attn_fa3_fp8_fwd";
+
+template <class C>
+int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errlen) {
+    const AttnFwdParams& p = fp.fwd;
+    Fa3Fp8Params P{};
+    P.base.p = p;
+    P.q_descale = fp.q_descale;
+    P.k_descale = fp.k_descale;
+    P.v_descale = fp.v_descale;
+    P.granularity = fp.granularity;
+    P.q_tiles = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    P.k_tiles = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+    constexpr CUtensorMapSwizzle sw = C::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    constexpr CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    char msg[384] = {0};
+    if (make_tma_tensor_typed(P.base.q, "q", p.q, dt, 1, C::kRowBytes, sw, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                              p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kBlockM, msg, sizeof msg))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", kName, msg);
+    if (p.seqlen_k > 0) {
+        if (make_tma_tensor_typed(P.base.k, "k", p.k, dt, 1, C::kRowBytes, sw, p.head_dim, p.seqlen_k, p.heads_kv,
+                                  p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kBlockN, msg,
+                                  sizeof msg) ||
+            make_tma_tensor_typed(P.base.v, "v", p.v, dt, 1, C::kRowBytes, sw, p.head_dim_v, p.seqlen_k, p.heads_kv,
+                                  p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kBlockN, msg,
+                                  sizeof msg))
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", kName, msg);
+    } else {
+        P.base.k = P.base.q;  // never read: no key tile exists
+        P.base.v = P.base.q;
+    }
+    const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim;
+    const int bh = p.heads_q * p.batch;
+    P.base.order = TileOrder{num_m, p.heads_q, p.batch,
+                             l2_section(kv_bytes, 32LL << 20, bh) * (p.heads_q / p.heads_kv)};
+    if (P.base.order.section > bh) P.base.order.section = bh;
+    const long long total = 1LL * num_m * bh;
+    if (total > 0x7fffffffLL)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld work tiles exceed the grid limit", kName, total);
+    auto kernel = fa3_fp8_fwd_kernel<C>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", kName, C::kSmemBytes,
+                          cudaGetErrorString(e));
+    kernel<<<static_cast<int>(total), C::kThreads, C::kSmemBytes, stream>>>(P);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: launch failed: %s (%s)", kName, cudaGetErrorName(e),
+                          cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
+template <typename Format>
+int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
+    return p.fwd.head_dim == 64 ? launch<Fa3Fp8Config<64, Format>>(p, s, err, errlen)
+                                : launch<Fa3Fp8Config<128, Format>>(p, s, err, errlen);
+}
+
+int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
+    if (fp == nullptr) return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", kName);
+    const AttnFwdParams* p = &fp->fwd;
+    int rc = attn::validate_fwd(p, kName, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p->dtype != ATTN_BF16)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: the output is bf16 only (dtype %d)", kName,
+                          p->dtype, ATTN_BF16);
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: the FP8 kernel is built for 64 and 128",
+                          kName, p->head_dim);
+    if (fp->format != ATTN_FP8_E4M3 && fp->format != ATTN_FP8_E5M2)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: format=%d: e4m3 (%d) or e5m2 (%d)", kName,
+                          fp->format, ATTN_FP8_E4M3, ATTN_FP8_E5M2);
+    if (fp->granularity < ATTN_FP8_PER_TENSOR || fp->granularity > ATTN_FP8_PER_TILE)
+        return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: granularity=%d: per tensor (0), per head (1), per tile (2)",
+                          kName, fp->granularity);
+    if (fp->granularity == ATTN_FP8_PER_TILE && (fp->tile_q != 128 || fp->tile_k != 128))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: tile_q=%d tile_k=%d: per-tile descales need tiles of 128 x 128 (the kernel's tiles)",
+                          kName, fp->tile_q, fp->tile_k);
+    if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
+    if (fp->q_descale == nullptr || fp->k_descale == nullptr || fp->v_descale == nullptr)
+        return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: q_descale=%p k_descale=%p v_descale=%p: all three needed",
+                          kName, static_cast<const void*>(fp->q_descale), static_cast<const void*>(fp->k_descale),
+                          static_cast<const void*>(fp->v_descale));
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major != 9)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", kName,
+                          major);
+    auto s = static_cast<cudaStream_t>(stream);
+    return fp->format == ATTN_FP8_E4M3 ? dispatch<Fp8E4M3>(*fp, s, err, errlen)
+                                       : dispatch<Fp8E5M2>(*fp, s, err, errlen);
+}
+
+}  // namespace
+
+extern "C" int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen) {
+    return run(p, stream, err, errlen);
+}
+
+extern "C" int attn_fp8_params_layout(int64_t* out, int n) {
+    const int64_t vals[] = {ATTN_FP8_PARAMS_VERSION,
+                            sizeof(AttnFp8FwdParams),
+                            offsetof(AttnFp8FwdParams, fwd),
+                            offsetof(AttnFp8FwdParams, format),
+                            offsetof(AttnFp8FwdParams, granularity),
+                            offsetof(AttnFp8FwdParams, q_descale),
+                            offsetof(AttnFp8FwdParams, k_descale),
+                            offsetof(AttnFp8FwdParams, v_descale),
+                            offsetof(AttnFp8FwdParams, tile_q),
+                            offsetof(AttnFp8FwdParams, tile_k)};
+    const int k = static_cast<int>(sizeof vals / sizeof vals[0]);
+    const int m = k < n ? k : n;
+    for (int i = 0; i < m; ++i) out[i] = vals[i];
+    return m;
+}

@@ -1,0 +1,61 @@
+// Tile shapes and shared-memory layout of the FA3 FP8 forward (SEMANTICS.md §10): a producer warpgroup
+// (warp 0 issues the TMA loads, warps 1-3 transpose V into the k-major layout FP8 wgmma needs) and two
+// consumer warpgroups with pingpong and intra-warpgroup overlap, as the default FP16/BF16 build (config.cuh).
+//
+// Tiles are 128 query rows x 128 keys, which are also the per-tile descale blocks (B_r = B_c = 128, the
+// oracle's default tile_q / tile_k), so one CTA reads one Q descale and one K and one V descale per key tile.
+// FP8 rows are D bytes: Q, K and the raw V tile use a 128-byte swizzle for D >= 128 (D / 128 column blocks)
+// and a 64-byte swizzle for D = 64; the transposed V tile (D rows of 128 keys) always uses the 128-byte one.
+// O (bf16) is staged through its own buffer in the layout hopper/epilogue.cuh writes (64-column blocks of
+// 128-byte rows).
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "config.cuh"
+#include "wgmma_fp8.cuh"
+
+namespace attn::hopper {
+
+template <int D, typename Format_>
+struct Fa3Fp8Config {
+    using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
+    using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
+    static constexpr int kHeadDim = D;
+    static_assert(D == 64 || D == 128, "FP8 head dims 64, 128");
+    static constexpr int kConsumerWGs = 2;
+    static constexpr bool kPersistent = false;
+    static constexpr int kBlockM = 128, kBlockN = 128;
+    static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
+    static constexpr int kColBlocks = D / kRowBytes;
+    static constexpr uint32_t kSwizzleLayout = kRowBytes == 128 ? 1 : 2;  // descriptor layout type (ptx.cuh)
+    static constexpr uint32_t kAtomBytes = 8 * kRowBytes;  // 8 rows: the descriptor's stride byte offset
+
+    static constexpr uint32_t kQBytes = kBlockM * D;
+    static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike
+    static constexpr uint32_t kOBytes = kBlockM * D * 2;
+    static constexpr int kStages = kQBytes + 3 * 3 * kKVBytes + kOBytes + 2048 <= 232448 ? 3 : 2;
+    static constexpr uint32_t kOffK = kQBytes;
+    static constexpr uint32_t kOffVRaw = kOffK + kStages * kKVBytes;
+    static constexpr uint32_t kOffVt = kOffVRaw + kStages * kKVBytes;
+    static constexpr uint32_t kOffO = kOffVt + kStages * kKVBytes;
+    static constexpr uint32_t kOffBar = kOffO + kOBytes;
+    // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v
+    static constexpr int kNumBars = 2 + 6 * kStages;
+    static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
+
+    static constexpr int kThreads = 384;
+    static constexpr int kConsumerThreads = 256;
+    static constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
+    // setmaxnreg moves registers inside the CTA: what the producer warpgroup gives back (128 x (168 - P)) must
+    // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
+    // forever. The transposing warps get 40 (24 would spill their loop state), the consumers 232.
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = 232;
+    static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");
+
+    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..2)
+    static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..5)
+};
+
+}  // namespace attn::hopper

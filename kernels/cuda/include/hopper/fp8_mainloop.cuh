@@ -1,0 +1,325 @@
+// The FA3 FP8 forward kernel (SEMANTICS.md §10; §2 scale, §3 softcap, §4 causal alignments, §5 windows,
+// §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands.
+//
+//   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
+//   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length;
+//   consumer warpgroups: S = Q8 K8^T (wgmma k32 SS, fp32), S *= scale * dq * dk (softcap), online softmax with
+//     the max offset 2^8 (P in [0, 256]), P rounded to FP8 in registers, O += P8 Vt8 (wgmma k32 RS), O kept in
+//     units of the current key tile's V descale (the rescale factor carries dv_prev / dv_cur; one final dv).
+//
+// Key tiles run from the first to the last, as in kernels/reference/fa3.py: P is rounded relative to the
+// running row maximum, so the same order gives the same rounding as the reference.
+//
+// Barriers (mbarriers, phases by PipeState): full_q / empty_q (Q landed / every consumer thread done after
+// the epilogue); full_k[s] / empty_k[s] (K landed / one arrival per consumer warp after its wgmma completed);
+// full_vraw[s] / empty_vraw[s] (raw V landed / every transposing thread has read it); full_v[s] / empty_v[s]
+// (Vt written and fenced for the async proxy by every transposing thread / consumer warps done).
+#pragma once
+#include "../fa_ptx.cuh"
+#include "epilogue.cuh"
+#include "fp8_config.cuh"
+#include "fp8_layout.cuh"
+#include "plan.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "wgmma_fp8.cuh"
+
+namespace attn::hopper {
+
+enum Fp8Granularity { kFp8PerTensor = 0, kFp8PerHead = 1, kFp8PerTile = 2 };
+
+struct Fa3Fp8Params {
+    Fa3Params base;  // p (shapes, masks, output), tensor maps of the codes, tile order
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    int granularity;  // Fp8Granularity
+    int q_tiles, k_tiles;  // per tile: ceil(seqlen_q / 128), ceil(seqlen_k / 128)
+
+    // Descales (SEMANTICS.md §10): () per tensor, (B, Hkv) per head (Q's shared by the group), per tile
+    // (B, Hq, q_tiles) for Q and (B, Hkv, k_tiles) for K and V.
+    __device__ __forceinline__ float dq(int b, int h, int hkv, int m) const {
+        if (granularity == kFp8PerTensor) return q_descale[0];
+        if (granularity == kFp8PerHead) return q_descale[b * base.p.heads_kv + hkv];
+        return q_descale[(int64_t(b) * base.p.heads_q + h) * q_tiles + m];
+    }
+    __device__ __forceinline__ float dkv(const float* d, int b, int hkv, int n) const {
+        if (granularity == kFp8PerTensor) return d[0];
+        if (granularity == kFp8PerHead) return d[b * base.p.heads_kv + hkv];
+        return d[(int64_t(b) * base.p.heads_kv + hkv) * k_tiles + n];
+    }
+};
+
+template <class C>
+struct Fp8Smem {
+    unsigned char* base;
+    __device__ __forceinline__ unsigned char* q() const { return base; }
+    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* vraw(int s) const { return base + C::kOffVRaw + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* vt(int s) const { return base + C::kOffVt + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* o() const { return base + C::kOffO; }
+    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
+    __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
+    __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
+    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
+    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(2 + C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_vraw(int s) const { return bar(2 + 2 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return bar(2 + 3 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 4 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
+
+    __device__ __forceinline__ void init() const {
+        constexpr int kTransposers = 32 * C::kTransposeWarps;
+        mbar_init(full_q(), 1);
+        mbar_init(empty_q(), C::kConsumerThreads);
+        for (int s = 0; s < C::kStages; ++s) {
+            mbar_init(full_k(s), 1);
+            mbar_init(empty_k(s), C::kConsumerWGs * 4);
+            mbar_init(full_vraw(s), 1);
+            mbar_init(empty_vraw(s), kTransposers);
+            mbar_init(full_v(s), kTransposers);
+            mbar_init(empty_v(s), C::kConsumerWGs * 4);
+        }
+        mbar_init_fence();
+    }
+};
+
+// ---- producer warpgroup ------------------------------------------------------------------------------
+template <class C>
+__device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
+    const Fa3Params& B = P.base;
+    const WorkTile w = B.order.at(blockIdx.x);
+    const TilePlan pl = make_plan<C>(B.p, w);
+    if (pl.n_tiles() == 0) return;
+    const int hkv = w.h / (B.p.heads_q / B.p.heads_kv);
+    PipeState<C::kStages> pk, pv;
+    auto load = [&](bool is_v, int n) {
+        PipeState<C::kStages>& ps = is_v ? pv : pk;
+        const TmaTensor& t = is_v ? B.v : B.k;
+        uint64_t* full = is_v ? sm.full_vraw(ps.stage) : sm.full_k(ps.stage);
+        mbar_wait(is_v ? sm.empty_vraw(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
+        mbar_arrive_expect_tx(full, C::kKVBytes);
+        unsigned char* dst = is_v ? sm.vraw(ps.stage) : sm.k(ps.stage);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb)
+            tma_load_4d(dst + cb * (C::kBlockN * C::kRowBytes), &t.map, full, cb * C::kRowBytes, n * C::kBlockN,
+                        hkv * t.head_mul, w.b * t.batch_mul);
+        ps.advance();
+    };
+    // K runs one tile ahead of V: K(first), Q, then (K(n + 1), V(n)) pairs.
+    load(false, pl.n_lo);
+    mbar_arrive_expect_tx(sm.full_q(), C::kQBytes);
+#pragma unroll
+    for (int cb = 0; cb < C::kColBlocks; ++cb)
+        tma_load_4d(sm.q() + cb * (C::kBlockM * C::kRowBytes), &B.q.map, sm.full_q(), cb * C::kRowBytes,
+                    w.m_block * C::kBlockM, w.h * B.q.head_mul, w.b * B.q.batch_mul);
+    for (int n = pl.n_lo; n < pl.n_hi; ++n) {
+        if (n + 1 < pl.n_hi) load(false, n + 1);
+        load(true, n);
+    }
+}
+
+template <class C>
+__device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw, int lane) {
+    const Fa3Params& B = P.base;
+    const WorkTile w = B.order.at(blockIdx.x);
+    const TilePlan pl = make_plan<C>(B.p, w);
+    PipeState<C::kStages> ps;
+    for (int n = pl.n_lo; n < pl.n_hi; ++n) {
+        mbar_wait(sm.full_vraw(ps.stage), ps.phase);
+        mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
+        const int valid = pl.mask.lk - n * C::kBlockN;
+        transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+        mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
+        fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
+        mbar_arrive(sm.full_v(ps.stage));
+        ps.advance();
+    }
+}
+
+// ---- consumers -------------------------------------------------------------------------------------------
+template <class C>
+struct Fp8Consumer {
+    using Format = typename C::Format;
+    static constexpr int D = C::kHeadDim, BN = C::kBlockN;
+    const Fa3Fp8Params& P;
+    Fp8Smem<C> sm;
+    int cw;
+    PipeState<C::kStages> ck, cv;
+
+    __device__ __forceinline__ void release(uint64_t* bar) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+    }
+    __device__ __forceinline__ void turn_wait() { named_sync(C::kBarTurn + cw, 256); }
+    __device__ __forceinline__ void turn_pass() { named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256); }
+
+    // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major.
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
+        const uint32_t qa = smem_addr(sm.q()) + cw * 64 * C::kRowBytes, ka = smem_addr(sm.k(stage));
+#pragma unroll
+        for (int ks = 0; ks < D / 32; ++ks) {
+            const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
+            const uint64_t da = swizzled_desc(qa + cb * (C::kBlockM * C::kRowBytes) + kk * 32, 16, C::kAtomBytes,
+                                              C::kSwizzleLayout);
+            const uint64_t db = swizzled_desc(ka + cb * (BN * C::kRowBytes) + kk * 32, 16, C::kAtomBytes,
+                                              C::kSwizzleLayout);
+            wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+        }
+    }
+    // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, 128-byte rows).
+    __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
+        const uint32_t va = smem_addr(sm.vt(stage));
+#pragma unroll
+        for (int ks = 0; ks < BN / 32; ++ks) wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], swizzled_desc(va + ks * 32, 16, 1024, 1), 1);
+    }
+
+    // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.
+    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, float f) {
+        const float cap = P.base.p.softcap;
+        if (cap > 0.f) {
+#pragma unroll
+            for (int e = 0; e < BN / 2; ++e) s[e] = cap * tanhf(s[e] * f / cap) * kLog2e;
+        } else {
+            const float fl2 = f * kLog2e;
+#pragma unroll
+            for (int e = 0; e < BN / 2; ++e) s[e] *= fl2;
+        }
+        const int i_lo = row0, i_hi = min(row0 + 63, pl.mask.lq - 1);
+        if (pl.mask.tile_needs_mask(n, BN, i_lo, i_hi)) {
+            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+#pragma unroll
+            for (int e = 0; e < BN / 2; ++e) {
+                const int i = row0 + 16 * warp + lane / 4 + 8 * ((e / 2) % 2);
+                const int j = n * BN + 8 * (e / 4) + 2 * (lane % 4) + (e % 2);
+                if (!pl.mask.visible(i, j)) s[e] = -INFINITY;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void run_tile(const WorkTile& w, const TilePlan& pl) {
+        const int nt = pl.n_tiles();
+        const int row0 = w.m_block * C::kBlockM + cw * 64;
+        const int hkv = w.h / (P.base.p.heads_q / P.base.p.heads_kv);
+        const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, w.m_block);
+        mbar_wait(sm.full_q(), 0);
+
+        float o[D / 2];
+#pragma unroll
+        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        float s[BN / 2];
+        uint32_t pa[BN / 32][4];
+        RowSoftmax smx;
+        smx.init();
+        float corr[2];
+
+        int n = pl.n_lo;
+        float dv_cur = P.dkv(P.v_descale, w.b, hkv, n);
+        turn_wait();
+        mbar_wait(sm.full_k(ck.stage), ck.phase);
+        wgmma_fence();
+        gemm_s(s, ck.stage);
+        wgmma_commit();
+        turn_pass();
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(sm.empty_k(ck.stage));
+        ck.advance();
+        score_mod(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n));
+        smx.online<8>(s, 1.f, corr);
+        p_to_fp8_frags<Format, BN>(pa, s);
+        for (int x = 1; x < nt; ++x) {
+            n = pl.n_lo + x;
+            const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n);
+            const float dv_next = P.dkv(P.v_descale, w.b, hkv, n);
+            // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
+            turn_wait();
+            mbar_wait(sm.full_k(ck.stage), ck.phase);
+            fence_regs(o);
+            wgmma_fence();
+            gemm_s(s, ck.stage);
+            wgmma_commit();
+            mbar_wait(sm.full_v(cv.stage), cv.phase);
+            gemm_pv(o, pa, cv.stage);
+            wgmma_commit();
+            turn_pass();
+            wgmma_wait<1>();
+            fence_regs(s);
+            release(sm.empty_k(ck.stage));
+            ck.advance();
+            score_mod(s, pl, row0, n, fk);
+            smx.online<8>(s, 1.f, corr);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(pa);
+            release(sm.empty_v(cv.stage));
+            cv.advance();
+            // O is in units of the previous tile's V descale; the next product adds in units of this one's.
+            const float ratio = dv_cur / dv_next;
+            dv_cur = dv_next;
+            corr[0] *= ratio;
+            corr[1] *= ratio;
+            RowSoftmax::rescale(o, corr);
+            p_to_fp8_frags<Format, BN>(pa, s);
+        }
+        mbar_wait(sm.full_v(cv.stage), cv.phase);
+        fence_regs(o);
+        wgmma_fence();
+        gemm_pv(o, pa, cv.stage);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(sm.empty_v(cv.stage));
+        cv.advance();
+
+        float inv_l[2], lse[2];
+        smx.finalize<8>(1.f, inv_l, lse);
+        inv_l[0] *= dv_cur;
+        inv_l[1] *= dv_cur;
+        store_tile<C>(P.base.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.o());
+        mbar_arrive(sm.empty_q());
+    }
+};
+
+template <class C>
+__device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
+    Fp8Consumer<C> cs{P, sm, cw};
+    if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+    const WorkTile w = P.base.order.at(blockIdx.x);
+    const TilePlan pl = make_plan<C>(P.base.p, w);
+    if (pl.i_hi < pl.i_lo) return;
+    if (pl.n_tiles() > 0)
+        cs.run_tile(w, pl);
+    else
+        store_empty_tile<C>(P.base.p, w, pl.mask.lq, cw);
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fa3_fp8_fwd_kernel(const __grid_constant__ Fa3Fp8Params P) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    Fp8Smem<C> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+    if (threadIdx.x == 0) {
+        sm.init();
+        tma_prefetch_desc(&P.base.q.map);
+        tma_prefetch_desc(&P.base.k.map);
+        tma_prefetch_desc(&P.base.v.map);
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dealloc<C::kProducerRegs>();
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (warp == 0) {
+            if (lane == 0) fp8_load_loop<C>(P, sm);
+        } else {
+            fp8_transpose_loop<C>(P, sm, warp - 1, lane);
+        }
+    } else {
+        regs_alloc<C::kConsumerRegs>();
+        fp8_consumer_loop<C>(P, sm, wg - 1);
+    }
+#endif
+}
+
+}  // namespace attn::hopper

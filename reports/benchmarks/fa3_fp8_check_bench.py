@@ -1,0 +1,259 @@
+"""FA3 FP8 forward (kernels/cuda/fa3_fp8_fwd.cu): device correctness against the NumPy FA3 FP8 reference and the
+FP64 oracle, and speed beside our BF16 FA3 and the FP8 matmul ceiling (``torch._scaled_mm``).
+
+Correctness (`check_fp8_case`): random inputs are quantized by `oracles.fp8.quantize_attention_inputs`
+(SEMANTICS.md §10-§11); the kernel and `kernels/reference/fa3.py:forward_fp8` run on the same codes and descales,
+and both are compared with the FP64 oracle on the dequantized inputs. The reference models the kernel's rounding
+(P to FP8 with the max offset, same tiles, same key-tile order), so the kernel must agree with it closely and be
+no less accurate against the oracle.
+
+    python -m attention_conformance.reports.benchmarks.fa3_fp8_check_bench --check --bench --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
+
+__all__ = ["CHECK_CASES", "bench_rows", "check_fp8_case", "main", "markdown", "scaled_mm_row"]
+
+GUARD = 1024
+SENTINEL = 1234.5
+TORCH_FP8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+CHECK_CASES = [
+    dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=128, granularity="per_tensor"),
+    dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=128, granularity="per_head", causal=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=260, d=128, granularity="per_tile", causal=True, bottom_right=False),
+    dict(B=1, Hq=4, Hkv=1, Lq=256, Lk=512, d=64, granularity="per_tile"),
+    dict(B=2, Hq=2, Hkv=2, Lq=150, Lk=390, d=64, granularity="per_head", format="e5m2", causal=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=190, Lk=500, d=128, granularity="per_tensor", format="e5m2", window=(50, 20)),
+    dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, granularity="per_tile", varlen=True, causal=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=64, granularity="per_tensor", softcap=5.0),
+    dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=128, granularity="per_head", layout="bshd", incoherent=True),
+    dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, granularity="per_tensor"),
+    dict(B=1, Hq=2, Hkv=1, Lq=1000, Lk=1000, d=128, granularity="per_tile", outliers=True, incoherent=True),
+]
+
+
+def _guarded(shape, dtype):
+    n = math.prod(shape)
+    flat = torch.full((n + 2 * GUARD,), SENTINEL, dtype=dtype, device="cuda")
+    view = flat[GUARD:GUARD + n].view(shape)
+    view.fill_(float("nan"))
+    return flat, view
+
+
+def _guard_ok(flat) -> bool:
+    return bool((flat[:GUARD] == SENTINEL).all() and (flat[-GUARD:] == SENTINEL).all())
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causal=False, bottom_right=True,
+                   window=None, softcap=None, varlen=False, layout="contiguous", incoherent=False, outliers=False,
+                   seed=0) -> dict:
+    """One case through ``attn_fa3_fp8_fwd``; returns a dict with ``ok``, ``problems`` and the error figures."""
+    from attention_conformance import oracles
+    from attention_conformance.kernels.reference.fa3 import forward_fp8
+    from attention_conformance.oracles import fp8
+
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s) for s in ((B, Hq, Lq, d), (B, Hkv, Lk, d), (B, Hkv, Lk, d)))
+    if outliers:  # a few large channels in Q and K, the case incoherent processing is for (SEMANTICS.md §11)
+        q[..., :4] *= 20.0
+        k[..., :4] *= 20.0
+    sq = sk = None
+    if varlen:
+        sq = [int(x) for x in rng.integers(0, Lq + 1, B)]
+        sk = [int(x) for x in rng.integers(0, Lk + 1, B)]
+        sq[0], sk[0] = Lq, Lk
+    qi = fp8.quantize_attention_inputs(q, k, v, format=format, granularity=granularity, incoherent=incoherent)
+    alignment = "bottom_right" if bottom_right else "top_left"
+    sem = dict(causal=causal, alignment=alignment, window=window, softcap=softcap, seqlens_q=sq, seqlens_k=sk)
+
+    def dev(x, dtype):
+        t = torch.from_numpy(np.ascontiguousarray(x)).to(dtype)
+        if layout == "bshd":
+            t = t.transpose(1, 2).contiguous().transpose(1, 2)
+        return t.cuda()
+
+    tdt = TORCH_FP8[format]
+    q8, k8, v8 = dev(qi["q8"], tdt), dev(qi["k8"], tdt), dev(qi["v8"], tdt)
+    ds = [torch.from_numpy(np.array(qi[n], dtype=np.float32)).cuda()
+          for n in ("q_descale", "k_descale", "v_descale")]
+    oflat, o = _guarded((B, Hq, Lq, d), torch.bfloat16)
+    lflat, lse = _guarded((B, Hq, Lq), torch.float32)
+    before = [t.view(torch.uint8).clone() for t in (q8, k8, v8)]
+    lens = {n: (None if x is None else torch.tensor(x, dtype=torch.int32, device="cuda"))
+            for n, x in (("seqlens_q", sq), ("seqlens_k", sk))}
+    p = cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format=format, granularity=granularity, causal=causal,
+                                alignment=alignment, window=window, softcap=softcap, **lens)
+    cuda_lib.call("attn_fa3_fp8_fwd", p)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = forward_fp8(qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"], qi["v_descale"],
+                                 format=format, block_q=128, block_k=128, **sem)
+    ora_o, ora_lse = oracles.attention(qi["q"], qi["k"], qi["v"], **sem)
+    valid = np.ones((B, Hq, Lq), dtype=bool)
+    if sq is not None:
+        for b, n in enumerate(sq):
+            valid[b, :, n:] = False
+    ko = o.double().cpu().numpy()
+    kl = lse.double().cpu().numpy()
+    problems = []
+    if not (_guard_ok(oflat) and _guard_ok(lflat)):
+        problems.append("guard band changed (out-of-bounds write)")
+    if any(not torch.equal(t.view(torch.uint8), b) for t, b in zip((q8, k8, v8), before)):
+        problems.append("inputs mutated")
+    if np.isnan(ko[valid]).any() or np.isnan(kl[valid]).any():
+        problems.append(f"{int(np.isnan(ko[valid]).any(-1).sum())} real rows unwritten / NaN")
+    if (~valid).any() and not np.isnan(ko[~valid]).all():
+        problems.append("padded rows written")
+    kv, rv, ov = ko[valid], np.asarray(ref_o)[valid], ora_o[valid]
+    err_ref = _rel(kv, rv)  # kernel vs the reference on the same codes
+    max_ref = float(np.abs(kv - rv).max() / max(np.abs(rv).max(), 1e-30)) if kv.size else 0.0
+    err_kernel = _rel(kv, ov)
+    err_numpy = _rel(rv, ov)
+    if not err_ref <= 2e-2:
+        problems.append(f"rel err vs reference {err_ref:.3e} > 2e-2")
+    if not err_kernel <= 1.25 * err_numpy + 2e-3:
+        problems.append(f"rel err vs oracle {err_kernel:.3e} > 1.25 x the reference's {err_numpy:.3e} + 2e-3")
+    lr, lk = np.asarray(ref_lse, dtype=np.float64)[valid], kl[valid]
+    if (np.isinf(lr) != np.isinf(lk)).any():
+        problems.append(f"{int((np.isinf(lr) != np.isinf(lk)).sum())} LSE -inf mismatches")
+    fin = np.isfinite(lr) & np.isfinite(lk)
+    lse_err = float(np.abs(lr[fin] - lk[fin]).max()) if fin.any() else 0.0
+    if lse_err > 2e-3:
+        problems.append(f"lse max err vs reference {lse_err:.3e}")
+    name = (f"fp8 {format} {granularity} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d}"
+            + (" causal" + ("BR" if bottom_right else "TL") if causal else "") + (f" win{window}" if window else "")
+            + (f" cap{softcap}" if softcap else "") + (" varlen" if varlen else "")
+            + (f" {layout}" if layout != "contiguous" else "") + (" had" if incoherent else "")
+            + (" outliers" if outliers else ""))
+    return dict(case=name, ok=not problems, problems=problems, rel_err_vs_reference=err_ref,
+                max_err_vs_reference=max_ref, rel_err_vs_oracle=err_kernel, reference_rel_err_vs_oracle=err_numpy,
+                lse_err_vs_reference=lse_err)
+
+
+def scaled_mm_row(n: int = 8192) -> dict:
+    """``torch._scaled_mm`` n^3 e4m3 -> bf16: the FP8 matmul ceiling."""
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    ms = time_fn(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))[0]
+    return dict(kind="scaled_mm", n=n, ms=ms, tflops=2 * n**3 / ms / 1e9)
+
+
+def bench_rows(shapes, rounds: int = 3) -> list[dict]:
+    """FP8 (each granularity) and BF16 FA3 on the same shapes, timed round-robin ``rounds`` times (median kept)."""
+    import statistics
+
+    rows = []
+    for B, H, N, d, causal in shapes:
+        x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        o = torch.empty_like(x[0])
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        pb = cuda_lib.fwd_params(*x, o, lse, causal=causal)
+        cands = [("bf16", lambda p=pb: cuda_lib.call("attn_fa3_fwd", p))]
+        x8 = [t.to(torch.float8_e4m3fn) for t in x]
+        for gran, shp in (("per_tensor", ((),) * 3), ("per_head", ((B, H),) * 3),
+                          ("per_tile", ((B, H, -(-N // 128)),) * 3)):
+            ds = [torch.ones(s, device="cuda") for s in shp]
+            p = cuda_lib.fp8_fwd_params(*x8, o, lse, *ds, format="e4m3fn", granularity=gran, causal=causal)
+            cands.append(("fp8_" + gran, lambda p=p: cuda_lib.call("attn_fa3_fp8_fwd", p)))
+        flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
+        meds = {n: [] for n, _ in cands}
+        for _ in range(rounds):
+            for n, f in cands:
+                meds[n].append(time_fn(f)[0])
+        for n, ms in meds.items():
+            row[n + "_ms"] = statistics.median(ms)
+            row[n + "_tflops"] = flops / row[n + "_ms"] / 1e9
+            row[n + "_spread"] = (max(ms) - min(ms)) / row[n + "_ms"]
+        row["fp8_over_bf16"] = row["bf16_ms"] / row["fp8_per_tensor_ms"]
+        rows.append(row)
+    return rows
+
+
+def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> str:
+    out = [f"# FA3 FP8 forward on {env.get('gpu', '?')}", "",
+           f"Date {env.get('date')}; driver {env.get('driver')}; CUDA {env.get('cuda')}; torch {env.get('torch')}.", "",
+           f"Reproduce: `{command}`", ""]
+    if checks:
+        out += [f"Correctness: {sum(c['ok'] for c in checks)}/{len(checks)} cases OK "
+                "(kernel vs `forward_fp8` on the same codes; kernel and reference vs the FP64 oracle).", "",
+                "| case | ok | rel err vs reference | max err vs reference | kernel vs oracle | reference vs oracle |",
+                "|---|---|---|---|---|---|"]
+        for c in checks:
+            out.append(f"| {c['case']} | {'OK' if c['ok'] else 'FAIL: ' + '; '.join(c['problems'])} | "
+                       f"{c.get('rel_err_vs_reference', float('nan')):.2e} | "
+                       f"{c.get('max_err_vs_reference', float('nan')):.2e} | "
+                       f"{c.get('rel_err_vs_oracle', float('nan')):.2e} | "
+                       f"{c.get('reference_rel_err_vs_oracle', float('nan')):.2e} |")
+        out.append("")
+    att = [r for r in rows if r["kind"] == "attention"]
+    if att:
+        out += ["TFLOPs/s (e4m3 codes; the FLOP count is 4 B H N^2 d, halved when causal):", "",
+                "| B | H | N | d | causal | BF16 FA3 | FP8 per tensor | FP8 per head | FP8 per tile | FP8 / BF16 |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in att:
+            out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {r['bf16_tflops']:.0f} | "
+                       f"{r['fp8_per_tensor_tflops']:.0f} | {r['fp8_per_head_tflops']:.0f} | "
+                       f"{r['fp8_per_tile_tflops']:.0f} | {r['fp8_over_bf16']:.2f} |")
+        out.append("")
+    for r in rows:
+        if r["kind"] == "scaled_mm":
+            out.append(f"FP8 matmul ceiling: `torch._scaled_mm` {r['n']}^3 e4m3 -> bf16: {r['tflops']:.0f} TFLOPs/s.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="device correctness cases (CHECK_CASES)")
+    ap.add_argument("--bench", action="store_true", help="B=4 H=16 N=8192 d in {64, 128}, causal and not")
+    ap.add_argument("--out", type=Path, default=None, help="directory for fa3_fp8.json and fa3_fp8.md")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fa3_fp8_check_bench: needs a CUDA device", file=sys.stderr)
+        return 2
+    env = env_info()
+    checks = []
+    if args.check:
+        for i, c in enumerate(CHECK_CASES):
+            try:
+                r = check_fp8_case(seed=i, **c)
+            except Exception as e:  # a launcher error is a failed case, reported with its message
+                r = dict(case=repr(c), ok=False, problems=[f"{type(e).__name__}: {e}"])
+            checks.append(r)
+            print(("OK  " if r["ok"] else "FAIL") + f" {r['case']} {r.get('rel_err_vs_reference', float('nan')):.2e}"
+                  f" {'; '.join(r['problems'])}", flush=True)
+    rows = []
+    if args.bench:
+        shapes = [(4, 16, 8192, d, c) for d in (128, 64) for c in (False, True)]
+        rows = bench_rows(shapes)
+        rows.append(scaled_mm_row())
+        for r in rows:
+            print(json.dumps(r), flush=True)
+    command = "python -m attention_conformance.reports.benchmarks.fa3_fp8_check_bench " + " ".join(argv or sys.argv[1:])
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "fa3_fp8.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, rows=rows),
+                                                          indent=1))
+        (args.out / "fa3_fp8.md").write_text(markdown(env, checks, rows, command))
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

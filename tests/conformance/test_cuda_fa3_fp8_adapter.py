@@ -1,0 +1,70 @@
+"""CPU tests of the ``cuda-fa3-fp8`` adapter (conformance/adapters/cuda.py): registered, claims exactly the
+FP8 kernel's features (SEMANTICS.md §10), declines the rest with a reason, unavailable without a Hopper GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from attention_conformance.adapters import BUILTIN
+from attention_conformance.case import Case, FP8Spec
+
+_DEFAULT = FP8Spec()
+
+
+def _case(fp8=_DEFAULT, **kw):
+    base = dict(family="fp8_test", B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=128, dv=128, dtype="float8_e4m3fn",
+                causal=True, seed=1, fp8=fp8)
+    base.update(kw)
+    return Case(**base)
+
+
+def test_registered_under_its_name():
+    from attention_conformance.adapters.cuda import CudaFA3FP8
+
+    assert BUILTIN["cuda-fa3-fp8"] == "attention_conformance.adapters.cuda:CudaFA3FP8"
+    assert CudaFA3FP8.name == "cuda-fa3-fp8" and CudaFA3FP8.fwd_launcher == "attn_fa3_fp8_fwd"
+    assert CudaFA3FP8.bwd_launcher is None and not CudaFA3FP8.capabilities.backward
+
+
+@pytest.mark.parametrize("fp8", [FP8Spec(granularity=g, format=f) for g in ("per_tensor", "per_head", "per_tile")
+                                 for f in ("e4m3fn", "e5m2")] + [FP8Spec(incoherent=True)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_claims_every_granularity_format_and_head_dim_it_is_built_for(fp8, d):
+    from attention_conformance.adapters.cuda import CudaFA3FP8
+
+    assert CudaFA3FP8().supports(_case(fp8=fp8, d=d, dv=d), "cuda") is None
+
+
+def test_claims_the_shared_plumbing():
+    from attention_conformance.adapters.cuda import CudaFA3FP8
+
+    a = CudaFA3FP8()
+    for layout in ("contiguous", "bshd", "kv_broadcast"):
+        assert a.supports(_case(layout=layout), "cuda") is None, layout
+    assert a.supports(_case(window=(30, 5), causal=False, softcap=5.0), "cuda") is None
+    assert a.supports(_case(alignment="top_left", seqlens_q=(50, 100), seqlens_k=(3, 300)), "cuda") is None
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(fp8=None, dtype="bfloat16"), "FP8-only"),
+    (dict(d=256, dv=256), "head dim"),
+    (dict(d=32, dv=32), "head dim"),
+    (dict(d=64, dv=128), "dv=128"),
+    (dict(fp8=FP8Spec(granularity="per_tile", tile_q=64)), "128"),
+    (dict(fp8=FP8Spec(granularity="per_tile", tile_k=256)), "128"),
+    (dict(mask="random"), "mask"),
+    (dict(bias="random"), "bias"),
+    (dict(layout="paged128"), "paged"),
+])
+def test_declines_what_the_kernel_does_not_do(kw, word):
+    from attention_conformance.adapters.cuda import CudaFA3FP8
+
+    reason = CudaFA3FP8().supports(_case(**kw), "cuda")
+    assert reason and word in reason, f"{kw}: expected a refusal naming {word!r}, got {reason!r}"
+
+
+def test_unavailable_off_cuda_with_a_reason():
+    from attention_conformance.adapters.cuda import CudaFA3FP8
+
+    reason = CudaFA3FP8().unavailable_reason("cpu")
+    assert isinstance(reason, str) and reason

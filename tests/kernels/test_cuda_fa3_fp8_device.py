@@ -1,0 +1,41 @@
+"""GPU tests of the FA3 FP8 forward (kernels/cuda/fa3_fp8_fwd.cu, sm_90a) against the NumPy FA3 FP8 reference
+(kernels/reference/fa3.py:forward_fp8, same codes and descales) and the FP64 oracle on the dequantized inputs.
+
+Marked ``gpu``; skipped without a Hopper GPU or the kernel library. The cases
+(`reports.benchmarks.fa3_fp8_check_bench.CHECK_CASES`) cover every granularity, both formats, d = 64 and 128,
+causal in both alignments, windows, softcap, GQA, varlen, bshd strides, Lk = 0 and incoherent outlier inputs;
+each also checks guard bands, NaN poison in real rows, padded rows left unwritten and input immutability.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                       reason="needs a Hopper (sm_90) GPU"),
+]
+
+
+def _cases():
+    from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import CHECK_CASES
+
+    return CHECK_CASES
+
+
+@pytest.mark.parametrize("i", range(len(_cases())), ids=[f"fp8-{i}" for i in range(len(_cases()))])
+def test_fa3_fp8_matches_reference_and_oracle(i):
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import check_fp8_case
+
+    try:
+        lib = cuda_lib.library(build_if_missing=False)
+    except cuda_lib.LibraryUnavailable as e:
+        pytest.skip(str(e))
+    if getattr(lib, "attn_fa3_fp8_fwd", None) is None:
+        pytest.skip("library does not export attn_fa3_fp8_fwd")
+    res = check_fp8_case(seed=i, **_cases()[i])
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
