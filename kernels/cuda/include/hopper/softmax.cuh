@@ -79,9 +79,11 @@ struct RowSoftmax {
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const bool empty = (l == 0.f) || (row_max[h] == -INFINITY);
             inv_l[h] = empty ? 0.f : 1.f / l;
-            float v = row_max[h] * sl2 * kLn2 + logf(l);
-            if constexpr (kLog2Offset != 0) v -= static_cast<float>(kLog2Offset) * kLn2;
-            lse[h] = empty ? -INFINITY : v;
+            if constexpr (kLog2Offset == 0) {  // the BF16/FP16 path: this exact expression (its PTX unchanged)
+                lse[h] = empty ? -INFINITY : row_max[h] * sl2 * kLn2 + logf(l);
+            } else {
+                lse[h] = empty ? -INFINITY : row_max[h] * sl2 * kLn2 + logf(l) - static_cast<float>(kLog2Offset) * kLn2;
+            }
         }
     }
 };
