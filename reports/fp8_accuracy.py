@@ -223,6 +223,13 @@ def write_quantizer_npz(path: str, meta: np.ndarray, device: str,
     np.savez_compressed(path, **arrays)
 
 
+def _npz_device(path: str) -> str:
+    try:
+        return str(np.load(path)["device"])
+    except (OSError, KeyError) as e:
+        raise UsageError(f"--gpu-quantizer {path}: {e}") from None
+
+
 def _load_gpu_quantized(path: str, index: int, case: Case, meta: np.ndarray) -> tuple[dict, dict[str, Any]]:
     import torch
 
@@ -280,8 +287,8 @@ def impl_table(impl: str, B: int = 1, H: int = 1, N: int = 8192, d: int = 128, s
             raise UsageError(f"--impl {impl} does not run the FP8 row {name!r} ({case.fp8}): {reason}")
     meta = shape_meta(B, H, N, d, seed, tile, fp8_format)
     local = _gpu_quantizer_reason() if gpu_quantizer is None else None
-    gpu_source = (f"from {gpu_quantizer}" if gpu_quantizer is not None
-                  else "in this process" if local is None else f"not run: {local}")
+    gpu_source = ("in this process" if local is None else f"not run: {local}") if gpu_quantizer is None else \
+        f"from {Path(gpu_quantizer).name}, written on {_npz_device(gpu_quantizer)} by --dump-gpu-quantizer"
     q, k, v = make_inputs(B, H, N, d, seed)
     ref, _ = oracles.attention(q, k, v)
     rows: dict[str, dict[str, Any]] = {}
