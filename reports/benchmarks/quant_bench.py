@@ -116,6 +116,7 @@ def render(rep: dict[str, Any]) -> str:
         "",
         f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
         f"Python {env['python']}.",
+        "",
         f"Command: `{rep['command']}`",
         "",
         f"Shape B={cfg['B']}, H={cfg['H']}, N={cfg['N']}, d={cfg['d']}, bf16 Q/K/V (FA3 Table 3's outlier "
