@@ -114,10 +114,10 @@ def render(rep: dict[str, Any]) -> str:
     lines = [
         f"# FP8 input kernels on the {env['gpu']}: Hadamard, quantization, fused",
         "",
-        f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
+        f"- Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
         f"Python {env['python']}.",
         "",
-        f"Command: `{rep['command']}`",
+        f"- Command: `{rep['command']}`",
         "",
         f"Shape B={cfg['B']}, H={cfg['H']}, N={cfg['N']}, d={cfg['d']}, bf16 Q/K/V (FA3 Table 3's outlier "
         f"distribution), e4m3fn, {cfg['tile']}-row tiles; median of {cfg['reps']} CUDA-event samples. GB/s counts "
