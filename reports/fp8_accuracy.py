@@ -25,7 +25,8 @@ printed beside the NumPy reference's and the paper's. A second column runs the s
 the CUDA quantizer (kernels/cuda_quant.py, inputs rounded to float32 as the engine rounds them) and counts the
 codes that differ from the oracle's: in-process where a GPU and the kernel library are present, else from an
 ``.npz`` written by ``--dump-gpu-quantizer PATH`` on a GPU machine (then ``--gpu-quantizer PATH`` here).
-Writes its table beside fp8_accuracy.md, named after the adapter. An unknown or unusable NAME is one line on stderr and exit code 2.
+Writes its table beside fp8_accuracy.md, named after the adapter. An unknown or unusable NAME is one line on
+stderr and exit code 2.
 """
 
 from __future__ import annotations
