@@ -47,8 +47,8 @@ __all__ = [
 
 ATTN_QUANT_PARAMS_VERSION = 1
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}  # AttnQuantDtype
-FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}  # AttnFp8Format
-GRANULARITY_CODES = {"per_tensor": 0, "per_head": 1, "per_tile": 2}  # AttnFp8Granularity
+FORMAT_CODES = cuda_lib.FP8_FORMAT_CODES  # attn_params.h AttnFp8Format (one table for both FP8 entry points)
+GRANULARITY_CODES = cuda_lib.FP8_GRANULARITY_CODES  # attn_params.h AttnFp8Granularity
 MAX_HEAD_DIM = 512
 _TORCH_FP8 = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 

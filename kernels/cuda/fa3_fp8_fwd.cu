@@ -85,9 +85,9 @@ int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
     if (p->head_dim != 64 && p->head_dim != 128)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: the FP8 kernel is built for 64 and 128",
                           kName, p->head_dim);
-    if (fp->format != ATTN_FP8_E4M3 && fp->format != ATTN_FP8_E5M2)
+    if (fp->format != ATTN_FP8_E4M3FN && fp->format != ATTN_FP8_E5M2)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: format=%d: e4m3 (%d) or e5m2 (%d)", kName,
-                          fp->format, ATTN_FP8_E4M3, ATTN_FP8_E5M2);
+                          fp->format, ATTN_FP8_E4M3FN, ATTN_FP8_E5M2);
     if (fp->granularity < ATTN_FP8_PER_TENSOR || fp->granularity > ATTN_FP8_PER_TILE)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: granularity=%d: per tensor (0), per head (1), per tile (2)",
                           kName, fp->granularity);
@@ -107,7 +107,7 @@ int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
                           "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", kName,
                           major);
     auto s = static_cast<cudaStream_t>(stream);
-    return fp->format == ATTN_FP8_E4M3 ? dispatch<Fp8E4M3>(*fp, s, err, errlen)
+    return fp->format == ATTN_FP8_E4M3FN ? dispatch<Fp8E4M3>(*fp, s, err, errlen)
                                        : dispatch<Fp8E5M2>(*fp, s, err, errlen);
 }
 

@@ -24,7 +24,7 @@ def _c_layout() -> list[int]:
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "attn_params.h"', "int main(void) {",
              'printf("%d %zu\\n", ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams));']
     lines += [f'printf("%zu\\n", offsetof(AttnFp8FwdParams, {n}));' for n, _ in cuda_lib.AttnFp8FwdParams._fields_]
-    lines += [f'printf("%d\\n", {c});' for c in ("ATTN_FP8_E4M3", "ATTN_FP8_E5M2", "ATTN_FP8_PER_TENSOR",
+    lines += [f'printf("%d\\n", {c});' for c in ("ATTN_FP8_E4M3FN", "ATTN_FP8_E5M2", "ATTN_FP8_PER_TENSOR",
                                                  "ATTN_FP8_PER_HEAD", "ATTN_FP8_PER_TILE")]
     lines += ["return 0; }"]
     with tempfile.TemporaryDirectory() as d:

@@ -148,7 +148,7 @@ typedef struct AttnBwdParams {
 //   O = dv * (P8 V8) / l in bf16, LSE = m + log l - 8 ln 2 (fp32).
 #define ATTN_FP8_PARAMS_VERSION 1
 
-enum AttnFp8Format { ATTN_FP8_E4M3 = 0, ATTN_FP8_E5M2 = 1 };
+enum AttnFp8Format { ATTN_FP8_E4M3FN = 0, ATTN_FP8_E5M2 = 1 };  // the oracle's names (oracles/fp8.py)
 enum AttnFp8Granularity { ATTN_FP8_PER_TENSOR = 0, ATTN_FP8_PER_HEAD = 1, ATTN_FP8_PER_TILE = 2 };
 
 typedef struct AttnFp8FwdParams {

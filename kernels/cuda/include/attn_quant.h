@@ -14,6 +14,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "attn_params.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,8 +23,7 @@ extern "C" {
 #define ATTN_QUANT_PARAMS_VERSION 1
 
 enum AttnQuantDtype { ATTN_QUANT_FP16 = 0, ATTN_QUANT_BF16 = 1, ATTN_QUANT_FP32 = 2 };  // FP16 / BF16 as AttnDtype
-enum AttnFp8Format { ATTN_FP8_E4M3FN = 0, ATTN_FP8_E5M2 = 1 };
-enum AttnFp8Granularity { ATTN_FP8_PER_TENSOR = 0, ATTN_FP8_PER_HEAD = 1, ATTN_FP8_PER_TILE = 2 };
+// AttnFp8Format / AttnFp8Granularity: attn_params.h (one definition for the quantizer and the FP8 forward)
 
 // y = x M along head_dim, computed in float64 and rounded once to y's storage type.
 typedef struct AttnHadamardParams {
