@@ -49,7 +49,8 @@ __all__ = [
 ATTN_PARAMS_VERSION = 4
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
-LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd")
+LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd",
+             "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
 #: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
 FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                 "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9}
