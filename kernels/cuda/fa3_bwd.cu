@@ -11,6 +11,7 @@
 // Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): head_dim 256, devices other than sm_90,
 // strides TMA cannot express, dk / dv not 4-byte aligned.
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "attn_params.h"
 #include "bwd_prepost.cuh"
@@ -81,8 +82,17 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
     rc = attn::cuda_status(launch_dsinks(p, s), "attn_fa3_bwd: d sinks", err, errlen);
     if (rc != ATTN_OK) return rc;
     if (p.fwd.seqlen_k > 0) {
-        rc = p.fwd.head_dim == 64 ? launch_main<Fa3BwdConfig<64, T, kDet>>(p, s, name, err, errlen)
-                                  : launch_main<Fa3BwdConfig<128, T, kDet>>(p, s, name, err, errlen);
+        // The default overlaps the GEMMs with the element-wise work at d = 64 only (NOTES_FA3.md, backward);
+        // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the other build of the non-deterministic launcher (ablation).
+        const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
+        const bool d64 = p.fwd.head_dim == 64;
+        const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
+        if (overlap == d64 || kDet)
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<128, T, kDet, false>>(p, s, name, err, errlen);
+        else
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, false, false>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<128, T, false, true>>(p, s, name, err, errlen);
         if (rc != ATTN_OK) return rc;
     }
     return attn::cuda_status(launch_postprocess<T>(p, s), "attn_fa3_bwd: dq convert / GQA reduce", err, errlen);

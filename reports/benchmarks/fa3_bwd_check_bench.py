@@ -8,10 +8,11 @@ max |oracle|)``, and rows with no visible key have dq exactly 0 (§8). ``nan_pad
 (rows past the real lengths, §7) of q, k, v and dout with NaN, which must not reach any gradient.
 `determinism_case` runs ``attn_fa3_bwd_deterministic`` twice and compares the bits.
 
-Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the forward's
-4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd, and the
-deterministic build), our FA2 (attn_fa2_fwd + attn_fa2_bwd), torch SDPA's flash and cuDNN backends (autograd on
-their own forward); every row's candidates timed round-robin (`time_round_robin`).
+Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the
+forward's 4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd,
+the deterministic build and the other overlap build, `overlap_build`), our FA2 (attn_fa2_fwd + attn_fa2_bwd),
+torch SDPA's flash and cuDNN backends (autograd on their own forward); every row's candidates timed round-robin
+(`time_round_robin`).
 
 Run: ``python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench [--no-bench] --out DIR``.
 """
@@ -19,6 +20,7 @@ Run: ``python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench [-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -32,9 +34,13 @@ from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.oracles import attention_backward
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
 
-__all__ = ["CASES", "DET_CASES", "bench_rows", "check_case", "determinism_case", "main", "markdown", "time_round_robin"]
+__all__ = ["CASES", "DET_CASES", "OVERLAP_DEFAULT_D", "OVERLAP_ENV", "bench_rows", "check_case", "determinism_case",
+           "main", "markdown", "overlap_build", "time_round_robin"]
 
 BF, HF = torch.bfloat16, torch.float16
+OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
+#: the default build overlaps the GEMMs with the element-wise work at this head dim only (kernels/cuda/fa3_bwd.cu)
+OVERLAP_DEFAULT_D = 64
 CASES = [
     dict(B=2, Hq=4, Hkv=4, Lq=128, Lk=128, d=64, dtype=BF),
     dict(B=2, Hq=4, Hkv=4, Lq=256, Lk=256, d=128, dtype=HF),
@@ -117,16 +123,34 @@ def _err(x: torch.Tensor, ref: np.ndarray) -> float:
     return float(torch.nan_to_num(d, nan=math.inf).max())
 
 
-def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0) -> dict:
-    """Errors of ``launcher`` and of attn_fa2_bwd against the FP64 oracle on one case; ``ok`` and ``problems``."""
+@contextlib.contextmanager
+def overlap_build(overlap: bool | None):
+    """Within the block attn_fa3_bwd runs its build with (True) or without (False) the GEMM / element-wise overlap
+    (``ATTN_FA3_BWD_OVERLAP``, read at every call); None: the default build."""
+    old = os.environ.pop(OVERLAP_ENV, None)
+    if overlap is not None:
+        os.environ[OVERLAP_ENV] = "1" if overlap else "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(OVERLAP_ENV, None)
+        if old is not None:
+            os.environ[OVERLAP_ENV] = old
+
+
+def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None) -> dict:
+    """Errors of ``launcher`` (``overlap``: `overlap_build`) and of attn_fa2_bwd against the FP64 oracle on one
+    case; ``ok`` and ``problems``."""
     t = _inputs(spec, seed)
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     ref = _oracle(spec, t)
-    ours = cuda_bwd_lib.backward(launcher, t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
+    with overlap_build(overlap):
+        ours = cuda_bwd_lib.backward(launcher, t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     fa2 = cuda_bwd_lib.backward("attn_fa2_bwd", t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     torch.cuda.synchronize()
-    res: dict = {"case": _name(spec), "launcher": launcher, "problems": []}
+    label = launcher if overlap is None else f"{launcher}[overlap={int(overlap)}]"
+    res: dict = {"case": _name(spec), "launcher": label, "problems": []}
     for name, x, y, r in zip(("dq", "dk", "dv"), ours, fa2, ref):
         e, e2 = _err(x, r), _err(y, r)
         tol = 2 * e2 + 2e-3 * max(1.0, float(np.abs(r).max()) if r.size else 1.0)
@@ -215,7 +239,7 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
     for B, H, N, d, causal in shapes:
         q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(4))
         fwd_flops = 4 * B * H * N * N * d / (2 if causal else 1)
-        row: dict = dict(B=B, H=H, N=N, d=d, causal=causal)
+        row: dict = dict(B=B, H=H, N=N, d=d, causal=causal, other_build_overlap=d != OVERLAP_DEFAULT_D)
         o3, l3 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         o2, l2 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         pf3 = cuda_lib.fwd_params(q, k, v, o3, l3, causal=causal)
@@ -228,7 +252,14 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
         pb2 = cuda_bwd_lib.bwd_params(q, k, v, o2, l2, dout, dq, dk, dv, causal=causal, **sc)
         fl_fwd, fl_bwd = _sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
         cu_fwd, cu_bwd = _sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
+        other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
+
+        def fa3_other(pb3=pb3, other=other):
+            with overlap_build(other):
+                cuda_lib.call("attn_fa3_bwd", pb3)
+
         bwd = [("fa3", _calls(("attn_fa3_bwd", pb3))), ("fa3_det", _calls(("attn_fa3_bwd_deterministic", pb3))),
+               ("fa3_other", fa3_other),
                ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
         both = [("fa3", _calls(("attn_fa3_fwd", pf3), ("attn_fa3_bwd", pb3))),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
@@ -268,8 +299,9 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
     if rows:
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
-                "| shape | causal | bwd FA3 | FA3 det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA2 | flash | cuDNN | "
-                "FA3/flash bwd | FA3/cuDNN bwd |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "FA3 other: the build with (d = 128) / without (d = 64) the GEMM / element-wise overlap.", "",
+                "| shape | causal | bwd FA3 | FA3 det | FA3 other | FA2 | flash | cuDNN | fwd+bwd FA3 | FA2 | flash | "
+                "cuDNN | FA3/flash bwd | FA3/cuDNN bwd |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -278,7 +310,8 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
             rf = r.get("bwd_flash_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             rc = r.get("bwd_cudnn_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
-                       f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | {g(r, 'bwd_flash_tflops')} | "
+                       f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_other_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
+                       f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {rf:.2f} | {rc:.2f} |")
     return "\n".join(out) + "\n"
@@ -288,19 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     """Run the checks (and unless ``--no-bench`` the benchmark); write fa3_bwd.json / fa3_bwd.md under --out."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip the correctness and determinism checks")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    checks = []
-    for i, spec in enumerate(CASES):
-        for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
-            checks.append(check_case(spec, launcher, seed=i))
+    checks: list[dict] = []
+    for i, spec in enumerate([] if args.no_check else CASES):
+        for launcher, overlap in (("attn_fa3_bwd", None), ("attn_fa3_bwd_deterministic", None),
+                                  ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D)):
+            checks.append(check_case(spec, launcher, seed=i, overlap=overlap))
             print(checks[-1], flush=True)
-    dets = [determinism_case(s, seed=i) for i, s in enumerate(DET_CASES)]
+    dets = [] if args.no_check else [determinism_case(s, seed=i) for i, s in enumerate(DET_CASES)]
     print(dets, flush=True)
     rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in (64, 128) for c in (False, True)])
     env = env_info()
     command = "python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench" + (
-        " --no-bench" if args.no_bench else "")
+        " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "")
     out = Path(args.out)
     (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,
                                                       bench=rows), indent=1, default=str))

@@ -3,7 +3,8 @@
 Marked ``gpu``; skipped without a Hopper GPU or the kernel library. Each case
 (`reports.benchmarks.fa3_bwd_check_bench.CASES`: fp16 / bf16, d = 64 / 128, tails, causal in both alignments,
 fully masked rows, windows, GQA, varlen with NaN padding, softcap, [B, L, H, D] views, Lk = 0) runs both
-launchers and requires dq, dk, dv within twice FA2's error against `oracles.attention_backward` (plus 2e-3 of
+launchers (and, on five cases, the build with the other GEMM / element-wise overlap setting) and requires dq, dk,
+dv within twice FA2's error against `oracles.attention_backward` (plus 2e-3 of
 the gradient's scale), finite, and dq = 0 on rows with no visible key; the deterministic launcher must give
 bit-identical results over two runs.
 """
@@ -50,6 +51,16 @@ def test_fa3_bwd_matches_fp64_oracle(index, launcher):
     assert len(cases) == 12, "keep the parametrisation in step with CASES"
     res = check_case(cases[index], launcher, seed=index)
     assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("index", [2, 4, 6, 7, 9])
+def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
+    _lib()
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import OVERLAP_DEFAULT_D, check_case
+
+    spec = _cases()[index]
+    res = check_case(spec, "attn_fa3_bwd", seed=100 + index, overlap=spec["d"] != OVERLAP_DEFAULT_D)
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
 @pytest.mark.parametrize("index", range(2))

@@ -11,14 +11,16 @@
 //   P^T  = exp2(S^T * scale * log2 e - LSE_i * log2 e)  (0 where not visible; LSE = -inf reads as +inf)
 //   dS^T = P^T (dP^T - D_i)                      (times 1 - tanh^2 with a softcap)
 //   dV  += P^T dO_i, dK += dS^T Q_i              wgmma RS: P^T, dS^T from registers, dO_i / Q_i MN-major
-//   dQ_i partial = dS K_w                         wgmma SS: dS^T stored to shared memory (128-byte swizzle)
-//                                                 and read MN-major (imm-trans-a), K_w MN-major
+//   dQ_i partial = dS K                           wgmma SS: dS^T stored to shared memory (128-byte swizzle)
+//                                                 and read MN-major (imm-trans-a), K MN-major; d = 128: consumer
+//                                                 w takes head-dim columns [64 w, 64 w + 64) over all 128 keys,
+//                                                 d = 64: consumer w a full-width partial over its own keys
 // and adds the dQ partial into the fp32 dq_accum: with atomics in any order, or (kDeterministic) in a fixed
-// order: a semaphore per (batch, head, query tile) counts the partials added so far, and the partial of
-// key tile n, consumer w waits until it reads 2 (n - n_first) + w, n_first being the first key tile that
-// query tile sees (SeqMask::keys_for_rows), so every run adds the same partials in the same order.
+// order: a semaphore per (batch, head, query tile) counts the consumers that have added so far, and key tile n
+// adds only after every key tile n' < n that sees the query tile (from n_first, SeqMask::keys_for_rows), so every
+// run adds the same partials in the same order.
 // Varlen padding inside the tensors (rows past the real lengths) may hold anything (NaN): the consumers
-// zero K rows j >= lk and Q / dO rows i >= lq in shared memory before any GEMM reads them; rows past the
+// zero K / V rows j >= lk and Q / dO rows i >= lq in shared memory before any GEMM reads them; rows past the
 // tensor extent arrive as zeros from TMA.
 #pragma once
 #include <math.h>
@@ -40,11 +42,14 @@ struct Fa3BwdParams {
     int* dq_sem;  // deterministic builds: [B, Hq, ceil(Lq / kBlockM)] counters, zeroed by the launcher
 };
 
-template <int D, typename Elem_, bool kDeterministic_, int kStages_ = 2>
+// kOverlap: S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T
+// is computed (more registers live: at D = 128 ptxas then serialises the wgmma); else the GEMMs of a tile run
+// as two batches around the element-wise work.
+template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, int kStages_ = 2>
 struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
-    static constexpr bool kDeterministic = kDeterministic_;
+    static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
     static constexpr int kBlockM = 64;   // query rows per streamed tile
@@ -53,6 +58,13 @@ struct Fa3BwdConfig {
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // dQ = dS K split over the consumers by head-dim columns (consumer w: columns [D/2 w, D/2 w + D/2), all 128
+    // keys; both consumers' dS^T in shared memory, double-buffered) for D = 128: half the accumulator registers
+    // and one atomic per dQ element and CTA. D = 64 (32-column halves would start inside a 128-byte swizzle
+    // atom): each consumer computes a full-width partial over its own 64 keys and adds it.
+    static constexpr bool kSplitDq = D == 128;
+    static constexpr int kDqCols = kSplitDq ? D / 2 : D;
+    static constexpr int kDsBufs = kSplitDq ? 2 : 1;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
     static constexpr uint32_t kOffK = 0;
@@ -60,7 +72,8 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffQ = kOffV + kKVBytes;
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
     static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;  // dS^T [kBlockN keys][kBlockM queries]
-    static constexpr uint32_t kOffLse = kOffDS + kBlockN * kBlockM * 2;
+    static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
+    static constexpr uint32_t kOffLse = kOffDS + kDsBufs * kDsBytes;
     static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
     static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
     static constexpr int kNumBars = 1 + 2 * kStages;  // full_kv, full[S], empty[S]
@@ -77,7 +90,7 @@ struct BwdSmem {
     __device__ __forceinline__ unsigned char* v() const { return base + C::kOffV; }
     __device__ __forceinline__ unsigned char* q(int s) const { return base + C::kOffQ + s * C::kQBytes; }
     __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* ds() const { return base + C::kOffDS; }
+    __device__ __forceinline__ unsigned char* ds(int i) const { return base + C::kOffDS + i * C::kDsBytes; }
     __device__ __forceinline__ float* lse(int s) const {
         return reinterpret_cast<float*>(base + C::kOffLse) + s * C::kBlockM;
     }
@@ -212,14 +225,15 @@ struct BwdConsumer {
         const bool capped = f.softcap > 0.f;
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
         const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
-        const uint32_t ds_addr = smem_addr(sm.ds()) + cw * 64 * 128;
         float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
         const int num_m = (f.seqlen_q + BM - 1) / BM;
         int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
 
         mbar_wait(sm.full_kv(), 0);
-        if (T.n0 + BN > mask.sk) {  // key rows past the real length: zero K (dQ = dS K reads every row)
+        if (T.n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row;
+            // a finite dP^T keeps dS = P (dP - D) = 0 where P = 0)
             zero_rows(sm.k(), BN, max(mask.sk - T.n0, 0), BN);
+            zero_rows(sm.v(), BN, max(mask.sk - T.n0, 0), BN);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
         }
@@ -237,7 +251,8 @@ struct BwdConsumer {
             }
             const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(st));
 
-            // S^T = K_w Q^T and dP^T = V_w dO^T over the head dim.
+            // S^T = K_w Q^T and dP^T = V_w dO^T over the head dim, two commit groups: P^T is computed while dP^T
+            // is still on the tensor cores, and dV += P^T dO runs while dS^T is computed.
             float s[BM / 2], dp[BM / 2];
             wgmma_fence();
 #pragma unroll
@@ -247,6 +262,7 @@ struct BwdConsumer {
                 wgmma_ss<0>(Wgmma<Elem, BM>{}, s, sw128_desc(k_addr + a_off, 16, 1024),
                             sw128_desc(q_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
             }
+            if constexpr (C::kOverlap) wgmma_commit();
 #pragma unroll
             for (int ks = 0; ks < D / 16; ++ks) {
                 const int cb = ks / 4, kk = ks % 4;
@@ -255,62 +271,88 @@ struct BwdConsumer {
                             sw128_desc(do_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
             }
             wgmma_commit();
-            // This thread's query columns: 8 j + 2 (lane % 4) + {0, 1}, j < 8.
-            float l2[BM / 8][2], dd[BM / 8][2];
-#pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
-                const int c = 8 * j + 2 * (lane % 4);
-                const float2 lv = *reinterpret_cast<const float2*>(sm.lse(st) + c);
-                const float2 dv2 = *reinterpret_cast<const float2*>(sm.dd(st) + c);
-                l2[j][0] = lv.x;
-                l2[j][1] = lv.y;
-                dd[j][0] = dv2.x;
-                dd[j][1] = dv2.y;
+            if constexpr (C::kOverlap) {
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
+                fence_regs(dp);
             }
-            wgmma_wait<0>();
             fence_regs(s);
-            fence_regs(dp);
 
-            // P^T and dS^T in the accumulator layout: element e at key row 16 warp + lane / 4 + 8 ((e / 2) % 2),
-            // query column 8 (e / 4) + 2 (lane % 4) + e % 2.
+            // P^T in the accumulator layout: element e at key row 16 warp + lane / 4 + 8 ((e / 2) % 2), query
+            // column 8 (e / 4) + 2 (lane % 4) + e % 2; one 8-column chunk j at a time (its LSE pair read from shared
+            // memory there), packed into the A fragments right away. s keeps P^T (times 1 - tanh^2 with a softcap)
+            // in fp32 for dS^T. Masked entries: P = 0, so dS = 0 too (every dP^T entry is finite: the padding of
+            // K, V, Q, dO that could hold NaN was zeroed).
             const bool need_mask = !mask.tile_full(m0, m0 + BM, kw0, kw0 + 64);
-#pragma unroll
-            for (int e = 0; e < BM / 2; ++e) {
-                const int j = e / 4, c = e % 2;
-                const float raw = s[e];
-                float pij, dcap = 1.f;
-                if (capped) {
-                    const float th = tanhf(raw * scale_over_cap);
-                    dcap = 1.f - th * th;
-                    pij = fast_exp2(f.softcap * th * kLog2e - l2[j][c]);
-                } else {
-                    pij = fast_exp2(raw * sl2 - l2[j][c]);
-                }
-                float dsij = pij * (dp[e] - dd[j][c]) * dcap;
-                if (need_mask) {
-                    const int key = kw0 + 16 * warp + lane / 4 + 8 * ((e / 2) % 2);
-                    const int row = m0 + 8 * j + 2 * (lane % 4) + c;
-                    if (!mask.visible(row, key)) {
-                        pij = 0.f;
-                        dsij = 0.f;
-                    }
-                }
-                s[e] = pij;
-                dp[e] = dsij;
-            }
             uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+            auto p_chunk = [&](int j) {
+                const int c0 = 8 * j + 2 * (lane % 4);
+                const float2 l2 = *reinterpret_cast<const float2*>(sm.lse(st) + c0);
+                float pv[4];
 #pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    pa[ks][r] = MmaOp<Elem>::pack(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
-                    dsa[ks][r] = MmaOp<Elem>::pack(dp[8 * ks + 2 * r], dp[8 * ks + 2 * r + 1]);
+                for (int x = 0; x < 4; ++x) {
+                    const int e = 4 * j + x, c = x % 2;
+                    const float lse2 = c ? l2.y : l2.x;
+                    const float raw = s[e];
+                    float pij, dcap = 1.f;
+                    if (capped) {
+                        const float th = tanhf(raw * scale_over_cap);
+                        dcap = 1.f - th * th;
+                        pij = fast_exp2(f.softcap * th * kLog2e - lse2);
+                    } else {
+                        pij = fast_exp2(raw * sl2 - lse2);
+                    }
+                    if (need_mask) {
+                        const int key = kw0 + 16 * warp + lane / 4 + 8 * (x / 2);
+                        if (!mask.visible(m0 + c0 + c, key)) pij = 0.f;
+                    }
+                    pv[x] = pij;
+                    s[e] = pij * dcap;
                 }
+                pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
+                pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
+            };
+            // dS^T = P^T (dP^T - D)
+            auto ds_chunk = [&](int j) {
+                const float2 d2 = *reinterpret_cast<const float2*>(sm.dd(st) + 8 * j + 2 * (lane % 4));
+                float dsv[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
+                dsa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(dsv[0], dsv[1]);
+                dsa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(dsv[2], dsv[3]);
+            };
+            auto issue_dv = [&] {
+                fence_regs(dv);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks)
+                    wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], sw128_desc(do_addr + ks * 2048, BM * 128, 1024), 1);
+            };
+            if constexpr (C::kOverlap) {
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) p_chunk(j);
+                issue_dv();
+                wgmma_commit();
+                wgmma_wait<1>();  // dP^T has landed; dV may still run
+                fence_regs(dp);
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) ds_chunk(j);
+            } else {
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) {
+                    p_chunk(j);
+                    ds_chunk(j);
+                }
+            }
 
-            // dS^T to shared memory (this warpgroup's 64 key rows, 128-byte swizzle); every warp of the
-            // warpgroup has finished the previous tile's dQ GEMM, which read these rows.
-            wg_sync();
-            unsigned char* ds_tile = sm.ds() + cw * 64 * 128;
+            // dS^T to shared memory (this warpgroup's 64 key rows, 128-byte swizzle). Single buffer (D = 64): every
+            // warp of the warpgroup has finished the previous tile's dQ GEMM, which read these rows. Double buffer
+            // (D = 128): the other consumer passed the previous tile's all-consumer barrier after its dQ GEMM of
+            // the tile before, the last reader of this buffer.
+            const int dsb = C::kDsBufs == 2 ? (it & 1) : 0;
+            if constexpr (!C::kSplitDq) wg_sync();
+            unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
 #pragma unroll
@@ -320,23 +362,33 @@ struct BwdConsumer {
                         dsa[ks][r];
                 }
             fence_proxy_async();
-            wg_sync();
+            if constexpr (C::kSplitDq)
+                named_sync(C::kBarConsumers, C::kConsumerThreads);
+            else
+                wg_sync();
 
-            // dV += P^T dO, dK += dS^T Q (A from registers, B MN-major), dQ partial = dS K_w.
-            float dq[D / 2];
+            // dK += dS^T Q (A from registers, B MN-major), dQ partial = dS K.
+            float dq[C::kDqCols / 2];
+            if constexpr (!C::kOverlap) issue_dv();
             fence_regs(dk);
-            fence_regs(dv);
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], sw128_desc(do_addr + ks * 2048, BM * 128, 1024), 1);
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
                 wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], sw128_desc(q_addr + ks * 2048, BM * 128, 1024), 1);
+            if constexpr (C::kSplitDq) {
+                // all 128 keys, this consumer's 64 head-dim columns (column block cw of K)
+                const uint32_t dsa_all = smem_addr(sm.ds(dsb));
 #pragma unroll
-            for (int ks = 0; ks < 64 / 16; ++ks)
-                wgmma_ss_t<1, 1>(Wgmma<Elem, D>{}, dq, sw128_desc(ds_addr + ks * 2048, 64 * 128, 1024),
-                                 sw128_desc(k_addr + cw * 64 * 128 + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+                for (int ks = 0; ks < BN / 16; ++ks)
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(dsa_all + ks * 2048, 64 * 128, 1024),
+                                     sw128_desc(k_addr + cw * (BN * 128) + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+            } else {
+                const uint32_t ds_addr = smem_addr(ds_tile);
+#pragma unroll
+                for (int ks = 0; ks < 64 / 16; ++ks)
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(ds_addr + ks * 2048, 64 * 128, 1024),
+                                     sw128_desc(k_addr + cw * 64 * 128 + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+            }
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(dk);
@@ -348,27 +400,32 @@ struct BwdConsumer {
             ps.advance();
 
             // dq_accum[rows of this tile] += dQ partial (unscaled; the postprocess multiplies by the scale).
+            // Deterministic: both consumers of every earlier key tile n' (from the first that sees this query
+            // tile) have added; split dQ: the two consumers of one CTA add disjoint columns, in any order, so each
+            // waits for 2 (n - n_first) additions; otherwise consumer w also waits for consumer 0 of its CTA.
             if constexpr (C::kDeterministic) {
                 int klo, khi;
                 mask.keys_for_rows(m0, m0 + BM, &klo, &khi);
-                const int expect = 2 * (T.n0 / BN - klo / BN) + cw;
+                const int expect = 2 * (T.n0 / BN - klo / BN) + (C::kSplitDq ? 0 : cw);
                 if (tid == 0) {
                     const int* sem = sem_head + m_tile;
                     int v;
                     do {
                         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-                    } while (v != expect);
+                    } while (C::kSplitDq ? v < expect : v != expect);
                 }
                 wg_sync();
             }
+            const int col0 = C::kSplitDq ? cw * C::kDqCols : 0;
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
                 if (i < mask.sq) {
-                    float* row = dqa_head + static_cast<size_t>(i) * D + 2 * (lane % 4);
+                    float* row = dqa_head + static_cast<size_t>(i) * D + col0 + 2 * (lane % 4);
 #pragma unroll
-                    for (int j = 0; j < D / 8; ++j)
-                        atomicAdd(reinterpret_cast<float2*>(row + 8 * j), make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]));
+                    for (int j = 0; j < C::kDqCols / 8; ++j)
+                        atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                                  make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]));
                 }
             }
             if constexpr (C::kDeterministic) {
