@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One H200 device call for the FA3 backward (kernels/cuda/fa3_bwd.cu): the GPU tests, the correctness check
-# (skipped with NO_CHECK=1; BENCH_ONLY=1 skips its checks) and (unless NO_BENCH=1) the benchmark of reports/benchmarks/fa3_bwd_check_bench.py, then the conformance
-# backward cases of cuda-fa3 (CONF_K, default "bwd"; CONF_K=all runs the whole gpu profile; NO_CONF=1 skips them). The library is
-# built beforehand on the CPU machine (python -m attention_conformance.kernels.build --out build/kernels) and
-# travels zstd-compressed as $LIB_ZST (the device has no zstd: ZSTD names a carried binary). Results under $OUT.
+# (NO_CHECK=1 skips it; BENCH_ONLY=1 skips its checks) and, unless NO_BENCH=1, the benchmark of
+# reports/benchmarks/fa3_bwd_check_bench.py, then the conformance backward cases of cuda-fa3 (CONF_K, default
+# "bwd"; CONF_K=all runs the whole gpu profile; NO_CONF=1 skips them). The library is built beforehand on the
+# CPU machine (python -m attention_conformance.kernels.build --out build/kernels) and travels zstd-compressed as
+# $LIB_ZST (the device has no zstd: ZSTD names a carried binary). Results under $OUT. Run 2's command, from the
+# carried copy of the worktree (.carry_bwd, with .vendor/bin carried beside it):
+#   LIB_ZST=lib.zst ZSTD=$PWD/../.vendor/bin/zstd BENCH_ONLY=1 NO_CONF=1 bash reports/benchmarks/run_fa3_bwd_h200.sh
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
