@@ -48,7 +48,7 @@ BUILD_COMMAND = "python -m attention_conformance.kernels.build"
 # Sources built for a subset of the architectures (Hopper-only instructions: wgmma, setmaxnreg). When
 # none of a source's architectures is requested it is built for the requested ones anyway: its kernels
 # compile to empty bodies there and its launchers answer ATTN_ERR_UNSUPPORTED on such devices.
-SOURCE_ARCHS = {"fa3_fwd.cu": ("90a",), "fa3_fp8_fwd.cu": ("90a",)}
+SOURCE_ARCHS = {"fa3_fwd.cu": ("90a",), "fa3_bwd.cu": ("90a",), "fa3_fp8_fwd.cu": ("90a",)}
 
 
 class BuildError(RuntimeError):

@@ -1,4 +1,5 @@
-"""Python side of the FA1 forward/backward and FA2 backward launchers (kernels/cuda/fa1.cu, fa2_bwd.cu).
+"""Python side of the FA1 forward/backward, FA2 and FA3 backward launchers (kernels/cuda/fa1.cu, fa2_bwd.cu,
+fa3_bwd.cu).
 
 Thin helpers over `kernels.cuda_lib` (which owns the ctypes mirror and the library loader) that
 allocate outputs and the scratch buffers the backward launchers need (attn_params.h):
@@ -22,7 +23,7 @@ from attention_conformance.kernels.cuda_lib import bwd_params  # re-exported: th
 
 __all__ = ["BWD_LAUNCHERS", "backward", "bwd_params", "bwd_scratch", "fa1_forward"]
 
-BWD_LAUNCHERS = ("attn_fa1_bwd", "attn_fa2_bwd")
+BWD_LAUNCHERS = ("attn_fa1_bwd", "attn_fa2_bwd", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
 
 
 def bwd_scratch(q: Any, k: Any) -> dict[str, Any]:
@@ -57,7 +58,7 @@ def fa1_forward(q: Any, k: Any, v: Any, **fwd_kwargs: Any) -> tuple[Any, Any]:
 def backward(
     launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, dout: Any, **fwd_kwargs: Any
 ) -> tuple[Any, Any, Any]:
-    """Run ``launcher`` ("attn_fa1_bwd" or "attn_fa2_bwd"); returns (dq, dk, dv) in q's dtype.
+    """Run ``launcher`` (one of `BWD_LAUNCHERS`); returns (dq, dk, dv) in q's dtype.
 
     ``o`` and ``lse`` are the forward's outputs (LSE natural log, -inf on fully masked rows).
     """

@@ -59,7 +59,7 @@ ATTN_PARAMS_VERSION = 4
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd",
-             "attn_fa3_fp8_fwd")
+             "attn_fa3_fp8_fwd", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
 ATTN_FP8_PARAMS_VERSION = 1
 #: attn_params.h AttnFp8Format / AttnFp8Granularity, keyed by the oracle's names (oracles/fp8.py)
 FP8_FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}

@@ -1,9 +1,9 @@
 """Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
 
 ``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
-(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only) and ``cuda-fa3-fp8``
-(FA3 FP8 forward, sm_90a only). Each call runs in a worker process (``isolate = True``) so a crash or hang
-costs one case.
+(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only; backward for head dims
+64 and 128, kernels/cuda/fa3_bwd.cu) and ``cuda-fa3-fp8`` (FA3 FP8 forward, sm_90a only). Each call runs in a
+worker process (``isolate = True``) so a crash or hang costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
 - §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
@@ -14,7 +14,8 @@ How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda
 - §18 attention sinks (``cuda-fa2`` forward and backward, ``cuda-splitkv`` forward): ``inputs.sinks`` goes in as
   an fp32 [Hq] device tensor (``sinks=``); the LSE the kernels write includes the sink (an empty row: O = 0,
   LSE = the sink). ``cuda-fa2``'s backward also takes the LSE cotangent ``inputs.dlse`` (fp32 [B, Hq, Lq],
-  ``dlse=``) and writes d sinks (fp32 [Hq]) into `BackwardOutput.dsinks`. FA1 and FA3 decline sink cases.
+  ``dlse=``) and writes d sinks (fp32 [Hq]) into `BackwardOutput.dsinks`. FA1 and FA3 decline sink cases
+  (``cuda-fa3``'s backward takes ``dlse``).
 - §16 paged K/V (``cuda-splitkv`` only, layouts paged64/128/256): the kernel gets the page pools of
   ``CaseInputs.paged`` as [num_pages, Hkv, page_size, d] tensors (their batch stride is the page stride)
   and the block table as an int32 device tensor; q and the output stay contiguous [B, H, L, D]. The dense
@@ -339,7 +340,12 @@ class CudaFA3(_CudaAdapter):
                    "ring, wgmma (S from shared memory, P V with P in registers), producer warpgroup and two "
                    "consumer warpgroups (setmaxnreg), pingpong, intra-warpgroup overlap, persistent scheduler")
     fwd_launcher = "attn_fa3_fwd"
-    bwd_launcher = None
+    bwd_launcher = "attn_fa3_bwd"
+    # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (`supports` declines 256 by name); the LSE
+    # cotangent enters as D - dlse in the shared preprocess (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks
+    # stay unclaimed: the FA3 forward does not fold them in.
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, lse_grad=True)
+    bwd_head_dims: ClassVar[frozenset[int]] = frozenset({64, 128})
     # Every catalog layout is expressible as a TMA tensor map: head dims 64/128/256 make every stride of
     # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an
     # extent-1 map dimension (kernels/cuda/include/hopper/tma_host.cuh). Strides TMA cannot express would be
@@ -354,6 +360,12 @@ class CudaFA3(_CudaAdapter):
             return f"{self.name} is built for sm_90a (Hopper, compute capability 9.0) only; device has {cap}"
         return None
 
+    def supports(self, case: Case, device: str) -> str | None:
+        reason = super().supports(case, device)
+        if reason is None and case.backward and case.d not in self.bwd_head_dims:
+            return (f"backward head dim d={case.d} not compiled (attn_fa3_bwd: head dims "
+                    f"{sorted(self.bwd_head_dims)}; the forward also covers 256)")
+        return reason
 
 class CudaFA3FP8(CudaFA3):
     name = "cuda-fa3-fp8"

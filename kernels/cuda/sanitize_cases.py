@@ -4,12 +4,12 @@
 [LAUNCHER ...]``
 (launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
 Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
-empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward (Hopper only), paged
-K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty sequence), the
-FA3 FP8 forward (e4m3 codes, unit descales of each granularity's shape), and the backward launchers when the
-library exports them. Inputs are random (never zeros); each launcher's status is checked, and the outputs must
-be finite where the semantics say so (a crash or a sanitizer report is the real signal); a paged case must also
-equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
+empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward and backward (Hopper
+only), paged K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty
+sequence), the FA3 FP8 forward (e4m3 codes, unit descales of each granularity's shape), and the backward
+launchers when the library exports them. Inputs are random (never zeros); each launcher's status is checked,
+and the outputs must be finite where the semantics say so (a crash or a sanitizer report is the real signal);
+a paged case must also equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=128, alignment="top_left", causal=True,
                               fp8="per_head")),
+    # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered at d = 128), zeroed tails
+    ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
+    ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=128, causal=True)),
 ]
 
 
@@ -238,7 +242,7 @@ def main() -> int:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
             continue
         cap = torch.cuda.get_device_capability()
-        if launcher in ("attn_fa3_fwd", "attn_fa3_fp8_fwd") and cap[0] != 9:
+        if launcher.startswith("attn_fa3") and cap[0] != 9:
             print(f"SKIP {launcher}: sm_90a kernel, device has compute capability {cap}")
             continue
         try:

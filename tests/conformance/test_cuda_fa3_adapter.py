@@ -1,5 +1,6 @@
 """CPU tests of the ``cuda-fa3`` adapter (conformance/adapters/cuda.py): registered, declines what it does
-not claim with a reason, and is unavailable without a Hopper GPU (never a FAIL of a correct kernel)."""
+not claim with a reason (the backward: head dims 64 and 128 only), and is unavailable without a Hopper GPU
+(never a FAIL of a correct kernel)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def test_registered_under_its_name():
     from attention_conformance.adapters.cuda import CudaFA3
 
     assert BUILTIN["cuda-fa3"] == "attention_conformance.adapters.cuda:CudaFA3"
-    assert CudaFA3.name == "cuda-fa3" and CudaFA3.fwd_launcher == "attn_fa3_fwd" and CudaFA3.bwd_launcher is None
+    assert CudaFA3.name == "cuda-fa3" and CudaFA3.fwd_launcher == "attn_fa3_fwd"
+    assert CudaFA3.bwd_launcher == "attn_fa3_bwd"
 
 
 def test_claims_the_kernels_features_and_declines_the_rest():
@@ -32,6 +34,18 @@ def test_claims_the_kernels_features_and_declines_the_rest():
                      (dict(layout="paged128"), "paged")):
         reason = a.supports(_case(**kw), "cuda")
         assert reason and word in reason, f"{kw}: expected a refusal naming {word!r}, got {reason!r}"
+
+
+def test_claims_backward_for_head_dims_64_and_128_only():
+    from attention_conformance.adapters.cuda import CudaFA3
+
+    a = CudaFA3()
+    for d in (64, 128):
+        assert a.supports(_case(d=d, dv=d, backward=True), "cuda") is None, d
+        assert a.supports(_case(d=d, dv=d, backward=True, lse_grad=True), "cuda") is None, d
+    reason = a.supports(_case(d=256, dv=256, backward=True), "cuda")
+    assert reason and "backward head dim d=256" in reason, reason
+    assert a.supports(_case(d=256, dv=256), "cuda") is None  # the forward still covers 256
 
 
 def test_unavailable_off_cuda_with_a_reason():

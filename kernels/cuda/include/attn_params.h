@@ -184,6 +184,12 @@ int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen
 // or tuning builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
 int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
 int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
+// FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim 64 and 128 (others:
+// ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
+// partials with atomics in any order; attn_fa3_bwd_deterministic adds them in a fixed order (bit-identical
+// results run to run). New entry points only: no field of the structs moved, so the version stays.
+int attn_fa3_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);
+int attn_fa3_bwd_deterministic(const AttnBwdParams* p, void* stream, char* err, int errlen);
 enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 unless noted)
     ATTN_FA3_NO_PINGPONG = 1,  // consumer warpgroups issue their GEMMs without taking turns
     ATTN_FA3_NO_OVERLAP = 2,   // S, softmax, P V in sequence inside a warpgroup

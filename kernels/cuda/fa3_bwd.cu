@@ -1,0 +1,141 @@
+// FlashAttention-3 backward for Hopper (sm_90a), fp16 / bf16, head dims 64 and 128:
+//     int attn_fa3_bwd(const AttnBwdParams*, void* stream, char* err, int errlen);
+//     int attn_fa3_bwd_deterministic(const AttnBwdParams*, void* stream, char* err, int errlen);
+// Stages on the caller's stream: bwd_preprocess (D = rowsum(dO * O) - dlse, dq_accum := 0) and, with sinks,
+// bwd_dsinks (include/bwd_prepost.cuh, shared with attn_fa2_bwd); the wgmma main loop (include/hopper/
+// bwd_mainloop.cuh: TMA ring, producer warpgroup, two consumer warpgroups, dK / dV in registers, dQ added into
+// the fp32 dq_accum); bwd_convert_dq and, for GQA, bwd_reduce_gqa. The deterministic entry point adds the dQ
+// partials in a fixed order (a semaphore per query tile, stream-ordered scratch), so two runs on the same
+// inputs give bit-identical dq, dk, dv; attn_fa3_bwd's dQ sum order follows the atomics (dk, dv are
+// deterministic in both). Scratch and semantics as attn_fa2_bwd's (attn_params.h, NOTES_BWD.md).
+// Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): head_dim 256, devices other than sm_90,
+// strides TMA cannot express, dk / dv not 4-byte aligned.
+#include <cuda_runtime.h>
+#include <stdlib.h>
+
+#include "attn_params.h"
+#include "bwd_prepost.cuh"
+#include "hopper/bwd_mainloop.cuh"
+#include "hopper/tma_host.cuh"
+#include "launch_common.cuh"
+
+namespace {
+
+using namespace attn::hopper;
+
+bool even_aligned(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
+    return (reinterpret_cast<uintptr_t>(ptr) % 4 == 0) && s0 % 2 == 0 && s1 % 2 == 0 && s2 % 2 == 0;
+}
+
+template <class C>
+int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, char* err, int errlen) {
+    const AttnFwdParams& f = p.fwd;
+    Fa3BwdParams P{};
+    P.p = p;
+    const bool bf16 = f.dtype == ATTN_BF16;
+    char msg[384] = {0};
+    if (make_tma_tensor(P.k, "k", f.k, bf16, f.head_dim, f.seqlen_k, f.heads_kv, f.batch, f.k_row_stride,
+                        f.k_head_stride, f.k_batch_stride, C::kBlockN, msg, sizeof msg) ||
+        make_tma_tensor(P.v, "v", f.v, bf16, f.head_dim, f.seqlen_k, f.heads_kv, f.batch, f.v_row_stride,
+                        f.v_head_stride, f.v_batch_stride, C::kBlockN, msg, sizeof msg))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
+    if (f.seqlen_q > 0) {
+        if (make_tma_tensor(P.q, "q", f.q, bf16, f.head_dim, f.seqlen_q, f.heads_q, f.batch, f.q_row_stride,
+                            f.q_head_stride, f.q_batch_stride, C::kBlockM, msg, sizeof msg) ||
+            make_tma_tensor(P.dout, "dout", p.dout, bf16, f.head_dim, f.seqlen_q, f.heads_q, f.batch, p.do_row_stride,
+                            p.do_head_stride, p.do_batch_stride, C::kBlockM, msg, sizeof msg))
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
+    } else {
+        P.q = P.k;  // never read: no query tile exists
+        P.dout = P.k;
+    }
+    auto kernel = fa3_bwd_kernel<C>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, C::kSmemBytes,
+                          cudaGetErrorString(e));
+    const int num_n = (f.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+    const int num_m = (f.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    if constexpr (C::kDeterministic) {
+        const size_t n = static_cast<size_t>(f.batch) * f.heads_q * (num_m > 0 ? num_m : 1);
+        e = cudaMallocAsync(reinterpret_cast<void**>(&P.dq_sem), n * sizeof(int), stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(P.dq_sem, 0, n * sizeof(int), stream);
+        if (e != cudaSuccess)
+            return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: dQ semaphores: %s", name, cudaGetErrorString(e));
+    }
+    dim3 grid(num_n, f.heads_q, f.batch);
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
+    e = cudaGetLastError();
+    if constexpr (C::kDeterministic) cudaFreeAsync(P.dq_sem, stream);
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: main kernel launch: %s (%s)", name, cudaGetErrorName(e),
+                          cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
+template <typename T, bool kDet>
+int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* err, int errlen) {
+    using namespace attn::bwd;
+    int rc = attn::cuda_status(launch_preprocess<T>(p, s), "attn_fa3_bwd: preprocess (D = rowsum(dO * O))", err,
+                               errlen);
+    if (rc != ATTN_OK) return rc;
+    rc = attn::cuda_status(launch_dsinks(p, s), "attn_fa3_bwd: d sinks", err, errlen);
+    if (rc != ATTN_OK) return rc;
+    if (p.fwd.seqlen_k > 0) {
+        // The default overlaps the GEMMs with the element-wise work at d = 64 only (NOTES_FA3.md, backward);
+        // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the other build of the non-deterministic launcher (ablation).
+        const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
+        const bool d64 = p.fwd.head_dim == 64;
+        const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
+        if (overlap == d64 || kDet)
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<128, T, kDet, false>>(p, s, name, err, errlen);
+        else
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, false, false>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<128, T, false, true>>(p, s, name, err, errlen);
+        if (rc != ATTN_OK) return rc;
+    }
+    return attn::cuda_status(launch_postprocess<T>(p, s), "attn_fa3_bwd: dq convert / GQA reduce", err, errlen);
+}
+
+int run(const AttnBwdParams* p, bool deterministic, void* stream, char* err, int errlen) {
+    const char* name = deterministic ? "attn_fa3_bwd_deterministic" : "attn_fa3_bwd";
+    if (err && errlen > 0) err[0] = '\0';
+    int rc = attn::check_bwd_params(p, name, err, errlen, /*sinks_ok=*/true);
+    if (rc != ATTN_OK) return rc;
+    const AttnFwdParams& f = p->fwd;
+    if (f.head_dim != 64 && f.head_dim != 128)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: only 64 and 128 are compiled", name,
+                          f.head_dim);
+    if (f.batch == 0) return ATTN_OK;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major != 9)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,
+                          major);
+    if (f.seqlen_k > 0 && (!even_aligned(p->dk, p->dk_batch_stride, p->dk_head_stride, p->dk_row_stride) ||
+                           !even_aligned(p->dv, p->dv_batch_stride, p->dv_head_stride, p->dv_row_stride)))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: dk=%p / dv=%p with strides (%lld, %lld, %lld) / (%lld, %lld, %lld): element pairs are "
+                          "stored 4 bytes at a time (4-byte aligned pointers, even strides)",
+                          name, p->dk, p->dv, (long long)p->dk_batch_stride, (long long)p->dk_head_stride,
+                          (long long)p->dk_row_stride, (long long)p->dv_batch_stride, (long long)p->dv_head_stride,
+                          (long long)p->dv_row_stride);
+    auto s = static_cast<cudaStream_t>(stream);
+    if (f.dtype == ATTN_FP16)
+        return deterministic ? run_typed<__half, true>(*p, s, name, err, errlen)
+                             : run_typed<__half, false>(*p, s, name, err, errlen);
+    return deterministic ? run_typed<__nv_bfloat16, true>(*p, s, name, err, errlen)
+                         : run_typed<__nv_bfloat16, false>(*p, s, name, err, errlen);
+}
+
+}  // namespace
+
+extern "C" int attn_fa3_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen) {
+    return run(p, false, stream, err, errlen);
+}
+
+extern "C" int attn_fa3_bwd_deterministic(const AttnBwdParams* p, void* stream, char* err, int errlen) {
+    return run(p, true, stream, err, errlen);
+}

@@ -1,0 +1,507 @@
+// The FA3 backward main loop for Hopper (sm_90a): one CTA per (K/V tile of 128 keys, query head, batch),
+// dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys.
+// Semantics: oracles/SEMANTICS.md (§2 scale, §3 softcap, §4 causal alignments, §5 windows, §7 varlen,
+// §8 fully masked rows, §9 GQA, §13 gradients). The pre- and postprocess kernels (D = rowsum(dO * O) - dlse,
+// dq = scale * dq_accum, the GQA reduction, d sinks) are ../bwd_prepost.cuh's, shared with the FA2 backward.
+//
+// Warps: a producer warpgroup (warp 0 lane 0 issues every TMA load: K and V once, then Q_i and dO_i into a
+// ring of kStages; warp 1 copies LSE_i * log2(e) and D_i into the same stage) and two consumer warpgroups,
+// consumer w owning keys [64 w, 64 w + 64) of the tile. Per query tile i (64 rows), consumer w computes
+//   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T          wgmma SS, both K-major, [64 keys x 64 queries]
+//   P^T  = exp2(S^T * scale * log2 e - LSE_i * log2 e)  (0 where not visible; LSE = -inf reads as +inf)
+//   dS^T = P^T (dP^T - D_i)                      (times 1 - tanh^2 with a softcap)
+//   dV  += P^T dO_i, dK += dS^T Q_i              wgmma RS: P^T, dS^T from registers, dO_i / Q_i MN-major
+//   dQ_i partial = dS K                           wgmma SS: dS^T stored to shared memory (128-byte swizzle)
+//                                                 and read MN-major (imm-trans-a), K MN-major; d = 128: consumer
+//                                                 w takes head-dim columns [64 w, 64 w + 64) over all 128 keys,
+//                                                 d = 64: consumer w a full-width partial over its own keys
+// and adds the dQ partial into the fp32 dq_accum: with atomics in any order, or (kDeterministic) in a fixed
+// order: a semaphore per (batch, head, query tile) counts the consumers that have added so far, and key tile n
+// adds only after every key tile n' < n that sees the query tile (from n_first, SeqMask::keys_for_rows), so every
+// run adds the same partials in the same order.
+// Varlen padding inside the tensors (rows past the real lengths) may hold anything (NaN): the consumers
+// zero K / V rows j >= lk and Q / dO rows i >= lq in shared memory before any GEMM reads them; rows past the
+// tensor extent arrive as zeros from TMA.
+#pragma once
+#include <math.h>
+
+#include "../attn_params.h"
+#include "../fa_ptx.cuh"
+#include "../mask.cuh"
+#include "bwd_wgmma.cuh"
+#include "config.cuh"
+#include "ptx.cuh"
+#include "tma_host.cuh"
+#include "wgmma.cuh"
+
+namespace attn::hopper {
+
+struct Fa3BwdParams {
+    AttnBwdParams p;
+    TmaTensor q, k, v, dout;
+    int* dq_sem;  // deterministic builds: [B, Hq, ceil(Lq / kBlockM)] counters, zeroed by the launcher
+};
+
+// kOverlap: S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T
+// is computed (more registers live: at D = 128 ptxas then serialises the wgmma); else the GEMMs of a tile run
+// as two batches around the element-wise work.
+template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, int kStages_ = 2>
+struct Fa3BwdConfig {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = D;
+    static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_;
+    static_assert(D == 64 || D == 128, "head dims 64, 128");
+    static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
+    static constexpr int kBlockM = 64;   // query rows per streamed tile
+    static constexpr int kStages = kStages_;
+    static constexpr int kColBlocks = D / 64;
+    static constexpr int kThreads = 384;
+    static constexpr int kConsumerThreads = 256;
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // dQ = dS K split over the consumers by head-dim columns (consumer w: columns [D/2 w, D/2 w + D/2), all 128
+    // keys; both consumers' dS^T in shared memory, double-buffered) for D = 128: half the accumulator registers
+    // and one atomic per dQ element and CTA. D = 64 (32-column halves would start inside a 128-byte swizzle
+    // atom): each consumer computes a full-width partial over its own 64 keys and adds it.
+    static constexpr bool kSplitDq = D == 128;
+    static constexpr int kDqCols = kSplitDq ? D / 2 : D;
+    static constexpr int kDsBufs = kSplitDq ? 2 : 1;
+    static constexpr uint32_t kKVBytes = kBlockN * D * 2;
+    static constexpr uint32_t kQBytes = kBlockM * D * 2;
+    static constexpr uint32_t kOffK = 0;
+    static constexpr uint32_t kOffV = kOffK + kKVBytes;
+    static constexpr uint32_t kOffQ = kOffV + kKVBytes;
+    static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
+    static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;  // dS^T [kBlockN keys][kBlockM queries]
+    static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
+    static constexpr uint32_t kOffLse = kOffDS + kDsBufs * kDsBytes;
+    static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
+    static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
+    static constexpr int kNumBars = 1 + 2 * kStages;  // full_kv, full[S], empty[S]
+    static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;
+    static_assert(kSmemBytes <= 232448, "shared memory per block");
+    // Named barriers (0 is __syncthreads): per consumer warpgroup (1, 2), all consumers (3).
+    static constexpr int kBarWG = 1, kBarConsumers = 3;
+};
+
+template <class C>
+struct BwdSmem {
+    unsigned char* base;
+    __device__ __forceinline__ unsigned char* k() const { return base + C::kOffK; }
+    __device__ __forceinline__ unsigned char* v() const { return base + C::kOffV; }
+    __device__ __forceinline__ unsigned char* q(int s) const { return base + C::kOffQ + s * C::kQBytes; }
+    __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kQBytes; }
+    __device__ __forceinline__ unsigned char* ds(int i) const { return base + C::kOffDS + i * C::kDsBytes; }
+    __device__ __forceinline__ float* lse(int s) const {
+        return reinterpret_cast<float*>(base + C::kOffLse) + s * C::kBlockM;
+    }
+    __device__ __forceinline__ float* dd(int s) const {
+        return reinterpret_cast<float*>(base + C::kOffD) + s * C::kBlockM;
+    }
+    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
+    __device__ __forceinline__ uint64_t* full_kv() const { return bar(0); }
+    __device__ __forceinline__ uint64_t* full(int s) const { return bar(1 + s); }
+    __device__ __forceinline__ uint64_t* empty(int s) const { return bar(1 + C::kStages + s); }
+
+    __device__ __forceinline__ void init() const {
+        mbar_init(full_kv(), 1);
+        for (int s = 0; s < C::kStages; ++s) {
+            mbar_init(full(s), 1 + 32);  // the TMA thread's expect_tx arrival + the 32 LSE / D lanes
+            mbar_init(empty(s), C::kConsumerThreads);
+        }
+        mbar_init_fence();
+    }
+};
+
+// The query tiles one CTA visits: [t_first, t_first + n_tiles), in the order (it + rot) mod n_tiles.
+struct BwdTiles {
+    SeqMask mask;
+    int n0;  // first key of the CTA's tile
+    int t_first, n_tiles, rot;
+
+    template <class C>
+    __device__ __forceinline__ static BwdTiles make(const AttnFwdParams& p, int b, int n_block) {
+        BwdTiles t;
+        t.mask = make_mask(p, b);
+        t.n0 = n_block * C::kBlockN;
+        int qlo, qhi;
+        t.mask.rows_for_keys(t.n0, t.n0 + C::kBlockN, &qlo, &qhi);
+        t.t_first = qlo / C::kBlockM;
+        t.n_tiles = qlo <= qhi ? qhi / C::kBlockM - t.t_first + 1 : 0;
+        // Non-deterministic builds start each CTA at a different query tile, so that the key tiles of one
+        // head do not all add into the same dq_accum rows at the same time.
+        t.rot = (!C::kDeterministic && t.n_tiles > 0) ? static_cast<int>(n_block % t.n_tiles) : 0;
+        return t;
+    }
+    __device__ __forceinline__ int tile(int it) const {
+        const int x = it + rot;
+        return t_first + (x >= n_tiles ? x - n_tiles : x);
+    }
+};
+
+template <class C>
+__device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTiles& T, int b, int h) {
+    const AttnFwdParams& f = P.p.fwd;
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int hkv = h / (f.heads_q / f.heads_kv);
+    if (warp == 0 && lane == 0) {
+        mbar_arrive_expect_tx(sm.full_kv(), 2 * C::kKVBytes);
+#pragma unroll
+        for (int cb = 0; cb < C::kColBlocks; ++cb) {
+            tma_load_4d(sm.k() + cb * (C::kBlockN * 128), &P.k.map, sm.full_kv(), cb * 64, T.n0, hkv * P.k.head_mul,
+                        b * P.k.batch_mul);
+            tma_load_4d(sm.v() + cb * (C::kBlockN * 128), &P.v.map, sm.full_kv(), cb * 64, T.n0, hkv * P.v.head_mul,
+                        b * P.v.batch_mul);
+        }
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m0 = T.tile(it) * C::kBlockM;
+            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
+            mbar_arrive_expect_tx(sm.full(ps.stage), 2 * C::kQBytes);
+#pragma unroll
+            for (int cb = 0; cb < C::kColBlocks; ++cb) {
+                tma_load_4d(sm.q(ps.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full(ps.stage), cb * 64, m0,
+                            h * P.q.head_mul, b * P.q.batch_mul);
+                tma_load_4d(sm.dout(ps.stage) + cb * (C::kBlockM * 128), &P.dout.map, sm.full(ps.stage), cb * 64, m0,
+                            h * P.dout.head_mul, b * P.dout.batch_mul);
+            }
+            ps.advance();
+        }
+    } else if (warp == 1) {
+        // LSE_i * log2 e (-inf, a row with no visible key, becomes +inf so that P = 2^-inf = 0, not NaN; rows
+        // past the real length also read +inf) and D_i (0 past the real length) into the stage's vectors.
+        const float* lse = f.lse + b * f.lse_batch_stride + h * f.lse_head_stride;
+        const float* drow = P.p.d_rowsum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q;
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m0 = T.tile(it) * C::kBlockM;
+            float l[C::kBlockM / 32], d[C::kBlockM / 32];
+#pragma unroll
+            for (int r = 0; r < C::kBlockM / 32; ++r) {
+                const int i = m0 + lane + 32 * r;
+                const bool in = i < T.mask.sq;
+                const float x = in ? lse[i] : INFINITY;
+                l[r] = x == -INFINITY ? INFINITY : x * kLog2e;
+                d[r] = in ? drow[i] : 0.f;
+            }
+            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
+#pragma unroll
+            for (int r = 0; r < C::kBlockM / 32; ++r) {
+                sm.lse(ps.stage)[lane + 32 * r] = l[r];
+                sm.dd(ps.stage)[lane + 32 * r] = d[r];
+            }
+            mbar_arrive(sm.full(ps.stage));
+            ps.advance();
+        }
+    }
+}
+
+template <class C>
+struct BwdConsumer {
+    using Elem = typename C::Elem;
+    static constexpr int D = C::kHeadDim, BM = C::kBlockM, BN = C::kBlockN;
+    const Fa3BwdParams& P;
+    BwdSmem<C> sm;
+    const BwdTiles& T;
+    int cw, b, h;
+
+    __device__ __forceinline__ void wg_sync() const { named_sync(C::kBarWG + cw, 128); }
+
+    // Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile := 0 (every consumer thread a share),
+    // then ordered before the tensor cores read (proxy fence + a barrier of all consumers).
+    __device__ __forceinline__ void zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) const {
+        const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
+        for (int c = threadIdx.x - 128; c < words * C::kColBlocks; c += C::kConsumerThreads) {
+            const int cb = c / words, wi = c % words;
+            *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
+        }
+    }
+
+    __device__ __forceinline__ void run(float (&dk)[D / 2], float (&dv)[D / 2]) {
+        const AttnFwdParams& f = P.p.fwd;
+        const SeqMask& mask = T.mask;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const int kw0 = T.n0 + cw * 64;  // first key of this warpgroup
+        const float sl2 = f.scale * kLog2e;
+        const bool capped = f.softcap > 0.f;
+        const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
+        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
+        float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
+        const int num_m = (f.seqlen_q + BM - 1) / BM;
+        int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
+
+        mbar_wait(sm.full_kv(), 0);
+        if (T.n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row;
+            // a finite dP^T keeps dS = P (dP - D) = 0 where P = 0)
+            zero_rows(sm.k(), BN, max(mask.sk - T.n0, 0), BN);
+            zero_rows(sm.v(), BN, max(mask.sk - T.n0, 0), BN);
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+        }
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m_tile = T.tile(it), m0 = m_tile * BM;
+            const int st = ps.stage;
+            mbar_wait(sm.full(st), ps.phase);
+            if (m0 + BM > mask.sq && mask.sq < f.seqlen_q) {  // varlen padding inside the tensor: zero it
+                const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
+                zero_rows(sm.q(st), BM, lo, hi);
+                zero_rows(sm.dout(st), BM, lo, hi);
+                fence_proxy_async();
+                named_sync(C::kBarConsumers, C::kConsumerThreads);
+            }
+            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(st));
+
+            // S^T = K_w Q^T and dP^T = V_w dO^T over the head dim, two commit groups: P^T is computed while dP^T
+            // is still on the tensor cores, and dV += P^T dO runs while dS^T is computed.
+            float s[BM / 2], dp[BM / 2];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                const uint32_t a_off = cb * (BN * 128) + cw * 64 * 128 + kk * 32, b_off = cb * (BM * 128) + kk * 32;
+                wgmma_ss<0>(Wgmma<Elem, BM>{}, s, sw128_desc(k_addr + a_off, 16, 1024),
+                            sw128_desc(q_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
+            }
+            if constexpr (C::kOverlap) wgmma_commit();
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                const uint32_t a_off = cb * (BN * 128) + cw * 64 * 128 + kk * 32, b_off = cb * (BM * 128) + kk * 32;
+                wgmma_ss<0>(Wgmma<Elem, BM>{}, dp, sw128_desc(v_addr + a_off, 16, 1024),
+                            sw128_desc(do_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
+            }
+            wgmma_commit();
+            if constexpr (C::kOverlap) {
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
+                fence_regs(dp);
+            }
+            fence_regs(s);
+
+            // P^T in the accumulator layout: element e at key row 16 warp + lane / 4 + 8 ((e / 2) % 2), query
+            // column 8 (e / 4) + 2 (lane % 4) + e % 2; one 8-column chunk j at a time (its LSE pair read from shared
+            // memory there), packed into the A fragments right away. s keeps P^T (times 1 - tanh^2 with a softcap)
+            // in fp32 for dS^T. Masked entries: P = 0, so dS = 0 too (every dP^T entry is finite: the padding of
+            // K, V, Q, dO that could hold NaN was zeroed).
+            const bool need_mask = !mask.tile_full(m0, m0 + BM, kw0, kw0 + 64);
+            uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+            auto p_chunk = [&](int j) {
+                const int c0 = 8 * j + 2 * (lane % 4);
+                const float2 l2 = *reinterpret_cast<const float2*>(sm.lse(st) + c0);
+                float pv[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int e = 4 * j + x, c = x % 2;
+                    const float lse2 = c ? l2.y : l2.x;
+                    const float raw = s[e];
+                    float pij, dcap = 1.f;
+                    if (capped) {
+                        const float th = tanhf(raw * scale_over_cap);
+                        dcap = 1.f - th * th;
+                        pij = fast_exp2(f.softcap * th * kLog2e - lse2);
+                    } else {
+                        pij = fast_exp2(raw * sl2 - lse2);
+                    }
+                    if (need_mask) {
+                        const int key = kw0 + 16 * warp + lane / 4 + 8 * (x / 2);
+                        if (!mask.visible(m0 + c0 + c, key)) pij = 0.f;
+                    }
+                    pv[x] = pij;
+                    s[e] = pij * dcap;
+                }
+                pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
+                pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
+            };
+            // dS^T = P^T (dP^T - D)
+            auto ds_chunk = [&](int j) {
+                const float2 d2 = *reinterpret_cast<const float2*>(sm.dd(st) + 8 * j + 2 * (lane % 4));
+                float dsv[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
+                dsa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(dsv[0], dsv[1]);
+                dsa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(dsv[2], dsv[3]);
+            };
+            auto issue_dv = [&] {
+                fence_regs(dv);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks)
+                    wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], sw128_desc(do_addr + ks * 2048, BM * 128, 1024), 1);
+            };
+            if constexpr (C::kOverlap) {
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) p_chunk(j);
+                issue_dv();
+                wgmma_commit();
+                wgmma_wait<1>();  // dP^T has landed; dV may still run
+                fence_regs(dp);
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) ds_chunk(j);
+            } else {
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j) {
+                    p_chunk(j);
+                    ds_chunk(j);
+                }
+            }
+
+            // dS^T to shared memory (this warpgroup's 64 key rows, 128-byte swizzle). Single buffer (D = 64): every
+            // warp of the warpgroup has finished the previous tile's dQ GEMM, which read these rows. Double buffer
+            // (D = 128): the other consumer passed the previous tile's all-consumer barrier after its dQ GEMM of
+            // the tile before, the last reader of this buffer.
+            const int dsb = C::kDsBufs == 2 ? (it & 1) : 0;
+            if constexpr (!C::kSplitDq) wg_sync();
+            unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = 16 * warp + lane / 4 + 8 * (r % 2), col = 8 * (2 * ks + r / 2) + 2 * (lane % 4);
+                    *reinterpret_cast<uint32_t*>(ds_tile + row * 128 + (((col / 8) ^ (row % 8)) * 16) + (col % 8) * 2) =
+                        dsa[ks][r];
+                }
+            fence_proxy_async();
+            if constexpr (C::kSplitDq)
+                named_sync(C::kBarConsumers, C::kConsumerThreads);
+            else
+                wg_sync();
+
+            // dK += dS^T Q (A from registers, B MN-major), dQ partial = dS K.
+            float dq[C::kDqCols / 2];
+            if constexpr (!C::kOverlap) issue_dv();
+            fence_regs(dk);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], sw128_desc(q_addr + ks * 2048, BM * 128, 1024), 1);
+            if constexpr (C::kSplitDq) {
+                // all 128 keys, this consumer's 64 head-dim columns (column block cw of K)
+                const uint32_t dsa_all = smem_addr(sm.ds(dsb));
+#pragma unroll
+                for (int ks = 0; ks < BN / 16; ++ks)
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(dsa_all + ks * 2048, 64 * 128, 1024),
+                                     sw128_desc(k_addr + cw * (BN * 128) + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+            } else {
+                const uint32_t ds_addr = smem_addr(ds_tile);
+#pragma unroll
+                for (int ks = 0; ks < 64 / 16; ++ks)
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(ds_addr + ks * 2048, 64 * 128, 1024),
+                                     sw128_desc(k_addr + cw * 64 * 128 + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dk);
+            fence_regs(dv);
+            fence_regs(dq);
+            fence_regs(pa);
+            fence_regs(dsa);
+            mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
+            ps.advance();
+
+            // dq_accum[rows of this tile] += dQ partial (unscaled; the postprocess multiplies by the scale).
+            // Deterministic: both consumers of every earlier key tile n' (from the first that sees this query
+            // tile) have added; split dQ: the two consumers of one CTA add disjoint columns, in any order, so each
+            // waits for 2 (n - n_first) additions; otherwise consumer w also waits for consumer 0 of its CTA.
+            if constexpr (C::kDeterministic) {
+                int klo, khi;
+                mask.keys_for_rows(m0, m0 + BM, &klo, &khi);
+                const int expect = 2 * (T.n0 / BN - klo / BN) + (C::kSplitDq ? 0 : cw);
+                if (tid == 0) {
+                    const int* sem = sem_head + m_tile;
+                    int v;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+                    } while (C::kSplitDq ? v < expect : v != expect);
+                }
+                wg_sync();
+            }
+            const int col0 = C::kSplitDq ? cw * C::kDqCols : 0;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
+                if (i < mask.sq) {
+                    float* row = dqa_head + static_cast<size_t>(i) * D + col0 + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < C::kDqCols / 8; ++j)
+                        atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                                  make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]));
+                }
+            }
+            if constexpr (C::kDeterministic) {
+                __threadfence();
+                wg_sync();
+                if (tid == 0) atomicAdd(sem_head + m_tile, 1);
+            }
+        }
+    }
+
+    // dK (times the scale) and dV of this warpgroup's 64 keys; rows past the padded length are not written,
+    // rows past the real length hold 0 (no query sees them). GQA: fp32 per query head into dk_accum /
+    // dv_accum, reduced over each group by the postprocess.
+    __device__ __forceinline__ void store(const float (&dk)[D / 2], const float (&dv)[D / 2]) const {
+        const AttnFwdParams& f = P.p.fwd;
+        const AttnBwdParams& pb = P.p;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const bool gqa = f.heads_q != f.heads_kv;
+        const int hkv = h / (f.heads_q / f.heads_kv);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int j = T.n0 + cw * 64 + 16 * warp + lane / 4 + 8 * hh;
+            if (j >= f.seqlen_k) continue;
+#pragma unroll
+            for (int jj = 0; jj < D / 8; ++jj) {
+                const int c = 8 * jj + 2 * (lane % 4);
+                const float k0 = dk[4 * jj + 2 * hh] * f.scale, k1 = dk[4 * jj + 2 * hh + 1] * f.scale;
+                const float v0 = dv[4 * jj + 2 * hh], v1 = dv[4 * jj + 2 * hh + 1];
+                if (gqa) {
+                    const size_t off = ((static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_k + j) * D + c;
+                    *reinterpret_cast<float2*>(pb.dk_accum + off) = make_float2(k0, k1);
+                    *reinterpret_cast<float2*>(pb.dv_accum + off) = make_float2(v0, v1);
+                } else {
+                    Elem* dkp = static_cast<Elem*>(pb.dk) + b * pb.dk_batch_stride + hkv * pb.dk_head_stride +
+                                j * pb.dk_row_stride + c;
+                    Elem* dvp = static_cast<Elem*>(pb.dv) + b * pb.dv_batch_stride + hkv * pb.dv_head_stride +
+                                j * pb.dv_row_stride + c;
+                    *reinterpret_cast<uint32_t*>(dkp) = MmaOp<Elem>::pack(k0, k1);
+                    *reinterpret_cast<uint32_t*>(dvp) = MmaOp<Elem>::pack(v0, v1);
+                }
+            }
+        }
+    }
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    BwdSmem<C> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+    const int b = blockIdx.z, h = blockIdx.y;
+    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, blockIdx.x);
+    if (threadIdx.x == 0) {
+        sm.init();
+        tma_prefetch_desc(&P.k.map);
+        tma_prefetch_desc(&P.v.map);
+        if (T.n_tiles > 0) {
+            tma_prefetch_desc(&P.q.map);
+            tma_prefetch_desc(&P.dout.map);
+        }
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dealloc<C::kProducerRegs>();
+        if (T.n_tiles > 0) bwd_producer<C>(P, sm, T, b, h);
+    } else {
+        regs_alloc<C::kConsumerRegs>();
+        BwdConsumer<C> cs{P, sm, T, wg - 1, b, h};
+        float dk[C::kHeadDim / 2], dv[C::kHeadDim / 2];
+#pragma unroll
+        for (int e = 0; e < C::kHeadDim / 2; ++e) dk[e] = dv[e] = 0.f;
+        if (T.n_tiles > 0) cs.run(dk, dv);
+        cs.store(dk, dv);
+    }
+#endif
+}
+
+}  // namespace attn::hopper

@@ -1,0 +1,83 @@
+"""GPU tests of the FA3 backward (kernels/cuda/fa3_bwd.cu, sm_90a) against the FP64 oracle and the FA2 backward.
+
+Marked ``gpu``; skipped without a Hopper GPU or the kernel library. Each case
+(`reports.benchmarks.fa3_bwd_check_bench.CASES`: fp16 / bf16, d = 64 / 128, tails, causal in both alignments,
+fully masked rows, windows, GQA, varlen with NaN padding, softcap, [B, L, H, D] views, Lk = 0) runs both
+launchers (and, on five cases, the build with the other GEMM / element-wise overlap setting) and requires dq, dk,
+dv within twice FA2's error against `oracles.attention_backward` (plus 2e-3 of
+the gradient's scale), finite, and dq = 0 on rows with no visible key; the deterministic launcher must give
+bit-identical results over two runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.backward,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                       reason="needs a Hopper (sm_90) GPU"),
+]
+
+
+def _lib():
+    from attention_conformance.kernels import cuda_lib
+
+    try:
+        lib = cuda_lib.library()
+    except cuda_lib.LibraryUnavailable as e:
+        pytest.skip(str(e))
+    if getattr(lib, "attn_fa3_bwd", None) is None:
+        pytest.skip("library does not export attn_fa3_bwd")
+    return cuda_lib
+
+
+def _cases():
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import CASES
+
+    return CASES
+
+
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(12))
+def test_fa3_bwd_matches_fp64_oracle(index, launcher):
+    _lib()
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import check_case
+
+    cases = _cases()
+    assert len(cases) == 12, "keep the parametrisation in step with CASES"
+    res = check_case(cases[index], launcher, seed=index)
+    assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("index", [2, 4, 6, 7, 9])
+def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
+    _lib()
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import OVERLAP_DEFAULT_D, check_case
+
+    spec = _cases()[index]
+    res = check_case(spec, "attn_fa3_bwd", seed=100 + index, overlap=spec["d"] != OVERLAP_DEFAULT_D)
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_fa3_bwd_deterministic_is_bit_identical(index):
+    _lib()
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import DET_CASES, determinism_case
+
+    res = determinism_case(DET_CASES[index], seed=index)
+    assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
+    assert res["max_diff_vs_atomic"] < 0.05, res
+
+
+def test_fa3_bwd_rejects_head_dim_256():
+    cuda_lib = _lib()
+    from attention_conformance.kernels import cuda_bwd_lib
+
+    q = torch.randn(1, 1, 64, 256, device="cuda", dtype=torch.bfloat16)
+    lse = torch.zeros(1, 1, 64, device="cuda")
+    with pytest.raises(cuda_lib.KernelUnsupported, match="head_dim=256"):
+        cuda_bwd_lib.backward("attn_fa3_bwd", q, q, q, q, lse, q)
