@@ -373,6 +373,7 @@ class CudaFA3FP8(CudaFA3):
                    "wgmma k32, V transposed in shared memory by the producer warpgroup, P rounded to FP8 with the "
                    "max offset, descales per tensor, per (batch, kv head) or per 128 x 128 tile, bf16 output")
     fwd_launcher = "attn_fa3_fp8_fwd"
+    bwd_launcher = None  # a forward kernel (FP8 training backward is not in the contract)
     # FP8 only (no fp16 / bf16 inputs), head dims 64 and 128 (the instantiations of fa3_fp8_fwd.cu); causal both
     # alignments, windows, softcap, GQA, varlen and every dense layout go through the FP16/BF16 kernel's plumbing
     # (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens before the kernel: it gets rotated codes.

@@ -211,7 +211,11 @@ def test_report_files(tmp_path):
     assert data["schema_version"] == 1 and data["summary"]["exit_code"] == 1
     assert {"python", "cpu", "torch", "cuda", "cudnn", "gpus", "driver"} <= set(data["environment"])
     r0 = data["results"][0]
-    assert {"outcome", "stats", "case", "seed", "repro", "tolerance_model"} <= set(r0)
+    assert {"outcome", "stats", "seed", "repro", "tolerance_model"} <= set(r0)
+    assert data["cases"][r0["case_id"]] == results[0].case  # each case stored once (conformance/report_store.py)
+    from attention_conformance.report_store import load_report
+
+    assert [r["case"] for r in load_report(jp)["results"]] == [r.case for r in results]
     md = mp.read_text()
     assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m attention_conformance repro" in md
     page = (tmp_path / "report.html").read_text()
