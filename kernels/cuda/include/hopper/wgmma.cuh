@@ -15,7 +15,8 @@ struct Wgmma {};
 
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 64>, float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 64>, float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -28,7 +29,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 64>, float (&d)[32], uint
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 80>, float (&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 80>, float (&d)[40], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
@@ -42,7 +44,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 80>, float (&d)[40], uint
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -59,7 +62,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 128>, float (&d)[64], uin
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 176>, float (&d)[88], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 176>, float (&d)[88], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 "
@@ -79,7 +83,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 176>, float (&d)[88], uin
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 192>, float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 192>, float (&d)[96], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
@@ -100,7 +105,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 192>, float (&d)[96], uin
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 256>, float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__half, 256>, float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -125,7 +131,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__half, 256>, float (&d)[128], ui
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -138,7 +145,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma<__half, 64>, float (&d)[32], cons
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -155,7 +163,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma<__half, 128>, float (&d)[64], con
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 256>, float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__half, 256>, float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -180,7 +189,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma<__half, 256>, float (&d)[128], co
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 64>, float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 64>, float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -193,7 +203,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 64>, float (&d)[32
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 80>, float (&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 80>, float (&d)[40], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
@@ -207,7 +218,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 80>, float (&d)[40
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -224,7 +236,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 128>, float (&d)[6
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 176>, float (&d)[88], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 176>, float (&d)[88], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
@@ -244,7 +257,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 176>, float (&d)[8
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 192>, float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 192>, float (&d)[96], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
@@ -265,7 +279,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 192>, float (&d)[9
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 256>, float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 256>, float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
@@ -290,7 +305,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma<__nv_bfloat16, 256>, float (&d)[1
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 64>, float (&d)[32], const uint32_t (&a)[4],
+                                         uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -303,7 +319,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 64>, float (&d)[32
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 128>, float (&d)[64], const uint32_t (&a)[4],
+                                         uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -320,7 +337,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 128>, float (&d)[6
 }
 
 template <int kTransB>
-__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 256>, float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma<__nv_bfloat16, 256>, float (&d)[128], const uint32_t (&a)[4],
+                                         uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "

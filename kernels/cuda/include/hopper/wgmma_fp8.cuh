@@ -15,7 +15,8 @@ template <typename Format, int N>
 struct Wgmma8 {};
 
 
-__device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E4M3, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E4M3, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
@@ -31,7 +32,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E4M3, 128>, float (&d)[64], u
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
@@ -43,7 +45,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 64>, float (&d)[32], co
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
@@ -59,7 +62,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 128>, float (&d)[64], c
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 256>, float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 256>, float (&d)[128], const uint32_t (&a)[4],
+                                         uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
@@ -83,7 +87,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E4M3, 256>, float (&d)[128], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E5M2, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E5M2, 128>, float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2 "
@@ -99,7 +104,8 @@ __device__ __forceinline__ void wgmma_ss(Wgmma8<Fp8E5M2, 128>, float (&d)[64], u
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 64>, float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e5m2 "
@@ -111,7 +117,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 64>, float (&d)[32], co
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 128>, float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                         int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2 "
@@ -127,7 +134,8 @@ __device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 128>, float (&d)[64], c
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 256>, float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs(Wgmma8<Fp8E5M2, 256>, float (&d)[128], const uint32_t (&a)[4],
+                                         uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 "
