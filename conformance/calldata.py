@@ -80,6 +80,15 @@ class CaseInputs:
     dlse: np.ndarray | None = None
     kv_append: dict[str, Any] | None = None
 
+    def fp8_codes(self, spec) -> dict[str, Any]:
+        """The quantized inputs of an FP8 case: the engine's (`fp8`), else q/k/v quantized by `spec` (a
+        `conformance.case.FP8Spec`) exactly as the engine does (SEMANTICS.md §10-§11)."""
+        if self.fp8 is not None:
+            return self.fp8
+        from attention_conformance.oracles import fp8
+
+        return fp8.quantize_attention_inputs(self.q, self.k, self.v, **spec.quantize_kwargs())
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array field that is set, by name (used for the input-mutation check).
 

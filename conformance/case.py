@@ -57,6 +57,11 @@ class FP8Spec:
     incoherent: bool = False  # random Hadamard on Q and K
     hadamard_seed: int = 0
 
+    def quantize_kwargs(self) -> dict:
+        """The keyword arguments of `oracles.fp8.quantize_attention_inputs` (and the CUDA quantizer's) for this spec."""
+        return dict(format=self.format, granularity=self.granularity, tile_q=self.tile_q, tile_k=self.tile_k,
+                    incoherent=self.incoherent, seed=self.hadamard_seed)
+
 
 @dataclass(frozen=True)
 class Case:

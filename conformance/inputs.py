@@ -506,11 +506,8 @@ def make_inputs(case: Case) -> CaseInputs:
 
         spec = case.fp8
         q32, k32, v32 = (round_to_dtype(raw[n], "float32") for n in ("q", "k", "v"))
-        fp8 = fp8mod.quantize_attention_inputs(
-            q32, np.ascontiguousarray(k32), np.ascontiguousarray(v32), format=spec.format,
-            granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
-            incoherent=spec.incoherent, seed=spec.hadamard_seed,
-        )
+        fp8 = fp8mod.quantize_attention_inputs(q32, np.ascontiguousarray(k32), np.ascontiguousarray(v32),
+                                               **spec.quantize_kwargs())
         q, k, v = (np.ascontiguousarray(fp8[n], dtype=np.float64) for n in ("q", "k", "v"))
         dout_r = None if dout is None else round_to_dtype(dout, "bfloat16")
     else:

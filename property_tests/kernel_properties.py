@@ -159,9 +159,7 @@ def peaked_inputs(case: Case, peak: float, seed: int):
     v = rng.uniform(1.0, 3.0, (case.B, case.Hkv, case.Lk, case.dv))
     v[:, :, dom] = -rng.uniform(1.0, 3.0, case.dv)
     spec = case.fp8
-    f = fp8mod.quantize_attention_inputs(q, k, v, format=spec.format, granularity=spec.granularity,
-                                         tile_q=spec.tile_q, tile_k=spec.tile_k, incoherent=spec.incoherent,
-                                         seed=spec.hadamard_seed)
+    f = fp8mod.quantize_attention_inputs(q, k, v, **spec.quantize_kwargs())
     return CaseInputs(q=f["q"], k=f["k"], v=f["v"], fp8=f)
 
 

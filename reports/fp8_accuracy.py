@@ -103,8 +103,8 @@ def table3(B: int = 1, H: int = 1, N: int = 8192, d: int = 128, seed: int = 0, t
         elif name == "FlashAttention-3 (FP16)":
             out, _ = fa3.forward(q, k, v, dtype="float16", block_q=tile, block_k=tile)
         elif name in _FP8_VARIANTS:
-            qi = fp8.quantize_attention_inputs(q, k, v, **_quantize_kwargs(fp8_case(name, B, H, N, d, seed, tile,
-                                                                                    fp8_format)))
+            spec = fp8_case(name, B, H, N, d, seed, tile, fp8_format).fp8
+            qi = fp8.quantize_attention_inputs(q, k, v, **spec.quantize_kwargs())
             out = _reference_fp8(qi)
         else:
             raise ValueError(f"unknown method {name!r}; expected one of {list(PAPER)}")
@@ -119,12 +119,6 @@ def fp8_case(name: str, B: int, H: int, N: int, d: int, seed: int = 0, tile: int
     spec = FP8Spec(fp8_format, granularity, tile_q=tile, tile_k=tile, incoherent=incoherent, hadamard_seed=seed)
     return Case(family="fp8", B=B, Hq=H, Hkv=H, Lq=N, Lk=N, d=d, dv=d, dtype="float8_" + fp8_format, fp8=spec,
                 note=f"FA3 Table 3: {name}")
-
-
-def _quantize_kwargs(case: Case) -> dict[str, Any]:
-    spec = case.fp8
-    return dict(format=spec.format, granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
-                incoherent=spec.incoherent, seed=spec.hadamard_seed)
 
 
 def _reference_fp8(qi: dict) -> np.ndarray:
@@ -156,7 +150,7 @@ def gpu_quantized(q: np.ndarray, k: np.ndarray, v: np.ndarray, case: Case) -> tu
     from attention_conformance.kernels import cuda_quant
 
     x32 = [np.ascontiguousarray(x, dtype=np.float32) for x in (q, k, v)]
-    kw = _quantize_kwargs(case)
+    kw = case.fp8.quantize_kwargs()
     res = cuda_quant.quantize_attention_inputs(*(torch.from_numpy(x).cuda() for x in x32), **kw)
     view = cuda_quant.oracle_view(res)
     ref = fp8.quantize_attention_inputs(*(x.astype(np.float64) for x in x32), **kw)
@@ -294,7 +288,7 @@ def impl_table(impl: str, B: int = 1, H: int = 1, N: int = 8192, d: int = 128, s
     ref, _ = oracles.attention(q, k, v)
     rows: dict[str, dict[str, Any]] = {}
     for i, (name, case) in enumerate(cases.items()):
-        qi = fp8.quantize_attention_inputs(q, k, v, **_quantize_kwargs(case))
+        qi = fp8.quantize_attention_inputs(q, k, v, **case.fp8.quantize_kwargs())
         run = adapter.forward(CaseInputs(q=qi["q"], k=qi["k"], v=qi["v"], fp8=qi), case, dev)
         row: dict[str, Any] = {"impl": _rmse(run.out, ref), "reference": _rmse(_reference_fp8(qi), ref),
                                "gpu": None, "gpu_stats": None}

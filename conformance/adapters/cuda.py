@@ -392,21 +392,10 @@ class CudaFA3FP8(CudaFA3):
                     f"{self.TILE} x {self.TILE}, so only tile_q = tile_k = {self.TILE} is supported")
         return super().supports(case, device)
 
-    @staticmethod
-    def _quantized(inputs: CaseInputs, case: Case) -> dict:
-        if inputs.fp8 is not None:
-            return inputs.fp8
-        from attention_conformance.oracles import fp8
-
-        spec = case.fp8
-        return fp8.quantize_attention_inputs(inputs.q, inputs.k, inputs.v, format=spec.format,
-                                             granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
-                                             incoherent=spec.incoherent, seed=spec.hadamard_seed)
-
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         from attention_conformance.kernels import cuda_lib
 
-        qi = self._quantized(inputs, case)
+        qi = inputs.fp8_codes(case.fp8)
         dtype = torch.float8_e4m3fn if qi["format"] == "e4m3fn" else torch.float8_e5m2
         m = tc.materialize(CaseInputs(q=qi["q8"], k=qi["k8"], v=qi["v8"]), case, device, dtype=dtype)
         descales = {name: torch.from_numpy(np.array(qi[name], dtype=np.float32)).to(device)

@@ -183,18 +183,8 @@ class ReferenceFA3FP8(_Reference):
             return "FP8-only adapter: the case has no FP8 settings (Case.fp8 is None)"
         return super().supports(case, device)
 
-    def _quantized(self, inputs: CaseInputs, case: Case) -> dict[str, Any]:
-        if inputs.fp8 is not None:
-            return inputs.fp8
-        from attention_conformance.oracles import fp8
-
-        spec = case.fp8
-        return fp8.quantize_attention_inputs(inputs.q, inputs.k, inputs.v, format=spec.format,
-                                             granularity=spec.granularity, tile_q=spec.tile_q, tile_k=spec.tile_k,
-                                             incoherent=spec.incoherent, seed=spec.hadamard_seed)
-
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
-        qi = self._quantized(inputs, case)
+        qi = inputs.fp8_codes(case.fp8)
         kw = dict(case.oracle_kwargs)
         kw.update(mask=inputs.mask, bias=inputs.bias, **self.knobs)
         out, lse = self._kernel("forward_fp8", qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"],
