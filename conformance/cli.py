@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="apply the shipped expectations (and --expect files) again to the raw outcomes")
     mg.add_argument("--expect", action="append", default=[], metavar="FILE",
                     help="with --reexpect: an expectations file on top of the shipped one")
+    mg.add_argument("--note", action="append", default=[], metavar="TEXT",
+                    help="a note shown at the top of the joined report (e.g. which results a later fix changes)")
 
     rp = sub.add_parser("repro", help="print a standalone Python snippet reproducing one case")
     rp.add_argument("case_id")
@@ -359,6 +361,8 @@ def _cmd_merge(args) -> int:
         rep = build_report(results, [], profile=rep["profile"], device=rep["device"],
                            wall_seconds=rep["wall_seconds"], command=rep.get("command") or [],
                            extra={**{k: v for k, v in rep.items() if k not in _REBUILT}, "expectations": summary})
+    if args.note:
+        rep["notes"] = [*rep.get("notes", []), *args.note]
     jp, mp = write_report(args.report_dir, rep, results)
     code = rep["summary"]["exit_code"]
     by = rep["summary"]["by_outcome"]

@@ -187,6 +187,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     if rep.get("partial"):
         lines += [f"**Partial report**: {rep['summary']['cases']} of {rep.get('cases_planned')} cases done "
                   "(checkpoint of a run still in progress or stopped).", ""]
+    lines += [f"**Note**: {n}" for n in rep.get("notes", [])] + ([""] if rep.get("notes") else [])
     env = rep["environment"]
     gpus = ", ".join(g["name"] for g in env.get("gpus", [])) or "none"
     lines += [f"- created {rep['created']}, wall time {rep['wall_seconds']:.1f} s, "

@@ -82,6 +82,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
     if rep.get("partial"):
         done = rep["summary"].get("cases")
         parts.append(f"<p><b>Partial report</b>: {done} of {rep.get('cases_planned')} cases.</p>")
+    parts += [f"<p class='note'><b>Note</b>: {_e(n)}</p>" for n in rep.get("notes", [])]
     parts.append(
         "<ul>"
         f"<li>created {_e(rep.get('created'))}, wall time {rep.get('wall_seconds', 0):.1f} s, "

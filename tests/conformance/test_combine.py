@@ -95,3 +95,12 @@ def test_merge_usage_errors(runs, tmp_path, capsys):
     _, _, (_, _, pa), _ = runs
     assert cli.main(["merge", pa, "--expect", "x.toml", "--report-dir", str(tmp_path / "x")]) == 2
     assert "--expect needs --reexpect" in capsys.readouterr().err
+
+
+def test_a_note_is_shown_at_the_top_of_the_joined_report(runs, tmp_path):
+    _, _, (_, _, pa), (_, _, pb) = runs
+    note = "the FAILs of case X were caused by the harness and are fixed in commit Y"
+    _, merged = _merge(tmp_path, "noted", pa, pb, "--note", note)
+    assert merged["notes"] == [note]
+    assert f"**Note**: {note}" in (tmp_path / "noted" / "report.md").read_text()
+    assert note in (tmp_path / "noted" / "report.html").read_text()
