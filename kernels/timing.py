@@ -9,9 +9,9 @@ second, so a sample is the GPU time of that call plus whatever launch latency th
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-__all__ = ["cuda_event_times_ms", "cuda_event_median_ms"]
+__all__ = ["cuda_event_times_ms", "cuda_event_median_ms", "time_round_robin"]
 
 
 def cuda_event_times_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 5) -> list[float]:
@@ -35,3 +35,28 @@ def cuda_event_times_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 
 def cuda_event_median_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 5) -> float:
     """Median of `cuda_event_times_ms`."""
     return statistics.median(cuda_event_times_ms(fn, reps, warmup))
+
+
+def time_round_robin(row: dict, cands: Sequence[tuple[str, Callable[[], object]]], flops: float, rounds: int = 3,
+                     timer: Callable[[Callable[[], object]], float] | None = None) -> None:
+    """Time every (name, fn) of `cands` in turn, `rounds` times, so that clock drift during a run affects every
+    candidate alike. Each round's sample is ``timer(fn)`` (default: the median of 25 `cuda_event_times_ms` samples
+    after 5 warm-up calls). Writes ``row[name + "_ms"]`` (the median of the rounds), ``_tflops`` (from `flops`)
+    and ``_spread`` ((max - min) / median); a candidate that raises gets ``row[name + "_error"]`` (its first
+    line) and is not timed again."""
+    timer = timer or (lambda fn: statistics.median(cuda_event_times_ms(fn, 25, 5)))
+    meds: dict[str, list[float]] = {name: [] for name, _ in cands}
+    for _ in range(rounds):
+        for name, fn in cands:
+            if name + "_error" in row:
+                continue
+            try:
+                meds[name].append(timer(fn))
+            except Exception as e:  # a backend refused the shape
+                row[name + "_error"] = str(e).splitlines()[0][:200]
+    for name, ms in meds.items():
+        if ms:
+            med = statistics.median(ms)
+            row[name + "_ms"] = med
+            row[name + "_tflops"] = flops / med / 1e9
+            row[name + "_spread"] = (max(ms) - min(ms)) / med

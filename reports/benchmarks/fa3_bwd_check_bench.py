@@ -31,11 +31,12 @@ import numpy as np
 import torch
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
+from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.oracles import attention_backward
-from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
+from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info
 
 __all__ = ["CASES", "DET_CASES", "OVERLAP_DEFAULT_D", "OVERLAP_ENV", "bench_rows", "check_case", "determinism_case",
-           "main", "markdown", "overlap_build", "time_round_robin"]
+           "main", "markdown", "overlap_build"]
 
 BF, HF = torch.bfloat16, torch.float16
 OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
@@ -184,27 +185,6 @@ def determinism_case(spec: dict, seed: int = 0) -> dict:
     same = all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(a, b))
     diff = max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, c))
     return {"case": _name(spec), "identical": same, "max_diff_vs_atomic": diff}
-
-
-def time_round_robin(row: dict, cands: list, flops: float, rounds: int = 3) -> None:
-    """Time every (name, fn) of ``cands`` in turn, ``rounds`` times (each a `time_fn` median of 25 launches), so
-    clock drift affects every candidate alike; ``row[name + "_ms"]`` = the median of the rounds, ``_tflops``
-    from ``flops``, ``_spread`` = (max - min) / median of the rounds; a candidate that raises gets ``_error``."""
-    meds: dict[str, list[float]] = {name: [] for name, _ in cands}
-    for _ in range(rounds):
-        for name, fn in cands:
-            if name + "_error" in row:
-                continue
-            try:
-                meds[name].append(time_fn(fn)[0])
-            except Exception as e:  # a backend refused the shape
-                row[name + "_error"] = str(e).splitlines()[0][:200]
-    for name, ms in meds.items():
-        if ms:
-            med = float(np.median(ms))
-            row[name + "_ms"] = med
-            row[name + "_tflops"] = flops / med / 1e9
-            row[name + "_spread"] = (max(ms) - min(ms)) / med
 
 
 def _calls(*pairs: tuple):

@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,8 @@ from pathlib import Path
 import torch
 
 from attention_conformance.kernels import cuda_lib
-from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn, time_fn
+from attention_conformance.kernels.timing import time_round_robin
+from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case, env_info, sdpa_fn
 
 __all__ = ["ablation_rows", "bench_rows", "correctness", "curves_svg", "fa4_fn", "main"]
 
@@ -119,27 +119,6 @@ ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile")  # builds that exist for e
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
-def _time_candidates(row, cands, flops, rounds=ROUNDS):
-    """Time every (name, fn) of `cands` round-robin ROUNDS times (each a `time_fn` median of 25 launches),
-    so that clock drift during the run affects every candidate alike; record the median of the rounds and
-    the rounds' spread ((max - min) / median)."""
-    meds: dict[str, list[float]] = {name: [] for name, _ in cands}
-    for _ in range(rounds):
-        for name, fn in cands:
-            if name + "_error" in row:
-                continue
-            try:
-                meds[name].append(time_fn(fn)[0])
-            except Exception as e:  # a backend refused the shape
-                row[name + "_error"] = str(e).splitlines()[0][:200]
-    for name, ms in meds.items():
-        if ms:
-            med = statistics.median(ms)
-            row[name + "_ms"] = med
-            row[name + "_tflops"] = flops / med / 1e9
-            row[name + "_spread"] = (max(ms) - min(ms)) / med
-
-
 def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]:
     """Timing rows: FA3 (attn_fa3_fwd, plus each build in `variants` as ``fa3_<variant>``) beside the
     references on the same inputs."""
@@ -162,7 +141,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]
             f4 = fa4_fn(q, k, v, causal)
             if f4 is not None:
                 cands.append(("fa4", f4))
-        _time_candidates(row, cands, flops, rounds)
+        time_round_robin(row, cands, flops, rounds)
         for ref in ("flash", "cudnn", "fa4"):
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
@@ -183,7 +162,7 @@ def ablation_rows() -> list[dict]:
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
         names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"]
-        _time_candidates(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops)
+        time_round_robin(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops, ROUNDS)
         for variant in names:
             r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
             r.update({"fa3" + k[len(variant):]: x for k, x in row.items() if k.startswith(variant + "_")})

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from attention_conformance.kernels import cuda_lib
+from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
 
 __all__ = ["CHECK_CASES", "bench_rows", "check_fp8_case", "main", "markdown", "scaled_mm_row"]
@@ -157,8 +158,6 @@ def scaled_mm_row(n: int = 8192) -> dict:
 
 def bench_rows(shapes, rounds: int = 3) -> list[dict]:
     """FP8 (each granularity) and BF16 FA3 on the same shapes, timed round-robin ``rounds`` times (median kept)."""
-    import statistics
-
     rows = []
     for B, H, N, d, causal in shapes:
         x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
@@ -174,14 +173,7 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
             cands.append(("fp8_" + gran, lambda p=p: cuda_lib.call("attn_fa3_fp8_fwd", p)))
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
-        meds = {n: [] for n, _ in cands}
-        for _ in range(rounds):
-            for n, f in cands:
-                meds[n].append(time_fn(f)[0])
-        for n, ms in meds.items():
-            row[n + "_ms"] = statistics.median(ms)
-            row[n + "_tflops"] = flops / row[n + "_ms"] / 1e9
-            row[n + "_spread"] = (max(ms) - min(ms)) / row[n + "_ms"]
+        time_round_robin(row, cands, flops, rounds)
         row["fp8_over_bf16"] = row["bf16_ms"] / row["fp8_per_tensor_ms"]
         rows.append(row)
     return rows

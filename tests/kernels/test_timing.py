@@ -55,3 +55,25 @@ def test_median(fake_cuda):
         fake_cuda.clock += next(durations)
 
     assert cuda_event_median_ms(call, reps=4, warmup=0) == 3.0  # statistics.median of 5, 1, 4, 2
+
+
+def test_round_robin_interleaves_candidates_and_keeps_the_median_of_rounds():
+    from attention_conformance.kernels.timing import time_round_robin
+
+    order: list[str] = []
+    samples = {"a": iter([3.0, 1.0, 2.0]), "b": iter([4.0, 4.0, 8.0])}
+
+    def refuses():
+        raise RuntimeError("no kernel for this shape\nsecond line")
+
+    def timer(fn):
+        name = fn()
+        order.append(name)
+        return next(samples[name])
+
+    row: dict = {}
+    time_round_robin(row, [("a", lambda: "a"), ("b", lambda: "b"), ("c", refuses)], flops=2e12, rounds=3, timer=timer)
+    assert order == ["a", "b"] * 3  # in turn, each round; a refusing candidate is not timed again
+    assert row["a_ms"] == 2.0 and row["a_tflops"] == 2e12 / 2.0 / 1e9 and row["a_spread"] == (3.0 - 1.0) / 2.0
+    assert row["b_ms"] == 4.0 and row["b_spread"] == 1.0
+    assert row["c_error"] == "no kernel for this shape" and "c_ms" not in row
