@@ -32,8 +32,6 @@ from attention_conformance.repro import snippet
 from attention_conformance.tolerance import compute_oracle
 from attention_conformance.worker import call_adapter, collect_calls
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def _sampled(**kw) -> Case:
     """A case the engine's "sampled" determinism check includes (so every entry point repeats the call)."""
@@ -73,17 +71,6 @@ TOYS: dict[str, dict[str, tuple[str, str]] | None] = {
 SDPA_SPEC = "attention_conformance.examples.good_sdpa:attention"
 SDPA_EXPECTED = {"empty_rows": ("PASS", None), "backward": ("QUALITY_WARNING", None), "fp8": ("NOT_SUPPORTED", None),
                  "nan_padding": ("FINDING", "out")}
-
-
-@pytest.fixture(scope="module")
-def toy_path():
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, old) if p)  # isolated workers import the toys
-    yield
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def _snippet_verdicts(pairs: list[tuple[str, Case]]) -> dict[tuple[str, str], tuple[int, dict]]:

@@ -20,21 +20,11 @@ from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.registry import load
 from attention_conformance.repro import snippet
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 VARLEN_BWD = Case(family="judge", seed=5, B=2, Hq=2, Hkv=1, Lq=9, Lk=12, d=8, dv=8, dtype="float32",
                   seqlens_q=(9, 4), seqlens_k=(12, 7), causal=True, alignment="bottom_right", backward=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def toy_path():
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, old) if p)
-    yield
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
+pytestmark = pytest.mark.usefixtures("toy_path")  # tests/conformance/conftest.py: the repro subprocess imports the toys
 
 
 def _verdicts(toy: str, case: Case) -> tuple[dict, dict, str]:
