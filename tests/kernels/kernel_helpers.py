@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from attention_conformance.kernels.reference import fa1, fa2, fa3, splitkv
 
-__all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "cuda_library_or_skip", "make_case", "repro",
-           "run_forward"]
+__all__ = ["KERNELS", "BWD_KERNELS", "SEMANTIC_CASES", "UNIT_ROUNDOFF", "c_header_values", "cuda_library_or_skip",
+           "make_case", "repro", "run_forward"]
 
 KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3, "splitkv": splitkv}
 BWD_KERNELS = {"fa1": fa1, "fa2": fa2, "fa3": fa3}
@@ -87,3 +92,22 @@ def cuda_library_or_skip(why: str = "kernel library unavailable"):
         return cuda_lib.library(build_if_missing=False)
     except cuda_lib.LibraryUnavailable as e:
         pytest.skip(f"{why}: {e}")
+
+
+def c_header_values(printfs: list[str]) -> list[int]:
+    """The integers a C program prints that includes kernels/cuda/include/attn_params.h and runs `printfs` (lines
+    of C, e.g. ``printf("%zu\\n", offsetof(AttnFwdParams, q));``): the header's layout and constants as the C
+    compiler sees them. Skips the test when there is no C compiler."""
+    from attention_conformance.kernels.build import CUDA_DIR
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "attn_params.h"', "int main(void) {", *printfs,
+             "return 0; }"]
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "layout.c", Path(d) / "layout"
+        src.write_text("\n".join(lines))
+        subprocess.run([cc, "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    return [int(x) for x in out]
