@@ -331,7 +331,7 @@ def _cmd_cases(args) -> int:
 def _cmd_merge(args) -> int:
     from attention_conformance.combine import combine, reexpect, run_context
     from attention_conformance.expectations import ExpectationError, load_files
-    from attention_conformance.report import build_report, write_report
+    from attention_conformance.report import rebuild_report, write_report
     from attention_conformance.report_store import load_report
     from attention_conformance.shard import ShardError, merge
 
@@ -358,9 +358,7 @@ def _cmd_merge(args) -> int:
         except ExpectationError as exc:
             raise UsageError(f"--expect: {one_line(exc)}") from None
         results, summary = reexpect(results, entries, run_context(rep))
-        rep = build_report(results, [], profile=rep["profile"], device=rep["device"],
-                           wall_seconds=rep["wall_seconds"], command=rep.get("command") or [],
-                           extra={**{k: v for k, v in rep.items() if k not in _REBUILT}, "expectations": summary})
+        rep = rebuild_report(rep, results, expectations=summary)
     if args.note:
         rep["notes"] = [*rep.get("notes", []), *args.note]
     jp, mp = write_report(args.report_dir, rep, results)
@@ -369,11 +367,6 @@ def _cmd_merge(args) -> int:
     print(" ".join(f"{k}={v}" for k, v in by.items() if v) + f" from {len(loaded)} "
           f"{'shards' if shards else 'reports'}; reports: {jp}, {mp}; exit {code}")
     return code
-
-
-#: the keys `conformance.report.build_report` computes itself (the rest of a report is carried over)
-_REBUILT = ("results", "summary", "created", "command", "profile", "device", "wall_seconds", "schema_version",
-            "expectations")
 
 
 def _cmd_mutants(argv: list[str]) -> int:

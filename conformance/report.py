@@ -36,6 +36,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from attention_conformance import memory
 from attention_conformance.engine import CaseResult
@@ -54,7 +55,7 @@ from attention_conformance.report_html import render_html
 from attention_conformance.report_store import dump_report
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report",
-           "render_markdown",
+           "rebuild_report", "render_markdown",
            "exit_code"]
 
 SCHEMA_VERSION = 1
@@ -170,6 +171,19 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
     if extra:
         rep.update(extra)
     return rep
+
+
+#: the keys `build_report` computes from the results (the rest of a report is carried over by `rebuild_report`)
+_COUNTED = ("results", "summary", "created", "schema_version")
+
+
+def rebuild_report(rep: dict, results: Sequence[CaseResult], **updates: Any) -> dict:
+    """`rep` (a `build_report` dictionary, e.g. loaded or joined) for `results`: summary and results recounted,
+    every other key (environment, adapters, memory growth, provenance) kept, `updates` replacing keys."""
+    extra = {k: v for k, v in rep.items() if k not in _COUNTED} | updates
+    return build_report(results, [], profile=extra.pop("profile"), device=extra.pop("device"),
+                        wall_seconds=extra.pop("wall_seconds"), command=extra.pop("command", None) or [],
+                        extra=extra)
 
 
 def _feature_columns(results: Sequence[CaseResult]) -> list[str]:
