@@ -104,9 +104,10 @@ def _raw(r: CaseResult) -> CaseResult:
         return r
     r = copy.copy(r)
     r.outcome = r.expectation.get("raw_outcome", r.outcome)
-    first, _, rest = r.message.partition("\n")
-    if "expectation" in first or first.startswith(("KNOWN", "UNEXPECTED_PASS")):
-        r.message = rest
+    note = r.expectation.get("note")
+    if note is None:  # reports written before the note was stored: it is the message's first line
+        note = r.message.partition("\n")[0]
+    r.message = r.message.removeprefix(note).removeprefix("\n")
     r.expectation = None
     return r
 

@@ -368,8 +368,8 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
             continue
         r = copy.copy(r)
         used[v.expectation.label()] = used.get(v.expectation.label(), 0) + 1
-        r.expectation = {**v.expectation.to_dict(), "raw_outcome": r.outcome, "matched": v.outcome in (
-            KNOWN, UNEXPECTED_PASS)}
+        r.expectation = {**v.expectation.to_dict(), "raw_outcome": r.outcome, "note": v.note,
+                         "matched": v.outcome in (KNOWN, UNEXPECTED_PASS)}
         known += v.outcome == KNOWN
         unexpected += v.outcome == UNEXPECTED_PASS
         r.outcome = v.outcome
