@@ -238,6 +238,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     nkeys = np.zeros(lse.shape, dtype=np.float64)
     P2 = np.zeros(lse.shape, dtype=np.float64)
     valid = np.zeros(lse.shape, dtype=bool)
+    valid_k = np.zeros(p.k.shape[:3], dtype=bool)  # key rows of dk, dv compared (§7)
     naive = np.zeros_like(out)
     in_dt = model.in_dtype
     out_dt = model.out_dtype
@@ -258,6 +259,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     for b in range(p.B):
         sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
         valid[b, :, :sq] = True
+        valid_k[b, :, :sk] = True
         if sq == 0:
             continue
         blocks = row_blocks(sq, sk, BLOCK_ELEMENTS)
@@ -324,9 +326,6 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                 Pr = round_to_dtype(P32, p_dt).astype(acc)
                 o32 = Pr @ v32
                 naive[b, h, r0:r1] = round_to_dtype(o32, out_dt)
-    valid_k = np.zeros(p.k.shape[:3], dtype=bool)
-    for b in range(p.B):
-        valid_k[b, :, :int(p.seqlens_k[b])] = True
     od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2,
                     valid_k=valid_k)
     if bwd:
