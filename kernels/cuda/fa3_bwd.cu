@@ -11,7 +11,9 @@
 // Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): head_dim 256, devices other than sm_90,
 // strides TMA cannot express, dk / dv not 4-byte aligned.
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn_params.h"
 #include "bwd_prepost.cuh"
@@ -25,6 +27,32 @@ using namespace attn::hopper;
 
 bool even_aligned(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return (reinterpret_cast<uintptr_t>(ptr) % 4 == 0) && s0 % 2 == 0 && s1 % 2 == 0 && s2 % 2 == 0;
+}
+
+// The fp32 dq_accum [B, Hq, Lq, d] (contiguous) as a TMA map for the reduce-add of kTmaDq builds: dims
+// (d, Lq, Hq, B), box (32, 64, 1, 1) = one 128-byte-swizzled 32-column block of a consumer's 64-row tile.
+int make_dq_map(CUtensorMap& map, const AttnBwdParams& p, char* err, int errlen) {
+    EncodeTiledFn fn = encode_tiled_fn();
+    if (fn == nullptr) {
+        snprintf(err, errlen, "cuTensorMapEncodeTiled is not available from the driver");
+        return 1;
+    }
+    const AttnFwdParams& f = p.fwd;
+    const uint64_t d = f.head_dim;
+    cuuint64_t gdim[4] = {d, static_cast<cuuint64_t>(f.seqlen_q), static_cast<cuuint64_t>(f.heads_q),
+                          static_cast<cuuint64_t>(f.batch)};
+    cuuint64_t gstride[3] = {d * 4, d * 4 * f.seqlen_q, d * 4 * f.seqlen_q * f.heads_q};
+    cuuint32_t box[4] = {32, 64, 1, 1};
+    cuuint32_t estride[4] = {1, 1, 1, 1};
+    CUresult r = fn(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, p.dq_accum, gdim, gstride, box, estride,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuTensorMapEncodeTiled(dq_accum: %d x %d x %d x %d fp32) failed with CUresult %d",
+                 f.head_dim, f.seqlen_q, f.heads_q, f.batch, static_cast<int>(r));
+        return 1;
+    }
+    return 0;
 }
 
 template <class C>
@@ -48,6 +76,10 @@ int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, c
     } else {
         P.q = P.k;  // never read: no query tile exists
         P.dout = P.k;
+    }
+    if constexpr (C::kTmaDq) {
+        if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, msg, sizeof msg))
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
     auto kernel = fa3_bwd_kernel<C>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
@@ -84,10 +116,16 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
     if (p.fwd.seqlen_k > 0) {
         // The default overlaps the GEMMs with the element-wise work at d = 64 only (NOTES_FA3.md, backward);
         // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the other build of the non-deterministic launcher (ablation).
+        // ATTN_FA3_BWD_DQ=tma: dQ through shared memory and TMA reduce-add (kTmaDq; NOT RUN ON A GPU YET).
         const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
+        const char* dqm = getenv("ATTN_FA3_BWD_DQ");
+        const bool tma = dqm != nullptr && strcmp(dqm, "tma") == 0;
         const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
-        if (overlap == d64 || kDet)
+        if (tma)
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true, true>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
+        else if (overlap == d64 || kDet)
             rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)
                      : launch_main<Fa3BwdConfig<128, T, kDet, false>>(p, s, name, err, errlen);
         else

@@ -63,12 +63,23 @@ def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(12))
+def test_fa3_bwd_tma_dq_build_matches_fp64_oracle(index, launcher):
+    _lib()
+    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import check_case
+
+    res = check_case(_cases()[index], launcher, seed=200 + index, tma_dq=True)
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("tma_dq", [False, True])
 @pytest.mark.parametrize("index", range(2))
-def test_fa3_bwd_deterministic_is_bit_identical(index):
+def test_fa3_bwd_deterministic_is_bit_identical(index, tma_dq):
     _lib()
     from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import DET_CASES, determinism_case
 
-    res = determinism_case(DET_CASES[index], seed=index)
+    res = determinism_case(DET_CASES[index], seed=index, tma_dq=tma_dq)
     assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
     assert res["max_diff_vs_atomic"] < 0.05, res
 

@@ -39,17 +39,20 @@ namespace attn::hopper {
 struct Fa3BwdParams {
     AttnBwdParams p;
     TmaTensor q, k, v, dout;
+    CUtensorMap dq_map;  // kTmaDq builds: dq_accum fp32 (D, Lq, Hq, B), box (32, 64), 128-byte swizzle
     int* dq_sem;  // deterministic builds: [B, Hq, ceil(Lq / kBlockM)] counters, zeroed by the launcher
 };
 
 // kOverlap: S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T
 // is computed (more registers live: at D = 128 ptxas then serialises the wgmma); else the GEMMs of a tile run
 // as two batches around the element-wise work.
-template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, int kStages_ = 2>
+// kTmaDq: the consumers store their fp32 dQ tile to shared memory and a producer warp adds it into dq_accum with
+// TMA reduce-add (cp.reduce.async.bulk.tensor), instead of the consumers' own atomics.
+template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2>
 struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
-    static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_;
+    static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_, kTmaDq = kTmaDq_;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
     static constexpr int kBlockM = 64;   // query rows per streamed tile
@@ -73,10 +76,13 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
     static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;  // dS^T [kBlockN keys][kBlockM queries]
     static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
-    static constexpr uint32_t kOffLse = kOffDS + kDsBufs * kDsBytes;
+    // kTmaDq: one fp32 [64 rows][64 columns] dQ tile per consumer (two 32-column blocks, 128-byte swizzle)
+    static constexpr uint32_t kDqBytes = 64 * 64 * 4;
+    static constexpr uint32_t kOffDq = kOffDS + kDsBufs * kDsBytes;
+    static constexpr uint32_t kOffLse = kOffDq + (kTmaDq ? 2 * kDqBytes : 0);
     static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
     static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
-    static constexpr int kNumBars = 1 + 2 * kStages;  // full_kv, full[S], empty[S]
+    static constexpr int kNumBars = 1 + 2 * kStages + 4;  // full_kv, full[S], empty[S], full_dq[2], empty_dq[2]
     static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;
     static_assert(kSmemBytes <= 232448, "shared memory per block");
     // Named barriers (0 is __syncthreads): per consumer warpgroup (1, 2), all consumers (3).
@@ -101,12 +107,19 @@ struct BwdSmem {
     __device__ __forceinline__ uint64_t* full_kv() const { return bar(0); }
     __device__ __forceinline__ uint64_t* full(int s) const { return bar(1 + s); }
     __device__ __forceinline__ uint64_t* empty(int s) const { return bar(1 + C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_dq(int w) const { return bar(1 + 2 * C::kStages + w); }
+    __device__ __forceinline__ uint64_t* empty_dq(int w) const { return bar(3 + 2 * C::kStages + w); }
+    __device__ __forceinline__ unsigned char* dq(int w) const { return base + C::kOffDq + w * C::kDqBytes; }
 
     __device__ __forceinline__ void init() const {
         mbar_init(full_kv(), 1);
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full(s), 1 + 32);  // the TMA thread's expect_tx arrival + the 32 LSE / D lanes
             mbar_init(empty(s), C::kConsumerThreads);
+        }
+        for (int w = 0; w < 2; ++w) {
+            mbar_init(full_dq(w), 128);  // every thread of consumer w, after its shared-memory stores
+            mbar_init(empty_dq(w), 1);   // the dQ writer, once TMA has read the tile
         }
         mbar_init_fence();
     }
@@ -138,6 +151,67 @@ struct BwdTiles {
     }
 };
 
+
+// ---- TMA reduce helpers (kTmaDq) ------------------------------------------------------------------------
+__device__ __forceinline__ void tma_reduce_add_4d(const void* tmap, const void* src, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+            tmap),
+        "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// All committed bulk groups of this thread have finished reading shared memory / have completed entirely.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// The dQ writer (one thread of the producer warpgroup, kTmaDq builds): per query tile, waits for each consumer's
+// fp32 dQ tile in shared memory and adds it into dq_accum with TMA reduce-add (rows past the tensor are not
+// written). Deterministic builds: first waits until every earlier key tile that sees the query tile has added
+// (one count per CTA), adds consumer 0's tile, waits for its completion, then consumer 1's (D = 64: both add to
+// the same elements, so their order is fixed too), then counts itself.
+template <class C>
+__device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTiles& T, int b, int h) {
+    const AttnFwdParams& f = P.p.fwd;
+    const int num_m = (f.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
+    for (int it = 0; it < T.n_tiles; ++it) {
+        const int m_tile = T.tile(it), m0 = m_tile * C::kBlockM;
+        if constexpr (C::kDeterministic) {
+            int klo, khi;
+            T.mask.keys_for_rows(m0, m0 + C::kBlockM, &klo, &khi);
+            const int expect = T.n0 / C::kBlockN - klo / C::kBlockN;
+            int v;
+            do {
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem_head + m_tile) : "memory");
+            } while (v != expect);
+            fence_proxy_async_global();
+        }
+        for (int w = 0; w < 2; ++w) {
+            mbar_wait(sm.full_dq(w), it & 1);
+            const int col0 = C::kSplitDq ? w * C::kDqCols : 0;
+#pragma unroll
+            for (int cb = 0; cb < 2; ++cb)
+                tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, m0, h, b);
+            bulk_commit();
+            if constexpr (C::kDeterministic) bulk_wait_all();
+        }
+        if constexpr (C::kDeterministic) {
+            fence_proxy_async_global();
+            __threadfence();
+            atomicAdd(sem_head + m_tile, 1);
+        } else {
+            bulk_wait_read();
+        }
+        mbar_arrive(sm.empty_dq(0));
+        mbar_arrive(sm.empty_dq(1));
+    }
+    bulk_wait_all();
+}
+
 template <class C>
 __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTiles& T, int b, int h) {
     const AttnFwdParams& f = P.p.fwd;
@@ -166,6 +240,8 @@ __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTile
             }
             ps.advance();
         }
+    } else if (warp == 2 && lane == 0 && C::kTmaDq) {
+        bwd_dq_writer<C>(P, sm, T, b, h);
     } else if (warp == 1) {
         // LSE_i * log2 e (-inf, a row with no visible key, becomes +inf so that P = 2^-inf = 0, not NaN; rows
         // past the real length also read +inf) and D_i (0 past the real length) into the stage's vectors.
@@ -399,6 +475,25 @@ struct BwdConsumer {
             mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
             ps.advance();
 
+            if constexpr (C::kTmaDq) {
+                // fp32 dQ tile to shared memory (two 32-column blocks, 128-byte swizzle: the 16-byte chunk c of
+                // row r at c ^ (r % 8)) for the dQ writer; the previous tile's must have been read by TMA.
+                mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
+                unsigned char* dqs = sm.dq(cw);
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+                    for (int j = 0; j < C::kDqCols / 8; ++j) {
+                        const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+                        *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) +
+                                                   (col % 4) * 4) = make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+                    }
+                }
+                fence_proxy_async();
+                mbar_arrive(sm.full_dq(cw));
+                continue;
+            }
             // dq_accum[rows of this tile] += dQ partial (unscaled; the postprocess multiplies by the scale).
             // Deterministic: both consumers of every earlier key tile n' (from the first that sees this query
             // tile) have added; split dQ: the two consumers of one CTA add disjoint columns, in any order, so each
@@ -485,6 +580,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
         if (T.n_tiles > 0) {
             tma_prefetch_desc(&P.q.map);
             tma_prefetch_desc(&P.dout.map);
+            if constexpr (C::kTmaDq) tma_prefetch_desc(&P.dq_map);
         }
     }
     __syncthreads();
