@@ -305,6 +305,15 @@ def _fp8(profile: str) -> Iterator[Case]:
               fp8=FP8Spec("e4m3fn", "per_head"))
     yield _mk("fp8", Lq=64, Lk=96, d=64, dtype="float8_e4m3fn", distribution="outliers",
               fp8=FP8Spec("e4m3fn", "per_tile", tile_q=32, tile_k=32, incoherent=True, hadamard_seed=3))
+    if profile != "ci":  # the family has its own profile (_OWN_PROFILE): these run in full and gpu
+        # The FA3 paper's block quantization: descale blocks of 128 query rows / 128 keys (its B_r x d, B_c x d),
+        # over several blocks and a partial last one, so a kernel whose tiles are those blocks meets them.
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=300, Lk=520, d=128, dtype="float8_e4m3fn", causal=True,
+                  fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128))
+        yield _mk("fp8", Lq=257, Lk=384, d=128, dtype="float8_e4m3fn", distribution="outliers",
+                  fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128, incoherent=True, hadamard_seed=4))
+        yield _mk("fp8", Lq=200, Lk=333, d=64, dtype="float8_e5m2", window=(40, 8),
+                  fp8=FP8Spec("e5m2", "per_tile", tile_q=128, tile_k=128))
 
 
 def _accumulation(profile: str) -> Iterator[Case]:
@@ -473,7 +482,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
 
 
 #: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
-_OWN_PROFILE = ("large", "paged", "memory")
+_OWN_PROFILE = ("large", "paged", "memory", "fp8")
 
 
 def _seeded(case: Case) -> Case:

@@ -35,6 +35,7 @@ from attention_conformance.case import Case
 from attention_conformance.inputs import round_to_dtype
 
 __all__ = [
+    "FP8_ACCUMULATOR_U",
     "LAMBDA",
     "PrecisionModel",
     "OracleData",

@@ -37,6 +37,7 @@ __all__ = [
     "AttnBwdParams",
     "AttnFp8FwdParams",
     "AttnFwdParams",
+    "FA3_EXACT_VARIANTS",
     "FA3_VARIANTS",
     "KernelError",
     "KernelUnsupported",
@@ -66,7 +67,10 @@ FP8_FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
 FP8_GRANULARITY_CODES = {"per_tensor": 0, "per_head": 1, "per_tile": 2}
 #: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
 FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
-                "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9}
+                "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "skip_rescale": 10,
+                "probe_no_exp": 11, "probe_no_pv": 12, "probe_no_softmax": 13, "q_in_regs": 14, "q_in_regs_n176": 15}
+#: the builds of FA3_VARIANTS that compute attention (the probes leave a stage out: timing only)
+FA3_EXACT_VARIANTS = tuple(v for v in FA3_VARIANTS if not v.startswith("probe_"))
 
 _vp = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -309,7 +313,7 @@ def fwd_params(
         raise KernelError("fwd_params", 2, f"seqlen_k={seqlen_k!r} / page_size={page_size!r} are only meaningful "
                                            "with block_table (paged K/V); dense K/V take Lk from k.shape[2]")
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        if t.stride(-1) != 1:
+        if t.numel() > 0 and t.stride(-1) != 1:  # an empty tensor is never read; torch may give it any stride
             raise KernelError("fwd_params", 2,
                               f"{name}.stride(-1)={t.stride(-1)}: the last dimension must be contiguous")
     if lse is not None and lse.stride(-1) != 1:

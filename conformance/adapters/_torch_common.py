@@ -247,7 +247,7 @@ def snapshot(tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous()
+    t = t.detach().contiguous().reshape(-1)  # 1-d: a 0-d tensor (a per-tensor FP8 descale) has no byte view
     return t.view(torch.uint8) if t.dtype != torch.bool else t
 
 

@@ -114,12 +114,13 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
     rc = attn::cuda_status(launch_dsinks(p, s), "attn_fa3_bwd: d sinks", err, errlen);
     if (rc != ATTN_OK) return rc;
     if (p.fwd.seqlen_k > 0) {
-        // The default overlaps the GEMMs with the element-wise work at d = 64 only (NOTES_FA3.md, backward);
-        // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the other build of the non-deterministic launcher (ablation).
-        // ATTN_FA3_BWD_DQ=tma: dQ through shared memory and TMA reduce-add (kTmaDq; NOT RUN ON A GPU YET).
-        const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
+        // The default adds dQ through shared memory and a TMA reduce-add issued by a producer warp (kTmaDq; H200
+        // run 3 of NOTES_FA3_BWD.md: +8-10% non-deterministic, +36-48% deterministic over the atomics build).
+        // ATTN_FA3_BWD_DQ=atomic picks the earlier build (consumers add dQ with fp32 atomics), where
+        // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the GEMM / element-wise overlap (default: at d = 64 only) (ablation).
         const char* dqm = getenv("ATTN_FA3_BWD_DQ");
-        const bool tma = dqm != nullptr && strcmp(dqm, "tma") == 0;
+        const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
+        const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
         const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
         if (tma)

@@ -89,8 +89,8 @@ constexpr int kDefaultN = D == 64 ? 128 : (D == 128 ? 128 : 80);
 template <int D>
 constexpr int kDefaultWGs = D == 64 ? 3 : 2;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
-          int kWGs = kDefaultWGs<D>>
-using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages>;
+          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone, bool kQRegs = false>
+using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages, kSkipRescale, kProbe, kQRegs>;
 
 template <int D, typename E>
 int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
@@ -122,10 +122,20 @@ int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms,
             return launch<Default<128, E, false, false, 176>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGES2:
             return launch<Default<128, E, false, false, 128, 2>>(p, s, sms, err, errlen);
+        case ATTN_FA3_Q_IN_REGS:
+            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNone, true>>(p, s, sms, err, errlen);
+        case ATTN_FA3_Q_IN_REGS_N176:
+            return launch<Default<128, E, false, false, 176, 0, 2, false, kProbeNone, true>>(p, s, sms, err, errlen);
+        case ATTN_FA3_PROBE_NO_EXP:
+            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoExp>>(p, s, sms, err, errlen);
+        case ATTN_FA3_PROBE_NO_PV:
+            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoPV>>(p, s, sms, err, errlen);
+        case ATTN_FA3_PROBE_NO_SOFTMAX:
+            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoSoftmax>>(p, s, sms, err, errlen);
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
-                              ATTN_FA3_D64_TWO_WG);
+                              ATTN_FA3_Q_IN_REGS_N176);
     }
 }
 
@@ -154,6 +164,19 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
                                   name, p->head_dim, flags);
             return bf ? launch<Default<64, __nv_bfloat16, false, false, 192, 0, 2>>(*p, s, sms, err, errlen)
                       : launch<Default<64, __half, false, false, 192, 0, 2>>(*p, s, sms, err, errlen);
+        }
+        if (flags == ATTN_FA3_SKIP_RESCALE) {
+            switch (p->head_dim) {
+                case 64:
+                    return bf ? launch<Default<64, __nv_bfloat16, false, false, 128, 0, 3, true>>(*p, s, sms, err, errlen)
+                              : launch<Default<64, __half, false, false, 128, 0, 3, true>>(*p, s, sms, err, errlen);
+                case 128:
+                    return bf ? launch<Default<128, __nv_bfloat16, false, false, 128, 0, 2, true>>(*p, s, sms, err, errlen)
+                              : launch<Default<128, __half, false, false, 128, 0, 2, true>>(*p, s, sms, err, errlen);
+                default:
+                    return bf ? launch<Default<256, __nv_bfloat16, false, false, 80, 0, 2, true>>(*p, s, sms, err, errlen)
+                              : launch<Default<256, __half, false, false, 80, 0, 2, true>>(*p, s, sms, err, errlen);
+            }
         }
         if (flags == ATTN_FA3_PERSISTENT || flags == ATTN_FA3_ONE_CTA_PER_TILE) {
             const bool per = flags == ATTN_FA3_PERSISTENT;

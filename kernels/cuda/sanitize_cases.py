@@ -136,7 +136,7 @@ def _run(launcher: str, spec: dict) -> str:
         return _run_fp8(launcher, q, k, v, o, lse, kw, fp8)
     if page_size is not None:
         return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B)
-    if launcher.endswith("_bwd"):
+    if "_bwd" in launcher:  # attn_*_bwd and attn_fa3_bwd_deterministic
         # forward through FA2 first (for O and LSE), then the backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
         cuda_lib.call("attn_fa2_fwd", p)

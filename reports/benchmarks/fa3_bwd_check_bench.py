@@ -36,11 +36,11 @@ from attention_conformance.oracles import attention_backward
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info
 
 __all__ = ["CASES", "DET_CASES", "DQ_ENV", "OVERLAP_DEFAULT_D", "OVERLAP_ENV", "bench_rows", "check_case",
-           "determinism_case", "main", "markdown", "overlap_build", "tma_dq_build"]
+           "determinism_case", "main", "markdown", "overlap_build", "atomic_dq_build"]
 
 BF, HF = torch.bfloat16, torch.float16
 OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
-DQ_ENV = "ATTN_FA3_BWD_DQ"  # "tma": dQ through shared memory and TMA reduce-add (kTmaDq builds)
+DQ_ENV = "ATTN_FA3_BWD_DQ"  # "atomic": dQ by fp32 atomics from the consumers (the default is the TMA reduce-add)
 #: the default build overlaps the GEMMs with the element-wise work at this head dim only (kernels/cuda/fa3_bwd.cu)
 OVERLAP_DEFAULT_D = 64
 CASES = [
@@ -141,10 +141,11 @@ def overlap_build(overlap: bool | None):
 
 
 @contextlib.contextmanager
-def tma_dq_build():
-    """Within the block both FA3 backward launchers add dQ through TMA reduce-add (``ATTN_FA3_BWD_DQ=tma``)."""
+def atomic_dq_build():
+    """Within the block both FA3 backward launchers add dQ with fp32 atomics from the consumers
+    (``ATTN_FA3_BWD_DQ=atomic``; the default build adds it through shared memory and a TMA reduce-add)."""
     old = os.environ.get(DQ_ENV)
-    os.environ[DQ_ENV] = "tma"
+    os.environ[DQ_ENV] = "atomic"
     try:
         yield
     finally:
@@ -154,19 +155,19 @@ def tma_dq_build():
 
 
 def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None,
-               tma_dq: bool = False) -> dict:
+               atomic_dq: bool = False) -> dict:
     """Errors of ``launcher`` (``overlap``: `overlap_build`) and of attn_fa2_bwd against the FP64 oracle on one
     case; ``ok`` and ``problems``."""
     t = _inputs(spec, seed)
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     ref = _oracle(spec, t)
-    with overlap_build(overlap), (tma_dq_build() if tma_dq else contextlib.nullcontext()):
+    with overlap_build(overlap), (atomic_dq_build() if atomic_dq else contextlib.nullcontext()):
         ours = cuda_bwd_lib.backward(launcher, t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     fa2 = cuda_bwd_lib.backward("attn_fa2_bwd", t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     torch.cuda.synchronize()
     label = launcher if overlap is None else f"{launcher}[overlap={int(overlap)}]"
-    label += "[tma_dq]" if tma_dq else ""
+    label += "[atomic_dq]" if atomic_dq else ""
     res: dict = {"case": _name(spec), "launcher": label, "problems": []}
     for name, x, y, r in zip(("dq", "dk", "dv"), ours, fa2, ref):
         e, e2 = _err(x, r), _err(y, r)
@@ -187,21 +188,21 @@ def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overla
     return res
 
 
-def determinism_case(spec: dict, seed: int = 0, tma_dq: bool = False) -> dict:
+def determinism_case(spec: dict, seed: int = 0, atomic_dq: bool = False) -> dict:
     """Two runs of attn_fa3_bwd_deterministic on the same inputs: ``identical`` (every bit of dq, dk, dv), and
     the largest difference to attn_fa3_bwd (atomics in any order)."""
     t = _inputs(spec, seed)
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     args = (t["q"], t["k"], t["v"], o, lse, t["dout"])
-    with tma_dq_build() if tma_dq else contextlib.nullcontext():
+    with atomic_dq_build() if atomic_dq else contextlib.nullcontext():
         a = cuda_bwd_lib.backward("attn_fa3_bwd_deterministic", *args, **kw)
         b = cuda_bwd_lib.backward("attn_fa3_bwd_deterministic", *args, **kw)
         c = cuda_bwd_lib.backward("attn_fa3_bwd", *args, **kw)
     torch.cuda.synchronize()
     same = all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(a, b))
     diff = max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, c))
-    return {"case": _name(spec) + (" [tma_dq]" if tma_dq else ""), "identical": same, "max_diff_vs_atomic": diff}
+    return {"case": _name(spec) + (" [atomic_dq]" if atomic_dq else ""), "identical": same, "max_diff_vs_atomic": diff}
 
 
 def _calls(*pairs: tuple):
@@ -228,6 +229,24 @@ def _sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
     return f, _grad_fn(out, leaves, dout)
 
 
+def _fa4_fwd_bwd(q, k, v, dout, causal: bool):
+    """flash-attn-4's forward + backward through autograd on [B, H, N, d] inputs (its [B, N, H, d] views), or
+    None when ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except Exception:
+        return None
+    leaves = tuple(x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
+    g = dout.transpose(1, 2).contiguous()
+
+    def f():
+        out = flash_attn_func(*leaves, causal=causal)
+        out = out[0] if isinstance(out, tuple) else out
+        return torch.autograd.grad(out, leaves, g)
+
+    return f
+
+
 def bench_rows(shapes, rounds: int = 3) -> list[dict]:
     """One row per (B, H, N, d, causal): backward-only and forward+backward TFLOPs/s of every candidate."""
     from torch.nn.attention import SDPBackend
@@ -251,20 +270,24 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
         cu_fwd, cu_bwd = _sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
         other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
 
-        def fa3_other(pb3=pb3, other=other):
-            with overlap_build(other):
+        def fa3_other(pb3=pb3, other=other):  # the overlap switch applies to the atomics build
+            with overlap_build(other), atomic_dq_build():
                 cuda_lib.call("attn_fa3_bwd", pb3)
 
-        def fa3_tma(pb3=pb3, name="attn_fa3_bwd"):
-            with tma_dq_build():
+        def fa3_atomic(pb3=pb3, name="attn_fa3_bwd"):
+            with atomic_dq_build():
                 cuda_lib.call(name, pb3)
 
         bwd = [("fa3", _calls(("attn_fa3_bwd", pb3))), ("fa3_det", _calls(("attn_fa3_bwd_deterministic", pb3))),
-               ("fa3_tma", fa3_tma), ("fa3_tma_det", lambda pb3=pb3: fa3_tma(pb3, "attn_fa3_bwd_deterministic")),
+               ("fa3_atomic", fa3_atomic),
+               ("fa3_atomic_det", lambda pb3=pb3: fa3_atomic(pb3, "attn_fa3_bwd_deterministic")),
                ("fa3_other", fa3_other),
                ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
         both = [("fa3", _calls(("attn_fa3_fwd", pf3), ("attn_fa3_bwd", pb3))),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
+        fa4 = _fa4_fwd_bwd(q, k, v, dout, causal)
+        if fa4 is not None:
+            both.append(("fa4", fa4))
         rb: dict = {}
         time_round_robin(rb, bwd, 2.5 * fwd_flops, rounds)
         rf: dict = {}
@@ -301,11 +324,13 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
     if rows:
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
-                "FA3 other: the build with (d = 128) / without (d = 64) the GEMM / element-wise overlap.", "",
-                "FA3 tma / tma det: dQ through TMA reduce-add (ATTN_FA3_BWD_DQ=tma).", "",
-                "| shape | causal | bwd FA3 | FA3 det | FA3 other | FA3 tma | FA3 tma det | FA2 | flash | cuDNN | "
-                "fwd+bwd FA3 | FA2 | flash | cuDNN | FA3/flash bwd | FA3/cuDNN bwd |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
+                "(ATTN_FA3_BWD_DQ=atomic); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
+                "element-wise overlap.", "",
+                "| shape | causal | bwd FA3 | FA3 det | FA3 other | FA3 atomic | FA3 atomic det | FA2 | flash | "
+                "cuDNN | "
+                "fwd+bwd FA3 | FA2 | flash | cuDNN | FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -313,13 +338,15 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
         for r in rows:
             rf = r.get("bwd_flash_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             rc = r.get("bwd_cudnn_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
+            r4 = r.get("fwdbwd_fa4_ms", math.nan) / r.get("fwdbwd_fa3_ms", math.nan)
             out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
                        f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_other_tflops')} | "
-                       f"{g(r, 'bwd_fa3_tma_tflops')} | "
-                       f"{g(r, 'bwd_fa3_tma_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
+                       f"{g(r, 'bwd_fa3_atomic_tflops')} | "
+                       f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
                        f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa2_tflops')} | "
-                       f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {rf:.2f} | {rc:.2f} |")
+                       f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
+                       f"{rf:.2f} | {rc:.2f} | {r4:.2f} |")
     return "\n".join(out) + "\n"
 
 
@@ -332,12 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else CASES):
-        for launcher, overlap, tma in (("attn_fa3_bwd", None, False), ("attn_fa3_bwd_deterministic", None, False),
-                                       ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D, False),
-                                       ("attn_fa3_bwd", None, True), ("attn_fa3_bwd_deterministic", None, True)):
-            checks.append(check_case(spec, launcher, seed=i, overlap=overlap, tma_dq=tma))
+        for launcher, overlap, atomic in (("attn_fa3_bwd", None, False), ("attn_fa3_bwd_deterministic", None, False),
+                                          ("attn_fa3_bwd", None, True), ("attn_fa3_bwd_deterministic", None, True),
+                                          ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D, True)):
+            checks.append(check_case(spec, launcher, seed=i, overlap=overlap, atomic_dq=atomic))
             print(checks[-1], flush=True)
-    dets = [] if args.no_check else [determinism_case(s, seed=i, tma_dq=tma) for tma in (False, True)
+    dets = [] if args.no_check else [determinism_case(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
                                      for i, s in enumerate(DET_CASES)]
     print(dets, flush=True)
     rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in (64, 128) for c in (False, True)])

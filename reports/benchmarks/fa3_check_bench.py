@@ -115,7 +115,7 @@ def fa4_fn(q, k, v, causal):
     return f
 
 
-ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile")  # builds that exist for every head dim
+ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale")  # builds that exist for every head dim
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
     ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
     ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
-    ap.add_argument("--variants", default=",".join(cuda_lib.FA3_VARIANTS),
+    ap.add_argument("--variants", default=",".join(cuda_lib.FA3_EXACT_VARIANTS),
                     help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
     args = ap.parse_args(argv)
     out = Path(args.out)

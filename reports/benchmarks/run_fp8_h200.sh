@@ -22,10 +22,13 @@ python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.versio
 timeout "${SMOKE_S:-25}" python3 -c "
 from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import check_fp8_case
 r = check_fp8_case(B=1, Hq=2, Hkv=1, Lq=130, Lk=260, d=128, granularity='per_tensor')
-print('smoke', r['ok'], r['problems'], r.get('rel_err_vs_reference'))"
-rc=$?; echo "smoke rc=$rc"; [ $rc -eq 0 ] || { echo "smoke case failed or hung: stopping"; exit 1; }
+print('smoke', r['ok'], r['problems'], r.get('rel_err_vs_reference'))
+raise SystemExit(0 if r['ok'] else 3)"
+rc=$?; echo "smoke rc=$rc"; [ $rc -eq 0 ] || [ $rc -eq 3 ] || { echo "smoke case hung or crashed: stopping"; exit 1; }
 timeout "${CHECK_S:-60}" python3 -m attention_conformance.reports.benchmarks.fa3_fp8_check_bench --check --out "$R/check" 2>&1 | tail -20
 echo "check rc=${PIPESTATUS[0]}"
+# A wrong smoke result: the check's diagnostics are what the next build needs; the rest would only repeat them.
+[ $rc -eq 0 ] || { cp "$R/check/fa3_fp8.json" "$OUT/check.json" 2>/dev/null; echo "smoke case wrong: stopping after the check"; exit 1; }
 timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_cuda_fa3_fp8_device.py \
     tests/kernels/test_cuda_fp8_params.py tests/conformance/test_cuda_fa3_fp8_adapter.py > "$R/pytest.txt" 2>&1
 echo "pytest rc=$?"; tail -3 "$R/pytest.txt"
@@ -46,6 +49,6 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         --out "$R/bench" 2>&1 | tail -8
     echo "bench rc=${PIPESTATUS[0]}"
 fi
-cp "$R/check/fa3_fp8.md" "$OUT/check.md" 2>/dev/null; cp "$R/bench/fa3_fp8.md" "$OUT/bench.md" 2>/dev/null
+# Three files come back (the device returns at most eight per call): the two JSON results and everything in one tarball.
 cp "$R/bench/fa3_fp8.json" "$OUT/bench.json" 2>/dev/null; cp "$R/check/fa3_fp8.json" "$OUT/check.json" 2>/dev/null
 tar czf "$OUT/all.tgz" -C "$OUT" r && rm -rf "$R"

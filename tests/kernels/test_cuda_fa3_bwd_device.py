@@ -59,27 +59,27 @@ def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
     from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import OVERLAP_DEFAULT_D, check_case
 
     spec = _cases()[index]
-    res = check_case(spec, "attn_fa3_bwd", seed=100 + index, overlap=spec["d"] != OVERLAP_DEFAULT_D)
+    res = check_case(spec, "attn_fa3_bwd", seed=100 + index, overlap=spec["d"] != OVERLAP_DEFAULT_D, atomic_dq=True)
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(12))
-def test_fa3_bwd_tma_dq_build_matches_fp64_oracle(index, launcher):
+def test_fa3_bwd_atomic_dq_build_matches_fp64_oracle(index, launcher):
     _lib()
     from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import check_case
 
-    res = check_case(_cases()[index], launcher, seed=200 + index, tma_dq=True)
+    res = check_case(_cases()[index], launcher, seed=200 + index, atomic_dq=True)
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("tma_dq", [False, True])
+@pytest.mark.parametrize("atomic_dq", [False, True])
 @pytest.mark.parametrize("index", range(2))
-def test_fa3_bwd_deterministic_is_bit_identical(index, tma_dq):
+def test_fa3_bwd_deterministic_is_bit_identical(index, atomic_dq):
     _lib()
     from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import DET_CASES, determinism_case
 
-    res = determinism_case(DET_CASES[index], seed=index, tma_dq=tma_dq)
+    res = determinism_case(DET_CASES[index], seed=index, atomic_dq=atomic_dq)
     assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
     assert res["max_diff_vs_atomic"] < 0.05, res
 

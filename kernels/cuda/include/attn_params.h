@@ -202,6 +202,13 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
     ATTN_FA3_D64_TWO_WG = 8,   // head_dim 64 only: two consumer warpgroups and key tiles of 192 instead of
                                // three warpgroups (192 query rows) and key tiles of 128
     ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
+    ATTN_FA3_SKIP_RESCALE = 10,     // any head dim: O *= corr skipped in a warp whose row maxima all stayed (exact)
+    // Timing probes (bf16 / fp16, d = 128): wrong results by design, each leaves one stage out of the loop.
+    ATTN_FA3_PROBE_NO_EXP = 11,      // softmax without ex2 (p = the exponent)
+    ATTN_FA3_PROBE_NO_PV = 12,       // no O += P V wgmma
+    ATTN_FA3_PROBE_NO_SOFTMAX = 13,  // no max, exp, sum or rescale: P = S
+    ATTN_FA3_Q_IN_REGS = 14,         // Q in registers, S = Q K^T as an RS wgmma (only K read from shared memory)
+    ATTN_FA3_Q_IN_REGS_N176 = 15,    // the same with key tiles of 176
 };
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64 and 128, bf16 output;

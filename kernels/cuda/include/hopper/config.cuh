@@ -9,6 +9,10 @@
 // kPingpong: the consumer warpgroups take turns issuing their GEMMs (named barriers), so one
 //      warpgroup's softmax runs while the other's GEMMs use the tensor cores.
 // kPersistent: gridDim.x = #SMs CTAs loop over work tiles taken from a global counter (scheduler.cuh).
+// kSkipRescale: a warp skips O *= corr when every corr of its rows is 1 (the row maxima did not move): exact.
+// kProbe: timing probes that leave one stage out (wrong results, never a default; kProbe* below).
+// kQRegs: Q is read from shared memory into registers once per tile (ldmatrix) and S = Q K^T runs as an RS
+//      wgmma, so the tensor cores fetch only K from shared memory (d = 128: 32 more registers per thread).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,13 +21,18 @@
 namespace attn::hopper {
 
 template <int D, typename Elem_, int kConsumerWGs_, bool kWS_, bool kOverlap_, bool kPingpong_, bool kPersistent_,
-          bool kPrescale_, int kBlockN_ = (D == 256 ? 64 : 128), int kStages_ = 0>
+          bool kPrescale_, int kBlockN_ = (D == 256 ? 64 : 128), int kStages_ = 0, bool kSkipRescale_ = false,
+          int kProbe_ = 0, bool kQRegs_ = false>
 struct Fa3Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
     static constexpr int kConsumerWGs = kConsumerWGs_;
     static constexpr bool kWS = kWS_, kOverlap = kOverlap_, kPingpong = kPingpong_, kPersistent = kPersistent_;
     static constexpr bool kPrescale = kPrescale_;
+    static constexpr bool kSkipRescale = kSkipRescale_;
+    static constexpr int kProbe = kProbe_;
+    static constexpr bool kQRegs = kQRegs_;
+    static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
     static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");
     static_assert(!kPingpong || kConsumerWGs >= 2, "pingpong needs two or more consumer warpgroups");
@@ -63,6 +72,10 @@ struct Fa3Config {
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
     static constexpr int kBarConsumers = 7;
 };
+
+// Timing probes (kProbe): each leaves one stage of the consumer's loop out, so a run's time difference to the
+// full build is what that stage costs on the critical path.
+enum Fa3Probe { kProbeNone = 0, kProbeNoExp = 1, kProbeNoPV = 2, kProbeNoSoftmax = 3 };
 
 template <int S>
 struct PipeState {

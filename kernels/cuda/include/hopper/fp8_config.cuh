@@ -17,11 +17,20 @@
 
 namespace attn::hopper {
 
-template <int D, typename Format_>
+// Timing probes of the FP8 kernel (wrong results by design; ATTN_FA3_FP8_VARIANT in fa3_fp8_fwd.cu): each leaves
+// one stage out, so a run's time difference to the full build is what that stage costs.
+enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2, kFp8ProbeNoPV = 3 };
+
+// kQRegs: Q read into registers once per tile (ldmatrix) and S = Q K^T as an RS wgmma (d = 128): the tensor cores
+// then fetch only K from shared memory.
+template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = false>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
     static constexpr int kHeadDim = D;
+    static constexpr int kProbe = kProbe_;
+    static constexpr bool kQRegs = kQRegs_;
+    static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128, "FP8 head dims 64, 128");
     static constexpr int kConsumerWGs = 2;
     static constexpr bool kPersistent = false;

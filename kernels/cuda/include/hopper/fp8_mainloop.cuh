@@ -129,7 +129,8 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
         mbar_wait(sm.full_vraw(ps.stage), ps.phase);
         mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
         const int valid = pl.mask.lk - n * C::kBlockN;
-        transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+        if constexpr (C::kProbe != kFp8ProbeNoTranspose)
+            transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
         mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
         fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
         mbar_arrive(sm.full_v(ps.stage));
@@ -154,21 +155,39 @@ struct Fp8Consumer {
     __device__ __forceinline__ void turn_wait() { named_sync(C::kBarTurn + cw, 256); }
     __device__ __forceinline__ void turn_pass() { named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256); }
 
-    // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major.
+    // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ldmatrix.x4 on the 128-byte
+    // swizzled rows, codes viewed as b16 pairs: matrix i is rows 8 (i & 1).., 16-byte chunk i >> 1 of the k32 step).
+    uint32_t qf[C::kQRegs ? D / 32 : 1][4];
+    __device__ __forceinline__ void load_q_frags() {
+        if constexpr (C::kQRegs) {
+            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;
+            const uint32_t base = smem_addr(sm.q()) + r * 128;
+#pragma unroll
+            for (int ks = 0; ks < D / 32; ++ks)
+                ldmatrix_x4_a(qf[ks], base + (((2 * ks + lane / 16) ^ (r % 8)) << 4));
+        }
+    }
+    // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
         const uint32_t qa = smem_addr(sm.q()) + cw * 64 * C::kRowBytes, ka = smem_addr(sm.k(stage));
 #pragma unroll
         for (int ks = 0; ks < D / 32; ++ks) {
             const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
-            const uint64_t da = swizzled_desc(qa + cb * (C::kBlockM * C::kRowBytes) + kk * 32, 16, C::kAtomBytes,
-                                              C::kSwizzleLayout);
             const uint64_t db = swizzled_desc(ka + cb * (BN * C::kRowBytes) + kk * 32, 16, C::kAtomBytes,
                                               C::kSwizzleLayout);
-            wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+            if constexpr (C::kQRegs) {
+                wgmma_rs(Wgmma8<Format, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
+            } else {
+                const uint64_t da = swizzled_desc(qa + cb * (C::kBlockM * C::kRowBytes) + kk * 32, 16,
+                                                  C::kAtomBytes, C::kSwizzleLayout);
+                wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+            }
         }
     }
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, 128-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
+        if constexpr (C::kProbe == kFp8ProbeNoPV) return;
         const uint32_t va = smem_addr(sm.vt(stage));
 #pragma unroll
         for (int ks = 0; ks < BN / 32; ++ks) wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], swizzled_desc(va + ks * 32, 16, 1024, 1), 1);
@@ -203,6 +222,7 @@ struct Fp8Consumer {
         const int hkv = w.h / (P.base.p.heads_q / P.base.p.heads_kv);
         const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, w.m_block);
         mbar_wait(sm.full_q(), 0);
+        load_q_frags();
 
         float o[D / 2];
 #pragma unroll
@@ -226,7 +246,7 @@ struct Fp8Consumer {
         release(sm.empty_k(ck.stage));
         ck.advance();
         score_mod(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n));
-        smx.online<8>(s, 1.f, corr);
+        smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, 1.f, corr);
         p_to_fp8_frags<Format, BN>(pa, s);
         for (int x = 1; x < nt; ++x) {
             n = pl.n_lo + x;
@@ -248,7 +268,7 @@ struct Fp8Consumer {
             release(sm.empty_k(ck.stage));
             ck.advance();
             score_mod(s, pl, row0, n, fk);
-            smx.online<8>(s, 1.f, corr);
+            smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, 1.f, corr);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pa);

@@ -151,19 +151,39 @@ struct Consumer {
         if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
     }
 
-    // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled.
+    // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ldmatrix.x4 from
+    // the 128-byte-swizzled tile: matrix i of a 16 x 16 block is rows 8 (i & 1).., 16-byte chunk i >> 1).
+    uint32_t qf[C::kQRegs ? D / 16 : 1][4];
+    __device__ __forceinline__ void load_q_frags() {
+        if constexpr (C::kQRegs) {
+            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;  // row within the Q tile
+            const uint32_t base = smem_addr(sm.q(cq.stage)) + r * 128;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                const int chunk = 2 * (ks % 4) + lane / 16;
+                ldmatrix_x4_a(qf[ks], base + (ks / 4) * (C::kBlockM * 128) + ((chunk ^ (r % 8)) << 4));
+            }
+        }
+    }
+    // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
         const uint32_t qa = smem_addr(sm.q(cq.stage)) + cw * 64 * 128, ka = smem_addr(sm.k(stage));
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
             const int cb = ks / 4, kk = ks % 4;
-            const uint64_t da = sw128_desc(qa + cb * (C::kBlockM * 128) + kk * 32, 16, 1024);
             const uint64_t db = sw128_desc(ka + cb * (BN * 128) + kk * 32, 16, 1024);
-            wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+            if constexpr (C::kQRegs) {
+                wgmma_rs<0>(Wgmma<Elem, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
+            } else {
+                const uint64_t da = sw128_desc(qa + cb * (C::kBlockM * 128) + kk * 32, 16, 1024);
+                wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
+            }
         }
     }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        if constexpr (C::kProbe == kProbeNoPV) return;
         const uint32_t va = smem_addr(sm.v(stage));
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ++ks)
@@ -191,6 +211,23 @@ struct Consumer {
                 if (!pl.mask.visible(i, j)) s[e] = -INFINITY;
             }
         }
+    }
+
+    // The online softmax (softmax.cuh), or what a timing probe leaves of it.
+    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
+        if constexpr (C::kProbe == kProbeNoSoftmax) {
+            corr[0] = corr[1] = 1.f;
+        } else {
+            smx.online<0, C::kProbe == kProbeNoExp>(s, sl2, corr);
+        }
+    }
+    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly).
+    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+        if constexpr (C::kProbe == kProbeNoSoftmax) return;
+        if constexpr (C::kSkipRescale) {
+            if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
+        }
+        RowSoftmax::rescale(o, corr);
     }
 
     static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
@@ -237,6 +274,7 @@ struct Consumer {
         };
         zero_v_tail(pl);
         mbar_wait(sm.full_q(cq.stage), cq.phase);
+        load_q_frags();
 
         const float sl2 = C::kPrescale ? 1.f : P.p.scale * kLog2e;
         float o[D / 2];
@@ -262,7 +300,7 @@ struct Consumer {
         refill(false, 0);
         ck.advance();
         score_mod(s, pl, row0, n);
-        smx.online(s, sl2, corr);
+        softmax(smx, s, sl2, corr);
         to_a_frags(pa, s);
         if constexpr (!C::kOverlap) {
             // O += P V(first) now; the overlapped loop does it together with the next S.
@@ -298,14 +336,14 @@ struct Consumer {
                 refill(false, x);
                 ck.advance();
                 score_mod(s, pl, row0, n);
-                smx.online(s, sl2, corr);
+                softmax(smx, s, sl2, corr);
                 wgmma_wait<0>();
                 fence_regs(o);
                 fence_regs(pa);
                 release(sm.empty_v(cv.stage));
                 refill(true, x - 1);
                 cv.advance();
-                RowSoftmax::rescale(o, corr);
+                rescale(o, corr);
                 to_a_frags(pa, s);
             } else {
                 turn_wait();
@@ -320,8 +358,8 @@ struct Consumer {
                 refill(false, x);
                 ck.advance();
                 score_mod(s, pl, row0, n);
-                smx.online(s, sl2, corr);
-                RowSoftmax::rescale(o, corr);
+                softmax(smx, s, sl2, corr);
+                rescale(o, corr);
                 to_a_frags(pa, s);
                 turn_wait();
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
