@@ -79,9 +79,10 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
              f" / {_e(rep.get('device'))}</title><style>{_STYLE}</style></head><body>",
              f"<h1>Conformance report (profile <code>{_e(rep.get('profile'))}</code>, device "
              f"<code>{_e(rep.get('device'))}</code>)</h1>"]
-    if rep.get("partial"):
-        done = rep["summary"].get("cases")
-        parts.append(f"<p><b>Partial report</b>: {done} of {rep.get('cases_planned')} cases.</p>")
+    from attention_conformance.report import partial_text  # report.py imports this module
+
+    if (why := partial_text(rep)) is not None:
+        parts.append(f"<p><b>Partial report</b>: {_e(why)}</p>")
     parts += [f"<p class='note'><b>Note</b>: {_e(n)}</p>" for n in rep.get("notes", [])]
     parts.append(
         "<ul>"

@@ -72,16 +72,18 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
     return ATTN_OK;
 }
 
-// ATTN_FA3_FP8_VARIANT (e4m3, d = 128; fp8_config.cuh): q_in_regs (Q in registers, an RS wgmma for S), or a timing
-// probe build that leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv.
-constexpr int kVariantQRegs = 100;
+// ATTN_FA3_FP8_VARIANT (e4m3, d = 128; fp8_config.cuh), each changing one thing of the default build: smem_q (S = Q K^T
+// with Q read from shared memory, an SS wgmma), narrow_transpose (the 4 x 4-byte V transpose), or a timing probe that
+// leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv.
+constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101;
 int variant_from_env() {
     const char* e = getenv("ATTN_FA3_FP8_VARIANT");
     if (e == nullptr || e[0] == 0) return kFp8ProbeNone;
     if (strcmp(e, "no_transpose") == 0) return kFp8ProbeNoTranspose;
     if (strcmp(e, "no_exp") == 0) return kFp8ProbeNoExp;
     if (strcmp(e, "no_pv") == 0) return kFp8ProbeNoPV;
-    if (strcmp(e, "q_in_regs") == 0) return kVariantQRegs;
+    if (strcmp(e, "smem_q") == 0) return kVariantSmemQ;
+    if (strcmp(e, "narrow_transpose") == 0) return kVariantNarrowT;
     return -1;
 }
 
@@ -91,11 +93,13 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
         const int v = variant_from_env();
         if (v < 0)
             return attn::fail(err, errlen, ATTN_ERR_INVALID,
-                              "%s: ATTN_FA3_FP8_VARIANT=%s: q_in_regs, no_transpose, no_exp or no_pv (or unset)",
-                              kName, getenv("ATTN_FA3_FP8_VARIANT"));
+                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_transpose, no_exp or no_pv "
+                              "(or unset)", kName, getenv("ATTN_FA3_FP8_VARIANT"));
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: the variant builds are for head_dim 128", kName);
-        if (v == kVariantQRegs) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true>>(p, s, err, errlen);
+        if (v == kVariantSmemQ) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, false>>(p, s, err, errlen);
+        if (v == kVariantNarrowT)
+            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, true>>(p, s, err, errlen);
         if (v == kFp8ProbeNoTranspose) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoTranspose>>(p, s, err, errlen);
         if (v == kFp8ProbeNoExp) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoExp>>(p, s, err, errlen);
         if (v == kFp8ProbeNoPV) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoPV>>(p, s, err, errlen);

@@ -79,7 +79,8 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     return ATTN_OK;
 }
 
-// The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, two consumer
+// The default build per head dim (the fastest measured, NOTES_FA3.md; d = 128: Q in registers, config.cuh kQRegs):
+// producer warpgroup, two consumer
 // warpgroups, pingpong, intra-warpgroup overlap, one CTA per work tile (the persistent loop measured 2-4%
 // slower); d = 64: three consumer warpgroups (192 query rows), key tiles of 128; d = 128: key tiles of 128
 // (176 measured the same within the run-to-run spread); d = 256: key tiles of 80; a K/V ring as deep as
@@ -89,7 +90,7 @@ constexpr int kDefaultN = D == 64 ? 128 : (D == 128 ? 128 : 80);
 template <int D>
 constexpr int kDefaultWGs = D == 64 ? 3 : 2;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
-          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone, bool kQRegs = false>
+          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone, bool kQRegs = (D == 128 && kN == 128)>
 using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages, kSkipRescale, kProbe, kQRegs>;
 
 template <int D, typename E>
@@ -122,10 +123,8 @@ int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms,
             return launch<Default<128, E, false, false, 176>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGES2:
             return launch<Default<128, E, false, false, 128, 2>>(p, s, sms, err, errlen);
-        case ATTN_FA3_Q_IN_REGS:
-            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNone, true>>(p, s, sms, err, errlen);
-        case ATTN_FA3_Q_IN_REGS_N176:
-            return launch<Default<128, E, false, false, 176, 0, 2, false, kProbeNone, true>>(p, s, sms, err, errlen);
+        case ATTN_FA3_SMEM_Q:
+            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNone, false>>(p, s, sms, err, errlen);
         case ATTN_FA3_PROBE_NO_EXP:
             return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoExp>>(p, s, sms, err, errlen);
         case ATTN_FA3_PROBE_NO_PV:
@@ -135,7 +134,7 @@ int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms,
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
-                              ATTN_FA3_Q_IN_REGS_N176);
+                              ATTN_FA3_SMEM_Q);
     }
 }
 

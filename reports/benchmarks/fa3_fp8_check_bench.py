@@ -195,9 +195,9 @@ def scaled_mm_row(n: int = 8192) -> dict:
     return dict(kind="scaled_mm", n=n, ms=ms, tflops=2 * n**3 / ms / 1e9)
 
 
-#: FP8 builds beside the default (ATTN_FA3_FP8_VARIANT, kernels/cuda/fa3_fp8_fwd.cu; e4m3, d = 128): q_in_regs, and
-#: the timing probes (each leaves one stage out: wrong results by design)
-VARIANTS = ("q_in_regs",)
+#: FP8 builds beside the default (ATTN_FA3_FP8_VARIANT, kernels/cuda/fa3_fp8_fwd.cu; e4m3, d = 128), each changing one
+#: thing of it, and the timing probes (each leaves one stage out: wrong results by design)
+VARIANTS = ("smem_q", "narrow_transpose")
 PROBES = ("no_transpose", "no_exp", "no_pv")
 
 

@@ -13,6 +13,8 @@
 #   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases
 #   conf     the gpu profile through $CONF_IMPLS (default cuda-fa3 cuda-fa3-fp8), the cases matching $CONF_K if set
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
+# VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
+# fwd and bwd steps time it beside ours; FWD_CURVES=1 adds the curves over N to the fwd step.
 # Everything lands in $OUT/<step>/ and is packed into $OUT/<step>.tgz (the device returns at most eight files);
 # nvidia-smi samples clocks and power every 200 ms into $OUT/smi.csv while the steps run.
 set -u
@@ -26,6 +28,11 @@ export ATTN_KERNELS_LIB=$PWD/build/kernels/libattn_kernels.so ATTN_KERNELS_NO_BU
 [ -f "$ATTN_KERNELS_LIB" ] || { echo "no library at $ATTN_KERNELS_LIB"; exit 2; }
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.txt" 2>&1 || { echo "pip install failed"; tail -5 "$OUT/pip.txt"; }
 rm -f "$OUT/pip.txt"
+if [ -n "${VENDOR_INSTALL:-}" ]; then
+    bash "${VENDOR:-.vendor}/install.sh" || echo "flash-attn-4 install failed: it is left out of the tables"
+    export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
+fi
 date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv,noheader -lms 200 \
     > "$OUT/smi.csv" 2>/dev/null &
@@ -63,7 +70,7 @@ for step in ${STEPS:-fp8 fwd}; do
     fwd)
         V=${FWD_VARIANTS:-skip_rescale}
         timeout "${FWD_S:-200}" python3 -m $M.fa3_check_bench --out "$D" --variants "$V" --bench-variants "$V" \
-            --ablation > "$D/fwd.txt" 2>&1
+            --ablation ${FWD_CURVES:+--curves} > "$D/fwd.txt" 2>&1
         echo "fwd rc=$?"; grep -E "correctness|FAIL" "$D/fwd.txt" | head -12; sed -n '/^| B, H, N, d | causal | FA3/,$p' "$D/fwd.txt" ;;
     bwd)
         timeout "${BWD_TEST_S:-100}" python3 -m pytest -q -p no:cacheprovider --timeout 60 \

@@ -69,6 +69,12 @@ def test_a_later_report_replaces_earlier_results_and_a_missing_adapter_case_is_p
         assert by_key[(r["case_id"], r["spec"])]["seconds"] == r["seconds"]
     _, only_rerun = _merge(tmp_path, "r_plus_b", prerun, pb)
     assert only_rerun["partial"] and only_rerun["missing_results"]["reference-fa2"] > 0
+    # the report says which adapter lacks how many results, not that a run stopped
+    from attention_conformance.report import partial_text
+
+    why = partial_text(only_rerun)
+    assert f"reference-fa2 {only_rerun['missing_results']['reference-fa2']}" in why and "lack results" in why
+    assert "lack results" in (tmp_path / "r_plus_b" / "report.md").read_text()
 
 
 def test_reexpect_applies_an_expectations_file_written_after_the_run(runs, tmp_path):

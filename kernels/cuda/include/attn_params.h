@@ -207,8 +207,7 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
     ATTN_FA3_PROBE_NO_EXP = 11,      // softmax without ex2 (p = the exponent)
     ATTN_FA3_PROBE_NO_PV = 12,       // no O += P V wgmma
     ATTN_FA3_PROBE_NO_SOFTMAX = 13,  // no max, exp, sum or rescale: P = S
-    ATTN_FA3_Q_IN_REGS = 14,         // Q in registers, S = Q K^T as an RS wgmma (only K read from shared memory)
-    ATTN_FA3_Q_IN_REGS_N176 = 15,    // the same with key tiles of 176
+    ATTN_FA3_SMEM_Q = 14,            // S = Q K^T with Q read from shared memory (SS wgmma) instead of registers
 };
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64 and 128, bf16 output;

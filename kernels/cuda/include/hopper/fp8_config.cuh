@@ -22,14 +22,16 @@ namespace attn::hopper {
 enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2, kFp8ProbeNoPV = 3 };
 
 // kQRegs: Q read into registers once per tile (ldmatrix) and S = Q K^T as an RS wgmma (d = 128): the tensor cores
-// then fetch only K from shared memory.
-template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = false>
+// then fetch only K from shared memory. kNarrowT: the 4 x 4-byte V transpose (fp8_layout.cuh transpose_v) at
+// d = 128 too, instead of the 8 x 8-byte one. The defaults are the builds measured fastest (NOTES_FA3_FP8.md).
+template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
     static constexpr int kHeadDim = D;
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
+    static constexpr bool kWideTranspose = D == 128 && !kNarrowT_;
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128, "FP8 head dims 64, 128");
     static constexpr int kConsumerWGs = 2;
@@ -58,9 +60,10 @@ struct Fa3Fp8Config {
     static constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
     // setmaxnreg moves registers inside the CTA: what the producer warpgroup gives back (128 x (168 - P)) must
     // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
-    // forever. The transposing warps get 40 (24 would spill their loop state), the consumers 232.
-    static constexpr int kProducerRegs = 40;
-    static constexpr int kConsumerRegs = 232;
+    // forever. The transposing warps get 56 (the 8 x 8 transpose holds 16 words of one block and 8 of its output), the
+    // consumers 224.
+    static constexpr int kProducerRegs = 56;
+    static constexpr int kConsumerRegs = 224;
     static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");
 
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..2)

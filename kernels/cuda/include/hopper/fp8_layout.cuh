@@ -76,6 +76,56 @@ __device__ __forceinline__ void transpose_v(uint32_t raw, uint32_t vt, int valid
     }
 }
 
+__device__ __forceinline__ void lds64(uint32_t addr, uint32_t& lo, uint32_t& hi) {
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(lo), "=r"(hi) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void sts64(uint32_t addr, uint32_t lo, uint32_t hi) {
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
+}
+// The columns of a 4 x 4 byte block (rows a, b, c, d: one word each) as four words: out[i] = byte i of a, b, c, d.
+__device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t (&out)[4]) {
+    const uint32_t t0 = __byte_perm(a, b, 0x5140), t1 = __byte_perm(a, b, 0x7362);
+    const uint32_t t2 = __byte_perm(c, d, 0x5140), t3 = __byte_perm(c, d, 0x7362);
+    out[0] = __byte_perm(t0, t2, 0x5410);
+    out[1] = __byte_perm(t0, t2, 0x7632);
+    out[2] = __byte_perm(t1, t3, 0x5410);
+    out[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// The same transpose for D = 128 in 8 x 8-byte blocks (8 keys x 8 head-dim bytes, 64-bit loads and stores: half the
+// shared-memory instructions of transpose_v). Block (q, G, h): head-dim bytes 8q..8q+7 of the keys that one half
+// (h) of Vt's 16-key group G holds, i.e. 16 G + 4 h + {0, 1, 8, 9, 2, 3, 10, 11} in Vt's byte order. Lane
+// (qh = lane / 16, h = lane / 8 % 2, x = lane % 8) takes q = x + 8 qh, G = x ^ it: per half-warp the 16 loads hit
+// 16 distinct 8-byte slots of a 128-byte row ((q, h) distinct) and so do the 16 stores ((G, h) distinct).
+template <class C>
+__device__ __forceinline__ void transpose_v_wide(uint32_t raw, uint32_t vt, int valid, int tw, int lane) {
+    static_assert(C::kHeadDim == 128 && C::kRowBytes == 128 && C::kBlockN == 128, "the 8 x 8 transpose is for D = 128");
+    const int x = lane & 7, h = (lane >> 3) & 1, q = x + 8 * (lane >> 4);
+#pragma unroll 1
+    for (int it = tw; it < 8; it += C::kTransposeWarps) {
+        const int G = x ^ it, kbase = 16 * G + 4 * h;
+        uint32_t lo[8], hi[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int key = kbase + (j & 1) + 8 * ((j >> 1) & 1) + 2 * (j >> 2);  // {0, 1, 8, 9, 2, 3, 10, 11}
+            if (key < valid) {
+                lds64(raw + key * 128 + ((((q >> 1) ^ (key & 7))) << 4) + ((q & 1) << 3), lo[j], hi[j]);
+            } else {
+                lo[j] = hi[j] = 0u;
+            }
+        }
+        uint32_t w0[4], w1[4];
+        transpose4x4(lo[0], lo[1], lo[2], lo[3], w0);
+        transpose4x4(lo[4], lo[5], lo[6], lo[7], w1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sts64(vt + (8 * q + i) * 128 + ((G ^ i) << 4) + 8 * h, w0[i], w1[i]);
+        transpose4x4(hi[0], hi[1], hi[2], hi[3], w0);
+        transpose4x4(hi[4], hi[5], hi[6], hi[7], w1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sts64(vt + (8 * q + 4 + i) * 128 + ((G ^ (4 + i)) << 4) + 8 * h, w0[i], w1[i]);
+    }
+}
+
 // Four fp32 values -> four FP8 codes in one register (round to nearest even, saturating), lowest byte first.
 template <typename Format>
 __device__ __forceinline__ uint32_t pack_fp8x4(float a, float b, float c, float d);

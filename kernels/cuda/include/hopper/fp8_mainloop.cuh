@@ -129,8 +129,12 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
         mbar_wait(sm.full_vraw(ps.stage), ps.phase);
         mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
         const int valid = pl.mask.lk - n * C::kBlockN;
-        if constexpr (C::kProbe != kFp8ProbeNoTranspose)
+        if constexpr (C::kProbe == kFp8ProbeNoTranspose) {
+        } else if constexpr (C::kWideTranspose) {
+            transpose_v_wide<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+        } else {
             transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+        }
         mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
         fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
         mbar_arrive(sm.full_v(ps.stage));
