@@ -314,6 +314,8 @@ def _fp8(profile: str) -> Iterator[Case]:
                   fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128, incoherent=True, hadamard_seed=4))
         yield _mk("fp8", Lq=200, Lk=333, d=64, dtype="float8_e5m2", window=(40, 8),
                   fp8=FP8Spec("e5m2", "per_tile", tile_q=128, tile_k=128))
+        yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=256, dtype="float8_e4m3fn", causal=True,
+                  alignment="top_left", fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128))
 
 
 def _accumulation(profile: str) -> Iterator[Case]:

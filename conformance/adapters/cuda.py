@@ -374,13 +374,15 @@ class CudaFA3FP8(CudaFA3):
                    "max offset, descales per tensor, per (batch, kv head) or per 128 x 128 tile, bf16 output")
     fwd_launcher = "attn_fa3_fp8_fwd"
     bwd_launcher = None  # a forward kernel (FP8 training backward is not in the contract)
-    # FP8 only (no fp16 / bf16 inputs), head dims 64 and 128 (the instantiations of fa3_fp8_fwd.cu); causal both
+    # FP8 only (no fp16 / bf16 inputs), head dims 64, 128 and 256 (the instantiations of fa3_fp8_fwd.cu); causal both
     # alignments, windows, softcap, GQA, varlen and every dense layout go through the FP16/BF16 kernel's plumbing
     # (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens before the kernel: it gets rotated codes.
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(), head_dims=frozenset({64, 128}),
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(),
+                                       head_dims=frozenset({64, 128, 256}),
                                        fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
                                        fp8_formats=frozenset({"e4m3fn", "e5m2"}))
-    #: per-tile descale blocks the kernel's 128 x 128 tiles can apply (SEMANTICS.md §10)
+    #: per-tile descale blocks the kernel applies (SEMANTICS.md §10): its 128-row query tiles and 128-key blocks
+    #: (one key tile at d = 64 / 128, two of 64 keys at d = 256)
     TILE = 128
 
     def supports(self, case: Case, device: str) -> str | None:

@@ -30,8 +30,8 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
     P.k_descale = fp.k_descale;
     P.v_descale = fp.v_descale;
     P.granularity = fp.granularity;
-    P.q_tiles = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
-    P.k_tiles = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+    P.q_tiles = (p.seqlen_q + C::kDescaleBlock - 1) / C::kDescaleBlock;
+    P.k_tiles = (p.seqlen_k + C::kDescaleBlock - 1) / C::kDescaleBlock;
     constexpr CUtensorMapSwizzle sw = C::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     constexpr CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_UINT8;
     char msg[384] = {0};
@@ -104,8 +104,14 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
         if (v == kFp8ProbeNoExp) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoExp>>(p, s, err, errlen);
         if (v == kFp8ProbeNoPV) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoPV>>(p, s, err, errlen);
     }
-    return p.fwd.head_dim == 64 ? launch<Fa3Fp8Config<64, Format>>(p, s, err, errlen)
-                                : launch<Fa3Fp8Config<128, Format>>(p, s, err, errlen);
+    switch (p.fwd.head_dim) {
+        case 64:
+            return launch<Fa3Fp8Config<64, Format>>(p, s, err, errlen);
+        case 128:
+            return launch<Fa3Fp8Config<128, Format>>(p, s, err, errlen);
+        default:
+            return launch<Fa3Fp8Config<256, Format>>(p, s, err, errlen);
+    }
 }
 
 int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
@@ -116,9 +122,9 @@ int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
     if (p->dtype != ATTN_BF16)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: the output is bf16 only (dtype %d)", kName,
                           p->dtype, ATTN_BF16);
-    if (p->head_dim != 64 && p->head_dim != 128)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: the FP8 kernel is built for 64 and 128",
-                          kName, p->head_dim);
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: head_dim=%d: the FP8 kernel is built for 64, 128 and 256", kName, p->head_dim);
     if (fp->format != ATTN_FP8_E4M3FN && fp->format != ATTN_FP8_E5M2)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: format=%d: e4m3 (%d) or e5m2 (%d)", kName,
                           fp->format, ATTN_FP8_E4M3FN, ATTN_FP8_E5M2);

@@ -52,6 +52,7 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=128, alignment="top_left", causal=True,
                               fp8="per_head")),
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_tile")),  # 64-key tiles
     # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered at d = 128), zeroed tails
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),

@@ -1,7 +1,8 @@
 """Markdown table of a pytest-benchmark JSON written by ``tox -e bench`` (tests/kernels/test_cuda_bench.py).
 
-One row per benchmark group (a shape), one column block per implementation (ours, torch-flash,
-torch-cudnn): CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then ours / each other.
+One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
+group: ours-fp8 beside ours-bf16): CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then the speed of ours
+(ours-fp8 in the FP8 group) relative to each other implementation.
 
     python reports/benchmarks/bench_table.py reports/latest/pytest_bench.json > table.md
 """
@@ -17,11 +18,11 @@ from pathlib import Path
 
 __all__ = ["rows_of", "markdown", "main"]
 
-OTHERS = ("torch-flash", "torch-cudnn")
+OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-bf16")
 
 
 def _impl(name: str) -> str:
-    m = re.search(r"\[(?:.*-)?(ours|torch-flash|torch-cudnn)\]$", name)
+    m = re.search(r"\[(?:.*-)?(ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4)\]$", name)
     if m:
         return m.group(1)
     m = re.search(r"\[(fwd|bwd)\]$", name)
@@ -47,7 +48,7 @@ def markdown(data: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for group, impls in rows.items():
-        ours = impls.get("ours")
+        ours = impls.get("ours") or impls.get("ours-fp8")
         for name, r in impls.items():
             ratio = ""
             if ours and name in OTHERS and r["ms"]:

@@ -50,6 +50,11 @@ CHECK_CASES = [
     dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=128, granularity="per_head", layout="bshd", incoherent=True),
     dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, granularity="per_tensor"),
     dict(B=1, Hq=2, Hkv=1, Lq=1000, Lk=1000, d=128, granularity="per_tile", outliers=True, incoherent=True),
+    # d = 256: 64-key tiles, two per descale block of 128 keys
+    dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=333, d=256, granularity="per_tile", causal=True, bottom_right=False),
+    dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=256, granularity="per_tensor", format="e5m2", window=(50, 20)),
+    dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=256, granularity="per_head", varlen=True, causal=True),
+    dict(B=1, Hq=2, Hkv=1, Lq=600, Lk=700, d=256, granularity="per_tile", outliers=True, incoherent=True),
 ]
 
 
@@ -297,7 +302,7 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="device correctness cases (CHECK_CASES)")
-    ap.add_argument("--bench", action="store_true", help="B=4 H=16 N=8192 d in {64, 128}, causal and not")
+    ap.add_argument("--bench", action="store_true", help="B=4 H=16 N=8192 d in {64, 128, 256}, causal and not")
     ap.add_argument("--probes", action="store_true", help="--bench: also the timing probes (PROBES) at d = 128")
     ap.add_argument("--out", type=Path, default=None, help="directory for fa3_fp8.json and fa3_fp8.md")
     args = ap.parse_args(argv)
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                   f" {'; '.join(r['problems'])}", flush=True)
     rows = []
     if args.bench:
-        shapes = [(4, 16, 8192, d, c) for d in (128, 64) for c in (False, True)]
+        shapes = [(4, 16, 8192, d, c) for d in (128, 256, 64) for c in (False, True)]
         rows = bench_rows(shapes, probes=args.probes)
         rows.append(scaled_mm_row())
         for r in rows:

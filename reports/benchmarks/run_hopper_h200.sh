@@ -11,6 +11,8 @@
 #            builds beside torch-flash and cuDNN (and FA4 when installed), the ablation and probe table
 #   bwd      FA3 backward: GPU tests, check and bench (atomics, deterministic, TMA reduce-add dQ)
 #   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases
+#   bench    what `tox -e bench` runs (pytest-benchmark: tests/kernels/test_cuda_bench.py and the oracle's), $BENCH_K
+#            a -k selection; the JSON lands in $OUT/bench/pytest_bench.json
 #   conf     the gpu profile through $CONF_IMPLS (default cuda-fa3 cuda-fa3-fp8), the cases matching $CONF_K if set
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
 # VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
@@ -78,6 +80,11 @@ for step in ${STEPS:-fp8 fwd}; do
         echo "bwd pytest rc=$?"; tail -3 "$D/pytest.txt"
         timeout "${BWD_S:-200}" python3 -m $M.fa3_bwd_check_bench --out "$D" > "$D/bench.txt" 2>&1
         echo "bwd bench rc=$?"; grep -v "^{" "$D/bench.txt" | grep -v -i warn | tail -24 ;;
+    bench)
+        timeout "${BENCH_S:-300}" python3 -m pytest -p no:cacheprovider -m benchmark_only --benchmark-enable \
+            --benchmark-json="$D/pytest_bench.json" --benchmark-group-by=group --benchmark-columns=median,iqr,rounds \
+            ${BENCH_K:+-k "$BENCH_K"} tests/kernels/test_cuda_bench.py > "$D/bench.txt" 2>&1
+        echo "bench rc=$?"; grep -E "passed|failed|skipped|error" "$D/bench.txt" | tail -3 ;;
     conf|rerun)
         I=${CONF_IMPLS:-cuda-fa3 cuda-fa3-fp8}; K=${CONF_K:-}
         [ $step = rerun ] && { I=${RERUN_IMPLS:?}; K=${RERUN_K:?}; }

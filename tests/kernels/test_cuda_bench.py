@@ -13,7 +13,10 @@ TFLOPs/s (4·B·H·Lq·Lk·d, halved for causal; backward 2.5x the forward) or T
 - FA2 forward, B=4, H=16, N=8192, d=128, bf16, causal and not;
 - FA2 backward, same shape (o and LSE from our forward; torch's from its own forward);
 - split-KV decoding, Lq=1, Lk=128k, Hq=32, Hkv=8, d=128;
-- FA1 forward and backward at N=2048 (reported only, fp32 SIMT reference kernels).
+- FA1 forward and backward at N=2048 (reported only, fp32 SIMT reference kernels);
+- FA3 forward (attn_fa3_fwd, sm_90a) at B=4, H=16, N=8192, d in {64, 128, 256}, causal and not; FA3 forward +
+  backward (attn_fa3_fwd + attn_fa3_bwd; the others through autograd) at d in {64, 128}; the FA3 FP8 forward
+  (attn_fa3_fp8_fwd, e4m3, per-tensor descales) at d = 128 beside our BF16 FA3.
 
 The committed figures with correctness checks next to them come from
 ``reports/benchmarks/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
@@ -174,3 +177,79 @@ def test_fa1_2k_d128(benchmark, direction):
         o, lse = cuda_bwd_lib.fa1_forward(q, k, v)
         fn = lambda: cuda_bwd_lib.backward("attn_fa1_bwd", q, k, v, o, lse, dout)  # noqa: E731
     _bench(benchmark, fn, 20, f"fa1 B{B} H{H} N{n} d{D}", 4 * B * H * n * n * D * (2.5 if direction == "bwd" else 1.0))
+
+
+def _hopper():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the FA3 kernels are built for sm_90a (Hopper)")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fa3_fwd_8k(benchmark, d, causal, impl):
+    from attention_conformance.kernels import cuda_lib
+
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if impl == "ours":
+        _hopper()
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda")
+        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
+    elif impl == "flash-attn-4":
+        fn, _ = _fa4(q, k, v, causal)
+    else:
+        fn = _sdpa(impl, q, k, v, causal)
+    _bench(benchmark, fn, 20, f"fa3-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
+           4 * B * H * N * N * d / (2 if causal else 1))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_fa3_fwd_bwd_8k(benchmark, d, causal, impl):
+    from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
+
+    q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    if impl == "ours":
+        _hopper()
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda")
+        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+        pf = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        pb = cuda_bwd_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, causal=causal,
+                                     **cuda_bwd_lib.bwd_scratch(q, k))
+        fn = lambda: (cuda_lib.call("attn_fa3_fwd", pf), cuda_lib.call("attn_fa3_bwd", pb))  # noqa: E731
+    elif impl == "flash-attn-4":
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        call, leaves = _fa4(qg, kg, vg, causal)
+        dout_t = dout.transpose(1, 2).contiguous()
+        fn = lambda: torch.autograd.grad(call(), leaves, dout_t)  # noqa: E731
+    else:
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        sdpa = _sdpa(impl, qg, kg, vg, causal)
+        fn = lambda: torch.autograd.grad(sdpa(), (qg, kg, vg), dout)  # noqa: E731
+    _bench(benchmark, fn, 20, f"fa3-fwd+bwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
+           3.5 * 4 * B * H * N * N * d / (2 if causal else 1))
+
+
+@pytest.mark.parametrize("impl", ["ours-fp8", "ours-bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fa3_fp8_fwd_8k_d128(benchmark, causal, impl):
+    from attention_conformance.kernels import cuda_lib
+
+    _hopper()
+    x = [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    o = torch.empty_like(x[0])
+    lse = torch.empty(B, H, N, device="cuda")
+    if impl == "ours-fp8":
+        x8 = [t.to(torch.float8_e4m3fn) for t in x]
+        ones = [torch.ones((), device="cuda") for _ in range(3)]
+        p = cuda_lib.fp8_fwd_params(*x8, o, lse, *ones, format="e4m3fn", granularity="per_tensor", causal=causal)
+        fn = lambda: cuda_lib.call("attn_fa3_fp8_fwd", p)  # noqa: E731
+    else:
+        p = cuda_lib.fwd_params(*x, o, lse, causal=causal)
+        fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
+    _bench(benchmark, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{D} {'causal' if causal else 'full'}",
+           4 * B * H * N * N * D / (2 if causal else 1))

@@ -2,7 +2,7 @@
 (kernels/reference/fa3.py:forward_fp8, same codes and descales) and the FP64 oracle on the dequantized inputs.
 
 Marked ``gpu``; skipped without a Hopper GPU or the kernel library. The cases
-(`reports.benchmarks.fa3_fp8_check_bench.CHECK_CASES`) cover every granularity, both formats, d = 64 and 128,
+(`reports.benchmarks.fa3_fp8_check_bench.CHECK_CASES`) cover every granularity, both formats, d = 64, 128 and 256,
 causal in both alignments, windows, softcap, GQA, varlen, bshd strides, Lk = 0 and incoherent outlier inputs;
 each also checks guard bands, NaN poison in real rows, padded rows left unwritten and input immutability.
 """

@@ -32,15 +32,23 @@ struct Fa3Fp8Config {
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
     static constexpr bool kWideTranspose = D == 128 && !kNarrowT_;
+    static_assert(!kNarrowT_ || D == 128, "the narrow-transpose variant is a d = 128 build");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
-    static_assert(D == 64 || D == 128, "FP8 head dims 64, 128");
+    static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
     static constexpr int kConsumerWGs = 2;
     static constexpr bool kPersistent = false;
-    static constexpr int kBlockM = 128, kBlockN = 128;
+    // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S), so one
+    // per-tile descale block of 128 keys spans two key tiles.
+    static constexpr int kBlockM = 128, kBlockN = D == 256 ? 64 : 128;
+    static constexpr int kDescaleBlock = 128;  // rows / keys per per-tile descale (tile_q = tile_k = 128)
     static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
     static constexpr int kColBlocks = D / kRowBytes;
     static constexpr uint32_t kSwizzleLayout = kRowBytes == 128 ? 1 : 2;  // descriptor layout type (ptx.cuh)
     static constexpr uint32_t kAtomBytes = 8 * kRowBytes;  // 8 rows: the descriptor's stride byte offset
+    // Vt rows: kBlockN keys = kBlockN bytes, 128-byte swizzle for 128 keys, 64-byte swizzle for 64
+    static constexpr int kVtRowBytes = kBlockN;
+    static constexpr uint32_t kVtSwizzleLayout = kBlockN == 128 ? 1 : 2;
+    static constexpr uint32_t kVtAtomBytes = 8 * kVtRowBytes;
 
     static constexpr uint32_t kQBytes = kBlockM * D;
     static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike

@@ -126,6 +126,41 @@ __device__ __forceinline__ void transpose_v_wide(uint32_t raw, uint32_t vt, int 
     }
 }
 
+// The transpose for 64-key tiles (d = 256): Vt is D rows of 64 keys (64 bytes, 64-byte swizzle: 16-byte chunk
+// G ^ ((row >> 1) & 3)), keys relabelled as above. 4 x 4-byte blocks as transpose_v; lane (t = lane % 4,
+// a = lane / 4 % 4, b = lane / 16) takes head-dim word w = 8 (it % 8) + 4 b + a and key word u = 4 (it / 8) + t.
+// Loads of one instruction: bank 4 ((w / 4 % 8) ^ (key % 8)) + w % 4, distinct over the lanes. Stores: two Vt rows
+// share a 128-byte line, so each lane stores its four rows rotated by 2 (a / 2) + b, which spreads one
+// instruction's 32 stores over both rows of a line: bank 16 (row % 2) + 4 (G ^ (row / 2 % 4)) + t, distinct too.
+template <class C>
+__device__ __forceinline__ void transpose_v_bn64(uint32_t raw, uint32_t vt, int valid, int tw, int lane) {
+    static_assert(C::kBlockN == 64 && C::kRowBytes == 128, "the 64-key transpose: Vt rows of 64 bytes");
+    constexpr int kIters = C::kHeadDim / 4 * (C::kBlockN / 4) / 32;  // 4 x 4-byte blocks per tile / 32 lanes
+    const int t = lane & 3, a = (lane >> 2) & 3, b = lane >> 4;
+    const int rot = 2 * (a >> 1) + b;
+#pragma unroll 2
+    for (int it = tw; it < kIters; it += C::kTransposeWarps) {
+        const int w = 8 * (it % 8) + 4 * b + a, G = it / 8;
+        uint32_t L[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = 16 * G + 2 * t + (j & 1) + 8 * (j >> 1);
+            L[j] = r < valid ? lds32(raw + tile_offset<C>(C::kBlockN, r, 4 * w)) : 0u;
+        }
+        uint32_t o[4], x[4];
+        transpose4x4(L[0], L[1], L[2], L[3], o);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = (rot & 1) ? o[(i + 1) & 3] : o[i];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = (rot & 2) ? x[(i + 2) & 3] : x[i];  // o[i] = the word of row (i + rot) % 4
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = 4 * w + ((i + rot) & 3);
+            sts32(vt + c * 64 + (((G ^ ((c >> 1) & 3))) << 4) + 4 * t, o[i]);
+        }
+    }
+}
+
 // Four fp32 values -> four FP8 codes in one register (round to nearest even, saturating), lowest byte first.
 template <typename Format>
 __device__ __forceinline__ uint32_t pack_fp8x4(float a, float b, float c, float d);

@@ -132,6 +132,8 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
         if constexpr (C::kProbe == kFp8ProbeNoTranspose) {
         } else if constexpr (C::kWideTranspose) {
             transpose_v_wide<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+        } else if constexpr (C::kBlockN == 64) {
+            transpose_v_bn64<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
         } else {
             transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
         }
@@ -189,12 +191,14 @@ struct Fp8Consumer {
             }
         }
     }
-    // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, 128-byte rows).
+    // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, kBlockN-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         if constexpr (C::kProbe == kFp8ProbeNoPV) return;
         const uint32_t va = smem_addr(sm.vt(stage));
 #pragma unroll
-        for (int ks = 0; ks < BN / 32; ++ks) wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], swizzled_desc(va + ks * 32, 16, 1024, 1), 1);
+        for (int ks = 0; ks < BN / 32; ++ks)
+            wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], swizzled_desc(va + ks * 32, 16, C::kVtAtomBytes, C::kVtSwizzleLayout),
+                     1);
     }
 
     // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.
@@ -238,7 +242,7 @@ struct Fp8Consumer {
         float corr[2];
 
         int n = pl.n_lo;
-        float dv_cur = P.dkv(P.v_descale, w.b, hkv, n);
+        float dv_cur = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
         turn_wait();
         mbar_wait(sm.full_k(ck.stage), ck.phase);
         wgmma_fence();
@@ -249,13 +253,13 @@ struct Fp8Consumer {
         fence_regs(s);
         release(sm.empty_k(ck.stage));
         ck.advance();
-        score_mod(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n));
+        score_mod(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock));
         smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, 1.f, corr);
         p_to_fp8_frags<Format, BN>(pa, s);
         for (int x = 1; x < nt; ++x) {
             n = pl.n_lo + x;
-            const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n);
-            const float dv_next = P.dkv(P.v_descale, w.b, hkv, n);
+            const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+            const float dv_next = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
             // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
             turn_wait();
             mbar_wait(sm.full_k(ck.stage), ck.phase);
