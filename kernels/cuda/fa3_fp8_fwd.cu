@@ -73,9 +73,10 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 }
 
 // ATTN_FA3_FP8_VARIANT (e4m3, d = 128; fp8_config.cuh), each changing one thing of the default build: smem_q (S = Q K^T
-// with Q read from shared memory, an SS wgmma), narrow_transpose (the 4 x 4-byte V transpose), or a timing probe that
+// with Q read from shared memory, an SS wgmma), narrow_transpose (the 4 x 4-byte V transpose), no_fold (the score
+// scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv.
-constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101;
+constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102;
 int variant_from_env() {
     const char* e = getenv("ATTN_FA3_FP8_VARIANT");
     if (e == nullptr || e[0] == 0) return kFp8ProbeNone;
@@ -84,6 +85,7 @@ int variant_from_env() {
     if (strcmp(e, "no_pv") == 0) return kFp8ProbeNoPV;
     if (strcmp(e, "smem_q") == 0) return kVariantSmemQ;
     if (strcmp(e, "narrow_transpose") == 0) return kVariantNarrowT;
+    if (strcmp(e, "no_fold") == 0) return kVariantNoFold;
     return -1;
 }
 
@@ -93,13 +95,15 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
         const int v = variant_from_env();
         if (v < 0)
             return attn::fail(err, errlen, ATTN_ERR_INVALID,
-                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_transpose, no_exp or no_pv "
+                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp or no_pv "
                               "(or unset)", kName, getenv("ATTN_FA3_FP8_VARIANT"));
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: the variant builds are for head_dim 128", kName);
         if (v == kVariantSmemQ) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, false>>(p, s, err, errlen);
         if (v == kVariantNarrowT)
             return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, true>>(p, s, err, errlen);
+        if (v == kVariantNoFold)
+            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, false>>(p, s, err, errlen);
         if (v == kFp8ProbeNoTranspose) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoTranspose>>(p, s, err, errlen);
         if (v == kFp8ProbeNoExp) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoExp>>(p, s, err, errlen);
         if (v == kFp8ProbeNoPV) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoPV>>(p, s, err, errlen);

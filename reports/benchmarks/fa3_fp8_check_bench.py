@@ -202,7 +202,7 @@ def scaled_mm_row(n: int = 8192) -> dict:
 
 #: FP8 builds beside the default (ATTN_FA3_FP8_VARIANT, kernels/cuda/fa3_fp8_fwd.cu; e4m3, d = 128), each changing one
 #: thing of it, and the timing probes (each leaves one stage out: wrong results by design)
-VARIANTS = ("smem_q", "narrow_transpose")
+VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
 
 

@@ -23,8 +23,11 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 
 // kQRegs: Q read into registers once per tile (ldmatrix) and S = Q K^T as an RS wgmma (d = 128): the tensor cores
 // then fetch only K from shared memory. kNarrowT: the 4 x 4-byte V transpose (fp8_layout.cuh transpose_v) at
-// d = 128 too, instead of the 8 x 8-byte one. The defaults are the builds measured fastest (NOTES_FA3_FP8.md).
-template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false>
+// d = 128 too, instead of the 8 x 8-byte one. kFoldScale: with per-tensor / per-head descales (one factor for the
+// whole row) and no softcap, the score scale folds into the exp2's FFMA (softmax.cuh's sl2) instead of a multiply
+// per score. The defaults are the builds measured fastest (NOTES_FA3_FP8.md).
+template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
+          bool kFoldScale_ = true>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -32,6 +35,7 @@ struct Fa3Fp8Config {
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
     static constexpr bool kWideTranspose = D == 128 && !kNarrowT_;
+    static constexpr bool kFoldScale = kFoldScale_;
     static_assert(!kNarrowT_ || D == 128, "the narrow-transpose variant is a d = 128 build");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");

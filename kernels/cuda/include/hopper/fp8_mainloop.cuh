@@ -202,9 +202,12 @@ struct Fp8Consumer {
     }
 
     // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.
+    // kFold: s stays the raw accumulator (the softmax applies the constant factor in its exp2 FFMA).
+    template <bool kFold>
     __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, float f) {
         const float cap = P.base.p.softcap;
-        if (cap > 0.f) {
+        if constexpr (kFold) {
+        } else if (cap > 0.f) {
 #pragma unroll
             for (int e = 0; e < BN / 2; ++e) s[e] = cap * tanhf(s[e] * f / cap) * kLog2e;
         } else {
@@ -224,11 +227,14 @@ struct Fp8Consumer {
         }
     }
 
+    // kFold: per-tensor / per-head descales and no softcap (fp8_config.cuh kFoldScale): one factor sl2 per row.
+    template <bool kFold>
     __device__ __forceinline__ void run_tile(const WorkTile& w, const TilePlan& pl) {
         const int nt = pl.n_tiles();
         const int row0 = w.m_block * C::kBlockM + cw * 64;
         const int hkv = w.h / (P.base.p.heads_q / P.base.p.heads_kv);
         const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, w.m_block);
+        const float sl2 = kFold ? fq * P.dkv(P.k_descale, w.b, hkv, 0) * kLog2e : 1.f;
         mbar_wait(sm.full_q(), 0);
         load_q_frags();
 
@@ -253,8 +259,8 @@ struct Fp8Consumer {
         fence_regs(s);
         release(sm.empty_k(ck.stage));
         ck.advance();
-        score_mod(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock));
-        smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, 1.f, corr);
+        score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock));
+        smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
         p_to_fp8_frags<Format, BN>(pa, s);
         for (int x = 1; x < nt; ++x) {
             n = pl.n_lo + x;
@@ -275,8 +281,8 @@ struct Fp8Consumer {
             fence_regs(s);
             release(sm.empty_k(ck.stage));
             ck.advance();
-            score_mod(s, pl, row0, n, fk);
-            smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, 1.f, corr);
+            score_mod<kFold>(s, pl, row0, n, fk);
+            smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pa);
@@ -301,7 +307,7 @@ struct Fp8Consumer {
         cv.advance();
 
         float inv_l[2], lse[2];
-        smx.finalize<8>(1.f, inv_l, lse);
+        smx.finalize<8>(sl2, inv_l, lse);
         inv_l[0] *= dv_cur;
         inv_l[1] *= dv_cur;
         store_tile<C>(P.base.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.o());
@@ -316,10 +322,16 @@ __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) 
     const WorkTile w = P.base.order.at(blockIdx.x);
     const TilePlan pl = make_plan<C>(P.base.p, w);
     if (pl.i_hi < pl.i_lo) return;
-    if (pl.n_tiles() > 0)
-        cs.run_tile(w, pl);
-    else
+    // The max of the raw accumulator is the max of the scaled scores only for a positive factor (scale > 0;
+    // descales are >= 0, and a zero one scales every score to 0 either way).
+    const bool fold = C::kFoldScale && P.granularity != kFp8PerTile && !(P.base.p.softcap > 0.f) &&
+                      P.base.p.scale > 0.f;
+    if (pl.n_tiles() == 0)
         store_empty_tile<C>(P.base.p, w, pl.mask.lq, cw);
+    else if (fold)
+        cs.template run_tile<true>(w, pl);
+    else
+        cs.template run_tile<false>(w, pl);
 }
 
 template <class C>
