@@ -9,6 +9,7 @@
 #   table3   FA3 Table 3 through cuda-fa3-fp8 (reports/fp8_accuracy.py) and the quantizer timings (quant_bench)
 #   fwd      FA3 forward: correctness of the variant builds in $FWD_VARIANTS, the d = 64/128/256 table with those
 #            builds beside torch-flash and cuDNN (and FA4 when installed), the ablation and probe table
+#            (FWD_BENCH_ONLY=1: the table alone)
 #   bwd      FA3 backward: GPU tests, check and bench (atomics, deterministic, TMA reduce-add dQ)
 #   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases
 #   bench    what `tox -e bench` runs (pytest-benchmark: tests/kernels/test_cuda_bench.py and the oracle's), $BENCH_K
@@ -71,8 +72,10 @@ for step in ${STEPS:-fp8 fwd}; do
         echo "quant rc=$?"; tail -12 "$D/quant.txt" ;;
     fwd)
         V=${FWD_VARIANTS:-skip_rescale}
+        A="--ablation"; [ -n "${FWD_BENCH_ONLY:-}" ] && A="--skip-check"
+        # shellcheck disable=SC2086
         timeout "${FWD_S:-200}" python3 -m $M.fa3_check_bench --out "$D" --variants "$V" --bench-variants "$V" \
-            --ablation ${FWD_CURVES:+--curves} > "$D/fwd.txt" 2>&1
+            $A ${FWD_CURVES:+--curves} > "$D/fwd.txt" 2>&1
         echo "fwd rc=$?"; grep -E "correctness|FAIL" "$D/fwd.txt" | head -12; sed -n '/^| B, H, N, d | causal | FA3/,$p' "$D/fwd.txt" ;;
     bwd)
         timeout "${BWD_TEST_S:-100}" python3 -m pytest -q -p no:cacheprovider --timeout 60 \

@@ -176,17 +176,17 @@ struct Fp8Consumer {
     }
     // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint32_t qa = smem_addr(sm.q()) + cw * 64 * C::kRowBytes, ka = smem_addr(sm.k(stage));
+        const uint64_t da0 = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes,
+                                           C::kSwizzleLayout);
+        const uint64_t db0 = swizzled_desc(smem_addr(sm.k(stage)), 16, C::kAtomBytes, C::kSwizzleLayout);
 #pragma unroll
         for (int ks = 0; ks < D / 32; ++ks) {
             const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
-            const uint64_t db = swizzled_desc(ka + cb * (BN * C::kRowBytes) + kk * 32, 16, C::kAtomBytes,
-                                              C::kSwizzleLayout);
+            const uint64_t db = desc_advance(db0, cb * (BN * C::kRowBytes) + kk * 32);
             if constexpr (C::kQRegs) {
                 wgmma_rs(Wgmma8<Format, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
             } else {
-                const uint64_t da = swizzled_desc(qa + cb * (C::kBlockM * C::kRowBytes) + kk * 32, 16,
-                                                  C::kAtomBytes, C::kSwizzleLayout);
+                const uint64_t da = desc_advance(da0, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
                 wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
             }
         }
@@ -194,11 +194,9 @@ struct Fp8Consumer {
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, kBlockN-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         if constexpr (C::kProbe == kFp8ProbeNoPV) return;
-        const uint32_t va = smem_addr(sm.vt(stage));
+        const uint64_t vb0 = swizzled_desc(smem_addr(sm.vt(stage)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
 #pragma unroll
-        for (int ks = 0; ks < BN / 32; ++ks)
-            wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], swizzled_desc(va + ks * 32, 16, C::kVtAtomBytes, C::kVtSwizzleLayout),
-                     1);
+        for (int ks = 0; ks < BN / 32; ++ks) wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], desc_advance(vb0, ks * 32), 1);
     }
 
     // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.

@@ -168,15 +168,16 @@ struct Consumer {
     }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint32_t qa = smem_addr(sm.q(cq.stage)) + cw * 64 * 128, ka = smem_addr(sm.k(stage));
+        const uint64_t da0 = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
+        const uint64_t db0 = sw128_desc(smem_addr(sm.k(stage)), 16, 1024);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
             const int cb = ks / 4, kk = ks % 4;
-            const uint64_t db = sw128_desc(ka + cb * (BN * 128) + kk * 32, 16, 1024);
+            const uint64_t db = desc_advance(db0, cb * (BN * 128) + kk * 32);
             if constexpr (C::kQRegs) {
                 wgmma_rs<0>(Wgmma<Elem, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
             } else {
-                const uint64_t da = sw128_desc(qa + cb * (C::kBlockM * 128) + kk * 32, 16, 1024);
+                const uint64_t da = desc_advance(da0, cb * (C::kBlockM * 128) + kk * 32);
                 wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
             }
         }
@@ -184,10 +185,9 @@ struct Consumer {
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
         if constexpr (C::kProbe == kProbeNoPV) return;
-        const uint32_t va = smem_addr(sm.v(stage));
+        const uint64_t vb0 = sw128_desc(smem_addr(sm.v(stage)), BN * 128, 1024);
 #pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks)
-            wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], sw128_desc(va + ks * 2048, BN * 128, 1024), 1);
+        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
     }
 
     // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup).

@@ -94,6 +94,12 @@ __device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr, uint32_t lbo, u
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return swizzled_desc(addr, lbo, sbo, 1);
 }
+// The descriptor of the operand `bytes` further on (16-byte aligned): the start-address field holds addr >> 4 in
+// 14 bits, so adding bytes >> 4 is exact while the address stays inside the 256 KB shared window. One integer add
+// per wgmma instead of re-encoding the address (the k-step offsets are compile-time constants).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+    return desc + static_cast<uint64_t>(bytes >> 4);
+}
 
 // ---- named barriers and register reallocation ------------------------------------------------------
 __device__ __forceinline__ void named_sync(int id, int threads) {
