@@ -19,6 +19,7 @@ version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -42,6 +43,7 @@ __all__ = [
     "KernelError",
     "KernelUnsupported",
     "LibraryUnavailable",
+    "build_setting",
     "bwd_params",
     "call",
     "call_fa3_variant",
@@ -507,6 +509,22 @@ def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
     if n < 1:
         raise KernelError("attn_splitkv_num_splits", 2, "invalid parameters")
     return n
+
+
+@contextlib.contextmanager
+def build_setting(name: str, value: str | None):
+    """Within the block the launchers that read environment variable ``name`` at every call (which build runs:
+    ATTN_FA3_BWD_DQ, ATTN_FA3_BWD_OVERLAP, ATTN_FA3_FP8_VARIANT; kernels/cuda/*.cu) see ``value`` (None: unset);
+    the previous value comes back afterwards."""
+    old = os.environ.pop(name, None)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        if old is not None:
+            os.environ[name] = old
 
 
 def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = None) -> None:

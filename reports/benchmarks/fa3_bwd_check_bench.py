@@ -125,33 +125,16 @@ def _err(x: torch.Tensor, ref: np.ndarray) -> float:
     return float(torch.nan_to_num(d, nan=math.inf).max())
 
 
-@contextlib.contextmanager
 def overlap_build(overlap: bool | None):
-    """Within the block attn_fa3_bwd runs its build with (True) or without (False) the GEMM / element-wise overlap
-    (``ATTN_FA3_BWD_OVERLAP``, read at every call); None: the default build."""
-    old = os.environ.pop(OVERLAP_ENV, None)
-    if overlap is not None:
-        os.environ[OVERLAP_ENV] = "1" if overlap else "0"
-    try:
-        yield
-    finally:
-        os.environ.pop(OVERLAP_ENV, None)
-        if old is not None:
-            os.environ[OVERLAP_ENV] = old
+    """Within the block attn_fa3_bwd's atomics build runs with (True) or without (False) the GEMM / element-wise
+    overlap (``ATTN_FA3_BWD_OVERLAP``); None: the default."""
+    return cuda_lib.build_setting(OVERLAP_ENV, None if overlap is None else ("1" if overlap else "0"))
 
 
-@contextlib.contextmanager
 def atomic_dq_build():
     """Within the block both FA3 backward launchers add dQ with fp32 atomics from the consumers
     (``ATTN_FA3_BWD_DQ=atomic``; the default build adds it through shared memory and a TMA reduce-add)."""
-    old = os.environ.get(DQ_ENV)
-    os.environ[DQ_ENV] = "atomic"
-    try:
-        yield
-    finally:
-        os.environ.pop(DQ_ENV, None)
-        if old is not None:
-            os.environ[DQ_ENV] = old
+    return cuda_lib.build_setting(DQ_ENV, "atomic")
 
 
 def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -208,11 +207,8 @@ PROBES = ("no_transpose", "no_exp", "no_pv")
 
 def variant_call(p, variant: str) -> None:
     """attn_fa3_fp8_fwd on params ``p`` through the build ``variant`` (a member of VARIANTS or PROBES)."""
-    os.environ["ATTN_FA3_FP8_VARIANT"] = variant
-    try:
+    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
         cuda_lib.call("attn_fa3_fp8_fwd", p)
-    finally:
-        os.environ.pop("ATTN_FA3_FP8_VARIANT", None)
 
 
 def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:

@@ -102,21 +102,26 @@ def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "t
     benchmark.extra_info[f"{unit}_cuda_event"] = work / (ev_ms * 1e-3) / 1e12
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fwd_8k_d128(benchmark, causal, impl):
+def _forward(impl: str, launcher: str, d: int, causal: bool):
+    """The forward of ``impl`` on fresh B x H x N x d bf16 inputs: ours through ``launcher``, else torch SDPA's
+    backend or flash-attn-4."""
     from attention_conformance.kernels import cuda_lib
 
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if impl == "ours":
         o = torch.empty_like(q)
         lse = torch.empty(B, H, N, device="cuda")
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
-        fn = lambda: cuda_lib.call("attn_fa2_fwd", p)  # noqa: E731
-    elif impl == "flash-attn-4":
-        fn, _ = _fa4(q, k, v, causal)
-    else:
-        fn = _sdpa(impl, q, k, v, causal)
+        return lambda: cuda_lib.call(launcher, p)
+    if impl == "flash-attn-4":
+        return _fa4(q, k, v, causal)[0]
+    return _sdpa(impl, q, k, v, causal)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fwd_8k_d128(benchmark, causal, impl):
+    fn = _forward(impl, "attn_fa2_fwd", D, causal)
     _bench(benchmark, fn, 20, f"fa2-fwd B{B} H{H} N{N} d{D} {'causal' if causal else 'full'}",
            4 * B * H * N * N * D / (2 if causal else 1))
 
@@ -188,19 +193,9 @@ def _hopper():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_fa3_fwd_8k(benchmark, d, causal, impl):
-    from attention_conformance.kernels import cuda_lib
-
-    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if impl == "ours":
         _hopper()
-        o = torch.empty_like(q)
-        lse = torch.empty(B, H, N, device="cuda")
-        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
-        fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
-    elif impl == "flash-attn-4":
-        fn, _ = _fa4(q, k, v, causal)
-    else:
-        fn = _sdpa(impl, q, k, v, causal)
+    fn = _forward(impl, "attn_fa3_fwd", d, causal)
     _bench(benchmark, fn, 20, f"fa3-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
            4 * B * H * N * N * d / (2 if causal else 1))
 

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from kernel_helpers import c_header_values, cuda_library_or_skip
 
@@ -145,3 +147,19 @@ def test_adapters_unavailable_or_declining_cleanly_without_gpu():
         assert a.supports(case.replace(d=64, dv=64), "cuda") is None
     assert CudaSplitKV().supports(Case(family="t", B=1, Hq=2, Hkv=1, Lq=8, Lk=8, d=64, dv=64, dtype="float16",
                                        backward=True), "cuda") == "backward not supported"
+
+
+def test_build_setting_sets_and_restores_the_variable(monkeypatch):
+    from attention_conformance.kernels import cuda_lib
+
+    monkeypatch.setenv("ATTN_FA3_BWD_DQ", "before")
+    with cuda_lib.build_setting("ATTN_FA3_BWD_DQ", "atomic"):
+        assert os.environ["ATTN_FA3_BWD_DQ"] == "atomic"
+    assert os.environ["ATTN_FA3_BWD_DQ"] == "before"
+    with cuda_lib.build_setting("ATTN_FA3_BWD_DQ", None):
+        assert "ATTN_FA3_BWD_DQ" not in os.environ
+    assert os.environ["ATTN_FA3_BWD_DQ"] == "before"
+    monkeypatch.delenv("ATTN_FA3_BWD_DQ")
+    with cuda_lib.build_setting("ATTN_FA3_BWD_DQ", "atomic"):
+        pass
+    assert "ATTN_FA3_BWD_DQ" not in os.environ
