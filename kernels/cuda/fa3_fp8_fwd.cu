@@ -95,8 +95,8 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
         const int v = variant_from_env();
         if (v < 0)
             return attn::fail(err, errlen, ATTN_ERR_INVALID,
-                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp or no_pv "
-                              "(or unset)", kName, getenv("ATTN_FA3_FP8_VARIANT"));
+                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp "
+                              "or no_pv (or unset)", kName, getenv("ATTN_FA3_FP8_VARIANT"));
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: the variant builds are for head_dim 128", kName);
         if (v == kVariantSmemQ) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, false>>(p, s, err, errlen);
@@ -104,7 +104,8 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
             return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, true>>(p, s, err, errlen);
         if (v == kVariantNoFold)
             return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, false>>(p, s, err, errlen);
-        if (v == kFp8ProbeNoTranspose) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoTranspose>>(p, s, err, errlen);
+        if (v == kFp8ProbeNoTranspose)
+            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoTranspose>>(p, s, err, errlen);
         if (v == kFp8ProbeNoExp) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoExp>>(p, s, err, errlen);
         if (v == kFp8ProbeNoPV) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoPV>>(p, s, err, errlen);
     }

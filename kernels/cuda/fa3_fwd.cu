@@ -90,8 +90,15 @@ constexpr int kDefaultN = D == 64 ? 128 : (D == 128 ? 128 : 80);
 template <int D>
 constexpr int kDefaultWGs = D == 64 ? 3 : 2;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
-          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone, bool kQRegs = (D == 128 && kN == 128)>
+          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone,
+          bool kQRegs = (D == 128 && kN == 128)>
 using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages, kSkipRescale, kProbe, kQRegs>;
+
+// The default build of head dim D with O *= corr skipped where a warp's row maxima all stayed (variant skip_rescale).
+template <int D, typename E>
+int launch_skip_rescale(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
+    return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, true>>(p, s, sms, err, errlen);
+}
 
 template <int D, typename E>
 int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
@@ -167,14 +174,14 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
         if (flags == ATTN_FA3_SKIP_RESCALE) {
             switch (p->head_dim) {
                 case 64:
-                    return bf ? launch<Default<64, __nv_bfloat16, false, false, 128, 0, 3, true>>(*p, s, sms, err, errlen)
-                              : launch<Default<64, __half, false, false, 128, 0, 3, true>>(*p, s, sms, err, errlen);
+                    return bf ? launch_skip_rescale<64, __nv_bfloat16>(*p, s, sms, err, errlen)
+                              : launch_skip_rescale<64, __half>(*p, s, sms, err, errlen);
                 case 128:
-                    return bf ? launch<Default<128, __nv_bfloat16, false, false, 128, 0, 2, true>>(*p, s, sms, err, errlen)
-                              : launch<Default<128, __half, false, false, 128, 0, 2, true>>(*p, s, sms, err, errlen);
+                    return bf ? launch_skip_rescale<128, __nv_bfloat16>(*p, s, sms, err, errlen)
+                              : launch_skip_rescale<128, __half>(*p, s, sms, err, errlen);
                 default:
-                    return bf ? launch<Default<256, __nv_bfloat16, false, false, 80, 0, 2, true>>(*p, s, sms, err, errlen)
-                              : launch<Default<256, __half, false, false, 80, 0, 2, true>>(*p, s, sms, err, errlen);
+                    return bf ? launch_skip_rescale<256, __nv_bfloat16>(*p, s, sms, err, errlen)
+                              : launch_skip_rescale<256, __half>(*p, s, sms, err, errlen);
             }
         }
         if (flags == ATTN_FA3_PERSISTENT || flags == ATTN_FA3_ONE_CTA_PER_TILE) {

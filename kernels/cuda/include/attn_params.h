@@ -210,8 +210,8 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
     ATTN_FA3_SMEM_Q = 14,            // S = Q K^T with Q read from shared memory (SS wgmma) instead of registers
 };
 
-// FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64 and 128, bf16 output;
-// ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
+// FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16
+// output; ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
 // values: [ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams)] and the byte offset of every field in declaration
 // order (the layout of `fwd` itself is attn_params_layout's); returns how many it wrote.
 int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen);
