@@ -94,6 +94,15 @@ def cuda_library_or_skip(why: str = "kernel library unavailable"):
         pytest.skip(f"{why}: {e}")
 
 
+def cuda_library_exporting_or_skip(launcher: str):
+    """`cuda_library_or_skip`, and a skip when that library does not export ``launcher`` (built before the
+    kernel existed)."""
+    lib = cuda_library_or_skip()
+    if getattr(lib, launcher, None) is None:
+        pytest.skip(f"library does not export {launcher} (python -m attention_conformance.kernels.build)")
+    return lib
+
+
 def c_header_values(printfs: list[str]) -> list[int]:
     """The integers a C program prints that includes kernels/cuda/include/attn_params.h and runs `printfs` (lines
     of C, e.g. ``printf("%zu\\n", offsetof(AttnFwdParams, q));``): the header's layout and constants as the C

@@ -12,6 +12,7 @@ bit-identical results over two runs.
 from __future__ import annotations
 
 import pytest
+from kernel_helpers import cuda_library_exporting_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -26,12 +27,7 @@ pytestmark = [
 def _lib():
     from attention_conformance.kernels import cuda_lib
 
-    try:
-        lib = cuda_lib.library()
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(str(e))
-    if getattr(lib, "attn_fa3_bwd", None) is None:
-        pytest.skip("library does not export attn_fa3_bwd")
+    cuda_library_exporting_or_skip("attn_fa3_bwd")
     return cuda_lib
 
 

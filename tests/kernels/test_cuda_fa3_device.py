@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from kernel_helpers import cuda_library_exporting_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -37,12 +38,7 @@ CASES = [
 def _lib():
     from attention_conformance.kernels import cuda_lib
 
-    try:
-        lib = cuda_lib.library()
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(str(e))
-    if getattr(lib, "attn_fa3_fwd", None) is None:
-        pytest.skip("library does not export attn_fa3_fwd")
+    cuda_library_exporting_or_skip("attn_fa3_fwd")
     return cuda_lib
 
 

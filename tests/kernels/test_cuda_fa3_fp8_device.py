@@ -10,6 +10,7 @@ each also checks guard bands, NaN poison in real rows, padded rows left unwritte
 from __future__ import annotations
 
 import pytest
+from kernel_helpers import cuda_library_exporting_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -28,14 +29,8 @@ def _cases():
 
 @pytest.mark.parametrize("i", range(len(_cases())), ids=[f"fp8-{i}" for i in range(len(_cases()))])
 def test_fa3_fp8_matches_reference_and_oracle(i):
-    from attention_conformance.kernels import cuda_lib
     from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import check_fp8_case
 
-    try:
-        lib = cuda_lib.library(build_if_missing=False)
-    except cuda_lib.LibraryUnavailable as e:
-        pytest.skip(str(e))
-    if getattr(lib, "attn_fa3_fp8_fwd", None) is None:
-        pytest.skip("library does not export attn_fa3_fp8_fwd")
+    cuda_library_exporting_or_skip("attn_fa3_fp8_fwd")
     res = check_fp8_case(seed=i, **_cases()[i])
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"

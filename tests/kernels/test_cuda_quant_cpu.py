@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import cuda_library_or_skip
+from kernel_helpers import cuda_library_exporting_or_skip
 
 from attention_conformance.kernels import cuda_lib, cuda_quant
 from attention_conformance.oracles import fp8
@@ -100,10 +100,7 @@ def test_descale_shapes_follow_semantics_10():
 # -- with the library (no GPU needed) ----------------------------------------------------------------------
 
 def _lib_with_quant():
-    lib = cuda_library_or_skip()
-    if getattr(lib, "attn_fp8_quantize", None) is None:
-        pytest.skip("library does not export attn_fp8_quantize")
-    return lib
+    return cuda_library_exporting_or_skip("attn_fp8_quantize")
 
 
 def test_ctypes_mirror_matches_the_compiled_layout():

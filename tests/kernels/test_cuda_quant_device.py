@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import cuda_library_or_skip
+from kernel_helpers import cuda_library_exporting_or_skip
 
 from attention_conformance.kernels.emulate import round_exact
 from attention_conformance.oracles import fp8
@@ -28,9 +28,7 @@ TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32":
 
 @pytest.fixture(scope="module")
 def cq():
-    lib = cuda_library_or_skip()
-    if getattr(lib, "attn_fp8_quantize", None) is None:
-        pytest.skip("library does not export attn_fp8_quantize (python -m attention_conformance.kernels.build)")
+    cuda_library_exporting_or_skip("attn_fp8_quantize")
     from attention_conformance.kernels import cuda_quant
 
     return cuda_quant
