@@ -16,6 +16,9 @@
 #            a -k selection; the JSON lands in $OUT/bench/pytest_bench.json
 #   conf     the gpu profile through $CONF_IMPLS (default cuda-fa3 cuda-fa3-fp8), the cases matching $CONF_K if set
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
+#   ncu      Nsight Compute (--set full, clocks left alone) on one launch of each kernel in $NCU_KERNELS (default
+#            "bwd fwd fp8") at each head dim in $NCU_D (default 128), non-causal (fa3_profile_case.py): the details
+#            page, the per-SASS-instruction source page (stall samples, CSV) and its summary (ncu_sass_stalls.py)
 # VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
 # fwd and bwd steps time it beside ours; FWD_CURVES=1 adds the curves over N to the fwd step.
 # Everything lands in $OUT/<step>/ and is packed into $OUT/<step>.tgz (the device returns at most eight files);
@@ -95,6 +98,21 @@ for step in ${STEPS:-fp8 fwd}; do
         timeout "${CONF_S:-300}" python3 -m attention_conformance run --profile gpu --device cuda --impl $I \
             ${K:+-k "$K"} --report-dir "$D/report" --workers "${WORKERS:-6}" --timeout 120 > "$D/conformance.txt" 2>&1
         echo "$step rc=$?"; tail -3 "$D/conformance.txt" ;;
+    ncu)
+        for k in ${NCU_KERNELS:-bwd fwd fp8}; do
+          for dd in ${NCU_D:-128}; do
+            kn=fa3_${k}_kernel; [ $k = fp8 ] && kn=fa3_fp8_fwd_kernel
+            R=$D/${k}_d$dd
+            timeout "${NCU_S:-150}" ncu --clock-control none --set full --import-source no -k "regex:$kn" \
+                --launch-skip 1 --launch-count 1 -f -o "$R" \
+                python3 -m $M.fa3_profile_case --kernel $k --d "$dd" > "${R}_ncu.txt" 2>&1
+            echo "ncu $k d=$dd rc=$?"; tail -1 "${R}_ncu.txt"
+            ncu -i "$R.ncu-rep" --page details > "${R}_details.txt" 2>&1
+            ncu -i "$R.ncu-rep" --page source --csv --print-source sass > "${R}_sass.csv" 2>&1
+            grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued" "${R}_details.txt" | head -4
+            python3 -m $M.ncu_sass_stalls "${R}_sass.csv" --top 12 --regions > "${R}_stalls.txt" 2>&1 && head -14 "${R}_stalls.txt"
+          done
+        done ;;
     *) echo "unknown step $step" ;;
     esac
     mark "end $step"

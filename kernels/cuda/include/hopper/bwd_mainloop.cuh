@@ -25,6 +25,8 @@
 #pragma once
 #include <math.h>
 
+#include <type_traits>
+
 #include "../attn_params.h"
 #include "../fa_ptx.cuh"
 #include "../mask.cuh"
@@ -362,30 +364,33 @@ struct BwdConsumer {
             // K, V, Q, dO that could hold NaN was zeroed).
             const bool need_mask = !mask.tile_full(m0, m0 + BM, kw0, kw0 + 64);
             uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-            auto p_chunk = [&](int j) {
+            // One element of P^T: softcap and masking are compile-time here (kCap, kMask), so each of the four
+            // paths below is straight-line code (a per-element branch on them had made the loop body large
+            // enough to miss the instruction cache: ncu, 48% of the element-wise stalls were no_inst).
+            auto p_elem = [&](auto cap_tag, auto mask_tag, int e, float lse2, int row) {
+                constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
+                const float raw = s[e];
+                float pij, dcap = 1.f;
+                if constexpr (kCap) {
+                    const float th = tanhf(raw * scale_over_cap);
+                    dcap = 1.f - th * th;
+                    pij = fast_exp2(f.softcap * th * kLog2e - lse2);
+                } else {
+                    pij = fast_exp2(raw * sl2 - lse2);
+                }
+                if constexpr (kMask) {
+                    const int key = kw0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
+                    pij = mask.visible(row, key) ? pij : 0.f;
+                }
+                s[e] = pij * dcap;
+                return pij;
+            };
+            auto p_chunk = [&](auto cap_tag, auto mask_tag, int j) {
                 const int c0 = 8 * j + 2 * (lane % 4);
                 const float2 l2 = *reinterpret_cast<const float2*>(sm.lse(st) + c0);
                 float pv[4];
 #pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int e = 4 * j + x, c = x % 2;
-                    const float lse2 = c ? l2.y : l2.x;
-                    const float raw = s[e];
-                    float pij, dcap = 1.f;
-                    if (capped) {
-                        const float th = tanhf(raw * scale_over_cap);
-                        dcap = 1.f - th * th;
-                        pij = fast_exp2(f.softcap * th * kLog2e - lse2);
-                    } else {
-                        pij = fast_exp2(raw * sl2 - lse2);
-                    }
-                    if (need_mask) {
-                        const int key = kw0 + 16 * warp + lane / 4 + 8 * (x / 2);
-                        if (!mask.visible(m0 + c0 + c, key)) pij = 0.f;
-                    }
-                    pv[x] = pij;
-                    s[e] = pij * dcap;
-                }
+                for (int x = 0; x < 4; ++x) pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
                 pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
                 pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
             };
@@ -405,21 +410,35 @@ struct BwdConsumer {
                 for (int ks = 0; ks < BM / 16; ++ks)
                     wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], sw128_desc(do_addr + ks * 2048, BM * 128, 1024), 1);
             };
-            if constexpr (C::kOverlap) {
+            auto elementwise = [&](auto cap_tag, auto mask_tag) {
+                if constexpr (C::kOverlap) {
 #pragma unroll
-                for (int j = 0; j < BM / 8; ++j) p_chunk(j);
-                issue_dv();
-                wgmma_commit();
-                wgmma_wait<1>();  // dP^T has landed; dV may still run
-                fence_regs(dp);
+                    for (int j = 0; j < BM / 8; ++j) p_chunk(cap_tag, mask_tag, j);
+                    issue_dv();
+                    wgmma_commit();
+                    wgmma_wait<1>();  // dP^T has landed; dV may still run
+                    fence_regs(dp);
 #pragma unroll
-                for (int j = 0; j < BM / 8; ++j) ds_chunk(j);
-            } else {
+                    for (int j = 0; j < BM / 8; ++j) ds_chunk(j);
+                } else {
 #pragma unroll
-                for (int j = 0; j < BM / 8; ++j) {
-                    p_chunk(j);
-                    ds_chunk(j);
+                    for (int j = 0; j < BM / 8; ++j) {
+                        p_chunk(cap_tag, mask_tag, j);
+                        ds_chunk(j);
+                    }
                 }
+            };
+            using Yes = std::true_type;
+            using No = std::false_type;
+            if (capped) {
+                if (need_mask)
+                    elementwise(Yes{}, Yes{});
+                else
+                    elementwise(Yes{}, No{});
+            } else if (need_mask) {
+                elementwise(No{}, Yes{});
+            } else {
+                elementwise(No{}, No{});
             }
 
             // dS^T to shared memory (this warpgroup's 64 key rows, 128-byte swizzle). Single buffer (D = 64): every
@@ -570,7 +589,7 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
-    BwdSmem<C> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+    BwdSmem<C> sm{align_smem_1k(smem_raw)};
     const int b = blockIdx.z, h = blockIdx.y;
     const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, blockIdx.x);
     if (threadIdx.x == 0) {

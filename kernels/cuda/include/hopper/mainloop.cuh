@@ -430,7 +430,7 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_fwd_kernel(const __grid_constant__ Fa3Params P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
-    Smem<C> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+    Smem<C> sm{align_smem_1k(smem_raw)};
     if (threadIdx.x == 0) {
         sm.init();
         tma_prefetch_desc(&P.q.map);

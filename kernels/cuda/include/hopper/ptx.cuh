@@ -11,6 +11,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // ---- mbarrier (64-bit barrier objects in shared memory) -----------------------------------------
+// The first 1024-byte-aligned byte of the dynamic shared memory (the 128-byte swizzle atoms of TMA and wgmma
+// want that alignment; the launchers ask for 1 KB of slack). The offset is applied to the __shared__ array
+// itself, so the compiler still knows every pointer derived from the result is a shared-memory pointer and emits
+// LDS / STS; rounding the generic address through an integer loses that, and the accesses become generic
+// LD.E / ST.E (64-bit address arithmetic, the L1TEX path).
+__device__ __forceinline__ unsigned char* align_smem_1k(unsigned char* smem_raw) {
+    return smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
