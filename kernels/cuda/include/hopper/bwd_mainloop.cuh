@@ -303,6 +303,11 @@ struct BwdConsumer {
         const bool capped = f.softcap > 0.f;
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
         const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
+        // K / V are fixed for the CTA: this warpgroup's 64 key rows K-major (S^T, dP^T) and K MN-major for dQ = dS K
+        // (split dQ: column block cw over all keys; else this warpgroup's keys over all columns)
+        const uint64_t k_kw = sw128_desc(k_addr + cw * 64 * 128, 16, 1024);
+        const uint64_t v_kw = sw128_desc(v_addr + cw * 64 * 128, 16, 1024);
+        const uint64_t k_dq = sw128_desc(k_addr + (C::kSplitDq ? cw * (BN * 128) : cw * 64 * 128), BN * 128, 1024);
         float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
         const int num_m = (f.seqlen_q + BM - 1) / BM;
         int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
@@ -328,6 +333,10 @@ struct BwdConsumer {
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
             }
             const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(st));
+            // Every wgmma descriptor of the tile is one of these plus a compile-time offset (ptx.cuh desc_advance):
+            // K-major Q / dO for S^T / dP^T, MN-major Q / dO for dK / dV.
+            const uint64_t q_k = sw128_desc(q_addr, 16, 1024), do_k = sw128_desc(do_addr, 16, 1024);
+            const uint64_t q_mn = sw128_desc(q_addr, BM * 128, 1024), do_mn = sw128_desc(do_addr, BM * 128, 1024);
 
             // S^T = K_w Q^T and dP^T = V_w dO^T over the head dim, two commit groups: P^T is computed while dP^T
             // is still on the tensor cores, and dV += P^T dO runs while dS^T is computed.
@@ -336,17 +345,16 @@ struct BwdConsumer {
 #pragma unroll
             for (int ks = 0; ks < D / 16; ++ks) {
                 const int cb = ks / 4, kk = ks % 4;
-                const uint32_t a_off = cb * (BN * 128) + cw * 64 * 128 + kk * 32, b_off = cb * (BM * 128) + kk * 32;
-                wgmma_ss<0>(Wgmma<Elem, BM>{}, s, sw128_desc(k_addr + a_off, 16, 1024),
-                            sw128_desc(q_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
+                const uint32_t a_off = cb * (BN * 128) + kk * 32, b_off = cb * (BM * 128) + kk * 32;
+                wgmma_ss<0>(Wgmma<Elem, BM>{}, s, desc_advance(k_kw, a_off), desc_advance(q_k, b_off), ks > 0 ? 1 : 0);
             }
             if constexpr (C::kOverlap) wgmma_commit();
 #pragma unroll
             for (int ks = 0; ks < D / 16; ++ks) {
                 const int cb = ks / 4, kk = ks % 4;
-                const uint32_t a_off = cb * (BN * 128) + cw * 64 * 128 + kk * 32, b_off = cb * (BM * 128) + kk * 32;
-                wgmma_ss<0>(Wgmma<Elem, BM>{}, dp, sw128_desc(v_addr + a_off, 16, 1024),
-                            sw128_desc(do_addr + b_off, 16, 1024), ks > 0 ? 1 : 0);
+                const uint32_t a_off = cb * (BN * 128) + kk * 32, b_off = cb * (BM * 128) + kk * 32;
+                wgmma_ss<0>(Wgmma<Elem, BM>{}, dp, desc_advance(v_kw, a_off), desc_advance(do_k, b_off),
+                            ks > 0 ? 1 : 0);
             }
             wgmma_commit();
             if constexpr (C::kOverlap) {
@@ -408,7 +416,7 @@ struct BwdConsumer {
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < BM / 16; ++ks)
-                    wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], sw128_desc(do_addr + ks * 2048, BM * 128, 1024), 1);
+                    wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], desc_advance(do_mn, ks * 2048), 1);
             };
             auto elementwise = [&](auto cap_tag, auto mask_tag) {
                 if constexpr (C::kOverlap) {
@@ -469,20 +477,20 @@ struct BwdConsumer {
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], sw128_desc(q_addr + ks * 2048, BM * 128, 1024), 1);
+                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
             if constexpr (C::kSplitDq) {
                 // all 128 keys, this consumer's 64 head-dim columns (column block cw of K)
-                const uint32_t dsa_all = smem_addr(sm.ds(dsb));
+                const uint64_t ds_all = sw128_desc(smem_addr(sm.ds(dsb)), 64 * 128, 1024);
 #pragma unroll
                 for (int ks = 0; ks < BN / 16; ++ks)
-                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(dsa_all + ks * 2048, 64 * 128, 1024),
-                                     sw128_desc(k_addr + cw * (BN * 128) + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, desc_advance(ds_all, ks * 2048),
+                                     desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
             } else {
-                const uint32_t ds_addr = smem_addr(ds_tile);
+                const uint64_t ds_own = sw128_desc(smem_addr(ds_tile), 64 * 128, 1024);
 #pragma unroll
                 for (int ks = 0; ks < 64 / 16; ++ks)
-                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, sw128_desc(ds_addr + ks * 2048, 64 * 128, 1024),
-                                     sw128_desc(k_addr + cw * 64 * 128 + ks * 2048, BN * 128, 1024), ks > 0 ? 1 : 0);
+                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, desc_advance(ds_own, ks * 2048),
+                                     desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
             }
             wgmma_commit();
             wgmma_wait<0>();
