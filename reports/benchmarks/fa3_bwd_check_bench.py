@@ -339,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness and determinism checks")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--head-dims", default="64,128", help="benchmark rows: comma-separated head dims")
     args = ap.parse_args(argv)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else CASES):
@@ -350,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     dets = [] if args.no_check else [determinism_case(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
                                      for i, s in enumerate(DET_CASES)]
     print(dets, flush=True)
-    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in (64, 128) for c in (False, True)])
+    dims = [int(x) for x in args.head_dims.split(",")]
+    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)])
     env = env_info()
     command = "python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench" + (
         " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "")
