@@ -116,15 +116,16 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
     if (p.fwd.seqlen_k > 0) {
         // The default adds dQ through shared memory and a TMA reduce-add issued by a producer warp (kTmaDq; H200
         // run 3 of NOTES_FA3_BWD.md: +8-10% non-deterministic, +36-48% deterministic over the atomics build).
-        // ATTN_FA3_BWD_DQ=atomic picks the earlier build (consumers add dQ with fp32 atomics), where
-        // ATTN_FA3_BWD_OVERLAP=0 / 1 picks the GEMM / element-wise overlap (default: at d = 64 only) (ablation).
+        // It runs without the GEMM / element-wise overlap at both head dims (d = 64: +3%, A/B of session 6, run 8
+        // of NOTES_FA3_BWD.md). ATTN_FA3_BWD_DQ=atomic picks the earlier build (consumers add dQ with fp32
+        // atomics), where ATTN_FA3_BWD_OVERLAP=0 / 1 picks the overlap (default: at d = 64 only) (ablation).
         const char* dqm = getenv("ATTN_FA3_BWD_DQ");
         const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
         const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
         const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
         if (tma)
-            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true, true>>(p, s, name, err, errlen)
+            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
                      : launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
         else if (overlap == d64 || kDet)
             rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)

@@ -26,11 +26,12 @@ for bench in "$@"; do
     for r in $(seq 1 "${ROUNDS:-2}"); do
         for x in A B; do
             D=$OUT/ab/$i$x$r
+            mkdir -p "$D"
             # shellcheck disable=SC2086
             ATTN_KERNELS_LIB=$PWD/build/ab/$x.so timeout "${AB_S:-150}" \
                 python3 -m attention_conformance.reports.benchmarks.$bench --out "$D" > "$D.txt" 2>&1
             echo "$(date -u +%H:%M:%S) bench $i ($bench) library $x round $r rc=$?"
-            grep -E "^\| 4(,| \|) " "$D.txt" | head -"${AB_LINES:-8}"
+            grep -E "^\| (4(,| \|) |B4 )" "$D.txt" | head -"${AB_LINES:-8}"
         done
     done
 done

@@ -41,7 +41,8 @@ __all__ = ["CASES", "DET_CASES", "DQ_ENV", "OVERLAP_DEFAULT_D", "OVERLAP_ENV", "
 BF, HF = torch.bfloat16, torch.float16
 OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
 DQ_ENV = "ATTN_FA3_BWD_DQ"  # "atomic": dQ by fp32 atomics from the consumers (the default is the TMA reduce-add)
-#: the default build overlaps the GEMMs with the element-wise work at this head dim only (kernels/cuda/fa3_bwd.cu)
+#: the atomics build (ATTN_FA3_BWD_DQ=atomic) overlaps the GEMMs with the element-wise work at this head dim only by
+#: default (kernels/cuda/fa3_bwd.cu; the TMA reduce-add build, the default, at neither)
 OVERLAP_DEFAULT_D = 64
 CASES = [
     dict(B=2, Hq=4, Hkv=4, Lq=128, Lk=128, d=64, dtype=BF),
@@ -357,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench" + (
         " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "")
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,
                                                       bench=rows), indent=1, default=str))
     md = markdown(env, checks, dets, rows, command)
