@@ -356,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)])
     env = env_info()
     command = "python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench" + (
-        " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "")
+        " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "") + (
+        f" --head-dims {args.head_dims}" if dims != [64, 128] else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,

@@ -398,7 +398,8 @@ struct BwdConsumer {
                 const float2 l2 = *reinterpret_cast<const float2*>(sm.lse(st) + c0);
                 float pv[4];
 #pragma unroll
-                for (int x = 0; x < 4; ++x) pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
+                for (int x = 0; x < 4; ++x)
+                    pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
                 pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
                 pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
             };
