@@ -6,6 +6,8 @@
 // builds the tensor maps and picks the instantiation. NOTES_FA3.md has the design and the measurements.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "attn_params.h"
 #include "hopper/mainloop.cuh"
 #include "hopper/tma_host.cuh"
@@ -94,6 +96,24 @@ template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefa
           bool kQRegs = (D == 128 && kN == 128)>
 using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages, kSkipRescale, kProbe, kQRegs>;
 
+// f(dim, elem) with the head dim of p (64, 128, else 256) as std::integral_constant and its element type as a
+// value of that type: the one switch over head dim and dtype that every dispatch below goes through.
+template <class F>
+int by_head_dim(const AttnFwdParams& p, F&& f) {
+    const bool bf = p.dtype == ATTN_BF16;
+    switch (p.head_dim) {
+        case 64:
+            return bf ? f(std::integral_constant<int, 64>{}, __nv_bfloat16{})
+                      : f(std::integral_constant<int, 64>{}, __half{});
+        case 128:
+            return bf ? f(std::integral_constant<int, 128>{}, __nv_bfloat16{})
+                      : f(std::integral_constant<int, 128>{}, __half{});
+        default:
+            return bf ? f(std::integral_constant<int, 256>{}, __nv_bfloat16{})
+                      : f(std::integral_constant<int, 256>{}, __half{});
+    }
+}
+
 // The default build of head dim D with O *= corr skipped where a warp's row maxima all stayed (variant skip_rescale).
 template <int D, typename E>
 int launch_skip_rescale(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
@@ -171,32 +191,15 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
             return bf ? launch<Default<64, __nv_bfloat16, false, false, 192, 0, 2>>(*p, s, sms, err, errlen)
                       : launch<Default<64, __half, false, false, 192, 0, 2>>(*p, s, sms, err, errlen);
         }
-        if (flags == ATTN_FA3_SKIP_RESCALE) {
-            switch (p->head_dim) {
-                case 64:
-                    return bf ? launch_skip_rescale<64, __nv_bfloat16>(*p, s, sms, err, errlen)
-                              : launch_skip_rescale<64, __half>(*p, s, sms, err, errlen);
-                case 128:
-                    return bf ? launch_skip_rescale<128, __nv_bfloat16>(*p, s, sms, err, errlen)
-                              : launch_skip_rescale<128, __half>(*p, s, sms, err, errlen);
-                default:
-                    return bf ? launch_skip_rescale<256, __nv_bfloat16>(*p, s, sms, err, errlen)
-                              : launch_skip_rescale<256, __half>(*p, s, sms, err, errlen);
-            }
-        }
+        if (flags == ATTN_FA3_SKIP_RESCALE)
+            return by_head_dim(*p, [&](auto dim, auto elem) {
+                return launch_skip_rescale<decltype(dim)::value, decltype(elem)>(*p, s, sms, err, errlen);
+            });
         if (flags == ATTN_FA3_PERSISTENT || flags == ATTN_FA3_ONE_CTA_PER_TILE) {
             const bool per = flags == ATTN_FA3_PERSISTENT;
-            switch (p->head_dim) {
-                case 64:
-                    return bf ? dispatch_grid<64, __nv_bfloat16>(*p, per, s, sms, err, errlen)
-                              : dispatch_grid<64, __half>(*p, per, s, sms, err, errlen);
-                case 128:
-                    return bf ? dispatch_grid<128, __nv_bfloat16>(*p, per, s, sms, err, errlen)
-                              : dispatch_grid<128, __half>(*p, per, s, sms, err, errlen);
-                default:
-                    return bf ? dispatch_grid<256, __nv_bfloat16>(*p, per, s, sms, err, errlen)
-                              : dispatch_grid<256, __half>(*p, per, s, sms, err, errlen);
-            }
+            return by_head_dim(*p, [&](auto dim, auto elem) {
+                return dispatch_grid<decltype(dim)::value, decltype(elem)>(*p, per, s, sms, err, errlen);
+            });
         }
         if (p->head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -204,17 +207,9 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
         return bf ? dispatch_variant<__nv_bfloat16>(*p, flags, s, sms, err, errlen)
                   : dispatch_variant<__half>(*p, flags, s, sms, err, errlen);
     }
-    switch (p->head_dim) {
-        case 64:
-            return bf ? dispatch_full<64, __nv_bfloat16>(*p, s, sms, err, errlen)
-                      : dispatch_full<64, __half>(*p, s, sms, err, errlen);
-        case 128:
-            return bf ? dispatch_full<128, __nv_bfloat16>(*p, s, sms, err, errlen)
-                      : dispatch_full<128, __half>(*p, s, sms, err, errlen);
-        default:
-            return bf ? dispatch_full<256, __nv_bfloat16>(*p, s, sms, err, errlen)
-                      : dispatch_full<256, __half>(*p, s, sms, err, errlen);
-    }
+    return by_head_dim(*p, [&](auto dim, auto elem) {
+        return dispatch_full<decltype(dim)::value, decltype(elem)>(*p, s, sms, err, errlen);
+    });
 }
 
 }  // namespace
