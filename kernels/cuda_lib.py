@@ -14,7 +14,9 @@ version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``
 - `call(name, params)` runs a launcher and raises `KernelError` (`KernelUnsupported` for
   ATTN_ERR_UNSUPPORTED) carrying the kernel's own message;
 - `AttnFp8FwdParams` / `fp8_fwd_params(...)`: the FP8 forward's struct (attn_params.h, its own version
-  ``ATTN_FP8_PARAMS_VERSION``) around an `AttnFwdParams`, for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10).
+  ``ATTN_FP8_PARAMS_VERSION``) around an `AttnFwdParams`, for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10);
+  `pack_vt` writes V's codes k-major (``attn_fp8_pack_vt``) for ``v_layout="kmajor"``, `pack_vt_reference` is the
+  same layout in NumPy.
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ __all__ = [
     "ATTN_PARAMS_VERSION",
     "FP8_FORMAT_CODES",
     "FP8_GRANULARITY_CODES",
+    "FP8_V_LAYOUT_CODES",
     "LAUNCHERS",
     "AttnBwdParams",
     "AttnFp8FwdParams",
+    "AttnFp8PackVtParams",
     "AttnFwdParams",
     "FA3_EXACT_VARIANTS",
     "FA3_VARIANTS",
     "KernelError",
     "KernelUnsupported",
     "LibraryUnavailable",
+    "VT_KEY_ORDER",
     "build_setting",
     "bwd_params",
     "call",
@@ -55,6 +60,8 @@ __all__ = [
     "library",
     "library_path",
     "mirror_layout",
+    "pack_vt",
+    "pack_vt_reference",
     "splitkv_num_splits",
 ]
 
@@ -62,11 +69,15 @@ ATTN_PARAMS_VERSION = 4
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd",
-             "attn_fa3_fp8_fwd", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
-ATTN_FP8_PARAMS_VERSION = 1
+             "attn_fa3_fp8_fwd", "attn_fp8_pack_vt", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
+ATTN_FP8_PARAMS_VERSION = 2
 #: attn_params.h AttnFp8Format / AttnFp8Granularity, keyed by the oracle's names (oracles/fp8.py)
 FP8_FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
 FP8_GRANULARITY_CODES = {"per_tensor": 0, "per_head": 1, "per_tile": 2}
+#: attn_params.h AttnFp8VLayout: V's codes as rows (the kernel transposes them) or k-major (`pack_vt`)
+FP8_V_LAYOUT_CODES = {"rows": 0, "kmajor": 1}
+#: attn_params.h ATTN_FP8_VT_KEY: position p of every 16-key group of a k-major V row holds key VT_KEY_ORDER[p]
+VT_KEY_ORDER = tuple(2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1) for p in range(16))
 #: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
 FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                 "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "skip_rescale": 10,
@@ -121,13 +132,27 @@ class AttnBwdParams(ctypes.Structure):
 
 
 class AttnFp8FwdParams(ctypes.Structure):
-    """Mirror of ``AttnFp8FwdParams`` in attn_params.h (ATTN_FP8_PARAMS_VERSION 1)."""
+    """Mirror of ``AttnFp8FwdParams`` in attn_params.h (ATTN_FP8_PARAMS_VERSION 2)."""
 
     _fields_ = [
         ("fwd", AttnFwdParams),
         ("format", _i32), ("granularity", _i32),
         ("q_descale", _vp), ("k_descale", _vp), ("v_descale", _vp),
         ("tile_q", _i32), ("tile_k", _i32),
+        ("v_layout", _i32), ("vt_keys", _i32),
+    ]  # fmt: skip
+
+
+class AttnFp8PackVtParams(ctypes.Structure):
+    """Mirror of ``AttnFp8PackVtParams`` in attn_params.h (ATTN_FP8_PARAMS_VERSION 2)."""
+
+    _fields_ = [
+        ("v", _vp), ("vt", _vp),
+        ("v_batch_stride", _i64), ("v_head_stride", _i64), ("v_row_stride", _i64),
+        ("vt_batch_stride", _i64), ("vt_head_stride", _i64), ("vt_row_stride", _i64),
+        ("seqlens_k", _vp),
+        ("batch", _i32), ("heads", _i32), ("seqlen", _i32), ("head_dim", _i32),
+        ("vt_keys", _i32), ("reserved", _i32),
     ]  # fmt: skip
 
 
@@ -234,18 +259,21 @@ def compiled_layout() -> list[int]:
 
 
 def fp8_mirror_layout() -> list[int]:
-    """The ctypes mirror of AttnFp8FwdParams in `compiled_fp8_layout`'s format."""
-    return [ATTN_FP8_PARAMS_VERSION, ctypes.sizeof(AttnFp8FwdParams)] + [
-        getattr(AttnFp8FwdParams, n).offset for n, _ in AttnFp8FwdParams._fields_]
+    """The ctypes mirrors of AttnFp8FwdParams and AttnFp8PackVtParams in `compiled_fp8_layout`'s format."""
+    out = [ATTN_FP8_PARAMS_VERSION, ctypes.sizeof(AttnFp8FwdParams)]
+    out += [getattr(AttnFp8FwdParams, n).offset for n, _ in AttnFp8FwdParams._fields_]
+    out += [ctypes.sizeof(AttnFp8PackVtParams)]
+    return out + [getattr(AttnFp8PackVtParams, n).offset for n, _ in AttnFp8PackVtParams._fields_]
 
 
 def compiled_fp8_layout() -> list[int]:
-    """Version, size and field offsets of AttnFp8FwdParams as compiled (``attn_fp8_params_layout``)."""
+    """Version, sizes and field offsets of AttnFp8FwdParams and AttnFp8PackVtParams as compiled
+    (``attn_fp8_params_layout``)."""
     lib = library()
     if getattr(lib, "attn_fp8_params_layout", None) is None:
         raise LibraryUnavailable(f"{library_path()} does not export attn_fp8_params_layout")
-    buf = (_i64 * 32)()
-    n = lib.attn_fp8_params_layout(buf, 32)
+    buf = (_i64 * 64)()
+    n = lib.attn_fp8_params_layout(buf, 64)
     return list(buf[:n])
 
 
@@ -350,15 +378,19 @@ def fwd_params(
 
 
 def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, k_descale: Any, v_descale: Any, *,
-                   format: str, granularity: str, tile_q: int = 128, tile_k: int = 128,
+                   format: str, granularity: str, tile_q: int = 128, tile_k: int = 128, v_layout: str = "rows",
                    **fwd_kwargs: Any) -> AttnFp8FwdParams:
     """Fill `AttnFp8FwdParams` for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10).
 
     q8, k8, v8: FP8 CUDA tensors (torch.float8_e4m3fn / float8_e5m2, [B, H, L, D] views as for `fwd_params`);
     o: bf16 [B, Hq, Lq, dv]; descales: contiguous fp32 CUDA tensors of shape () per tensor, (B, Hkv) per head,
     (B, Hq, ceil(Lq / tile_q)) / (B, Hkv, ceil(Lk / tile_k)) per tile; ``format`` "e4m3fn" or "e5m2",
-    ``granularity`` "per_tensor", "per_head" or "per_tile". ``fwd_kwargs``: `fwd_params` keywords.
+    ``granularity`` "per_tensor", "per_head" or "per_tile". ``v_layout="kmajor"``: v8 is `pack_vt`'s output,
+    [B, Hkv, dv, vt_keys] with unit stride along the keys (attn_params.h ATTN_FP8_V_KMAJOR), packed with the same
+    ``seqlens_k``. ``fwd_kwargs``: `fwd_params` keywords.
     """
+    if v_layout not in FP8_V_LAYOUT_CODES:
+        raise KernelError("fp8_fwd_params", 2, f"v_layout={v_layout!r}: one of {sorted(FP8_V_LAYOUT_CODES)}")
     if format not in FP8_FORMAT_CODES:
         raise KernelError("fp8_fwd_params", 2, f"format={format!r}: one of {sorted(FP8_FORMAT_CODES)}")
     if granularity not in FP8_GRANULARITY_CODES:
@@ -375,14 +407,71 @@ def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, 
         _check_vector("fp8_fwd_params", name, t, shape)
         if t is None:
             raise KernelError("fp8_fwd_params", 2, f"{name} is None: an fp32 tensor of shape {shape} is needed")
+    vt_keys = 0
+    if v_layout == "kmajor":
+        d = k8.shape[3]
+        if v8.dim() != 4 or tuple(v8.shape[:3]) != (B, Hkv, d) or v8.stride(3) != 1 or v8.shape[3] % 16 \
+                or v8.shape[3] < Lk:
+            raise KernelError("fp8_fwd_params", 2, f"v8 shape {tuple(v8.shape)} stride {tuple(v8.stride())}: "
+                                                   f"v_layout='kmajor' needs [B={B}, Hkv={Hkv}, dv={d}, vt_keys] with "
+                                                   f"vt_keys a multiple of 16 >= Lk={Lk} and unit key stride "
+                                                   "(pack_vt's output)")
+        vt_keys = int(v8.shape[3])
     p = AttnFp8FwdParams()
-    fwd = fwd_params(q8, k8, v8, o, lse, **fwd_kwargs)
+    fwd = fwd_params(q8, k8, k8 if v_layout == "kmajor" else v8, o, lse, **fwd_kwargs)
+    if v_layout == "kmajor":
+        fwd.v = _ptr(v8)
+        fwd.v_batch_stride, fwd.v_head_stride, fwd.v_row_stride = v8.stride(0), v8.stride(1), v8.stride(2)
+        fwd._keep.append(v8)
     p.fwd = fwd
+    p.v_layout, p.vt_keys = FP8_V_LAYOUT_CODES[v_layout], vt_keys
     p.format, p.granularity = FP8_FORMAT_CODES[format], FP8_GRANULARITY_CODES[granularity]
     p.q_descale, p.k_descale, p.v_descale = _ptr(q_descale), _ptr(k_descale), _ptr(v_descale)
     p.tile_q, p.tile_k = int(tile_q), int(tile_k)
     p._keep = list(fwd._keep) + [q_descale, k_descale, v_descale]
     return p
+
+
+def pack_vt(v8: Any, *, seqlens_k: Any = None, vt_keys: int | None = None, stream: int | None = None) -> Any:
+    """V's FP8 codes k-major for ``fp8_fwd_params(..., v_layout="kmajor")`` through ``attn_fp8_pack_vt``.
+
+    v8: FP8 CUDA tensor [B, Hkv, Lk, dv] (any strides with unit stride along dv); seqlens_k: the int32 [B] tensor the
+    forward gets (keys at or past a sequence's length become zero codes); vt_keys: positions per row (default Lk
+    rounded up to 16). Returns a new tensor [B, Hkv, dv, vt_keys] of v8's dtype (`pack_vt_reference`'s layout).
+    """
+    import torch
+
+    if not _is_fp8(v8) or v8.dim() != 4 or (v8.numel() > 0 and v8.shape[3] > 1 and v8.stride(3) != 1):
+        raise KernelError("pack_vt", 2, f"v8: dtype {getattr(v8, 'dtype', None)}, shape {tuple(v8.shape)}: an FP8 "
+                                        "tensor [B, Hkv, Lk, dv] with unit stride along dv is needed")
+    B, H, L, d = v8.shape
+    keys = -(-L // 16) * 16 if vt_keys is None else int(vt_keys)
+    vt = torch.empty((B, H, d, keys), dtype=v8.dtype, device=v8.device)
+    p = AttnFp8PackVtParams()
+    p.v, p.vt = _ptr(v8), _ptr(vt)
+    p.v_batch_stride, p.v_head_stride, p.v_row_stride = v8.stride(0), v8.stride(1), v8.stride(2)
+    p.vt_batch_stride, p.vt_head_stride, p.vt_row_stride = vt.stride(0), vt.stride(1), vt.stride(2)
+    p.seqlens_k = _ptr(seqlens_k)
+    p.batch, p.heads, p.seqlen, p.head_dim, p.vt_keys = B, H, L, d, keys
+    call("attn_fp8_pack_vt", p, stream)
+    return vt
+
+
+def pack_vt_reference(v: Any, seqlens_k: Any = None, vt_keys: int | None = None) -> Any:
+    """`pack_vt`'s layout in NumPy: v [B, H, L, d] -> [B, H, d, vt_keys], position 16 g + p holding key
+    16 g + VT_KEY_ORDER[p], zero at and past each sequence's length."""
+    import numpy as np
+
+    v = np.asarray(v)
+    B, H, L, d = v.shape
+    keys = -(-L // 16) * 16 if vt_keys is None else int(vt_keys)
+    src = np.zeros((B, H, keys, d), dtype=v.dtype)
+    src[:, :, :L] = v
+    for b in range(B):
+        if seqlens_k is not None:
+            src[b, :, int(seqlens_k[b]):] = 0
+    order = (np.arange(keys) // 16) * 16 + np.asarray(VT_KEY_ORDER)[np.arange(keys) % 16]
+    return np.ascontiguousarray(src[:, :, order].transpose(0, 1, 3, 2))
 
 
 def _check_vector(who: str, name: str, t: Any, shape: tuple[int, ...]) -> None:
@@ -484,7 +573,8 @@ def _current_stream() -> int:
         return 0
 
 
-def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams, stream: int | None = None) -> None:
+def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | AttnFp8PackVtParams,
+         stream: int | None = None) -> None:
     """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current).
 
     Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and

@@ -28,4 +28,5 @@ BUILTIN: dict[str, str] = {
     "cuda-splitkv": "attention_conformance.adapters.cuda:CudaSplitKV",
     "cuda-fa3": "attention_conformance.adapters.cuda:CudaFA3",
     "cuda-fa3-fp8": "attention_conformance.adapters.cuda:CudaFA3FP8",
+    "cuda-fa3-fp8-vt": "attention_conformance.adapters.cuda:CudaFA3FP8KMajor",
 }

@@ -2,7 +2,8 @@
 
 ``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
 (split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only; backward for head dims
-64 and 128, kernels/cuda/fa3_bwd.cu) and ``cuda-fa3-fp8`` (FA3 FP8 forward, sm_90a only). Each call runs in a
+64 and 128, kernels/cuda/fa3_bwd.cu), ``cuda-fa3-fp8`` (FA3 FP8 forward, sm_90a only) and ``cuda-fa3-fp8-vt``
+(the same kernel with V packed k-major by ``attn_fp8_pack_vt`` first). Each call runs in a
 worker process (``isolate = True``) so a crash or hang costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
@@ -23,6 +24,8 @@ How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda
 - §10 FP8 (``cuda-fa3-fp8``): the codes of ``CaseInputs.fp8`` (already rotated when the case is incoherent, §11)
   go in as torch.float8_e4m3fn / float8_e5m2 views of the case layout, the descales as fp32 device tensors of
   their oracle shapes (float64 -> float32, as the reference kernel rounds them); the output is bf16.
+  ``cuda-fa3-fp8-vt`` packs the V codes k-major (`cuda_lib.pack_vt`, with the case's seqlens_k) and passes that
+  tensor (``v_layout="kmajor"``); the V codes of the case layout stay in the mutation check.
 - §7 padded query rows are never written by the kernels; the adapter reports them as 0 / -inf (the
   engine does not compare them) and counts only real rows as unwritten.
 
@@ -52,7 +55,8 @@ from attention_conformance.adapters.base import (
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
-__all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaFA3FP8", "CudaSplitKV", "GUARD_ELEMS", "GuardedBuffer"]
+__all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaFA3FP8", "CudaFA3FP8KMajor", "CudaSplitKV", "GUARD_ELEMS",
+           "GuardedBuffer"]
 
 #: sentinel elements before and after every output buffer
 GUARD_ELEMS = 1024
@@ -384,6 +388,8 @@ class CudaFA3FP8(CudaFA3):
     #: per-tile descale blocks the kernel applies (SEMANTICS.md §10): its 128-row query tiles and 128-key blocks
     #: (one key tile at d = 64 / 128, two of 64 keys at d = 256)
     TILE = 128
+    #: how V reaches the kernel (cuda_lib.FP8_V_LAYOUT_CODES): its codes as rows, transposed in shared memory
+    v_layout = "rows"
 
     def supports(self, case: Case, device: str) -> str | None:
         if case.fp8 is None:
@@ -406,13 +412,23 @@ class CudaFA3FP8(CudaFA3):
         before = tc.snapshot(named)
         o = GuardedBuffer("out", (case.B, case.Hq, case.Lq, case.dv), torch.bfloat16, device)
         lse = GuardedBuffer("lse", (case.B, case.Hq, case.Lq), torch.float32, device)
-        params = cuda_lib.fp8_fwd_params(m.q, m.k, m.v, o.view, lse.view, descales["q_descale"],
+        sem = self._semantics(case, device)
+        v = cuda_lib.pack_vt(m.v, seqlens_k=sem.get("seqlens_k")) if self.v_layout == "kmajor" else m.v
+        params = cuda_lib.fp8_fwd_params(m.q, m.k, v, o.view, lse.view, descales["q_descale"],
                                          descales["k_descale"], descales["v_descale"], format=qi["format"],
                                          granularity=qi["granularity"], tile_q=int(qi["tile_q"]),
-                                         tile_k=int(qi["tile_k"]), **self._semantics(case, device))
+                                         tile_k=int(qi["tile_k"]), v_layout=self.v_layout, **sem)
         cuda_lib.call(self.fwd_launcher, params)
         torch.cuda.synchronize()
         notes = [r for r in (o.oob_report(), lse.oob_report()) if r]
         if notes:
             raise AssertionError("; ".join(notes))
         return self._forward_output(o, lse, case, notes, tc.changed(before, named))
+
+
+class CudaFA3FP8KMajor(CudaFA3FP8):
+    name = "cuda-fa3-fp8-vt"
+    description = ("FlashAttention-3 FP8 forward for Hopper (kernels/cuda/fa3_fp8_fwd.cu, sm_90a) with V delivered "
+                   "k-major: attn_fp8_pack_vt writes V's codes transposed (keys contiguous, in the P fragments' key "
+                   "order, zero past each sequence), so the kernel loads Vt with TMA and skips its in-kernel transpose")
+    v_layout = "kmajor"

@@ -53,6 +53,10 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=128, alignment="top_left", causal=True,
                               fp8="per_head")),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_tile")),  # 64-key tiles
+    # ... with V packed k-major first (attn_fp8_pack_vt; the producer TMA-loads Vt, no transposing warps)
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile", vt=True)),
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor", vt=True)),
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_head", vt=True)),
     # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered at d = 128), zeroed tails
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),
@@ -134,7 +138,7 @@ def _run(launcher: str, spec: dict) -> str:
         kw["num_splits"] = num_splits
     fp8 = kw.pop("fp8", None)
     if fp8 is not None:
-        return _run_fp8(launcher, q, k, v, o, lse, kw, fp8)
+        return _run_fp8(launcher, q, k, v, o, lse, kw, fp8, kw.pop("vt", False))
     if page_size is not None:
         return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B)
     if "_bwd" in launcher:  # attn_*_bwd and attn_fa3_bwd_deterministic
@@ -166,8 +170,10 @@ def _run(launcher: str, spec: dict) -> str:
     return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
 
 
-def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str) -> str:
-    """One FP8 case: e4m3 codes of q, k, v, unit descales of the granularity's shape (attn_params.h)."""
+def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str,
+             vt: bool = False) -> str:
+    """One FP8 case: e4m3 codes of q, k, v, unit descales of the granularity's shape (attn_params.h); ``vt``: V
+    packed k-major by attn_fp8_pack_vt (v_layout ATTN_FP8_V_KMAJOR)."""
     import torch
 
     from attention_conformance.kernels import cuda_lib
@@ -179,14 +185,16 @@ def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, 
     ds = [torch.ones(s, device=q.device) for s in shapes]
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
     o = o.to(torch.bfloat16)
+    if vt:
+        v8 = cuda_lib.pack_vt(v8, seqlens_k=kw.get("seqlens_k"))
     cuda_lib.call(launcher, cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format="e4m3fn", granularity=granularity,
-                                                    **kw))
+                                                    v_layout="kmajor" if vt else "rows", **kw))
     torch.cuda.synchronize()
     rows = _valid_rows(B, Lq, kw.get("seqlens_q"), q.device)
     bad = int((~torch.isfinite(torch.where(rows, o, 0).float())).sum())
     if bad:
         raise RuntimeError(f"o (valid rows): {bad} non-finite value(s) of shape {list(o.shape)}")
-    return f"{launcher} {granularity} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{q.shape[-1]} ok"
+    return f"{launcher} {granularity}{' vt' if vt else ''} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{q.shape[-1]} ok"
 
 
 def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, lens: list[int]) -> str:

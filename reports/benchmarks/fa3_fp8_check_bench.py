@@ -75,8 +75,9 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causal=False, bottom_right=True,
                    window=None, softcap=None, varlen=False, layout="contiguous", incoherent=False, outliers=False,
-                   seed=0, variant=None) -> dict:
-    """One case through ``attn_fa3_fp8_fwd`` (``variant``: through that build of VARIANTS); returns a dict with
+                   seed=0, variant=None, v_layout="rows") -> dict:
+    """One case through ``attn_fa3_fp8_fwd`` (``variant``: through that build of VARIANTS; ``v_layout="kmajor"``:
+    V packed by `cuda_lib.pack_vt` first, checked against `cuda_lib.pack_vt_reference`); returns a dict with
     ``ok``, ``problems`` and the error figures."""
     from attention_conformance import oracles
     from attention_conformance.kernels.reference.fa3 import forward_fp8
@@ -111,8 +112,15 @@ def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causa
     before = [t.view(torch.uint8).clone() for t in (q8, k8, v8)]
     lens = {n: (None if x is None else torch.tensor(x, dtype=torch.int32, device="cuda"))
             for n, x in (("seqlens_q", sq), ("seqlens_k", sk))}
-    p = cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format=format, granularity=granularity, causal=causal,
-                                alignment=alignment, window=window, softcap=softcap, **lens)
+    problems = []
+    vin = v8
+    if v_layout == "kmajor":
+        vin = cuda_lib.pack_vt(v8, seqlens_k=lens["seqlens_k"])
+        want = cuda_lib.pack_vt_reference(v8.view(torch.uint8).cpu().numpy(), seqlens_k=sk)
+        if not np.array_equal(vin.view(torch.uint8).cpu().numpy(), want):
+            problems.append("pack_vt differs from pack_vt_reference")
+    p = cuda_lib.fp8_fwd_params(q8, k8, vin, o, lse, *ds, format=format, granularity=granularity, causal=causal,
+                                alignment=alignment, window=window, softcap=softcap, v_layout=v_layout, **lens)
     if variant is None:
         cuda_lib.call("attn_fa3_fp8_fwd", p)
     else:
@@ -127,7 +135,6 @@ def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causa
             valid[b, :, n:] = False
     ko = o.double().cpu().numpy()
     kl = lse.double().cpu().numpy()
-    problems = []
     if not (_guard_ok(oflat) and _guard_ok(lflat)):
         problems.append("guard band changed (out-of-bounds write)")
     if any(not torch.equal(t.view(torch.uint8), b) for t, b in zip((q8, k8, v8), before)):
@@ -164,7 +171,8 @@ def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causa
             + (" causal" + ("BR" if bottom_right else "TL") if causal else "") + (f" win{window}" if window else "")
             + (f" cap{softcap}" if softcap else "") + (" varlen" if varlen else "")
             + (f" {layout}" if layout != "contiguous" else "") + (" had" if incoherent else "")
-            + (" outliers" if outliers else "") + (f" [{variant}]" if variant else ""))
+            + (" outliers" if outliers else "") + (f" [{variant}]" if variant else "")
+            + (" vt-kmajor" if v_layout == "kmajor" else ""))
     return dict(case=name, ok=not problems, problems=problems, rel_err_vs_reference=err_ref,
                 max_err_vs_reference=max_ref, rel_err_vs_oracle=err_kernel, reference_rel_err_vs_oracle=err_numpy,
                 lse_err_vs_reference=lse_err)
@@ -227,6 +235,10 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
             ds = [torch.ones(s, device="cuda") for s in shp]
             p = cuda_lib.fp8_fwd_params(*x8, o, lse, *ds, format="e4m3fn", granularity=gran, causal=causal)
             cands.append(("fp8_" + gran, lambda p=p: cuda_lib.call("attn_fa3_fp8_fwd", p)))
+            vt = cuda_lib.pack_vt(x8[2])
+            pk = cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ds, format="e4m3fn", granularity=gran,
+                                         causal=causal, v_layout="kmajor")
+            cands.append(("fp8kmajor_" + gran, lambda p=pk: cuda_lib.call("attn_fa3_fp8_fwd", p)))
             if d == 128:
                 cands += [(f"fp8_{v}_{gran}", lambda p=p, v=v: variant_call(p, v)) for v in VARIANTS]
             if probes and d == 128 and gran == "per_tensor":
@@ -235,6 +247,8 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
         row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
         time_round_robin(row, cands, flops, rounds)
         row["fp8_over_bf16"] = row["bf16_ms"] / row["fp8_per_tensor_ms"]
+        row["fp8kmajor_over_bf16"] = row["bf16_ms"] / row["fp8kmajor_per_tensor_ms"]
+        row["pack_vt_ms"] = time_fn(lambda v=x8[2]: cuda_lib.pack_vt(v))[0]
         rows.append(row)
     return rows
 
@@ -257,15 +271,21 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
         out.append("")
     att = [r for r in rows if r["kind"] == "attention"]
     if att:
-        out += ["TFLOPs/s (e4m3 codes; the FLOP count is 4 B H N^2 d, halved when causal):", "",
-                "| B | H | N | d | causal | BF16 FA3 | FP8 per tensor | FP8 per head | FP8 per tile | FP8 / BF16 |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["TFLOPs/s (e4m3 codes; the FLOP count is 4 B H N^2 d, halved when causal). V as rows: the kernel "
+                "transposes V in shared memory; V k-major: `pack_vt` wrote it transposed beforehand (its time, one "
+                "pass over V, in the last column, not in the kernel's figure):", "",
+                "| B | H | N | d | causal | BF16 FA3 | FP8 per tensor | FP8 per head | FP8 per tile | FP8 / BF16 "
+                "| V k-major: per tensor | per head | per tile | / BF16 | pack_vt ms |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         probe_rows = [r for r in att if any(k.startswith("fp8_probe_") for k in r)]
         var_rows = [r for r in att if any(f"fp8_{v}_per_tensor_tflops" in r for v in VARIANTS)]
         for r in att:
             out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {r['bf16_tflops']:.0f} | "
                        f"{r['fp8_per_tensor_tflops']:.0f} | {r['fp8_per_head_tflops']:.0f} | "
-                       f"{r['fp8_per_tile_tflops']:.0f} | {r['fp8_over_bf16']:.2f} |")
+                       f"{r['fp8_per_tile_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
+                       f"{r['fp8kmajor_per_tensor_tflops']:.0f} | {r['fp8kmajor_per_head_tflops']:.0f} | "
+                       f"{r['fp8kmajor_per_tile_tflops']:.0f} | {r['fp8kmajor_over_bf16']:.2f} | "
+                       f"{r['pack_vt_ms']:.3f} |")
         out.append("")
         if var_rows:
             out += ["Variant builds (TFLOPs/s; ATTN_FA3_FP8_VARIANT):", "",
@@ -311,9 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(i, c, None) for i, c in enumerate(CHECK_CASES)]
         runs += [(i, c, v) for v in VARIANTS for i, c in enumerate(CHECK_CASES)
                  if c["d"] == 128 and c.get("format", "e4m3fn") == "e4m3fn"]
+        runs += [(i, c, "kmajor") for i, c in enumerate(CHECK_CASES)]
         for i, c, v in runs:
             try:
-                r = check_fp8_case(seed=i, variant=v, **c)
+                r = (check_fp8_case(seed=i, v_layout="kmajor", **c) if v == "kmajor"
+                     else check_fp8_case(seed=i, variant=v, **c))
             except Exception as e:  # a launcher error is a failed case, reported with its message
                 r = dict(case=repr(c), ok=False, problems=[f"{type(e).__name__}: {e}"])
             checks.append(r)

@@ -4,12 +4,12 @@
 # machine (python -m attention_conformance.kernels.build --out build/kernels) and travels zstd-compressed:
 #   STEPS="fp8 fwd" LIB_ZST=.carry_lead/libattn_kernels.so.zst VENDOR=.vendor bash reports/benchmarks/run_hopper_h200.sh
 # Steps (in the order given):
-#   fp8      FP8 device check, the gpu profile's FP8 cases through cuda-fa3-fp8, the FP8 bench with timing probes
+#   fp8      FP8 device check, the gpu profile's FP8 cases through cuda-fa3-fp8 and -vt, the FP8 bench with timing probes
 #   fp8san   compute-sanitizer memcheck and racecheck on the FP8 sanitizer cases
 #   table3   FA3 Table 3 through cuda-fa3-fp8 (reports/fp8_accuracy.py) and the quantizer timings (quant_bench)
 #   fwd      FA3 forward: correctness of the variant builds in $FWD_VARIANTS, the d = 64/128/256 table with those
 #            builds beside torch-flash and cuDNN (and FA4 when installed), the ablation and probe table
-#            (FWD_BENCH_ONLY=1: the table alone)
+#            (FWD_BENCH_ONLY=1: the table alone; FWD_NO_ABLATION=1: checks and the table)
 #   bwd      FA3 backward: GPU tests, check and bench (atomics, deterministic, TMA reduce-add dQ)
 #   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases
 #   bench    what `tox -e bench` runs (pytest-benchmark: tests/kernels/test_cuda_bench.py and the oracle's), $BENCH_K
@@ -51,13 +51,13 @@ for step in ${STEPS:-fp8 fwd}; do
     mark "begin $step"
     case $step in
     fp8)
-        timeout "${CHECK_S:-60}" python3 -m $M.fa3_fp8_check_bench --check --out "$D/check" > "$D/check.txt" 2>&1
+        timeout "${CHECK_S:-120}" python3 -m $M.fa3_fp8_check_bench --check --out "$D/check" > "$D/check.txt" 2>&1
         echo "fp8 check rc=$?"; grep -E "^(OK|FAIL)" "$D/check.txt"
-        timeout "${CONF_S:-120}" python3 -m attention_conformance run --profile gpu --device cuda --impl cuda-fa3-fp8 \
-            -k fp8 --report-dir "$D/conf" --workers 4 --timeout 90 > "$D/conformance.txt" 2>&1
+        timeout "${CONF_S:-120}" python3 -m attention_conformance run --profile gpu --device cuda \
+            --impl cuda-fa3-fp8 cuda-fa3-fp8-vt -k fp8 --report-dir "$D/conf" --workers 4 --timeout 90 > "$D/conformance.txt" 2>&1
         echo "fp8 conformance rc=$?"; tail -2 "$D/conformance.txt"
         mark "fp8 bench"
-        timeout "${BENCH_S:-150}" python3 -m $M.fa3_fp8_check_bench --bench --probes --out "$D/bench" > "$D/bench.txt" 2>&1
+        timeout "${FP8_BENCH_S:-200}" python3 -m $M.fa3_fp8_check_bench --bench --probes --out "$D/bench" > "$D/bench.txt" 2>&1
         echo "fp8 bench rc=$?"; grep -v "^{" "$D/bench.txt" | tail -3; cat "$D/bench/fa3_fp8.md" 2>/dev/null | tail -22 ;;
     fp8san|bwdsan)
         L="attn_fa3_fp8_fwd"; [ $step = bwdsan ] && L="attn_fa3_bwd attn_fa3_bwd_deterministic"
@@ -75,7 +75,7 @@ for step in ${STEPS:-fp8 fwd}; do
         echo "quant rc=$?"; tail -12 "$D/quant.txt" ;;
     fwd)
         V=${FWD_VARIANTS:-skip_rescale}
-        A="--ablation"; [ -n "${FWD_BENCH_ONLY:-}" ] && A="--skip-check"
+        A="--ablation"; [ -n "${FWD_NO_ABLATION:-}" ] && A=""; [ -n "${FWD_BENCH_ONLY:-}" ] && A="--skip-check"
         # shellcheck disable=SC2086
         timeout "${FWD_S:-200}" python3 -m $M.fa3_check_bench --out "$D" --variants "$V" --bench-variants "$V" \
             $A ${FWD_CURVES:+--curves} > "$D/fwd.txt" 2>&1

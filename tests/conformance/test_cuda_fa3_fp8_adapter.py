@@ -1,5 +1,6 @@
-"""CPU tests of the ``cuda-fa3-fp8`` adapter (conformance/adapters/cuda.py): registered, claims exactly the
-FP8 kernel's features (SEMANTICS.md §10), declines the rest with a reason, unavailable without a Hopper GPU."""
+"""CPU tests of the ``cuda-fa3-fp8`` and ``cuda-fa3-fp8-vt`` adapters (conformance/adapters/cuda.py): registered,
+claims exactly the FP8 kernel's features (SEMANTICS.md §10), declines the rest with a reason, unavailable without a
+Hopper GPU."""
 
 from __future__ import annotations
 
@@ -18,27 +19,39 @@ def _case(fp8=_DEFAULT, **kw):
     return Case(**base)
 
 
+def _adapter(cls_name: str):
+    from attention_conformance.adapters import cuda
+
+    return getattr(cuda, cls_name)()
+
+
+BOTH = pytest.mark.parametrize("cls_name", ["CudaFA3FP8", "CudaFA3FP8KMajor"])
+
+
 def test_registered_under_its_name():
     from attention_conformance.adapters.cuda import CudaFA3FP8
 
     assert BUILTIN["cuda-fa3-fp8"] == "attention_conformance.adapters.cuda:CudaFA3FP8"
     assert CudaFA3FP8.name == "cuda-fa3-fp8" and CudaFA3FP8.fwd_launcher == "attn_fa3_fp8_fwd"
     assert CudaFA3FP8.bwd_launcher is None and not CudaFA3FP8.capabilities.backward
+    vt = BUILTIN["cuda-fa3-fp8-vt"]
+    assert vt == "attention_conformance.adapters.cuda:CudaFA3FP8KMajor"
+    kmajor = _adapter("CudaFA3FP8KMajor")
+    assert kmajor.name == "cuda-fa3-fp8-vt" and kmajor.v_layout == "kmajor" and CudaFA3FP8.v_layout == "rows"
+    assert kmajor.capabilities == CudaFA3FP8.capabilities
 
 
 @pytest.mark.parametrize("fp8", [FP8Spec(granularity=g, format=f) for g in ("per_tensor", "per_head", "per_tile")
                                  for f in ("e4m3fn", "e5m2")] + [FP8Spec(incoherent=True)])
 @pytest.mark.parametrize("d", [64, 128])
-def test_claims_every_granularity_format_and_head_dim_it_is_built_for(fp8, d):
-    from attention_conformance.adapters.cuda import CudaFA3FP8
+@BOTH
+def test_claims_every_granularity_format_and_head_dim_it_is_built_for(fp8, d, cls_name):
+    assert _adapter(cls_name).supports(_case(fp8=fp8, d=d, dv=d), "cuda") is None
 
-    assert CudaFA3FP8().supports(_case(fp8=fp8, d=d, dv=d), "cuda") is None
 
-
-def test_claims_the_shared_plumbing():
-    from attention_conformance.adapters.cuda import CudaFA3FP8
-
-    a = CudaFA3FP8()
+@BOTH
+def test_claims_the_shared_plumbing(cls_name):
+    a = _adapter(cls_name)
     for layout in ("contiguous", "bshd", "kv_broadcast"):
         assert a.supports(_case(layout=layout), "cuda") is None, layout
     assert a.supports(_case(window=(30, 5), causal=False, softcap=5.0), "cuda") is None
@@ -56,15 +69,13 @@ def test_claims_the_shared_plumbing():
     (dict(bias="random"), "bias"),
     (dict(layout="paged128"), "paged"),
 ])
-def test_declines_what_the_kernel_does_not_do(kw, word):
-    from attention_conformance.adapters.cuda import CudaFA3FP8
-
-    reason = CudaFA3FP8().supports(_case(**kw), "cuda")
+@BOTH
+def test_declines_what_the_kernel_does_not_do(kw, word, cls_name):
+    reason = _adapter(cls_name).supports(_case(**kw), "cuda")
     assert reason and word in reason, f"{kw}: expected a refusal naming {word!r}, got {reason!r}"
 
 
-def test_unavailable_off_cuda_with_a_reason():
-    from attention_conformance.adapters.cuda import CudaFA3FP8
-
-    reason = CudaFA3FP8().unavailable_reason("cpu")
+@BOTH
+def test_unavailable_off_cuda_with_a_reason(cls_name):
+    reason = _adapter(cls_name).unavailable_reason("cpu")
     assert isinstance(reason, str) and reason

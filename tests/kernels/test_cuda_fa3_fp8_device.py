@@ -4,7 +4,9 @@
 Marked ``gpu``; skipped without a Hopper GPU or the kernel library. The cases
 (`reports.benchmarks.fa3_fp8_check_bench.CHECK_CASES`) cover every granularity, both formats, d = 64, 128 and 256,
 causal in both alignments, windows, softcap, GQA, varlen, bshd strides, Lk = 0 and incoherent outlier inputs;
-each also checks guard bands, NaN poison in real rows, padded rows left unwritten and input immutability.
+each also checks guard bands, NaN poison in real rows, padded rows left unwritten and input immutability, with V
+as rows (the in-kernel transpose) and k-major (``attn_fp8_pack_vt`` first, its output against
+`cuda_lib.pack_vt_reference`).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ def _cases():
     return CHECK_CASES
 
 
+@pytest.mark.parametrize("v_layout", ["rows", "kmajor"])
 @pytest.mark.parametrize("i", range(len(_cases())), ids=[f"fp8-{i}" for i in range(len(_cases()))])
-def test_fa3_fp8_matches_reference_and_oracle(i):
+def test_fa3_fp8_matches_reference_and_oracle(i, v_layout):
     from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import check_fp8_case
 
     cuda_library_exporting_or_skip("attn_fa3_fp8_fwd")
-    res = check_fp8_case(seed=i, **_cases()[i])
+    res = check_fp8_case(seed=i, v_layout=v_layout, **_cases()[i])
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"

@@ -14,17 +14,44 @@ torch = pytest.importorskip("torch")
 def _c_layout() -> list[int]:
     lines = ['printf("%d %zu\\n", ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams));']
     lines += [f'printf("%zu\\n", offsetof(AttnFp8FwdParams, {n}));' for n, _ in cuda_lib.AttnFp8FwdParams._fields_]
+    lines += ['printf("%zu\\n", sizeof(AttnFp8PackVtParams));']
+    lines += [f'printf("%zu\\n", offsetof(AttnFp8PackVtParams, {n}));'
+              for n, _ in cuda_lib.AttnFp8PackVtParams._fields_]
     lines += [f'printf("%d\\n", {c});' for c in ("ATTN_FP8_E4M3FN", "ATTN_FP8_E5M2", "ATTN_FP8_PER_TENSOR",
-                                                 "ATTN_FP8_PER_HEAD", "ATTN_FP8_PER_TILE")]
+                                                 "ATTN_FP8_PER_HEAD", "ATTN_FP8_PER_TILE", "ATTN_FP8_V_ROWS",
+                                                 "ATTN_FP8_V_KMAJOR")]
+    lines += [f'printf("%d\\n", ATTN_FP8_VT_KEY({p}));' for p in range(16)]
     return c_header_values(lines)
 
 
 def test_fp8_mirror_matches_c_header():
     c = _c_layout()
-    n = len(cuda_lib.AttnFp8FwdParams._fields_) + 2
-    assert c[:n] == cuda_lib.fp8_mirror_layout(), "attn_params.h AttnFp8FwdParams and kernels/cuda_lib.py disagree"
-    codes = list(cuda_lib.FP8_FORMAT_CODES.values()) + list(cuda_lib.FP8_GRANULARITY_CODES.values())
-    assert c[n:] == codes, f"enum values: header {c[n:]} vs cuda_lib {codes}"
+    n = len(cuda_lib.fp8_mirror_layout())
+    assert c[:n] == cuda_lib.fp8_mirror_layout(), "attn_params.h AttnFp8FwdParams / AttnFp8PackVtParams and " \
+                                                  "kernels/cuda_lib.py disagree"
+    codes = [*cuda_lib.FP8_FORMAT_CODES.values(), *cuda_lib.FP8_GRANULARITY_CODES.values(),
+             *cuda_lib.FP8_V_LAYOUT_CODES.values(), *cuda_lib.VT_KEY_ORDER]
+    assert c[n:] == codes, f"enum values / ATTN_FP8_VT_KEY: header {c[n:]} vs cuda_lib {codes}"
+
+
+def test_vt_key_order_is_a_permutation_of_each_16_key_group():
+    assert sorted(cuda_lib.VT_KEY_ORDER) == list(range(16))
+    # positions 4t + e of a thread's k32 A fragment hold its accumulator keys 2t + {0, 1} and 8 + 2t + {0, 1}
+    for t in range(4):
+        assert cuda_lib.VT_KEY_ORDER[4 * t:4 * t + 4] == (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9)
+
+
+def test_pack_vt_reference_layout():
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    v = rng.integers(1, 255, size=(2, 3, 37, 16)).astype(np.uint8)
+    vt = cuda_lib.pack_vt_reference(v, seqlens_k=[37, 20])
+    assert vt.shape == (2, 3, 16, 48)
+    for b, n in ((0, 37), (1, 20)):
+        for pos in range(48):
+            key = 16 * (pos // 16) + cuda_lib.VT_KEY_ORDER[pos % 16]
+            want = v[b, :, key, :] if key < n else np.zeros((3, 16), np.uint8)
+            assert (vt[b, :, :, pos] == want).all(), (b, pos, key)
 
 
 def test_fp8_mirror_matches_compiled_library():
@@ -50,6 +77,20 @@ def test_fp8_fwd_params_fills_the_struct():
     assert p.format == 0 and p.granularity == 1 and p.tile_q == p.tile_k == 128
     assert p.fwd.dtype == cuda_lib.ATTN_BF16 and p.fwd.causal == 1 and p.fwd.head_dim == 64
     assert p.q_descale == ds[0].data_ptr() and p.fwd.q == q.data_ptr()
+
+
+def test_fp8_fwd_params_kmajor_points_v_at_vt():
+    q, k, _, o = _tensors(L=40)
+    vt = torch.zeros(1, 1, 64, 48).to(torch.float8_e4m3fn)
+    ds = [torch.ones(()), torch.ones(()), torch.ones(())]
+    p = cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
+    assert p.v_layout == 1 and p.vt_keys == 48 and p.fwd.v == vt.data_ptr()
+    assert (p.fwd.v_batch_stride, p.fwd.v_head_stride, p.fwd.v_row_stride) == (64 * 48, 64 * 48, 48)
+    with pytest.raises(cuda_lib.KernelError, match="vt_keys a multiple of 16"):
+        cuda_lib.fp8_fwd_params(q, k, vt[..., :40], o, None, *ds, format="e4m3fn", granularity="per_tensor",
+                                v_layout="kmajor")
+    with pytest.raises(cuda_lib.KernelError, match="v_layout"):
+        cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="cols")
 
 
 @pytest.mark.parametrize("bad, word", [

@@ -136,7 +136,7 @@ typedef struct AttnBwdParams {
 } AttnBwdParams;
 
 // FP8 forward (FA3, SEMANTICS.md §10), its own versioned struct beside AttnFwdParams (whose layout it embeds
-// unchanged). ATTN_FP8_PARAMS_VERSION 1: the first layout.
+// unchanged). ATTN_FP8_PARAMS_VERSION 1: the first layout; 2: + v_layout, vt_keys.
 //   fwd: as for attn_fa3_fwd, except that q, k, v hold FP8 codes (one byte per element, so their element
 //     strides are byte strides) in `format`, o is bf16 and fwd.dtype must be ATTN_BF16 (the output dtype).
 //   q_descale, k_descale, v_descale: fp32 device arrays, contiguous, by `granularity`:
@@ -146,10 +146,20 @@ typedef struct AttnBwdParams {
 //                          tile_q query rows and tile_k keys (attn_fa3_fp8_fwd: tile_q = tile_k = 128).
 //   The kernel computes S = scale * dq * dk * (Q8 K8^T), P = 2^((S - m) log2 e + 8) rounded to `format`,
 //   O = dv * (P8 V8) / l in bf16, LSE = m + log l - 8 ln 2 (fp32).
-#define ATTN_FP8_PARAMS_VERSION 1
+//   v_layout (version 2): how fwd.v holds V.
+//     ATTN_FP8_V_ROWS    as K: element (b, j, h, c) at fwd.v + b * v_batch_stride + h * v_head_stride +
+//                        j * v_row_stride + c; the kernel transposes each key tile in shared memory.
+//     ATTN_FP8_V_KMAJOR  Vt, keys contiguous: element (b, h, c, position) at fwd.v + b * v_batch_stride +
+//                        h * v_head_stride + c * v_row_stride + position, rows of vt_keys positions (a multiple
+//                        of 16, >= seqlen_k), position 16 g + p holding key 16 g + ATTN_FP8_VT_KEY(p) (the order
+//                        of the P fragments, kernels/cuda/include/hopper/fp8_layout.cuh); keys at or past a
+//                        sequence's length must be zero codes. attn_fp8_pack_vt writes this layout.
+#define ATTN_FP8_PARAMS_VERSION 2
+#define ATTN_FP8_VT_KEY(p) (2 * ((p) >> 2) + ((p) & 1) + 8 * (((p) >> 1) & 1))
 
 enum AttnFp8Format { ATTN_FP8_E4M3FN = 0, ATTN_FP8_E5M2 = 1 };  // the oracle's names (oracles/fp8.py)
 enum AttnFp8Granularity { ATTN_FP8_PER_TENSOR = 0, ATTN_FP8_PER_HEAD = 1, ATTN_FP8_PER_TILE = 2 };
+enum AttnFp8VLayout { ATTN_FP8_V_ROWS = 0, ATTN_FP8_V_KMAJOR = 1 };
 
 typedef struct AttnFp8FwdParams {
     AttnFwdParams fwd;
@@ -159,7 +169,24 @@ typedef struct AttnFp8FwdParams {
     const float* k_descale;
     const float* v_descale;
     int32_t tile_q, tile_k;  // per-tile scaling blocks (read with ATTN_FP8_PER_TILE only)
+    int32_t v_layout;        // AttnFp8VLayout
+    int32_t vt_keys;         // ATTN_FP8_V_KMAJOR: positions per Vt row (ignored otherwise)
 } AttnFp8FwdParams;
+
+// attn_fp8_pack_vt (kernels/cuda/fa3_fp8_fwd.cu): FP8 codes of V as rows (ATTN_FP8_V_ROWS addressing, head dim
+// contiguous) -> Vt in the ATTN_FP8_V_KMAJOR layout, positions past the keys and keys at or past seqlens_k[b]
+// written as zero codes. One pass over V (the quantizer's output) so that the forward skips its in-kernel transpose.
+typedef struct AttnFp8PackVtParams {
+    const void* v;  // FP8 codes: (b, j, h, c) at v + b * v_batch_stride + h * v_head_stride + j * v_row_stride + c
+    void* vt;       // FP8 codes: (b, h, c, position) at vt + b * vt_batch_stride + h * vt_head_stride +
+                    //   c * vt_row_stride + position; must not overlap v
+    int64_t v_batch_stride, v_head_stride, v_row_stride;
+    int64_t vt_batch_stride, vt_head_stride, vt_row_stride;
+    const int32_t* seqlens_k;  // device [batch] or NULL (every sequence seqlen keys long)
+    int32_t batch, heads, seqlen, head_dim;
+    int32_t vt_keys;  // positions per Vt row: a multiple of 16, >= seqlen
+    int32_t reserved;
+} AttnFp8PackVtParams;
 
 // Every launcher has this shape: returns 0 on success, else a nonzero code, and writes a
 // NUL-terminated message naming the argument and value into err (errlen bytes).
@@ -213,8 +240,10 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16
 // output; ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
 // values: [ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams)] and the byte offset of every field in declaration
-// order (the layout of `fwd` itself is attn_params_layout's); returns how many it wrote.
+// order (the layout of `fwd` itself is attn_params_layout's), then sizeof(AttnFp8PackVtParams) and the offset of
+// each of its fields; returns how many it wrote.
 int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen);
+int attn_fp8_pack_vt(const AttnFp8PackVtParams* p, void* stream, char* err, int errlen);
 int attn_fp8_params_layout(int64_t* out, int n);
 
 // Split-KV helpers (kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of

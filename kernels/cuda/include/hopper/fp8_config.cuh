@@ -25,9 +25,11 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 // then fetch only K from shared memory. kNarrowT: the 4 x 4-byte V transpose (fp8_layout.cuh transpose_v) at
 // d = 128 too, instead of the 8 x 8-byte one. kFoldScale: with per-tensor / per-head descales (one factor for the
 // whole row) and no softcap, the score scale folds into the exp2's FFMA (softmax.cuh's sl2) instead of a multiply
-// per score. The defaults are the builds measured fastest (NOTES_FA3_FP8.md).
+// per score. kVtGlobal: V arrives k-major (attn_params.h ATTN_FP8_V_KMAJOR, attn_fp8_pack_vt): the producer loads
+// the Vt tiles with TMA and the transposing warps have nothing to do, and no raw V ring is needed. The defaults are
+// the builds measured fastest (NOTES_FA3_FP8.md).
 template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
-          bool kFoldScale_ = true>
+          bool kFoldScale_ = true, bool kVtGlobal_ = false>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -36,6 +38,8 @@ struct Fa3Fp8Config {
     static constexpr bool kQRegs = kQRegs_;
     static constexpr bool kWideTranspose = D == 128 && !kNarrowT_;
     static constexpr bool kFoldScale = kFoldScale_;
+    static constexpr bool kVtGlobal = kVtGlobal_;
+    static_assert(!kVtGlobal || kProbe == kFp8ProbeNone, "the timing probes are builds of the in-kernel transpose");
     static_assert(!kNarrowT_ || D == 128, "the narrow-transpose variant is a d = 128 build");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
@@ -57,10 +61,11 @@ struct Fa3Fp8Config {
     static constexpr uint32_t kQBytes = kBlockM * D;
     static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike
     static constexpr uint32_t kOBytes = kBlockM * D * 2;
-    static constexpr int kStages = kQBytes + 3 * 3 * kKVBytes + kOBytes + 2048 <= 232448 ? 3 : 2;
+    static constexpr int kRings = kVtGlobal ? 2 : 3;  // K, (raw V,) Vt
+    static constexpr int kStages = kQBytes + kRings * 3 * kKVBytes + kOBytes + 2048 <= 232448 ? 3 : 2;
     static constexpr uint32_t kOffK = kQBytes;
-    static constexpr uint32_t kOffVRaw = kOffK + kStages * kKVBytes;
-    static constexpr uint32_t kOffVt = kOffVRaw + kStages * kKVBytes;
+    static constexpr uint32_t kOffVRaw = kOffK + kStages * kKVBytes;  // kVtGlobal: no raw V ring (never addressed)
+    static constexpr uint32_t kOffVt = kOffVRaw + (kVtGlobal ? 0 : kStages * kKVBytes);
     static constexpr uint32_t kOffO = kOffVt + kStages * kKVBytes;
     static constexpr uint32_t kOffBar = kOffO + kOBytes;
     // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v

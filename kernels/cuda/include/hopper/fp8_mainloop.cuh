@@ -2,7 +2,8 @@
 // §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands.
 //
 //   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
-//   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length;
+//   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length
+//     (C::kVtGlobal: V arrives k-major, warp 0 loads Vt with TMA and warps 1-3 idle);
 //   consumer warpgroups: S = Q8 K8^T (wgmma k32 SS, fp32), S *= scale * dq * dk (softcap), online softmax with
 //     the max offset 2^8 (P in [0, 256]), P rounded to FP8 in registers, O += P8 Vt8 (wgmma k32 RS), O kept in
 //     units of the current key tile's V descale (the rescale factor carries dv_prev / dv_cur; one final dv).
@@ -77,7 +78,7 @@ struct Fp8Smem {
             mbar_init(empty_k(s), C::kConsumerWGs * 4);
             mbar_init(full_vraw(s), 1);
             mbar_init(empty_vraw(s), kTransposers);
-            mbar_init(full_v(s), kTransposers);
+            mbar_init(full_v(s), C::kVtGlobal ? 1 : kTransposers);
             mbar_init(empty_v(s), C::kConsumerWGs * 4);
         }
         mbar_init_fence();
@@ -95,6 +96,16 @@ __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
     PipeState<C::kStages> pk, pv;
     auto load = [&](bool is_v, int n) {
         PipeState<C::kStages>& ps = is_v ? pv : pk;
+        if constexpr (C::kVtGlobal) {
+            if (is_v) {  // the Vt tile (D rows of kBlockN key positions) straight into the ring the consumers read
+                mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
+                mbar_arrive_expect_tx(sm.full_v(ps.stage), C::kKVBytes);
+                tma_load_4d(sm.vt(ps.stage), &B.v.map, sm.full_v(ps.stage), n * C::kBlockN, 0, hkv * B.v.head_mul,
+                            w.b * B.v.batch_mul);
+                ps.advance();
+                return;
+            }
+        }
         const TmaTensor& t = is_v ? B.v : B.k;
         uint64_t* full = is_v ? sm.full_vraw(ps.stage) : sm.full_k(ps.stage);
         mbar_wait(is_v ? sm.empty_vraw(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
@@ -121,6 +132,7 @@ __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
 
 template <class C>
 __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw, int lane) {
+    if constexpr (C::kVtGlobal) return;  // Vt comes from global memory (fp8_load_loop)
     const Fa3Params& B = P.base;
     const WorkTile w = B.order.at(blockIdx.x);
     const TilePlan pl = make_plan<C>(B.p, w);
