@@ -55,6 +55,7 @@ __all__ = [
     "compiled_fp8_layout",
     "compiled_layout",
     "fp8_fwd_params",
+    "fp8_key_tile",
     "fp8_mirror_layout",
     "fwd_params",
     "library",
@@ -234,6 +235,9 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
         if hasattr(lib, "attn_splitkv_num_splits"):
             lib.attn_splitkv_num_splits.restype = ctypes.c_int
             lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
+        if hasattr(lib, "attn_fa3_fp8_key_tile"):
+            lib.attn_fa3_fp8_key_tile.restype = ctypes.c_int
+            lib.attn_fa3_fp8_key_tile.argtypes = [_vp, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int]
         for name in ("attn_params_layout", "attn_fp8_params_layout"):
             fn = getattr(lib, name, None)
             if fn is not None:
@@ -419,7 +423,7 @@ def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, 
         vt_keys = int(v8.shape[3])
     p = AttnFp8FwdParams()
     fwd = fwd_params(q8, k8, k8 if v_layout == "kmajor" else v8, o, lse, **fwd_kwargs)
-    if v_layout == "kmajor":
+    if v_layout == "kmajor" and vt_keys > 0:  # no keys: nothing reads V (k8's strides stand in for the checks)
         fwd.v = _ptr(v8)
         fwd.v_batch_stride, fwd.v_head_stride, fwd.v_row_stride = v8.stride(0), v8.stride(1), v8.stride(2)
         fwd._keep.append(v8)
@@ -430,6 +434,21 @@ def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, 
     p.tile_q, p.tile_k = int(tile_q), int(tile_k)
     p._keep = list(fwd._keep) + [q_descale, k_descale, v_descale]
     return p
+
+
+def fp8_key_tile(params: AttnFp8FwdParams) -> int:
+    """Keys per online-softmax block of the ``attn_fa3_fp8_fwd`` build that runs ``params``
+    (``attn_fa3_fp8_key_tile``; the variant of ``$ATTN_FA3_FP8_VARIANT`` included): the tile P is rounded against."""
+    lib = library()
+    fn = getattr(lib, "attn_fa3_fp8_key_tile", None)
+    if fn is None:
+        raise LibraryUnavailable(f"{library_path()} does not export attn_fa3_fp8_key_tile")
+    out, err = ctypes.c_int(0), ctypes.create_string_buffer(512)
+    rc = fn(ctypes.byref(params), ctypes.byref(out), err, len(err))
+    if rc != 0:
+        raise (KernelUnsupported if rc == 1 else KernelError)("attn_fa3_fp8_key_tile", rc,
+                                                              err.value.decode(errors="replace"))
+    return out.value
 
 
 def pack_vt(v8: Any, *, seqlens_k: Any = None, vt_keys: int | None = None, stream: int | None = None) -> Any:

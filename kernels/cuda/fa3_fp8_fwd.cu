@@ -22,16 +22,16 @@ using namespace attn::hopper;
 
 constexpr const char* kName = "attn_fa3_fp8_fwd";
 
-// V's tensor map: rows as K (D / kRowBytes boxes of kBlockN keys), or with C::kVtGlobal the Vt rows (one box of D
-// head-dim rows x kBlockN key positions, a 128-byte swizzle for 128 keys, 64-byte for 64: the layout the in-kernel
-// transpose writes).
+// V's tensor map: rows as K (D / kRowBytes boxes of kBlockN keys), or with C::kVtGlobal the Vt rows (kVtColBlocks
+// boxes of D head-dim rows x kVtColBytes key positions, a 128-byte swizzle for 128 keys, 64-byte for 64: the layout
+// the in-kernel transposes write).
 template <class C>
 int make_v_map(TmaTensor& t, const AttnFp8FwdParams& fp, char* msg, int len) {
     const AttnFwdParams& p = fp.fwd;
     constexpr CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_UINT8;
     if constexpr (C::kVtGlobal) {
-        constexpr CUtensorMapSwizzle sw = C::kBlockN == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-        return make_tma_tensor_typed(t, "v", p.v, dt, 1, C::kVtRowBytes, sw, fp.vt_keys, p.head_dim_v, p.heads_kv,
+        constexpr CUtensorMapSwizzle sw = C::kVtColBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+        return make_tma_tensor_typed(t, "v", p.v, dt, 1, C::kVtColBytes, sw, fp.vt_keys, p.head_dim_v, p.heads_kv,
                                      p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kHeadDim, msg,
                                      len);
     } else {
@@ -44,6 +44,9 @@ int make_v_map(TmaTensor& t, const AttnFp8FwdParams& fp, char* msg, int len) {
 template <class C>
 int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errlen) {
     const AttnFwdParams& p = fp.fwd;
+    if (fp.granularity == ATTN_FP8_PER_TILE && !C::kPerTileOk)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: per-tile descales with %d-key tiles (build error)",
+                          kName, C::kBlockN);
     Fa3Fp8Params P{};
     P.base.p = p;
     P.q_descale = fp.q_descale;
@@ -93,8 +96,11 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // ATTN_FA3_FP8_VARIANT (e4m3, d = 128; fp8_config.cuh), each changing one thing of the default build: smem_q (S = Q K^T
 // with Q read from shared memory, an SS wgmma), narrow_transpose (the 4 x 4-byte V transpose), no_fold (the score
 // scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
-// leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv.
-constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102;
+// leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
+// dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256), and
+// d256_bn128, 128-key tiles at d = 256 too (O and S then exceed the 240 registers: ptxas spills ~300 bytes).
+constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
+              kVariantD256Bn128 = 104;
 int variant_from_env() {
     const char* e = getenv("ATTN_FA3_FP8_VARIANT");
     if (e == nullptr || e[0] == 0) return kFp8ProbeNone;
@@ -104,36 +110,72 @@ int variant_from_env() {
     if (strcmp(e, "smem_q") == 0) return kVariantSmemQ;
     if (strcmp(e, "narrow_transpose") == 0) return kVariantNarrowT;
     if (strcmp(e, "no_fold") == 0) return kVariantNoFold;
+    if (strcmp(e, "row_tiles") == 0) return kVariantRowTiles;
+    if (strcmp(e, "d256_bn128") == 0) return kVariantD256Bn128;
     return -1;
 }
 
-template <typename Format, bool kVtGlobal>
+// The default build of each head dim with V as rows.
+template <typename Format>
 int by_head_dim(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
     switch (p.fwd.head_dim) {
         case 64:
-            return launch<Fa3Fp8Config<64, Format, kFp8ProbeNone, false, false, true, kVtGlobal>>(p, s, err, errlen);
+            return launch<Fa3Fp8Config<64, Format>>(p, s, err, errlen);
         case 128:
-            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, kVtGlobal>>(p, s, err, errlen);
+            return launch<Fa3Fp8Config<128, Format>>(p, s, err, errlen);
         default:
-            return launch<Fa3Fp8Config<256, Format, kFp8ProbeNone, false, false, true, kVtGlobal>>(p, s, err, errlen);
+            return launch<Fa3Fp8Config<256, Format>>(p, s, err, errlen);
+    }
+}
+
+// The key tile of the build that runs p (the one place that choice is made; attn_fa3_fp8_key_tile reports it). V as
+// rows: 128, 64 at d = 256. V k-major: 256 at d = 64 and 192 at d = 128 (the transposing warps' registers went to the
+// consumers), 64 at d = 256 (128 with variant d256_bn128, which spills); per-tile descales, whose 128-key blocks a
+// wider tile would straddle, keep 128; variant row_tiles: the V-as-rows tiles.
+int key_tile_of(const AttnFp8FwdParams& p, int variant) {
+    const int d = p.fwd.head_dim, rows = d == 256 ? 64 : 128;
+    if (p.v_layout != ATTN_FP8_V_KMAJOR || variant == kVariantRowTiles) return rows;
+    if (d == 256) return variant == kVariantD256Bn128 ? 128 : rows;
+    return p.granularity == ATTN_FP8_PER_TILE ? rows : (d == 64 ? 256 : 192);
+}
+
+// A k-major build with key tiles of BN (0 in the config where BN is the head dim's default, so that both name one
+// instantiation).
+template <int D, typename Format, int BN>
+using KMajor = Fa3Fp8Config<D, Format, kFp8ProbeNone, D == 128, false, true, true, BN == (D == 256 ? 64 : 128) ? 0 : BN>;
+
+template <typename Format>
+int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
+    const int v = variant_from_env();
+    if (v != kFp8ProbeNone && v != kVariantRowTiles && v != kVariantD256Bn128)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: ATTN_FA3_FP8_VARIANT=%s: with v_layout=%d (k-major) only row_tiles and d256_bn128; "
+                          "the other variant builds read V as rows (v_layout=%d)", kName,
+                          getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR, ATTN_FP8_V_ROWS);
+    switch (p.fwd.head_dim * 1000 + key_tile_of(p, v)) {
+        case 64128:
+            return launch<KMajor<64, Format, 128>>(p, s, err, errlen);
+        case 64256:
+            return launch<KMajor<64, Format, 256>>(p, s, err, errlen);
+        case 128128:
+            return launch<KMajor<128, Format, 128>>(p, s, err, errlen);
+        case 128192:
+            return launch<KMajor<128, Format, 192>>(p, s, err, errlen);
+        case 256064:
+            return launch<KMajor<256, Format, 64>>(p, s, err, errlen);
+        default:
+            return launch<KMajor<256, Format, 128>>(p, s, err, errlen);
     }
 }
 
 template <typename Format>
 int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
-    if (p.v_layout == ATTN_FP8_V_KMAJOR) {
-        if (variant_from_env() != kFp8ProbeNone)
-            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                              "%s: ATTN_FA3_FP8_VARIANT=%s: the variant builds read V as rows (v_layout=%d)", kName,
-                              getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_ROWS);
-        return by_head_dim<Format, true>(p, s, err, errlen);
-    }
+    if (p.v_layout == ATTN_FP8_V_KMAJOR) return dispatch_kmajor<Format>(p, s, err, errlen);
     if constexpr (std::is_same<Format, Fp8E4M3>::value) {
         const int v = variant_from_env();
-        if (v < 0)
-            return attn::fail(err, errlen, ATTN_ERR_INVALID,
-                              "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp "
-                              "or no_pv (or unset)", kName, getenv("ATTN_FA3_FP8_VARIANT"));
+        if (v == kVariantRowTiles || v == kVariantD256Bn128)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s is a k-major V build "
+                              "(v_layout=%d)", kName, getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR);
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: the variant builds are for head_dim 128", kName);
         if (v == kVariantSmemQ) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, false>>(p, s, err, errlen);
@@ -146,10 +188,11 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
         if (v == kFp8ProbeNoExp) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoExp>>(p, s, err, errlen);
         if (v == kFp8ProbeNoPV) return launch<Fa3Fp8Config<128, Format, kFp8ProbeNoPV>>(p, s, err, errlen);
     }
-    return by_head_dim<Format, false>(p, s, err, errlen);
+    return by_head_dim<Format>(p, s, err, errlen);
 }
 
-int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
+// Everything about fp that does not need the device or the data pointers.
+int validate_fp8(const AttnFp8FwdParams* fp, char* err, int errlen) {
     if (fp == nullptr) return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", kName);
     const AttnFwdParams* p = &fp->fwd;
     int rc = attn::validate_fwd(p, kName, err, errlen);
@@ -177,6 +220,18 @@ int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
         return attn::fail(err, errlen, ATTN_ERR_INVALID,
                           "%s: vt_keys=%d with seqlen_k=%d: k-major V needs a multiple of 16 that is >= seqlen_k",
                           kName, fp->vt_keys, p->seqlen_k);
+    if (variant_from_env() < 0)
+        return attn::fail(err, errlen, ATTN_ERR_INVALID,
+                          "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp or "
+                          "no_pv with V as rows, row_tiles or d256_bn128 with V k-major (or unset)", kName,
+                          getenv("ATTN_FA3_FP8_VARIANT"));
+    return ATTN_OK;
+}
+
+int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
+    int rc = validate_fp8(fp, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    const AttnFwdParams* p = &fp->fwd;
     if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
     if (fp->q_descale == nullptr || fp->k_descale == nullptr || fp->v_descale == nullptr)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: q_descale=%p k_descale=%p v_descale=%p: all three needed",
@@ -267,6 +322,12 @@ int pack_vt(const AttnFp8PackVtParams* p, void* stream, char* err, int errlen) {
 }
 
 }  // namespace
+
+extern "C" int attn_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int* key_tile, char* err, int errlen) {
+    const int rc = validate_fp8(p, err, errlen);
+    if (rc == ATTN_OK && key_tile != nullptr) *key_tile = key_tile_of(*p, variant_from_env());
+    return rc;
+}
 
 extern "C" int attn_fp8_pack_vt(const AttnFp8PackVtParams* p, void* stream, char* err, int errlen) {
     return pack_vt(p, stream, err, errlen);

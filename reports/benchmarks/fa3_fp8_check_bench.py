@@ -25,8 +25,8 @@ from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
 
-__all__ = ["CHECK_CASES", "FP8_STEP_U", "PROBES", "VARIANTS", "acc_score_error", "bench_rows", "check_fp8_case", "main",
-           "markdown", "scaled_mm_row", "variant_call"]
+__all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "PROBES", "VARIANTS", "acc_score_error", "bench_rows",
+           "check_fp8_case", "main", "markdown", "scaled_mm_row", "variant_call"]
 
 GUARD = 1024
 SENTINEL = 1234.5
@@ -126,8 +126,12 @@ def check_fp8_case(*, B, Hq, Hkv, Lq, Lk, d, granularity, format="e4m3fn", causa
     else:
         variant_call(p, variant)
     torch.cuda.synchronize()
+    # The reference rounds P against the running maxima of the kernel's key tiles: its block_k is the build's key
+    # tile (per tile the descale blocks are 128 keys, which the kernel's tiles of 64 or 128 never straddle).
+    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
+        block_k = 128 if granularity == "per_tile" else cuda_lib.fp8_key_tile(p)
     ref_o, ref_lse = forward_fp8(qi["q8"], qi["k8"], qi["v8"], qi["q_descale"], qi["k_descale"], qi["v_descale"],
-                                 format=format, block_q=128, block_k=128, **sem)
+                                 format=format, block_q=128, block_k=block_k, **sem)
     ora_o, ora_lse = oracles.attention(qi["q"], qi["k"], qi["v"], **sem)
     valid = np.ones((B, Hq, Lq), dtype=bool)
     if sq is not None:
@@ -211,6 +215,9 @@ def scaled_mm_row(n: int = 8192) -> dict:
 #: thing of it, and the timing probes (each leaves one stage out: wrong results by design)
 VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
+#: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
+#: the V-as-rows builds (128; 64 at d = 256), and 128-key tiles at d = 256 (which spill)
+KMAJOR_VARIANTS = ("row_tiles", "d256_bn128")
 
 
 def variant_call(p, variant: str) -> None:
@@ -239,6 +246,9 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
             pk = cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ds, format="e4m3fn", granularity=gran,
                                          causal=causal, v_layout="kmajor")
             cands.append(("fp8kmajor_" + gran, lambda p=pk: cuda_lib.call("attn_fa3_fp8_fwd", p)))
+            if gran == "per_tensor":
+                cands += [(f"fp8kmajor_{v}_{gran}", lambda p=pk, v=v: variant_call(p, v)) for v in KMAJOR_VARIANTS
+                          if v != "d256_bn128" or d == 256]
             if d == 128:
                 cands += [(f"fp8_{v}_{gran}", lambda p=p, v=v: variant_call(p, v)) for v in VARIANTS]
             if probes and d == 128 and gran == "per_tensor":
@@ -298,6 +308,17 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
                 out.append(f"| {r['d']} | {r['causal']} | {r['fp8_per_tensor_tflops']:.0f} | " + " | ".join(cells)
                            + " |")
             out.append("")
+        kv_rows = [r for r in att if any(f"fp8kmajor_{v}_per_tensor_tflops" in r for v in KMAJOR_VARIANTS)]
+        if kv_rows:
+            out += ["V k-major builds (TFLOPs/s, per-tensor descales; ATTN_FA3_FP8_VARIANT with v_layout=\"kmajor\"):",
+                    "", "| d | causal | default | " + " | ".join(KMAJOR_VARIANTS) + " |",
+                    "|---|---|---|" + "---|" * len(KMAJOR_VARIANTS)]
+            for r in kv_rows:
+                cells = [f"{r[f'fp8kmajor_{v}_per_tensor_tflops']:.0f}" if f"fp8kmajor_{v}_per_tensor_tflops" in r
+                         else "-" for v in KMAJOR_VARIANTS]
+                out.append(f"| {r['d']} | {r['causal']} | {r['fp8kmajor_per_tensor_tflops']:.0f} | "
+                           + " | ".join(cells) + " |")
+            out.append("")
         if probe_rows:
             out += ["Timing probes (per-tensor descales; each build leaves one stage out, results wrong by design): "
                     "ms, and the share of the full kernel's time the stage costs.", "",
@@ -332,10 +353,14 @@ def main(argv: list[str] | None = None) -> int:
         runs += [(i, c, v) for v in VARIANTS for i, c in enumerate(CHECK_CASES)
                  if c["d"] == 128 and c.get("format", "e4m3fn") == "e4m3fn"]
         runs += [(i, c, "kmajor") for i, c in enumerate(CHECK_CASES)]
+        runs += [(i, c, "kmajor:" + v) for v in KMAJOR_VARIANTS for i, c in enumerate(CHECK_CASES)
+                 if v != "d256_bn128" or c["d"] == 256]
         for i, c, v in runs:
             try:
-                r = (check_fp8_case(seed=i, v_layout="kmajor", **c) if v == "kmajor"
-                     else check_fp8_case(seed=i, variant=v, **c))
+                if v is not None and v.startswith("kmajor"):
+                    r = check_fp8_case(seed=i, v_layout="kmajor", variant=v.partition(":")[2] or None, **c)
+                else:
+                    r = check_fp8_case(seed=i, variant=v, **c)
             except Exception as e:  # a launcher error is a failed case, reported with its message
                 r = dict(case=repr(c), ok=False, problems=[f"{type(e).__name__}: {e}"])
             checks.append(r)

@@ -2,7 +2,8 @@
 
 ``ncu --clock-control none -k regex:fa3_fwd_kernel python -m attention_conformance.reports.benchmarks.fa3_profile_case
 [--kernel fwd|bwd|fp8] [--d 128] [--causal] [VARIANT ...]``. Forward variants: keys of `kernels.cuda_lib.FA3_VARIANTS`
-(default full); FP8 variants: values of ``ATTN_FA3_FP8_VARIANT`` (default: the default build); backward variants:
+(default full); FP8 variants: values of ``ATTN_FA3_FP8_VARIANT`` (default: the default build), ``vt`` or
+``vt:VARIANT`` for V packed k-major (``v_layout="kmajor"``, its default build or VARIANT); backward variants:
 values of ``ATTN_FA3_BWD_DQ`` (default: the default build). B=4, H=16, N=8192, bf16 (FP8: e4m3 per-tensor
 descales of 1), random inputs; each build runs twice (a warm-up the profiler also sees, then the launch to read), so
 pass ``--launch-skip 1 --launch-count 1`` per build or filter by launch index. The kernel names to filter on:
@@ -36,10 +37,14 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
         x8 = [t.to(torch.float8_e4m3fn) for t in (q, k, v)]
         ones = [torch.ones((), device="cuda") for _ in range(3)]
         p8 = cuda_lib.fp8_fwd_params(*x8, o, lse, *ones, format="e4m3fn", granularity="per_tensor", causal=causal)
+        pvt = cuda_lib.fp8_fwd_params(x8[0], x8[1], cuda_lib.pack_vt(x8[2]), o, lse, *ones, format="e4m3fn",
+                                      granularity="per_tensor", causal=causal, v_layout="kmajor")
 
         def fp8(variant: str) -> None:
-            with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", None if variant == "full" else variant):
-                cuda_lib.call("attn_fa3_fp8_fwd", p8)
+            kmajor, _, rest = variant.partition(":") if variant.startswith("vt") else ("", "", variant)
+            build = rest if rest and rest != "full" else None
+            with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", build):
+                cuda_lib.call("attn_fa3_fp8_fwd", pvt if kmajor else p8)
 
         return fp8
     cuda_lib.call("attn_fa3_fwd", cuda_lib.fwd_params(q, k, v, o, lse, causal=causal))

@@ -18,7 +18,8 @@
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
 #   ncu      Nsight Compute (--set full, clocks left alone) on one launch of each kernel in $NCU_KERNELS (default
 #            "bwd fwd fp8") at each head dim in $NCU_D (default 128), non-causal (fa3_profile_case.py): the details
-#            page, the per-SASS-instruction source page (stall samples, CSV) and its summary (ncu_sass_stalls.py)
+#            page, the per-SASS-instruction source page (stall samples, CSV) and its summary (ncu_sass_stalls.py);
+#            $NCU_VARIANT: the build to profile (fa3_profile_case's variant argument, e.g. vt for FP8 with V k-major)
 # VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
 # fwd and bwd steps time it beside ours; FWD_CURVES=1 adds the curves over N to the fwd step.
 # Everything lands in $OUT/<step>/ and is packed into $OUT/<step>.tgz (the device returns at most eight files);
@@ -105,7 +106,7 @@ for step in ${STEPS:-fp8 fwd}; do
             R=$D/${k}_d$dd
             timeout "${NCU_S:-150}" ncu --clock-control none --set full --import-source no -k "regex:$kn" \
                 --launch-skip 1 --launch-count 1 -f -o "$R" \
-                python3 -m $M.fa3_profile_case --kernel $k --d "$dd" > "${R}_ncu.txt" 2>&1
+                python3 -m $M.fa3_profile_case --kernel $k --d "$dd" ${NCU_VARIANT:-} > "${R}_ncu.txt" 2>&1
             echo "ncu $k d=$dd rc=$?"; tail -1 "${R}_ncu.txt"
             ncu -i "$R.ncu-rep" --page details > "${R}_details.txt" 2>&1
             ncu -i "$R.ncu-rep" --page source --csv --print-source sass > "${R}_sass.csv" 2>&1

@@ -106,3 +106,45 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
     kw.update(bad)
     with pytest.raises(cuda_lib.KernelError, match=word):
         cuda_lib.fp8_fwd_params(q, k, v, o, None, *ds, **kw)
+
+
+@pytest.mark.parametrize("d, granularity, v_layout, variant, want", [
+    (128, "per_tensor", "rows", None, 128),
+    (256, "per_head", "rows", None, 64),
+    (64, "per_tensor", "kmajor", None, 256),
+    (128, "per_head", "kmajor", None, 192),
+    (128, "per_tile", "kmajor", None, 128),
+    (256, "per_tensor", "kmajor", None, 64),
+    (128, "per_tensor", "kmajor", "row_tiles", 128),
+    (256, "per_tensor", "kmajor", "d256_bn128", 128),
+])
+def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
+    """attn_fa3_fp8_key_tile (no device needed) reports the key tile fa3_fp8_fwd.cu's dispatch picks."""
+    lib = cuda_library_or_skip()
+    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
+        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
+    q, k, v, o = _tensors(L=64, d=d)
+    B, Hkv, Lk = 1, 1, 64
+    if v_layout == "kmajor":
+        v = torch.zeros(B, Hkv, d, Lk).to(torch.float8_e4m3fn)
+    shape = {"per_tensor": (), "per_head": (B, Hkv)}.get(granularity)
+    ds = ([torch.ones(shape)] * 3 if shape is not None
+          else [torch.ones(B, 2, 1), torch.ones(B, Hkv, 1), torch.ones(B, Hkv, 1)])
+    p = cuda_lib.fp8_fwd_params(q, k, v, o, None, *ds, format="e4m3fn", granularity=granularity, v_layout=v_layout)
+    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
+        assert cuda_lib.fp8_key_tile(p) == want
+
+
+def test_fp8_kmajor_without_keys_passes_the_launcher_checks():
+    """Lk = 0 with V k-major: pack_vt's [B, Hkv, d, 0] tensor has no row stride to speak of; the params must still
+    pass the launcher's stride checks (attn_fa3_fp8_key_tile validates them without a device)."""
+    lib = cuda_library_or_skip()
+    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
+        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
+    q = torch.zeros(1, 2, 5, 64).to(torch.float8_e4m3fn)
+    k = torch.zeros(1, 2, 0, 64).to(torch.float8_e4m3fn)
+    vt = torch.zeros(1, 2, 64, 0).to(torch.float8_e4m3fn)
+    o = torch.zeros(1, 2, 5, 64, dtype=torch.bfloat16)
+    ds = [torch.ones(())] * 3
+    p = cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
+    assert p.vt_keys == 0 and cuda_lib.fp8_key_tile(p) == 256

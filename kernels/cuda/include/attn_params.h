@@ -243,6 +243,9 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
 // order (the layout of `fwd` itself is attn_params_layout's), then sizeof(AttnFp8PackVtParams) and the offset of
 // each of its fields; returns how many it wrote.
 int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen);
+// The key tile (keys per block of the online softmax) of the build attn_fa3_fp8_fwd runs for p, into *key_tile;
+// validates p as the launcher does (no device needed).
+int attn_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int* key_tile, char* err, int errlen);
 int attn_fp8_pack_vt(const AttnFp8PackVtParams* p, void* stream, char* err, int errlen);
 int attn_fp8_params_layout(int64_t* out, int n);
 

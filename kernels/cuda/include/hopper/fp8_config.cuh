@@ -26,10 +26,11 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 // d = 128 too, instead of the 8 x 8-byte one. kFoldScale: with per-tensor / per-head descales (one factor for the
 // whole row) and no softcap, the score scale folds into the exp2's FFMA (softmax.cuh's sl2) instead of a multiply
 // per score. kVtGlobal: V arrives k-major (attn_params.h ATTN_FP8_V_KMAJOR, attn_fp8_pack_vt): the producer loads
-// the Vt tiles with TMA and the transposing warps have nothing to do, and no raw V ring is needed. The defaults are
+// the Vt tiles with TMA and the transposing warps have nothing to do, and no raw V ring is needed; their registers go
+// to the consumers, which then hold wider key tiles (kBlockN_: 0 = the default of the head dim). The defaults are
 // the builds measured fastest (NOTES_FA3_FP8.md).
 template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
-          bool kFoldScale_ = true, bool kVtGlobal_ = false>
+          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -45,18 +46,25 @@ struct Fa3Fp8Config {
     static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
     static constexpr int kConsumerWGs = 2;
     static constexpr bool kPersistent = false;
-    // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S), so one
-    // per-tile descale block of 128 keys spans two key tiles.
-    static constexpr int kBlockM = 128, kBlockN = D == 256 ? 64 : 128;
+    // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S beside the
+    // transposing warps' 56), so one per-tile descale block of 128 keys spans two key tiles.
+    static constexpr int kBlockM = 128, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);
     static constexpr int kDescaleBlock = 128;  // rows / keys per per-tile descale (tile_q = tile_k = 128)
+    // per-tile descales need every key tile inside one descale block (fa3_fp8_fwd.cu picks a build that has it)
+    static constexpr bool kPerTileOk = kDescaleBlock % kBlockN == 0;
+    static_assert(kBlockN_ == 0 || kVtGlobal, "wider key tiles: the k-major V builds (no transposing warps)");
+    static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "key tiles of 64-key Vt column blocks, one wgmma N");
     static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
     static constexpr int kColBlocks = D / kRowBytes;
     static constexpr uint32_t kSwizzleLayout = kRowBytes == 128 ? 1 : 2;  // descriptor layout type (ptx.cuh)
     static constexpr uint32_t kAtomBytes = 8 * kRowBytes;  // 8 rows: the descriptor's stride byte offset
-    // Vt rows: kBlockN keys = kBlockN bytes, 128-byte swizzle for 128 keys, 64-byte swizzle for 64
-    static constexpr int kVtRowBytes = kBlockN;
-    static constexpr uint32_t kVtSwizzleLayout = kBlockN == 128 ? 1 : 2;
-    static constexpr uint32_t kVtAtomBytes = 8 * kVtRowBytes;
+    // Vt: D rows of kBlockN keys, stored as column blocks of kVtColBytes keys (bytes): 128 with the 128-byte
+    // swizzle when kBlockN is a multiple of 128, else 64 with the 64-byte swizzle (kBlockN = 64 or 192)
+    static constexpr int kVtColBytes = kBlockN % 128 == 0 ? 128 : 64;
+    static constexpr int kVtColBlocks = kBlockN / kVtColBytes;
+    static constexpr uint32_t kVtSwizzleLayout = kVtColBytes == 128 ? 1 : 2;
+    static constexpr uint32_t kVtAtomBytes = 8 * kVtColBytes;
+    static_assert(kVtGlobal || kVtColBlocks == 1, "the in-kernel transposes write one Vt column block");
 
     static constexpr uint32_t kQBytes = kBlockM * D;
     static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike
@@ -79,8 +87,12 @@ struct Fa3Fp8Config {
     // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
     // forever. The transposing warps get 56 (the 8 x 8 transpose holds 16 words of one block and 8 of its output), the
     // consumers 224.
-    static constexpr int kProducerRegs = 56;
-    static constexpr int kConsumerRegs = 224;
+    // The softmax of key tile x kept ahead of the wait for O += P(x-1) V(x-1) (ptx.cuh before_wait), where that
+    // measured faster: the k-major d = 64 build (+5-7%; d = 128 and 256 were 3-6% slower, the BF16 kernel unchanged:
+    // NOTES_FA3_FP8.md run 9).
+    static constexpr bool kSoftmaxUnderPV = kVtGlobal && D == 64;
+    static constexpr int kProducerRegs = kVtGlobal ? 24 : 56;
+    static constexpr int kConsumerRegs = kVtGlobal ? 240 : 224;
     static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");
 
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..2)

@@ -100,8 +100,10 @@ __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
             if (is_v) {  // the Vt tile (D rows of kBlockN key positions) straight into the ring the consumers read
                 mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
                 mbar_arrive_expect_tx(sm.full_v(ps.stage), C::kKVBytes);
-                tma_load_4d(sm.vt(ps.stage), &B.v.map, sm.full_v(ps.stage), n * C::kBlockN, 0, hkv * B.v.head_mul,
-                            w.b * B.v.batch_mul);
+#pragma unroll
+                for (int cb = 0; cb < C::kVtColBlocks; ++cb)
+                    tma_load_4d(sm.vt(ps.stage) + cb * (C::kHeadDim * C::kVtColBytes), &B.v.map, sm.full_v(ps.stage),
+                                n * C::kBlockN + cb * C::kVtColBytes, 0, hkv * B.v.head_mul, w.b * B.v.batch_mul);
                 ps.advance();
                 return;
             }
@@ -132,27 +134,28 @@ __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
 
 template <class C>
 __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw, int lane) {
-    if constexpr (C::kVtGlobal) return;  // Vt comes from global memory (fp8_load_loop)
-    const Fa3Params& B = P.base;
-    const WorkTile w = B.order.at(blockIdx.x);
-    const TilePlan pl = make_plan<C>(B.p, w);
-    PipeState<C::kStages> ps;
-    for (int n = pl.n_lo; n < pl.n_hi; ++n) {
-        mbar_wait(sm.full_vraw(ps.stage), ps.phase);
-        mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
-        const int valid = pl.mask.lk - n * C::kBlockN;
-        if constexpr (C::kProbe == kFp8ProbeNoTranspose) {
-        } else if constexpr (C::kWideTranspose) {
-            transpose_v_wide<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
-        } else if constexpr (C::kBlockN == 64) {
-            transpose_v_bn64<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
-        } else {
-            transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+    if constexpr (!C::kVtGlobal) {  // else Vt comes from global memory (fp8_load_loop)
+        const Fa3Params& B = P.base;
+        const WorkTile w = B.order.at(blockIdx.x);
+        const TilePlan pl = make_plan<C>(B.p, w);
+        PipeState<C::kStages> ps;
+        for (int n = pl.n_lo; n < pl.n_hi; ++n) {
+            mbar_wait(sm.full_vraw(ps.stage), ps.phase);
+            mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
+            const int valid = pl.mask.lk - n * C::kBlockN;
+            if constexpr (C::kProbe == kFp8ProbeNoTranspose) {
+            } else if constexpr (C::kWideTranspose) {
+                transpose_v_wide<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+            } else if constexpr (C::kBlockN == 64) {
+                transpose_v_bn64<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+            } else {
+                transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
+            }
+            mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
+            fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
+            mbar_arrive(sm.full_v(ps.stage));
+            ps.advance();
         }
-        mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
-        fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
-        mbar_arrive(sm.full_v(ps.stage));
-        ps.advance();
     }
 }
 
@@ -203,12 +206,16 @@ struct Fp8Consumer {
             }
         }
     }
-    // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, kBlockN-byte rows).
+    // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of
+    // kVtColBytes-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         if constexpr (C::kProbe == kFp8ProbeNoPV) return;
         const uint64_t vb0 = swizzled_desc(smem_addr(sm.vt(stage)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
 #pragma unroll
-        for (int ks = 0; ks < BN / 32; ++ks) wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], desc_advance(vb0, ks * 32), 1);
+        for (int ks = 0; ks < BN / 32; ++ks) {
+            const int cb = ks * 32 / C::kVtColBytes, kk = ks * 32 % C::kVtColBytes;
+            wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], desc_advance(vb0, cb * (D * C::kVtColBytes) + kk), 1);
+        }
     }
 
     // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.
@@ -291,8 +298,10 @@ struct Fp8Consumer {
             fence_regs(s);
             release(sm.empty_k(ck.stage));
             ck.advance();
-            score_mod<kFold>(s, pl, row0, n, fk);
-            smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
+            before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
+                score_mod<kFold>(s, pl, row0, n, fk);
+                smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
+            });
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pa);

@@ -24,7 +24,7 @@ from pathlib import Path
 NS_SS = (64, 80, 128, 176, 192, 256)  # S = Q K^T: N = key tile
 NS_RS = (64, 128, 176, 256)  # O += P V: N = head dim; S = Q K^T with Q in registers: N = key tile
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
-NS_SS_FP8 = (64, 128, 192)  # S = Q K^T: N = key tile (64 at d = 256 with V as rows, 192 at d = 128 k-major)
+NS_SS_FP8 = (64, 128, 192, 256)  # S = Q K^T: N = key tile (V as rows: 64 at d = 256; k-major: 192, 256)
 NS_RS_FP8 = (64, 128, 192, 256)  # O += P V: N = head dim; S = Q K^T with Q in registers: N = key tile
 TYPES_FP8 = (("Fp8E4M3", "e4m3"), ("Fp8E5M2", "e5m2"))
 NS_SS_T = (64, 128, 256)  # dQ = dS K in the backward: N = head dim

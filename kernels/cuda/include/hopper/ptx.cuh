@@ -68,6 +68,19 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// kOwnBlock: runs `work` in a basic block of its own, entered by a branch on `taken` (a value ptxas cannot fold; the
+// callers pass a kernel parameter the launchers guarantee true). ptxas schedules a wgmma.wait_group as early as its
+// basic block allows (waiting earlier than asked is legal), so a softmax written between `wait_group 1` and
+// `wait_group 0` runs after the wait for O += P V instead of under it (the SASS of both forward kernels; NOTES_FA3.md,
+// session 7); the block boundary keeps the wait after the softmax. Whether that pays is measured per build.
+template <bool kOwnBlock, class F>
+__device__ __forceinline__ void before_wait(bool taken, F&& work) {
+    if constexpr (kOwnBlock) {
+        if (taken) work();
+    } else {
+        work();
+    }
+}
 // Keeps the compiler from moving accesses of an accumulator across an asynchronous wgmma.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
