@@ -1,8 +1,9 @@
 """Markdown table of a pytest-benchmark JSON written by ``tox -e bench`` (tests/kernels/test_cuda_bench.py).
 
 One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
-group: ours-fp8 beside ours-bf16): CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then the speed of ours
-(ours-fp8 in the FP8 group) relative to each other implementation.
+groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16): CUDA-event median in ms and the rate
+(TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the FP8 groups) relative to each other
+implementation.
 
     python reports/benchmarks/bench_table.py reports/latest/pytest_bench.json > table.md
 """
@@ -18,11 +19,11 @@ from pathlib import Path
 
 __all__ = ["rows_of", "markdown", "main"]
 
-OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-bf16")
+OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16")
 
 
 def _impl(name: str) -> str:
-    m = re.search(r"\[(?:.*-)?(ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4)\]$", name)
+    m = re.search(r"\[(?:.*-)?(ours-fp8-vt|ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4)\]$", name)
     if m:
         return m.group(1)
     m = re.search(r"\[(fwd|bwd)\]$", name)
@@ -48,10 +49,10 @@ def markdown(data: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for group, impls in rows.items():
-        ours = impls.get("ours") or impls.get("ours-fp8")
+        ours = impls.get("ours") or impls.get("ours-fp8-vt") or impls.get("ours-fp8")
         for name, r in impls.items():
             ratio = ""
-            if ours and name in OTHERS and r["ms"]:
+            if ours and name in OTHERS and r is not ours and r["ms"]:
                 ratio = f"{r['ms'] / ours['ms']:.2f}"  # time ratio = speed of ours relative to it
             rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else ""
             lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {ratio} |")

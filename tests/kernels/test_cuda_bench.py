@@ -16,7 +16,7 @@ TFLOPs/s (4·B·H·Lq·Lk·d, halved for causal; backward 2.5x the forward) or T
 - FA1 forward and backward at N=2048 (reported only, fp32 SIMT reference kernels);
 - FA3 forward (attn_fa3_fwd, sm_90a) at B=4, H=16, N=8192, d in {64, 128, 256}, causal and not; FA3 forward +
   backward (attn_fa3_fwd + attn_fa3_bwd; the others through autograd) at d in {64, 128}; the FA3 FP8 forward
-  (attn_fa3_fp8_fwd, e4m3, per-tensor descales) at d = 128 beside our BF16 FA3.
+  (attn_fa3_fp8_fwd, e4m3, per-tensor descales; V as rows and V k-major) at d in {128, 256} beside our BF16 FA3.
 
 The committed figures with correctness checks next to them come from
 ``reports/benchmarks/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
@@ -229,22 +229,28 @@ def test_fa3_fwd_bwd_8k(benchmark, d, causal, impl):
            3.5 * 4 * B * H * N * N * d / (2 if causal else 1))
 
 
-@pytest.mark.parametrize("impl", ["ours-fp8", "ours-bf16"])
+@pytest.mark.parametrize("impl", ["ours-fp8-vt", "ours-fp8", "ours-bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fa3_fp8_fwd_8k_d128(benchmark, causal, impl):
+@pytest.mark.parametrize("d", [128, 256])
+def test_fa3_fp8_fwd_8k(benchmark, d, causal, impl):
+    """ours-fp8: V as rows (transposed in the kernel); ours-fp8-vt: V packed k-major by attn_fp8_pack_vt beforehand
+    (outside the timed call; one pass over V, reported by fa3_fp8_check_bench); ours-bf16: our BF16 FA3."""
     from attention_conformance.kernels import cuda_lib
 
     _hopper()
-    x = [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
     o = torch.empty_like(x[0])
     lse = torch.empty(B, H, N, device="cuda")
-    if impl == "ours-fp8":
+    if impl.startswith("ours-fp8"):
         x8 = [t.to(torch.float8_e4m3fn) for t in x]
         ones = [torch.ones((), device="cuda") for _ in range(3)]
-        p = cuda_lib.fp8_fwd_params(*x8, o, lse, *ones, format="e4m3fn", granularity="per_tensor", causal=causal)
+        kw = dict(v_layout="kmajor") if impl == "ours-fp8-vt" else {}
+        v8 = cuda_lib.pack_vt(x8[2]) if impl == "ours-fp8-vt" else x8[2]
+        p = cuda_lib.fp8_fwd_params(x8[0], x8[1], v8, o, lse, *ones, format="e4m3fn", granularity="per_tensor",
+                                    causal=causal, **kw)
         fn = lambda: cuda_lib.call("attn_fa3_fp8_fwd", p)  # noqa: E731
     else:
         p = cuda_lib.fwd_params(*x, o, lse, causal=causal)
         fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
-    _bench(benchmark, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{D} {'causal' if causal else 'full'}",
-           4 * B * H * N * N * D / (2 if causal else 1))
+    _bench(benchmark, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
+           4 * B * H * N * N * d / (2 if causal else 1))
