@@ -98,9 +98,11 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
 // dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256), and
-// d256_bn128, 128-key tiles at d = 256 too (O and S then exceed the 240 registers: ptxas spills ~300 bytes).
+// d256_bn128, 128-key tiles at d = 256 too (O and S then exceed the 240 registers: ptxas spills ~300 bytes);
+// exp_poly4 / exp_poly2 (d = 128, per tensor / per head): the exponentials of every fourth / second 8-key chunk on the
+// FMA pipe (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
-              kVariantD256Bn128 = 104;
+              kVariantD256Bn128 = 104, kVariantExpPoly4 = 105, kVariantExpPoly2 = 106;
 int variant_from_env() {
     const char* e = getenv("ATTN_FA3_FP8_VARIANT");
     if (e == nullptr || e[0] == 0) return kFp8ProbeNone;
@@ -112,6 +114,8 @@ int variant_from_env() {
     if (strcmp(e, "no_fold") == 0) return kVariantNoFold;
     if (strcmp(e, "row_tiles") == 0) return kVariantRowTiles;
     if (strcmp(e, "d256_bn128") == 0) return kVariantD256Bn128;
+    if (strcmp(e, "exp_poly4") == 0) return kVariantExpPoly4;
+    if (strcmp(e, "exp_poly2") == 0) return kVariantExpPoly2;
     return -1;
 }
 
@@ -147,10 +151,18 @@ using KMajor = Fa3Fp8Config<D, Format, kFp8ProbeNone, D == 128, false, true, tru
 template <typename Format>
 int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
     const int v = variant_from_env();
+    if (v == kVariantExpPoly4 || v == kVariantExpPoly2) {
+        if (p.fwd.head_dim != 128 || key_tile_of(p, v) != 192)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = 128 build with "
+                              "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"));
+        if (v == kVariantExpPoly4)
+            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 4>>(p, s, err, errlen);
+        return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 2>>(p, s, err, errlen);
+    }
     if (v != kFp8ProbeNone && v != kVariantRowTiles && v != kVariantD256Bn128)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: ATTN_FA3_FP8_VARIANT=%s: with v_layout=%d (k-major) only row_tiles and d256_bn128; "
-                          "the other variant builds read V as rows (v_layout=%d)", kName,
+                          "%s: ATTN_FA3_FP8_VARIANT=%s: with v_layout=%d (k-major) only row_tiles, d256_bn128, "
+                          "exp_poly4 and exp_poly2; the other variant builds read V as rows (v_layout=%d)", kName,
                           getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR, ATTN_FP8_V_ROWS);
     switch (p.fwd.head_dim * 1000 + key_tile_of(p, v)) {
         case 64128:
@@ -173,7 +185,7 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
     if (p.v_layout == ATTN_FP8_V_KMAJOR) return dispatch_kmajor<Format>(p, s, err, errlen);
     if constexpr (std::is_same<Format, Fp8E4M3>::value) {
         const int v = variant_from_env();
-        if (v == kVariantRowTiles || v == kVariantD256Bn128)
+        if (v == kVariantRowTiles || v == kVariantD256Bn128 || v == kVariantExpPoly4 || v == kVariantExpPoly2)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s is a k-major V build "
                               "(v_layout=%d)", kName, getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR);
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
@@ -223,7 +235,8 @@ int validate_fp8(const AttnFp8FwdParams* fp, char* err, int errlen) {
     if (variant_from_env() < 0)
         return attn::fail(err, errlen, ATTN_ERR_INVALID,
                           "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp or "
-                          "no_pv with V as rows, row_tiles or d256_bn128 with V k-major (or unset)", kName,
+                          "no_pv with V as rows, row_tiles, d256_bn128, exp_poly4 or exp_poly2 with V k-major (or "
+                          "unset)", kName,
                           getenv("ATTN_FA3_FP8_VARIANT"));
     return ATTN_OK;
 }

@@ -25,8 +25,8 @@ from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
 
-__all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "PROBES", "VARIANTS", "acc_score_error", "bench_rows",
-           "check_fp8_case", "main", "markdown", "scaled_mm_row", "variant_call"]
+__all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "KMAJOR_VARIANT_D", "PROBES", "VARIANTS", "acc_score_error",
+           "bench_rows", "check_fp8_case", "main", "markdown", "scaled_mm_row", "variant_call"]
 
 GUARD = 1024
 SENTINEL = 1234.5
@@ -216,8 +216,11 @@ def scaled_mm_row(n: int = 8192) -> dict:
 VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
 #: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
-#: the V-as-rows builds (128; 64 at d = 256), and 128-key tiles at d = 256 (which spill)
-KMAJOR_VARIANTS = ("row_tiles", "d256_bn128")
+#: the V-as-rows builds (128; 64 at d = 256), 128-key tiles at d = 256 (which spill), and at d = 128 the exponentials of
+#: every fourth / second 8-key chunk on the FMA pipe (the default: none)
+KMAJOR_VARIANTS = ("row_tiles", "d256_bn128", "exp_poly4", "exp_poly2")
+#: the head dim a k-major variant is built for (None: every head dim)
+KMAJOR_VARIANT_D = {"d256_bn128": 256, "exp_poly4": 128, "exp_poly2": 128}
 
 
 def variant_call(p, variant: str) -> None:
@@ -248,7 +251,7 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
             cands.append(("fp8kmajor_" + gran, lambda p=pk: cuda_lib.call("attn_fa3_fp8_fwd", p)))
             if gran == "per_tensor":
                 cands += [(f"fp8kmajor_{v}_{gran}", lambda p=pk, v=v: variant_call(p, v)) for v in KMAJOR_VARIANTS
-                          if v != "d256_bn128" or d == 256]
+                          if KMAJOR_VARIANT_D.get(v, d) == d]
             if d == 128:
                 cands += [(f"fp8_{v}_{gran}", lambda p=p, v=v: variant_call(p, v)) for v in VARIANTS]
             if probes and d == 128 and gran == "per_tensor":
@@ -354,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                  if c["d"] == 128 and c.get("format", "e4m3fn") == "e4m3fn"]
         runs += [(i, c, "kmajor") for i, c in enumerate(CHECK_CASES)]
         runs += [(i, c, "kmajor:" + v) for v in KMAJOR_VARIANTS for i, c in enumerate(CHECK_CASES)
-                 if v != "d256_bn128" or c["d"] == 256]
+                 if KMAJOR_VARIANT_D.get(v, c["d"]) == c["d"]
+                 and (v not in ("exp_poly4", "exp_poly2") or c["granularity"] != "per_tile")]
         for i, c, v in runs:
             try:
                 if v is not None and v.startswith("kmajor"):

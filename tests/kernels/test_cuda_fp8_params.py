@@ -117,6 +117,7 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
     (256, "per_tensor", "kmajor", None, 64),
     (128, "per_tensor", "kmajor", "row_tiles", 128),
     (256, "per_tensor", "kmajor", "d256_bn128", 128),
+    (128, "per_head", "kmajor", "exp_poly2", 192),
 ])
 def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
     """attn_fa3_fp8_key_tile (no device needed) reports the key tile fa3_fp8_fwd.cu's dispatch picks."""

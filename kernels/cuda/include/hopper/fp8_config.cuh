@@ -30,7 +30,7 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 // to the consumers, which then hold wider key tiles (kBlockN_: 0 = the default of the head dim). The defaults are
 // the builds measured fastest (NOTES_FA3_FP8.md).
 template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
-          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0>
+          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0, int kExpPolyEvery_ = -1>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -91,6 +91,11 @@ struct Fa3Fp8Config {
     // measured faster: the k-major d = 64 build (+5-7%; d = 128 and 256 were 3-6% slower, the BF16 kernel unchanged:
     // NOTES_FA3_FP8.md run 9).
     static constexpr bool kSoftmaxUnderPV = kVtGlobal && D == 64;
+    // kExpPolyEvery > 0: every kExpPolyEvery-th 8-key chunk of the softmax takes its exponentials on the FMA pipe
+    // (softmax.cuh exp2_fma). 62% of the softmax stage's `wait` stalls are MUFU.EX2 waiting for the MUFU (ncu, k-major
+    // build), but the polynomial's extra instructions cost more: every fourth chunk 5% slower, every second 14% (run
+    // 12), so the default has none; variants exp_poly4 / exp_poly2.
+    static constexpr int kExpPolyEvery = kExpPolyEvery_ >= 0 ? kExpPolyEvery_ : 0;
     static constexpr int kProducerRegs = kVtGlobal ? 24 : 56;
     static constexpr int kConsumerRegs = kVtGlobal ? 240 : 224;
     static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");

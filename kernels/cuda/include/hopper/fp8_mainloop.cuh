@@ -277,7 +277,7 @@ struct Fp8Consumer {
         release(sm.empty_k(ck.stage));
         ck.advance();
         score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock));
-        smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
+        smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery>(s, sl2, corr);
         p_to_fp8_frags<Format, BN>(pa, s);
         for (int x = 1; x < nt; ++x) {
             n = pl.n_lo + x;
@@ -300,7 +300,7 @@ struct Fp8Consumer {
             ck.advance();
             before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
                 score_mod<kFold>(s, pl, row0, n, fk);
-                smx.online<8, C::kProbe == kFp8ProbeNoExp>(s, sl2, corr);
+                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery>(s, sl2, corr);
             });
             wgmma_wait<0>();
             fence_regs(o);

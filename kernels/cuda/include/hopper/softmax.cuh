@@ -21,6 +21,21 @@
 
 namespace attn::hopper {
 
+// 2^x on the FMA pipe instead of the MUFU (16 results per SM per clock; the FP8 forward's variants exp_poly4 / exp_poly2
+// move part of its exponentials here, NOTES_FA3_FP8.md run 12): n = round(x) through the 1.5 * 2^23 shifter, 2^(x - n)
+// for |x - n| <= 1/2 as a
+// degree-3 minimax polynomial (relative error < 8e-5, far below the FP8 rounding of P that follows), and n added to
+// the exponent bits. x is first raised to -125 with max.NaN, so -inf (a masked score) gives 2^-125 (0 after the
+// rounding to FP8, and < 1e-37 of a row sum that holds at least one 2^0), and NaN stays NaN.
+__device__ __forceinline__ float exp2_fma(float x) {
+    float xc;
+    asm("max.NaN.f32 %0, %1, 0fC2FA0000;\n" : "=f"(xc) : "f"(x));  // max(x, -125), NaN kept
+    const float t = xc + 12582912.f;                                // 1.5 * 2^23: the integer n in the low bits
+    const float f = xc - (t - 12582912.f);
+    const float p = fmaf(fmaf(fmaf(5.517166e-2f, f, 2.4261112e-1f), f, 6.9326099e-1f), f, 9.9992807e-1f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 struct RowSoftmax {
     float row_max[2];
     float row_sum[2];
@@ -30,8 +45,9 @@ struct RowSoftmax {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
-    // kNoExp (a timing probe only): p = the exponent itself, no ex2.
-    template <int kLog2Offset = 0, bool kNoExp = false, int kRegs>
+    // kNoExp (a timing probe only): p = the exponent itself, no ex2. kPolyEvery > 0: every kPolyEvery-th 8-column
+    // chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx (the MUFU).
+    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kRegs>
     __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -49,8 +65,9 @@ struct RowSoftmax {
 #pragma unroll
             for (int j = 0; j < kRegs / 4; ++j) {
                 const float x0 = fmaf(s[4 * j + 2 * h], sl2, bias), x1 = fmaf(s[4 * j + 2 * h + 1], sl2, bias);
-                const float p0 = kNoExp ? x0 : fast_exp2(x0);
-                const float p1 = kNoExp ? x1 : fast_exp2(x1);
+                const bool poly = kPolyEvery > 0 && (j + 1) % (kPolyEvery > 0 ? kPolyEvery : 1) == 0;
+                const float p0 = kNoExp ? x0 : (poly ? exp2_fma(x0) : fast_exp2(x0));
+                const float p1 = kNoExp ? x1 : (poly ? exp2_fma(x1) : fast_exp2(x1));
                 s[4 * j + 2 * h] = p0;
                 s[4 * j + 2 * h + 1] = p1;
                 sum += p0 + p1;
