@@ -451,6 +451,11 @@ def fp8_key_tile(params: AttnFp8FwdParams) -> int:
     return out.value
 
 
+def _vt_keys(seqlen: int, vt_keys: int | None) -> int:
+    """Positions per k-major V row: ``vt_keys``, or by default ``seqlen`` rounded up to a 16-key group."""
+    return -(-seqlen // 16) * 16 if vt_keys is None else int(vt_keys)
+
+
 def pack_vt(v8: Any, *, seqlens_k: Any = None, vt_keys: int | None = None, stream: int | None = None) -> Any:
     """V's FP8 codes k-major for ``fp8_fwd_params(..., v_layout="kmajor")`` through ``attn_fp8_pack_vt``.
 
@@ -464,7 +469,7 @@ def pack_vt(v8: Any, *, seqlens_k: Any = None, vt_keys: int | None = None, strea
         raise KernelError("pack_vt", 2, f"v8: dtype {getattr(v8, 'dtype', None)}, shape {tuple(v8.shape)}: an FP8 "
                                         "tensor [B, Hkv, Lk, dv] with unit stride along dv is needed")
     B, H, L, d = v8.shape
-    keys = -(-L // 16) * 16 if vt_keys is None else int(vt_keys)
+    keys = _vt_keys(L, vt_keys)
     vt = torch.empty((B, H, d, keys), dtype=v8.dtype, device=v8.device)
     p = AttnFp8PackVtParams()
     p.v, p.vt = _ptr(v8), _ptr(vt)
@@ -483,11 +488,11 @@ def pack_vt_reference(v: Any, seqlens_k: Any = None, vt_keys: int | None = None)
 
     v = np.asarray(v)
     B, H, L, d = v.shape
-    keys = -(-L // 16) * 16 if vt_keys is None else int(vt_keys)
+    keys = _vt_keys(L, vt_keys)
     src = np.zeros((B, H, keys, d), dtype=v.dtype)
     src[:, :, :L] = v
-    for b in range(B):
-        if seqlens_k is not None:
+    if seqlens_k is not None:
+        for b in range(B):
             src[b, :, int(seqlens_k[b]):] = 0
     order = (np.arange(keys) // 16) * 16 + np.asarray(VT_KEY_ORDER)[np.arange(keys) % 16]
     return np.ascontiguousarray(src[:, :, order].transpose(0, 1, 3, 2))

@@ -6,6 +6,7 @@
 // include/hopper/fp8_mainloop.cuh; this file validates, builds the tensor maps and picks the instantiation.
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,20 +104,44 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // FMA pipe (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
               kVariantD256Bn128 = 104, kVariantExpPoly4 = 105, kVariantExpPoly2 = 106;
+// The one list of the variant names: the code each selects and the V layout its builds read.
+struct Fp8Variant {
+    const char* name;
+    int code;
+    int v_layout;
+};
+constexpr Fp8Variant kVariants[] = {
+    {"no_transpose", kFp8ProbeNoTranspose, ATTN_FP8_V_ROWS}, {"no_exp", kFp8ProbeNoExp, ATTN_FP8_V_ROWS},
+    {"no_pv", kFp8ProbeNoPV, ATTN_FP8_V_ROWS},               {"smem_q", kVariantSmemQ, ATTN_FP8_V_ROWS},
+    {"narrow_transpose", kVariantNarrowT, ATTN_FP8_V_ROWS},  {"no_fold", kVariantNoFold, ATTN_FP8_V_ROWS},
+    {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"d256_bn128", kVariantD256Bn128, ATTN_FP8_V_KMAJOR},
+    {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},      {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
+};
+
+// kFp8ProbeNone when ATTN_FA3_FP8_VARIANT is unset or empty, the variant's code, or -1 for an unknown name.
 int variant_from_env() {
     const char* e = getenv("ATTN_FA3_FP8_VARIANT");
     if (e == nullptr || e[0] == 0) return kFp8ProbeNone;
-    if (strcmp(e, "no_transpose") == 0) return kFp8ProbeNoTranspose;
-    if (strcmp(e, "no_exp") == 0) return kFp8ProbeNoExp;
-    if (strcmp(e, "no_pv") == 0) return kFp8ProbeNoPV;
-    if (strcmp(e, "smem_q") == 0) return kVariantSmemQ;
-    if (strcmp(e, "narrow_transpose") == 0) return kVariantNarrowT;
-    if (strcmp(e, "no_fold") == 0) return kVariantNoFold;
-    if (strcmp(e, "row_tiles") == 0) return kVariantRowTiles;
-    if (strcmp(e, "d256_bn128") == 0) return kVariantD256Bn128;
-    if (strcmp(e, "exp_poly4") == 0) return kVariantExpPoly4;
-    if (strcmp(e, "exp_poly2") == 0) return kVariantExpPoly2;
+    for (const Fp8Variant& v : kVariants)
+        if (strcmp(e, v.name) == 0) return v.code;
     return -1;
+}
+
+// The V layout the builds of variant `code` read (a set variant's; kFp8ProbeNone reads either).
+int variant_layout(int code) {
+    for (const Fp8Variant& v : kVariants)
+        if (v.code == code) return v.v_layout;
+    return -1;
+}
+
+// The names of the variants for `v_layout`, comma-separated, into buf.
+const char* variant_names(int v_layout, char* buf, int len) {
+    int at = 0;
+    buf[0] = 0;
+    for (const Fp8Variant& v : kVariants)
+        if (v.v_layout == v_layout && at < len)
+            at += snprintf(buf + at, len - at, "%s%s", at ? ", " : "", v.name);
+    return buf;
 }
 
 // The default build of each head dim with V as rows.
@@ -159,11 +184,13 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
             return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 4>>(p, s, err, errlen);
         return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 2>>(p, s, err, errlen);
     }
-    if (v != kFp8ProbeNone && v != kVariantRowTiles && v != kVariantD256Bn128)
+    if (v != kFp8ProbeNone && variant_layout(v) != ATTN_FP8_V_KMAJOR) {
+        char names[256];
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: ATTN_FA3_FP8_VARIANT=%s: with v_layout=%d (k-major) only row_tiles, d256_bn128, "
-                          "exp_poly4 and exp_poly2; the other variant builds read V as rows (v_layout=%d)", kName,
-                          getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR, ATTN_FP8_V_ROWS);
+                          "%s: ATTN_FA3_FP8_VARIANT=%s: with v_layout=%d (k-major) only %s; the other variant builds "
+                          "read V as rows (v_layout=%d)", kName, getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR,
+                          variant_names(ATTN_FP8_V_KMAJOR, names, sizeof names), ATTN_FP8_V_ROWS);
+    }
     switch (p.fwd.head_dim * 1000 + key_tile_of(p, v)) {
         case 64128:
             return launch<KMajor<64, Format, 128>>(p, s, err, errlen);
@@ -185,7 +212,7 @@ int dispatch(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
     if (p.v_layout == ATTN_FP8_V_KMAJOR) return dispatch_kmajor<Format>(p, s, err, errlen);
     if constexpr (std::is_same<Format, Fp8E4M3>::value) {
         const int v = variant_from_env();
-        if (v == kVariantRowTiles || v == kVariantD256Bn128 || v == kVariantExpPoly4 || v == kVariantExpPoly2)
+        if (variant_layout(v) == ATTN_FP8_V_KMAJOR)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s is a k-major V build "
                               "(v_layout=%d)", kName, getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR);
         if (v != kFp8ProbeNone && p.fwd.head_dim != 128)
@@ -232,12 +259,13 @@ int validate_fp8(const AttnFp8FwdParams* fp, char* err, int errlen) {
         return attn::fail(err, errlen, ATTN_ERR_INVALID,
                           "%s: vt_keys=%d with seqlen_k=%d: k-major V needs a multiple of 16 that is >= seqlen_k",
                           kName, fp->vt_keys, p->seqlen_k);
-    if (variant_from_env() < 0)
+    if (variant_from_env() < 0) {
+        char rows[256], kmajor[256];
         return attn::fail(err, errlen, ATTN_ERR_INVALID,
-                          "%s: ATTN_FA3_FP8_VARIANT=%s: smem_q, narrow_transpose, no_fold, no_transpose, no_exp or "
-                          "no_pv with V as rows, row_tiles, d256_bn128, exp_poly4 or exp_poly2 with V k-major (or "
-                          "unset)", kName,
-                          getenv("ATTN_FA3_FP8_VARIANT"));
+                          "%s: ATTN_FA3_FP8_VARIANT=%s: with V as rows %s; with V k-major %s (or unset)", kName,
+                          getenv("ATTN_FA3_FP8_VARIANT"), variant_names(ATTN_FP8_V_ROWS, rows, sizeof rows),
+                          variant_names(ATTN_FP8_V_KMAJOR, kmajor, sizeof kmajor));
+    }
     return ATTN_OK;
 }
 

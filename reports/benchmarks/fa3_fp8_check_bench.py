@@ -25,8 +25,9 @@ from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
 
-__all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "KMAJOR_VARIANT_D", "PROBES", "VARIANTS", "acc_score_error",
-           "bench_rows", "check_fp8_case", "main", "markdown", "scaled_mm_row", "variant_call"]
+__all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "KMAJOR_VARIANT_D", "KMAJOR_VARIANT_NO_PER_TILE", "PROBES",
+           "VARIANTS", "acc_score_error", "bench_rows", "check_fp8_case", "kmajor_variant_applies", "main", "markdown",
+           "scaled_mm_row", "variant_call"]
 
 GUARD = 1024
 SENTINEL = 1234.5
@@ -219,8 +220,16 @@ PROBES = ("no_transpose", "no_exp", "no_pv")
 #: the V-as-rows builds (128; 64 at d = 256), 128-key tiles at d = 256 (which spill), and at d = 128 the exponentials of
 #: every fourth / second 8-key chunk on the FMA pipe (the default: none)
 KMAJOR_VARIANTS = ("row_tiles", "d256_bn128", "exp_poly4", "exp_poly2")
-#: the head dim a k-major variant is built for (None: every head dim)
+#: the head dim a k-major variant is built for (absent: every head dim)
 KMAJOR_VARIANT_D = {"d256_bn128": 256, "exp_poly4": 128, "exp_poly2": 128}
+#: k-major variants built for per-tensor / per-head descales only (their 192-key tiles straddle per-tile blocks)
+KMAJOR_VARIANT_NO_PER_TILE = ("exp_poly4", "exp_poly2")
+
+
+def kmajor_variant_applies(variant: str, d: int, granularity: str) -> bool:
+    """Whether attn_fa3_fp8_fwd has the k-major build ``variant`` for head dim ``d`` and ``granularity``."""
+    return (KMAJOR_VARIANT_D.get(variant, d) == d
+            and not (granularity == "per_tile" and variant in KMAJOR_VARIANT_NO_PER_TILE))
 
 
 def variant_call(p, variant: str) -> None:
@@ -251,7 +260,7 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
             cands.append(("fp8kmajor_" + gran, lambda p=pk: cuda_lib.call("attn_fa3_fp8_fwd", p)))
             if gran == "per_tensor":
                 cands += [(f"fp8kmajor_{v}_{gran}", lambda p=pk, v=v: variant_call(p, v)) for v in KMAJOR_VARIANTS
-                          if KMAJOR_VARIANT_D.get(v, d) == d]
+                          if kmajor_variant_applies(v, d, gran)]
             if d == 128:
                 cands += [(f"fp8_{v}_{gran}", lambda p=p, v=v: variant_call(p, v)) for v in VARIANTS]
             if probes and d == 128 and gran == "per_tensor":
@@ -352,19 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     env = env_info()
     checks = []
     if args.check:
-        runs = [(i, c, None) for i, c in enumerate(CHECK_CASES)]
-        runs += [(i, c, v) for v in VARIANTS for i, c in enumerate(CHECK_CASES)
-                 if c["d"] == 128 and c.get("format", "e4m3fn") == "e4m3fn"]
-        runs += [(i, c, "kmajor") for i, c in enumerate(CHECK_CASES)]
-        runs += [(i, c, "kmajor:" + v) for v in KMAJOR_VARIANTS for i, c in enumerate(CHECK_CASES)
-                 if KMAJOR_VARIANT_D.get(v, c["d"]) == c["d"]
-                 and (v not in ("exp_poly4", "exp_poly2") or c["granularity"] != "per_tile")]
-        for i, c, v in runs:
+        runs = [(i, c, v, "rows") for v in (None, *VARIANTS) for i, c in enumerate(CHECK_CASES)
+                if v is None or (c["d"] == 128 and c.get("format", "e4m3fn") == "e4m3fn")]
+        runs += [(i, c, v, "kmajor") for v in (None, *KMAJOR_VARIANTS) for i, c in enumerate(CHECK_CASES)
+                 if v is None or kmajor_variant_applies(v, c["d"], c["granularity"])]
+        for i, c, v, layout in runs:
             try:
-                if v is not None and v.startswith("kmajor"):
-                    r = check_fp8_case(seed=i, v_layout="kmajor", variant=v.partition(":")[2] or None, **c)
-                else:
-                    r = check_fp8_case(seed=i, variant=v, **c)
+                r = check_fp8_case(seed=i, variant=v, v_layout=layout, **c)
             except Exception as e:  # a launcher error is a failed case, reported with its message
                 r = dict(case=repr(c), ok=False, problems=[f"{type(e).__name__}: {e}"])
             checks.append(r)

@@ -149,3 +149,18 @@ def test_fp8_kmajor_without_keys_passes_the_launcher_checks():
     ds = [torch.ones(())] * 3
     p = cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
     assert p.vt_keys == 0 and cuda_lib.fp8_key_tile(p) == 256
+
+
+def test_fp8_unknown_variant_names_every_build():
+    """An unknown ATTN_FA3_FP8_VARIANT is ATTN_ERR_INVALID naming the variants of both V layouts (validated without
+    a device, through attn_fa3_fp8_key_tile)."""
+    lib = cuda_library_or_skip()
+    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
+        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
+    q, k, v, o = _tensors()
+    p = cuda_lib.fp8_fwd_params(q, k, v, o, None, *[torch.ones(())] * 3, format="e4m3fn", granularity="per_tensor")
+    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", "fastest"), pytest.raises(cuda_lib.KernelError) as e:
+        cuda_lib.fp8_key_tile(p)
+    assert e.value.code == 2
+    for name in ("smem_q", "no_pv", "row_tiles", "exp_poly2", "fastest"):
+        assert name in e.value.message, e.value.message
