@@ -119,14 +119,20 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
         // It runs without the GEMM / element-wise overlap at both head dims (d = 64: +3%, A/B of session 6, run 8
         // of NOTES_FA3_BWD.md). ATTN_FA3_BWD_DQ=atomic picks the earlier build (consumers add dQ with fp32
         // atomics), where ATTN_FA3_BWD_OVERLAP=0 / 1 picks the overlap (default: at d = 64 only) (ablation).
+        // At d = 64 the default build streams 128-row query tiles (dQ split by rows); ATTN_FA3_BWD_BLOCK_M=64 picks
+        // its 64-row build (the default before session 8; the atomics build has 64-row tiles).
         const char* dqm = getenv("ATTN_FA3_BWD_DQ");
+        const char* bm = getenv("ATTN_FA3_BWD_BLOCK_M");
+        const bool m64 = bm != nullptr && strcmp(bm, "64") == 0;
         const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
         const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
         const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
-        if (tma)
-            rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
-                     : launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
+        if (tma && d64)
+            rc = m64 ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
+                     : launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen);
+        else if (tma)
+            rc = launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
         else if (overlap == d64 || kDet)
             rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)
                      : launch_main<Fa3BwdConfig<128, T, kDet, false>>(p, s, name, err, errlen);

@@ -6,15 +6,18 @@
 //
 // Warps: a producer warpgroup (warp 0 lane 0 issues every TMA load: K and V once, then Q_i and dO_i into a
 // ring of kStages; warp 1 copies LSE_i * log2(e) and D_i into the same stage) and two consumer warpgroups,
-// consumer w owning keys [64 w, 64 w + 64) of the tile. Per query tile i (64 rows), consumer w computes
-//   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T          wgmma SS, both K-major, [64 keys x 64 queries]
+// consumer w owning keys [64 w, 64 w + 64) of the tile. Per query tile i (kBlockM rows: 64, or 128 at
+// d = 64), consumer w computes
+//   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T          wgmma SS, both K-major, [64 keys x kBlockM queries]
 //   P^T  = exp2(S^T * scale * log2 e - LSE_i * log2 e)  (0 where not visible; LSE = -inf reads as +inf)
 //   dS^T = P^T (dP^T - D_i)                      (times 1 - tanh^2 with a softcap)
 //   dV  += P^T dO_i, dK += dS^T Q_i              wgmma RS: P^T, dS^T from registers, dO_i / Q_i MN-major
 //   dQ_i partial = dS K                           wgmma SS: dS^T stored to shared memory (128-byte swizzle)
 //                                                 and read MN-major (imm-trans-a), K MN-major; d = 128: consumer
 //                                                 w takes head-dim columns [64 w, 64 w + 64) over all 128 keys,
-//                                                 d = 64: consumer w a full-width partial over its own keys
+//                                                 d = 64 with 128-row tiles: query rows [64 w, 64 w + 64) over
+//                                                 all 128 keys, d = 64 with 64-row tiles: a full-width partial
+//                                                 over its own keys
 // and adds the dQ partial into the fp32 dq_accum: with atomics in any order, or (kDeterministic) in a fixed
 // order: a semaphore per (batch, head, query tile) counts the consumers that have added so far, and key tile n
 // adds only after every key tile n' < n that sees the query tile (from n_first, SeqMask::keys_for_rows), so every
@@ -50,25 +53,32 @@ struct Fa3BwdParams {
 // as two batches around the element-wise work.
 // kTmaDq: the consumers store their fp32 dQ tile to shared memory and a producer warp adds it into dq_accum with
 // TMA reduce-add (cp.reduce.async.bulk.tensor), instead of the consumers' own atomics.
-template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2>
+// kBlockM_: query rows per streamed tile, 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per
+// element and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
+template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2,
+          int kBlockM_ = 64>
 struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
     static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_, kTmaDq = kTmaDq_;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
-    static constexpr int kBlockM = 64;   // query rows per streamed tile
+    static constexpr int kBlockM = kBlockM_;  // query rows per streamed tile
+    static_assert(kBlockM == 64 || (kBlockM == 128 && D == 64), "128-row query tiles at head dim 64 only");
     static constexpr int kStages = kStages_;
     static constexpr int kColBlocks = D / 64;
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    // dQ = dS K split over the consumers by head-dim columns (consumer w: columns [D/2 w, D/2 w + D/2), all 128
-    // keys; both consumers' dS^T in shared memory, double-buffered) for D = 128: half the accumulator registers
-    // and one atomic per dQ element and CTA. D = 64 (32-column halves would start inside a 128-byte swizzle
-    // atom): each consumer computes a full-width partial over its own 64 keys and adds it.
-    static constexpr bool kSplitDq = D == 128;
-    static constexpr int kDqCols = kSplitDq ? D / 2 : D;
+    // dQ = dS K split over the consumers, each a [64 x 64] block over all 128 keys (both consumers' dS^T in shared
+    // memory, double-buffered), so that each dQ element gets one addition per CTA: by head-dim columns at D = 128
+    // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
+    // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
+    // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
+    static constexpr bool kSplitDqCols = D == 128;
+    static constexpr bool kSplitDqRows = kBlockM == 128;
+    static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
+    static constexpr int kDqCols = kSplitDqCols ? D / 2 : D;
     static constexpr int kDsBufs = kSplitDq ? 2 : 1;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
@@ -76,7 +86,8 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffV = kOffK + kKVBytes;
     static constexpr uint32_t kOffQ = kOffV + kKVBytes;
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
-    static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;  // dS^T [kBlockN keys][kBlockM queries]
+    // dS^T [kBlockN keys][kBlockM queries] in blocks of 64 queries (kBlockN * 128 bytes each, 128-byte swizzle)
+    static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;
     static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
     // kTmaDq: one fp32 [64 rows][64 columns] dQ tile per consumer (two 32-column blocks, 128-byte swizzle)
     static constexpr uint32_t kDqBytes = 64 * 64 * 4;
@@ -194,10 +205,12 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
         }
         for (int w = 0; w < 2; ++w) {
             mbar_wait(sm.full_dq(w), it & 1);
-            const int col0 = C::kSplitDq ? w * C::kDqCols : 0;
+            const int col0 = C::kSplitDqCols ? w * C::kDqCols : 0, row0 = m0 + (C::kSplitDqRows ? 64 * w : 0);
+            if (row0 < f.seqlen_q) {
 #pragma unroll
-            for (int cb = 0; cb < 2; ++cb)
-                tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, m0, h, b);
+                for (int cb = 0; cb < 2; ++cb)
+                    tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
+            }
             bulk_commit();
             if constexpr (C::kDeterministic) bulk_wait_all();
         }
@@ -304,10 +317,11 @@ struct BwdConsumer {
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
         const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
         // K / V are fixed for the CTA: this warpgroup's 64 key rows K-major (S^T, dP^T) and K MN-major for dQ = dS K
-        // (split dQ: column block cw over all keys; else this warpgroup's keys over all columns)
+        // (split by columns: column block cw over all keys; by rows: all of K; else this warpgroup's keys)
         const uint64_t k_kw = sw128_desc(k_addr + cw * 64 * 128, 16, 1024);
         const uint64_t v_kw = sw128_desc(v_addr + cw * 64 * 128, 16, 1024);
-        const uint64_t k_dq = sw128_desc(k_addr + (C::kSplitDq ? cw * (BN * 128) : cw * 64 * 128), BN * 128, 1024);
+        const uint32_t k_dq_off = C::kSplitDqCols ? cw * (BN * 128) : C::kSplitDqRows ? 0 : cw * 64 * 128;
+        const uint64_t k_dq = sw128_desc(k_addr + k_dq_off, BN * 128, 1024);
         float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
         const int num_m = (f.seqlen_q + BM - 1) / BM;
         int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
@@ -450,10 +464,10 @@ struct BwdConsumer {
                 elementwise(No{}, No{});
             }
 
-            // dS^T to shared memory (this warpgroup's 64 key rows, 128-byte swizzle). Single buffer (D = 64): every
-            // warp of the warpgroup has finished the previous tile's dQ GEMM, which read these rows. Double buffer
-            // (D = 128): the other consumer passed the previous tile's all-consumer barrier after its dQ GEMM of
-            // the tile before, the last reader of this buffer.
+            // dS^T to shared memory (this warpgroup's 64 key rows of each 64-query block, 128-byte swizzle). Single
+            // buffer (no split): every warp of the warpgroup has finished the previous tile's dQ GEMM, which read
+            // these rows. Double buffer (split dQ): the other consumer passed the previous tile's all-consumer
+            // barrier after its dQ GEMM of the tile before, the last reader of this buffer.
             const int dsb = C::kDsBufs == 2 ? (it & 1) : 0;
             if constexpr (!C::kSplitDq) wg_sync();
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
@@ -462,8 +476,9 @@ struct BwdConsumer {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int row = 16 * warp + lane / 4 + 8 * (r % 2), col = 8 * (2 * ks + r / 2) + 2 * (lane % 4);
-                    *reinterpret_cast<uint32_t*>(ds_tile + row * 128 + (((col / 8) ^ (row % 8)) * 16) + (col % 8) * 2) =
-                        dsa[ks][r];
+                    const int qb = col / 64, c = col % 64;
+                    *reinterpret_cast<uint32_t*>(ds_tile + qb * (BN * 128) + row * 128 + (((c / 8) ^ (row % 8)) * 16) +
+                                                 (c % 8) * 2) = dsa[ks][r];
                 }
             fence_proxy_async();
             if constexpr (C::kSplitDq)
@@ -480,8 +495,10 @@ struct BwdConsumer {
             for (int ks = 0; ks < BM / 16; ++ks)
                 wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
             if constexpr (C::kSplitDq) {
-                // all 128 keys, this consumer's 64 head-dim columns (column block cw of K)
-                const uint64_t ds_all = sw128_desc(smem_addr(sm.ds(dsb)), 64 * 128, 1024);
+                // all 128 keys; columns: this consumer's 64 head-dim columns (column block cw of K), rows: its 64
+                // query rows (query block cw of dS^T)
+                const uint32_t ds_off = C::kSplitDqRows ? cw * (BN * 128) : 0;
+                const uint64_t ds_all = sw128_desc(smem_addr(sm.ds(dsb)) + ds_off, 64 * 128, 1024);
 #pragma unroll
                 for (int ks = 0; ks < BN / 16; ++ks)
                     wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, desc_advance(ds_all, ks * 2048),
@@ -524,7 +541,7 @@ struct BwdConsumer {
             }
             // dq_accum[rows of this tile] += dQ partial (unscaled; the postprocess multiplies by the scale).
             // Deterministic: both consumers of every earlier key tile n' (from the first that sees this query
-            // tile) have added; split dQ: the two consumers of one CTA add disjoint columns, in any order, so each
+            // tile) have added; split dQ: the two consumers of one CTA add disjoint blocks, in any order, so each
             // waits for 2 (n - n_first) additions; otherwise consumer w also waits for consumer 0 of its CTA.
             if constexpr (C::kDeterministic) {
                 int klo, khi;
@@ -539,10 +556,10 @@ struct BwdConsumer {
                 }
                 wg_sync();
             }
-            const int col0 = C::kSplitDq ? cw * C::kDqCols : 0;
+            const int col0 = C::kSplitDqCols ? cw * C::kDqCols : 0, row0 = m0 + (C::kSplitDqRows ? 64 * cw : 0);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
+                const int i = row0 + 16 * warp + lane / 4 + 8 * hh;
                 if (i < mask.sq) {
                     float* row = dqa_head + static_cast<size_t>(i) * D + col0 + 2 * (lane % 4);
 #pragma unroll
