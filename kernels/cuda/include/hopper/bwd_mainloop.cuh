@@ -469,6 +469,10 @@ struct BwdConsumer {
             // these rows. Double buffer (split dQ): the other consumer passed the previous tile's all-consumer
             // barrier after its dQ GEMM of the tile before, the last reader of this buffer.
             const int dsb = C::kDsBufs == 2 ? (it & 1) : 0;
+            if constexpr (!C::kOverlap) {  // dV += P^T dO runs while dS^T goes to shared memory
+                issue_dv();
+                wgmma_commit();
+            }
             if constexpr (!C::kSplitDq) wg_sync();
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
 #pragma unroll
@@ -486,14 +490,11 @@ struct BwdConsumer {
             else
                 wg_sync();
 
-            // dK += dS^T Q (A from registers, B MN-major), dQ partial = dS K.
+            // dQ partial = dS K first, then dK += dS^T Q (A from registers, B MN-major), two commit groups: the dQ
+            // tile leaves the registers while dK is still on the tensor cores (groups complete in order, so the
+            // wait for dQ also covers dV).
             float dq[C::kDqCols / 2];
-            if constexpr (!C::kOverlap) issue_dv();
-            fence_regs(dk);
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
             if constexpr (C::kSplitDq) {
                 // all 128 keys; columns: this consumer's 64 head-dim columns (column block cw of K), rows: its 64
                 // query rows (query block cw of dS^T)
@@ -511,14 +512,16 @@ struct BwdConsumer {
                                      desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
             }
             wgmma_commit();
-            wgmma_wait<0>();
             fence_regs(dk);
-            fence_regs(dv);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
+            wgmma_commit();
+            wgmma_wait<1>();
             fence_regs(dq);
+            fence_regs(dv);
             fence_regs(pa);
-            fence_regs(dsa);
-            mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
-            ps.advance();
 
             if constexpr (C::kTmaDq) {
                 // fp32 dQ tile to shared memory (two 32-column blocks, 128-byte swizzle: the 16-byte chunk c of
@@ -537,8 +540,14 @@ struct BwdConsumer {
                 }
                 fence_proxy_async();
                 mbar_arrive(sm.full_dq(cw));
-                continue;
             }
+            wgmma_wait<0>();
+            fence_regs(dk);
+            fence_regs(dsa);
+            mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
+            ps.advance();
+            if constexpr (C::kTmaDq) continue;
+
             // dq_accum[rows of this tile] += dQ partial (unscaled; the postprocess multiplies by the scale).
             // Deterministic: both consumers of every earlier key tile n' (from the first that sees this query
             // tile) have added; split dQ: the two consumers of one CTA add disjoint blocks, in any order, so each
