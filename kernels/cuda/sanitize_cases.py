@@ -57,10 +57,12 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_head", vt=True)),
-    # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered at d = 128), zeroed tails
+    # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered where dQ is split), zeroed
+    # tails; d = 64 streams 128-row query tiles with dQ split by rows (a tile's second half past Lq: 70, 300)
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),
     ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=128, causal=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=2, Hq=2, Hkv=1, Lq=300, Lk=200, d=64, varlen=True)),
 ]
 
 
