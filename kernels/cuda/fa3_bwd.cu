@@ -124,13 +124,18 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
         const char* dqm = getenv("ATTN_FA3_BWD_DQ");
         const char* bm = getenv("ATTN_FA3_BWD_BLOCK_M");
         const bool m64 = bm != nullptr && strcmp(bm, "64") == 0;
+        // ... and computes each tile's dQ in one consumer, the two taking turns (kDqAlt); ATTN_FA3_BWD_DQ_SPLIT=rows
+        // picks the build that splits every tile's dQ by rows between them.
+        const char* sp = getenv("ATTN_FA3_BWD_DQ_SPLIT");
+        const bool rows = sp != nullptr && strcmp(sp, "rows") == 0;
         const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
         const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
         const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
         if (tma && d64)
-            rc = m64 ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
-                     : launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen);
+            rc = m64    ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
+                 : rows ? launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen)
+                        : launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128, true>>(p, s, name, err, errlen);
         else if (tma)
             rc = launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
         else if (overlap == d64 || kDet)

@@ -55,8 +55,11 @@ struct Fa3BwdParams {
 // TMA reduce-add (cp.reduce.async.bulk.tensor), instead of the consumers' own atomics.
 // kBlockM_: query rows per streamed tile, 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per
 // element and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
+// kDqAlt_ (128-row tiles, kTmaDq): instead of splitting every tile's dQ by rows, consumer (it % 2) computes the
+// whole [128 x 64] dQ of the CTA's it-th tile over all 128 keys and the other consumer none, so the consumers wait
+// for each other one way per tile (the dQ consumer for the other's dS^T rows) instead of meeting at a barrier.
 template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2,
-          int kBlockM_ = 64>
+          int kBlockM_ = 64, bool kDqAlt_ = false>
 struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
@@ -75,11 +78,13 @@ struct Fa3BwdConfig {
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
     // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
     // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
+    static constexpr bool kDqAlt = kDqAlt_;
+    static_assert(!kDqAlt || (kBlockM == 128 && kTmaDq && !kOverlap), "alternating dQ: 128-row tiles, TMA dQ");
     static constexpr bool kSplitDqCols = D == 128;
-    static constexpr bool kSplitDqRows = kBlockM == 128;
+    static constexpr bool kSplitDqRows = kBlockM == 128 && !kDqAlt;
     static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
     static constexpr int kDqCols = kSplitDqCols ? D / 2 : D;
-    static constexpr int kDsBufs = kSplitDq ? 2 : 1;
+    static constexpr int kDsBufs = kSplitDq || kDqAlt ? 2 : 1;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
     static constexpr uint32_t kOffK = 0;
@@ -99,7 +104,8 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;
     static_assert(kSmemBytes <= 232448, "shared memory per block");
     // Named barriers (0 is __syncthreads): per consumer warpgroup (1, 2), all consumers (3).
-    static constexpr int kBarWG = 1, kBarConsumers = 3;
+    // kDqAlt: dS^T buffer b written by the other consumer (4 + b), read by the dQ consumer (6 + b).
+    static constexpr int kBarWG = 1, kBarConsumers = 3, kBarDsFull = 4, kBarDsEmpty = 6;
 };
 
 template <class C>
@@ -203,7 +209,19 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             } while (v != expect);
             fence_proxy_async_global();
         }
-        for (int w = 0; w < 2; ++w) {
+        if constexpr (C::kDqAlt) {  // one [128 x 64] tile: rows [0, 64) in dq(0), [64, 128) in dq(1)
+            mbar_wait(sm.full_dq(0), it & 1);
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                if (m0 + 64 * half < f.seqlen_q) {
+#pragma unroll
+                    for (int cb = 0; cb < 2; ++cb)
+                        tma_reduce_add_4d(&P.dq_map, sm.dq(half) + cb * (64 * 128), 32 * cb, m0 + 64 * half, h, b);
+                }
+            bulk_commit();
+            if constexpr (C::kDeterministic) bulk_wait_all();
+        }
+        for (int w = 0; w < (C::kDqAlt ? 0 : 2); ++w) {
             mbar_wait(sm.full_dq(w), it & 1);
             const int col0 = C::kSplitDqCols ? w * C::kDqCols : 0, row0 = m0 + (C::kSplitDqRows ? 64 * w : 0);
             if (row0 < f.seqlen_q) {
@@ -307,6 +325,66 @@ struct BwdConsumer {
         }
     }
 
+    // dK += dS^T Q, then wait for every GEMM of the tile (kDqAlt: the consumer without the tile's dQ).
+    template <class DsA>
+    __device__ __forceinline__ void issue_dk_wait(float (&dk)[D / 2], DsA& dsa, uint64_t q_mn) const {
+        fence_regs(dk);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
+
+    // kDqAlt, the tile's dQ consumer: dQ = dS K for all 128 rows over all 128 keys (two m64 blocks: query block qb
+    // of dS^T, MN-major, times K MN-major), then dK += dS^T Q; once dQ has landed the dS^T buffer is released to
+    // the other consumer and the fp32 tile goes to shared memory for the writer while dK still runs.
+    template <class DsA>
+    __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[D / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
+                                                  int it, int n_tiles) const {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        float dq[2][D / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int qb = 0; qb < 2; ++qb) {
+            const uint64_t ds_q = sw128_desc(smem_addr(sm.ds(dsb)) + qb * (BN * 128), 64 * 128, 1024);
+#pragma unroll
+            for (int ks = 0; ks < BN / 16; ++ks)
+                wgmma_ss_t<1, 1>(Wgmma<Elem, D>{}, dq[qb], desc_advance(ds_q, ks * 2048), desc_advance(k_dq, ks * 2048),
+                                 ks > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        fence_regs(dk);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(dq[0]);
+        fence_regs(dq[1]);
+        if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+        mbar_wait(sm.empty_dq(0), (it & 1) ^ 1);
+#pragma unroll
+        for (int qb = 0; qb < 2; ++qb) {
+            unsigned char* dqs = sm.dq(qb);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j) {
+                    const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+                    *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                        make_float2(dq[qb][4 * j + 2 * hh], dq[qb][4 * j + 2 * hh + 1]);
+                }
+            }
+        }
+        fence_proxy_async();
+        mbar_arrive(sm.full_dq(0));
+        wgmma_wait<0>();
+    }
+
     __device__ __forceinline__ void run(float (&dk)[D / 2], float (&dv)[D / 2]) {
         const AttnFwdParams& f = P.p.fwd;
         const SeqMask& mask = T.mask;
@@ -317,10 +395,12 @@ struct BwdConsumer {
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
         const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
         // K / V are fixed for the CTA: this warpgroup's 64 key rows K-major (S^T, dP^T) and K MN-major for dQ = dS K
-        // (split by columns: column block cw over all keys; by rows: all of K; else this warpgroup's keys)
+        // (split by columns: column block cw over all keys; by rows or taking turns: all of K; else this
+        // warpgroup's keys)
         const uint64_t k_kw = sw128_desc(k_addr + cw * 64 * 128, 16, 1024);
         const uint64_t v_kw = sw128_desc(v_addr + cw * 64 * 128, 16, 1024);
-        const uint32_t k_dq_off = C::kSplitDqCols ? cw * (BN * 128) : C::kSplitDqRows ? 0 : cw * 64 * 128;
+        const uint32_t k_dq_off =
+            C::kSplitDqCols ? cw * (BN * 128) : (C::kSplitDqRows || C::kDqAlt) ? 0 : cw * 64 * 128;
         const uint64_t k_dq = sw128_desc(k_addr + k_dq_off, BN * 128, 1024);
         float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
         const int num_m = (f.seqlen_q + BM - 1) / BM;
@@ -473,7 +553,14 @@ struct BwdConsumer {
                 issue_dv();
                 wgmma_commit();
             }
-            if constexpr (!C::kSplitDq) wg_sync();
+            // kDqAlt: the other consumer's dQ GEMM of tile it - 2 read this buffer (the dQ consumer itself read it
+            // earlier in its own order)
+            const bool dq_mine = !C::kDqAlt || cw == (it & 1);
+            if constexpr (C::kDqAlt) {
+                if (!dq_mine && it >= 2) named_sync(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            } else if constexpr (!C::kSplitDq) {
+                wg_sync();
+            }
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
@@ -485,10 +572,29 @@ struct BwdConsumer {
                                                  (c % 8) * 2) = dsa[ks][r];
                 }
             fence_proxy_async();
-            if constexpr (C::kSplitDq)
+            if constexpr (C::kDqAlt) {
+                if (dq_mine)
+                    named_sync(C::kBarDsFull + dsb, C::kConsumerThreads);
+                else
+                    named_arrive(C::kBarDsFull + dsb, C::kConsumerThreads);
+            } else if constexpr (C::kSplitDq) {
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
-            else
+            } else {
                 wg_sync();
+            }
+            if constexpr (C::kDqAlt) {
+                if (dq_mine)
+                    alt_dq_and_dk(dk, dsa, dsb, q_mn, k_dq, it, T.n_tiles);
+                else
+                    issue_dk_wait(dk, dsa, q_mn);
+                fence_regs(dv);
+                fence_regs(pa);
+                fence_regs(dk);
+                fence_regs(dsa);
+                mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
+                ps.advance();
+                continue;
+            }
 
             // dQ partial = dS K first, then dK += dS^T Q (A from registers, B MN-major), two commit groups: the dQ
             // tile leaves the registers while dK is still on the tensor cores (groups complete in order, so the
