@@ -119,25 +119,28 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
         // It runs without the GEMM / element-wise overlap at both head dims (d = 64: +3%, A/B of session 6, run 8
         // of NOTES_FA3_BWD.md). ATTN_FA3_BWD_DQ=atomic picks the earlier build (consumers add dQ with fp32
         // atomics), where ATTN_FA3_BWD_OVERLAP=0 / 1 picks the overlap (default: at d = 64 only) (ablation).
-        // At d = 64 the default build streams 128-row query tiles (dQ split by rows); ATTN_FA3_BWD_BLOCK_M=64 picks
-        // its 64-row build (the default before session 8; the atomics build has 64-row tiles).
+        // At d = 64 the default build streams 128-row query tiles; ATTN_FA3_BWD_BLOCK_M=64 picks its 64-row build
+        // (the default before session 8; the atomics build has 64-row tiles).
+        const bool d64 = p.fwd.head_dim == 64;
         const char* dqm = getenv("ATTN_FA3_BWD_DQ");
         const char* bm = getenv("ATTN_FA3_BWD_BLOCK_M");
         const bool m64 = bm != nullptr && strcmp(bm, "64") == 0;
-        // ... and computes each tile's dQ in one consumer, the two taking turns (kDqAlt); ATTN_FA3_BWD_DQ_SPLIT=rows
-        // picks the build that splits every tile's dQ by rows between them.
+        // At d = 64 each tile's dQ is computed by one consumer, the two taking turns (kDqAlt), at d = 128 every
+        // tile's dQ is split by columns between them (H200 runs 11-12 of NOTES_FA3_BWD.md: turns +7-8% at d = 64,
+        // 2-7% slower at d = 128); ATTN_FA3_BWD_DQ_SPLIT=1 / 0 picks the split (by rows at d = 64) / the turns at
+        // both head dims.
         const char* sp = getenv("ATTN_FA3_BWD_DQ_SPLIT");
-        const bool rows = sp != nullptr && strcmp(sp, "rows") == 0;
+        const bool split = sp != nullptr && (sp[0] == '0' || sp[0] == '1') ? sp[0] == '1' : !d64;
         const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
         const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
-        const bool d64 = p.fwd.head_dim == 64;
         const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
         if (tma && d64)
-            rc = m64    ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
-                 : rows ? launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen)
-                        : launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128, true>>(p, s, name, err, errlen);
+            rc = m64     ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
+                 : split ? launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen)
+                         : launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128, true>>(p, s, name, err, errlen);
         else if (tma)
-            rc = launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen);
+            rc = split ? launch_main<Fa3BwdConfig<128, T, kDet, false, true>>(p, s, name, err, errlen)
+                       : launch_main<Fa3BwdConfig<128, T, kDet, false, true, 2, 64, true>>(p, s, name, err, errlen);
         else if (overlap == d64 || kDet)
             rc = d64 ? launch_main<Fa3BwdConfig<64, T, kDet, true>>(p, s, name, err, errlen)
                      : launch_main<Fa3BwdConfig<128, T, kDet, false>>(p, s, name, err, errlen);

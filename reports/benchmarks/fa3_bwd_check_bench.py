@@ -35,9 +35,9 @@ from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.oracles import attention_backward
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info
 
-__all__ = ["BLOCK_M_ENV", "CASES", "DET_CASES", "DQ_ENV", "DQ_SPLIT_ENV", "OVERLAP_DEFAULT_D", "OVERLAP_ENV",
-           "ROWS128_D", "atomic_dq_build", "bench_rows", "block_m64_build", "check_case", "determinism_case",
-           "dq_rows_build", "main", "markdown", "overlap_build"]
+__all__ = ["BLOCK_M_ENV", "CASES", "DET_CASES", "DQ_ENV", "DQ_SPLIT_ENV", "DQ_TURNS_D", "OVERLAP_DEFAULT_D",
+           "OVERLAP_ENV", "ROWS128_D", "atomic_dq_build", "bench_rows", "block_m64_build", "check_case",
+           "determinism_case", "dq_other_build", "main", "markdown", "overlap_build"]
 
 BF, HF = torch.bfloat16, torch.float16
 OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
@@ -48,9 +48,10 @@ OVERLAP_DEFAULT_D = 64
 BLOCK_M_ENV = "ATTN_FA3_BWD_BLOCK_M"  # "64": the TMA build's 64-row query tiles where it defaults to 128
 #: the head dim where the default (TMA reduce-add) build streams 128-row query tiles (kernels/cuda/fa3_bwd.cu)
 ROWS128_D = 64
-#: "rows": with 128-row tiles, every tile's dQ split by rows between the consumers (by default one consumer computes
-#: a tile's whole dQ, the two taking turns)
+#: "1": every tile's dQ split between the consumers (by rows at d = 64, by columns at d = 128), "0": one consumer
+#: computes a tile's whole dQ, the two taking turns; by default turns at d = `DQ_TURNS_D`, split elsewhere
 DQ_SPLIT_ENV = "ATTN_FA3_BWD_DQ_SPLIT"
+DQ_TURNS_D = 64
 CASES = [
     dict(B=2, Hq=4, Hkv=4, Lq=128, Lk=128, d=64, dtype=BF),
     dict(B=2, Hq=4, Hkv=4, Lq=256, Lk=256, d=128, dtype=HF),
@@ -151,30 +152,30 @@ def block_m64_build():
     return cuda_lib.build_setting(BLOCK_M_ENV, "64")
 
 
-def dq_rows_build():
-    """Within the block the 128-row build splits every tile's dQ by rows between the consumers
-    (``ATTN_FA3_BWD_DQ_SPLIT=rows``; by default the consumers take turns computing a whole tile's dQ)."""
-    return cuda_lib.build_setting(DQ_SPLIT_ENV, "rows")
+def dq_other_build(d: int):
+    """Within the block the default build at head dim ``d`` runs the dQ mode it does not run by default: the split
+    (``ATTN_FA3_BWD_DQ_SPLIT=1``) at d = `DQ_TURNS_D`, the turns (``=0``) elsewhere."""
+    return cuda_lib.build_setting(DQ_SPLIT_ENV, "1" if d == DQ_TURNS_D else "0")
 
 
 def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None,
-               atomic_dq: bool = False, block_m64: bool = False, dq_rows: bool = False) -> dict:
-    """Errors of ``launcher`` (``overlap``: `overlap_build`; ``block_m64``: `block_m64_build`; ``dq_rows``:
-    `dq_rows_build`) and of attn_fa2_bwd against the FP64 oracle on one case; ``ok`` and ``problems``."""
+               atomic_dq: bool = False, block_m64: bool = False, dq_other: bool = False) -> dict:
+    """Errors of ``launcher`` (``overlap``: `overlap_build`; ``block_m64``: `block_m64_build`; ``dq_other``:
+    `dq_other_build`) and of attn_fa2_bwd against the FP64 oracle on one case; ``ok`` and ``problems``."""
     t = _inputs(spec, seed)
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     ref = _oracle(spec, t)
     with (overlap_build(overlap), (atomic_dq_build() if atomic_dq else contextlib.nullcontext()),
           (block_m64_build() if block_m64 else contextlib.nullcontext()),
-          (dq_rows_build() if dq_rows else contextlib.nullcontext())):
+          (dq_other_build(spec["d"]) if dq_other else contextlib.nullcontext())):
         ours = cuda_bwd_lib.backward(launcher, t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     fa2 = cuda_bwd_lib.backward("attn_fa2_bwd", t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     torch.cuda.synchronize()
     label = launcher if overlap is None else f"{launcher}[overlap={int(overlap)}]"
     label += "[atomic_dq]" if atomic_dq else ""
     label += "[block_m=64]" if block_m64 else ""
-    label += "[dq_split=rows]" if dq_rows else ""
+    label += f"[{DQ_SPLIT_ENV}={1 if spec['d'] == DQ_TURNS_D else 0}]" if dq_other else ""
     res: dict = {"case": _name(spec), "launcher": label, "problems": []}
     for name, x, y, r in zip(("dq", "dk", "dv"), ours, fa2, ref):
         e, e2 = _err(x, r), _err(y, r)
@@ -289,20 +290,21 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
             with block_m64_build():
                 cuda_lib.call(name, pb3)
 
-        def fa3_rows(pb3=pb3, name="attn_fa3_bwd"):
-            with dq_rows_build():
+        def fa3_dq_other(pb3=pb3, name="attn_fa3_bwd", d=d):
+            with dq_other_build(d):
                 cuda_lib.call(name, pb3)
 
         bwd = [("fa3", _calls(("attn_fa3_bwd", pb3))), ("fa3_det", _calls(("attn_fa3_bwd_deterministic", pb3))),
                ("fa3_atomic", fa3_atomic),
                ("fa3_atomic_det", lambda pb3=pb3: fa3_atomic(pb3, "attn_fa3_bwd_deterministic")),
                ("fa3_other", fa3_other),
-               *([("fa3_m64", fa3_m64), ("fa3_m64_det", lambda pb3=pb3: fa3_m64(pb3, "attn_fa3_bwd_deterministic")),
-                  ("fa3_rows", fa3_rows)] if d == ROWS128_D else []),
+               ("fa3_dq_other", fa3_dq_other),
+               *([("fa3_m64", fa3_m64), ("fa3_m64_det", lambda pb3=pb3: fa3_m64(pb3, "attn_fa3_bwd_deterministic"))]
+                 if d == ROWS128_D else []),
                ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
         both = [("fa3", _calls(("attn_fa3_fwd", pf3), ("attn_fa3_bwd", pb3))),
-                *([("fa3_m64", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_m64(pb3))),
-                   ("fa3_rows", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_rows(pb3)))]
+                ("fa3_dq_other", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_dq_other(pb3))),
+                *([("fa3_m64", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_m64(pb3)))]
                   if d == ROWS128_D else []),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
         fa4 = _fa4_fwd_bwd(q, k, v, dout, causal)
@@ -347,11 +349,11 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
                 "(ATTN_FA3_BWD_DQ=atomic); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
                 f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
-                "(ATTN_FA3_BWD_BLOCK_M=64; by default 128 there); FA3 rows: 128-row tiles with every tile's dQ split "
-                "by rows (ATTN_FA3_BWD_DQ_SPLIT=rows; by default the consumers take turns).", "",
-                "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 rows | FA3 other | FA3 atomic | "
-                "FA3 atomic det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 rows | FA2 | flash | cuDNN | FA4 | "
-                "FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "(ATTN_FA3_BWD_BLOCK_M=64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
+                "tile's dQ split by rows, ATTN_FA3_BWD_DQ_SPLIT=1; d = 128: the consumers take turns, =0).", "",
+                "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
+                "FA3 atomic det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA2 | flash | cuDNN | "
+                "FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
         def g(r: dict, key: str) -> str:
@@ -363,13 +365,13 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
             r4 = r.get("fwdbwd_fa4_ms", math.nan) / r.get("fwdbwd_fa3_ms", math.nan)
             out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
                        f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_m64_tflops')} | "
-                       f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_rows_tflops')} | "
+                       f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_atomic_tflops')} | "
                        f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
                        f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa3_m64_tflops')} | "
-                       f"{g(r, 'fwdbwd_fa3_rows_tflops')} | "
+                       f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
                        f"{rf:.2f} | {rc:.2f} | {r4:.2f} |")
@@ -389,12 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = [("attn_fa3_bwd", None, False, ""), ("attn_fa3_bwd_deterministic", None, False, ""),
                 ("attn_fa3_bwd", None, True, ""), ("attn_fa3_bwd_deterministic", None, True, ""),
                 ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D, True, "")]
+        runs += [("attn_fa3_bwd", None, False, "dq_other"), ("attn_fa3_bwd_deterministic", None, False, "dq_other")]
         if spec["d"] == ROWS128_D:
-            runs += [("attn_fa3_bwd", None, False, "m64"), ("attn_fa3_bwd_deterministic", None, False, "m64"),
-                     ("attn_fa3_bwd", None, False, "rows"), ("attn_fa3_bwd_deterministic", None, False, "rows")]
+            runs += [("attn_fa3_bwd", None, False, "m64"), ("attn_fa3_bwd_deterministic", None, False, "m64")]
         for launcher, overlap, atomic, build in runs:
             checks.append(check_case(spec, launcher, seed=i, overlap=overlap, atomic_dq=atomic,
-                                     block_m64=build == "m64", dq_rows=build == "rows"))
+                                     block_m64=build == "m64", dq_other=build == "dq_other"))
             print(checks[-1], flush=True)
     dets = [] if args.no_check else [determinism_case(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
                                      for i, s in enumerate(DET_CASES)]

@@ -12,16 +12,18 @@
 //   P^T  = exp2(S^T * scale * log2 e - LSE_i * log2 e)  (0 where not visible; LSE = -inf reads as +inf)
 //   dS^T = P^T (dP^T - D_i)                      (times 1 - tanh^2 with a softcap)
 //   dV  += P^T dO_i, dK += dS^T Q_i              wgmma RS: P^T, dS^T from registers, dO_i / Q_i MN-major
-//   dQ_i partial = dS K                           wgmma SS: dS^T stored to shared memory (128-byte swizzle)
-//                                                 and read MN-major (imm-trans-a), K MN-major; d = 128: consumer
-//                                                 w takes head-dim columns [64 w, 64 w + 64) over all 128 keys,
-//                                                 d = 64 with 128-row tiles: query rows [64 w, 64 w + 64) over
-//                                                 all 128 keys, d = 64 with 64-row tiles: a full-width partial
-//                                                 over its own keys
-// and adds the dQ partial into the fp32 dq_accum: with atomics in any order, or (kDeterministic) in a fixed
-// order: a semaphore per (batch, head, query tile) counts the consumers that have added so far, and key tile n
-// adds only after every key tile n' < n that sees the query tile (from n_first, SeqMask::keys_for_rows), so every
-// run adds the same partials in the same order.
+//   dQ_i = dS K                                   wgmma SS: dS^T stored to shared memory (128-byte swizzle)
+//                                                 and read MN-major (imm-trans-a), K MN-major, over all 128
+//                                                 keys: by default (kDqAlt) consumer i % 2 computes the whole
+//                                                 tile; the split builds give consumer w head-dim columns
+//                                                 [64 w, 64 w + 64) (d = 128) or query rows [64 w, 64 w + 64)
+//                                                 (d = 64, 128-row tiles); with 64-row tiles at d = 64 each
+//                                                 consumer a full-width partial over its own keys
+// and adds it into the fp32 dq_accum (through shared memory and a producer warp's TMA reduce-add, or the
+// consumers' atomics): in any order, or (kDeterministic) in a fixed order: a semaphore per (batch, head, query
+// tile) counts the CTAs (atomics: consumers) that have added so far, and key tile n adds only after every key tile
+// n' < n that sees the query tile (from n_first, SeqMask::keys_for_rows), so every run adds the same partials in
+// the same order.
 // Varlen padding inside the tensors (rows past the real lengths) may hold anything (NaN): the consumers
 // zero K / V rows j >= lk and Q / dO rows i >= lq in shared memory before any GEMM reads them; rows past the
 // tensor extent arrive as zeros from TMA.
@@ -55,9 +57,10 @@ struct Fa3BwdParams {
 // TMA reduce-add (cp.reduce.async.bulk.tensor), instead of the consumers' own atomics.
 // kBlockM_: query rows per streamed tile, 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per
 // element and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
-// kDqAlt_ (128-row tiles, kTmaDq): instead of splitting every tile's dQ by rows, consumer (it % 2) computes the
-// whole [128 x 64] dQ of the CTA's it-th tile over all 128 keys and the other consumer none, so the consumers wait
-// for each other one way per tile (the dQ consumer for the other's dS^T rows) instead of meeting at a barrier.
+// kDqAlt_ (kTmaDq): instead of splitting every tile's dQ between the consumers, consumer (it % 2) computes the
+// whole dQ of the CTA's it-th tile over all 128 keys ([128 x 64] at D = 64 with 128-row tiles, [64 x 128] at
+// D = 128) and the other consumer none, so the consumers wait for each other one way per tile (the dQ consumer for
+// the other's dS^T rows) instead of meeting at a barrier.
 template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2,
           int kBlockM_ = 64, bool kDqAlt_ = false>
 struct Fa3BwdConfig {
@@ -79,8 +82,9 @@ struct Fa3BwdConfig {
     // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
     // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
     static constexpr bool kDqAlt = kDqAlt_;
-    static_assert(!kDqAlt || (kBlockM == 128 && kTmaDq && !kOverlap), "alternating dQ: 128-row tiles, TMA dQ");
-    static constexpr bool kSplitDqCols = D == 128;
+    static_assert(!kDqAlt || (kBlockM * D == 128 * 64 && kTmaDq && !kOverlap),
+                  "alternating dQ: [128 x 64] or [64 x 128] tiles, TMA dQ");
+    static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;
     static constexpr bool kSplitDqRows = kBlockM == 128 && !kDqAlt;
     static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
     static constexpr int kDqCols = kSplitDqCols ? D / 2 : D;
@@ -209,15 +213,17 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             } while (v != expect);
             fence_proxy_async_global();
         }
-        if constexpr (C::kDqAlt) {  // one [128 x 64] tile: rows [0, 64) in dq(0), [64, 128) in dq(1)
+        if constexpr (C::kDqAlt) {  // one tile in two [64 x 64] blocks dq(0), dq(1): by rows (D = 64), by columns
             mbar_wait(sm.full_dq(0), it & 1);
 #pragma unroll
-            for (int half = 0; half < 2; ++half)
-                if (m0 + 64 * half < f.seqlen_q) {
+            for (int half = 0; half < 2; ++half) {
+                const int row0 = m0 + (C::kHeadDim == 64 ? 64 * half : 0), col0 = C::kHeadDim == 64 ? 0 : 64 * half;
+                if (row0 < f.seqlen_q) {
 #pragma unroll
                     for (int cb = 0; cb < 2; ++cb)
-                        tma_reduce_add_4d(&P.dq_map, sm.dq(half) + cb * (64 * 128), 32 * cb, m0 + 64 * half, h, b);
+                        tma_reduce_add_4d(&P.dq_map, sm.dq(half) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
                 }
+            }
             bulk_commit();
             if constexpr (C::kDeterministic) bulk_wait_all();
         }
@@ -337,23 +343,42 @@ struct BwdConsumer {
         wgmma_wait<0>();
     }
 
-    // kDqAlt, the tile's dQ consumer: dQ = dS K for all 128 rows over all 128 keys (two m64 blocks: query block qb
-    // of dS^T, MN-major, times K MN-major), then dK += dS^T Q; once dQ has landed the dS^T buffer is released to
-    // the other consumer and the fp32 tile goes to shared memory for the writer while dK still runs.
+    // kDqAlt, the tile's dQ consumer: dQ = dS K over all 128 keys as two [64 x 64] blocks (D = 64: query block qb of
+    // dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then dK += dS^T Q; once dQ has
+    // landed the dS^T buffer is released to the other consumer and the fp32 tile goes to shared memory for the
+    // writer while dK still runs.
     template <class DsA>
     __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[D / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
                                                   int it, int n_tiles) const {
-        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-        float dq[2][D / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int qb = 0; qb < 2; ++qb) {
-            const uint64_t ds_q = sw128_desc(smem_addr(sm.ds(dsb)) + qb * (BN * 128), 64 * 128, 1024);
+        // D = 64: both blocks at once (dK, dV hold 64 registers); D = 128: one block at a time (dK, dV hold 128),
+        // block 0 beside dK, then block 1 into the same registers.
+        constexpr int kAtOnce = D == 64 ? 2 : 1;
+        float dq[kAtOnce][32];
+        auto issue_dq = [&](int qb, float (&acc)[32]) {
+            const uint32_t a_off = D == 64 ? qb * (BN * 128) : 0, b_off = D == 64 ? 0 : qb * (BN * 128);
+            const uint64_t ds_q = sw128_desc(smem_addr(sm.ds(dsb)) + a_off, 64 * 128, 1024);
 #pragma unroll
             for (int ks = 0; ks < BN / 16; ++ks)
-                wgmma_ss_t<1, 1>(Wgmma<Elem, D>{}, dq[qb], desc_advance(ds_q, ks * 2048), desc_advance(k_dq, ks * 2048),
-                                 ks > 0 ? 1 : 0);
-        }
+                wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_q, ks * 2048),
+                                 desc_advance(k_dq, b_off + ks * 2048), ks > 0 ? 1 : 0);
+        };
+        auto store_dq = [&](int qb, const float (&acc)[32]) {
+            const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+            unsigned char* dqs = sm.dq(qb);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+                for (int j = 0; j < 64 / 8; ++j) {
+                    const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+                    *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                        make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+                }
+            }
+        };
+        wgmma_fence();
+#pragma unroll
+        for (int qb = 0; qb < kAtOnce; ++qb) issue_dq(qb, dq[qb]);
         wgmma_commit();
         fence_regs(dk);
         wgmma_fence();
@@ -362,23 +387,22 @@ struct BwdConsumer {
             wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
         wgmma_commit();
         wgmma_wait<1>();
-        fence_regs(dq[0]);
-        fence_regs(dq[1]);
-        if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+#pragma unroll
+        for (int qb = 0; qb < kAtOnce; ++qb) fence_regs(dq[qb]);
+        if constexpr (kAtOnce == 2) {
+            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+        }
         mbar_wait(sm.empty_dq(0), (it & 1) ^ 1);
 #pragma unroll
-        for (int qb = 0; qb < 2; ++qb) {
-            unsigned char* dqs = sm.dq(qb);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-                for (int j = 0; j < D / 8; ++j) {
-                    const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-                    *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
-                        make_float2(dq[qb][4 * j + 2 * hh], dq[qb][4 * j + 2 * hh + 1]);
-                }
-            }
+        for (int qb = 0; qb < kAtOnce; ++qb) store_dq(qb, dq[qb]);
+        if constexpr (kAtOnce == 1) {
+            wgmma_fence();
+            issue_dq(1, dq[0]);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dq[0]);
+            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            store_dq(1, dq[0]);
         }
         fence_proxy_async();
         mbar_arrive(sm.full_dq(0));
