@@ -70,26 +70,19 @@ def test_fa3_bwd_atomic_dq_build_matches_fp64_oracle(index, launcher):
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
+@pytest.mark.parametrize("build", ["block_m64", "dq_other"])
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(12))
-def test_fa3_bwd_block_m64_build_matches_fp64_oracle(index, launcher):
+def test_fa3_bwd_other_tile_builds_match_fp64_oracle(index, launcher, build):
+    """The default build's other settings: 64-row query tiles at d = 64 (block_m64), the dQ mode it does not run
+    by default at the case's head dim (dq_other)."""
     _lib()
     from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import ROWS128_D, check_case
 
     spec = _cases()[index]
-    if spec["d"] != ROWS128_D:
+    if build == "block_m64" and spec["d"] != ROWS128_D:
         pytest.skip(f"the 64-row build differs from the default at d = {ROWS128_D} only")
-    res = check_case(spec, launcher, seed=300 + index, block_m64=True)
-    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
-
-
-@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
-@pytest.mark.parametrize("index", range(12))
-def test_fa3_bwd_other_dq_mode_matches_fp64_oracle(index, launcher):
-    _lib()
-    from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import check_case
-
-    res = check_case(_cases()[index], launcher, seed=400 + index, dq_other=True)
+    res = check_case(spec, launcher, seed=300 + index, **{build: True})
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 

@@ -88,6 +88,10 @@ struct Fa3BwdConfig {
     static constexpr bool kSplitDqRows = kBlockM == 128 && !kDqAlt;
     static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
     static constexpr int kDqCols = kSplitDqCols ? D / 2 : D;
+    // Where the two [64 x 64] dQ blocks of a tile go: rows [64 w, 64 w + 64) or columns [64 w, 64 w + 64) (else
+    // both are full-width partials of the same rows, D = 64 with 64-row tiles)
+    static constexpr bool kDqBlocksByRows = kSplitDqRows || (kDqAlt && D == 64);
+    static constexpr bool kDqBlocksByCols = kSplitDqCols || (kDqAlt && D == 128);
     static constexpr int kDsBufs = kSplitDq || kDqAlt ? 2 : 1;
     static constexpr uint32_t kKVBytes = kBlockN * D * 2;
     static constexpr uint32_t kQBytes = kBlockM * D * 2;
@@ -213,30 +217,22 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             } while (v != expect);
             fence_proxy_async_global();
         }
-        if constexpr (C::kDqAlt) {  // one tile in two [64 x 64] blocks dq(0), dq(1): by rows (D = 64), by columns
-            mbar_wait(sm.full_dq(0), it & 1);
+        // Two [64 x 64] blocks dq(0), dq(1): one consumer's whole tile (kDqAlt, one hand-off) or each consumer's
+        // own block (one hand-off each).
+        if constexpr (C::kDqAlt) mbar_wait(sm.full_dq(0), it & 1);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row0 = m0 + (C::kHeadDim == 64 ? 64 * half : 0), col0 = C::kHeadDim == 64 ? 0 : 64 * half;
-                if (row0 < f.seqlen_q) {
-#pragma unroll
-                    for (int cb = 0; cb < 2; ++cb)
-                        tma_reduce_add_4d(&P.dq_map, sm.dq(half) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
-                }
-            }
-            bulk_commit();
-            if constexpr (C::kDeterministic) bulk_wait_all();
-        }
-        for (int w = 0; w < (C::kDqAlt ? 0 : 2); ++w) {
-            mbar_wait(sm.full_dq(w), it & 1);
-            const int col0 = C::kSplitDqCols ? w * C::kDqCols : 0, row0 = m0 + (C::kSplitDqRows ? 64 * w : 0);
+        for (int w = 0; w < 2; ++w) {
+            if constexpr (!C::kDqAlt) mbar_wait(sm.full_dq(w), it & 1);
+            const int row0 = m0 + (C::kDqBlocksByRows ? 64 * w : 0), col0 = C::kDqBlocksByCols ? 64 * w : 0;
             if (row0 < f.seqlen_q) {
 #pragma unroll
                 for (int cb = 0; cb < 2; ++cb)
                     tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
             }
-            bulk_commit();
-            if constexpr (C::kDeterministic) bulk_wait_all();
+            if (!C::kDqAlt || w == 1) {
+                bulk_commit();
+                if constexpr (C::kDeterministic) bulk_wait_all();
+            }
         }
         if constexpr (C::kDeterministic) {
             fence_proxy_async_global();
