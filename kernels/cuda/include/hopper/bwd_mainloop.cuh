@@ -102,7 +102,8 @@ struct Fa3BwdConfig {
     // dS^T [kBlockN keys][kBlockM queries] in blocks of 64 queries (kBlockN * 128 bytes each, 128-byte swizzle)
     static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;
     static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
-    // kTmaDq: one fp32 [64 rows][64 columns] dQ tile per consumer (two 32-column blocks, 128-byte swizzle)
+    // kTmaDq: two fp32 [64 rows][64 columns] dQ blocks (two 32-column blocks each, 128-byte swizzle), one per
+    // consumer, or (kDqAlt) both for the consumer whose turn it is
     static constexpr uint32_t kDqBytes = 64 * 64 * 4;
     static constexpr uint32_t kOffDq = kOffDS + kDsBufs * kDsBytes;
     static constexpr uint32_t kOffLse = kOffDq + (kTmaDq ? 2 * kDqBytes : 0);
