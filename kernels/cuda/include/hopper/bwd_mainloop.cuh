@@ -87,7 +87,7 @@ struct Fa3BwdConfig {
     static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;
     static constexpr bool kSplitDqRows = kBlockM == 128 && !kDqAlt;
     static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
-    static constexpr int kDqCols = kSplitDqCols ? D / 2 : D;
+    static constexpr int kDqCols = 64;  // columns of one dQ block: [64 x 64] in every mode (D / 2 or D = 64)
     // Where the two [64 x 64] dQ blocks of a tile go: rows [64 w, 64 w + 64) or columns [64 w, 64 w + 64) (else
     // both are full-width partials of the same rows, D = 64 with 64-row tiles)
     static constexpr bool kDqBlocksByRows = kSplitDqRows || (kDqAlt && D == 64);
@@ -328,16 +328,31 @@ struct BwdConsumer {
         }
     }
 
-    // dK += dS^T Q, then wait for every GEMM of the tile (kDqAlt: the consumer without the tile's dQ).
+    // dK += dS^T Q (A: dS^T from registers, B: Q MN-major), one commit group.
     template <class DsA>
-    __device__ __forceinline__ void issue_dk_wait(float (&dk)[D / 2], DsA& dsa, uint64_t q_mn) const {
+    __device__ __forceinline__ void issue_dk(float (&dk)[D / 2], DsA& dsa, uint64_t q_mn) const {
         fence_regs(dk);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < BM / 16; ++ks)
             wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
         wgmma_commit();
-        wgmma_wait<0>();
+    }
+
+    // One fp32 [64 x 64] dQ block (accumulator layout) to shared memory for the dQ writer: two 32-column blocks,
+    // 128-byte swizzle (the 16-byte chunk c of row r at c ^ (r % 8)).
+    __device__ __forceinline__ void store_dq_block(unsigned char* dqs, const float (&acc)[32]) const {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+            for (int j = 0; j < 64 / 8; ++j) {
+                const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+                *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                    make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+            }
+        }
     }
 
     // kDqAlt, the tile's dQ consumer: dQ = dS K over all 128 keys as two [64 x 64] blocks (D = 64: query block qb of
@@ -359,30 +374,11 @@ struct BwdConsumer {
                 wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_q, ks * 2048),
                                  desc_advance(k_dq, b_off + ks * 2048), ks > 0 ? 1 : 0);
         };
-        auto store_dq = [&](int qb, const float (&acc)[32]) {
-            const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-            unsigned char* dqs = sm.dq(qb);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-                for (int j = 0; j < 64 / 8; ++j) {
-                    const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-                    *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
-                        make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
-                }
-            }
-        };
         wgmma_fence();
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) issue_dq(qb, dq[qb]);
         wgmma_commit();
-        fence_regs(dk);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BM / 16; ++ks)
-            wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
-        wgmma_commit();
+        issue_dk(dk, dsa, q_mn);
         wgmma_wait<1>();
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) fence_regs(dq[qb]);
@@ -391,7 +387,7 @@ struct BwdConsumer {
         }
         mbar_wait(sm.empty_dq(0), (it & 1) ^ 1);
 #pragma unroll
-        for (int qb = 0; qb < kAtOnce; ++qb) store_dq(qb, dq[qb]);
+        for (int qb = 0; qb < kAtOnce; ++qb) store_dq_block(sm.dq(qb), dq[qb]);
         if constexpr (kAtOnce == 1) {
             wgmma_fence();
             issue_dq(1, dq[0]);
@@ -399,7 +395,7 @@ struct BwdConsumer {
             wgmma_wait<0>();
             fence_regs(dq[0]);
             if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
-            store_dq(1, dq[0]);
+            store_dq_block(sm.dq(1), dq[0]);
         }
         fence_proxy_async();
         mbar_arrive(sm.full_dq(0));
@@ -606,8 +602,10 @@ struct BwdConsumer {
             if constexpr (C::kDqAlt) {
                 if (dq_mine)
                     alt_dq_and_dk(dk, dsa, dsb, q_mn, k_dq, it, T.n_tiles);
-                else
-                    issue_dk_wait(dk, dsa, q_mn);
+                else {
+                    issue_dk(dk, dsa, q_mn);
+                    wgmma_wait<0>();
+                }
                 fence_regs(dv);
                 fence_regs(pa);
                 fence_regs(dk);
@@ -639,32 +637,16 @@ struct BwdConsumer {
                                      desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
             }
             wgmma_commit();
-            fence_regs(dk);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
-            wgmma_commit();
+            issue_dk(dk, dsa, q_mn);
             wgmma_wait<1>();
             fence_regs(dq);
             fence_regs(dv);
             fence_regs(pa);
 
             if constexpr (C::kTmaDq) {
-                // fp32 dQ tile to shared memory (two 32-column blocks, 128-byte swizzle: the 16-byte chunk c of
-                // row r at c ^ (r % 8)) for the dQ writer; the previous tile's must have been read by TMA.
+                // the fp32 dQ tile to shared memory for the dQ writer; the previous tile's must have been read by TMA
                 mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
-                unsigned char* dqs = sm.dq(cw);
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-                    for (int j = 0; j < C::kDqCols / 8; ++j) {
-                        const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-                        *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) +
-                                                   (col % 4) * 4) = make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
-                    }
-                }
+                store_dq_block(sm.dq(cw), dq);
                 fence_proxy_async();
                 mbar_arrive(sm.full_dq(cw));
             }
