@@ -25,6 +25,12 @@ namespace {
 
 using namespace attn::hopper;
 
+// An ablation switch: environment variable `name` starting with '0' / '1', else `dflt`.
+bool env_switch(const char* name, bool dflt) {
+    const char* v = getenv(name);
+    return v != nullptr && (v[0] == '0' || v[0] == '1') ? v[0] == '1' : dflt;
+}
+
 bool even_aligned(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return (reinterpret_cast<uintptr_t>(ptr) % 4 == 0) && s0 % 2 == 0 && s1 % 2 == 0 && s2 % 2 == 0;
 }
@@ -129,11 +135,9 @@ int run_typed(const AttnBwdParams& p, cudaStream_t s, const char* name, char* er
         // tile's dQ is split by columns between them (H200 runs 11-12 of NOTES_FA3_BWD.md: turns +7-8% at d = 64,
         // 2-7% slower at d = 128); ATTN_FA3_BWD_DQ_SPLIT=1 / 0 picks the split (by rows at d = 64) / the turns at
         // both head dims.
-        const char* sp = getenv("ATTN_FA3_BWD_DQ_SPLIT");
-        const bool split = sp != nullptr && (sp[0] == '0' || sp[0] == '1') ? sp[0] == '1' : !d64;
+        const bool split = env_switch("ATTN_FA3_BWD_DQ_SPLIT", !d64);
         const bool tma = !(dqm != nullptr && strcmp(dqm, "atomic") == 0);
-        const char* ov = kDet ? nullptr : getenv("ATTN_FA3_BWD_OVERLAP");
-        const bool overlap = ov != nullptr && (ov[0] == '0' || ov[0] == '1') ? ov[0] == '1' : d64;
+        const bool overlap = kDet ? d64 : env_switch("ATTN_FA3_BWD_OVERLAP", d64);
         if (tma && d64)
             rc = m64     ? launch_main<Fa3BwdConfig<64, T, kDet, false, true>>(p, s, name, err, errlen)
                  : split ? launch_main<Fa3BwdConfig<64, T, kDet, false, true, 2, 128>>(p, s, name, err, errlen)

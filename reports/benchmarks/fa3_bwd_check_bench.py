@@ -158,6 +158,15 @@ def dq_other_build(d: int):
     return cuda_lib.build_setting(DQ_SPLIT_ENV, "1" if d == DQ_TURNS_D else "0")
 
 
+@contextlib.contextmanager
+def _within(builds):
+    """Within the block every build setting of ``builds`` (factories of `cuda_lib.build_setting` contexts)."""
+    with contextlib.ExitStack() as stack:
+        for build in builds:
+            stack.enter_context(build())
+        yield
+
+
 def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None,
                atomic_dq: bool = False, block_m64: bool = False, dq_other: bool = False) -> dict:
     """Errors of ``launcher`` (``overlap``: `overlap_build`; ``block_m64``: `block_m64_build`; ``dq_other``:
@@ -166,9 +175,8 @@ def check_case(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overla
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     ref = _oracle(spec, t)
-    with (overlap_build(overlap), (atomic_dq_build() if atomic_dq else contextlib.nullcontext()),
-          (block_m64_build() if block_m64 else contextlib.nullcontext()),
-          (dq_other_build(spec["d"]) if dq_other else contextlib.nullcontext())):
+    chosen = ((atomic_dq, atomic_dq_build), (block_m64, block_m64_build), (dq_other, lambda: dq_other_build(spec["d"])))
+    with _within([lambda: overlap_build(overlap)] + [build for on, build in chosen if on]):
         ours = cuda_bwd_lib.backward(launcher, t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     fa2 = cuda_bwd_lib.backward("attn_fa2_bwd", t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     torch.cuda.synchronize()
@@ -203,7 +211,7 @@ def determinism_case(spec: dict, seed: int = 0, atomic_dq: bool = False) -> dict
     kw = _semantics(spec)
     o, lse = _forward(t, kw)
     args = (t["q"], t["k"], t["v"], o, lse, t["dout"])
-    with atomic_dq_build() if atomic_dq else contextlib.nullcontext():
+    with _within([atomic_dq_build] if atomic_dq else []):
         a = cuda_bwd_lib.backward("attn_fa3_bwd_deterministic", *args, **kw)
         b = cuda_bwd_lib.backward("attn_fa3_bwd_deterministic", *args, **kw)
         c = cuda_bwd_lib.backward("attn_fa3_bwd", *args, **kw)
@@ -213,9 +221,16 @@ def determinism_case(spec: dict, seed: int = 0, atomic_dq: bool = False) -> dict
     return {"case": _name(spec) + (" [atomic_dq]" if atomic_dq else ""), "identical": same, "max_diff_vs_atomic": diff}
 
 
-def _calls(*pairs: tuple):
-    """A callable that runs each (launcher, params) of ``pairs`` in order."""
-    return lambda: [cuda_lib.call(name, params) for name, params in pairs]
+def _calls(*pairs: tuple, builds: tuple = ()):
+    """A callable that runs each (launcher, params) of ``pairs`` in order (within ``builds``: see `_within`)."""
+    if not builds:
+        return lambda: [cuda_lib.call(name, params) for name, params in pairs]
+
+    def run():
+        with _within(builds):
+            return [cuda_lib.call(name, params) for name, params in pairs]
+
+    return run
 
 
 def _grad_fn(out: torch.Tensor, leaves: tuple, dout: torch.Tensor):
@@ -277,35 +292,22 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
         fl_fwd, fl_bwd = _sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
         cu_fwd, cu_bwd = _sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
         other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
-
-        def fa3_other(pb3=pb3, other=other):  # the overlap switch applies to the atomics build
-            with overlap_build(other), atomic_dq_build():
-                cuda_lib.call("attn_fa3_bwd", pb3)
-
-        def fa3_atomic(pb3=pb3, name="attn_fa3_bwd"):
-            with atomic_dq_build():
-                cuda_lib.call(name, pb3)
-
-        def fa3_m64(pb3=pb3, name="attn_fa3_bwd"):
-            with block_m64_build():
-                cuda_lib.call(name, pb3)
-
-        def fa3_dq_other(pb3=pb3, name="attn_fa3_bwd", d=d):
-            with dq_other_build(d):
-                cuda_lib.call(name, pb3)
-
-        bwd = [("fa3", _calls(("attn_fa3_bwd", pb3))), ("fa3_det", _calls(("attn_fa3_bwd_deterministic", pb3))),
-               ("fa3_atomic", fa3_atomic),
-               ("fa3_atomic_det", lambda pb3=pb3: fa3_atomic(pb3, "attn_fa3_bwd_deterministic")),
-               ("fa3_other", fa3_other),
-               ("fa3_dq_other", fa3_dq_other),
-               *([("fa3_m64", fa3_m64), ("fa3_m64_det", lambda pb3=pb3: fa3_m64(pb3, "attn_fa3_bwd_deterministic"))]
+        bwd3, det3, fwd3 = ("attn_fa3_bwd", pb3), ("attn_fa3_bwd_deterministic", pb3), ("attn_fa3_fwd", pf3)
+        atomic = (atomic_dq_build,)
+        # the overlap switch applies to the atomics build
+        overlap_other = (lambda other=other: overlap_build(other), atomic_dq_build)
+        dq_other = (lambda d=d: dq_other_build(d),)
+        m64 = (block_m64_build,)
+        bwd = [("fa3", _calls(bwd3)), ("fa3_det", _calls(det3)),
+               ("fa3_atomic", _calls(bwd3, builds=atomic)), ("fa3_atomic_det", _calls(det3, builds=atomic)),
+               ("fa3_other", _calls(bwd3, builds=overlap_other)),
+               ("fa3_dq_other", _calls(bwd3, builds=dq_other)),
+               *([("fa3_m64", _calls(bwd3, builds=m64)), ("fa3_m64_det", _calls(det3, builds=m64))]
                  if d == ROWS128_D else []),
                ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
-        both = [("fa3", _calls(("attn_fa3_fwd", pf3), ("attn_fa3_bwd", pb3))),
-                ("fa3_dq_other", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_dq_other(pb3))),
-                *([("fa3_m64", lambda pf3=pf3, pb3=pb3: (cuda_lib.call("attn_fa3_fwd", pf3), fa3_m64(pb3)))]
-                  if d == ROWS128_D else []),
+        both = [("fa3", _calls(fwd3, bwd3)),
+                ("fa3_dq_other", _calls(fwd3, bwd3, builds=dq_other)),
+                *([("fa3_m64", _calls(fwd3, bwd3, builds=m64))] if d == ROWS128_D else []),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
         fa4 = _fa4_fwd_bwd(q, k, v, dout, causal)
         if fa4 is not None:

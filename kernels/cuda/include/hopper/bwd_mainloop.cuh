@@ -339,6 +339,17 @@ struct BwdConsumer {
         wgmma_commit();
     }
 
+    // acc = one [64 x 64] block of dQ = dS K over kKeys keys: A = dS^T at ds_addr (MN-major, [keys][64 queries]),
+    // B = K from the descriptor k_desc on (MN-major); no commit.
+    template <int kKeys>
+    __device__ __forceinline__ void issue_dq_block(float (&acc)[32], uint32_t ds_addr, uint64_t k_desc) const {
+        const uint64_t ds_desc = sw128_desc(ds_addr, 64 * 128, 1024);
+#pragma unroll
+        for (int ks = 0; ks < kKeys / 16; ++ks)
+            wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_desc, ks * 2048), desc_advance(k_desc, ks * 2048),
+                             ks > 0 ? 1 : 0);
+    }
+
     // One fp32 [64 x 64] dQ block (accumulator layout) to shared memory for the dQ writer: two 32-column blocks,
     // 128-byte swizzle (the 16-byte chunk c of row r at c ^ (r % 8)).
     __device__ __forceinline__ void store_dq_block(unsigned char* dqs, const float (&acc)[32]) const {
@@ -368,11 +379,7 @@ struct BwdConsumer {
         float dq[kAtOnce][32];
         auto issue_dq = [&](int qb, float (&acc)[32]) {
             const uint32_t a_off = D == 64 ? qb * (BN * 128) : 0, b_off = D == 64 ? 0 : qb * (BN * 128);
-            const uint64_t ds_q = sw128_desc(smem_addr(sm.ds(dsb)) + a_off, 64 * 128, 1024);
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks)
-                wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_q, ks * 2048),
-                                 desc_advance(k_dq, b_off + ks * 2048), ks > 0 ? 1 : 0);
+            issue_dq_block<BN>(acc, smem_addr(sm.ds(dsb)) + a_off, desc_advance(k_dq, b_off));
         };
         wgmma_fence();
 #pragma unroll
@@ -620,22 +627,10 @@ struct BwdConsumer {
             // wait for dQ also covers dV).
             float dq[C::kDqCols / 2];
             wgmma_fence();
-            if constexpr (C::kSplitDq) {
-                // all 128 keys; columns: this consumer's 64 head-dim columns (column block cw of K), rows: its 64
-                // query rows (query block cw of dS^T)
-                const uint32_t ds_off = C::kSplitDqRows ? cw * (BN * 128) : 0;
-                const uint64_t ds_all = sw128_desc(smem_addr(sm.ds(dsb)) + ds_off, 64 * 128, 1024);
-#pragma unroll
-                for (int ks = 0; ks < BN / 16; ++ks)
-                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, desc_advance(ds_all, ks * 2048),
-                                     desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
-            } else {
-                const uint64_t ds_own = sw128_desc(smem_addr(ds_tile), 64 * 128, 1024);
-#pragma unroll
-                for (int ks = 0; ks < 64 / 16; ++ks)
-                    wgmma_ss_t<1, 1>(Wgmma<Elem, C::kDqCols>{}, dq, desc_advance(ds_own, ks * 2048),
-                                     desc_advance(k_dq, ks * 2048), ks > 0 ? 1 : 0);
-            }
+            if constexpr (C::kSplitDq)  // all 128 keys; columns: column block cw of K (k_dq), rows: query block cw
+                issue_dq_block<BN>(dq, smem_addr(sm.ds(dsb)) + (C::kSplitDqRows ? cw * (BN * 128) : 0), k_dq);
+            else  // this warpgroup's 64 keys (its dS^T rows, k_dq at its K rows)
+                issue_dq_block<64>(dq, smem_addr(ds_tile), k_dq);
             wgmma_commit();
             issue_dk(dk, dsa, q_mn);
             wgmma_wait<1>();
