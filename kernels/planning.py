@@ -5,11 +5,12 @@
   any kernel's real shared-memory allocation.
 - `cta_count`: [FA2-ch] "从头级并行转向序列级并行" and [FA-anim] "并行 · 小 batch 的诊断": one CTA per
   (batch, head, query tile), times the number of KV splits for split-KV kernels.
-- `greedy_loads`, `lpt_order`, `fa3_tile_order`: the FA3 forward's tile scheduling (seed on FA3,
+- `greedy_loads`, `lpt_order`, `fa3_tile_order`: the FA3 kernels' tile scheduling (seed on FA3,
   "Causal attention 的負載平衡：最長的工作先排（LPT）"): jobs handed out in a fixed order, each to the worker
   that becomes free first (a persistent CTA taking the next index from a global counter, or the hardware
   handing out CTAs in index order); `fa3_tile_order` is the order kernels/cuda/include/hopper/scheduler.cuh
-  enumerates, longest (last, under a causal mask) query tiles first inside each L2 section of heads.
+  enumerates, longest (last, under a causal mask) query tiles first inside each L2 section of heads; the
+  backward takes key tile ``num_m - 1 - m`` of it, so its longest (first) key tiles come first.
 - `pipeline_times` / `pipeline_speedup`: [FA-anim] "流水线 · 先算理想上限": n blocks, each loaded then
   computed; serial ``n (load + compute)`` against ideal double buffering ``load + (n - 1) max(load, compute)
   + compute`` (4 blocks of 2 us + 5 us: 28 vs 22 us, 1.27x). The bound an FA3-style producer/consumer
@@ -91,21 +92,25 @@ def lpt_order(costs: list[int]) -> list[int]:
 
 
 def fa3_tile_order(num_m: int, heads: int, batch: int, section: int) -> list[tuple[int, int, int]]:
-    """(query tile, head, batch) for tile index t = 0, 1, ... as the FA3 kernel enumerates them.
+    """(tile, head, batch) for tile index t = 0, 1, ... as the FA3 kernels enumerate them.
 
-    Sections of `section` consecutive (batch, head) pairs (batch-major, head fastest); inside a section the
-    query tiles run from the last to the first, the heads of the section fastest. Mirrors
-    ``TileOrder::at`` in kernels/cuda/include/hopper/scheduler.cuh.
+    Sections of `section` consecutive (batch, head) pairs (batch-major, head fastest; the last section also
+    takes the remainder); inside a section the tiles run from the last to the first, the heads of the section
+    fastest. Mirrors ``TileOrder::at`` in kernels/cuda/include/hopper/scheduler.cuh.
 
     >>> fa3_tile_order(2, 1, 2, 2)
     [(1, 0, 0), (1, 0, 1), (0, 0, 0), (0, 0, 1)]
+    >>> [h for _, h, _ in fa3_tile_order(1, 5, 1, 2)], [m for m, _, _ in fa3_tile_order(2, 3, 1, 2)]
+    ([0, 1, 2, 3, 4], [1, 1, 1, 0, 0, 0])
     """
     _positive(num_m=num_m, heads=heads, batch=batch, section=section)
     bh_total = heads * batch
+    last = max(bh_total // section - 1, 0)
     out = []
     for t in range(num_m * bh_total):
-        sec, r = divmod(t, section * num_m)
-        g = min(section, bh_total - sec * section)
+        sec = min(t // (section * num_m), last)
+        r = t - sec * section * num_m
+        g = section if sec < last else bh_total - sec * section
         bh = sec * section + r % g
         out.append((num_m - 1 - r // g, bh % heads, bh // heads))
     return out

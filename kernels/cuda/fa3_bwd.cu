@@ -94,6 +94,17 @@ int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, c
                           cudaGetErrorString(e));
     const int num_n = (f.seqlen_k + C::kBlockN - 1) / C::kBlockN;
     const int num_m = (f.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    // CTA order (scheduler.cuh): with a finite right bound (causal, or a window) the first key tiles see the most
+    // query rows, so they go first, in sections of >= 2 heads whose Q, dO, LSE, D and dq_accum stay in L2 (16 MB
+    // of the 50); the grid then ends with the short CTAs. Otherwise one head after another, key tiles in order.
+    const int bh = f.heads_q * f.batch;
+    const long long head_bytes = 1LL * f.seqlen_q * (C::kHeadDim * (2 * sizeof(typename C::Elem) + 4) + 8);
+    const bool ragged = f.causal || f.window_right >= 0;
+    const int section = ragged ? l2_section(head_bytes, 16LL << 20, bh) : 1;
+    P.order = TileOrder{num_n, f.heads_q, f.batch, section < 2 && bh >= 2 && ragged ? 2 : section};
+    if (1LL * num_n * bh > 0x7fffffffLL)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld CTAs exceed the grid limit", name,
+                          1LL * num_n * bh);
     if constexpr (C::kDeterministic) {
         const size_t n = static_cast<size_t>(f.batch) * f.heads_q * (num_m > 0 ? num_m : 1);
         e = cudaMallocAsync(reinterpret_cast<void**>(&P.dq_sem), n * sizeof(int), stream);
@@ -101,8 +112,7 @@ int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, c
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: dQ semaphores: %s", name, cudaGetErrorString(e));
     }
-    dim3 grid(num_n, f.heads_q, f.batch);
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
+    kernel<<<P.order.total(), C::kThreads, C::kSmemBytes, stream>>>(P);
     e = cudaGetLastError();
     if constexpr (C::kDeterministic) cudaFreeAsync(P.dq_sem, stream);
     if (e != cudaSuccess)

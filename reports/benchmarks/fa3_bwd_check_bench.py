@@ -270,8 +270,9 @@ def _fa4_fwd_bwd(q, k, v, dout, causal: bool):
     return f
 
 
-def bench_rows(shapes, rounds: int = 3) -> list[dict]:
-    """One row per (B, H, N, d, causal): backward-only and forward+backward TFLOPs/s of every candidate."""
+def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> list[dict]:
+    """One row per (B, H, N, d, causal): backward-only and forward+backward TFLOPs/s of every candidate (of those
+    named in `only`, when given)."""
     from torch.nn.attention import SDPBackend
 
     rows = []
@@ -312,6 +313,8 @@ def bench_rows(shapes, rounds: int = 3) -> list[dict]:
         fa4 = _fa4_fwd_bwd(q, k, v, dout, causal)
         if fa4 is not None:
             both.append(("fa4", fa4))
+        if only:
+            bwd, both = ([c for c in cands if c[0] in only] for cands in (bwd, both))
         rb: dict = {}
         time_round_robin(rb, bwd, 2.5 * fwd_flops, rounds)
         rf: dict = {}
@@ -387,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-check", action="store_true", help="skip the correctness and determinism checks")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--head-dims", default="64,128", help="benchmark rows: comma-separated head dims")
+    ap.add_argument("--only", default="", help="benchmark only these candidates (comma-separated, e.g. fa3,cudnn)")
+    ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds per row (the median is kept)")
     args = ap.parse_args(argv)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else CASES):
@@ -404,11 +409,14 @@ def main(argv: list[str] | None = None) -> int:
                                      for i, s in enumerate(DET_CASES)]
     print(dets, flush=True)
     dims = [int(x) for x in args.head_dims.split(",")]
-    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)])
+    only = frozenset(x for x in args.only.split(",") if x)
+    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)],
+                                               args.rounds, only)
     env = env_info()
     command = "python -m attention_conformance.reports.benchmarks.fa3_bwd_check_bench" + (
         " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "") + (
-        f" --head-dims {args.head_dims}" if dims != [64, 128] else "")
+        f" --head-dims {args.head_dims}" if dims != [64, 128] else "") + (
+        f" --only {args.only}" if only else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,

@@ -23,14 +23,32 @@ def test_kernel_order_reproduces_the_seed_example():
     assert greedy_loads([m + 1 for m, _, _ in order], 3) == [7, 7, 6]
 
 
-@pytest.mark.parametrize("num_m,heads,batch,section", [(5, 3, 2, 4), (1, 1, 1, 1), (7, 16, 4, 6), (3, 2, 2, 100)])
+@pytest.mark.parametrize("num_m,heads,batch,section", [(5, 3, 2, 4), (1, 1, 1, 1), (7, 16, 4, 6), (3, 2, 2, 100),
+                                                        (4, 5, 1, 2)])
 def test_kernel_order_is_a_permutation_longest_first_per_section(num_m, heads, batch, section):
-    order = fa3_tile_order(num_m, heads, batch, min(section, heads * batch))
+    section = min(section, heads * batch)
+    order = fa3_tile_order(num_m, heads, batch, section)
     assert sorted(order) == sorted((m, h, b) for m in range(num_m) for h in range(heads) for b in range(batch))
-    per = min(section, heads * batch) * num_m
-    for s in range(0, len(order), per):
-        ms = [m for m, _, _ in order[s:s + per]]
-        assert ms == sorted(ms, reverse=True), "query tiles must run from the last to the first in a section"
+    sections = max(heads * batch // section, 1)  # the last one takes the remainder
+    starts = [s * section * num_m for s in range(sections)] + [len(order)]
+    for lo, hi in zip(starts, starts[1:], strict=False):
+        ms = [m for m, _, _ in order[lo:hi]]
+        assert ms == sorted(ms, reverse=True), "tiles must run from the last to the first in a section"
+    assert hi - lo >= section * num_m, "the last section is never smaller than the others"
+
+
+@pytest.mark.parametrize("heads,section", [(64, 1), (64, 2), (63, 2), (64, 3), (16, 4)])
+def test_backward_key_tile_order_balances_a_causal_grid(heads, section):
+    """The FA3 backward takes key tile num_m - 1 - m: under a causal mask key tile n of 64 sees 64 - n query
+    tiles, so sections of two heads or more end the grid with the short CTAs (132 SMs, greedy hand-out)."""
+    n = 64
+    order = fa3_tile_order(n, heads, 1, section)
+    loads = greedy_loads([n - (n - 1 - m) for m, _, _ in order], 132)
+    ideal = sum(n - k for k in range(n)) * heads / 132
+    if section >= 2:
+        assert ideal / max(loads) > 0.98
+    else:  # one head per section: each head's long CTAs start behind the previous head's short ones
+        assert ideal / max(loads) < 0.975
 
 
 def test_greedy_ties_and_errors():
@@ -70,7 +88,7 @@ def test_python_mirror_matches_the_kernels_tile_order(tmp_path):
     src.write_text(_ORDER_PROGRAM)
     subprocess.run([nvcc, "-std=c++17", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
                    capture_output=True)
-    for args in ((5, 3, 2, 4), (7, 16, 4, 6), (1, 1, 1, 1), (3, 2, 2, 4)):
+    for args in ((5, 3, 2, 4), (7, 16, 4, 6), (1, 1, 1, 1), (3, 2, 2, 4), (4, 5, 1, 2), (2, 7, 1, 3)):
         out = subprocess.run([str(exe), *map(str, args)], check=True, capture_output=True, text=True).stdout
         got = [tuple(int(x) for x in line.split()) for line in out.splitlines()]
         assert got == fa3_tile_order(*args), f"TileOrder{args} and fa3_tile_order{args} differ"

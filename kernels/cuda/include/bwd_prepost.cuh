@@ -91,6 +91,78 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(AttnBwdParams p) {
     dst[1] = DT<T>::from_f(ok ? src[1] * f.scale : 0.f);
 }
 
+// Vector builds of bwd_preprocess and bwd_convert_dq: eight elements per thread, 16-byte loads and stores.
+// The launchers use them when vec8_ok says every pointer and stride they touch allows it (else the scalar
+// kernels above, same results up to the order of D's fp32 sum).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_preprocess_vec8_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, h = blockIdx.y, d = f.head_dim;
+    const int per_row = d / 8;  // threads per row: a power of two <= 32, so a row's threads share a warp
+    const int row = blockIdx.x * (256 / per_row) + threadIdx.x / per_row, c = 8 * (threadIdx.x % per_row);
+    const bool live = row < f.seqlen_q;
+    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+    const size_t bh_row = ((size_t)b * f.heads_q + h) * f.seqlen_q + row;
+    float acc = 0.f;
+    if (live) {
+        float4* dqa = reinterpret_cast<float4*>(p.dq_accum + bh_row * d + c);
+        dqa[0] = dqa[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (row < sq) {
+            const uint4 ov = *reinterpret_cast<const uint4*>(static_cast<const T*>(f.o) + b * f.o_batch_stride +
+                                                             h * f.o_head_stride + row * f.o_row_stride + c);
+            const uint4 gv = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + b * p.do_batch_stride +
+                                                             h * p.do_head_stride + row * p.do_row_stride + c);
+            const T* oe = reinterpret_cast<const T*>(&ov);
+            const T* ge = reinterpret_cast<const T*>(&gv);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc += DT<T>::to_f(oe[k]) * DT<T>::to_f(ge[k]);
+        }
+    }
+    for (int o = per_row / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (live && c == 0) {
+        if (p.dlse != nullptr && row < sq) acc -= p.dlse[b * f.lse_batch_stride + h * f.lse_head_stride + row];
+        p.d_rowsum[bh_row] = acc;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_convert_dq_vec8_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, h = blockIdx.y, d = f.head_dim;
+    const long long e = ((long long)blockIdx.x * 256 + threadIdx.x) * 8;
+    if (e >= (long long)f.seqlen_q * d) return;
+    const int row = (int)(e / d), k = (int)(e % d);
+    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+    const float4* src = reinterpret_cast<const float4*>(p.dq_accum + (((size_t)b * f.heads_q + h) * f.seqlen_q + row) *
+                                                                         d + k);
+    const bool ok = row < sq;  // padded rows take no part: zero gradient (SEMANTICS.md §7)
+    float x[8];
+    *reinterpret_cast<float4*>(x) = src[0];
+    *reinterpret_cast<float4*>(x + 4) = src[1];
+    uint4 out;
+    auto* o2 = reinterpret_cast<typename DT<T>::T2*>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o2[j] = DT<T>::pack(ok ? x[2 * j] * f.scale : 0.f, ok ? x[2 * j + 1] * f.scale : 0.f);
+    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride +
+                              row * p.dq_row_stride + k) = out;
+}
+
+// Whether `ptr` and the element strides allow 16-byte accesses of eight 2-byte elements.
+static inline bool aligned16(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
+}
+
+// The vector kernels' conditions: d / 8 a power of two <= 32, O, dO, dQ and the fp32 scratch 16-byte aligned.
+static inline bool vec8_ok(const AttnBwdParams& p) {
+    const AttnFwdParams& f = p.fwd;
+    const int d = f.head_dim;
+    return d >= 8 && d <= 256 && d % 8 == 0 && ((d / 8) & (d / 8 - 1)) == 0 &&
+           aligned16(f.o, f.o_row_stride, f.o_head_stride, f.o_batch_stride) &&
+           aligned16(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride) &&
+           aligned16(p.dq, p.dq_row_stride, p.dq_head_stride, p.dq_batch_stride) &&
+           reinterpret_cast<uintptr_t>(p.dq_accum) % 16 == 0;
+}
+
 // dk[b, hk, j, :] = sum_g dk_accum[b, hk * G + g, j, :] (already scaled), same for dv.
 // grid (ceil(Lk * d / 256), Hkv, B).
 template <typename T>
@@ -116,8 +188,14 @@ template <typename T>
 static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t s) {
     const AttnFwdParams& f = p.fwd;
     if (f.seqlen_q == 0) return cudaSuccess;
-    dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
-    bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
+    if (vec8_ok(p)) {
+        const int rows = 256 / (f.head_dim / 8);
+        dim3 grid((f.seqlen_q + rows - 1) / rows, f.heads_q, f.batch);
+        bwd_preprocess_vec8_kernel<T><<<grid, 256, 0, s>>>(p);
+    } else {
+        dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
+        bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
+    }
     return cudaGetLastError();
 }
 
@@ -132,9 +210,13 @@ template <typename T>
 static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_t s) {
     const AttnFwdParams& f = p.fwd;
     if (f.seqlen_q > 0) {
-        const long long pairs = (long long)f.seqlen_q * f.head_dim / 2;
-        dim3 grid((unsigned)((pairs + 255) / 256), f.heads_q, f.batch);
-        bwd_convert_dq_kernel<T><<<grid, 256, 0, s>>>(p);
+        const bool vec = vec8_ok(p);
+        const long long per_thread = vec ? 8 : 2, n = (long long)f.seqlen_q * f.head_dim / per_thread;
+        dim3 grid((unsigned)((n + 255) / 256), f.heads_q, f.batch);
+        if (vec)
+            bwd_convert_dq_vec8_kernel<T><<<grid, 256, 0, s>>>(p);
+        else
+            bwd_convert_dq_kernel<T><<<grid, 256, 0, s>>>(p);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

@@ -38,6 +38,7 @@
 #include "bwd_wgmma.cuh"
 #include "config.cuh"
 #include "ptx.cuh"
+#include "scheduler.cuh"
 #include "tma_host.cuh"
 #include "wgmma.cuh"
 
@@ -48,6 +49,7 @@ struct Fa3BwdParams {
     TmaTensor q, k, v, dout;
     CUtensorMap dq_map;  // kTmaDq builds: dq_accum fp32 (D, Lq, Hq, B), box (32, 64), 128-byte swizzle
     int* dq_sem;  // deterministic builds: [B, Hq, ceil(Lq / kBlockM)] counters, zeroed by the launcher
+    TileOrder order;  // CTA blockIdx.x takes key tile order.num_m - 1 - m of order.at(blockIdx.x) (scheduler.cuh)
 };
 
 // kOverlap: S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T
@@ -729,8 +731,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     BwdSmem<C> sm{align_smem_1k(smem_raw)};
-    const int b = blockIdx.z, h = blockIdx.y;
-    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, blockIdx.x);
+    const WorkTile w = P.order.at(blockIdx.x);
+    const int b = w.b, h = w.h;
+    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
     if (threadIdx.x == 0) {
         sm.init();
         tma_prefetch_desc(&P.k.map);

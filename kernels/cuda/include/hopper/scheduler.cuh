@@ -1,11 +1,13 @@
-// Work tiles of the FA3 forward and the order they are handed out (SEMANTICS.md §4 causal, §5 window).
+// Work tiles of the FA3 kernels and the order they are handed out (SEMANTICS.md §4 causal, §5 window).
 //
-// A work tile is (query tile m, query head h, batch b). Tile indices t = 0, 1, ... enumerate them in
-// sections of `section` consecutive (b, h) pairs: all tiles of one section come before the next section,
-// so the CTAs running at one time share the K/V of a few heads in L2. Inside a section the query tiles
-// run from the last to the first: under a causal mask the last query tile sees the most keys, so the
-// longest jobs are handed out first and the short ones fill the end (longest processing time first;
-// kernels/planning.py `greedy_loads` simulates the policy on the CPU).
+// A work tile is (tile index m along a sequence, query head h, batch b): a query tile of the forward, a key
+// tile of the backward. Tile indices t = 0, 1, ... enumerate them in sections of `section` consecutive (b, h)
+// pairs (the last section also takes the remainder, so it is never smaller than the others): all tiles of one
+// section come before the next section, so the CTAs running at one time share the data of a few heads in L2.
+// Inside a section m runs from the last to the first, the heads of the section fastest. Under a causal mask
+// the forward's last query tile sees the most keys, so the longest jobs are handed out first and the short
+// ones fill the end (longest processing time first; kernels/planning.py `greedy_loads` simulates the policy on
+// the CPU); the backward, whose first key tile sees the most query rows, takes key tile num_m - 1 - m.
 //
 // Non-persistent launch: CTA t takes tile t (the hardware hands out CTAs in index order, a greedy
 // scheduler). Persistent launch: gridDim.x CTAs; CTA c starts with tile c and then takes the next
@@ -25,10 +27,11 @@ struct TileOrder {
 
     __host__ __device__ __forceinline__ WorkTile at(int t) const {
         const int per_section = section * num_m;
-        const int sec = t / per_section;
-        const int bh0 = sec * section;
         const int bh_total = heads * batch;
-        const int g = section < bh_total - bh0 ? section : bh_total - bh0;
+        const int last = bh_total / section > 1 ? bh_total / section - 1 : 0;  // index of the last section
+        const int sec = t / per_section < last ? t / per_section : last;
+        const int bh0 = sec * section;
+        const int g = sec < last ? section : bh_total - bh0;
         const int r = t - sec * per_section;
         const int bh = bh0 + r % g;
         WorkTile w;
@@ -39,9 +42,9 @@ struct TileOrder {
     }
 };
 
-// Heads per section: as many as fit their K and V in `l2_bytes` (at least 1).
-inline int l2_section(long long kv_bytes_per_head, long long l2_bytes, int bh_total) {
-    long long s = kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : bh_total;
+// Heads per section: as many as fit the `bytes_per_head` they share in `l2_bytes` (at least 1).
+inline int l2_section(long long bytes_per_head, long long l2_bytes, int bh_total) {
+    long long s = bytes_per_head > 0 ? l2_bytes / bytes_per_head : bh_total;
     if (s < 1) s = 1;
     if (s > bh_total) s = bh_total;
     return static_cast<int>(s);
