@@ -77,7 +77,10 @@ struct Fa3BwdConfig {
     static constexpr int kColBlocks = D / 64;
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // setmaxnreg: the 128-row build at D = 64 gives the consumers 240 (H200 run 15 of NOTES_FA3_BWD.md: +2-3% over
+    // 40 / 232, fewer spills in its consumer loop); the others keep 40 for the producer (24 / 240 at D = 128: no
+    // change, run 15).
+    static constexpr int kProducerRegs = kBlockM == 128 ? 24 : 40, kConsumerRegs = kBlockM == 128 ? 240 : 232;
     // dQ = dS K split over the consumers, each a [64 x 64] block over all 128 keys (both consumers' dS^T in shared
     // memory, double-buffered), so that each dQ element gets one addition per CTA: by head-dim columns at D = 128
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
