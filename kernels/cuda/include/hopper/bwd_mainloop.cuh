@@ -612,9 +612,12 @@ struct BwdConsumer {
                 wg_sync();
             }
             if constexpr (C::kDqAlt) {
-                if (dq_mine)
+                if (dq_mine) {
+                    wgmma_wait<0>();  // dV has landed: P^T's registers are free before dQ's are taken
+                    fence_regs(dv);
+                    fence_regs(pa);
                     alt_dq_and_dk(dk, dsa, dsb, q_mn, k_dq, it, T.n_tiles);
-                else {
+                } else {
                     issue_dk(dk, dsa, q_mn);
                     wgmma_wait<0>();
                 }
@@ -630,6 +633,9 @@ struct BwdConsumer {
             // dQ partial = dS K first, then dK += dS^T Q (A from registers, B MN-major), two commit groups: the dQ
             // tile leaves the registers while dK is still on the tensor cores (groups complete in order, so the
             // wait for dQ also covers dV).
+            wgmma_wait<0>();  // dV has landed: P^T's registers are free before dQ's are taken
+            fence_regs(dv);
+            fence_regs(pa);
             float dq[C::kDqCols / 2];
             wgmma_fence();
             if constexpr (C::kSplitDq)  // all 128 keys; columns: column block cw of K (k_dq), rows: query block cw
