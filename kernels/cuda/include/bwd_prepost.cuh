@@ -75,25 +75,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dsinks_kernel(AttnBwdParams p) {
     if (threadIdx.x == 0) p.dsinks[h] = part[0];
 }
 
-// One thread per element pair; grid (ceil(Lq * d / 2 / 256), Hq, B).
-template <typename T>
-__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(AttnBwdParams p) {
-    const AttnFwdParams& f = p.fwd;
-    const int b = blockIdx.z, h = blockIdx.y, d = f.head_dim;
-    const long long e = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
-    if (e >= (long long)f.seqlen_q * d) return;
-    const int row = (int)(e / d), k = (int)(e % d);
-    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
-    const float* src = p.dq_accum + (((size_t)b * f.heads_q + h) * f.seqlen_q + row) * d + k;
-    T* dst = (T*)p.dq + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + k;
-    const bool ok = row < sq;  // padded rows take no part: zero gradient (SEMANTICS.md §7)
-    dst[0] = DT<T>::from_f(ok ? src[0] * f.scale : 0.f);
-    dst[1] = DT<T>::from_f(ok ? src[1] * f.scale : 0.f);
-}
-
-// Vector builds of bwd_preprocess and bwd_convert_dq: eight elements per thread, 16-byte loads and stores.
-// The launchers use them when vec8_ok says every pointer and stride they touch allows it (else the scalar
-// kernels above, same results up to the order of D's fp32 sum).
+// The vector build of bwd_preprocess: eight elements per thread, 16-byte loads and stores, when vec8_ok says every
+// pointer and stride it touches allows it (else the kernel above; the same results up to the order of D's sum).
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_preprocess_vec8_kernel(AttnBwdParams p) {
     const AttnFwdParams& f = p.fwd;
@@ -125,26 +108,32 @@ __global__ void __launch_bounds__(256) bwd_preprocess_vec8_kernel(AttnBwdParams 
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(256) bwd_convert_dq_vec8_kernel(AttnBwdParams p) {
+// kVec elements per thread (2, or 8 with 16-byte accesses when vec8_ok); grid (ceil(Lq * d / kVec / 256), Hq, B).
+template <typename T, int kVec>
+__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(AttnBwdParams p) {
     const AttnFwdParams& f = p.fwd;
     const int b = blockIdx.z, h = blockIdx.y, d = f.head_dim;
-    const long long e = ((long long)blockIdx.x * 256 + threadIdx.x) * 8;
+    const long long e = ((long long)blockIdx.x * 256 + threadIdx.x) * kVec;
     if (e >= (long long)f.seqlen_q * d) return;
     const int row = (int)(e / d), k = (int)(e % d);
     const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
-    const float4* src = reinterpret_cast<const float4*>(p.dq_accum + (((size_t)b * f.heads_q + h) * f.seqlen_q + row) *
-                                                                         d + k);
+    const float* src = p.dq_accum + (((size_t)b * f.heads_q + h) * f.seqlen_q + row) * d + k;
+    T* dst = (T*)p.dq + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + k;
     const bool ok = row < sq;  // padded rows take no part: zero gradient (SEMANTICS.md §7)
-    float x[8];
-    *reinterpret_cast<float4*>(x) = src[0];
-    *reinterpret_cast<float4*>(x + 4) = src[1];
-    uint4 out;
-    auto* o2 = reinterpret_cast<typename DT<T>::T2*>(&out);
+    if constexpr (kVec == 8) {
+        float x[8];
+        *reinterpret_cast<float4*>(x) = reinterpret_cast<const float4*>(src)[0];
+        *reinterpret_cast<float4*>(x + 4) = reinterpret_cast<const float4*>(src)[1];
+        uint4 out;
+        auto* o2 = reinterpret_cast<typename DT<T>::T2*>(&out);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) o2[j] = DT<T>::pack(ok ? x[2 * j] * f.scale : 0.f, ok ? x[2 * j + 1] * f.scale : 0.f);
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride +
-                              row * p.dq_row_stride + k) = out;
+        for (int j = 0; j < 4; ++j)
+            o2[j] = DT<T>::pack(ok ? x[2 * j] * f.scale : 0.f, ok ? x[2 * j + 1] * f.scale : 0.f);
+        *reinterpret_cast<uint4*>(dst) = out;
+    } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) dst[j] = DT<T>::from_f(ok ? src[j] * f.scale : 0.f);
+    }
 }
 
 // Whether `ptr` and the element strides allow 16-byte accesses of eight 2-byte elements.
@@ -214,9 +203,9 @@ static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_
         const long long per_thread = vec ? 8 : 2, n = (long long)f.seqlen_q * f.head_dim / per_thread;
         dim3 grid((unsigned)((n + 255) / 256), f.heads_q, f.batch);
         if (vec)
-            bwd_convert_dq_vec8_kernel<T><<<grid, 256, 0, s>>>(p);
+            bwd_convert_dq_kernel<T, 8><<<grid, 256, 0, s>>>(p);
         else
-            bwd_convert_dq_kernel<T><<<grid, 256, 0, s>>>(p);
+            bwd_convert_dq_kernel<T, 2><<<grid, 256, 0, s>>>(p);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
