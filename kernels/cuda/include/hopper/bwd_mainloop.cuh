@@ -185,6 +185,15 @@ struct BwdTiles {
 };
 
 
+
+// A float2 from shared memory, read where it stands in the program (volatile: ptxas keeps it in order with the
+// other volatile accesses instead of hoisting every chunk's pair to the top of the element-wise pass).
+__device__ __forceinline__ float2 lds_f2_in_order(const float* p) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(p)));
+    return v;
+}
+
 // ---- TMA reduce helpers (kTmaDq) ------------------------------------------------------------------------
 __device__ __forceinline__ void tma_reduce_add_4d(const void* tmap, const void* src, int c0, int c1, int c2, int c3) {
     asm volatile(
@@ -518,7 +527,7 @@ struct BwdConsumer {
             };
             auto p_chunk = [&](auto cap_tag, auto mask_tag, int j) {
                 const int c0 = 8 * j + 2 * (lane % 4);
-                const float2 l2 = *reinterpret_cast<const float2*>(sm.lse(st) + c0);
+                const float2 l2 = lds_f2_in_order(sm.lse(st) + c0);
                 float pv[4];
 #pragma unroll
                 for (int x = 0; x < 4; ++x)
@@ -528,7 +537,7 @@ struct BwdConsumer {
             };
             // dS^T = P^T (dP^T - D)
             auto ds_chunk = [&](int j) {
-                const float2 d2 = *reinterpret_cast<const float2*>(sm.dd(st) + 8 * j + 2 * (lane % 4));
+                const float2 d2 = lds_f2_in_order(sm.dd(st) + 8 * j + 2 * (lane % 4));
                 float dsv[4];
 #pragma unroll
                 for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
