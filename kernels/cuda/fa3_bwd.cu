@@ -11,6 +11,7 @@
 // Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): head_dim 256, devices other than sm_90,
 // strides TMA cannot express, dk / dv not 4-byte aligned.
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +101,8 @@ int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, c
     const int bh = f.heads_q * f.batch;
     const long long head_bytes = 1LL * f.seqlen_q * (C::kHeadDim * (2 * sizeof(typename C::Elem) + 4) + 8);
     const bool ragged = f.causal || f.window_right >= 0;
-    const int section = ragged ? l2_section(head_bytes, 16LL << 20, bh) : 1;
-    P.order = TileOrder{num_n, f.heads_q, f.batch, section < 2 && bh >= 2 && ragged ? 2 : section};
+    const int section = ragged ? std::max(2, l2_section(head_bytes, 16LL << 20, bh)) : 1;
+    P.order = TileOrder{num_n, f.heads_q, f.batch, section};
     if (1LL * num_n * bh > 0x7fffffffLL)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld CTAs exceed the grid limit", name,
                           1LL * num_n * bh);

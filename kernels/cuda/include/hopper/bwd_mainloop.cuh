@@ -186,14 +186,6 @@ struct BwdTiles {
 
 
 
-// A float2 from shared memory, read where it stands in the program (volatile: ptxas keeps it in order with the
-// other volatile accesses instead of hoisting every chunk's pair to the top of the element-wise pass).
-__device__ __forceinline__ float2 lds_f2_in_order(const float* p) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(p)));
-    return v;
-}
-
 // ---- TMA reduce helpers (kTmaDq) ------------------------------------------------------------------------
 __device__ __forceinline__ void tma_reduce_add_4d(const void* tmap, const void* src, int c0, int c1, int c2, int c3) {
     asm volatile(

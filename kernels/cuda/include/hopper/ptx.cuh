@@ -1,4 +1,4 @@
-// Hopper (sm_90a) PTX wrappers used by the FA3 forward: mbarriers, TMA tile loads, wgmma fences,
+// Hopper (sm_90a) PTX wrappers used by the FA3 kernels: mbarriers, TMA tile loads, wgmma fences,
 // shared-memory matrix descriptors, named barriers, register reallocation. One place for the inline
 // assembly so the mainloop reads as C++ (the older kernels' sm_80 wrappers are in ../fa_ptx.cuh).
 #pragma once
@@ -8,6 +8,15 @@ namespace attn::hopper {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A float2 from shared memory, read where it stands in the program: volatile, so ptxas keeps it in order with the
+// other volatile accesses instead of hoisting it (the FA3 backward's element-wise pass reads one LSE / D pair per
+// chunk; hoisted, all of them were live at once and spilled).
+__device__ __forceinline__ float2 lds_f2_in_order(const float* p) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(p)));
+    return v;
 }
 
 // ---- mbarrier (64-bit barrier objects in shared memory) -----------------------------------------
