@@ -4,6 +4,7 @@
 // intra-warpgroup overlap of softmax and GEMMs, a persistent longest-first tile scheduler.
 // Semantics: oracles/SEMANTICS.md. The kernel is include/hopper/mainloop.cuh; this file validates,
 // builds the tensor maps and picks the instantiation. NOTES_FA3.md has the design and the measurements.
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -50,10 +51,12 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
     const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * 2;
     const int bh = p.heads_q * p.batch;
-    // Heads per L2 section: the K/V of the heads in flight together should stay in L2 (32 MB of the 50).
-    // With GQA, consecutive query heads share one K/V head, hence the factor heads_q / heads_kv.
-    P.order = TileOrder{num_m, p.heads_q, p.batch,
-                        l2_section(kv_bytes, 32LL << 20, bh) * (p.heads_q / p.heads_kv)};
+    // Heads per L2 section: the K/V of the heads in flight together should stay in L2 (32 MB of the 50; a tuning
+    // knob, ATTN_FA3_FWD_L2_MB, sets another budget). With GQA, consecutive query heads share one K/V head, hence
+    // the factor heads_q / heads_kv.
+    const char* l2_mb = getenv("ATTN_FA3_FWD_L2_MB");
+    const long long l2_budget = (l2_mb != nullptr && atoi(l2_mb) > 0 ? atoi(l2_mb) : 32) * (1LL << 20);
+    P.order = TileOrder{num_m, p.heads_q, p.batch, l2_section(kv_bytes, l2_budget, bh) * (p.heads_q / p.heads_kv)};
     if (P.order.section > bh) P.order.section = bh;
     const long long total = 1LL * num_m * bh;
     if (total > 0x7fffffffLL)

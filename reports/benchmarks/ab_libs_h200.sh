@@ -7,13 +7,14 @@
 #   LIB_A=.carry_ab/a.so.zst LIB_B=.carry_ab/b.so.zst ROUNDS=2 bash reports/benchmarks/ab_libs_h200.sh \
 #       "fa3_check_bench --skip-check --variants full" "fa3_fp8_check_bench --bench"
 # Each argument is one benchmark (a module of attention_conformance.reports.benchmarks and its arguments; --out is
-# added). Everything lands in $OUT/ab.tgz: <benchmark index><A|B><round>/ and its console text.
+# added). AB_LIBS="A B C" (default "A B") compares more builds, each from its LIB_<x>. Everything lands in
+# $OUT/ab.tgz: <benchmark index><library><round>/ and its console text.
 set -u
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=4 OMP_NUM_THREADS=4 ATTN_KERNELS_NO_BUILD=1
 OUT=${OUT:-/tmp/out}
 V=${VENDOR:-.vendor}
 mkdir -p "$OUT/ab" build/ab
-for x in A B; do
+for x in ${AB_LIBS:-A B}; do
     eval z=\${LIB_$x:?LIB_$x: a zstd-compressed libattn_kernels.so}
     LD_LIBRARY_PATH=$V/bin "$V/bin/zstd" -d -q -f "$z" -o "build/ab/$x.so" || exit 2
 done
@@ -24,7 +25,7 @@ i=0
 for bench in "$@"; do
     i=$((i + 1))
     for r in $(seq 1 "${ROUNDS:-2}"); do
-        for x in A B; do
+        for x in ${AB_LIBS:-A B}; do
             D=$OUT/ab/$i$x$r
             mkdir -p "$D"
             # shellcheck disable=SC2086

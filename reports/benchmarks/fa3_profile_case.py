@@ -1,13 +1,16 @@
 """Launches of one FA3 kernel (forward, backward or FP8 forward) for a profiler (ncu) to capture.
 
 ``ncu --clock-control none -k regex:fa3_fwd_kernel python -m attention_conformance.reports.benchmarks.fa3_profile_case
-[--kernel fwd|bwd|fp8] [--d 128] [--causal] [VARIANT ...]``. Forward variants: keys of `kernels.cuda_lib.FA3_VARIANTS`
+[--kernel KERNEL] [--d 128] [--causal] [VARIANT ...]``. Forward variants: keys of `kernels.cuda_lib.FA3_VARIANTS`
 (default full); FP8 variants: values of ``ATTN_FA3_FP8_VARIANT`` (default: the default build), ``vt`` or
 ``vt:VARIANT`` for V packed k-major (``v_layout="kmajor"``, its default build or VARIANT); backward variants:
 values of ``ATTN_FA3_BWD_DQ`` (default: the default build). B=4, H=16, N=8192, bf16 (FP8: e4m3 per-tensor
 descales of 1), random inputs; each build runs twice (a warm-up the profiler also sees, then the launch to read), so
 pass ``--launch-skip 1 --launch-count 1`` per build or filter by launch index. The kernel names to filter on:
 ``fa3_fwd_kernel``, ``fa3_bwd_kernel`` (the backward's pre- and postprocess kernels run too), ``fa3_fp8_fwd_kernel``.
+``--kernel fa4`` / ``fa4bwd``: flash-attn-4's forward / forward and backward (``flash_attn.cute.flash_attn_func``,
+its [B, N, H, D] layout, the same shape), for the same profiler sections beside ours; filter on ``ForwardSm90`` /
+``BackwardSm90`` (the first call also JIT-compiles, which launches nothing those filters match).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable
 
 __all__ = ["main"]
 
-KERNELS = ("fwd", "bwd", "fp8")
+KERNELS = ("fwd", "bwd", "fp8", "fa4", "fa4bwd")
 
 
 def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None]:
@@ -27,6 +30,20 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
 
     from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 
+    if kernel.startswith("fa4"):
+        import flash_attn.cute as fa4
+
+        grad = kernel == "fa4bwd"
+        qt, kt, vt = (torch.randn(4, n, 16, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+                      for _ in range(3))
+        dout = torch.randn_like(qt)
+
+        def fa4_call(variant: str) -> None:
+            out = fa4.flash_attn_func(qt, kt, vt, causal=causal)[0]
+            if grad:
+                torch.autograd.grad(out, (qt, kt, vt), dout)
+
+        return fa4_call
     q, k, v = (torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(4, 16, n, device="cuda", dtype=torch.float32)

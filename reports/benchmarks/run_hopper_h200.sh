@@ -11,15 +11,16 @@
 #            builds beside torch-flash and cuDNN (and FA4 when installed), the ablation and probe table
 #            (FWD_BENCH_ONLY=1: the table alone; FWD_NO_ABLATION=1: checks and the table)
 #   bwd      FA3 backward: GPU tests, check and bench (atomics, deterministic, TMA reduce-add dQ)
-#   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases
+#   bwdsan   compute-sanitizer memcheck and racecheck on the FA3 backward sanitizer cases (fwdsan: the forward's)
 #   bench    what `tox -e bench` runs (pytest-benchmark: tests/kernels/test_cuda_bench.py and the oracle's), $BENCH_K
 #            a -k selection; the JSON lands in $OUT/bench/pytest_bench.json
 #   conf     the gpu profile through $CONF_IMPLS (default cuda-fa3 cuda-fa3-fp8), the cases matching $CONF_K if set
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
 #   ncu      Nsight Compute (--set full, clocks left alone) on one launch of each kernel in $NCU_KERNELS (default
-#            "bwd fwd fp8") at each head dim in $NCU_D (default 128), non-causal (fa3_profile_case.py): the details
+#            "bwd fwd fp8"; KERNEL:D for one head dim) at each head dim in $NCU_D (default 128), non-causal (fa3_profile_case.py): the details
 #            page, the per-SASS-instruction source page (stall samples, CSV) and its summary (ncu_sass_stalls.py);
-#            $NCU_VARIANT: the build to profile (fa3_profile_case's variant argument, e.g. vt for FP8 with V k-major)
+#            $NCU_VARIANT: the build to profile (fa3_profile_case's variant argument, e.g. vt for FP8 with V k-major);
+#            kernels fa4 / fa4bwd: flash-attn-4's forward / backward (needs VENDOR_INSTALL=1), the same sections
 # VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
 # fwd and bwd steps time it beside ours; FWD_CURVES=1 adds the curves over N to the fwd step.
 # Everything lands in $OUT/<step>/ and is packed into $OUT/<step>.tgz (the device returns at most eight files);
@@ -60,8 +61,9 @@ for step in ${STEPS:-fp8 fwd}; do
         mark "fp8 bench"
         timeout "${FP8_BENCH_S:-200}" python3 -m $M.fa3_fp8_check_bench --bench --probes --out "$D/bench" > "$D/bench.txt" 2>&1
         echo "fp8 bench rc=$?"; grep -v "^{" "$D/bench.txt" | tail -3; cat "$D/bench/fa3_fp8.md" 2>/dev/null | tail -22 ;;
-    fp8san|bwdsan)
+    fp8san|bwdsan|fwdsan)
         L="attn_fa3_fp8_fwd"; [ $step = bwdsan ] && L="attn_fa3_bwd attn_fa3_bwd_deterministic"
+        [ $step = fwdsan ] && L="attn_fa3_fwd"
         for tool in memcheck racecheck; do
             # shellcheck disable=SC2086
             timeout "${SAN_S:-60}" compute-sanitizer --tool $tool --error-exitcode 1 \
@@ -100,9 +102,10 @@ for step in ${STEPS:-fp8 fwd}; do
             ${K:+-k "$K"} --report-dir "$D/report" --workers "${WORKERS:-6}" --timeout 120 > "$D/conformance.txt" 2>&1
         echo "$step rc=$?"; tail -3 "$D/conformance.txt" ;;
     ncu)
-        for k in ${NCU_KERNELS:-bwd fwd fp8}; do
-          for dd in ${NCU_D:-128}; do
-            kn=fa3_${k}_kernel; [ $k = fp8 ] && kn=fa3_fp8_fwd_kernel
+        for kd in ${NCU_KERNELS:-bwd fwd fp8}; do
+          k=${kd%%:*}; ds=${NCU_D:-128}; [ "$kd" != "$k" ] && ds=${kd#*:}
+          for dd in $ds; do
+            kn=fa3_${k}_kernel; [ $k = fp8 ] && kn=fa3_fp8_fwd_kernel; [ $k = fa4 ] && kn=ForwardSm90; [ $k = fa4bwd ] && kn=BackwardSm90
             R=$D/${k}_d$dd
             timeout "${NCU_S:-150}" ncu --clock-control none --set full --import-source no -k "regex:$kn" \
                 --launch-skip 1 --launch-count 1 -f -o "$R" \

@@ -591,16 +591,18 @@ struct BwdConsumer {
             } else if constexpr (!C::kSplitDq) {
                 wg_sync();
             }
+            // dsa[ks][r] holds row 16 warp + lane / 4 + 8 (r % 2), columns 8 (2 ks + r / 2) + 2 (lane % 4) + {0, 1}: matrix
+            // r of one stmatrix.x4 per 16 queries, lane l addressing row l % 8 of matrix l / 8.
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
+            {
+                const int mi = lane / 8, srow = 16 * warp + lane % 8 + 8 * (mi % 2);
+                const uint32_t row_addr = smem_addr(ds_tile) + srow * 128;
 #pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int row = 16 * warp + lane / 4 + 8 * (r % 2), col = 8 * (2 * ks + r / 2) + 2 * (lane % 4);
-                    const int qb = col / 64, c = col % 64;
-                    *reinterpret_cast<uint32_t*>(ds_tile + qb * (BN * 128) + row * 128 + (((c / 8) ^ (row % 8)) * 16) +
-                                                 (c % 8) * 2) = dsa[ks][r];
+                for (int ks = 0; ks < BM / 16; ++ks) {
+                    const int col = 8 * (2 * ks + mi / 2), qb = col / 64, c = col % 64;
+                    stmatrix_x4(row_addr + qb * (BN * 128) + (((c / 8) ^ (srow % 8)) * 16), dsa[ks]);
                 }
+            }
             fence_proxy_async();
             if constexpr (C::kDqAlt) {
                 if (dq_mine)
@@ -755,7 +757,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
         }
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_idx();
     if (wg == 0) {
         regs_dealloc<C::kProducerRegs>();
         if (T.n_tiles > 0) bwd_producer<C>(P, sm, T, b, h);

@@ -25,14 +25,22 @@ __device__ __forceinline__ void store_tile(const AttnFwdParams& p, const WorkTil
             if (i < lq) p.lse[w.b * p.lse_batch_stride + int64_t(w.h) * p.lse_head_stride + i] = lse[h];
         }
     }
+    // Thread lane holds row lane / 4 + 8 h, columns 8 j + 2 (lane % 4) + {0, 1} of its warp's 16 rows: per 16 columns
+    // (j = 2 ks, 2 ks + 1) four 8 x 8 matrices (h, j) = (0, 2 ks), (1, 2 ks), (0, 2 ks + 1), (1, 2 ks + 1), one
+    // stmatrix.x4, lane l addressing row l % 8 of matrix l / 8.
+    {
+        const int mi = lane / 8, r = cw * 64 + 16 * warp + lane % 8 + 8 * (mi % 2);
+        const uint32_t row_addr = smem_addr(sQ) + r * 128;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-        const int col = 8 * j + 2 * (lane % 4), cb = col / 64, ch = (col % 64) / 8;
+        for (int ks = 0; ks < D / 16; ++ks) {
+            uint32_t m[4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = cw * 64 + 16 * warp + lane / 4 + 8 * h;
-            unsigned char* dst = sQ + cb * (C::kBlockM * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 8) * 2;
-            *reinterpret_cast<uint32_t*>(dst) = MmaOp<Elem>::pack(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+            for (int i = 0; i < 4; ++i) {
+                const int j = 2 * ks + i / 2, h = i % 2;
+                m[i] = MmaOp<Elem>::pack(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+            }
+            const int col = 8 * (2 * ks + mi / 2), cb = col / 64, ch = (col % 64) / 8;
+            stmatrix_x4(row_addr + cb * (C::kBlockM * 128) + ((ch ^ (r % 8)) * 16), m);
         }
     }
     named_sync(C::kBarEpilogue + cw, 128);

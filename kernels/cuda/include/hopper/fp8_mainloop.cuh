@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_fp8_fwd_kernel(const __gri
         tma_prefetch_desc(&P.base.v.map);
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_idx();
     if (wg == 0) {
         regs_dealloc<C::kProducerRegs>();
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

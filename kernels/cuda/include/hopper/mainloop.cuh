@@ -81,18 +81,26 @@ struct Loader {
                         w.m_block * C::kBlockM, w.h * P.q.head_mul, w.b * P.q.batch_mul);
         pq.advance();
     }
-    __device__ __forceinline__ void load_kv(bool is_v, const WorkTile& w, int n) {
+    // K / V of work tile w come from KV head w.h / (heads_q / heads_kv): its tensor-map coordinates, once per work
+    // tile (the 24-register producer had recomputed the division for every load).
+    struct KvCoords {
+        int k_head, k_batch, v_head, v_batch;
+    };
+    __device__ __forceinline__ KvCoords kv_coords(const WorkTile& w) const {
+        const int hkv = w.h / (P.p.heads_q / P.p.heads_kv);
+        return {hkv * P.k.head_mul, w.b * P.k.batch_mul, hkv * P.v.head_mul, w.b * P.v.batch_mul};
+    }
+    __device__ __forceinline__ void load_kv(bool is_v, const KvCoords& kc, int n) {
         PipeState<C::kStages>& ps = is_v ? pv : pk;
         const TmaTensor& t = is_v ? P.v : P.k;
         uint64_t* full = is_v ? sm.full_v(ps.stage) : sm.full_k(ps.stage);
         mbar_wait(is_v ? sm.empty_v(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
         mbar_arrive_expect_tx(full, C::kKVBytes);
         unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
-        const int hkv = w.h / (P.p.heads_q / P.p.heads_kv);
 #pragma unroll
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-            tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN, hkv * t.head_mul,
-                        w.b * t.batch_mul);
+            tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN,
+                        is_v ? kc.v_head : kc.k_head, is_v ? kc.v_batch : kc.k_batch);
         ps.advance();
     }
 };
@@ -117,11 +125,12 @@ __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
             // K runs one tile ahead of V (the consumers need K(x) and V(x-1) together): K(first), Q,
             // then K(n - 1), V(n) pairs, then V(last). A K slot frees earlier than a V slot (S(x) completes
             // before P(x) V(x)), so this order never holds a K load behind a V slot still in use.
-            ld.load_kv(false, w, pl.n_hi - 1);
+            const typename Loader<C>::KvCoords kc = ld.kv_coords(w);
+            ld.load_kv(false, kc, pl.n_hi - 1);
             ld.load_q(w);
             for (int n = pl.n_hi - 1; n >= pl.n_lo; --n) {
-                if (n > pl.n_lo) ld.load_kv(false, w, n - 1);
-                ld.load_kv(true, w, n);
+                if (n > pl.n_lo) ld.load_kv(false, kc, n - 1);
+                ld.load_kv(true, kc, n);
             }
         }
         if constexpr (!C::kPersistent) break;
@@ -261,15 +270,16 @@ struct Consumer {
             if (ld != nullptr) {
                 ld->load_q(w);
                 for (int x = 0; x < nt && x < C::kStages; ++x) {
-                    ld->load_kv(false, w, pl.n_hi - 1 - x);
-                    ld->load_kv(true, w, pl.n_hi - 1 - x);
+                    ld->load_kv(false, ld->kv_coords(w), pl.n_hi - 1 - x);
+                    ld->load_kv(true, ld->kv_coords(w), pl.n_hi - 1 - x);
                 }
             }
         }
         // Refill after a release (non-warp-specialised): tile x + kStages into the stage tile x had.
         auto refill = [&](bool is_v, int x) {
             if constexpr (!C::kWS) {
-                if (ld != nullptr && x + C::kStages < nt) ld->load_kv(is_v, w, pl.n_hi - 1 - x - C::kStages);
+                if (ld != nullptr && x + C::kStages < nt)
+                    ld->load_kv(is_v, ld->kv_coords(w), pl.n_hi - 1 - x - C::kStages);
             }
         };
         zero_v_tail(pl);
@@ -438,7 +448,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_fwd_kernel(const __grid_co
         tma_prefetch_desc(&P.v.map);
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = warpgroup_idx();
     if constexpr (C::kWS) {
         if (wg == 0) {
             regs_dealloc<C::kProducerRegs>();

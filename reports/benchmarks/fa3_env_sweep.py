@@ -1,0 +1,84 @@
+"""Times the FA3 forward (``attn_fa3_fwd``) under several values of one launcher tuning knob, in one process.
+
+``python -m attention_conformance.reports.benchmarks.fa3_env_sweep ATTN_FA3_FWD_L2_MB 4,8,32 [--d 64,128,256]
+[--rounds 3] [--out DIR]``. The launcher reads its knobs (environment variables) on every call, so the values are
+timed round-robin on the same inputs (B=4, H=16, N=8192 bf16, causal and not), each a median of CUDA-event timed
+launches, and the median over rounds is kept: the clock drift of the card reaches every value alike. An empty value
+unsets the variable (the launcher's default). Writes ``env_sweep.json`` and ``env_sweep.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _time_ms(fn, iters: int = 20) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    ts = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        ts.append(start.elapsed_time(end))
+    return statistics.median(ts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from attention_conformance.kernels import cuda_lib
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("var", help="the environment variable the launcher reads")
+    ap.add_argument("values", help="comma-separated values ('' = unset)")
+    ap.add_argument("--d", default="64,128,256")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=os.environ.get("OUT", "reports/latest/benchmarks"))
+    args = ap.parse_args(argv)
+    values = args.values.split(",")
+    rows = []
+    for d in (int(x) for x in args.d.split(",")):
+        for causal in (False, True):
+            q, k, v = (torch.randn(4, 16, 8192, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            o = torch.empty_like(q)
+            lse = torch.empty(4, 16, 8192, device="cuda", dtype=torch.float32)
+            p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+            flops = 4 * 4 * 16 * 8192 * 8192 * d / (2 if causal else 1)
+            times: dict[str, list[float]] = {x: [] for x in values}
+            for _ in range(args.rounds):
+                for x in values:
+                    if x:
+                        os.environ[args.var] = x
+                    else:
+                        os.environ.pop(args.var, None)
+                    times[x].append(_time_ms(lambda p=p: cuda_lib.call("attn_fa3_fwd", p)))
+            os.environ.pop(args.var, None)
+            row = dict(d=d, causal=causal)
+            row.update({f"{x or 'default'}_tflops": flops / statistics.median(t) / 1e9 for x, t in times.items()})
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "env_sweep.json").write_text(json.dumps(dict(var=args.var, values=values, rows=rows), indent=1))
+    head = [x or "default" for x in values]
+    md = [f"# attn_fa3_fwd under {args.var} (B=4, H=16, N=8192 bf16, TFLOPs/s)", "",
+          "| d | causal | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    md += [f"| {r['d']} | {r['causal']} | " + " | ".join(f"{r[h + '_tflops']:.0f}" for h in head) + " |" for r in rows]
+    (out / "env_sweep.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
