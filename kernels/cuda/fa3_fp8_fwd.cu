@@ -98,12 +98,11 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // with Q read from shared memory, an SS wgmma), narrow_transpose (the 4 x 4-byte V transpose), no_fold (the score
 // scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
-// dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256), and
-// d256_bn128, 128-key tiles at d = 256 too (O and S then exceed the 240 registers: ptxas spills ~300 bytes);
-// exp_poly4 / exp_poly2 (d = 128, per tensor / per head): the exponentials of every fourth / second 8-key chunk on the
+// dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256, where the
+// default has 128); exp_poly4 / exp_poly2 (d = 128, per tensor / per head): the exponentials of every fourth / second 8-key chunk on the
 // FMA pipe (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
-              kVariantD256Bn128 = 104, kVariantExpPoly4 = 105, kVariantExpPoly2 = 106;
+              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106;
 // The one list of the variant names: the code each selects and the V layout its builds read.
 struct Fp8Variant {
     const char* name;
@@ -114,8 +113,8 @@ constexpr Fp8Variant kVariants[] = {
     {"no_transpose", kFp8ProbeNoTranspose, ATTN_FP8_V_ROWS}, {"no_exp", kFp8ProbeNoExp, ATTN_FP8_V_ROWS},
     {"no_pv", kFp8ProbeNoPV, ATTN_FP8_V_ROWS},               {"smem_q", kVariantSmemQ, ATTN_FP8_V_ROWS},
     {"narrow_transpose", kVariantNarrowT, ATTN_FP8_V_ROWS},  {"no_fold", kVariantNoFold, ATTN_FP8_V_ROWS},
-    {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"d256_bn128", kVariantD256Bn128, ATTN_FP8_V_KMAJOR},
-    {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},      {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
+    {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},
+    {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
 };
 
 // kFp8ProbeNone when ATTN_FA3_FP8_VARIANT is unset or empty, the variant's code, or -1 for an unknown name.
@@ -159,12 +158,13 @@ int by_head_dim(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen
 
 // The key tile of the build that runs p (the one place that choice is made; attn_fa3_fp8_key_tile reports it). V as
 // rows: 128, 64 at d = 256. V k-major: 256 at d = 64 and 192 at d = 128 (the transposing warps' registers went to the
-// consumers), 64 at d = 256 (128 with variant d256_bn128, which spills); per-tile descales, whose 128-key blocks a
-// wider tile would straddle, keep 128; variant row_tiles: the V-as-rows tiles.
+// consumers), 128 at d = 256 (O and S then exceed the 240 registers and ptxas spills ~300 bytes, but since the
+// mbarrier waits sleep it runs 1.15x the 64-key build: H200, NOTES_FA3_FP8.md session 10); per-tile descales, whose
+// 128-key blocks a wider tile would straddle, keep 128; variant row_tiles: the V-as-rows tiles.
 int key_tile_of(const AttnFp8FwdParams& p, int variant) {
     const int d = p.fwd.head_dim, rows = d == 256 ? 64 : 128;
     if (p.v_layout != ATTN_FP8_V_KMAJOR || variant == kVariantRowTiles) return rows;
-    if (d == 256) return variant == kVariantD256Bn128 ? 128 : rows;
+    if (d == 256) return 128;
     return p.granularity == ATTN_FP8_PER_TILE ? rows : (d == 64 ? 256 : 192);
 }
 

@@ -51,11 +51,16 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
     const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * 2;
     const int bh = p.heads_q * p.batch;
-    // Heads per L2 section: the K/V of the heads in flight together should stay in L2 (32 MB of the 50; a tuning
-    // knob, ATTN_FA3_FWD_L2_MB, sets another budget). With GQA, consecutive query heads share one K/V head, hence
-    // the factor heads_q / heads_kv.
+    // Heads per L2 section: the K/V of the heads in flight together should stay in L2. Without a right bound every
+    // work tile is as long as the next, so the budget is small (8 MB: at N = 8192 one or two heads in flight, each
+    // K/V tile read by 60-130 CTAs at about the same time); causal or windowed, 32 MB of the 50, so that the longest
+    // tiles of more heads go first. H200 (fa3_env_sweep, NOTES_FA3.md session 10), B=4 H=16 N=8192 non-causal
+    // TFLOPs/s 32 -> 8 MB: d = 64 507 -> 510, d = 128 588 -> 604, d = 256 673 -> 700; causal 8 MB loses up to 2%.
+    // ATTN_FA3_FWD_L2_MB (a tuning knob) sets another budget. With GQA, consecutive query heads share one K/V head,
+    // hence the factor heads_q / heads_kv.
+    const bool ragged = p.causal || p.window_right >= 0;
     const char* l2_mb = getenv("ATTN_FA3_FWD_L2_MB");
-    const long long l2_budget = (l2_mb != nullptr && atoi(l2_mb) > 0 ? atoi(l2_mb) : 32) * (1LL << 20);
+    const long long l2_budget = (l2_mb != nullptr && atoi(l2_mb) > 0 ? atoi(l2_mb) : ragged ? 32 : 8) * (1LL << 20);
     P.order = TileOrder{num_m, p.heads_q, p.batch, l2_section(kv_bytes, l2_budget, bh) * (p.heads_q / p.heads_kv)};
     if (P.order.section > bh) P.order.section = bh;
     const long long total = 1LL * num_m * bh;

@@ -114,9 +114,10 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
     (64, "per_tensor", "kmajor", None, 256),
     (128, "per_head", "kmajor", None, 192),
     (128, "per_tile", "kmajor", None, 128),
-    (256, "per_tensor", "kmajor", None, 64),
+    (256, "per_tensor", "kmajor", None, 128),
+    (256, "per_tile", "kmajor", None, 128),
     (128, "per_tensor", "kmajor", "row_tiles", 128),
-    (256, "per_tensor", "kmajor", "d256_bn128", 128),
+    (256, "per_tensor", "kmajor", "row_tiles", 64),
     (128, "per_head", "kmajor", "exp_poly2", 192),
 ])
 def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
