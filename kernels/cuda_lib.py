@@ -628,8 +628,9 @@ def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
 @contextlib.contextmanager
 def build_setting(name: str, value: str | None):
     """Within the block the launchers that read environment variable ``name`` at every call (which build runs:
-    ATTN_FA3_BWD_DQ, ATTN_FA3_BWD_OVERLAP, ATTN_FA3_FP8_VARIANT; kernels/cuda/*.cu) see ``value`` (None: unset);
-    the previous value comes back afterwards."""
+    ATTN_FA3_BWD_DQ, ATTN_FA3_BWD_OVERLAP, ATTN_FA3_FP8_VARIANT; a launch setting: ATTN_FA3_FWD_L2_MB, the forward's
+    L2 budget per section of heads; kernels/cuda/*.cu) see ``value`` (None: unset); the previous value comes back
+    afterwards."""
     old = os.environ.pop(name, None)
     if value is not None:
         os.environ[name] = value

@@ -58,12 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {x: [] for x in values}
             for _ in range(args.rounds):
                 for x in values:
-                    if x:
-                        os.environ[args.var] = x
-                    else:
-                        os.environ.pop(args.var, None)
-                    times[x].append(_time_ms(lambda p=p: cuda_lib.call("attn_fa3_fwd", p)))
-            os.environ.pop(args.var, None)
+                    with cuda_lib.build_setting(args.var, x or None):
+                        times[x].append(_time_ms(lambda p=p: cuda_lib.call("attn_fa3_fwd", p)))
             row = dict(d=d, causal=causal)
             row.update({f"{x or 'default'}_tflops": flops / statistics.median(t) / 1e9 for x, t in times.items()})
             rows.append(row)

@@ -591,8 +591,8 @@ struct BwdConsumer {
             } else if constexpr (!C::kSplitDq) {
                 wg_sync();
             }
-            // dsa[ks][r] holds row 16 warp + lane / 4 + 8 (r % 2), columns 8 (2 ks + r / 2) + 2 (lane % 4) + {0, 1}: matrix
-            // r of one stmatrix.x4 per 16 queries, lane l addressing row l % 8 of matrix l / 8.
+            // dsa[ks][r] holds row 16 warp + lane / 4 + 8 (r % 2), columns 8 (2 ks + r / 2) + 2 (lane % 4) + {0, 1}:
+            // matrix r of one stmatrix.x4 per 16 queries, lane l addressing row l % 8 of matrix l / 8.
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
             {
                 const int mi = lane / 8, srow = 16 * warp + lane % 8 + 8 * (mi % 2);
