@@ -46,7 +46,9 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // what derives from it (the consumers' shared-memory addresses and wgmma descriptors) in uniform registers; from
 // threadIdx.x / 128 alone the FA3 backward built every RS wgmma's descriptor in vector registers (a 64-bit add and two
 // R2UR per wgmma).
-__device__ __forceinline__ int warpgroup_idx() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0); }
+__device__ __forceinline__ int warpgroup_idx() {
+    return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+}
 
 // Four 8 x 8 matrices of 16-bit elements from registers to shared memory (stmatrix.x4): lane l gives the address of row
 // l % 8 of matrix l / 8 (16 contiguous bytes) and holds in r[i] the elements 2 (l % 4), 2 (l % 4) + 1 of row l / 4 of
@@ -62,7 +64,7 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
 // PHASECHK: a waiting warp sleeps until the barrier moves. Without it try_wait returns after a short, system-dependent
 // time and the loop spins: in an H200 ncu profile (NOTES_FA3.md, session 10) the forward's producer warp re-tried ~240
 // times per key tile (~6% of the d = 128 kernel's instructions, all on one scheduler beside two consumer warps), the
-// backward's producer and dQ-writer warps ~20% of the d = 64 backward's.
+// backward's producer, LSE / D and dQ-writer warps ~23% of the d = 64 backward's.
 constexpr uint32_t kMbarSuspendHintNs = 10000000;
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     asm volatile(
