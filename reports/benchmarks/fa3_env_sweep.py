@@ -2,9 +2,9 @@
 
 ``python -m attention_conformance.reports.benchmarks.fa3_env_sweep ATTN_FA3_FWD_L2_MB 4,8,32 [--d 64,128,256]
 [--rounds 3] [--out DIR]``. The launcher reads its knobs (environment variables) on every call, so the values are
-timed round-robin on the same inputs (B=4, H=16, N=8192 bf16, causal and not), each a median of CUDA-event timed
-launches, and the median over rounds is kept: the clock drift of the card reaches every value alike. An empty value
-unsets the variable (the launcher's default). Writes ``env_sweep.json`` and ``env_sweep.md`` under ``--out``.
+timed round-robin on the same inputs (B=4, H=16, N=8192 bf16, causal and not) by `kernels.timing.time_round_robin`,
+so the clock drift of the card reaches every value alike. An empty value unsets the variable (the launcher's default).
+Writes ``env_sweep.json`` and ``env_sweep.md`` under ``--out`` ("-" for a value the launcher refused).
 """
 
 from __future__ import annotations
@@ -12,32 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
 __all__ = ["main"]
 
 
-def _time_ms(fn, iters: int = 20) -> float:
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()
-    ts = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        ts.append(start.elapsed_time(end))
-    return statistics.median(ts)
-
-
 def main(argv: list[str] | None = None) -> int:
     import torch
 
     from attention_conformance.kernels import cuda_lib
+    from attention_conformance.kernels.timing import time_round_robin
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("var", help="the environment variable the launcher reads")
@@ -55,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
             lse = torch.empty(4, 16, 8192, device="cuda", dtype=torch.float32)
             p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
             flops = 4 * 4 * 16 * 8192 * 8192 * d / (2 if causal else 1)
-            times: dict[str, list[float]] = {x: [] for x in values}
-            for _ in range(args.rounds):
-                for x in values:
-                    with cuda_lib.build_setting(args.var, x or None):
-                        times[x].append(_time_ms(lambda p=p: cuda_lib.call("attn_fa3_fwd", p)))
+
+            def under(x: str, p=p) -> None:
+                with cuda_lib.build_setting(args.var, x or None):
+                    cuda_lib.call("attn_fa3_fwd", p)
+
             row = dict(d=d, causal=causal)
-            row.update({f"{x or 'default'}_tflops": flops / statistics.median(t) / 1e9 for x, t in times.items()})
+            time_round_robin(row, [(x or "default", lambda x=x: under(x)) for x in values], flops, args.rounds)
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)
@@ -70,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     head = [x or "default" for x in values]
     md = [f"# attn_fa3_fwd under {args.var} (B=4, H=16, N=8192 bf16, TFLOPs/s)", "",
           "| d | causal | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
-    md += [f"| {r['d']} | {r['causal']} | " + " | ".join(f"{r[h + '_tflops']:.0f}" for h in head) + " |" for r in rows]
+    def cell(r: dict, h: str) -> str:
+        return f"{r[h + '_tflops']:.0f}" if h + "_tflops" in r else "-"
+
+    md += [f"| {r['d']} | {r['causal']} | " + " | ".join(cell(r, h) for h in head) + " |" for r in rows]
     (out / "env_sweep.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0

@@ -17,8 +17,9 @@
 #   conf     the gpu profile through $CONF_IMPLS (default cuda-fa3 cuda-fa3-fp8), the cases matching $CONF_K if set
 #   rerun    the gpu profile's cases matching $RERUN_K through $RERUN_IMPLS (a re-run to merge over a joined report)
 #   ncu      Nsight Compute (--set full, clocks left alone) on one launch of each kernel in $NCU_KERNELS (default
-#            "bwd fwd fp8"; KERNEL:D for one head dim) at each head dim in $NCU_D (default 128), non-causal (fa3_profile_case.py): the details
-#            page, the per-SASS-instruction source page (stall samples, CSV) and its summary (ncu_sass_stalls.py);
+#            "bwd fwd fp8"; KERNEL:D for one head dim) at each head dim in $NCU_D (default 128), non-causal
+#            (fa3_profile_case.py): the details page, the per-SASS-instruction source page (stall samples, CSV)
+#            and its summary (ncu_sass_stalls.py);
 #            $NCU_VARIANT: the build to profile (fa3_profile_case's variant argument, e.g. vt for FP8 with V k-major);
 #            kernels fa4 / fa4bwd: flash-attn-4's forward / backward (needs VENDOR_INSTALL=1), the same sections
 # VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
@@ -105,7 +106,8 @@ for step in ${STEPS:-fp8 fwd}; do
         for kd in ${NCU_KERNELS:-bwd fwd fp8}; do
           k=${kd%%:*}; ds=${NCU_D:-128}; [ "$kd" != "$k" ] && ds=${kd#*:}
           for dd in $ds; do
-            kn=fa3_${k}_kernel; [ $k = fp8 ] && kn=fa3_fp8_fwd_kernel; [ $k = fa4 ] && kn=ForwardSm90; [ $k = fa4bwd ] && kn=BackwardSm90
+            kn=fa3_${k}_kernel; [ $k = fp8 ] && kn=fa3_fp8_fwd_kernel
+            [ $k = fa4 ] && kn=ForwardSm90; [ $k = fa4bwd ] && kn=BackwardSm90
             R=$D/${k}_d$dd
             timeout "${NCU_S:-150}" ncu --clock-control none --set full --import-source no -k "regex:$kn" \
                 --launch-skip 1 --launch-count 1 -f -o "$R" \
