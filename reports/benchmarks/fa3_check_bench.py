@@ -79,6 +79,10 @@ def correctness(variants) -> list[dict]:
         dict(B=2, Hq=4, Hkv=4, Lq=1024, Lk=1024, d=128, dtype=BF, causal=True),
         dict(B=1, Hq=132, Hkv=132, Lq=1000, Lk=1000, d=128, dtype=BF, causal=True),  # > #SMs tiles: persistent loop
         dict(B=2, Hq=16, Hkv=16, Lq=2048, Lk=2048, d=64, dtype=BF),
+        # windows several key tiles wide: masked tiles at both ends of a row block's loop, unmasked ones between
+        dict(B=1, Hq=2, Hkv=1, Lq=1000, Lk=1500, d=128, dtype=BF, window=(400, 100)),
+        dict(B=1, Hq=3, Hkv=1, Lq=900, Lk=700, d=64, dtype=HF, window=(333, None), causal=True, bottom_right=False),
+        dict(B=1, Hq=2, Hkv=2, Lq=700, Lk=900, d=256, dtype=BF, window=(300, 250)),
     ]
     res = []
     vcases = [

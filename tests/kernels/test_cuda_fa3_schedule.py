@@ -1,4 +1,5 @@
-"""CPU tests of the FA3 forward's tile scheduling (kernels/planning.py, mirroring hopper/scheduler.cuh).
+"""CPU tests of the FA3 forward's tile scheduling (kernels/planning.py, mirroring hopper/scheduler.cuh) and of
+hopper/plan.cuh's masked_tiles against mask.cuh's per-tile test (both compiled for the host with nvcc).
 
 The seed's load-balancing example (FA3, longest processing time first): in index order three SMs end
 with loads [9, 5, 6]; longest first, [7, 7, 6]. The kernel's own enumeration (`fa3_tile_order`) must be
@@ -92,3 +93,54 @@ def test_python_mirror_matches_the_kernels_tile_order(tmp_path):
         out = subprocess.run([str(exe), *map(str, args)], check=True, capture_output=True, text=True).stdout
         got = [tuple(int(x) for x in line.split()) for line in out.splitlines()]
         assert got == fa3_tile_order(*args), f"TileOrder{args} and fa3_tile_order{args} differ"
+
+
+_MASKED_TILES_PROGRAM = r"""
+#include <cstdio>
+#include "hopper/plan.cuh"
+// Every contiguous run of key tiles [n_hi - nt, n_hi) of every mask below, for every 64-row block of rows (also past
+// the length): masked_tiles(...).at(x) must equal tile_needs_mask(n_hi - 1 - x). Prints the configurations checked,
+// the mismatches and how many had masked tiles at both ends of the loop with unmasked ones between.
+int main() {
+    const int lens[] = {0, 1, 63, 64, 65, 200, 333, 1000};
+    const int lefts[] = {-1, 0, 5, 100, 400}, rights[] = {-1, 0, 3, 70}, bns[] = {64, 80, 128, 176};
+    long long checked = 0, bad = 0, both_ends = 0;
+    for (int lq : lens) for (int lk : lens) for (int br = 0; br < 2; ++br)
+    for (int left : lefts) for (int right : rights) for (int bn : bns) {
+        attn::MaskInfo m{lq, lk, br ? lk - lq : 0, left, right};
+        for (int i_lo = 0; i_lo <= lq + 64; i_lo += 64) {
+            const int i_hi = (i_lo + 63 < lq - 1 ? i_lo + 63 : lq - 1);
+            for (int n_hi = 0; n_hi <= (lk + bn - 1) / bn + 1; ++n_hi)
+                for (int nt = 0; nt <= n_hi; ++nt) {
+                    const attn::hopper::MaskedTiles t = attn::hopper::masked_tiles(m, n_hi, nt, bn, i_lo, i_hi);
+                    ++checked;
+                    for (int x = 0; x < nt; ++x) bad += t.at(x) != m.tile_needs_mask(n_hi - 1 - x, bn, i_lo, i_hi);
+                    both_ends += t.x_lo > 0 && t.x_hi < nt && t.x_lo < t.x_hi;
+                }
+        }
+    }
+    printf("%lld %lld %lld\n", checked, bad, both_ends);
+    return 0;
+}
+"""
+
+
+def test_masked_tiles_bounds_match_the_per_tile_mask_test(tmp_path):
+    """The FA3 forward decides once per work tile which key tiles need per-element masks (plan.cuh masked_tiles: a
+    prefix and a suffix of its loop); for any lengths, alignment, window and key-tile width that must be exactly the
+    tiles mask.cuh's tile_needs_mask names."""
+    import subprocess
+
+    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    src, exe = tmp_path / "masked.cu", tmp_path / "masked"
+    src.write_text(_MASKED_TILES_PROGRAM)
+    subprocess.run([nvcc, "-std=c++17", "-O2", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    checked, bad, both_ends = map(int, subprocess.run([str(exe)], check=True, capture_output=True,
+                                                      text=True).stdout.split())
+    assert checked > 100_000 and both_ends > 1000, (checked, both_ends)
+    assert bad == 0, f"{bad} key tiles where masked_tiles and tile_needs_mask disagree"

@@ -59,8 +59,10 @@ struct MaskInfo {
         n_hi = j_hi <= j_lo ? n_lo : (j_hi + block_n - 1) / block_n;
     }
 
-    // Whether key tile n needs per-element masking for rows [i_lo, i_hi] (tail, diagonal, window edge).
-    __device__ __forceinline__ bool tile_needs_mask(int n, int block_n, int i_lo, int i_hi) const {
+    // Whether key tile n needs per-element masking for rows [i_lo, i_hi] (tail, diagonal, window edge). Holds for
+    // every n from some tile up (the first two tests) or below some tile (the third): hopper/plan.cuh masked_tiles
+    // relies on that. Host-callable for that function's CPU test.
+    __host__ __device__ __forceinline__ bool tile_needs_mask(int n, int block_n, int i_lo, int i_hi) const {
         const int j0 = n * block_n, j1 = j0 + block_n - 1;
         if (j1 >= lk) return true;
         if (right >= 0 && j1 > i_lo + off + right) return true;

@@ -160,6 +160,16 @@ struct Consumer {
         if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
     }
 
+    // Shared-memory descriptors of stage 0 of the K and V rings and of this warpgroup's Q rows, made once per work tile
+    // (set_descs); a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead
+    // of re-encoding the address.
+    uint64_t kdesc0, vdesc0, qdesc;
+    __device__ __forceinline__ void set_descs() {
+        kdesc0 = sw128_desc(smem_addr(sm.k(0)), 16, 1024);
+        vdesc0 = sw128_desc(smem_addr(sm.v(0)), BN * 128, 1024);
+        qdesc = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
+    }
+
     // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ldmatrix.x4 from
     // the 128-byte-swizzled tile: matrix i of a 16 x 16 block is rows 8 (i & 1).., 16-byte chunk i >> 1).
     uint32_t qf[C::kQRegs ? D / 16 : 1][4];
@@ -177,8 +187,7 @@ struct Consumer {
     }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t da0 = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
-        const uint64_t db0 = sw128_desc(smem_addr(sm.k(stage)), 16, 1024);
+        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
             const int cb = ks / 4, kk = ks % 4;
@@ -186,7 +195,7 @@ struct Consumer {
             if constexpr (C::kQRegs) {
                 wgmma_rs<0>(Wgmma<Elem, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
             } else {
-                const uint64_t da = desc_advance(da0, cb * (C::kBlockM * 128) + kk * 32);
+                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * 128) + kk * 32);
                 wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
             }
         }
@@ -194,13 +203,14 @@ struct Consumer {
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
         if constexpr (C::kProbe == kProbeNoPV) return;
-        const uint64_t vb0 = sw128_desc(smem_addr(sm.v(stage)), BN * 128, 1024);
+        const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
     }
 
-    // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup).
-    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n) {
+    // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup; `masked`: key
+    // tile n is one of plan.cuh's masked_tiles).
+    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, bool masked) {
         if constexpr (C::kPrescale) {
             const float cap = P.p.softcap, sc = P.p.scale;
 #pragma unroll
@@ -210,8 +220,7 @@ struct Consumer {
                 s[e] = x * kLog2e;
             }
         }
-        const int i_lo = row0, i_hi = min(row0 + 63, pl.mask.lq - 1);
-        if (pl.mask.tile_needs_mask(n, BN, i_lo, i_hi)) {
+        if (masked) {
             const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
 #pragma unroll
             for (int e = 0; e < BN / 2; ++e) {
@@ -282,6 +291,8 @@ struct Consumer {
                     ld->load_kv(is_v, ld->kv_coords(w), pl.n_hi - 1 - x - C::kStages);
             }
         };
+        set_descs();
+        const MaskedTiles mt = masked_tiles(pl.mask, pl.n_hi, nt, BN, row0, min(row0 + 63, pl.mask.lq - 1));
         zero_v_tail(pl);
         mbar_wait(sm.full_q(cq.stage), cq.phase);
         load_q_frags();
@@ -297,7 +308,7 @@ struct Consumer {
         float corr[2];
 
         // first key tile: S, softmax, P (O is still zero, nothing to rescale)
-        int n = pl.n_hi - 1;
+        int n = pl.n_hi - 1, x = 0;
         turn_wait();
         mbar_wait(sm.full_k(ck.stage), ck.phase);
         wgmma_fence();
@@ -309,7 +320,7 @@ struct Consumer {
         release(sm.empty_k(ck.stage));
         refill(false, 0);
         ck.advance();
-        score_mod(s, pl, row0, n);
+        score_mod(s, pl, row0, n, mt.at(x));
         softmax(smx, s, sl2, corr);
         to_a_frags(pa, s);
         if constexpr (!C::kOverlap) {
@@ -326,7 +337,7 @@ struct Consumer {
             refill(true, 0);
             cv.advance();
         }
-        for (int x = 1; x < nt; ++x) {
+        for (x = 1; x < nt; ++x) {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the PV product.
@@ -345,7 +356,7 @@ struct Consumer {
                 release(sm.empty_k(ck.stage));
                 refill(false, x);
                 ck.advance();
-                score_mod(s, pl, row0, n);
+                score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
                 wgmma_wait<0>();
                 fence_regs(o);
@@ -367,7 +378,7 @@ struct Consumer {
                 release(sm.empty_k(ck.stage));
                 refill(false, x);
                 ck.advance();
-                score_mod(s, pl, row0, n);
+                score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
                 rescale(o, corr);
                 to_a_frags(pa, s);

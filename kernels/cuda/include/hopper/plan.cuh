@@ -23,6 +23,22 @@ struct TilePlan {
     __device__ __forceinline__ int n_tiles() const { return n_hi > n_lo ? n_hi - n_lo : 0; }
 };
 
+// The key tiles that need per-element masks for query rows [i_lo, i_hi], in the consumers' loop order x = 0, 1, ...,
+// nt - 1 (key tile n = n_hi - 1 - x): MaskInfo::tile_needs_mask holds from some key tile up (the sequence tail, the
+// causal diagonal or right window edge) and below some key tile (the left window edge), so those tiles are a prefix
+// x < x_lo and a suffix x >= x_hi of the loop. Two bounds per work tile instead of the test per key tile.
+struct MaskedTiles {
+    int x_lo, x_hi;
+    __host__ __device__ __forceinline__ bool at(int x) const { return x < x_lo || x >= x_hi; }
+};
+__host__ __device__ __forceinline__ MaskedTiles masked_tiles(const MaskInfo& m, int n_hi, int nt, int block_n, int i_lo,
+                                                             int i_hi) {
+    MaskedTiles t{0, nt};
+    while (t.x_lo < nt && m.tile_needs_mask(n_hi - 1 - t.x_lo, block_n, i_lo, i_hi)) ++t.x_lo;
+    while (t.x_hi > t.x_lo && m.tile_needs_mask(n_hi - t.x_hi, block_n, i_lo, i_hi)) --t.x_hi;
+    return t;
+}
+
 template <class C>
 __device__ __forceinline__ TilePlan make_plan(const AttnFwdParams& p, const WorkTile& w) {
     TilePlan t;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One H200 call: device checks of candidate builds of the kernel library, then their A/B in one process
+# (ab_libs_inproc.py). The builds are made on the CPU machine and travel zstd-compressed as $CARRY/<name>.so.zst:
+#   AB_LIBS="A B C" CHECK_LIBS="B C" CARRY=.carry_ab bash reports/benchmarks/ab_inproc_h200.sh
+# CHECK_LIBS: builds run through fa3_check_bench's correctness cases (attn_fa3_fwd against the float64 reference,
+# guard bands, poisoned outputs), in parallel, before any timing; a build that fails them, here or in an earlier call
+# on the warm machine ($CHECK_DIR, default /tmp/ab_checks), is left out of the A/B. AB_ORDERS=0: the checks alone.
+# AB_ORDERS: how many times the A/B runs (the second with the builds in reverse order, so that no build always
+# follows cuDNN). VENDOR_INSTALL=1 installs flash-attn-4 from the parts vendor_wheels.sh made (run_fa4.sh's two-call
+# protocol), which the A/B then times too. PICK=1: the build ab_libs_inproc's pick chooses (against the first of
+# AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
+# Results in $OUT/ab_inproc.tgz; the tables are printed last.
+set -u
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=4 OMP_NUM_THREADS=4 ATTN_KERNELS_NO_BUILD=1
+OUT=${OUT:-/tmp/out}
+V=${VENDOR:-.vendor}
+C=${CARRY:-.carry_ab}
+R=$OUT/ab_inproc
+mkdir -p "$R" build/ab
+for x in ${AB_LIBS:?AB_LIBS: the names of the builds}; do
+    LD_LIBRARY_PATH=$V/bin "$V/bin/zstd" -d -q -f "$C/$x.so.zst" -o "build/ab/$x.so" || exit 2
+done
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$R/pip.txt" 2>&1 || tail -3 "$R/pip.txt"
+if [ -n "${VENDOR_INSTALL:-}" ]; then
+    bash "$V/install.sh" || echo "flash-attn-4 install failed: it is left out of the A/B"
+    export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
+fi
+date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 500 > "$R/smi.csv" 2>/dev/null &
+SMI=$!
+K=${CHECK_DIR:-/tmp/ab_checks}  # check results outlive the call: a later call on the warm machine reads them
+mkdir -p "$K"
+pids=""
+for x in ${CHECK_LIBS:-}; do
+    (ATTN_KERNELS_LIB=$PWD/build/ab/$x.so timeout "${CHECK_S:-240}" python3 -m \
+        attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants full --out "$K/check_$x" \
+        > "$K/check_$x.txt" 2>&1; echo $? > "$K/check_$x.rc") &
+    pids="$pids $!"
+done
+[ -n "$pids" ] && wait $pids  # (a bare wait would also wait for nvidia-smi, which never ends)
+ok=""
+for x in $AB_LIBS; do
+    if [ -f "$K/check_$x.rc" ]; then
+        echo "check $x: rc=$(cat "$K/check_$x.rc") $(grep "^correctness:" "$K/check_$x.txt")"
+        grep "^BAD" "$K/check_$x.txt" | head -5
+        [ "$(cat "$K/check_$x.rc")" = 0 ] && ok="$ok $x"
+    else
+        ok="$ok $x"
+    fi
+done
+cp -r "$K" "$R/checks"
+echo "timed: $ok"
+order=$ok
+for i in $(seq 1 "${AB_ORDERS:-2}"); do
+    # shellcheck disable=SC2086
+    set -- $(for x in $order; do echo "--lib $x=$PWD/build/ab/$x.so"; done)
+    timeout "${AB_S:-300}" python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc "$@" \
+        --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} --out "$R/order$i" > "$R/order$i.txt" 2>&1
+    echo "A/B order $i ($order) rc=$?"; sed -n '/^| N /,$p' "$R/order$i.txt"
+    order=$(for x in $order; do echo "$x"; done | tac | tr '\n' ' ')
+done
+if [ -n "${PICK:-}" ]; then  # the build ab_libs_inproc.pick chooses against the first of AB_LIBS -> /tmp/ab_winner.so
+    first=${AB_LIBS%% *}
+    w=$(python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib "$first=-" \
+        --pick "$R"/order*/ab.json 2> "$R/pick.txt")
+    echo "picked: ${w:-none} (geometric means against $first: $(cat "$R/pick.txt"))"
+    [ -n "$w" ] && cp "build/ab/$w.so" /tmp/ab_winner.so && echo "$w" > /tmp/ab_winner
+fi
+kill $SMI 2>/dev/null
+tar czf "$OUT/ab_inproc.tgz" -C "$OUT" ab_inproc && rm -rf "$R"

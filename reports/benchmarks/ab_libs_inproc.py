@@ -1,0 +1,162 @@
+"""A/B of several builds of the kernel library in one process (H200; kernels too close to tell apart across calls).
+
+``python -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib A=a.so --lib B=b.so [--launcher attn_fa3_fwd]
+[--d 64,128,256] [--rounds 7] [--out DIR]``
+
+Each library is loaded with its own ``ctypes.CDLL`` (every build links its CUDA runtime statically and shares the
+device's primary context with torch), and the same launcher of each is timed on the same inputs, round-robin with
+cuDNN and, when ``flash_attn.cute`` imports, flash-attn-4 (`kernels.timing.time_round_robin`: each round a median of
+25 CUDA-event samples, the median of the rounds kept), so clock drift over the call reaches every build alike;
+`reports/benchmarks/ab_libs_h200.sh` runs one process per library instead. Before timing, every build's output at
+each shape is compared with cuDNN's (relative Frobenius error; a build above ``--max-err`` is reported and not
+timed). B=4, H=16, N=8192 bf16 (``--n``), causal and not. Prints a table last; writes ab.json and ab.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.kernels.timing import time_round_robin
+from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
+from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
+
+__all__ = ["load", "main", "markdown", "pick", "rows"]
+
+
+def load(path: str, launcher: str) -> ctypes._CFuncPtr:
+    """``launcher`` of the library at ``path`` (a private handle: same-named symbols of other builds stay apart)."""
+    fn = getattr(ctypes.CDLL(str(Path(path).resolve())), launcher)
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    return fn
+
+
+def _caller(fn: ctypes._CFuncPtr, params) -> callable:
+    err = ctypes.create_string_buffer(512)
+
+    def run() -> None:
+        rc = fn(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), err, len(err))
+        if rc != 0:
+            raise RuntimeError(err.value.decode(errors="replace"))
+
+    return run
+
+
+def rows(libs: dict[str, ctypes._CFuncPtr], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
+    from torch.nn.attention import SDPBackend
+
+    out = []
+    for d in ds:
+        for causal in (False, True):
+            B, H = 4, 16
+            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
+            row: dict = dict(B=B, H=H, N=n, d=d, causal=causal)
+            cands = []
+            for name, fn in libs.items():
+                o = torch.full_like(q, float("nan"))
+                lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
+                run = _caller(fn, cuda_lib.fwd_params(q, k, v, o, lse, causal=causal))
+                run()
+                torch.cuda.synchronize()
+                err = float((o.float() - ref).norm() / ref.norm())
+                row[name + "_err"] = err
+                if err == err and err <= max_err:
+                    cands.append((name, run))
+            cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
+            f4 = fa4_fn(q, k, v, causal)
+            if f4 is not None:
+                cands.append(("fa4", f4))
+            time_round_robin(row, cands, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+            del q, k, v, ref
+    return out
+
+
+def markdown(env: dict, names: list[str], table: list[dict]) -> str:
+    refs = [r for r in ("cudnn", "fa4") if any(r + "_tflops" in row for row in table)]
+    cols = names + refs
+    lines = [f"# In-process A/B ({env.get('gpu', '?')}, torch {env.get('torch', '?')}, fa4 {env.get('fa4', '-')})", "",
+             "TFLOPs/s (median of the rounds; spread = (max - min) / median of the round medians); ratios against "
+             f"`{names[0]}`.", "",
+             "| N | d | causal | " + " | ".join(cols) + " | " + " | ".join(f"{c}/{names[0]}" for c in cols[1:]) + " |",
+             "|---|---|---|" + "---|" * (2 * len(cols) - 1)]
+    for row in table:
+        base = row.get(names[0] + "_tflops")
+        vals = [f"{row[c + '_tflops']:.0f} ({100 * row[c + '_spread']:.0f}%)" if c + "_tflops" in row else "-"
+                for c in cols]
+        ratios = [f"{row[c + '_tflops'] / base:.3f}" if base and c + "_tflops" in row else "-" for c in cols[1:]]
+        lines.append(f"| {row['N']} | {row['d']} | {row['causal']} | " + " | ".join(vals) + " | "
+                     + " | ".join(ratios) + " |")
+    errs = ", ".join(f"{name} {max(r[name + '_err'] for r in table):.1e}" for name in names)
+    return "\n".join(lines + ["", f"Largest relative error against cuDNN per build: {errs}.", ""])
+
+
+def pick(results: list[Path], baseline: str, min_gain: float) -> tuple[str, dict[str, float]]:
+    """The build with the highest geometric mean, over every row of every ab.json in `results`, of its TFLOPs/s
+    over `baseline`'s in the same row; `baseline` unless that mean exceeds 1 + `min_gain`. Returns it and the means."""
+    logs: dict[str, list[float]] = {}
+    for path in results:
+        for row in json.loads(Path(path).read_text())["rows"]:
+            base = row.get(baseline + "_tflops")
+            for key, val in row.items():
+                name = key[: -len("_tflops")]
+                if base and key.endswith("_tflops") and name not in ("cudnn", "fa4"):
+                    logs.setdefault(name, []).append(math.log(val / base))
+    means = {name: math.exp(sum(v) / len(v)) for name, v in logs.items()}
+    best = max(means, key=means.get, default=baseline)
+    return (best if means.get(best, 0.0) > 1 + min_gain else baseline), means
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.reports.benchmarks.ab_libs_inproc",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", action="append", required=True, metavar="NAME=PATH", help="a build to time (repeat)")
+    ap.add_argument("--launcher", default="attn_fa3_fwd")
+    ap.add_argument("--d", default="64,128,256", help="comma-separated head dims")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--max-err", type=float, default=2e-2, help="relative error against cuDNN above which a build "
+                    "is not timed")
+    ap.add_argument("--out", default="reports/latest/ab")
+    ap.add_argument("--pick", nargs="+", metavar="AB_JSON", help="no timing: print the build `pick` chooses from "
+                    "these results against the first --lib (its name alone)")
+    ap.add_argument("--min-gain", type=float, default=0.005)
+    args = ap.parse_args(argv)
+    if args.pick:
+        best, means = pick([Path(p) for p in args.pick], args.lib[0].split("=", 1)[0], args.min_gain)
+        print(best)
+        print(json.dumps(means), file=sys.stderr)
+        return 0
+    specs = [s.split("=", 1) for s in args.lib]
+    if any(len(s) != 2 for s in specs):
+        ap.error("--lib takes NAME=PATH")
+    libs = {name: load(path, args.launcher) for name, path in specs}
+    env = env_info()
+    try:
+        from importlib.metadata import version
+
+        env["fa4"] = version("flash-attn-4")
+    except Exception:
+        env["fa4"] = "not installed"
+    table = rows(libs, [int(d) for d in args.d.split(",")], args.n, args.rounds, args.max_err)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = markdown(env, list(libs), table)
+    (out / "ab.json").write_text(json.dumps(dict(env=env, libs=dict(specs), rows=table), indent=1))
+    (out / "ab.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
