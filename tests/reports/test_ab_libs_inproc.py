@@ -1,0 +1,66 @@
+"""CPU tests of reports/benchmarks/ab_libs_inproc.py: the rule that picks a build from A/B results, and the table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attention_conformance.reports.benchmarks.ab_libs_inproc import main, markdown, pick
+
+
+def _rows(rates: dict[str, list[float]]) -> list[dict]:
+    rows = []
+    for i, causal in enumerate((False, True)):
+        row = dict(N=8192, d=128, causal=causal, cudnn_tflops=500.0, cudnn_spread=0.01, fa4_tflops=900.0,
+                   fa4_spread=0.02)
+        for name, vals in rates.items():
+            row.update({f"{name}_tflops": vals[i], f"{name}_spread": 0.03, f"{name}_err": 3e-3})
+        rows.append(row)
+    return rows
+
+
+def _write(tmp_path, name, rows):
+    path = tmp_path / name / "ab.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(dict(rows=rows)))
+    return path
+
+
+def test_pick_takes_the_best_geometric_mean_over_every_row_of_every_order(tmp_path):
+    one = _write(tmp_path, "o1", _rows({"A": [600, 500], "B": [630, 490], "C": [606, 505]}))
+    two = _write(tmp_path, "o2", _rows({"A": [600, 500], "B": [624, 495], "C": [612, 500]}))
+    best, means = pick([one, two], "A", 0.005)
+    assert best == "B"
+    assert means["A"] == 1.0
+    expect = math.exp((math.log(630 / 600) + math.log(490 / 500) + math.log(624 / 600) + math.log(495 / 500)) / 4)
+    assert means["B"] == pytest.approx(expect)
+    assert "cudnn" not in means and "fa4" not in means, "the references are never candidates"
+
+
+def test_pick_keeps_the_baseline_unless_a_build_gains_more_than_the_threshold(tmp_path):
+    one = _write(tmp_path, "o1", _rows({"A": [600, 500], "B": [603, 501]}))
+    assert pick([one], "A", 0.005)[0] == "A"
+    assert pick([one], "A", 0.0)[0] == "B"
+
+
+def test_a_build_that_failed_its_check_is_absent_and_cannot_be_picked(tmp_path):
+    rows = _rows({"A": [600, 500]})
+    for row in rows:
+        row["B_err"] = float("nan")  # rows() times only builds within --max-err: no B_tflops
+    assert pick([_write(tmp_path, "o1", rows)], "A", 0.0) == ("A", {"A": 1.0})
+
+
+def test_markdown_puts_ratios_against_the_first_build_and_names_the_largest_error():
+    env = {"gpu": "H200", "torch": "2.x", "fa4": "4.0"}
+    text = markdown(env, ["A", "B"], _rows({"A": [600, 500], "B": [630, 490]}))
+    line = next(x for x in text.splitlines() if x.startswith("| 8192 | 128 | False"))
+    assert "| 600 (3%) | 630 (3%) | 500 (1%) | 900 (2%) | 1.050 | 0.833 | 1.500 |" in line
+    assert "A 3.0e-03, B 3.0e-03" in text
+
+
+def test_pick_mode_prints_the_choice(tmp_path, capsys):
+    one = _write(tmp_path, "o1", _rows({"A": [600, 500], "B": [660, 550]}))
+    assert main(["--lib", "A=-", "--pick", str(one)]) == 0
+    assert capsys.readouterr().out.strip() == "B"
