@@ -61,6 +61,7 @@ __all__ = [
     "library",
     "library_path",
     "mirror_layout",
+    "open_library",
     "pack_vt",
     "pack_vt_reference",
     "splitkv_num_splits",
@@ -220,31 +221,38 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             _lib_error = f"{path} does not exist (run `python -m attention_conformance.kernels.build`)"
             raise LibraryUnavailable(_lib_error)
         try:
-            lib = ctypes.CDLL(str(path))
+            _lib = open_library(path)
         except OSError as e:
             _lib_error = f"loading {path} failed: {e}"
             raise LibraryUnavailable(_lib_error) from None
-        for name in LAUNCHERS:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype = ctypes.c_int
-                fn.argtypes = [_vp, _vp, ctypes.c_char_p, ctypes.c_int]
-        if hasattr(lib, "attn_fa3_fwd_variant"):
-            lib.attn_fa3_fwd_variant.restype = ctypes.c_int
-            lib.attn_fa3_fwd_variant.argtypes = [_vp, ctypes.c_int, _vp, ctypes.c_char_p, ctypes.c_int]
-        if hasattr(lib, "attn_splitkv_num_splits"):
-            lib.attn_splitkv_num_splits.restype = ctypes.c_int
-            lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
-        if hasattr(lib, "attn_fa3_fp8_key_tile"):
-            lib.attn_fa3_fp8_key_tile.restype = ctypes.c_int
-            lib.attn_fa3_fp8_key_tile.argtypes = [_vp, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int]
-        for name in ("attn_params_layout", "attn_fp8_params_layout"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
-        _lib = lib
-        return lib
+        return _lib
+
+
+def open_library(path: str | Path) -> ctypes.CDLL:
+    """A build of the library at ``path`` with every export's signature declared: `library` loads the configured one
+    through it; a benchmark comparing builds (different paths) in one process opens each, so same-named symbols of
+    different builds stay apart, and passes it to `call`. Raises OSError when the file does not load."""
+    lib = ctypes.CDLL(str(path))
+    for name in LAUNCHERS:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [_vp, _vp, ctypes.c_char_p, ctypes.c_int]
+    if hasattr(lib, "attn_fa3_fwd_variant"):
+        lib.attn_fa3_fwd_variant.restype = ctypes.c_int
+        lib.attn_fa3_fwd_variant.argtypes = [_vp, ctypes.c_int, _vp, ctypes.c_char_p, ctypes.c_int]
+    if hasattr(lib, "attn_splitkv_num_splits"):
+        lib.attn_splitkv_num_splits.restype = ctypes.c_int
+        lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
+    if hasattr(lib, "attn_fa3_fp8_key_tile"):
+        lib.attn_fa3_fp8_key_tile.restype = ctypes.c_int
+        lib.attn_fa3_fp8_key_tile.argtypes = [_vp, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int]
+    for name in ("attn_params_layout", "attn_fp8_params_layout"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.POINTER(_i64), ctypes.c_int]
+    return lib
 
 
 def mirror_layout() -> list[int]:
@@ -598,16 +606,18 @@ def _current_stream() -> int:
 
 
 def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | AttnFp8PackVtParams,
-         stream: int | None = None) -> None:
-    """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current).
+         stream: int | None = None, lib: ctypes.CDLL | None = None) -> None:
+    """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current), from
+    ``lib`` (an `open_library` handle; default: `library`).
 
     Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and
     `LibraryUnavailable` when the library or the launcher is missing.
     """
-    lib = library()
+    where = library_path() if lib is None else lib
+    lib = library() if lib is None else lib
     fn = getattr(lib, name, None)
     if fn is None:
-        raise LibraryUnavailable(f"{library_path()} does not export {name}")
+        raise LibraryUnavailable(f"{where} does not export {name}")
     err = ctypes.create_string_buffer(512)
     s = _current_stream() if stream is None else stream
     rc = fn(ctypes.byref(params), ctypes.c_void_p(s), err, len(err))

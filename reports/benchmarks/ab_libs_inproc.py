@@ -3,19 +3,21 @@
 ``python -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib A=a.so --lib B=b.so [--launcher attn_fa3_fwd]
 [--d 64,128,256] [--rounds 7] [--out DIR]``
 
-Each library is loaded with its own ``ctypes.CDLL`` (every build links its CUDA runtime statically and shares the
-device's primary context with torch), and the same launcher of each is timed on the same inputs, round-robin with
-cuDNN and, when ``flash_attn.cute`` imports, flash-attn-4 (`kernels.timing.time_round_robin`: each round a median of
-25 CUDA-event samples, the median of the rounds kept), so clock drift over the call reaches every build alike;
-`reports/benchmarks/ab_libs_h200.sh` runs one process per library instead. Before timing, every build's output at
-each shape is compared with cuDNN's (relative Frobenius error; a build above ``--max-err`` is reported and not
-timed). B=4, H=16, N=8192 bf16 (``--n``), causal and not. Prints a table last; writes ab.json and ab.md under --out.
+Each library is opened with ``kernels.cuda_lib.open_library`` (its own handle; every build links its CUDA runtime
+statically and shares the device's primary context with torch), and the same launcher of each is timed on the same
+inputs, round-robin with cuDNN and, when ``flash_attn.cute`` imports, flash-attn-4
+(`kernels.timing.time_round_robin`: each round a median of 25 CUDA-event samples, the median of the rounds kept), so
+clock drift over the call reaches every build alike; `reports/benchmarks/ab_libs_h200.sh` runs one process per
+library instead. Before timing, every build's output at each shape is compared with cuDNN's (relative Frobenius
+error; a build above ``--max-err`` is reported and not timed). B=4, H=16, N=8192 bf16 (``--n``), causal and not.
+Prints a table last; writes ab.json and ab.md under --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import math
 import sys
@@ -28,29 +30,13 @@ from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 
-__all__ = ["load", "main", "markdown", "pick", "rows"]
+__all__ = ["main", "markdown", "pick", "rows"]
 
 
-def load(path: str, launcher: str) -> ctypes._CFuncPtr:
-    """``launcher`` of the library at ``path`` (a private handle: same-named symbols of other builds stay apart)."""
-    fn = getattr(ctypes.CDLL(str(Path(path).resolve())), launcher)
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-    return fn
-
-
-def _caller(fn: ctypes._CFuncPtr, params) -> callable:
-    err = ctypes.create_string_buffer(512)
-
-    def run() -> None:
-        rc = fn(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), err, len(err))
-        if rc != 0:
-            raise RuntimeError(err.value.decode(errors="replace"))
-
-    return run
-
-
-def rows(libs: dict[str, ctypes._CFuncPtr], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
+def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rounds: int,
+         max_err: float) -> list[dict]:
+    """The table: per head dim in `ds`, causal and not, `launcher` of every build in `libs` (`cuda_lib.open_library`
+    handles) checked against cuDNN, then timed round-robin beside cuDNN and flash-attn-4."""
     from torch.nn.attention import SDPBackend
 
     out = []
@@ -61,15 +47,16 @@ def rows(libs: dict[str, ctypes._CFuncPtr], ds: list[int], n: int, rounds: int, 
             ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
             row: dict = dict(B=B, H=H, N=n, d=d, causal=causal)
             cands = []
-            for name, fn in libs.items():
+            for name, lib in libs.items():
                 o = torch.full_like(q, float("nan"))
                 lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
-                run = _caller(fn, cuda_lib.fwd_params(q, k, v, o, lse, causal=causal))
+                params = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+                run = functools.partial(cuda_lib.call, launcher, params, lib=lib)
                 run()
                 torch.cuda.synchronize()
                 err = float((o.float() - ref).norm() / ref.norm())
                 row[name + "_err"] = err
-                if err == err and err <= max_err:
+                if err <= max_err:  # False for NaN
                     cands.append((name, run))
             cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
             f4 = fa4_fn(q, k, v, causal)
@@ -140,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = [s.split("=", 1) for s in args.lib]
     if any(len(s) != 2 for s in specs):
         ap.error("--lib takes NAME=PATH")
-    libs = {name: load(path, args.launcher) for name, path in specs}
+    libs = {name: cuda_lib.open_library(Path(path).resolve()) for name, path in specs}
     env = env_info()
     try:
         from importlib.metadata import version
@@ -148,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         env["fa4"] = version("flash-attn-4")
     except Exception:
         env["fa4"] = "not installed"
-    table = rows(libs, [int(d) for d in args.d.split(",")], args.n, args.rounds, args.max_err)
+    table = rows(libs, args.launcher, [int(d) for d in args.d.split(",")], args.n, args.rounds, args.max_err)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(env, list(libs), table)

@@ -131,6 +131,22 @@ def test_launchers_reject_bad_parameters_with_a_message(launcher, kw, status, ne
         f"{launcher} with {kw}: expected {status} mentioning {needle!r}, got {ei.value}")
 
 
+def test_a_build_opened_on_its_own_handle_runs_the_same_validation():
+    """`open_library` opens a build on its own (ab_libs_inproc compares builds of different paths in one process):
+    `call(..., lib=)` goes through that library's launcher, with the same checks and messages, and never falls back
+    to the configured one."""
+    import ctypes
+
+    _lib_or_skip()
+    other = cuda_lib.open_library(cuda_lib.library_path())
+    p, _ = _cpu_params(d=96)
+    with pytest.raises(cuda_lib.KernelError) as ei:
+        cuda_lib.call("attn_fa2_fwd", p, stream=0, lib=other)
+    assert ei.value.status == "ATTN_ERR_UNSUPPORTED" and "head_dim=96" in ei.value.message
+    with pytest.raises(cuda_lib.LibraryUnavailable, match="does not export attn_fa2_fwd"):
+        cuda_lib.call("attn_fa2_fwd", p, stream=0, lib=ctypes.CDLL(None))  # the process itself: no launchers
+
+
 def test_adapters_unavailable_or_declining_cleanly_without_gpu():
     from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
     from attention_conformance.case import Case
