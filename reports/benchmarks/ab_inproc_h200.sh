@@ -9,6 +9,8 @@
 # follows cuDNN). VENDOR_INSTALL=1 installs flash-attn-4 from the parts vendor_wheels.sh made (run_fa4.sh's two-call
 # protocol), which the A/B then times too. PICK=1: the build ab_libs_inproc's pick chooses (against the first of
 # AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
+# AB_LAUNCHER=attn_fa3_fp8_fwd: the FP8 forward instead (ab_libs_inproc's fp8_rows); its checks are then
+# fa3_fp8_check_bench --check (every FP8 device case and variant against the NumPy FA3 FP8 reference).
 # Results in $OUT/ab_inproc.tgz; the tables are printed last.
 set -u
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=4 OMP_NUM_THREADS=4 ATTN_KERNELS_NO_BUILD=1
@@ -33,8 +35,12 @@ K=${CHECK_DIR:-/tmp/ab_checks}  # check results outlive the call: a later call o
 mkdir -p "$K"
 pids=""
 for x in ${CHECK_LIBS:-}; do
-    (ATTN_KERNELS_LIB=$PWD/build/ab/$x.so timeout "${CHECK_S:-240}" python3 -m \
-        attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants full --out "$K/check_$x" \
+    if [ "${AB_LAUNCHER:-}" = attn_fa3_fp8_fwd ]; then
+        set -- attention_conformance.reports.benchmarks.fa3_fp8_check_bench --check
+    else
+        set -- attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants full
+    fi
+    (ATTN_KERNELS_LIB=$PWD/build/ab/$x.so timeout "${CHECK_S:-240}" python3 -m "$@" --out "$K/check_$x" \
         > "$K/check_$x.txt" 2>&1; echo $? > "$K/check_$x.rc") &
     pids="$pids $!"
 done
@@ -42,8 +48,9 @@ done
 ok=""
 for x in $AB_LIBS; do
     if [ -f "$K/check_$x.rc" ]; then
-        echo "check $x: rc=$(cat "$K/check_$x.rc") $(grep "^correctness:" "$K/check_$x.txt")"
-        grep "^BAD" "$K/check_$x.txt" | head -5
+        echo "check $x: rc=$(cat "$K/check_$x.rc") $(grep "^correctness:" "$K/check_$x.txt")" \
+            "$(grep -c "^OK" "$K/check_$x.txt") OK"
+        grep -E "^(BAD|FAIL)" "$K/check_$x.txt" | head -5
         [ "$(cat "$K/check_$x.rc")" = 0 ] && ok="$ok $x"
     else
         ok="$ok $x"
@@ -56,7 +63,8 @@ for i in $(seq 1 "${AB_ORDERS:-2}"); do
     # shellcheck disable=SC2086
     set -- $(for x in $order; do echo "--lib $x=$PWD/build/ab/$x.so"; done)
     timeout "${AB_S:-300}" python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc "$@" \
-        --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} --out "$R/order$i" > "$R/order$i.txt" 2>&1
+        --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} ${AB_LAUNCHER:+--launcher $AB_LAUNCHER} --out "$R/order$i" \
+        > "$R/order$i.txt" 2>&1
     echo "A/B order $i ($order) rc=$?"; sed -n '/^| N /,$p' "$R/order$i.txt"
     order=$(for x in $order; do echo "$x"; done | tac | tr '\n' ' ')
 done

@@ -10,7 +10,8 @@ inputs, round-robin with cuDNN and, when ``flash_attn.cute`` imports, flash-attn
 clock drift over the call reaches every build alike; `reports/benchmarks/ab_libs_h200.sh` runs one process per
 library instead. Before timing, every build's output at each shape is compared with cuDNN's (relative Frobenius
 error; a build above ``--max-err`` is reported and not timed). B=4, H=16, N=8192 bf16 (``--n``), causal and not.
-Prints a table last; writes ab.json and ab.md under --out.
+``--launcher attn_fa3_fp8_fwd``: the FP8 forward on e4m3 codes of such inputs (`fp8_rows`), beside cuDNN on the
+dequantized ones. Prints a table last; writes ab.json and ab.md under --out.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 
-__all__ = ["main", "markdown", "pick", "rows"]
+__all__ = ["fp8_rows", "main", "markdown", "pick", "rows"]
 
 
 def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rounds: int,
@@ -69,6 +70,48 @@ def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rou
     return out
 
 
+def fp8_rows(libs: dict[str, ctypes.CDLL], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
+    """`rows` for ``attn_fa3_fp8_fwd``: e4m3 codes of the same bf16 inputs, per-tensor descales of 1, V k-major
+    (`cuda_lib.pack_vt_reference`), every build checked against cuDNN on the dequantized inputs (`max_err`) and
+    against the first build (``_diff0``: the largest absolute difference), then timed round-robin beside cuDNN."""
+    from torch.nn.attention import SDPBackend
+
+    out = []
+    for d in ds:
+        for causal in (False, True):
+            B, H = 4, 16
+            x8 = [torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+                  for _ in range(3)]
+            q, k, v = (t.to(torch.bfloat16) for t in x8)
+            ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
+            vt = torch.from_numpy(cuda_lib.pack_vt_reference(x8[2].view(torch.uint8).cpu().numpy()))
+            vt = vt.to("cuda").view(torch.float8_e4m3fn)
+            ones = [torch.ones((), device="cuda") for _ in range(3)]
+            row: dict = dict(B=B, H=H, N=n, d=d, causal=causal, format="e4m3fn", granularity="per_tensor",
+                             v_layout="kmajor")
+            cands, first = [], None
+            for name, lib in libs.items():
+                o = torch.full_like(q, float("nan"))
+                lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
+                params = cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ones, format="e4m3fn",
+                                                 granularity="per_tensor", causal=causal, v_layout="kmajor")
+                run = functools.partial(cuda_lib.call, "attn_fa3_fp8_fwd", params, lib=lib)
+                run()
+                torch.cuda.synchronize()
+                err = float((o.float() - ref).norm() / ref.norm())
+                first = o.clone() if first is None else first
+                row[name + "_err"] = err
+                row[name + "_diff0"] = float((o.float() - first.float()).abs().max())
+                if err <= max_err:  # False for NaN
+                    cands.append((name, run))
+            cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
+            time_round_robin(row, cands, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+            del x8, q, k, v, vt, ref
+    return out
+
+
 def markdown(env: dict, names: list[str], table: list[dict]) -> str:
     refs = [r for r in ("cudnn", "fa4") if any(r + "_tflops" in row for row in table)]
     cols = names + refs
@@ -85,7 +128,11 @@ def markdown(env: dict, names: list[str], table: list[dict]) -> str:
         lines.append(f"| {row['N']} | {row['d']} | {row['causal']} | " + " | ".join(vals) + " | "
                      + " | ".join(ratios) + " |")
     errs = ", ".join(f"{name} {max(r[name + '_err'] for r in table):.1e}" for name in names)
-    return "\n".join(lines + ["", f"Largest relative error against cuDNN per build: {errs}.", ""])
+    tail = ["", f"Largest relative error against cuDNN per build: {errs}."]
+    if any(names[-1] + "_diff0" in r for r in table):
+        diffs = ", ".join(f"{name} {max(r[name + '_diff0'] for r in table):.1e}" for name in names[1:])
+        tail.append(f"Largest absolute difference from `{names[0]}`'s output: {diffs}.")
+    return "\n".join(lines + tail + [""])
 
 
 def pick(results: list[Path], baseline: str, min_gain: float) -> tuple[str, dict[str, float]]:
@@ -112,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--d", default="64,128,256", help="comma-separated head dims")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--max-err", type=float, default=2e-2, help="relative error against cuDNN above which a build "
-                    "is not timed")
+    ap.add_argument("--max-err", type=float, default=None, help="relative error against cuDNN above which a build "
+                    "is not timed (default 2e-2; 0.1 for attn_fa3_fp8_fwd, whose inputs are FP8 codes)")
     ap.add_argument("--out", default="reports/latest/ab")
     ap.add_argument("--pick", nargs="+", metavar="AB_JSON", help="no timing: print the build `pick` chooses from "
                     "these results against the first --lib (its name alone)")
@@ -135,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         env["fa4"] = version("flash-attn-4")
     except Exception:
         env["fa4"] = "not installed"
-    table = rows(libs, args.launcher, [int(d) for d in args.d.split(",")], args.n, args.rounds, args.max_err)
+    ds = [int(d) for d in args.d.split(",")]
+    if args.launcher == "attn_fa3_fp8_fwd":
+        table = fp8_rows(libs, ds, args.n, args.rounds, 0.1 if args.max_err is None else args.max_err)
+    else:
+        table = rows(libs, args.launcher, ds, args.n, args.rounds, 2e-2 if args.max_err is None else args.max_err)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(env, list(libs), table)

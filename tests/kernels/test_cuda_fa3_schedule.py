@@ -144,3 +144,65 @@ def test_masked_tiles_bounds_match_the_per_tile_mask_test(tmp_path):
                                                       text=True).stdout.split())
     assert checked > 100_000 and both_ends > 1000, (checked, both_ends)
     assert bad == 0, f"{bad} key tiles where masked_tiles and tile_needs_mask disagree"
+
+
+_MASK_TILE_PROGRAM = r"""
+#include <cstdio>
+#include "hopper/plan.cuh"
+// plan.cuh mask_tile against mask.cuh's visible() for every score one thread holds (rows row and row + 8, columns
+// col0 + 8 c + {0, 1}), every row of every key tile, the four column offsets of a quad: lengths, both alignments,
+// windows (edges past the int32 range included), key tiles of 64 to 256. Prints the scores checked and the mismatches.
+template <int BN>
+void run(long long& checked, long long& bad) {
+    const int lens[] = {0, 1, 7, 64, 65, 333};
+    const int lefts[] = {-1, 0, 5, 100, 2147483647}, rights[] = {-1, 0, 3, 70, 2147483600};
+    for (int lq : lens) for (int lk : lens) for (int br = 0; br < 2; ++br)
+    for (int left : lefts) for (int right : rights) {
+        const attn::MaskInfo m{lq, lk, br ? lk - lq : 0, left, right};
+        for (int row = 0; row < lq + 16; ++row)
+            for (int n = 0; n * BN < lk + BN; ++n)
+                for (int t = 0; t < 4; ++t) {
+                    float s[BN / 2];
+                    for (int e = 0; e < BN / 2; ++e) s[e] = 1.f;
+                    const int col0 = n * BN + 2 * t;
+                    attn::hopper::mask_tile<BN>(s, m, row, col0);
+                    for (int e = 0; e < BN / 2; ++e) {
+                        ++checked;
+                        bad += (s[e] == 1.f) != m.visible(row + 8 * ((e / 2) % 2), col0 + 8 * (e / 4) + (e % 2));
+                    }
+                }
+    }
+}
+int main() {
+    long long checked = 0, bad = 0;
+    run<64>(checked, bad);
+    run<80>(checked, bad);
+    run<128>(checked, bad);
+    run<176>(checked, bad);
+    run<192>(checked, bad);
+    run<256>(checked, bad);
+    printf("%lld %lld\n", checked, bad);
+    return 0;
+}
+"""
+
+
+def test_mask_tile_matches_visible_for_every_score(tmp_path):
+    """The FA3 forwards (BF16 and FP8) mask a key tile by comparing each score's compile-time column with its row's
+    visible-key interval (plan.cuh mask_tile, MaskInfo key_lo / key_hi); that must be exactly mask.cuh's visible() for
+    every score, length, alignment and window. Mutants `c <= lo` and an unclamped key_hi give 0.7 M and 29 M
+    mismatches."""
+    import subprocess
+
+    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    src, exe = tmp_path / "mask_tile.cu", tmp_path / "mask_tile"
+    src.write_text(_MASK_TILE_PROGRAM)
+    subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    checked, bad = map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    assert checked > 100_000_000, checked
+    assert bad == 0, f"{bad} scores where mask_tile and visible() disagree"

@@ -42,11 +42,23 @@ struct MaskInfo {
         return m;
     }
 
-    __device__ __forceinline__ bool visible(int i, int j) const {
+    __host__ __device__ __forceinline__ bool visible(int i, int j) const {
         if (j >= lk) return false;
         if (right >= 0 && j > i + off + right) return false;
         if (left >= 0 && j < i + off - left) return false;
         return true;
+    }
+
+    // Row i's visible keys as an interval: for j >= 0, visible(i, j) iff key_lo(i) <= j <= key_hi(i) (visible()'s
+    // tests on the same int32 expressions, clamped to [-1, ...] and [0, ...], which no key j >= 0 can tell apart), so
+    // that a caller may subtract a column base without leaving the int32 range.
+    __host__ __device__ __forceinline__ int key_hi(int i) const {
+        const int edge = i + off + right, hi = right >= 0 && edge < lk - 1 ? edge : lk - 1;
+        return hi < -1 ? -1 : hi;
+    }
+    __host__ __device__ __forceinline__ int key_lo(int i) const {
+        const int lo = left >= 0 ? i + off - left : 0;
+        return lo < 0 ? 0 : lo;
     }
 
     // Key tiles [n_lo, n_hi) that can hold a visible key for some row in [i_lo, i_hi].

@@ -90,7 +90,11 @@ struct Fa3Fp8Config {
     // The softmax of key tile x kept ahead of the wait for O += P(x-1) V(x-1) (ptx.cuh before_wait), where that
     // measured faster: the k-major d = 64 build (+5-7%; d = 128 and 256 were 3-6% slower, the BF16 kernel unchanged:
     // NOTES_FA3_FP8.md run 9).
+    // (Session 12: with the per-tile division and mask test gone, d = 128 under the PV product was again 0-5% slower.)
     static constexpr bool kSoftmaxUnderPV = kVtGlobal && D == 64;
+    // The row maxima as four chains each (softmax.cuh online): ptxas then starts the second row's maximum under the
+    // first row's exponentials.
+    static constexpr int kMaxChains = 4;
     // kExpPolyEvery > 0: every kExpPolyEvery-th 8-key chunk of the softmax takes its exponentials on the FMA pipe
     // (softmax.cuh exp2_fma). 62% of the softmax stage's `wait` stalls are MUFU.EX2 waiting for the MUFU (ncu, k-major
     // build), but the polynomial's extra instructions cost more: every fourth chunk 5% slower, every second 14% (run

@@ -189,11 +189,17 @@ struct Fp8Consumer {
                 ldmatrix_x4_a(qf[ks], base + (((2 * ks + lane / 16) ^ (r % 8)) << 4));
         }
     }
+    // Shared-memory descriptors of stage 0 of the K and Vt rings and of this warpgroup's Q rows, made once per work
+    // tile (set_descs); a stage's is stage 0's advanced by whole stages (desc_advance), as in mainloop.cuh.
+    uint64_t kdesc0, vdesc0, qdesc;
+    __device__ __forceinline__ void set_descs() {
+        kdesc0 = swizzled_desc(smem_addr(sm.k(0)), 16, C::kAtomBytes, C::kSwizzleLayout);
+        vdesc0 = swizzled_desc(smem_addr(sm.vt(0)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
+        qdesc = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes, C::kSwizzleLayout);
+    }
     // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t da0 = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes,
-                                           C::kSwizzleLayout);
-        const uint64_t db0 = swizzled_desc(smem_addr(sm.k(stage)), 16, C::kAtomBytes, C::kSwizzleLayout);
+        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < D / 32; ++ks) {
             const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
@@ -201,7 +207,7 @@ struct Fp8Consumer {
             if constexpr (C::kQRegs) {
                 wgmma_rs(Wgmma8<Format, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
             } else {
-                const uint64_t da = desc_advance(da0, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
+                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
                 wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
             }
         }
@@ -210,7 +216,7 @@ struct Fp8Consumer {
     // kVtColBytes-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         if constexpr (C::kProbe == kFp8ProbeNoPV) return;
-        const uint64_t vb0 = swizzled_desc(smem_addr(sm.vt(stage)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
+        const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 32; ++ks) {
             const int cb = ks * 32 / C::kVtColBytes, kk = ks * 32 % C::kVtColBytes;
@@ -218,10 +224,12 @@ struct Fp8Consumer {
         }
     }
 
-    // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible.
-    // kFold: s stays the raw accumulator (the softmax applies the constant factor in its exp2 FFMA).
+    // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible (`masked`: key
+    // tile n is one of plan.cuh's masked_tiles). kFold: s stays the raw accumulator (the softmax applies the
+    // constant factor in its exp2 FFMA).
     template <bool kFold>
-    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, float f) {
+    __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, float f,
+                                              bool masked) {
         const float cap = P.base.p.softcap;
         if constexpr (kFold) {
         } else if (cap > 0.f) {
@@ -232,15 +240,9 @@ struct Fp8Consumer {
 #pragma unroll
             for (int e = 0; e < BN / 2; ++e) s[e] *= fl2;
         }
-        const int i_lo = row0, i_hi = min(row0 + 63, pl.mask.lq - 1);
-        if (pl.mask.tile_needs_mask(n, BN, i_lo, i_hi)) {
+        if (masked) {
             const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-#pragma unroll
-            for (int e = 0; e < BN / 2; ++e) {
-                const int i = row0 + 16 * warp + lane / 4 + 8 * ((e / 2) % 2);
-                const int j = n * BN + 8 * (e / 4) + 2 * (lane % 4) + (e % 2);
-                if (!pl.mask.visible(i, j)) s[e] = -INFINITY;
-            }
+            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
         }
     }
 
@@ -252,6 +254,9 @@ struct Fp8Consumer {
         const int hkv = w.h / (P.base.p.heads_q / P.base.p.heads_kv);
         const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, w.m_block);
         const float sl2 = kFold ? fq * P.dkv(P.k_descale, w.b, hkv, 0) * kLog2e : 1.f;
+        set_descs();
+        // Key tiles run first to last here (n = n_lo + x); masked_tiles counts from the last one.
+        const MaskedTiles mt = masked_tiles(pl.mask, pl.n_hi, nt, BN, row0, min(row0 + 63, pl.mask.lq - 1));
         mbar_wait(sm.full_q(), 0);
         load_q_frags();
 
@@ -276,13 +281,15 @@ struct Fp8Consumer {
         fence_regs(s);
         release(sm.empty_k(ck.stage));
         ck.advance();
-        score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock));
-        smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery>(s, sl2, corr);
+        score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
+                         mt.at(nt - 1));
+        smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
         p_to_fp8_frags<Format, BN>(pa, s);
         for (int x = 1; x < nt; ++x) {
             n = pl.n_lo + x;
             const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
-            const float dv_next = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+            // kFold (per-tensor / per-head descales): one V descale for the whole work tile, nothing to carry.
+            const float dv_next = kFold ? dv_cur : P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
             // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
             turn_wait();
             mbar_wait(sm.full_k(ck.stage), ck.phase);
@@ -299,8 +306,8 @@ struct Fp8Consumer {
             release(sm.empty_k(ck.stage));
             ck.advance();
             before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
-                score_mod<kFold>(s, pl, row0, n, fk);
-                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery>(s, sl2, corr);
+                score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
+                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
             });
             wgmma_wait<0>();
             fence_regs(o);
@@ -308,10 +315,12 @@ struct Fp8Consumer {
             release(sm.empty_v(cv.stage));
             cv.advance();
             // O is in units of the previous tile's V descale; the next product adds in units of this one's.
-            const float ratio = dv_cur / dv_next;
-            dv_cur = dv_next;
-            corr[0] *= ratio;
-            corr[1] *= ratio;
+            if constexpr (!kFold) {
+                const float ratio = dv_cur / dv_next;
+                dv_cur = dv_next;
+                corr[0] *= ratio;
+                corr[1] *= ratio;
+            }
             RowSoftmax::rescale(o, corr);
             p_to_fp8_frags<Format, BN>(pa, s);
         }

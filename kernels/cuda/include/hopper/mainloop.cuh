@@ -222,12 +222,7 @@ struct Consumer {
         }
         if (masked) {
             const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-#pragma unroll
-            for (int e = 0; e < BN / 2; ++e) {
-                const int i = row0 + 16 * warp + lane / 4 + 8 * ((e / 2) % 2);
-                const int j = n * BN + 8 * (e / 4) + 2 * (lane % 4) + (e % 2);
-                if (!pl.mask.visible(i, j)) s[e] = -INFINITY;
-            }
+            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
         }
     }
 

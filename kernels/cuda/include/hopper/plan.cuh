@@ -39,6 +39,33 @@ __host__ __device__ __forceinline__ MaskedTiles masked_tiles(const MaskInfo& m, 
     return t;
 }
 
+// Per-element masks of key tile n in a warpgroup's S accumulator (softmax.cuh's layout: a thread holds rows `row` and
+// row + 8, h = (e / 2) % 2, and in 8-key chunk e / 4 the keys col0 + 8 (e / 4) + (e % 2), col0 = n * BN + 2 (lane % 4)):
+// -inf where MaskInfo::visible is false. Each row's visible keys are an interval (key_lo / key_hi), so a score costs
+// one compare of its compile-time column against its row's bounds, taken relative to col0 once per row (two more
+// with a left window edge) instead of visible()'s per-score index arithmetic. Host-callable for its CPU test.
+template <int BN>
+__host__ __device__ __forceinline__ void mask_tile(float (&s)[BN / 2], const MaskInfo& m, int row, int col0) {
+    int hi[2], lo[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        hi[h] = m.key_hi(row + 8 * h) - col0;
+        lo[h] = m.key_lo(row + 8 * h) - col0;
+    }
+    if (m.left >= 0) {
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) {
+            const int c = 8 * (e / 4) + (e % 2), h = (e / 2) % 2;
+            if (c > hi[h] || c < lo[h]) s[e] = -INFINITY;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) {
+            if (8 * (e / 4) + (e % 2) > hi[(e / 2) % 2]) s[e] = -INFINITY;
+        }
+    }
+}
+
 template <class C>
 __device__ __forceinline__ TilePlan make_plan(const AttnFwdParams& p, const WorkTile& w) {
     TilePlan t;

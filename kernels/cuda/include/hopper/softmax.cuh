@@ -46,14 +46,32 @@ struct RowSoftmax {
     }
 
     // kNoExp (a timing probe only): p = the exponent itself, no ex2. kPolyEvery > 0: every kPolyEvery-th 8-column
-    // chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx (the MUFU).
-    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kRegs>
+    // chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx (the MUFU). kMaxChains > 1: the
+    // row maximum as that many independent chains joined at the end (the FP8 forward: with one chain ptxas ran both
+    // rows' maxima through one temporary register, 6 cycles per pair of scores while the MUFU idles).
+    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kMaxChains = 1, int kRegs>
     __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
+        static_assert((kMaxChains & (kMaxChains - 1)) == 0 && (kRegs / 4) % kMaxChains == 0,
+                      "a power of two of chains of equal length");
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float mx = row_max[h];
+            if constexpr (kMaxChains == 1) {
 #pragma unroll
-            for (int j = 0; j < kRegs / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+                for (int j = 0; j < kRegs / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+            } else {
+                float part[kMaxChains];
+#pragma unroll
+                for (int c = 0; c < kMaxChains; ++c) part[c] = fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]);
+#pragma unroll
+                for (int j = kMaxChains; j < kRegs / 4; ++j)
+                    part[j % kMaxChains] = fmaxf(part[j % kMaxChains], fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+#pragma unroll
+                for (int w = kMaxChains / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int c = 0; c < w; ++c) part[c] = fmaxf(part[c], part[c + w]);
+                mx = fmaxf(mx, part[0]);
+            }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             // No visible key yet: keep max = -inf and subtract 0, so masked scores give p = 0, not NaN.
