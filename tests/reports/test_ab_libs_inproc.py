@@ -64,3 +64,12 @@ def test_pick_mode_prints_the_choice(tmp_path, capsys):
     one = _write(tmp_path, "o1", _rows({"A": [600, 500], "B": [660, 550]}))
     assert main(["--lib", "A=-", "--pick", str(one)]) == 0
     assert capsys.readouterr().out.strip() == "B"
+
+
+def test_markdown_of_fp8_rows_names_the_largest_difference_from_the_first_build():
+    rows = _rows({"A": [800, 700], "B": [820, 690]})
+    for row, diff in zip(rows, (0.0, 2e-3), strict=True):
+        row["A_diff0"], row["B_diff0"] = 0.0, diff
+    text = markdown({"gpu": "H200"}, ["A", "B"], rows)
+    assert "Largest absolute difference from `A`'s output: B 2.0e-03." in text
+    assert "difference from" not in markdown({"gpu": "H200"}, ["A", "B"], _rows({"A": [1, 1], "B": [1, 1]}))
