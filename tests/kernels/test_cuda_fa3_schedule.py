@@ -8,9 +8,28 @@ longest first under a causal mask and a permutation of all work tiles.
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
+
 import pytest
 
 from attention_conformance.kernels.planning import fa3_tile_order, greedy_loads, lpt_order
+
+
+def _host_program(tmp_path, name: str, source: str, *flags: str) -> Callable[..., str]:
+    """`source` (C++ including kernels/cuda/include headers) compiled for the host with nvcc; returns a function that
+    runs it with the given arguments and returns its stdout. Skips the test where nvcc is missing."""
+    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    src, exe = tmp_path / f"{name}.cu", tmp_path / name
+    src.write_text(source)
+    subprocess.run([nvcc, "-std=c++17", *flags, "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    return lambda *args: subprocess.run([str(exe), *map(str, args)], check=True, capture_output=True,
+                                        text=True).stdout
 
 
 def test_seed_example_in_order_and_longest_first():
@@ -78,19 +97,9 @@ int main(int argc, char** argv) {
 
 def test_python_mirror_matches_the_kernels_tile_order(tmp_path):
     """`fa3_tile_order` against ``TileOrder::at`` itself (compiled for the host with nvcc)."""
-    import subprocess
-
-    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    src, exe = tmp_path / "order.cu", tmp_path / "order"
-    src.write_text(_ORDER_PROGRAM)
-    subprocess.run([nvcc, "-std=c++17", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
+    run = _host_program(tmp_path, "order", _ORDER_PROGRAM)
     for args in ((5, 3, 2, 4), (7, 16, 4, 6), (1, 1, 1, 1), (3, 2, 2, 4), (4, 5, 1, 2), (2, 7, 1, 3)):
-        out = subprocess.run([str(exe), *map(str, args)], check=True, capture_output=True, text=True).stdout
+        out = run(*args)
         got = [tuple(int(x) for x in line.split()) for line in out.splitlines()]
         assert got == fa3_tile_order(*args), f"TileOrder{args} and fa3_tile_order{args} differ"
 
@@ -129,19 +138,7 @@ def test_masked_tiles_bounds_match_the_per_tile_mask_test(tmp_path):
     """The FA3 forward decides once per work tile which key tiles need per-element masks (plan.cuh masked_tiles: a
     prefix and a suffix of its loop); for any lengths, alignment, window and key-tile width that must be exactly the
     tiles mask.cuh's tile_needs_mask names."""
-    import subprocess
-
-    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    src, exe = tmp_path / "masked.cu", tmp_path / "masked"
-    src.write_text(_MASKED_TILES_PROGRAM)
-    subprocess.run([nvcc, "-std=c++17", "-O2", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
-    checked, bad, both_ends = map(int, subprocess.run([str(exe)], check=True, capture_output=True,
-                                                      text=True).stdout.split())
+    checked, bad, both_ends = map(int, _host_program(tmp_path, "masked", _MASKED_TILES_PROGRAM, "-O2")().split())
     assert checked > 100_000 and both_ends > 1000, (checked, both_ends)
     assert bad == 0, f"{bad} key tiles where masked_tiles and tile_needs_mask disagree"
 
@@ -192,17 +189,6 @@ def test_mask_tile_matches_visible_for_every_score(tmp_path):
     visible-key interval (plan.cuh mask_tile, MaskInfo key_lo / key_hi); that must be exactly mask.cuh's visible() for
     every score, length, alignment and window. Mutants `c <= lo` and an unclamped key_hi give 0.7 M and 29 M
     mismatches."""
-    import subprocess
-
-    from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    src, exe = tmp_path / "mask_tile.cu", tmp_path / "mask_tile"
-    src.write_text(_MASK_TILE_PROGRAM)
-    subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(CUDA_DIR / "include"), str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
-    checked, bad = map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    checked, bad = map(int, _host_program(tmp_path, "mask_tile", _MASK_TILE_PROGRAM, "-O1")().split())
     assert checked > 100_000_000, checked
     assert bad == 0, f"{bad} scores where mask_tile and visible() disagree"
