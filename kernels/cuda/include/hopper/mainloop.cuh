@@ -266,6 +266,16 @@ struct Consumer {
         named_sync(C::kBarConsumers, C::kConsumerThreads);
     }
 
+    // How many of the loop's first key tiles (n = n_hi - 1, n_hi - 2, ...) hold no key visible to this warpgroup's rows
+    // (mask.cuh tile_range over its own rows), at most nt - 1; 0 for a warpgroup whose rows all lie past the length.
+    static __device__ __forceinline__ int invisible_lead(const TilePlan& pl, int row0, int nt) {
+        const int r_hi = min(row0 + 63, pl.mask.lq - 1);
+        if (r_hi < row0) return 0;
+        int lo, hi;
+        pl.mask.tile_range(row0, r_hi, BN, lo, hi);
+        return max(0, min(pl.n_hi - max(hi, lo), nt - 1));
+    }
+
     // One work tile. `ld` (non-warp-specialised builds only): the loader run by thread 0 of warpgroup 0.
     __device__ __forceinline__ void run_tile(const WorkTile& w, const TilePlan& pl, Loader<C>* ld) {
         const int nt = pl.n_tiles();
@@ -302,8 +312,25 @@ struct Consumer {
         smx.init();
         float corr[2];
 
+        // Leading key tiles that hold no key visible to any row of this warpgroup (the CTA's later warpgroups see
+        // further: 192-row tiles under a causal mask): nothing to add, so only their turns are taken and their stages
+        // released, in the order the others use them (a -inf tile first in the loop leaves O, l and the maximum as
+        // they started). At least one tile stays, so a warpgroup without real rows runs as before.
+        int x = 0;
+        if constexpr (C::kWS && C::kOverlap) {
+            for (const int skip = invisible_lead(pl, row0, nt); x < skip; ++x) {
+                turn_wait();
+                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                release(sm.empty_k(ck.stage));
+                ck.advance();
+                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                release(sm.empty_v(cv.stage));
+                cv.advance();
+                turn_pass();
+            }
+        }
         // first key tile: S, softmax, P (O is still zero, nothing to rescale)
-        int n = pl.n_hi - 1, x = 0;
+        int n = pl.n_hi - 1 - x;
         turn_wait();
         mbar_wait(sm.full_k(ck.stage), ck.phase);
         wgmma_fence();
@@ -332,7 +359,7 @@ struct Consumer {
             refill(true, 0);
             cv.advance();
         }
-        for (x = 1; x < nt; ++x) {
+        for (++x; x < nt; ++x) {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the PV product.
