@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,39 +35,51 @@ from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 __all__ = ["fp8_rows", "main", "markdown", "pick", "rows"]
 
 
+def _row(libs: dict[str, ctypes.CDLL], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
+         v: torch.Tensor, causal: bool, rounds: int, max_err: float, diff0: bool, refs: list, **extra) -> dict:
+    """One row of the table (`extra`: more keys for it): `launcher` of every build on ``params_for(o, lse)`` checked
+    against cuDNN on the bf16 ``q, k, v`` (``_err``; with `diff0` also ``_diff0``, the largest absolute difference
+    from the first build's output), then the builds within `max_err` timed round-robin beside cuDNN and the
+    (name, fn) pairs in `refs`."""
+    from torch.nn.attention import SDPBackend
+
+    B, H, n, d = q.shape
+    ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
+    row: dict = dict(B=B, H=H, N=n, d=d, causal=causal, **extra)
+    cands, first = [], None
+    for name, lib in libs.items():
+        o = torch.full_like(q, float("nan"))
+        lse = torch.empty(B, H, n, device=q.device, dtype=torch.float32)
+        run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
+        run()
+        torch.cuda.synchronize()
+        row[name + "_err"] = err = float((o.float() - ref).norm() / ref.norm())
+        if diff0:
+            first = o.clone() if first is None else first
+            row[name + "_diff0"] = float((o.float() - first.float()).abs().max())
+        if err <= max_err:  # False for NaN
+            cands.append((name, run))
+    cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
+    time_round_robin(row, cands + refs, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rounds: int,
          max_err: float) -> list[dict]:
     """The table: per head dim in `ds`, causal and not, `launcher` of every build in `libs` (`cuda_lib.open_library`
     handles) checked against cuDNN, then timed round-robin beside cuDNN and flash-attn-4."""
-    from torch.nn.attention import SDPBackend
-
     out = []
     for d in ds:
         for causal in (False, True):
-            B, H = 4, 16
-            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
-            row: dict = dict(B=B, H=H, N=n, d=d, causal=causal)
-            cands = []
-            for name, lib in libs.items():
-                o = torch.full_like(q, float("nan"))
-                lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
-                params = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
-                run = functools.partial(cuda_lib.call, launcher, params, lib=lib)
-                run()
-                torch.cuda.synchronize()
-                err = float((o.float() - ref).norm() / ref.norm())
-                row[name + "_err"] = err
-                if err <= max_err:  # False for NaN
-                    cands.append((name, run))
-            cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
+            q, k, v = (torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             f4 = fa4_fn(q, k, v, causal)
-            if f4 is not None:
-                cands.append(("fa4", f4))
-            time_round_robin(row, cands, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
-            out.append(row)
-            print(json.dumps(row), flush=True)
-            del q, k, v, ref
+
+            def params_for(o, lse, q=q, k=k, v=v, causal=causal):
+                return cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+
+            out.append(_row(libs, launcher, params_for, q, k, v, causal, rounds, max_err, False,
+                            [] if f4 is None else [("fa4", f4)]))
     return out
 
 
@@ -74,41 +87,21 @@ def fp8_rows(libs: dict[str, ctypes.CDLL], ds: list[int], n: int, rounds: int, m
     """`rows` for ``attn_fa3_fp8_fwd``: e4m3 codes of the same bf16 inputs, per-tensor descales of 1, V k-major
     (`cuda_lib.pack_vt_reference`), every build checked against cuDNN on the dequantized inputs (`max_err`) and
     against the first build (``_diff0``: the largest absolute difference), then timed round-robin beside cuDNN."""
-    from torch.nn.attention import SDPBackend
-
     out = []
     for d in ds:
         for causal in (False, True):
-            B, H = 4, 16
-            x8 = [torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+            x8 = [torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
                   for _ in range(3)]
-            q, k, v = (t.to(torch.bfloat16) for t in x8)
-            ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
             vt = torch.from_numpy(cuda_lib.pack_vt_reference(x8[2].view(torch.uint8).cpu().numpy()))
             vt = vt.to("cuda").view(torch.float8_e4m3fn)
             ones = [torch.ones((), device="cuda") for _ in range(3)]
-            row: dict = dict(B=B, H=H, N=n, d=d, causal=causal, format="e4m3fn", granularity="per_tensor",
-                             v_layout="kmajor")
-            cands, first = [], None
-            for name, lib in libs.items():
-                o = torch.full_like(q, float("nan"))
-                lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
-                params = cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ones, format="e4m3fn",
-                                                 granularity="per_tensor", causal=causal, v_layout="kmajor")
-                run = functools.partial(cuda_lib.call, "attn_fa3_fp8_fwd", params, lib=lib)
-                run()
-                torch.cuda.synchronize()
-                err = float((o.float() - ref).norm() / ref.norm())
-                first = o.clone() if first is None else first
-                row[name + "_err"] = err
-                row[name + "_diff0"] = float((o.float() - first.float()).abs().max())
-                if err <= max_err:  # False for NaN
-                    cands.append((name, run))
-            cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
-            time_round_robin(row, cands, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
-            out.append(row)
-            print(json.dumps(row), flush=True)
-            del x8, q, k, v, vt, ref
+
+            def params_for(o, lse, x8=x8, vt=vt, ones=ones, causal=causal):
+                return cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ones, format="e4m3fn",
+                                               granularity="per_tensor", causal=causal, v_layout="kmajor")
+
+            out.append(_row(libs, "attn_fa3_fp8_fwd", params_for, *(t.to(torch.bfloat16) for t in x8), causal, rounds,
+                            max_err, True, [], format="e4m3fn", granularity="per_tensor", v_layout="kmajor"))
     return out
 
 

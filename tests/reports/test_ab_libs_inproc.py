@@ -73,3 +73,30 @@ def test_markdown_of_fp8_rows_names_the_largest_difference_from_the_first_build(
     text = markdown({"gpu": "H200"}, ["A", "B"], rows)
     assert "Largest absolute difference from `A`'s output: B 2.0e-03." in text
     assert "difference from" not in markdown({"gpu": "H200"}, ["A", "B"], _rows({"A": [1, 1], "B": [1, 1]}))
+
+
+def test_row_checks_every_build_and_times_only_those_within_the_bound(monkeypatch):
+    """`_row` (shared by the BF16 and FP8 tables) on the CPU with the launcher, cuDNN and the timer replaced: a build
+    whose output misses the reference is reported and not timed; ``_diff0`` is taken against the first build."""
+    import torch
+
+    from attention_conformance.reports.benchmarks import ab_libs_inproc as ab
+
+    q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
+    ref = torch.softmax(q @ k.transpose(-1, -2) / 2, -1) @ v
+    monkeypatch.setattr(ab, "sdpa_fn", lambda backend, q, k, v, causal: lambda: ref)
+    offsets = {"good": 0.0, "near": 1e-4, "bad": 1.0}
+
+    def call(launcher, params, lib):
+        params["o"].copy_(ref + offsets[lib])
+
+    monkeypatch.setattr(ab.cuda_lib, "call", call)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    timed = []
+    monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, flops, rounds: timed.extend(n for n, _ in cands))
+    row = ab._row({name: name for name in offsets}, "attn_x", lambda o, lse: {"o": o}, q, k, v, False, 1, 1e-2,
+                  True, [("ref", None)], format="e4m3fn")
+    assert timed == ["good", "near", "cudnn", "ref"]
+    assert row["bad_err"] > 0.1 and row["good_err"] == 0.0
+    assert row["near_diff0"] == pytest.approx(1e-4, rel=1e-2) and row["good_diff0"] == 0.0
+    assert (row["B"], row["H"], row["N"], row["d"], row["format"]) == (1, 2, 8, 4, "e4m3fn")
