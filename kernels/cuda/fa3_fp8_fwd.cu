@@ -99,10 +99,12 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
 // dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256, where the
-// default has 128); exp_poly4 / exp_poly2 (d = 128, per tensor / per head): the exponentials of every fourth / second
-// 8-key chunk on the FMA pipe (fp8_config.cuh kExpPolyEvery; the default has none).
+// default has 128; at d = 128 two consumer warpgroups, where the default has three); two_wg (d = 128, per tensor / per
+// head): the two-warpgroup build with 192-key tiles and intra-warpgroup overlap (the default until session 13);
+// exp_poly4 / exp_poly2: two_wg with the exponentials of every fourth / second 8-key chunk on the FMA pipe
+// (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
-              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106;
+              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106, kVariantTwoWg = 107;
 // The one list of the variant names: the code each selects and the V layout its builds read.
 struct Fp8Variant {
     const char* name;
@@ -113,8 +115,8 @@ constexpr Fp8Variant kVariants[] = {
     {"no_transpose", kFp8ProbeNoTranspose, ATTN_FP8_V_ROWS}, {"no_exp", kFp8ProbeNoExp, ATTN_FP8_V_ROWS},
     {"no_pv", kFp8ProbeNoPV, ATTN_FP8_V_ROWS},               {"smem_q", kVariantSmemQ, ATTN_FP8_V_ROWS},
     {"narrow_transpose", kVariantNarrowT, ATTN_FP8_V_ROWS},  {"no_fold", kVariantNoFold, ATTN_FP8_V_ROWS},
-    {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},
-    {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
+    {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"two_wg", kVariantTwoWg, ATTN_FP8_V_KMAJOR},
+    {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},      {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
 };
 
 // kFp8ProbeNone when ATTN_FA3_FP8_VARIANT is unset or empty, the variant's code, or -1 for an unknown name.
@@ -156,34 +158,41 @@ int by_head_dim(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen
     }
 }
 
-// The key tile of the build that runs p (the one place that choice is made; attn_fa3_fp8_key_tile reports it). V as
-// rows: 128, 64 at d = 256. V k-major: 256 at d = 64 and 192 at d = 128 (the transposing warps' registers went to the
-// consumers), 128 at d = 256 (O and S then exceed the 240 registers and ptxas spills ~300 bytes, but since the
-// mbarrier waits sleep it runs 1.15x the 64-key build: H200, NOTES_FA3_FP8.md session 10); per-tile descales, whose
-// 128-key blocks a wider tile would straddle, keep 128; variant row_tiles: the V-as-rows tiles.
+// The k-major build that runs p: its key tile and consumer warpgroups (the one place that choice is made;
+// attn_fa3_fp8_key_tile reports the tile). d = 64: 256-key tiles (the transposing warps' registers went to the
+// consumers), 128 with per-tile descales, whose 128-key blocks a wider tile would straddle. d = 128: three consumer
+// warpgroups of 64 rows with 128-key tiles (fp8_config.cuh: a warpgroup's softmax then has two other warpgroups'
+// GEMMs to hide under; 1.14x the two-warpgroup build with 192-key tiles, H200, NOTES_FA3_FP8.md session 13); variants
+// two_wg / exp_poly*: that 192-key build. d = 256: 128 (O and S then exceed the 240 registers and ptxas spills ~300
+// bytes, but since the mbarrier waits sleep it runs 1.15x the 64-key build: NOTES_FA3_FP8.md session 10). Variant
+// row_tiles: the V-as-rows tiles with two warpgroups.
+struct KMajorBuild {
+    int key_tile, wgs;
+};
+KMajorBuild kmajor_build(const AttnFp8FwdParams& p, int variant) {
+    const int d = p.fwd.head_dim;
+    if (variant == kVariantRowTiles) return {d == 256 ? 64 : 128, 2};
+    if (d == 64) return {p.granularity == ATTN_FP8_PER_TILE ? 128 : 256, 2};
+    if (d == 256) return {128, 2};
+    if (variant == kVariantTwoWg || variant == kVariantExpPoly4 || variant == kVariantExpPoly2) return {192, 2};
+    return {128, 3};
+}
+
+// The key tile P is rounded against (V as rows: 128, 64 at d = 256).
 int key_tile_of(const AttnFp8FwdParams& p, int variant) {
-    const int d = p.fwd.head_dim, rows = d == 256 ? 64 : 128;
-    if (p.v_layout != ATTN_FP8_V_KMAJOR || variant == kVariantRowTiles) return rows;
-    if (d == 256) return 128;
-    return p.granularity == ATTN_FP8_PER_TILE ? rows : (d == 64 ? 256 : 192);
+    if (p.v_layout != ATTN_FP8_V_KMAJOR) return p.fwd.head_dim == 256 ? 64 : 128;
+    return kmajor_build(p, variant).key_tile;
 }
 
 // A k-major build with key tiles of BN (0 in the config where BN is the head dim's default, so that both name one
-// instantiation).
-template <int D, typename Format, int BN>
-using KMajor = Fa3Fp8Config<D, Format, kFp8ProbeNone, D == 128, false, true, true, BN == (D == 256 ? 64 : 128) ? 0 : BN>;
+// instantiation) and WGs consumer warpgroups (three: Q from shared memory, 160 registers each).
+template <int D, typename Format, int BN, int WGs = 2, int kExpPolyEvery = -1>
+using KMajor = Fa3Fp8Config<D, Format, kFp8ProbeNone, D == 128 && WGs == 2, false, true, true,
+                            BN == (D == 256 ? 64 : 128) ? 0 : BN, kExpPolyEvery, WGs>;
 
 template <typename Format>
 int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
     const int v = variant_from_env();
-    if (v == kVariantExpPoly4 || v == kVariantExpPoly2) {
-        if (p.fwd.head_dim != 128 || key_tile_of(p, v) != 192)
-            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = 128 build with "
-                              "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"));
-        if (v == kVariantExpPoly4)
-            return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 4>>(p, s, err, errlen);
-        return launch<Fa3Fp8Config<128, Format, kFp8ProbeNone, true, false, true, true, 192, 2>>(p, s, err, errlen);
-    }
     if (v != kFp8ProbeNone && variant_layout(v) != ATTN_FP8_V_KMAJOR) {
         char names[256];
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -191,13 +200,21 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
                           "read V as rows (v_layout=%d)", kName, getenv("ATTN_FA3_FP8_VARIANT"), ATTN_FP8_V_KMAJOR,
                           variant_names(ATTN_FP8_V_KMAJOR, names, sizeof names), ATTN_FP8_V_ROWS);
     }
-    switch (p.fwd.head_dim * 1000 + key_tile_of(p, v)) {
+    const KMajorBuild b = kmajor_build(p, v);
+    const bool d128 = v == kVariantTwoWg || v == kVariantExpPoly4 || v == kVariantExpPoly2;
+    if (d128 && (p.fwd.head_dim != 128 || p.granularity == ATTN_FP8_PER_TILE))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = 128 build with "
+                          "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"));
+    if (v == kVariantExpPoly4) return launch<KMajor<128, Format, 192, 2, 4>>(p, s, err, errlen);
+    if (v == kVariantExpPoly2) return launch<KMajor<128, Format, 192, 2, 2>>(p, s, err, errlen);
+    switch (p.fwd.head_dim * 1000 + b.key_tile) {
         case 64128:
             return launch<KMajor<64, Format, 128>>(p, s, err, errlen);
         case 64256:
             return launch<KMajor<64, Format, 256>>(p, s, err, errlen);
         case 128128:
-            return launch<KMajor<128, Format, 128>>(p, s, err, errlen);
+            return b.wgs == 3 ? launch<KMajor<128, Format, 128, 3>>(p, s, err, errlen)
+                              : launch<KMajor<128, Format, 128>>(p, s, err, errlen);
         case 128192:
             return launch<KMajor<128, Format, 192>>(p, s, err, errlen);
         case 256064:

@@ -217,13 +217,14 @@ def scaled_mm_row(n: int = 8192) -> dict:
 VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
 #: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
-#: the V-as-rows builds (128; 64 at d = 256, where the default has 128), and at d = 128 the exponentials of every
-#: fourth / second 8-key chunk on the FMA pipe (the default: none)
-KMAJOR_VARIANTS = ("row_tiles", "exp_poly4", "exp_poly2")
+#: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 128
+#: the two-warpgroup build with 192-key tiles (the default has three warpgroups and 128-key tiles), alone and with
+#: the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none)
+KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2")
 #: the head dim a k-major variant is built for (absent: every head dim)
-KMAJOR_VARIANT_D = {"exp_poly4": 128, "exp_poly2": 128}
+KMAJOR_VARIANT_D = {"two_wg": 128, "exp_poly4": 128, "exp_poly2": 128}
 #: k-major variants built for per-tensor / per-head descales only (their 192-key tiles straddle per-tile blocks)
-KMAJOR_VARIANT_NO_PER_TILE = ("exp_poly4", "exp_poly2")
+KMAJOR_VARIANT_NO_PER_TILE = ("two_wg", "exp_poly4", "exp_poly2")
 
 
 def kmajor_variant_applies(variant: str, d: int, granularity: str) -> bool:

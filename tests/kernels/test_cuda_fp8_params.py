@@ -112,13 +112,14 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
     (128, "per_tensor", "rows", None, 128),
     (256, "per_head", "rows", None, 64),
     (64, "per_tensor", "kmajor", None, 256),
-    (128, "per_head", "kmajor", None, 192),
+    (128, "per_head", "kmajor", None, 128),
     (128, "per_tile", "kmajor", None, 128),
     (256, "per_tensor", "kmajor", None, 128),
     (256, "per_tile", "kmajor", None, 128),
     (128, "per_tensor", "kmajor", "row_tiles", 128),
     (256, "per_tensor", "kmajor", "row_tiles", 64),
     (128, "per_head", "kmajor", "exp_poly2", 192),
+    (128, "per_tensor", "kmajor", "two_wg", 192),
 ])
 def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
     """attn_fa3_fp8_key_tile (no device needed) reports the key tile fa3_fp8_fwd.cu's dispatch picks."""

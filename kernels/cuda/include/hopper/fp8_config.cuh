@@ -1,9 +1,11 @@
 // Tile shapes and shared-memory layout of the FA3 FP8 forward (SEMANTICS.md §10): a producer warpgroup
 // (warp 0 issues the TMA loads, warps 1-3 transpose V into the k-major layout FP8 wgmma needs) and two
-// consumer warpgroups with pingpong and intra-warpgroup overlap, as the default FP16/BF16 build (config.cuh).
+// consumer warpgroups with pingpong and intra-warpgroup overlap, as the default FP16/BF16 build (config.cuh), or
+// (k-major V) three consumer warpgroups with pingpong, each running its two GEMMs one after the other.
 //
-// Tiles are 128 query rows x 128 keys, which are also the per-tile descale blocks (B_r = B_c = 128, the
-// oracle's default tile_q / tile_k), so one CTA reads one Q descale and one K and one V descale per key tile.
+// Tiles are 64 query rows per consumer warpgroup (128, or 192 with three) x 128 keys; the per-tile descale blocks
+// are 128 x 128 (B_r = B_c = 128, the oracle's default tile_q / tile_k), so a warpgroup reads one Q descale and one K
+// and one V descale per key tile (wider k-major key tiles: per-tensor / per-head descales only).
 // FP8 rows are D bytes: Q, K and the raw V tile use a 128-byte swizzle for D >= 128 (D / 128 column blocks)
 // and a 64-byte swizzle for D = 64; the transposed V tile (D rows of 128 keys) always uses the 128-byte one.
 // O (bf16) is staged through its own buffer in the layout hopper/epilogue.cuh writes (64-column blocks of
@@ -30,7 +32,8 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 // to the consumers, which then hold wider key tiles (kBlockN_: 0 = the default of the head dim). The defaults are
 // the builds measured fastest (NOTES_FA3_FP8.md).
 template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
-          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0, int kExpPolyEvery_ = -1>
+          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0, int kExpPolyEvery_ = -1,
+          int kConsumerWGs_ = 2>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -44,11 +47,20 @@ struct Fa3Fp8Config {
     static_assert(!kNarrowT_ || D == 128, "the narrow-transpose variant is a d = 128 build");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
-    static constexpr int kConsumerWGs = 2;
+    // kConsumerWGs_ = 3 (k-major V only): 192-row CTAs, three consumer warpgroups of 160 registers taking turns, so
+    // that a warpgroup's softmax has two other warpgroups' GEMMs to hide under instead of one. At d = 128 the
+    // exponentials take as long on the MUFU as the two GEMMs on the tensor cores (16 per SM per clock against 8192
+    // FP8 FLOPs, 4 d of them per score), so with two warpgroups one's softmax cannot hide under the other's GEMMs.
+    static constexpr int kConsumerWGs = kConsumerWGs_;
+    static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal_ && !kQRegs_),
+                  "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
     static constexpr bool kPersistent = false;
+    // Intra-warpgroup overlap (S(x) and O += P(x-1) V(x-1) in flight together) with two warpgroups; with three, each
+    // warpgroup's GEMMs run one at a time (S and P are then never live together).
+    static constexpr bool kIntraWgOverlap = kConsumerWGs == 2;
     // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S beside the
     // transposing warps' 56), so one per-tile descale block of 128 keys spans two key tiles.
-    static constexpr int kBlockM = 128, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);
+    static constexpr int kBlockM = 64 * kConsumerWGs, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);
     static constexpr int kDescaleBlock = 128;  // rows / keys per per-tile descale (tile_q = tile_k = 128)
     // per-tile descales need every key tile inside one descale block (fa3_fp8_fwd.cu picks a build that has it)
     static constexpr bool kPerTileOk = kDescaleBlock % kBlockN == 0;
@@ -80,8 +92,8 @@ struct Fa3Fp8Config {
     static constexpr int kNumBars = 2 + 6 * kStages;
     static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
 
-    static constexpr int kThreads = 384;
-    static constexpr int kConsumerThreads = 256;
+    static constexpr int kThreads = 128 * (kConsumerWGs + 1);
+    static constexpr int kConsumerThreads = 128 * kConsumerWGs;
     static constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
     // setmaxnreg moves registers inside the CTA: what the producer warpgroup gives back (128 x (168 - P)) must
     // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
@@ -101,11 +113,12 @@ struct Fa3Fp8Config {
     // 12), so the default has none; variants exp_poly4 / exp_poly2.
     static constexpr int kExpPolyEvery = kExpPolyEvery_ >= 0 ? kExpPolyEvery_ : 0;
     static constexpr int kProducerRegs = kVtGlobal ? 24 : 56;
-    static constexpr int kConsumerRegs = kVtGlobal ? 240 : 224;
-    static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "setmaxnreg budget of a 384-thread CTA");
+    static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : kVtGlobal ? 240 : 224;
+    static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (kConsumerWGs + 1) * (65536 / kThreads / 8 * 8),
+                  "setmaxnreg budget of the CTA (each warpgroup enters with 65536 / kThreads, a multiple of 8)");
 
-    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..2)
-    static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..5)
+    static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
+    static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
 };
 
 }  // namespace attn::hopper

@@ -252,7 +252,7 @@ struct Fp8Consumer {
         const int nt = pl.n_tiles();
         const int row0 = w.m_block * C::kBlockM + cw * 64;
         const int hkv = w.h / (P.base.p.heads_q / P.base.p.heads_kv);
-        const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, w.m_block);
+        const float fq = P.base.p.scale * P.dq(w.b, w.h, hkv, row0 / C::kDescaleBlock);
         const float sl2 = kFold ? fq * P.dkv(P.k_descale, w.b, hkv, 0) * kLog2e : 1.f;
         set_descs();
         // Key tiles run first to last here (n = n_lo + x); masked_tiles counts from the last one.
@@ -269,70 +269,110 @@ struct Fp8Consumer {
         smx.init();
         float corr[2];
 
-        int n = pl.n_lo;
-        float dv_cur = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
-        turn_wait();
-        mbar_wait(sm.full_k(ck.stage), ck.phase);
-        wgmma_fence();
-        gemm_s(s, ck.stage);
-        wgmma_commit();
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(sm.empty_k(ck.stage));
-        ck.advance();
-        score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
-                         mt.at(nt - 1));
-        smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
-        p_to_fp8_frags<Format, BN>(pa, s);
-        for (int x = 1; x < nt; ++x) {
-            n = pl.n_lo + x;
-            const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
-            // kFold (per-tensor / per-head descales): one V descale for the whole work tile, nothing to carry.
-            const float dv_next = kFold ? dv_cur : P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
-            // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
+        float dv_cur = P.dkv(P.v_descale, w.b, hkv, pl.n_lo * BN / C::kDescaleBlock);
+        if constexpr (C::kIntraWgOverlap) {
+            int n = pl.n_lo;
             turn_wait();
             mbar_wait(sm.full_k(ck.stage), ck.phase);
-            fence_regs(o);
             wgmma_fence();
             gemm_s(s, ck.stage);
             wgmma_commit();
-            mbar_wait(sm.full_v(cv.stage), cv.phase);
-            gemm_pv(o, pa, cv.stage);
-            wgmma_commit();
             turn_pass();
-            wgmma_wait<1>();
+            wgmma_wait<0>();
             fence_regs(s);
             release(sm.empty_k(ck.stage));
             ck.advance();
-            before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
-                score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
-                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
-            });
+            score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
+                             mt.at(nt - 1));
+            smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+            p_to_fp8_frags<Format, BN>(pa, s);
+            for (int x = 1; x < nt; ++x) {
+                n = pl.n_lo + x;
+                const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+                // kFold (per-tensor / per-head descales): one V descale for the whole work tile, nothing to carry.
+                const float dv_next = kFold ? dv_cur : P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+                // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
+                turn_wait();
+                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                fence_regs(o);
+                wgmma_fence();
+                gemm_s(s, ck.stage);
+                wgmma_commit();
+                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                gemm_pv(o, pa, cv.stage);
+                wgmma_commit();
+                turn_pass();
+                wgmma_wait<1>();
+                fence_regs(s);
+                release(sm.empty_k(ck.stage));
+                ck.advance();
+                before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
+                    score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
+                    smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+                });
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pa);
+                release(sm.empty_v(cv.stage));
+                cv.advance();
+                // O is in units of the previous tile's V descale; the next product adds in units of this one's.
+                if constexpr (!kFold) {
+                    const float ratio = dv_cur / dv_next;
+                    dv_cur = dv_next;
+                    corr[0] *= ratio;
+                    corr[1] *= ratio;
+                }
+                RowSoftmax::rescale(o, corr);
+                p_to_fp8_frags<Format, BN>(pa, s);
+            }
+            mbar_wait(sm.full_v(cv.stage), cv.phase);
+            fence_regs(o);
+            wgmma_fence();
+            gemm_pv(o, pa, cv.stage);
+            wgmma_commit();
             wgmma_wait<0>();
             fence_regs(o);
-            fence_regs(pa);
             release(sm.empty_v(cv.stage));
             cv.advance();
-            // O is in units of the previous tile's V descale; the next product adds in units of this one's.
-            if constexpr (!kFold) {
-                const float ratio = dv_cur / dv_next;
-                dv_cur = dv_next;
-                corr[0] *= ratio;
-                corr[1] *= ratio;
+        } else {
+            // Three warpgroups: S(x) alone, its softmax, then O += P(x) V(x), whose completion is awaited before the next
+            // turn, so that S and P are never live together (160 registers); the other two warpgroups' GEMMs run
+            // under each softmax.
+            for (int x = 0; x < nt; ++x) {
+                const int n = pl.n_lo + x;
+                const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+                turn_wait();
+                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                wgmma_fence();
+                gemm_s(s, ck.stage);
+                wgmma_commit();
+                turn_pass();
+                wgmma_wait<0>();
+                fence_regs(s);
+                release(sm.empty_k(ck.stage));
+                ck.advance();
+                score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
+                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+                if constexpr (!kFold) {  // O is in units of the previous tile's V descale
+                    const float dv_next = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
+                    corr[0] *= dv_cur / dv_next;
+                    corr[1] *= dv_cur / dv_next;
+                    dv_cur = dv_next;
+                }
+                RowSoftmax::rescale(o, corr);
+                p_to_fp8_frags<Format, BN>(pa, s);
+                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                fence_regs(o);
+                wgmma_fence();
+                gemm_pv(o, pa, cv.stage);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pa);
+                release(sm.empty_v(cv.stage));
+                cv.advance();
             }
-            RowSoftmax::rescale(o, corr);
-            p_to_fp8_frags<Format, BN>(pa, s);
         }
-        mbar_wait(sm.full_v(cv.stage), cv.phase);
-        fence_regs(o);
-        wgmma_fence();
-        gemm_pv(o, pa, cv.stage);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(sm.empty_v(cv.stage));
-        cv.advance();
 
         float inv_l[2], lse[2];
         smx.finalize<8>(sl2, inv_l, lse);
