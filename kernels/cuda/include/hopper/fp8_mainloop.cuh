@@ -224,6 +224,33 @@ struct Fp8Consumer {
         }
     }
 
+    // S = Q K^T of the next K stage in this warpgroup's pingpong turn, awaited (nothing else of it in flight).
+    __device__ __forceinline__ void s_alone(float (&s)[BN / 2]) {
+        turn_wait();
+        mbar_wait(sm.full_k(ck.stage), ck.phase);
+        wgmma_fence();
+        gemm_s(s, ck.stage);
+        wgmma_commit();
+        turn_pass();
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(sm.empty_k(ck.stage));
+        ck.advance();
+    }
+    // O += P V of the next Vt stage, awaited.
+    __device__ __forceinline__ void pv_alone(float (&o)[D / 2], uint32_t (&pa)[BN / 32][4]) {
+        mbar_wait(sm.full_v(cv.stage), cv.phase);
+        fence_regs(o);
+        wgmma_fence();
+        gemm_pv(o, pa, cv.stage);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(pa);
+        release(sm.empty_v(cv.stage));
+        cv.advance();
+    }
+
     // s = scale * dq * dk * acc, softcap, in log2 units; -inf where mask.cuh says a key is not visible (`masked`: key
     // tile n is one of plan.cuh's masked_tiles). kFold: s stays the raw accumulator (the softmax applies the
     // constant factor in its exp2 FFMA).
@@ -272,16 +299,7 @@ struct Fp8Consumer {
         float dv_cur = P.dkv(P.v_descale, w.b, hkv, pl.n_lo * BN / C::kDescaleBlock);
         if constexpr (C::kIntraWgOverlap) {
             int n = pl.n_lo;
-            turn_wait();
-            mbar_wait(sm.full_k(ck.stage), ck.phase);
-            wgmma_fence();
-            gemm_s(s, ck.stage);
-            wgmma_commit();
-            turn_pass();
-            wgmma_wait<0>();
-            fence_regs(s);
-            release(sm.empty_k(ck.stage));
-            ck.advance();
+            s_alone(s);
             score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
                              mt.at(nt - 1));
             smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
@@ -325,15 +343,7 @@ struct Fp8Consumer {
                 RowSoftmax::rescale(o, corr);
                 p_to_fp8_frags<Format, BN>(pa, s);
             }
-            mbar_wait(sm.full_v(cv.stage), cv.phase);
-            fence_regs(o);
-            wgmma_fence();
-            gemm_pv(o, pa, cv.stage);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
-            release(sm.empty_v(cv.stage));
-            cv.advance();
+            pv_alone(o, pa);
         } else {
             // Three warpgroups: S(x) alone, its softmax, then O += P(x) V(x), whose completion is awaited before the next
             // turn, so that S and P are never live together (160 registers); the other two warpgroups' GEMMs run
@@ -341,16 +351,7 @@ struct Fp8Consumer {
             for (int x = 0; x < nt; ++x) {
                 const int n = pl.n_lo + x;
                 const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
-                turn_wait();
-                mbar_wait(sm.full_k(ck.stage), ck.phase);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<0>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                ck.advance();
+                s_alone(s);
                 score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
                 smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
                 if constexpr (!kFold) {  // O is in units of the previous tile's V descale
@@ -361,16 +362,7 @@ struct Fp8Consumer {
                 }
                 RowSoftmax::rescale(o, corr);
                 p_to_fp8_frags<Format, BN>(pa, s);
-                mbar_wait(sm.full_v(cv.stage), cv.phase);
-                fence_regs(o);
-                wgmma_fence();
-                gemm_pv(o, pa, cv.stage);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-                release(sm.empty_v(cv.stage));
-                cv.advance();
+                pv_alone(o, pa);
             }
         }
 
