@@ -100,7 +100,7 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
 // dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256, where the
 // default has 128; at d = 128 two consumer warpgroups, where the default has three); two_wg (d = 128, per tensor / per
-// head): the two-warpgroup build with 192-key tiles and intra-warpgroup overlap (the default until session 13);
+// head; also d = 64 with 256-key tiles): the two-warpgroup builds (the defaults until session 13);
 // exp_poly4 / exp_poly2: two_wg with the exponentials of every fourth / second 8-key chunk on the FMA pipe
 // (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
@@ -159,22 +159,21 @@ int by_head_dim(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen
 }
 
 // The k-major build that runs p: its key tile and consumer warpgroups (the one place that choice is made;
-// attn_fa3_fp8_key_tile reports the tile). d = 64: 256-key tiles (the transposing warps' registers went to the
-// consumers), 128 with per-tile descales, whose 128-key blocks a wider tile would straddle. d = 128: three consumer
-// warpgroups of 64 rows with 128-key tiles (fp8_config.cuh: a warpgroup's softmax then has two other warpgroups'
-// GEMMs to hide under; 1.14x the two-warpgroup build with 192-key tiles, H200, NOTES_FA3_FP8.md session 13); variants
-// two_wg / exp_poly*: that 192-key build. d = 256: 128 (O and S then exceed the 240 registers and ptxas spills ~300
-// bytes, but since the mbarrier waits sleep it runs 1.15x the 64-key build: NOTES_FA3_FP8.md session 10). Variant
-// row_tiles: the V-as-rows tiles with two warpgroups.
+// attn_fa3_fp8_key_tile reports the tile). d = 64 and 128: three consumer warpgroups of 64 rows with 128-key tiles
+// (fp8_config.cuh: a warpgroup's softmax then has two other warpgroups' GEMMs to hide under; H200, NOTES_FA3_FP8.md
+// session 13: 1.14x the two-warpgroup build with 192-key tiles at d = 128, 1.08-1.11x the one with 256-key tiles at
+// d = 64); variant two_wg: those two-warpgroup builds (per tensor / per head; exp_poly* are d = 128's). d = 256: 128
+// (O and S then exceed the 240 registers and ptxas spills ~300 bytes, but since the mbarrier waits sleep it runs
+// 1.15x the 64-key build: NOTES_FA3_FP8.md session 10). Variant row_tiles: the V-as-rows tiles, two warpgroups.
 struct KMajorBuild {
     int key_tile, wgs;
 };
 KMajorBuild kmajor_build(const AttnFp8FwdParams& p, int variant) {
     const int d = p.fwd.head_dim;
     if (variant == kVariantRowTiles) return {d == 256 ? 64 : 128, 2};
-    if (d == 64) return {p.granularity == ATTN_FP8_PER_TILE ? 128 : 256, 2};
     if (d == 256) return {128, 2};
-    if (variant == kVariantTwoWg || variant == kVariantExpPoly4 || variant == kVariantExpPoly2) return {192, 2};
+    if (variant == kVariantTwoWg || variant == kVariantExpPoly4 || variant == kVariantExpPoly2)
+        return {d == 64 ? 256 : 192, 2};
     return {128, 3};
 }
 
@@ -201,15 +200,18 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
                           variant_names(ATTN_FP8_V_KMAJOR, names, sizeof names), ATTN_FP8_V_ROWS);
     }
     const KMajorBuild b = kmajor_build(p, v);
-    const bool d128 = v == kVariantTwoWg || v == kVariantExpPoly4 || v == kVariantExpPoly2;
-    if (d128 && (p.fwd.head_dim != 128 || p.granularity == ATTN_FP8_PER_TILE))
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = 128 build with "
-                          "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"));
+    const bool wide = v == kVariantTwoWg || v == kVariantExpPoly4 || v == kVariantExpPoly2;  // 192 / 256-key tiles
+    const int wide_d = v == kVariantTwoWg ? 64 : 128;  // two_wg: d = 64 or 128; exp_poly*: d = 128
+    if (wide && ((p.fwd.head_dim != 128 && p.fwd.head_dim != wide_d) || p.granularity == ATTN_FP8_PER_TILE))
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = %s build with "
+                          "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"),
+                          v == kVariantTwoWg ? "64 / 128" : "128");
     if (v == kVariantExpPoly4) return launch<KMajor<128, Format, 192, 2, 4>>(p, s, err, errlen);
     if (v == kVariantExpPoly2) return launch<KMajor<128, Format, 192, 2, 2>>(p, s, err, errlen);
     switch (p.fwd.head_dim * 1000 + b.key_tile) {
         case 64128:
-            return launch<KMajor<64, Format, 128>>(p, s, err, errlen);
+            return b.wgs == 3 ? launch<KMajor<64, Format, 128, 3>>(p, s, err, errlen)
+                              : launch<KMajor<64, Format, 128>>(p, s, err, errlen);
         case 64256:
             return launch<KMajor<64, Format, 256>>(p, s, err, errlen);
         case 128128:

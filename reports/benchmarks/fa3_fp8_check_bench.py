@@ -217,19 +217,19 @@ def scaled_mm_row(n: int = 8192) -> dict:
 VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
 #: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
-#: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 128
-#: the two-warpgroup build with 192-key tiles (the default has three warpgroups and 128-key tiles), alone and with
-#: the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none)
+#: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 64 /
+#: 128 the two-warpgroup builds with 256 / 192-key tiles (the defaults have three warpgroups and 128-key tiles), and
+#: at d = 128 that build with the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none)
 KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2")
-#: the head dim a k-major variant is built for (absent: every head dim)
-KMAJOR_VARIANT_D = {"two_wg": 128, "exp_poly4": 128, "exp_poly2": 128}
-#: k-major variants built for per-tensor / per-head descales only (their 192-key tiles straddle per-tile blocks)
+#: the head dims a k-major variant is built for (absent: every head dim)
+KMAJOR_VARIANT_D = {"two_wg": (64, 128), "exp_poly4": (128,), "exp_poly2": (128,)}
+#: k-major variants built for per-tensor / per-head descales only (their 192 / 256-key tiles straddle per-tile blocks)
 KMAJOR_VARIANT_NO_PER_TILE = ("two_wg", "exp_poly4", "exp_poly2")
 
 
 def kmajor_variant_applies(variant: str, d: int, granularity: str) -> bool:
     """Whether attn_fa3_fp8_fwd has the k-major build ``variant`` for head dim ``d`` and ``granularity``."""
-    return (KMAJOR_VARIANT_D.get(variant, d) == d
+    return (d in KMAJOR_VARIANT_D.get(variant, (d,))
             and not (granularity == "per_tile" and variant in KMAJOR_VARIANT_NO_PER_TILE))
 
 

@@ -111,7 +111,8 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
 @pytest.mark.parametrize("d, granularity, v_layout, variant, want", [
     (128, "per_tensor", "rows", None, 128),
     (256, "per_head", "rows", None, 64),
-    (64, "per_tensor", "kmajor", None, 256),
+    (64, "per_tensor", "kmajor", None, 128),
+    (64, "per_head", "kmajor", "two_wg", 256),
     (128, "per_head", "kmajor", None, 128),
     (128, "per_tile", "kmajor", None, 128),
     (256, "per_tensor", "kmajor", None, 128),
@@ -150,7 +151,7 @@ def test_fp8_kmajor_without_keys_passes_the_launcher_checks():
     o = torch.zeros(1, 2, 5, 64, dtype=torch.bfloat16)
     ds = [torch.ones(())] * 3
     p = cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
-    assert p.vt_keys == 0 and cuda_lib.fp8_key_tile(p) == 256
+    assert p.vt_keys == 0 and cuda_lib.fp8_key_tile(p) == 128
 
 
 def test_fp8_unknown_variant_names_every_build():

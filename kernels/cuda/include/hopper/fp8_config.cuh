@@ -50,14 +50,16 @@ struct Fa3Fp8Config {
     // kConsumerWGs_ = 3 (k-major V only): 192-row CTAs, three consumer warpgroups of 160 registers taking turns, so
     // that a warpgroup's softmax has two other warpgroups' GEMMs to hide under instead of one. At d = 128 the
     // exponentials take as long on the MUFU as the two GEMMs on the tensor cores (16 per SM per clock against 8192
-    // FP8 FLOPs, 4 d of them per score), so with two warpgroups one's softmax cannot hide under the other's GEMMs.
+    // FP8 FLOPs, 4 d of them per score; at d = 64 twice as long), so with two warpgroups one's softmax cannot hide
+    // under the other's GEMMs.
     static constexpr int kConsumerWGs = kConsumerWGs_;
     static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal_ && !kQRegs_),
                   "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
     static constexpr bool kPersistent = false;
-    // Intra-warpgroup overlap (S(x) and O += P(x-1) V(x-1) in flight together) with two warpgroups; with three, each
-    // warpgroup's GEMMs run one at a time (S and P are then never live together).
-    static constexpr bool kIntraWgOverlap = kConsumerWGs == 2;
+    // Intra-warpgroup overlap (S(x) and O += P(x-1) V(x-1) in flight together) with two warpgroups, and with three at
+    // d = 64 (O, S and P of a 128-key tile fit 160 registers); with three at d = 128 each warpgroup's GEMMs run one
+    // at a time (S and P are then never live together).
+    static constexpr bool kIntraWgOverlap = kConsumerWGs == 2 || D == 64;
     // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S beside the
     // transposing warps' 56), so one per-tile descale block of 128 keys spans two key tiles.
     static constexpr int kBlockM = 64 * kConsumerWGs, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);
