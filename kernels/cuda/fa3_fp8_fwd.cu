@@ -99,8 +99,8 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // scale multiplied per score for every granularity, not folded into the exp2), or a timing probe that
 // leaves one stage out (wrong results by design): no_transpose, no_exp, no_pv. With V k-major (any format and head
 // dim): row_tiles, the k-major builds with the key tiles of the V-as-rows builds (128; 64 at d = 256, where the
-// default has 128; at d = 128 two consumer warpgroups, where the default has three); two_wg (d = 128, per tensor / per
-// head; also d = 64 with 256-key tiles): the two-warpgroup builds (the defaults until session 13);
+// default has 128; two consumer warpgroups, where the d = 64 / 128 defaults have three); two_wg (d = 64 / 128, per
+// tensor / per head): the two-warpgroup builds with 256 / 192-key tiles (the defaults until session 13);
 // exp_poly4 / exp_poly2: two_wg with the exponentials of every fourth / second 8-key chunk on the FMA pipe
 // (fp8_config.cuh kExpPolyEvery; the default has none).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
