@@ -200,15 +200,17 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
                           variant_names(ATTN_FP8_V_KMAJOR, names, sizeof names), ATTN_FP8_V_ROWS);
     }
     const KMajorBuild b = kmajor_build(p, v);
-    const bool wide = v == kVariantTwoWg || v == kVariantExpPoly4 || v == kVariantExpPoly2;  // 192 / 256-key tiles
-    const int wide_d = v == kVariantTwoWg ? 64 : 128;  // two_wg: d = 64 or 128; exp_poly*: d = 128
-    if (wide && ((p.fwd.head_dim != 128 && p.fwd.head_dim != wide_d) || p.granularity == ATTN_FP8_PER_TILE))
+    // The two-warpgroup builds with 192 / 256-key tiles: two_wg at d = 64 and 128, exp_poly* at d = 128.
+    const int d = p.fwd.head_dim;
+    const bool wide = v == kVariantTwoWg || v == kVariantExpPoly4 || v == kVariantExpPoly2;
+    const bool built = d == 128 || (d == 64 && v == kVariantTwoWg);
+    if (wide && (!built || p.granularity == ATTN_FP8_PER_TILE))
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = %s build with "
                           "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"),
                           v == kVariantTwoWg ? "64 / 128" : "128");
     if (v == kVariantExpPoly4) return launch<KMajor<128, Format, 192, 2, 4>>(p, s, err, errlen);
     if (v == kVariantExpPoly2) return launch<KMajor<128, Format, 192, 2, 2>>(p, s, err, errlen);
-    switch (p.fwd.head_dim * 1000 + b.key_tile) {
+    switch (d * 1000 + b.key_tile) {
         case 64128:
             return b.wgs == 3 ? launch<KMajor<64, Format, 128, 3>>(p, s, err, errlen)
                               : launch<KMajor<64, Format, 128>>(p, s, err, errlen);

@@ -345,9 +345,9 @@ struct Fp8Consumer {
             }
             pv_alone(o, pa);
         } else {
-            // Three warpgroups: S(x) alone, its softmax, then O += P(x) V(x), whose completion is awaited before the next
-            // turn, so that S and P are never live together (160 registers); the other two warpgroups' GEMMs run
-            // under each softmax.
+            // Three warpgroups at d = 128: S(x) alone, its softmax, then O += P(x) V(x), whose completion is awaited
+            // before the next turn, so that S and P are never live together (160 registers); the other two
+            // warpgroups' GEMMs run under each softmax.
             for (int x = 0; x < nt; ++x) {
                 const int n = pl.n_lo + x;
                 const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
