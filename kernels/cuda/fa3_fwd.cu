@@ -89,16 +89,19 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     return ATTN_OK;
 }
 
-// The default build per head dim (the fastest measured, NOTES_FA3.md; d = 128: Q in registers, config.cuh kQRegs):
-// producer warpgroup, two consumer
-// warpgroups, pingpong, intra-warpgroup overlap, one CTA per work tile (the persistent loop measured 2-4%
-// slower); d = 64: three consumer warpgroups (192 query rows), key tiles of 128; d = 128: key tiles of 128
-// (176 measured the same within the run-to-run spread); d = 256: key tiles of 80; a K/V ring as deep as
-// shared memory allows (3, 3, 2 stages).
+// The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, pingpong, intra-warpgroup
+// overlap, one CTA per work tile (the persistent loop measured 2-4% slower); d = 64: three consumer warpgroups (192
+// query rows), key tiles of 128; d = 128: three consumer warpgroups, key tiles of 80 (O, S and P in 160 registers;
+// 96 keys spill), Q from shared memory (session 14: 3-8% faster than two warpgroups with 128-key tiles and Q in
+// registers, variant two_wg, which the d = 128 ablation builds change one thing of); d = 256: two consumer
+// warpgroups, key tiles of 80; a K/V ring as deep as shared memory allows (3, 3, 2 stages).
 template <int D>
-constexpr int kDefaultN = D == 64 ? 128 : (D == 128 ? 128 : 80);
+constexpr int kDefaultN = D == 256 ? 80 : (D == 64 ? 128 : 80);
 template <int D>
-constexpr int kDefaultWGs = D == 64 ? 3 : 2;
+constexpr int kDefaultWGs = D == 256 ? 2 : 3;
+// The two-warpgroup d = 128 build (the default until session 14): 128-key tiles, Q in registers (config.cuh kQRegs).
+template <typename E, int kN = 128, int kStages = 0, bool kQRegs = kN == 128, int kProbe = kProbeNone>
+using TwoWg128 = Fa3Config<128, E, 2, true, true, true, false, false, kN, kStages, false, kProbe, kQRegs>;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
           int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone,
           bool kQRegs = (D == 128 && kN == 128)>
@@ -142,34 +145,36 @@ int dispatch_grid(const AttnFwdParams& p, bool persistent, cudaStream_t s, int s
                       : launch<Default<D, E, false, false>>(p, s, sms, err, errlen);
 }
 
-// Ablation and tuning builds, d = 128: each changes one thing of the default.
+// Ablation and tuning builds, d = 128: each changes one thing of the two-warpgroup build (TwoWg128).
 template <typename E>
 int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms, char* err, int errlen) {
     switch (flags) {
         case ATTN_FA3_NO_PINGPONG:
-            return launch<Fa3Config<128, E, 2, true, true, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, true, false, false, false, 128>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_OVERLAP:
-            return launch<Fa3Config<128, E, 2, true, false, true, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, true, false, true, false, false, 128>>(p, s, sms, err, errlen);
         case ATTN_FA3_NO_WS:
-            return launch<Fa3Config<128, E, 2, false, true, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 2, false, true, false, false, false, 128>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGE1:
-            return launch<Fa3Config<128, E, 1, false, false, false, false, false, kDefaultN<128>>>(p, s, sms, err, errlen);
+            return launch<Fa3Config<128, E, 1, false, false, false, false, false, 128>>(p, s, sms, err, errlen);
         case ATTN_FA3_N176:
-            return launch<Default<128, E, false, false, 176>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 176>>(p, s, sms, err, errlen);
         case ATTN_FA3_STAGES2:
-            return launch<Default<128, E, false, false, 128, 2>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 128, 2>>(p, s, sms, err, errlen);
         case ATTN_FA3_SMEM_Q:
-            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNone, false>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 128, 0, false>>(p, s, sms, err, errlen);
         case ATTN_FA3_PROBE_NO_EXP:
-            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoExp>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 128, 0, true, kProbeNoExp>>(p, s, sms, err, errlen);
         case ATTN_FA3_PROBE_NO_PV:
-            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoPV>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 128, 0, true, kProbeNoPV>>(p, s, sms, err, errlen);
         case ATTN_FA3_PROBE_NO_SOFTMAX:
-            return launch<Default<128, E, false, false, 128, 0, 2, false, kProbeNoSoftmax>>(p, s, sms, err, errlen);
+            return launch<TwoWg128<E, 128, 0, true, kProbeNoSoftmax>>(p, s, sms, err, errlen);
+        case ATTN_FA3_TWO_WG:
+            return launch<TwoWg128<E>>(p, s, sms, err, errlen);
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
-                              ATTN_FA3_SMEM_Q);
+                              ATTN_FA3_TWO_WG);
     }
 }
 

@@ -217,7 +217,7 @@ int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* 
 // results run to run). New entry points only: no field of the structs moved, so the version stays.
 int attn_fa3_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);
 int attn_fa3_bwd_deterministic(const AttnBwdParams* p, void* stream, char* err, int errlen);
-enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 unless noted)
+enum AttnFa3Variant {  // each changes one thing of the two-warpgroup d = 128 build ATTN_FA3_TWO_WG (unless noted)
     ATTN_FA3_NO_PINGPONG = 1,  // consumer warpgroups issue their GEMMs without taking turns
     ATTN_FA3_NO_OVERLAP = 2,   // S, softmax, P V in sequence inside a warpgroup
     ATTN_FA3_PERSISTENT = 3,   // any head dim: persistent grid (#SMs CTAs) taking tiles from a global counter,
@@ -235,6 +235,8 @@ enum AttnFa3Variant {  // each changes one thing of the default build (d = 128 u
     ATTN_FA3_PROBE_NO_PV = 12,       // no O += P V wgmma
     ATTN_FA3_PROBE_NO_SOFTMAX = 13,  // no max, exp, sum or rescale: P = S
     ATTN_FA3_SMEM_Q = 14,            // S = Q K^T with Q read from shared memory (SS wgmma) instead of registers
+    ATTN_FA3_TWO_WG = 15,  // d = 128: two consumer warpgroups (128 query rows), key tiles of 128, Q in registers: the
+                           // default until the three-warpgroup build with 80-key tiles replaced it
 };
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16

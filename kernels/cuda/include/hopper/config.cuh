@@ -12,8 +12,9 @@
 // kSkipRescale: a warp skips O *= corr when every corr of its rows is 1 (the row maxima did not move): exact.
 // kProbe: timing probes that leave one stage out (wrong results, never a default; kProbe* below).
 // kQRegs: Q is read from shared memory into registers once per tile (ldmatrix) and S = Q K^T runs as an RS
-//      wgmma, so the tensor cores fetch only K from shared memory (d = 128: 32 more registers per thread; the
-//      default there with 128-key tiles, measured +2-6% on the H200; with 176-key tiles it spills).
+//      wgmma, so the tensor cores fetch only K from shared memory (d = 128: 32 more registers per thread; in the
+//      two-warpgroup build with 128-key tiles measured +2-6% on the H200; with 176-key tiles, and with three
+//      warpgroups, it spills).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
