@@ -1,6 +1,6 @@
 // FlashAttention-3 forward for Hopper (sm_90a): TMA loads into a K/V shared-memory ring completing on
 // mbarriers, wgmma for S = Q K^T (both operands in shared memory) and O += P V (P from registers), a
-// producer warpgroup and two consumer warpgroups with setmaxnreg, pingpong between the consumers,
+// producer warpgroup and two or three consumer warpgroups with setmaxnreg, pingpong between the consumers,
 // intra-warpgroup overlap of softmax and GEMMs, a persistent longest-first tile scheduler.
 // Semantics: oracles/SEMANTICS.md. The kernel is include/hopper/mainloop.cuh; this file validates,
 // builds the tensor maps and picks the instantiation. NOTES_FA3.md has the design and the measurements.
