@@ -96,7 +96,7 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
 // registers, variant two_wg, which the d = 128 ablation builds change one thing of); d = 256: two consumer
 // warpgroups, key tiles of 80; a K/V ring as deep as shared memory allows (3, 3, 2 stages).
 template <int D>
-constexpr int kDefaultN = D == 256 ? 80 : (D == 64 ? 128 : 80);
+constexpr int kDefaultN = D == 64 ? 128 : 80;
 template <int D>
 constexpr int kDefaultWGs = D == 256 ? 2 : 3;
 // The two-warpgroup d = 128 build (the default until session 14): 128-key tiles, Q in registers (config.cuh kQRegs).

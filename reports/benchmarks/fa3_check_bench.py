@@ -239,7 +239,10 @@ def markdown(env, rows, abl) -> str:
             out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
                        + " | ".join(f"{r.get('fa3_' + v + '_tflops', nan):.0f}" for v in extra) + " |")
     if abl:
-        out += ["", "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
+        out += ["", "Ablation: `full` is the default (attn_fa3_fwd); every other build changes one thing of",
+                "`two_wg`, the two-warpgroup 128-key build (attn_params.h AttnFa3Variant; `persistent` and",
+                "`skip_rescale`: of the default).", "",
+                "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
         for r in abl:
             out.append(f"| {r['variant']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
                        f"{r.get('fa3_ms', nan):.3f} |" + (f" {r['fa3_error']}" if "fa3_error" in r else ""))

@@ -352,7 +352,7 @@ struct Fp8Consumer {
             // Three warpgroups at d = 128 (160 registers: S and the P fragments are never live together). A turn
             // issues O += P(x-1) V(x-1), awaits it, then issues S(x), so that a warpgroup's two GEMMs reach the tensor
             // cores back to back and its softmax runs under the other two warpgroups' GEMMs. (With S alone in the turn
-            // and P V issued outside the turns, as soon as P was ready: 0-3% slower non-causal, 3-7% causal; a strict
+            // and P V issued outside the turns, as soon as P was ready: 0-1% slower non-causal, 1-7% causal; a strict
             // S / P V alternation of the turns: 18% slower. NOTES_FA3_FP8.md session 14.)
             for (int x = 0; x < nt; ++x) {
                 const int n = pl.n_lo + x;
