@@ -1,7 +1,7 @@
 // Tile shapes and shared-memory layout of the FA3 FP8 forward (SEMANTICS.md §10): a producer warpgroup
 // (warp 0 issues the TMA loads, warps 1-3 transpose V into the k-major layout FP8 wgmma needs) and two
-// consumer warpgroups with pingpong and intra-warpgroup overlap, as the default FP16/BF16 build (config.cuh), or
-// (k-major V) three consumer warpgroups with pingpong, each running its two GEMMs one after the other.
+// consumer warpgroups with pingpong and intra-warpgroup overlap, as config.cuh's two-warpgroup builds, or (k-major
+// V) three consumer warpgroups with pingpong (at d = 128 each takes O += P V and then its next S in one turn).
 //
 // Tiles are 64 query rows per consumer warpgroup (128, or 192 with three) x 128 keys; the per-tile descale blocks
 // are 128 x 128 (B_r = B_c = 128, the oracle's default tile_q / tile_k), so a warpgroup reads one Q descale and one K
