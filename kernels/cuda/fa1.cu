@@ -39,8 +39,8 @@ int fa1_fwd_launch(const AttnFwdParams& p, cudaStream_t s, char* err, int errlen
 
     const size_t rows = (size_t)heads * p.seqlen_q;
     float* scratch = nullptr;
-    rc = cuda_status(cudaMallocAsync((void**)&scratch, sizeof(float) * rows * (D + 2), s),
-                     "attn_fa1_fwd: cudaMallocAsync of the O/m/l scratch", err, errlen);
+    rc = cuda_status(scratch_alloc((void**)&scratch, sizeof(float) * rows * (D + 2), s),
+                     "attn_fa1_fwd: scratch allocation of the O/m/l partials", err, errlen);
     if (rc != ATTN_OK) return rc;
     dim3 grid(chunks, p.heads_q, p.batch);
     fa1_fwd_kernel<T, D><<<grid, FWD_THREADS, fwd_smem_bytes<D>(), s>>>(p, rows_per_chunk, scratch,

@@ -108,7 +108,7 @@ int launch_main(const AttnBwdParams& p, cudaStream_t stream, const char* name, c
                           1LL * num_n * bh);
     if constexpr (C::kDeterministic) {
         const size_t n = static_cast<size_t>(f.batch) * f.heads_q * (num_m > 0 ? num_m : 1);
-        e = cudaMallocAsync(reinterpret_cast<void**>(&P.dq_sem), n * sizeof(int), stream);
+        e = attn::scratch_alloc(reinterpret_cast<void**>(&P.dq_sem), n * sizeof(int), stream);
         if (e == cudaSuccess) e = cudaMemsetAsync(P.dq_sem, 0, n * sizeof(int), stream);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: dQ semaphores: %s", name, cudaGetErrorString(e));

@@ -341,8 +341,9 @@ extern "C" int attn_fp8_quantize(const AttnFp8QuantParams* p, void* stream, char
     AttnFp8QuantParams q = *p;
     bool own_scratch = false;
     if (slots > 0 && q.amax_scratch == nullptr) {
-        cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&q.amax_scratch), slots * sizeof(unsigned long long), s);
-        if (e != cudaSuccess) return attn::cuda_status(e, "attn_fp8_quantize: cudaMallocAsync(amax_scratch)", err, errlen);
+        cudaError_t e =
+            attn::scratch_alloc(reinterpret_cast<void**>(&q.amax_scratch), slots * sizeof(unsigned long long), s);
+        if (e != cudaSuccess) return attn::cuda_status(e, "attn_fp8_quantize: amax_scratch allocation", err, errlen);
         own_scratch = true;
     }
     cudaError_t e;

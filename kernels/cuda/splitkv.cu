@@ -190,7 +190,7 @@ extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err,
     void* scratch = nullptr;
     cudaError_t e = cudaSuccess;
     if (q.o_partial == nullptr) {
-        e = cudaMallocAsync(&scratch, rows * (p->head_dim_v + 1) * sizeof(float), s);
+        e = attn::scratch_alloc(&scratch, rows * (p->head_dim_v + 1) * sizeof(float), s);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_splitkv_fwd: scratch allocation of %zu bytes: %s",
                               rows * (p->head_dim_v + 1) * sizeof(float), cudaGetErrorString(e));

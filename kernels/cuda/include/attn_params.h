@@ -79,7 +79,7 @@ typedef struct AttnFwdParams {
     // (attn_splitkv_num_splits tells the caller how many, to size its buffers); >= 1: that many
     // (1 = one split, still through the partial + combine path). o_partial / lse_partial: caller-owned
     // scratch of at least the sizes below, or both NULL: the launcher then allocates and frees them
-    // stream-ordered (cudaMallocAsync / cudaFreeAsync on the given stream).
+    // stream-ordered on the given stream (launch_common.cuh scratch_alloc).
     int32_t num_splits;
     float* o_partial;    // [S, B, Hq, Lq, dv] fp32
     float* lse_partial;  // [S, B, Hq, Lq] fp32

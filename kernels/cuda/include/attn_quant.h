@@ -55,7 +55,7 @@ typedef struct AttnFp8QuantParams {
     int32_t tile;         // per_tile: rows per tile, >= 1 (ignored otherwise)
     const float* signs;   // HOST array [head_dim] of +-1.0f: apply the Hadamard transform first; NULL = none
     // per_tensor / per_head scratch: `batch * heads / group` (per_head) or 1 (per_tensor) uint64 slots on the
-    // device, or NULL: the launcher then allocates it stream-ordered (cudaMallocAsync / cudaFreeAsync).
+    // device, or NULL: the launcher then allocates it stream-ordered (launch_common.cuh scratch_alloc).
     unsigned long long* amax_scratch;
 } AttnFp8QuantParams;
 

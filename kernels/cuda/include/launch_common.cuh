@@ -1,5 +1,5 @@
 // Host-side helpers shared by every launcher: error messages, parameter validation, kernel launch
-// checks, the shared-memory opt-in. A launcher returns an AttnStatus and writes a message that names
+// checks, the shared-memory opt-in, stream-ordered scratch. A launcher returns an AttnStatus and writes a message that names
 // the argument and value (fail()).
 //
 // Two validators, because the kernels behind them accept different inputs:
@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdio.h>
+
+#include <mutex>
 
 #include "attn_params.h"
 
@@ -206,6 +208,49 @@ inline int check_launch(const char* name, char* err, int errlen) {
         return fail(err, errlen, ATTN_ERR_CUDA, "%s: kernel launch failed: %s (%s)", name, cudaGetErrorName(e),
                     cudaGetErrorString(e));
     return ATTN_OK;
+}
+
+// Stream-ordered scratch of one launch (the FA3 forward's persistent tile counter, the deterministic FA3 backward's
+// dQ semaphores, FA1's O / m / l partials, split-KV's partials when the caller passes none): allocated from a memory
+// pool of this library's own per device, which keeps up to kScratchKeepBytes of freed memory between launches. The
+// device's default pool (plain cudaMallocAsync) has a release threshold of 0: it hands freed memory back at every
+// synchronization, and the next launch then maps memory again on the host before it can enqueue its kernel.
+inline constexpr uint64_t kScratchKeepBytes = 256ull << 20;
+
+inline cudaError_t scratch_pool(cudaMemPool_t* out) {
+    static std::mutex lock;
+    static cudaMemPool_t pools[64] = {};
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    std::lock_guard<std::mutex> guard(lock);
+    if (pools[dev] == nullptr) {
+        cudaMemPoolProps props = {};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t pool = nullptr;
+        e = cudaMemPoolCreate(&pool, &props);
+        if (e != cudaSuccess) return e;
+        uint64_t keep = kScratchKeepBytes;
+        e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        if (e != cudaSuccess) {
+            cudaMemPoolDestroy(pool);
+            return e;
+        }
+        pools[dev] = pool;
+    }
+    *out = pools[dev];
+    return cudaSuccess;
+}
+
+// `bytes` of scratch for work on stream `s`, from scratch_pool; give it back with cudaFreeAsync on the same stream.
+inline cudaError_t scratch_alloc(void** ptr, size_t bytes, cudaStream_t s) {
+    cudaMemPool_t pool = nullptr;
+    const cudaError_t e = scratch_pool(&pool);
+    return e != cudaSuccess ? e : cudaMallocFromPoolAsync(ptr, bytes, pool, s);
 }
 
 }  // namespace attn
