@@ -653,17 +653,20 @@ def build_setting(name: str, value: str | None):
             os.environ[name] = old
 
 
-def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = None) -> None:
-    """Run the FA3 forward build named ``variant`` (a key of `FA3_VARIANTS`) through ``attn_fa3_fwd_variant``.
+def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = None,
+                     lib: ctypes.CDLL | None = None) -> None:
+    """Run the FA3 forward build named ``variant`` (a key of `FA3_VARIANTS`) through ``attn_fa3_fwd_variant`` of
+    ``lib`` (an `open_library` handle; default: `library`).
 
     Raises like `call`; an unknown variant name raises `KernelError` naming the known ones.
     """
     if variant not in FA3_VARIANTS:
         raise KernelError("attn_fa3_fwd_variant", 2, f"variant={variant!r}: one of {sorted(FA3_VARIANTS)}")
-    lib = library()
+    where = library_path() if lib is None else lib
+    lib = library() if lib is None else lib
     fn = getattr(lib, "attn_fa3_fwd_variant", None)
     if fn is None:
-        raise LibraryUnavailable(f"{library_path()} does not export attn_fa3_fwd_variant")
+        raise LibraryUnavailable(f"{where} does not export attn_fa3_fwd_variant")
     err = ctypes.create_string_buffer(512)
     s = _current_stream() if stream is None else stream
     rc = fn(ctypes.byref(params), FA3_VARIANTS[variant], ctypes.c_void_p(s), err, len(err))

@@ -341,8 +341,9 @@ class CudaSplitKV(_CudaAdapter):
 class CudaFA3(_CudaAdapter):
     name = "cuda-fa3"
     description = ("FlashAttention-3 CUDA forward for Hopper (kernels/cuda/fa3_fwd.cu, sm_90a): TMA + mbarrier K/V "
-                   "ring, wgmma (S from shared memory, P V with P in registers), producer warpgroup and two "
-                   "consumer warpgroups (setmaxnreg), pingpong, intra-warpgroup overlap, persistent scheduler")
+                   "ring, wgmma (S from shared memory, P V with P in registers), producer warpgroup and two or "
+                   "three consumer warpgroups (setmaxnreg), pingpong, intra-warpgroup overlap, persistent scheduler "
+                   "at d = 64")
     fwd_launcher = "attn_fa3_fwd"
     bwd_launcher = "attn_fa3_bwd"
     # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (`supports` declines 256 by name); the LSE

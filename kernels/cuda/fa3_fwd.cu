@@ -75,7 +75,7 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     int grid = static_cast<int>(total);
     if constexpr (C::kPersistent) {
         grid = sms > 0 && sms < grid ? sms : grid;
-        e = cudaMallocAsync(reinterpret_cast<void**>(&P.counter), sizeof(int), stream);
+        e = attn::scratch_alloc(reinterpret_cast<void**>(&P.counter), sizeof(int), stream);
         if (e == cudaSuccess) e = cudaMemsetAsync(P.counter, 0, sizeof(int), stream);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: tile counter: %s", cudaGetErrorString(e));
@@ -90,15 +90,20 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
 }
 
 // The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, pingpong, intra-warpgroup
-// overlap, one CTA per work tile (the persistent loop measured 2-4% slower); d = 64: three consumer warpgroups (192
-// query rows), key tiles of 128; d = 128: three consumer warpgroups, key tiles of 80 (O, S and P in 160 registers;
-// 96 keys spill), Q from shared memory (session 14: 3-8% faster than two warpgroups with 128-key tiles and Q in
-// registers, variant two_wg, which the d = 128 ablation builds change one thing of); d = 256: two consumer
-// warpgroups, key tiles of 80; a K/V ring as deep as shared memory allows (3, 3, 2 stages).
+// overlap. d = 64: the persistent loop (session 15, in-process: +1.4% over one CTA per work tile, geometric mean of 8
+// rows), three consumer warpgroups (192 query rows), key tiles of 128. d = 128: three consumer warpgroups, key tiles
+// of 80 (O, S and P in 160 registers; 96 keys spill), Q from shared memory (session 14: 3-8% faster than two
+// warpgroups with 128-key tiles and Q in registers, variant two_wg, which the d = 128 ablation builds change one
+// thing of). d = 256: two consumer warpgroups, key tiles of 80. A K/V ring as deep as shared memory allows (3, 3, 2
+// stages). d = 128 and 256 keep one CTA per work tile: the persistent loop measured 0.97-1.02x there, and 0.94-0.99x
+// at d = 256, whose Q is single-buffered (a Q freed after the last S = Q K^T, O written from registers, did not
+// change that: NOTES_FA3.md session 15).
 template <int D>
 constexpr int kDefaultN = D == 64 ? 128 : 80;
 template <int D>
 constexpr int kDefaultWGs = D == 256 ? 2 : 3;
+template <int D>
+constexpr bool kDefaultPersistent = D == 64;
 // The two-warpgroup d = 128 build (the default until session 14): 128-key tiles, Q in registers (config.cuh kQRegs).
 template <typename E, int kN = 128, int kStages = 0, bool kQRegs = kN == 128, int kProbe = kProbeNone>
 using TwoWg128 = Fa3Config<128, E, 2, true, true, true, false, false, kN, kStages, false, kProbe, kQRegs>;
@@ -134,8 +139,8 @@ int launch_skip_rescale(const AttnFwdParams& p, cudaStream_t s, int sms, char* e
 template <int D, typename E>
 int dispatch_full(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
     const bool pre = p.softcap > 0.f || !(p.scale > 0.f);
-    return pre ? launch<Default<D, E, true>>(p, s, sms, err, errlen)
-               : launch<Default<D, E, false>>(p, s, sms, err, errlen);
+    return pre ? launch<Default<D, E, true, kDefaultPersistent<D>>>(p, s, sms, err, errlen)
+               : launch<Default<D, E, false, kDefaultPersistent<D>>>(p, s, sms, err, errlen);
 }
 
 // The default build with the persistent loop, or with one CTA per work tile, for any head dim.

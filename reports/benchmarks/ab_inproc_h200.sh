@@ -11,6 +11,8 @@
 # AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
 # AB_LAUNCHER=attn_fa3_fp8_fwd: the FP8 forward instead (ab_libs_inproc's fp8_rows); its checks are then
 # fa3_fp8_check_bench --check (every FP8 device case and variant against the NumPy FA3 FP8 reference).
+# An AB_LIBS entry NAME@VARIANT times that build's FA3 forward variant VARIANT (ab_libs_inproc --lib NAME=PATH@VARIANT;
+# a key of cuda_lib.FA3_VARIANTS) under the name NAME@VARIANT; it is left out where NAME failed its checks.
 # Results in $OUT/ab_inproc.tgz; the tables are printed last.
 set -u
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=4 OMP_NUM_THREADS=4 ATTN_KERNELS_NO_BUILD=1
@@ -19,7 +21,7 @@ V=${VENDOR:-.vendor}
 C=${CARRY:-.carry_ab}
 R=$OUT/ab_inproc
 mkdir -p "$R" build/ab
-for x in ${AB_LIBS:?AB_LIBS: the names of the builds}; do
+for x in $(for y in ${AB_LIBS:?AB_LIBS: the names of the builds}; do echo "${y%%@*}"; done | sort -u); do
     LD_LIBRARY_PATH=$V/bin "$V/bin/zstd" -d -q -f "$C/$x.so.zst" -o "build/ab/$x.so" || exit 2
 done
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$R/pip.txt" 2>&1 || tail -3 "$R/pip.txt"
@@ -47,11 +49,12 @@ done
 [ -n "$pids" ] && wait $pids  # (a bare wait would also wait for nvidia-smi, which never ends)
 ok=""
 for x in $AB_LIBS; do
-    if [ -f "$K/check_$x.rc" ]; then
-        echo "check $x: rc=$(cat "$K/check_$x.rc") $(grep "^correctness:" "$K/check_$x.txt")" \
-            "$(grep -c "^OK" "$K/check_$x.txt") OK"
-        grep -E "^(BAD|FAIL)" "$K/check_$x.txt" | head -5
-        [ "$(cat "$K/check_$x.rc")" = 0 ] && ok="$ok $x"
+    b=${x%%@*}
+    if [ -f "$K/check_$b.rc" ]; then
+        echo "check $x: rc=$(cat "$K/check_$b.rc") $(grep "^correctness:" "$K/check_$b.txt")" \
+            "$(grep -c "^OK" "$K/check_$b.txt") OK"
+        grep -E "^(BAD|FAIL)" "$K/check_$b.txt" | head -5
+        [ "$(cat "$K/check_$b.rc")" = 0 ] && ok="$ok $x"
     else
         ok="$ok $x"
     fi
@@ -61,7 +64,7 @@ echo "timed: $ok"
 order=$ok
 for i in $(seq 1 "${AB_ORDERS:-2}"); do
     # shellcheck disable=SC2086
-    set -- $(for x in $order; do echo "--lib $x=$PWD/build/ab/$x.so"; done)
+    set -- $(for x in $order; do b=${x%%@*}; echo "--lib $x=$PWD/build/ab/$b.so${x#"$b"}"; done)
     timeout "${AB_S:-300}" python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc "$@" \
         --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} ${AB_LAUNCHER:+--launcher $AB_LAUNCHER} --out "$R/order$i" \
         > "$R/order$i.txt" 2>&1
@@ -73,7 +76,7 @@ if [ -n "${PICK:-}" ]; then  # the build ab_libs_inproc.pick chooses against the
     w=$(python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib "$first=-" \
         --pick "$R"/order*/ab.json 2> "$R/pick.txt")
     echo "picked: ${w:-none} (geometric means against $first: $(cat "$R/pick.txt"))"
-    [ -n "$w" ] && cp "build/ab/$w.so" /tmp/ab_winner.so && echo "$w" > /tmp/ab_winner
+    [ -n "$w" ] && cp "build/ab/${w%%@*}.so" /tmp/ab_winner.so && echo "$w" > /tmp/ab_winner
 fi
 kill $SMI 2>/dev/null
 tar czf "$OUT/ab_inproc.tgz" -C "$OUT" ab_inproc && rm -rf "$R"

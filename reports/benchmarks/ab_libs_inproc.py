@@ -1,7 +1,8 @@
 """A/B of several builds of the kernel library in one process (H200; kernels too close to tell apart across calls).
 
 ``python -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib A=a.so --lib B=b.so [--launcher attn_fa3_fwd]
-[--d 64,128,256] [--rounds 7] [--out DIR]``
+[--d 64,128,256] [--rounds 7] [--out DIR]``; ``--lib A=a.so@persistent``: that library's FA3 forward build
+``persistent`` (a key of ``kernels.cuda_lib.FA3_VARIANTS``, through ``attn_fa3_fwd_variant``) instead of the launcher.
 
 Each library is opened with ``kernels.cuda_lib.open_library`` (its own handle; every build links its CUDA runtime
 statically and shares the device's primary context with torch), and the same launcher of each is timed on the same
@@ -24,6 +25,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -32,10 +34,18 @@ from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 
-__all__ = ["fp8_rows", "main", "markdown", "pick", "rows"]
+__all__ = ["Build", "fp8_rows", "main", "markdown", "pick", "rows"]
 
 
-def _row(libs: dict[str, ctypes.CDLL], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
+class Build(NamedTuple):
+    """One timed build: a library handle (`cuda_lib.open_library`) and, for the FA3 forward, the name of one of its
+    variant builds ("": the launcher itself)."""
+
+    lib: ctypes.CDLL
+    variant: str = ""
+
+
+def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
          v: torch.Tensor, causal: bool, rounds: int, max_err: float, diff0: bool, refs: list, **extra) -> dict:
     """One row of the table (`extra`: more keys for it): `launcher` of every build on ``params_for(o, lse)`` checked
     against cuDNN on the bf16 ``q, k, v`` (``_err``; with `diff0` also ``_diff0``, the largest absolute difference
@@ -47,10 +57,13 @@ def _row(libs: dict[str, ctypes.CDLL], launcher: str, params_for: Callable, q: t
     ref = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)().float()
     row: dict = dict(B=B, H=H, N=n, d=d, causal=causal, **extra)
     cands, first = [], None
-    for name, lib in libs.items():
+    for name, (lib, variant) in libs.items():
         o = torch.full_like(q, float("nan"))
         lse = torch.empty(B, H, n, device=q.device, dtype=torch.float32)
-        run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
+        if variant:
+            run = functools.partial(cuda_lib.call_fa3_variant, params_for(o, lse), variant, lib=lib)
+        else:
+            run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
         run()
         torch.cuda.synchronize()
         row[name + "_err"] = err = float((o.float() - ref).norm() / ref.norm())
@@ -65,10 +78,10 @@ def _row(libs: dict[str, ctypes.CDLL], launcher: str, params_for: Callable, q: t
     return row
 
 
-def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rounds: int,
+def rows(libs: dict[str, Build], launcher: str, ds: list[int], n: int, rounds: int,
          max_err: float) -> list[dict]:
     """The table: per head dim in `ds`, causal and not, `launcher` of every build in `libs` (`cuda_lib.open_library`
-    handles) checked against cuDNN, then timed round-robin beside cuDNN and flash-attn-4."""
+    handles and variant names) checked against cuDNN, then timed round-robin beside cuDNN and flash-attn-4."""
     out = []
     for d in ds:
         for causal in (False, True):
@@ -83,7 +96,7 @@ def rows(libs: dict[str, ctypes.CDLL], launcher: str, ds: list[int], n: int, rou
     return out
 
 
-def fp8_rows(libs: dict[str, ctypes.CDLL], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
+def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
     """`rows` for ``attn_fa3_fp8_fwd``: e4m3 codes of the same bf16 inputs, per-tensor descales of 1, V k-major
     (`cuda_lib.pack_vt_reference`), every build checked against cuDNN on the dequantized inputs (`max_err`) and
     against the first build (``_diff0``: the largest absolute difference), then timed round-robin beside cuDNN."""
@@ -147,7 +160,8 @@ def pick(results: list[Path], baseline: str, min_gain: float) -> tuple[str, dict
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attention_conformance.reports.benchmarks.ab_libs_inproc",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--lib", action="append", required=True, metavar="NAME=PATH", help="a build to time (repeat)")
+    ap.add_argument("--lib", action="append", required=True, metavar="NAME=PATH[@VARIANT]",
+                    help="a build to time (repeat); @VARIANT: its FA3 forward build VARIANT")
     ap.add_argument("--launcher", default="attn_fa3_fwd")
     ap.add_argument("--d", default="64,128,256", help="comma-separated head dims")
     ap.add_argument("--n", type=int, default=8192)
@@ -167,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     specs = [s.split("=", 1) for s in args.lib]
     if any(len(s) != 2 for s in specs):
         ap.error("--lib takes NAME=PATH")
-    libs = {name: cuda_lib.open_library(Path(path).resolve()) for name, path in specs}
+    libs: dict[str, Build] = {}
+    for name, spec in specs:
+        path, _, variant = spec.partition("@")
+        if variant and (variant not in cuda_lib.FA3_VARIANTS or args.launcher != "attn_fa3_fwd"):
+            ap.error(f"--lib {name}={spec}: @VARIANT takes a key of FA3_VARIANTS with --launcher attn_fa3_fwd")
+        libs[name] = Build(cuda_lib.open_library(Path(path).resolve()), variant)
     env = env_info()
     try:
         from importlib.metadata import version

@@ -90,13 +90,29 @@ def test_row_checks_every_build_and_times_only_those_within_the_bound(monkeypatc
     def call(launcher, params, lib):
         params["o"].copy_(ref + offsets[lib])
 
+    def call_variant(params, variant, lib):  # NAME=PATH@VARIANT: the library's variant build, not the launcher
+        assert variant == "persistent"
+        params["o"].copy_(ref + offsets[lib])
+
     monkeypatch.setattr(ab.cuda_lib, "call", call)
+    monkeypatch.setattr(ab.cuda_lib, "call_fa3_variant", call_variant)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     timed = []
     monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, flops, rounds: timed.extend(n for n, _ in cands))
-    row = ab._row({name: name for name in offsets}, "attn_x", lambda o, lse: {"o": o}, q, k, v, False, 1, 1e-2,
-                  True, [("ref", None)], format="e4m3fn")
-    assert timed == ["good", "near", "cudnn", "ref"]
+    builds = {name: ab.Build(name) for name in offsets} | {"near@persistent": ab.Build("near", "persistent")}
+    row = ab._row(builds, "attn_x", lambda o, lse: {"o": o}, q, k, v, False, 1, 1e-2, True, [("ref", None)],
+                  format="e4m3fn")
+    assert timed == ["good", "near", "near@persistent", "cudnn", "ref"]
+    assert row["near@persistent_diff0"] == pytest.approx(1e-4, rel=1e-2)
     assert row["bad_err"] > 0.1 and row["good_err"] == 0.0
     assert row["near_diff0"] == pytest.approx(1e-4, rel=1e-2) and row["good_diff0"] == 0.0
     assert (row["B"], row["H"], row["N"], row["d"], row["format"]) == (1, 2, 8, 4, "e4m3fn")
+
+
+def test_lib_variant_must_name_an_fa3_forward_build():
+    """``--lib NAME=PATH@VARIANT`` takes a key of `cuda_lib.FA3_VARIANTS`, with the FA3 forward launcher only: anything
+    else is a usage error (exit 2) naming the argument, before any library is opened."""
+    for argv in (["--lib", "A=a.so@nope"], ["--lib", "A=a.so@persistent", "--launcher", "attn_fa3_fp8_fwd"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
