@@ -40,14 +40,17 @@ def cuda_event_median_ms(fn: Callable[[], object], reps: int = 20, warmup: int =
 def time_round_robin(row: dict, cands: Sequence[tuple[str, Callable[[], object]]], flops: float, rounds: int = 3,
                      timer: Callable[[Callable[[], object]], float] | None = None) -> None:
     """Time every (name, fn) of `cands` in turn, `rounds` times, so that clock drift during a run affects every
-    candidate alike. Each round's sample is ``timer(fn)`` (default: the median of 25 `cuda_event_times_ms` samples
-    after 5 warm-up calls). Writes ``row[name + "_ms"]`` (the median of the rounds), ``_tflops`` (from `flops`)
+    candidate alike; odd rounds go through `cands` backwards, so that no candidate always follows the same one (a
+    candidate timed right after a power-hungry one can start at a lower clock: on the H200 one kernel timed first,
+    after flash-attn-4, read 2-6% below the same kernel timed third in the same rounds, NOTES_FA3.md session 15).
+    Each round's sample is ``timer(fn)`` (default: the median of 25 `cuda_event_times_ms` samples after 5 warm-up
+    calls). Writes ``row[name + "_ms"]`` (the median of the rounds), ``_tflops`` (from `flops`)
     and ``_spread`` ((max - min) / median); a candidate that raises gets ``row[name + "_error"]`` (its first
     line) and is not timed again."""
     timer = timer or (lambda fn: statistics.median(cuda_event_times_ms(fn, 25, 5)))
     meds: dict[str, list[float]] = {name: [] for name, _ in cands}
-    for _ in range(rounds):
-        for name, fn in cands:
+    for r in range(rounds):
+        for name, fn in cands if r % 2 == 0 else cands[::-1]:
             if name + "_error" in row:
                 continue
             try:
