@@ -454,7 +454,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
             mbar_wait(sm.tile_full(slot.stage), slot.phase);
             // Broadcast from lane 0, though every lane reads the same word: a value loaded from shared memory is
             // not warp-uniform to ptxas, so the work tile and every branch on it would be divergent paths, where
-            // ptxas serializes the wgmmas (C7520) and the loop ran at half speed (sessions 12-14).
+            // ptxas serializes the wgmmas (C7520: the persistent loop at half speed, NOTES_FA3.md session 15).
             t = __shfl_sync(0xffffffffu, *sm.slot(slot.stage), 0);
             mbar_arrive(sm.tile_empty(slot.stage));
             slot.advance();
