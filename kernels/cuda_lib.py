@@ -614,6 +614,11 @@ def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | A
     Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and
     `LibraryUnavailable` when the library or the launcher is missing.
     """
+    _invoke(name, params, (), stream, lib)
+
+
+def _invoke(name: str, params: Any, flags: tuple[int, ...], stream: int | None, lib: ctypes.CDLL | None) -> None:
+    """``name(&params, *flags, stream, err, errlen)`` from `lib` (default: `library`), raising as `call` says."""
     where = library_path() if lib is None else lib
     lib = library() if lib is None else lib
     fn = getattr(lib, name, None)
@@ -621,7 +626,7 @@ def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | A
         raise LibraryUnavailable(f"{where} does not export {name}")
     err = ctypes.create_string_buffer(512)
     s = _current_stream() if stream is None else stream
-    rc = fn(ctypes.byref(params), ctypes.c_void_p(s), err, len(err))
+    rc = fn(ctypes.byref(params), *flags, ctypes.c_void_p(s), err, len(err))
     if rc != 0:
         msg = err.value.decode(errors="replace") or "(no message)"
         cls = KernelUnsupported if rc == 1 else KernelError
@@ -662,15 +667,4 @@ def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = N
     """
     if variant not in FA3_VARIANTS:
         raise KernelError("attn_fa3_fwd_variant", 2, f"variant={variant!r}: one of {sorted(FA3_VARIANTS)}")
-    where = library_path() if lib is None else lib
-    lib = library() if lib is None else lib
-    fn = getattr(lib, "attn_fa3_fwd_variant", None)
-    if fn is None:
-        raise LibraryUnavailable(f"{where} does not export attn_fa3_fwd_variant")
-    err = ctypes.create_string_buffer(512)
-    s = _current_stream() if stream is None else stream
-    rc = fn(ctypes.byref(params), FA3_VARIANTS[variant], ctypes.c_void_p(s), err, len(err))
-    if rc != 0:
-        msg = err.value.decode(errors="replace") or "(no message)"
-        cls = KernelUnsupported if rc == 1 else KernelError
-        raise cls("attn_fa3_fwd_variant", rc, msg)
+    _invoke("attn_fa3_fwd_variant", params, (FA3_VARIANTS[variant],), stream, lib)

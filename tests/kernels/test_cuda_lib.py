@@ -145,6 +145,11 @@ def test_a_build_opened_on_its_own_handle_runs_the_same_validation():
     assert ei.value.status == "ATTN_ERR_UNSUPPORTED" and "head_dim=96" in ei.value.message
     with pytest.raises(cuda_lib.LibraryUnavailable, match="does not export attn_fa2_fwd"):
         cuda_lib.call("attn_fa2_fwd", p, stream=0, lib=ctypes.CDLL(None))  # the process itself: no launchers
+    with pytest.raises(cuda_lib.KernelError) as ei:  # the FA3 variant builds likewise (ab_libs_inproc's NAME@VARIANT)
+        cuda_lib.call_fa3_variant(p, "persistent", stream=0, lib=other)
+    assert ei.value.status == "ATTN_ERR_UNSUPPORTED" and "head_dim=96" in ei.value.message
+    with pytest.raises(cuda_lib.LibraryUnavailable, match="does not export attn_fa3_fwd_variant"):
+        cuda_lib.call_fa3_variant(p, "persistent", stream=0, lib=ctypes.CDLL(None))
 
 
 def test_adapters_unavailable_or_declining_cleanly_without_gpu():
