@@ -86,8 +86,20 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", kName, C::kSmemBytes,
                           cudaGetErrorString(e));
-    kernel<<<static_cast<int>(total), C::kThreads, C::kSmemBytes, stream>>>(P);
+    int grid = static_cast<int>(total);
+    if constexpr (C::kPersistent) {  // one CTA per SM, taking work tiles from a counter (scheduler.cuh)
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0 && sms < grid)
+            grid = sms;
+        e = attn::scratch_alloc(reinterpret_cast<void**>(&P.base.counter), sizeof(int), stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(P.base.counter, 0, sizeof(int), stream);
+        if (e != cudaSuccess)
+            return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: tile counter: %s", kName, cudaGetErrorString(e));
+    }
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
     e = cudaGetLastError();
+    if constexpr (C::kPersistent) cudaFreeAsync(P.base.counter, stream);
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: launch failed: %s (%s)", kName, cudaGetErrorName(e),
                           cudaGetErrorString(e));
@@ -102,9 +114,10 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // default has 128; two consumer warpgroups, where the d = 64 / 128 defaults have three); two_wg (d = 64 / 128, per
 // tensor / per head): the two-warpgroup builds with 256 / 192-key tiles (the defaults until session 13);
 // exp_poly4 / exp_poly2: two_wg with the exponentials of every fourth / second 8-key chunk on the FMA pipe
-// (fp8_config.cuh kExpPolyEvery; the default has none).
+// (fp8_config.cuh kExpPolyEvery; the default has none); persistent: the default k-major build of each head dim with
+// the persistent loop (fp8_config.cuh kPersistent).
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
-              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106, kVariantTwoWg = 107;
+              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106, kVariantTwoWg = 107, kVariantPersistent = 108;
 // The one list of the variant names: the code each selects and the V layout its builds read.
 struct Fp8Variant {
     const char* name;
@@ -117,6 +130,7 @@ constexpr Fp8Variant kVariants[] = {
     {"narrow_transpose", kVariantNarrowT, ATTN_FP8_V_ROWS},  {"no_fold", kVariantNoFold, ATTN_FP8_V_ROWS},
     {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"two_wg", kVariantTwoWg, ATTN_FP8_V_KMAJOR},
     {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},      {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
+    {"persistent", kVariantPersistent, ATTN_FP8_V_KMAJOR},
 };
 
 // kFp8ProbeNone when ATTN_FA3_FP8_VARIANT is unset or empty, the variant's code, or -1 for an unknown name.
@@ -185,9 +199,9 @@ int key_tile_of(const AttnFp8FwdParams& p, int variant) {
 
 // A k-major build with key tiles of BN (0 in the config where BN is the head dim's default, so that both name one
 // instantiation) and WGs consumer warpgroups (three: Q from shared memory, 160 registers each).
-template <int D, typename Format, int BN, int WGs = 2, int kExpPolyEvery = -1>
+template <int D, typename Format, int BN, int WGs = 2, int kExpPolyEvery = -1, bool kPersistent = false>
 using KMajor = Fa3Fp8Config<D, Format, kFp8ProbeNone, D == 128 && WGs == 2, false, true, true,
-                            BN == (D == 256 ? 64 : 128) ? 0 : BN, kExpPolyEvery, WGs>;
+                            BN == (D == 256 ? 64 : 128) ? 0 : BN, kExpPolyEvery, WGs, kPersistent>;
 
 template <typename Format>
 int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen) {
@@ -210,6 +224,11 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
                           v == kVariantTwoWg ? "64 / 128" : "128");
     if (v == kVariantExpPoly4) return launch<KMajor<128, Format, 192, 2, 4>>(p, s, err, errlen);
     if (v == kVariantExpPoly2) return launch<KMajor<128, Format, 192, 2, 2>>(p, s, err, errlen);
+    if (v == kVariantPersistent) {  // the default build of each head dim with the persistent loop
+        if (d == 64) return launch<KMajor<64, Format, 128, 3, -1, true>>(p, s, err, errlen);
+        if (d == 128) return launch<KMajor<128, Format, 128, 3, -1, true>>(p, s, err, errlen);
+        return launch<KMajor<256, Format, 128, 2, -1, true>>(p, s, err, errlen);
+    }
     switch (d * 1000 + b.key_tile) {
         case 64128:
             return b.wgs == 3 ? launch<KMajor<64, Format, 128, 3>>(p, s, err, errlen)

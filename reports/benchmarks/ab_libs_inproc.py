@@ -2,7 +2,9 @@
 
 ``python -m attention_conformance.reports.benchmarks.ab_libs_inproc --lib A=a.so --lib B=b.so [--launcher attn_fa3_fwd]
 [--d 64,128,256] [--rounds 7] [--out DIR]``; ``--lib A=a.so@persistent``: that library's FA3 forward build
-``persistent`` (a key of ``kernels.cuda_lib.FA3_VARIANTS``, through ``attn_fa3_fwd_variant``) instead of the launcher.
+``persistent`` (a key of ``kernels.cuda_lib.FA3_VARIANTS``, through ``attn_fa3_fwd_variant``) instead of the launcher;
+with ``--launcher attn_fa3_fp8_fwd`` a k-major FP8 build (`fa3_fp8_check_bench.KMAJOR_VARIANTS`, selected by
+``ATTN_FA3_FP8_VARIANT`` around each call).
 
 Each library is opened with ``kernels.cuda_lib.open_library`` (its own handle; every build links its CUDA runtime
 statically and shares the device's primary context with torch), and the same launcher of each is timed on the same
@@ -33,6 +35,7 @@ from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
+from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import KMAJOR_VARIANTS
 
 __all__ = ["Build", "fp8_rows", "main", "markdown", "pick", "rows"]
 
@@ -43,6 +46,11 @@ class Build(NamedTuple):
 
     lib: ctypes.CDLL
     variant: str = ""
+
+
+def _fp8_variant_call(params, variant: str, lib: ctypes.CDLL) -> None:
+    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
+        cuda_lib.call("attn_fa3_fp8_fwd", params, lib=lib)
 
 
 def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
@@ -60,7 +68,9 @@ def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.T
     for name, (lib, variant) in libs.items():
         o = torch.full_like(q, float("nan"))
         lse = torch.empty(B, H, n, device=q.device, dtype=torch.float32)
-        if variant:
+        if variant and launcher == "attn_fa3_fp8_fwd":
+            run = functools.partial(_fp8_variant_call, params_for(o, lse), variant, lib)
+        elif variant:
             run = functools.partial(cuda_lib.call_fa3_variant, params_for(o, lse), variant, lib=lib)
         else:
             run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
@@ -161,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attention_conformance.reports.benchmarks.ab_libs_inproc",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--lib", action="append", required=True, metavar="NAME=PATH[@VARIANT]",
-                    help="a build to time (repeat); @VARIANT: its FA3 forward build VARIANT")
+                    help="a build to time (repeat); @VARIANT: its FA3 (FP8) forward build VARIANT")
     ap.add_argument("--launcher", default="attn_fa3_fwd")
     ap.add_argument("--d", default="64,128,256", help="comma-separated head dims")
     ap.add_argument("--n", type=int, default=8192)
@@ -184,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     libs: dict[str, Build] = {}
     for name, spec in specs:
         path, _, variant = spec.partition("@")
-        if variant and (variant not in cuda_lib.FA3_VARIANTS or args.launcher != "attn_fa3_fwd"):
-            ap.error(f"--lib {name}={spec}: @VARIANT takes a key of FA3_VARIANTS with --launcher attn_fa3_fwd")
+        known = KMAJOR_VARIANTS if args.launcher == "attn_fa3_fp8_fwd" else cuda_lib.FA3_VARIANTS
+        if variant and (variant not in known or args.launcher not in ("attn_fa3_fwd", "attn_fa3_fp8_fwd")):
+            ap.error(f"--lib {name}={spec}: @VARIANT takes a key of FA3_VARIANTS with --launcher attn_fa3_fwd, "
+                     f"or of KMAJOR_VARIANTS ({', '.join(KMAJOR_VARIANTS)}) with --launcher attn_fa3_fp8_fwd")
         libs[name] = Build(cuda_lib.open_library(Path(path).resolve()), variant)
     env = env_info()
     try:

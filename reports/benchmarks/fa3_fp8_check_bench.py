@@ -50,6 +50,8 @@ CHECK_CASES = [
     dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=128, granularity="per_head", layout="bshd", incoherent=True),
     dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, granularity="per_tensor"),
     dict(B=1, Hq=2, Hkv=1, Lq=1000, Lk=1000, d=128, granularity="per_tile", outliers=True, incoherent=True),
+    # more work tiles (280 of 192 rows) than the H200 has SMs: the persistent builds' CTAs each take several
+    dict(B=1, Hq=140, Hkv=70, Lq=300, Lk=260, d=128, granularity="per_head", causal=True),
     # d = 256: 64-key tiles, two per descale block of 128 keys
     dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=333, d=256, granularity="per_tile", causal=True, bottom_right=False),
     dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=256, granularity="per_tensor", format="e5m2", window=(50, 20)),
@@ -219,8 +221,9 @@ PROBES = ("no_transpose", "no_exp", "no_pv")
 #: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
 #: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 64 /
 #: 128 the two-warpgroup builds with 256 / 192-key tiles (the defaults have three warpgroups and 128-key tiles), and
-#: at d = 128 that build with the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none)
-KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2")
+#: at d = 128 that build with the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none),
+#: and the default of each head dim with the persistent loop (#SMs CTAs taking work tiles from a counter)
+KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persistent")
 #: the head dims a k-major variant is built for (absent: every head dim)
 KMAJOR_VARIANT_D = {"two_wg": (64, 128), "exp_poly4": (128,), "exp_poly2": (128,)}
 #: k-major variants built for per-tensor / per-head descales only (their 192 / 256-key tiles straddle per-tile blocks)

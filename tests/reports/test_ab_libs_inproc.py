@@ -110,9 +110,11 @@ def test_row_checks_every_build_and_times_only_those_within_the_bound(monkeypatc
 
 
 def test_lib_variant_must_name_an_fa3_forward_build():
-    """``--lib NAME=PATH@VARIANT`` takes a key of `cuda_lib.FA3_VARIANTS`, with the FA3 forward launcher only: anything
-    else is a usage error (exit 2) naming the argument, before any library is opened."""
-    for argv in (["--lib", "A=a.so@nope"], ["--lib", "A=a.so@persistent", "--launcher", "attn_fa3_fp8_fwd"]):
+    """``--lib NAME=PATH@VARIANT`` takes a key of `cuda_lib.FA3_VARIANTS` with the FA3 forward launcher, one of
+    `fa3_fp8_check_bench.KMAJOR_VARIANTS` with the FP8 one, none with any other: anything else is a usage error
+    (exit 2) naming the argument, before any library is opened."""
+    for argv in (["--lib", "A=a.so@nope"], ["--lib", "A=a.so@two_wg", "--launcher", "attn_fa2_fwd"],
+                 ["--lib", "A=a.so@no_ws", "--launcher", "attn_fa3_fp8_fwd"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2

@@ -33,7 +33,7 @@ enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2,
 // the builds measured fastest (NOTES_FA3_FP8.md).
 template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
           bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0, int kExpPolyEvery_ = -1,
-          int kConsumerWGs_ = 2>
+          int kConsumerWGs_ = 2, bool kPersistent_ = false>
 struct Fa3Fp8Config {
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
@@ -55,7 +55,12 @@ struct Fa3Fp8Config {
     static constexpr int kConsumerWGs = kConsumerWGs_;
     static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal_ && !kQRegs_),
                   "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
-    static constexpr bool kPersistent = false;
+    // kPersistent (k-major V builds): gridDim.x = #SMs CTAs loop over the work tiles (scheduler.cuh), the producer
+    // handing each tile index to the consumers through a shared-memory slot, as the FP16 / BF16 kernel's persistent
+    // builds; Q stays single-buffered (the next tile's Q loads once every warpgroup's last S = Q K^T completed, under
+    // the last softmax, P V product and epilogue; O has its own staging buffer).
+    static constexpr bool kPersistent = kPersistent_;
+    static_assert(!kPersistent || kVtGlobal_, "persistent: the k-major V builds (no transposing warps to loop)");
     // Intra-warpgroup overlap (S(x) and O += P(x-1) V(x-1) in flight together) with two warpgroups, and with three at
     // d = 64 (O, S and P of a 128-key tile fit 160 registers); with three at d = 128 each warpgroup's GEMMs run one
     // at a time (S and P are then never live together).
@@ -90,9 +95,11 @@ struct Fa3Fp8Config {
     static constexpr uint32_t kOffVt = kOffVRaw + (kVtGlobal ? 0 : kStages * kKVBytes);
     static constexpr uint32_t kOffO = kOffVt + kStages * kKVBytes;
     static constexpr uint32_t kOffBar = kOffO + kOBytes;
-    // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v
-    static constexpr int kNumBars = 2 + 6 * kStages;
-    static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
+    // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v, then
+    // (persistent) tile_full[2], tile_empty[2]; after them (persistent) the two work-tile slots
+    static constexpr int kNumBars = 2 + 6 * kStages + (kPersistent ? 4 : 0);
+    static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
+    static constexpr uint32_t kSmemBytes = kOffSlot + (kPersistent ? 8 : 0) + 1024;  // + slack to align the base
 
     static constexpr int kThreads = 128 * (kConsumerWGs + 1);
     static constexpr int kConsumerThreads = 128 * kConsumerWGs;

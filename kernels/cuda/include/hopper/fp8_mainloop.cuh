@@ -14,7 +14,9 @@
 // Barriers (mbarriers, phases by PipeState): full_q / empty_q (Q landed / every consumer thread done after
 // the epilogue); full_k[s] / empty_k[s] (K landed / one arrival per consumer warp after its wgmma completed);
 // full_vraw[s] / empty_vraw[s] (raw V landed / every transposing thread has read it); full_v[s] / empty_v[s]
-// (Vt written and fenced for the async proxy by every transposing thread / consumer warps done).
+// (Vt written and fenced for the async proxy by every transposing thread / consumer warps done); persistent builds:
+// tile_full[i] / tile_empty[i] (the next work-tile index written to slot i / read by every consumer thread), and
+// empty_q then completes once per work tile when every consumer thread's last S = Q K^T has completed.
 #pragma once
 #include "../fa_ptx.cuh"
 #include "epilogue.cuh"
@@ -68,6 +70,9 @@ struct Fp8Smem {
     __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return bar(2 + 3 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 4 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
+    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 6 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 6 * C::kStages + i); }
+    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     __device__ __forceinline__ void init() const {
         constexpr int kTransposers = 32 * C::kTransposeWarps;
@@ -81,6 +86,12 @@ struct Fp8Smem {
             mbar_init(full_v(s), C::kVtGlobal ? 1 : kTransposers);
             mbar_init(empty_v(s), C::kConsumerWGs * 4);
         }
+        if constexpr (C::kPersistent) {
+            for (int i = 0; i < 2; ++i) {
+                mbar_init(tile_full(i), 1);
+                mbar_init(tile_empty(i), C::kConsumerThreads);
+            }
+        }
         mbar_init_fence();
     }
 };
@@ -89,46 +100,66 @@ struct Fp8Smem {
 template <class C>
 __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
     const Fa3Params& B = P.base;
-    const WorkTile w = B.order.at(blockIdx.x);
-    const TilePlan pl = make_plan<C>(B.p, w);
-    if (pl.n_tiles() == 0) return;
-    const int hkv = w.h / (B.p.heads_q / B.p.heads_kv);
     PipeState<C::kStages> pk, pv;
-    auto load = [&](bool is_v, int n) {
-        PipeState<C::kStages>& ps = is_v ? pv : pk;
-        if constexpr (C::kVtGlobal) {
-            if (is_v) {  // the Vt tile (D rows of kBlockN key positions) straight into the ring the consumers read
-                mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
-                mbar_arrive_expect_tx(sm.full_v(ps.stage), C::kKVBytes);
+    PipeState<2> slot;
+    int q_phase = 0;  // persistent: the empty_q phase of the next Q load
+    int t = blockIdx.x;
+    while (true) {
+        if constexpr (C::kPersistent) {
+            mbar_wait(sm.tile_empty(slot.stage), slot.phase ^ 1);
+            *sm.slot(slot.stage) = t;
+            mbar_arrive(sm.tile_full(slot.stage));
+            slot.advance();
+            if (t >= B.order.total()) return;
+        }
+        const WorkTile w = B.order.at(t);
+        const TilePlan pl = make_plan<C>(B.p, w);
+        if (pl.n_tiles() > 0) {
+            const int hkv = w.h / (B.p.heads_q / B.p.heads_kv);
+            auto load = [&](bool is_v, int n) {
+                PipeState<C::kStages>& ps = is_v ? pv : pk;
+                if constexpr (C::kVtGlobal) {
+                    if (is_v) {  // the Vt tile (D rows of kBlockN key positions) straight into the ring the consumers read
+                        mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
+                        mbar_arrive_expect_tx(sm.full_v(ps.stage), C::kKVBytes);
 #pragma unroll
-                for (int cb = 0; cb < C::kVtColBlocks; ++cb)
-                    tma_load_4d(sm.vt(ps.stage) + cb * (C::kHeadDim * C::kVtColBytes), &B.v.map, sm.full_v(ps.stage),
-                                n * C::kBlockN + cb * C::kVtColBytes, 0, hkv * B.v.head_mul, w.b * B.v.batch_mul);
+                        for (int cb = 0; cb < C::kVtColBlocks; ++cb)
+                            tma_load_4d(sm.vt(ps.stage) + cb * (C::kHeadDim * C::kVtColBytes), &B.v.map,
+                                        sm.full_v(ps.stage), n * C::kBlockN + cb * C::kVtColBytes, 0,
+                                        hkv * B.v.head_mul, w.b * B.v.batch_mul);
+                        ps.advance();
+                        return;
+                    }
+                }
+                const TmaTensor& tt = is_v ? B.v : B.k;
+                uint64_t* full = is_v ? sm.full_vraw(ps.stage) : sm.full_k(ps.stage);
+                mbar_wait(is_v ? sm.empty_vraw(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
+                mbar_arrive_expect_tx(full, C::kKVBytes);
+                unsigned char* dst = is_v ? sm.vraw(ps.stage) : sm.k(ps.stage);
+#pragma unroll
+                for (int cb = 0; cb < C::kColBlocks; ++cb)
+                    tma_load_4d(dst + cb * (C::kBlockN * C::kRowBytes), &tt.map, full, cb * C::kRowBytes,
+                                n * C::kBlockN, hkv * tt.head_mul, w.b * tt.batch_mul);
                 ps.advance();
-                return;
+            };
+            // K runs one tile ahead of V: K(first), Q, then (K(n + 1), V(n)) pairs.
+            load(false, pl.n_lo);
+            if constexpr (C::kPersistent) {  // the previous work tile's S = Q K^T all completed
+                mbar_wait(sm.empty_q(), q_phase ^ 1);
+                q_phase ^= 1;
+            }
+            mbar_arrive_expect_tx(sm.full_q(), C::kQBytes);
+#pragma unroll
+            for (int cb = 0; cb < C::kColBlocks; ++cb)
+                tma_load_4d(sm.q() + cb * (C::kBlockM * C::kRowBytes), &B.q.map, sm.full_q(), cb * C::kRowBytes,
+                            w.m_block * C::kBlockM, w.h * B.q.head_mul, w.b * B.q.batch_mul);
+            for (int n = pl.n_lo; n < pl.n_hi; ++n) {
+                if (n + 1 < pl.n_hi) load(false, n + 1);
+                load(true, n);
             }
         }
-        const TmaTensor& t = is_v ? B.v : B.k;
-        uint64_t* full = is_v ? sm.full_vraw(ps.stage) : sm.full_k(ps.stage);
-        mbar_wait(is_v ? sm.empty_vraw(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
-        mbar_arrive_expect_tx(full, C::kKVBytes);
-        unsigned char* dst = is_v ? sm.vraw(ps.stage) : sm.k(ps.stage);
-#pragma unroll
-        for (int cb = 0; cb < C::kColBlocks; ++cb)
-            tma_load_4d(dst + cb * (C::kBlockN * C::kRowBytes), &t.map, full, cb * C::kRowBytes, n * C::kBlockN,
-                        hkv * t.head_mul, w.b * t.batch_mul);
-        ps.advance();
-    };
-    // K runs one tile ahead of V: K(first), Q, then (K(n + 1), V(n)) pairs.
-    load(false, pl.n_lo);
-    mbar_arrive_expect_tx(sm.full_q(), C::kQBytes);
-#pragma unroll
-    for (int cb = 0; cb < C::kColBlocks; ++cb)
-        tma_load_4d(sm.q() + cb * (C::kBlockM * C::kRowBytes), &B.q.map, sm.full_q(), cb * C::kRowBytes,
-                    w.m_block * C::kBlockM, w.h * B.q.head_mul, w.b * B.q.batch_mul);
-    for (int n = pl.n_lo; n < pl.n_hi; ++n) {
-        if (n + 1 < pl.n_hi) load(false, n + 1);
-        load(true, n);
+        if constexpr (!C::kPersistent) return;
+        t = atomicAdd(B.counter, 1) + gridDim.x;
     }
 }
 
@@ -168,6 +199,17 @@ struct Fp8Consumer {
     Fp8Smem<C> sm;
     int cw;
     PipeState<C::kStages> ck, cv;
+    int q_phase = 0;  // the full_q phase of this work tile (persistent builds: one Q per work tile)
+
+    // Persistent builds: this thread is done with the Q buffer (its last S = Q K^T of the work tile has completed), so
+    // the producer may load the next work tile's Q into it. Q in registers (kQRegs) was read with ldmatrix, a generic-
+    // proxy read before the TMA write.
+    __device__ __forceinline__ void q_done() {
+        if constexpr (C::kPersistent) {
+            if constexpr (C::kQRegs) fence_proxy_async();
+            mbar_arrive(sm.empty_q());
+        }
+    }
 
     __device__ __forceinline__ void release(uint64_t* bar) {
         __syncwarp();
@@ -288,7 +330,7 @@ struct Fp8Consumer {
         set_descs();
         // Key tiles run first to last here (n = n_lo + x); masked_tiles counts from the last one.
         const MaskedTiles mt = masked_tiles(pl.mask, pl.n_hi, nt, BN, row0, min(row0 + 63, pl.mask.lq - 1));
-        mbar_wait(sm.full_q(), 0);
+        mbar_wait(sm.full_q(), q_phase);
         load_q_frags();
 
         float o[D / 2];
@@ -304,6 +346,7 @@ struct Fp8Consumer {
         if constexpr (C::kIntraWgOverlap) {
             int n = pl.n_lo;
             s_alone(s);
+            if (nt == 1) q_done();
             score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
                              mt.at(nt - 1));
             smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
@@ -328,6 +371,7 @@ struct Fp8Consumer {
                 fence_regs(s);
                 release(sm.empty_k(ck.stage));
                 ck.advance();
+                if (x == nt - 1) q_done();
                 before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
                     score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
                     smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
@@ -360,6 +404,7 @@ struct Fp8Consumer {
                 turn_wait();
                 if (x > 0) pv_alone(o, pa);
                 s_in_turn(s);
+                if (x == nt - 1) q_done();
                 score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
                 smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
                 if constexpr (!kFold) {  // O is in units of the previous tile's V descale
@@ -379,7 +424,10 @@ struct Fp8Consumer {
         inv_l[0] *= dv_cur;
         inv_l[1] *= dv_cur;
         store_tile<C>(P.base.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.o());
-        mbar_arrive(sm.empty_q());
+        if constexpr (C::kPersistent)
+            q_phase ^= 1;
+        else
+            mbar_arrive(sm.empty_q());
     }
 };
 
@@ -387,19 +435,35 @@ template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
     Fp8Consumer<C> cs{P, sm, cw};
     if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
-    const WorkTile w = P.base.order.at(blockIdx.x);
-    const TilePlan pl = make_plan<C>(P.base.p, w);
-    if (pl.i_hi < pl.i_lo) return;
-    // The max of the raw accumulator is the max of the scaled scores only for a positive factor (scale > 0;
-    // descales are >= 0, and a zero one scales every score to 0 either way).
-    const bool fold = C::kFoldScale && P.granularity != kFp8PerTile && !(P.base.p.softcap > 0.f) &&
-                      P.base.p.scale > 0.f;
-    if (pl.n_tiles() == 0)
-        store_empty_tile<C>(P.base.p, w, pl.mask.lq, cw);
-    else if (fold)
-        cs.template run_tile<true>(w, pl);
-    else
-        cs.template run_tile<false>(w, pl);
+    PipeState<2> slot;
+    int t = blockIdx.x;
+    while (true) {
+        if constexpr (C::kPersistent) {
+            mbar_wait(sm.tile_full(slot.stage), slot.phase);
+            // Broadcast from lane 0: a value loaded from shared memory is not warp-uniform to ptxas, and wgmmas under
+            // branches on it would be serialized (C7520; mainloop.cuh consumer_loop).
+            t = __shfl_sync(0xffffffffu, *sm.slot(slot.stage), 0);
+            mbar_arrive(sm.tile_empty(slot.stage));
+            slot.advance();
+            if (t >= P.base.order.total()) return;
+        }
+        const WorkTile w = P.base.order.at(t);
+        const TilePlan pl = make_plan<C>(P.base.p, w);
+        // Every warpgroup takes a pingpong turn per key tile, so the turns stay in step across work tiles.
+        if (pl.i_hi >= pl.i_lo) {
+            // The max of the raw accumulator is the max of the scaled scores only for a positive factor (scale > 0;
+            // descales are >= 0, and a zero one scales every score to 0 either way).
+            const bool fold = C::kFoldScale && P.granularity != kFp8PerTile && !(P.base.p.softcap > 0.f) &&
+                              P.base.p.scale > 0.f;
+            if (pl.n_tiles() == 0)
+                store_empty_tile<C>(P.base.p, w, pl.mask.lq, cw);
+            else if (fold)
+                cs.template run_tile<true>(w, pl);
+            else
+                cs.template run_tile<false>(w, pl);
+        }
+        if constexpr (!C::kPersistent) return;
+    }
 }
 
 template <class C>

@@ -71,14 +71,21 @@ struct Loader {
     Smem<C> sm;
     PipeState<C::kStages> pk, pv;
     PipeState<C::kQStages> pq;
+    // Whether this thread issues the loads. The producer's one thread: always. Builds without warp specialisation run
+    // the loader in every consumer thread (each waits for the stage) and issue from thread 0 only: ptxas serializes
+    // the wgmmas (C7520) when a branch around the loader's waiting loops is taken by part of a warpgroup (thread 0,
+    // warp 0, or warpgroup 0 alone: each measured with -Xptxas -v).
+    bool lead = true;
 
     __device__ __forceinline__ void load_q(const WorkTile& w) {
         mbar_wait(sm.empty_q(pq.stage), pq.phase ^ 1);
-        mbar_arrive_expect_tx(sm.full_q(pq.stage), C::kQBytes);
+        if (lead) {
+            mbar_arrive_expect_tx(sm.full_q(pq.stage), C::kQBytes);
 #pragma unroll
-        for (int cb = 0; cb < C::kColBlocks; ++cb)
-            tma_load_4d(sm.q(pq.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full_q(pq.stage), cb * 64,
-                        w.m_block * C::kBlockM, w.h * P.q.head_mul, w.b * P.q.batch_mul);
+            for (int cb = 0; cb < C::kColBlocks; ++cb)
+                tma_load_4d(sm.q(pq.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full_q(pq.stage), cb * 64,
+                            w.m_block * C::kBlockM, w.h * P.q.head_mul, w.b * P.q.batch_mul);
+        }
         pq.advance();
     }
     // K / V of work tile w come from KV head w.h / (heads_q / heads_kv): its tensor-map coordinates, once per work
@@ -95,12 +102,14 @@ struct Loader {
         const TmaTensor& t = is_v ? P.v : P.k;
         uint64_t* full = is_v ? sm.full_v(ps.stage) : sm.full_k(ps.stage);
         mbar_wait(is_v ? sm.empty_v(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
-        mbar_arrive_expect_tx(full, C::kKVBytes);
-        unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
+        if (lead) {
+            mbar_arrive_expect_tx(full, C::kKVBytes);
+            unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
 #pragma unroll
-        for (int cb = 0; cb < C::kColBlocks; ++cb)
-            tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN,
-                        is_v ? kc.v_head : kc.k_head, is_v ? kc.v_batch : kc.k_batch);
+            for (int cb = 0; cb < C::kColBlocks; ++cb)
+                tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN,
+                            is_v ? kc.v_head : kc.k_head, is_v ? kc.v_batch : kc.k_batch);
+        }
         ps.advance();
     }
 };
@@ -276,7 +285,7 @@ struct Consumer {
         return max(0, min(pl.n_hi - max(hi, lo), nt - 1));
     }
 
-    // One work tile. `ld` (non-warp-specialised builds only): the loader run by thread 0 of warpgroup 0.
+    // One work tile. `ld` (non-warp-specialised builds only): the loader, run by every consumer thread (Loader::lead).
     __device__ __forceinline__ void run_tile(const WorkTile& w, const TilePlan& pl, Loader<C>* ld) {
         const int nt = pl.n_tiles();
         const int row0 = w.m_block * C::kBlockM + cw * 64;
@@ -442,7 +451,8 @@ template <class C>
 __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     Consumer<C> cs{P, sm, cw};
     Loader<C> ld{P, sm};
-    Loader<C>* my_ld = (!C::kWS && threadIdx.x == 0) ? &ld : nullptr;
+    ld.lead = C::kWS || threadIdx.x == 0;
+    Loader<C>* my_ld = C::kWS ? nullptr : &ld;  // non-warp-specialised: every consumer thread runs the loader
     if constexpr (C::kPingpong) {
         if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
     }
