@@ -1,8 +1,11 @@
 """A small case set over every launcher in libattn_kernels.so, for compute-sanitizer.
 
 ``compute-sanitizer --tool memcheck --error-exitcode 1 python -m attention_conformance.kernels.cuda.sanitize_cases
-[LAUNCHER ...]``
+[LAUNCHER ...] [--fa3-variant NAME] [--fp8-variant NAME]``
 (launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
+``--fa3-variant``: the FA3 forward's cases through that build (a key of `cuda_lib.FA3_VARIANTS`, e.g. the ablation
+builds); ``--fp8-variant``: the FP8 forward's k-major cases through that k-major build (``ATTN_FA3_FP8_VARIANT``);
+with either, only those launchers' cases run.
 Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
 empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward and backward (Hopper
 only), paged K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty
@@ -14,6 +17,8 @@ a paged case must also equal the same launcher on the dense K/V bitwise. Exit co
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import math
 import sys
 from typing import Any
@@ -57,6 +62,7 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_head", vt=True)),
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=140, Hkv=20, Lq=200, Lk=300, d=128, causal=True, fp8="per_head", vt=True)),
     # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered where dQ is split), zeroed
     # tails; d = 64 streams 128-row query tiles with dQ split by rows (a tile's second half past Lq: 70, 300)
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
@@ -111,7 +117,7 @@ def _valid_rows(B: int, Lq: int, seqlens_q: Any, dev: str) -> Any:
     return torch.arange(Lq, device=dev)[None, None, :, None] < seqlens_q[:, None, None, None]
 
 
-def _run(launcher: str, spec: dict) -> str:
+def _run(launcher: str, spec: dict, fa3_variant: str | None = None) -> str:
     import torch
 
     from attention_conformance.kernels import cuda_lib
@@ -160,7 +166,10 @@ def _run(launcher: str, spec: dict) -> str:
         outputs = {"dq": dq, "dk": dk, "dv": dv}  # padded varlen rows are written as zeros
     else:
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        cuda_lib.call(launcher, p)
+        if fa3_variant is not None:
+            cuda_lib.call_fa3_variant(p, fa3_variant)
+        else:
+            cuda_lib.call(launcher, p)
         # rows past seqlens_q[b] stay unwritten (the NaN poison), by contract
         rows = _valid_rows(B, Lq, kw.get("seqlens_q"), dev)
         outputs = {"o (valid rows)": torch.where(rows, o, 0)}
@@ -230,24 +239,35 @@ def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, 
     return f"{launcher} paged{page_size} B{B} H{Hq}/{k.shape[1]} q{Lq} k{Lk} lens {lens} ok (== dense)"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.cuda.sanitize_cases")
+    ap.add_argument("launchers", nargs="*", help="run only these launchers' cases")
+    ap.add_argument("--fa3-variant", help="attn_fa3_fwd's cases through this build (cuda_lib.FA3_VARIANTS)")
+    ap.add_argument("--fp8-variant", help="attn_fa3_fp8_fwd's k-major cases through this build "
+                    "(ATTN_FA3_FP8_VARIANT)")
+    args = ap.parse_args(argv)
     try:
         import torch
     except ImportError:
         print("sanitize_cases: torch is not installed", file=sys.stderr)
         return 2
+    from attention_conformance.kernels import cuda_lib
+
+    if args.fa3_variant is not None and args.fa3_variant not in cuda_lib.FA3_VARIANTS:
+        ap.error(f"--fa3-variant {args.fa3_variant}: one of {', '.join(cuda_lib.FA3_VARIANTS)}")
     if not torch.cuda.is_available():
         print("sanitize_cases: no CUDA device", file=sys.stderr)
         return 2
-    from attention_conformance.kernels import cuda_lib
-
+    only = list(args.launchers)
+    only += ["attn_fa3_fwd"] * (args.fa3_variant is not None) + ["attn_fa3_fp8_fwd"] * (args.fp8_variant is not None)
     lib = cuda_lib.library()
     failures = 0
-    only = sys.argv[1:]  # optional launcher names: run only their cases
     ran = 0
     for launcher, spec in CASES:
         if only and launcher not in only:
             continue
+        if args.fp8_variant is not None and launcher == "attn_fa3_fp8_fwd" and not spec.get("vt"):
+            continue  # the k-major builds read V packed
         ran += 1
         if getattr(lib, launcher, None) is None:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
@@ -256,8 +276,11 @@ def main() -> int:
         if launcher.startswith("attn_fa3") and cap[0] != 9:
             print(f"SKIP {launcher}: sm_90a kernel, device has compute capability {cap}")
             continue
+        setting = (cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", args.fp8_variant)
+                   if launcher == "attn_fa3_fp8_fwd" and args.fp8_variant is not None else contextlib.nullcontext())
         try:
-            print(_run(launcher, spec), flush=True)
+            with setting:
+                print(_run(launcher, spec, args.fa3_variant if launcher == "attn_fa3_fwd" else None), flush=True)
         except Exception as e:  # a kernel error is a failure of the set
             failures += 1
             print(f"FAIL {launcher} {spec}: {e}", flush=True)
