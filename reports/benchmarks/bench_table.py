@@ -3,7 +3,8 @@
 One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
 groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16): CUDA-event median in ms and the rate
 (TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the FP8 groups) relative to each other
-implementation.
+implementation; where the benchmark also timed ours beside it in alternating rounds (``extra_info``
+``paired_ours_over_impl``: the FA3 forward's cuDNN and FA4 rows), that paired ratio too.
 
     python reports/benchmarks/bench_table.py reports/latest/pytest_bench.json > table.md
 """
@@ -31,22 +32,24 @@ def _impl(name: str) -> str:
 
 
 def rows_of(data: dict) -> dict[str, dict[str, dict]]:
-    """group -> implementation -> {"ms", "rate", "unit"} from a pytest-benchmark JSON."""
+    """group -> implementation -> {"ms", "rate", "unit", "paired"} from a pytest-benchmark JSON ("paired": the
+    speed ratio ours / impl timed in alternating rounds, or None)."""
     out: dict[str, dict[str, dict]] = defaultdict(dict)
     for b in data["benchmarks"]:
         info = b.get("extra_info", {})
         ms = info.get("cuda_event_median_ms", b["stats"]["median"] * 1e3)
         unit = "TB/s" if "TBps_cuda_event" in info else "TFLOPs/s"
         rate = info.get("TBps_cuda_event", info.get("tflops_cuda_event"))
-        out[b.get("group") or b["name"]][_impl(b["name"])] = {"ms": ms, "rate": rate, "unit": unit}
+        out[b.get("group") or b["name"]][_impl(b["name"])] = {"ms": ms, "rate": rate, "unit": unit,
+                                                               "paired": info.get("paired_ours_over_impl")}
     return out
 
 
 def markdown(data: dict) -> str:
     rows = rows_of(data)
     lines = [
-        "| shape | impl | ms (CUDA events) | rate | speed ours / impl |",
-        "|---|---|---|---|---|",
+        "| shape | impl | ms (CUDA events) | rate | speed ours / impl | paired (alternating rounds) |",
+        "|---|---|---|---|---|---|",
     ]
     for group, impls in rows.items():
         ours = impls.get("ours") or impls.get("ours-fp8-vt") or impls.get("ours-fp8")
@@ -55,7 +58,8 @@ def markdown(data: dict) -> str:
             if ours and name in OTHERS and r is not ours and r["ms"]:
                 ratio = f"{r['ms'] / ours['ms']:.2f}"  # time ratio = speed of ours relative to it
             rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else ""
-            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {ratio} |")
+            paired = f"{r['paired']:.2f}" if r.get("paired") is not None else ""
+            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {ratio} | {paired} |")
     info = data.get("machine_info", {})
     head = f"pytest-benchmark {data.get('version', '')}, {data.get('datetime', '')}, {info.get('node', '')}"
     return head + "\n\n" + "\n".join(lines) + "\n"

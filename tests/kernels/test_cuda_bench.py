@@ -18,6 +18,12 @@ TFLOPs/s (4·B·H·Lq·Lk·d, halved for causal; backward 2.5x the forward) or T
   backward (attn_fa3_fwd + attn_fa3_bwd; the others through autograd) at d in {64, 128}; the FA3 FP8 forward
   (attn_fa3_fp8_fwd, e4m3, per-tensor descales; V as rows and V k-major) at d in {128, 256} beside our BF16 FA3.
 
+Benchmarks run one after another, so a ratio of two of them also carries whatever the card's clock did between
+them (it sits at its power limit). The FA3 forward's cuDNN and FA4 benchmarks therefore also time ours and that
+implementation in alternating rounds on the same shape (`kernels.timing.time_round_robin`, 5 rounds of 25 CUDA-event
+samples, the order reversed every other round): ``extra_info["paired_ours_over_impl"]`` (speed of ours relative to
+it, as the table's last column) and both spreads; bench_table.py prints it beside the sequential ratio.
+
 The committed figures with correctness checks next to them come from
 ``reports/benchmarks/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
 (reports/benchmarks/cuda_fwd.md, cuda_bwd.md).
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import pytest
 
-from attention_conformance.kernels.timing import cuda_event_median_ms
+from attention_conformance.kernels.timing import cuda_event_median_ms, time_round_robin
 
 torch = pytest.importorskip("torch")
 
@@ -184,9 +190,23 @@ def test_fa1_2k_d128(benchmark, direction):
     _bench(benchmark, fn, 20, f"fa1 B{B} H{H} N{n} d{D}", 4 * B * H * n * n * D * (2.5 if direction == "bwd" else 1.0))
 
 
+def _is_hopper() -> bool:
+    return torch.cuda.get_device_capability()[0] == 9
+
+
 def _hopper():
-    if torch.cuda.get_device_capability()[0] != 9:
+    if not _is_hopper():
         pytest.skip("the FA3 kernels are built for sm_90a (Hopper)")
+
+
+def _paired(benchmark, ours, theirs, work: float, rounds: int = 5) -> None:
+    """Ours and `theirs` timed in alternating rounds (`time_round_robin`): the speed ratio ours / theirs and both
+    spreads into `benchmark`'s extra_info (see the module docstring)."""
+    row: dict = {}
+    time_round_robin(row, [("ours", ours), ("theirs", theirs)], work, rounds)
+    if "ours_ms" in row and "theirs_ms" in row:
+        benchmark.extra_info["paired_ours_over_impl"] = row["theirs_ms"] / row["ours_ms"]
+        benchmark.extra_info["paired_spreads"] = [row["ours_spread"], row["theirs_spread"]]
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -196,8 +216,10 @@ def test_fa3_fwd_8k(benchmark, d, causal, impl):
     if impl == "ours":
         _hopper()
     fn = _forward(impl, "attn_fa3_fwd", d, causal)
-    _bench(benchmark, fn, 20, f"fa3-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
-           4 * B * H * N * N * d / (2 if causal else 1))
+    work = 4 * B * H * N * N * d / (2 if causal else 1)
+    _bench(benchmark, fn, 20, f"fa3-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}", work)
+    if impl in ("torch-cudnn", "flash-attn-4") and _is_hopper():
+        _paired(benchmark, _forward("ours", "attn_fa3_fwd", d, causal), fn, work)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
