@@ -32,11 +32,6 @@ struct Fa3Config {
     static constexpr bool kWS = kWS_, kOverlap = kOverlap_, kPingpong = kPingpong_, kPersistent = kPersistent_;
     static constexpr bool kPrescale = kPrescale_;
     static constexpr bool kSkipRescale = kSkipRescale_;
-    // d = 256 with the intra-warpgroup overlap: O *= corr of the previous key tile runs after S = Q K^T is issued and
-    // before O += P V (while the tensor cores compute S), not after the P V product completed, where its 128
-    // multiplies per thread delay the warpgroup's next turn (flash-attn-4's sm90 kernel does the same for head dims
-    // above 128).
-    static constexpr bool kRescaleBeforePV = D == 256 && kOverlap_ && !kSkipRescale_;
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");

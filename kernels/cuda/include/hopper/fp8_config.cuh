@@ -65,9 +65,6 @@ struct Fa3Fp8Config {
     // d = 64 (O, S and P of a 128-key tile fit 160 registers); with three at d = 128 each warpgroup's GEMMs run one
     // at a time (S and P are then never live together).
     static constexpr bool kIntraWgOverlap = kConsumerWGs == 2 || D == 64;
-    // d = 256: O *= corr of the previous key tile after S = Q K^T is issued and before O += P V, while the tensor cores
-    // compute S (config.cuh kRescaleBeforePV, the same for the BF16 kernel).
-    static constexpr bool kRescaleBeforePV = D == 256 && kIntraWgOverlap;
     // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S beside the
     // transposing warps' 56), so one per-tile descale block of 128 keys spans two key tiles.
     static constexpr int kBlockM = 64 * kConsumerWGs, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);

@@ -351,10 +351,6 @@ struct Fp8Consumer {
                              mt.at(nt - 1));
             smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
             p_to_fp8_frags<Format, BN>(pa, s);
-            if constexpr (C::kRescaleBeforePV) {  // the loop's first O *= corr meets an O of zeros
-                corr[0] = 1.f;
-                corr[1] = 1.f;
-            }
             for (int x = 1; x < nt; ++x) {
                 n = pl.n_lo + x;
                 const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
@@ -367,10 +363,6 @@ struct Fp8Consumer {
                 wgmma_fence();
                 gemm_s(s, ck.stage);
                 wgmma_commit();
-                if constexpr (C::kRescaleBeforePV) {  // O (up to P(x-2) V(x-2)) *= corr(x-1) while S(x) runs
-                    RowSoftmax::rescale(o, corr);
-                    wgmma_fence();
-                }
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
                 gemm_pv(o, pa, cv.stage);
                 wgmma_commit();
@@ -396,10 +388,9 @@ struct Fp8Consumer {
                     corr[0] *= ratio;
                     corr[1] *= ratio;
                 }
-                if constexpr (!C::kRescaleBeforePV) RowSoftmax::rescale(o, corr);
+                RowSoftmax::rescale(o, corr);
                 p_to_fp8_frags<Format, BN>(pa, s);
             }
-            if constexpr (C::kRescaleBeforePV) RowSoftmax::rescale(o, corr);
             pv_alone(o, pa);
         } else {
             // Three warpgroups at d = 128 (160 registers: S and the P fragments are never live together). A turn

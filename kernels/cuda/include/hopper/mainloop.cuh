@@ -354,10 +354,6 @@ struct Consumer {
         score_mod(s, pl, row0, n, mt.at(x));
         softmax(smx, s, sl2, corr);
         to_a_frags(pa, s);
-        if constexpr (C::kRescaleBeforePV) {  // the loop's first O *= corr meets an O of zeros
-            corr[0] = 1.f;
-            corr[1] = 1.f;
-        }
         if constexpr (!C::kOverlap) {
             // O += P V(first) now; the overlapped loop does it together with the next S.
             turn_wait();
@@ -382,10 +378,6 @@ struct Consumer {
                 wgmma_fence();
                 gemm_s(s, ck.stage);
                 wgmma_commit();
-                if constexpr (C::kRescaleBeforePV) {  // O (up to P(x-2) V(x-2)) *= corr(x-1) while S(x) runs
-                    rescale(o, corr);
-                    wgmma_fence();
-                }
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
                 gemm_pv(o, pa, cv.stage);
                 wgmma_commit();
@@ -403,7 +395,7 @@ struct Consumer {
                 release(sm.empty_v(cv.stage));
                 refill(true, x - 1);
                 cv.advance();
-                if constexpr (!C::kRescaleBeforePV) rescale(o, corr);
+                rescale(o, corr);
                 to_a_frags(pa, s);
             } else {
                 turn_wait();
@@ -436,7 +428,6 @@ struct Consumer {
         }
         if constexpr (C::kOverlap) {
             // O += P(last) V(last)
-            if constexpr (C::kRescaleBeforePV) rescale(o, corr);
             mbar_wait(sm.full_v(cv.stage), cv.phase);
             fence_regs(o);
             wgmma_fence();
