@@ -101,15 +101,12 @@ template <class C>
 __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
     const Fa3Params& B = P.base;
     PipeState<C::kStages> pk, pv;
-    PipeState<2> slot;
+    TileSlots<decltype(sm)> slots{sm};
     int q_phase = 0;  // persistent: the empty_q phase of the next Q load
     int t = blockIdx.x;
     while (true) {
         if constexpr (C::kPersistent) {
-            mbar_wait(sm.tile_empty(slot.stage), slot.phase ^ 1);
-            *sm.slot(slot.stage) = t;
-            mbar_arrive(sm.tile_full(slot.stage));
-            slot.advance();
+            slots.put(t);
             if (t >= B.order.total()) return;
         }
         const WorkTile w = B.order.at(t);
@@ -435,16 +432,11 @@ template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
     Fp8Consumer<C> cs{P, sm, cw};
     if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
-    PipeState<2> slot;
+    TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     while (true) {
         if constexpr (C::kPersistent) {
-            mbar_wait(sm.tile_full(slot.stage), slot.phase);
-            // Broadcast from lane 0: a value loaded from shared memory is not warp-uniform to ptxas, and wgmmas under
-            // branches on it would be serialized (C7520; mainloop.cuh consumer_loop).
-            t = __shfl_sync(0xffffffffu, *sm.slot(slot.stage), 0);
-            mbar_arrive(sm.tile_empty(slot.stage));
-            slot.advance();
+            t = slots.take();
             if (t >= P.base.order.total()) return;
         }
         const WorkTile w = P.base.order.at(t);

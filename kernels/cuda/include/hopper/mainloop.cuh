@@ -118,15 +118,10 @@ template <class C>
 __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
     Loader<C> ld{P, sm};
     int t = blockIdx.x;
-    PipeState<2> slot;
+    TileSlots<decltype(sm)> slots{sm};
     const int total = P.order.total();
     while (true) {
-        if constexpr (C::kPersistent) {
-            mbar_wait(sm.tile_empty(slot.stage), slot.phase ^ 1);
-            *sm.slot(slot.stage) = t;
-            mbar_arrive(sm.tile_full(slot.stage));
-            slot.advance();
-        }
+        if constexpr (C::kPersistent) slots.put(t);
         if (t >= total) break;
         const WorkTile w = P.order.at(t);
         const TilePlan pl = make_plan<C>(P.p, w);
@@ -456,19 +451,11 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     if constexpr (C::kPingpong) {
         if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
     }
-    PipeState<2> slot;
+    TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     const int total = P.order.total();
     while (true) {
-        if constexpr (C::kPersistent) {
-            mbar_wait(sm.tile_full(slot.stage), slot.phase);
-            // Broadcast from lane 0, though every lane reads the same word: a value loaded from shared memory is
-            // not warp-uniform to ptxas, so the work tile and every branch on it would be divergent paths, where
-            // ptxas serializes the wgmmas (C7520: the persistent loop at half speed, NOTES_FA3.md session 15).
-            t = __shfl_sync(0xffffffffu, *sm.slot(slot.stage), 0);
-            mbar_arrive(sm.tile_empty(slot.stage));
-            slot.advance();
-        }
+        if constexpr (C::kPersistent) t = slots.take();
         if (t >= total) break;
         const WorkTile w = P.order.at(t);
         const TilePlan pl = make_plan<C>(P.p, w);

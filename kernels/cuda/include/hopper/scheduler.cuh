@@ -13,6 +13,8 @@
 // scheduler). Persistent launch: gridDim.x CTAs; CTA c starts with tile c and then takes the next
 // unclaimed index from a global counter whenever its producer has issued the loads of its current tile.
 #pragma once
+#include "config.cuh"
+#include "ptx.cuh"
 
 namespace attn::hopper {
 
@@ -49,5 +51,32 @@ inline int l2_section(long long bytes_per_head, long long l2_bytes, int bh_total
     if (s > bh_total) s = bh_total;
     return static_cast<int>(s);
 }
+
+// Persistent builds: the producer hands each work-tile index to the consumers through two slots in shared memory,
+// each guarded by a full / empty mbarrier pair (full: the producer's one arrival; empty: one per consumer thread,
+// since every consumer thread reads the slot). Sm: the kernel's shared-memory layout, with tile_full(i),
+// tile_empty(i) and slot(i) (mainloop.cuh Smem, fp8_mainloop.cuh Fp8Smem).
+template <class Sm>
+struct TileSlots {
+    Sm sm;
+    PipeState<2> ps;
+
+    __device__ __forceinline__ void put(int t) {
+        mbar_wait(sm.tile_empty(ps.stage), ps.phase ^ 1);
+        *sm.slot(ps.stage) = t;
+        mbar_arrive(sm.tile_full(ps.stage));
+        ps.advance();
+    }
+    // Broadcast from lane 0, though every lane reads the same word: a value loaded from shared memory is not
+    // warp-uniform to ptxas, so the work tile and every branch on it would be divergent paths, where ptxas serializes
+    // the wgmmas (C7520: the persistent loop at half speed, NOTES_FA3.md session 15).
+    __device__ __forceinline__ int take() {
+        mbar_wait(sm.tile_full(ps.stage), ps.phase);
+        const int t = __shfl_sync(0xffffffffu, *sm.slot(ps.stage), 0);
+        mbar_arrive(sm.tile_empty(ps.stage));
+        ps.advance();
+        return t;
+    }
+};
 
 }  // namespace attn::hopper
