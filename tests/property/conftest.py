@@ -4,9 +4,9 @@ Profiles (property_tests/profiles.py): ``ci`` (default), ``dev``, ``thorough``, 
 ``--hypothesis-profile NAME`` or ``HYPOTHESIS_PROFILE=NAME``. ``--impl`` and ``--device`` come from the
 installed plugin (`conformance.pytest_plugin`).
 
-Tables a test wants shown (the mutant table) are recorded with ``record_property(SUMMARY_KEY, text)``
-and printed in pytest's terminal summary, after the progress lines (this also works under
-pytest-xdist, since the reports carry them back to the controller).
+Tables a test wants shown (the mutant table) go through ``tests/conftest.py``'s ``SUMMARY_KEY``; the
+kernel property statistics of ``--hypothesis-show-statistics`` are gathered in-process, so they are printed
+by a run without pytest-xdist only.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import pytest
 from attention_conformance.property_tests import profiles
 
 profiles.register()
-
-SUMMARY_KEY = "terminal_summary"
-_SECTIONS: list[tuple[str, str]] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,21 +27,10 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles.load(explicit)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call":
-        return
-    for key, value in report.user_properties:
-        if key == SUMMARY_KEY:
-            _SECTIONS.append((report.nodeid, str(value)))
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """Recorded tables (the mutant table); with --hypothesis-show-statistics also the examples, worst
-    tolerance usage and event() counts per kernel property (these tests build their @given function at
-    run time, so Hypothesis' own statistics do not list them)."""
-    for nodeid, text in _SECTIONS:
-        terminalreporter.section(nodeid.rsplit("::", 1)[-1])
-        terminalreporter.write_line(text)
+    """With --hypothesis-show-statistics: the examples, worst tolerance usage and event() counts per kernel
+    property (these tests build their @given function at run time, so Hypothesis' own statistics do not list
+    them)."""
     try:
         show = config.getoption("hypothesis_show_statistics")
     except (ValueError, AttributeError):

@@ -140,7 +140,7 @@ def test_mutation_score_ci(record_property):
     results = run_all(MUTANTS, "ci", time_limit=TIME_LIMIT, order=("conformance", "generated"))
     table = format_table(results)
     line = score_line(results, TIME_LIMIT)
-    record_property("terminal_summary", table + "\n" + line)  # printed after the progress lines (conftest.py)
+    record_property("terminal_summary", table + "\n" + line)  # printed after the progress lines (tests/conftest.py)
     survivors = [f"{r.name} ({r.error or r.message or 'not killed'})" for r in results
                  if not (r.killed and r.seconds <= TIME_LIMIT)]
     assert not survivors, f"{line}; survivors / slow kills: {survivors}"

@@ -1,0 +1,29 @@
+"""pytest configuration shared by the whole test tree: tables a test wants shown in the terminal summary.
+
+A test records a table (the mutant table of ``tests/property/test_mutants.py``) with
+``record_property(SUMMARY_KEY, text)``; it is printed in pytest's terminal summary, after the progress lines,
+under a section named after the test. This conftest sits at the top of ``tests/`` because pytest-xdist's
+controller, which prints the summary, loads only the conftests of the paths it was given (the workers collect
+the rest): the reports carry the recorded properties back to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SUMMARY_KEY = "terminal_summary"
+_SECTIONS: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for key, value in report.user_properties:
+        if key == SUMMARY_KEY:
+            _SECTIONS.append((report.nodeid, str(value)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    for nodeid, text in _SECTIONS:
+        terminalreporter.section(nodeid.rsplit("::", 1)[-1])
+        terminalreporter.write_line(text)
