@@ -27,9 +27,8 @@ int fa1_fwd_launch(const AttnFwdParams& p, cudaStream_t s, char* err, int errlen
     const char* who = "attn_fa1_fwd";
     int rc = set_smem(fa1_fwd_kernel<T, D>, fwd_smem_bytes<D>(), who, err, errlen);
     if (rc != ATTN_OK) return rc;
-    int dev = 0, sms = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int major = 0, sms = attn::device_sms(&major);
+    if (sms <= 0) sms = 132;
     const int qtiles = (p.seqlen_q + FWD_B - 1) / FWD_B;
     const int heads = p.batch * p.heads_q;
     int chunks = (4 * sms + heads - 1) / heads;

@@ -177,8 +177,8 @@ int run(const AttnBwdParams* p, bool deterministic, void* stream, char* err, int
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: only 64 and 128 are compiled", name,
                           f.head_dim);
     if (f.batch == 0) return ATTN_OK;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    int major = 0;
+    attn::device_sms(&major);
     if (major != 9)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                           "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,

@@ -88,12 +88,8 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
                           cudaGetErrorString(e));
     int grid = static_cast<int>(total);
     if constexpr (C::kPersistent) {  // one CTA per SM, taking work tiles from a counter (scheduler.cuh)
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0 && sms < grid)
-            grid = sms;
-        e = attn::scratch_alloc(reinterpret_cast<void**>(&P.base.counter), sizeof(int), stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(P.base.counter, 0, sizeof(int), stream);
+        int major = 0;
+        e = attn::persistent_setup(&grid, attn::device_sms(&major), &P.base.counter, stream);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: tile counter: %s", kName, cudaGetErrorString(e));
     }
@@ -318,8 +314,8 @@ int run(const AttnFp8FwdParams* fp, void* stream, char* err, int errlen) {
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: q_descale=%p k_descale=%p v_descale=%p: all three needed",
                           kName, static_cast<const void*>(fp->q_descale), static_cast<const void*>(fp->k_descale),
                           static_cast<const void*>(fp->v_descale));
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    int major = 0;
+    attn::device_sms(&major);
     if (major != 9)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                           "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", kName,

@@ -20,15 +20,6 @@ using namespace attn::hopper;
 
 constexpr int kFull = 0;
 
-int device_sms(int* major) {
-    int dev = 0, sms = 0;
-    *major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return sms;
-}
-
 template <class C>
 int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int errlen) {
     Fa3Params P{};
@@ -74,9 +65,7 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
                           C::kSmemBytes, cudaGetErrorString(e));
     int grid = static_cast<int>(total);
     if constexpr (C::kPersistent) {
-        grid = sms > 0 && sms < grid ? sms : grid;
-        e = attn::scratch_alloc(reinterpret_cast<void**>(&P.counter), sizeof(int), stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(P.counter, 0, sizeof(int), stream);
+        e = attn::persistent_setup(&grid, sms, &P.counter, stream);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: tile counter: %s", cudaGetErrorString(e));
     }
@@ -189,7 +178,7 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
     if (rc != ATTN_OK) return rc;
     if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
     int major = 0;
-    const int sms = device_sms(&major);
+    const int sms = attn::device_sms(&major);
     if (major != 9)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                           "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,

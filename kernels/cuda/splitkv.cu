@@ -148,8 +148,8 @@ cudaError_t dispatch_dim(const AttnFwdParams& p, int num_splits, cudaStream_t st
 }
 
 int device_sms() {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int major = 0;
+    const int sms = attn::device_sms(&major);
     return sms > 0 ? sms : 132;
 }
 

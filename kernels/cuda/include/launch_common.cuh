@@ -254,4 +254,23 @@ inline cudaError_t scratch_alloc(void** ptr, size_t bytes, cudaStream_t s) {
     return e != cudaSuccess ? e : cudaMallocFromPoolAsync(ptr, bytes, pool, s);
 }
 
+// The current device's SM count (0 when it cannot be read) and, into *major, its compute capability major.
+inline int device_sms(int* major) {
+    int dev = 0, sms = 0;
+    *major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms;
+}
+
+// Before a persistent launch (hopper/scheduler.cuh): caps *grid (the work tiles) at `sms` CTAs, one per SM, and
+// makes the work-tile counter they claim indices from, a zeroed int from the scratch pool on stream `s`. Free it
+// with cudaFreeAsync(*counter, s) after the launch.
+inline cudaError_t persistent_setup(int* grid, int sms, int** counter, cudaStream_t s) {
+    if (sms > 0 && sms < *grid) *grid = sms;
+    const cudaError_t e = scratch_alloc(reinterpret_cast<void**>(counter), sizeof(int), s);
+    return e != cudaSuccess ? e : cudaMemsetAsync(*counter, 0, sizeof(int), s);
+}
+
 }  // namespace attn
