@@ -78,8 +78,8 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     return ATTN_OK;
 }
 
-// The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, pingpong, intra-warpgroup
-// overlap. d = 64: the persistent loop (session 15, in-process: +1.4% over one CTA per work tile, geometric mean of 8
+// The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, pingpong (not at d = 256,
+// below), intra-warpgroup overlap. d = 64: the persistent loop (session 15, in-process: +1.4% over one CTA per work tile, geometric mean of 8
 // rows), three consumer warpgroups (192 query rows), key tiles of 128. d = 128: three consumer warpgroups, key tiles
 // of 80 (O, S and P in 160 registers; 96 keys spill), Q from shared memory (session 14: 3-8% faster than two
 // warpgroups with 128-key tiles and Q in registers, variant two_wg, which the d = 128 ablation builds change one
@@ -93,13 +93,20 @@ template <int D>
 constexpr int kDefaultWGs = D == 256 ? 2 : 3;
 template <int D>
 constexpr bool kDefaultPersistent = D == 64;
+// d = 256, one CTA per work tile: no pingpong between the two consumer warpgroups (flash-attn-4's sm90 forward issues
+// no named barrier per key tile there either: ncu, 29 BAR per CTA against our 1684). In one process against the
+// pingpong build (H200, B=4 H=16 N=8192, two orders of 7 rounds, NOTES_FA3.md session 17): 1.005 / 1.015 non-causal,
+// 1.007 / 1.012 causal. The persistent d = 256 build keeps it: without it ptxas serializes that build's wgmmas (C7520).
+template <int D, bool kPersistent>
+constexpr bool kDefaultPingpong = D != 256 || kPersistent;
 // The two-warpgroup d = 128 build (the default until session 14): 128-key tiles, Q in registers (config.cuh kQRegs).
 template <typename E, int kN = 128, int kStages = 0, bool kQRegs = kN == 128, int kProbe = kProbeNone>
 using TwoWg128 = Fa3Config<128, E, 2, true, true, true, false, false, kN, kStages, false, kProbe, kQRegs>;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
           int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone,
           bool kQRegs = (D == 128 && kN == 128)>
-using Default = Fa3Config<D, E, kWGs, true, true, true, kPersistent, kPre, kN, kStages, kSkipRescale, kProbe, kQRegs>;
+using Default = Fa3Config<D, E, kWGs, true, true, kDefaultPingpong<D, kPersistent>, kPersistent, kPre, kN, kStages,
+                          kSkipRescale, kProbe, kQRegs>;
 
 // f(dim, elem) with the head dim of p (64, 128, else 256) as std::integral_constant and its element type as a
 // value of that type: the one switch over head dim and dtype that every dispatch below goes through.

@@ -18,8 +18,15 @@ import pytest
 
 # (head dim, consumer warpgroups, keys per tile): fa3_fwd.cu kDefaultWGs / kDefaultN
 SHAPES = ((64, 3, 128), (128, 3, 80), (256, 2, 80))
-BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, true, {persistent}, false, {bn}>>"
-        for d, wgs, bn in SHAPES for persistent in ("true", "false")]
+
+
+def _pingpong(d: int, persistent: str) -> str:
+    """fa3_fwd.cu kDefaultPingpong: every default build but d = 256 with one CTA per work tile."""
+    return "true" if d != 256 or persistent == "true" else "false"
+
+
+BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, {_pingpong(d, p)}, {p}, false, {bn}>>"
+        for d, wgs, bn in SHAPES for p in ("true", "false")]
 # fa3_fwd.cu dispatch_variant ATTN_FA3_NO_WS: no producer warpgroup, no pingpong
 NO_WS = ["fa3_fwd_kernel<Fa3Config<128, __nv_bfloat16, 2, false, true, false, false, false, 128>>"]
 # fa3_fp8_fwd.cu KMajor<128, Fp8E4M3, 128, 3[, -1, true]>: three consumer warpgroups, V k-major
