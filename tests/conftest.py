@@ -23,7 +23,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _SECTIONS.append((report.nodeid, str(value)))
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     for nodeid, text in _SECTIONS:
         terminalreporter.section(nodeid.rsplit("::", 1)[-1])
         terminalreporter.write_line(text)

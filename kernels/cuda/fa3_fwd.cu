@@ -79,14 +79,14 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
 }
 
 // The default build per head dim (the fastest measured, NOTES_FA3.md): producer warpgroup, pingpong (not at d = 256,
-// below), intra-warpgroup overlap. d = 64: the persistent loop (session 15, in-process: +1.4% over one CTA per work tile, geometric mean of 8
-// rows), three consumer warpgroups (192 query rows), key tiles of 128. d = 128: three consumer warpgroups, key tiles
-// of 80 (O, S and P in 160 registers; 96 keys spill), Q from shared memory (session 14: 3-8% faster than two
-// warpgroups with 128-key tiles and Q in registers, variant two_wg, which the d = 128 ablation builds change one
-// thing of). d = 256: two consumer warpgroups, key tiles of 80. A K/V ring as deep as shared memory allows (3, 3, 2
-// stages). d = 128 and 256 keep one CTA per work tile: the persistent loop measured 0.97-1.02x there, and 0.94-0.99x
-// at d = 256, whose Q is single-buffered (a Q freed after the last S = Q K^T, O written from registers, did not
-// change that: NOTES_FA3.md session 15).
+// below), intra-warpgroup overlap. d = 64: the persistent loop (session 15, in-process: +1.4% over one CTA per work
+// tile, geometric mean of 8 rows), three consumer warpgroups (192 query rows), key tiles of 128. d = 128: three
+// consumer warpgroups, key tiles of 80 (O, S and P in 160 registers; 96 keys spill), Q from shared memory (session 14:
+// 3-8% faster than two warpgroups with 128-key tiles and Q in registers, variant two_wg, which the d = 128 ablation
+// builds change one thing of). d = 256: two consumer warpgroups, key tiles of 80. A K/V ring as deep as shared memory
+// allows (3, 3, 2 stages). d = 128 and 256 keep one CTA per work tile: the persistent loop measured 0.97-1.02x there,
+// and 0.94-0.99x at d = 256, whose Q is single-buffered (a Q freed after the last S = Q K^T, O written from registers,
+// did not change that: NOTES_FA3.md session 15).
 template <int D>
 constexpr int kDefaultN = D == 64 ? 128 : 80;
 template <int D>
