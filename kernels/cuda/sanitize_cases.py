@@ -24,7 +24,7 @@ import math
 import sys
 from typing import Any
 
-__all__ = ["CASES", "main", "paged_kv"]
+__all__ = ["CASES", "main", "paged_kv", "variant_of"]
 
 # (launcher, shape and semantics keywords)
 CASES: list[tuple[str, dict]] = [
@@ -240,6 +240,12 @@ def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, 
     return f"{launcher} paged{page_size} B{B} H{Hq}/{k.shape[1]} q{Lq} k{Lk} lens {lens} ok (== dense)"
 
 
+def variant_of(launcher: str, fa3_variant: str | None, fp8_variant: str | None) -> str | None:
+    """The variant build a case of `launcher` runs through (``--fa3-variant`` for the FA3 forward, ``--fp8-variant``
+    for the FP8 forward), or None: the launcher itself, whose declines are failures."""
+    return {"attn_fa3_fwd": fa3_variant, "attn_fa3_fp8_fwd": fp8_variant}.get(launcher)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.cuda.sanitize_cases")
     ap.add_argument("launchers", nargs="*", help="run only these launchers' cases")
@@ -277,12 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         if launcher.startswith("attn_fa3") and cap[0] != 9:
             print(f"SKIP {launcher}: sm_90a kernel, device has compute capability {cap}")
             continue
-        setting = (cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", args.fp8_variant)
-                   if launcher == "attn_fa3_fp8_fwd" and args.fp8_variant is not None else contextlib.nullcontext())
-        variant = args.fa3_variant if launcher == "attn_fa3_fwd" else args.fp8_variant
+        variant = variant_of(launcher, args.fa3_variant, args.fp8_variant)
+        fp8 = launcher == "attn_fa3_fp8_fwd"
+        setting = (cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant) if fp8 and variant is not None
+                   else contextlib.nullcontext())
         try:
             with setting:
-                print(_run(launcher, spec, args.fa3_variant if launcher == "attn_fa3_fwd" else None), flush=True)
+                print(_run(launcher, spec, None if fp8 else variant), flush=True)
         except cuda_lib.KernelUnsupported as e:
             if variant is None:
                 failures += 1

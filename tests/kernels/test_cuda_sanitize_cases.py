@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attention_conformance.kernels.cuda.sanitize_cases import CASES, main
+from attention_conformance.kernels.cuda.sanitize_cases import CASES, main, variant_of
 
 
 def test_unknown_fa3_variant_is_a_usage_error():
@@ -24,3 +24,12 @@ def test_cases_reach_past_one_wave_of_ctas():
         most = max(s["B"] * s["Hq"] * -(-s["Lq"] // 192) for name, s in CASES if name == launcher and
                    (launcher == "attn_fa3_fwd" or s.get("vt")))
         assert most > 132, launcher
+
+
+def test_a_variant_reaches_only_its_own_launcher():
+    """``--fa3-variant`` picks the FA3 forward's build and ``--fp8-variant`` the FP8 forward's; any other launcher named
+    beside them runs itself, so its declines stay failures rather than skips."""
+    assert variant_of("attn_fa3_fwd", "no_ws", "persistent") == "no_ws"
+    assert variant_of("attn_fa3_fp8_fwd", "no_ws", "persistent") == "persistent"
+    assert variant_of("attn_fa2_fwd", "no_ws", "persistent") is None
+    assert variant_of("attn_fa3_bwd", None, "persistent") is None
