@@ -34,6 +34,11 @@ struct Fa3Config {
     static constexpr bool kSkipRescale = kSkipRescale_;
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
+    // A consumer waits for the K / V stages its GEMMs read before it takes its pingpong turn (FA3's order: the
+    // turn's critical section is then the wgmma issue alone), or inside the turn. Before, in one process against
+    // inside (H200, B=4 H=16 N=8192, NOTES_FA3.md session 18): d = 64 1.00-1.03x, d = 128 0.98-0.99x, d = 256
+    // 0.99-1.00x; so d = 64 only.
+    static constexpr bool kWaitBeforeTurn = D == 64;
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
     static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");

@@ -335,8 +335,9 @@ struct Consumer {
         }
         // first key tile: S, softmax, P (O is still zero, nothing to rescale)
         int n = pl.n_hi - 1 - x;
+        if constexpr (C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
         turn_wait();
-        mbar_wait(sm.full_k(ck.stage), ck.phase);
+        if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
         wgmma_fence();
         gemm_s(s, ck.stage);
         wgmma_commit();
@@ -367,13 +368,17 @@ struct Consumer {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the PV product.
+                if constexpr (C::kWaitBeforeTurn) {
+                    mbar_wait(sm.full_k(ck.stage), ck.phase);
+                    mbar_wait(sm.full_v(cv.stage), cv.phase);
+                }
                 turn_wait();
-                mbar_wait(sm.full_k(ck.stage), ck.phase);
+                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
                 fence_regs(o);
                 wgmma_fence();
                 gemm_s(s, ck.stage);
                 wgmma_commit();
-                mbar_wait(sm.full_v(cv.stage), cv.phase);
+                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_v(cv.stage), cv.phase);
                 gemm_pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
