@@ -367,7 +367,8 @@ struct Consumer {
         for (++x; x < nt; ++x) {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
-                // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the PV product.
+                // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) is written to run under the P V
+                // product, but ptxas places the wait for that product above it (NOTES_FA3.md sessions 7 and 18).
                 if constexpr (C::kWaitBeforeTurn) {
                     mbar_wait(sm.full_k(ck.stage), ck.phase);
                     mbar_wait(sm.full_v(cv.stage), cv.phase);
