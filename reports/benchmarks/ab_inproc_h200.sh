@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call: device checks of candidate builds of the kernel library, then their A/B in one process
-# (ab_libs_inproc.py). The builds are made on the CPU machine and travel zstd-compressed as $CARRY/<name>.so.zst:
+# (ab_libs_inproc.py). The builds are made on the CPU machine and travel zstd-compressed as $CARRY/<name>.so.zst, or
+# (smaller, where builds differ in one source) as the object of that source, $CARRY/<name>.o.zst, linked here with the
+# objects of the other sources, $CARRY/common.tar.zst (a tar of them, no directories):
 #   AB_LIBS="A B C" CHECK_LIBS="B C" CARRY=.carry_ab bash reports/benchmarks/ab_inproc_h200.sh
 # CHECK_LIBS: builds run through fa3_check_bench's correctness cases (attn_fa3_fwd against the float64 reference,
 # guard bands, poisoned outputs), in parallel, before any timing; a build that fails them, here or in an earlier call
@@ -11,6 +13,9 @@
 # AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
 # AB_LAUNCHER=attn_fa3_fp8_fwd: the FP8 forward instead (ab_libs_inproc's fp8_rows); its checks are then
 # fa3_fp8_check_bench --check (every FP8 device case and variant against the NumPy FA3 FP8 reference).
+# AB_LAUNCHER=attn_fa3_bwd: the backward alone (ab_libs_inproc's bwd_rows, d = 64 and 128 unless AB_D says); its
+# checks are then fa3_bwd_check_bench --no-bench (every backward case, build and launcher against the FP64 oracle,
+# determinism).
 # An AB_LIBS entry NAME@VARIANT times that build's FA3 forward variant VARIANT (ab_libs_inproc --lib NAME=PATH@VARIANT;
 # a key of cuda_lib.FA3_VARIANTS) under the name NAME@VARIANT; it is left out where NAME failed its checks.
 # Results in $OUT/ab_inproc.tgz; the tables are printed last.
@@ -21,8 +26,18 @@ V=${VENDOR:-.vendor}
 C=${CARRY:-.carry_ab}
 R=$OUT/ab_inproc
 mkdir -p "$R" build/ab
+unz() { LD_LIBRARY_PATH=$V/bin "$V/bin/zstd" -d -q -f "$@"; }
 for x in $(for y in ${AB_LIBS:?AB_LIBS: the names of the builds}; do echo "${y%%@*}"; done | sort -u); do
-    LD_LIBRARY_PATH=$V/bin "$V/bin/zstd" -d -q -f "$C/$x.so.zst" -o "build/ab/$x.so" || exit 2
+    if [ -f "$C/$x.so.zst" ]; then
+        unz "$C/$x.so.zst" -o "build/ab/$x.so" || exit 2
+    else  # a build that travels as one object ($C/$x.o.zst), linked here with the others ($C/common.tar.zst)
+        if [ ! -d build/ab/common ]; then
+            mkdir -p build/ab/common && unz "$C/common.tar.zst" -o build/ab/common.tar && tar xf build/ab/common.tar \
+                -C build/ab/common || exit 2
+        fi
+        unz "$C/$x.o.zst" -o "build/ab/$x.o" && nvcc -shared -Xcompiler -fPIC build/ab/common/*.o "build/ab/$x.o" \
+            -o "build/ab/$x.so" || exit 2
+    fi
 done
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$R/pip.txt" 2>&1 || tail -3 "$R/pip.txt"
 if [ -n "${VENDOR_INSTALL:-}" ]; then
@@ -39,6 +54,8 @@ pids=""
 for x in ${CHECK_LIBS:-}; do
     if [ "${AB_LAUNCHER:-}" = attn_fa3_fp8_fwd ]; then
         set -- attention_conformance.reports.benchmarks.fa3_fp8_check_bench --check
+    elif [ "${AB_LAUNCHER:-}" = attn_fa3_bwd ]; then
+        set -- attention_conformance.reports.benchmarks.fa3_bwd_check_bench --no-bench
     else
         set -- attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants full
     fi

@@ -14,7 +14,9 @@ clock drift over the call reaches every build alike; `reports/benchmarks/ab_libs
 library instead. Before timing, every build's output at each shape is compared with cuDNN's (relative Frobenius
 error; a build above ``--max-err`` is reported and not timed). B=4, H=16, N=8192 bf16 (``--n``), causal and not.
 ``--launcher attn_fa3_fp8_fwd``: the FP8 forward on e4m3 codes of such inputs (`fp8_rows`), beside cuDNN on the
-dequantized ones. Prints a table last; writes ab.json and ab.md under --out.
+dequantized ones. ``--launcher attn_fa3_bwd`` (any of `cuda_bwd_lib.BWD_LAUNCHERS`): the backward alone (`bwd_rows`),
+beside cuDNN's and flash-attn-4's backward on one retained forward each. Prints a table last; writes ab.json and ab.md
+under --out.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from typing import NamedTuple
 
 import torch
 
-from attention_conformance.kernels import cuda_lib
+from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
+from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import fa4_fwd_bwd, sdpa_fwd_bwd
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import KMAJOR_VARIANTS
 
-__all__ = ["Build", "fp8_rows", "main", "markdown", "pick", "rows"]
+__all__ = ["Build", "bwd_rows", "fp8_rows", "main", "markdown", "pick", "rows"]
 
 
 class Build(NamedTuple):
@@ -128,10 +131,52 @@ def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err
     return out
 
 
+def bwd_rows(libs: dict[str, Build], launcher: str, ds: list[int], n: int, rounds: int,
+             max_err: float) -> list[dict]:
+    """The table for a backward launcher (`cuda_bwd_lib.BWD_LAUNCHERS`): per head dim in `ds`, causal and not, on
+    bf16 inputs and dO, O and LSE from the first build's ``attn_fa3_fwd``; every build's dq, dk, dv compared with
+    cuDNN's gradients (``<name>_err``: the largest relative Frobenius error of the three), then the builds within
+    `max_err` timed round-robin (2.5x the forward's FLOPs) beside cuDNN's and flash-attn-4's backward alone."""
+    from torch.nn.attention import SDPBackend
+
+    first = next(iter(libs.values())).lib
+    out = []
+    for d in ds:
+        for causal in (False, True):
+            q, k, v, dout = (torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+            B, H = q.shape[:2]
+            o, lse = torch.empty_like(q), torch.empty(B, H, n, device="cuda", dtype=torch.float32)
+            cuda_lib.call("attn_fa3_fwd", cuda_lib.fwd_params(q, k, v, o, lse, causal=causal), lib=first)
+            cudnn = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)[1]
+            refs = [g.float() for g in cudnn()]
+            row: dict = dict(B=B, H=H, N=n, d=d, causal=causal)
+            cands = []
+            for name, build in libs.items():
+                grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+                params = cuda_bwd_lib.bwd_params(q, k, v, o, lse, dout, *grads, causal=causal,
+                                                 **cuda_bwd_lib.bwd_scratch(q, k))
+                run = functools.partial(cuda_lib.call, launcher, params, lib=build.lib)
+                run()
+                torch.cuda.synchronize()
+                row[name + "_err"] = err = max(float((g.float() - r).norm() / r.norm()) for g, r in zip(grads, refs))
+                if err <= max_err:  # False for NaN
+                    cands.append((name, run))
+            cands.append(("cudnn", cudnn))
+            f4 = fa4_fwd_bwd(q, k, v, dout, causal)
+            time_round_robin(row, cands + ([] if f4 is None else [("fa4", f4[1])]),
+                             2.5 * 4 * B * H * n * n * d / (2 if causal else 1), rounds)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+            del q, k, v, dout, o, lse, cudnn, refs, cands, f4
+            torch.cuda.empty_cache()
+    return out
+
+
 def markdown(env: dict, names: list[str], table: list[dict]) -> str:
     refs = [r for r in ("cudnn", "fa4") if any(r + "_tflops" in row for row in table)]
     cols = names + refs
-    lines = [f"# In-process A/B ({env.get('gpu', '?')}, torch {env.get('torch', '?')}, fa4 {env.get('fa4', '-')})", "",
+    lines = [f"# In-process A/B of {env.get('launcher', 'attn_fa3_fwd')} ({env.get('gpu', '?')}, torch "
+             f"{env.get('torch', '?')}, fa4 {env.get('fa4', '-')})", "",
              "TFLOPs/s (median of the rounds; spread = (max - min) / median of the round medians); ratios against "
              f"`{names[0]}`.", "",
              "| N | d | causal | " + " | ".join(cols) + " | " + " | ".join(f"{c}/{names[0]}" for c in cols[1:]) + " |",
@@ -173,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lib", action="append", required=True, metavar="NAME=PATH[@VARIANT]",
                     help="a build to time (repeat); @VARIANT: its FA3 (FP8) forward build VARIANT")
     ap.add_argument("--launcher", default="attn_fa3_fwd")
-    ap.add_argument("--d", default="64,128,256", help="comma-separated head dims")
+    ap.add_argument("--d", default=None, help="comma-separated head dims (default 64,128,256; 64,128 for a "
+                    "backward launcher)")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--max-err", type=float, default=None, help="relative error against cuDNN above which a build "
@@ -206,8 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         env["fa4"] = version("flash-attn-4")
     except Exception:
         env["fa4"] = "not installed"
-    ds = [int(d) for d in args.d.split(",")]
-    if args.launcher == "attn_fa3_fp8_fwd":
+    env["launcher"] = args.launcher
+    bwd = args.launcher in cuda_bwd_lib.BWD_LAUNCHERS
+    ds = [int(d) for d in (args.d or ("64,128" if bwd else "64,128,256")).split(",")]
+    if bwd:
+        table = bwd_rows(libs, args.launcher, ds, args.n, args.rounds,
+                         2e-2 if args.max_err is None else args.max_err)
+    elif args.launcher == "attn_fa3_fp8_fwd":
         table = fp8_rows(libs, ds, args.n, args.rounds, 0.1 if args.max_err is None else args.max_err)
     else:
         table = rows(libs, args.launcher, ds, args.n, args.rounds, 2e-2 if args.max_err is None else args.max_err)

@@ -37,7 +37,7 @@ from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_in
 
 __all__ = ["BLOCK_M_ENV", "CASES", "DET_CASES", "DQ_ENV", "DQ_SPLIT_ENV", "DQ_TURNS_D", "OVERLAP_DEFAULT_D",
            "OVERLAP_ENV", "ROWS128_D", "atomic_dq_build", "bench_rows", "block_m64_build", "check_case",
-           "determinism_case", "dq_other_build", "main", "markdown", "overlap_build"]
+           "determinism_case", "dq_other_build", "fa4_fwd_bwd", "main", "markdown", "overlap_build", "sdpa_fwd_bwd"]
 
 BF, HF = torch.bfloat16, torch.float16
 OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
@@ -237,7 +237,9 @@ def _grad_fn(out: torch.Tensor, leaves: tuple, dout: torch.Tensor):
     return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
 
 
-def _sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
+def sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
+    """torch SDPA's `backend` on [B, H, N, d] inputs: (forward + backward through autograd, the backward alone on
+    one retained forward), both returning the gradients of q, k, v for `dout`."""
     from torch.nn.attention import sdpa_kernel
 
     leaves = tuple(x.detach().requires_grad_(True) for x in (q, k, v))
@@ -252,9 +254,10 @@ def _sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
     return f, _grad_fn(out, leaves, dout)
 
 
-def _fa4_fwd_bwd(q, k, v, dout, causal: bool):
-    """flash-attn-4's forward + backward through autograd on [B, H, N, d] inputs (its [B, N, H, d] views), or
-    None when ``flash_attn.cute`` does not import."""
+def fa4_fwd_bwd(q, k, v, dout, causal: bool):
+    """flash-attn-4 on [B, H, N, d] inputs (its [B, N, H, d] copies): (forward + backward through autograd, the
+    backward alone on one retained forward), as `sdpa_fwd_bwd` (gradients in [B, N, H, d]), or None when
+    ``flash_attn.cute`` does not import."""
     try:
         from flash_attn.cute.interface import flash_attn_func
     except Exception:
@@ -267,7 +270,8 @@ def _fa4_fwd_bwd(q, k, v, dout, causal: bool):
         out = out[0] if isinstance(out, tuple) else out
         return torch.autograd.grad(out, leaves, g)
 
-    return f
+    out = flash_attn_func(*leaves, causal=causal)
+    return f, _grad_fn(out[0] if isinstance(out, tuple) else out, leaves, g)
 
 
 def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> list[dict]:
@@ -290,8 +294,8 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
         sc = cuda_bwd_lib.bwd_scratch(q, k)
         pb3 = cuda_bwd_lib.bwd_params(q, k, v, o3, l3, dout, dq, dk, dv, causal=causal, **sc)
         pb2 = cuda_bwd_lib.bwd_params(q, k, v, o2, l2, dout, dq, dk, dv, causal=causal, **sc)
-        fl_fwd, fl_bwd = _sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
-        cu_fwd, cu_bwd = _sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
+        fl_fwd, fl_bwd = sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
+        cu_fwd, cu_bwd = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
         other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
         bwd3, det3, fwd3 = ("attn_fa3_bwd", pb3), ("attn_fa3_bwd_deterministic", pb3), ("attn_fa3_fwd", pf3)
         atomic = (atomic_dq_build,)
@@ -310,9 +314,10 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
                 ("fa3_dq_other", _calls(fwd3, bwd3, builds=dq_other)),
                 *([("fa3_m64", _calls(fwd3, bwd3, builds=m64))] if d == ROWS128_D else []),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
-        fa4 = _fa4_fwd_bwd(q, k, v, dout, causal)
+        fa4 = fa4_fwd_bwd(q, k, v, dout, causal)
         if fa4 is not None:
-            both.append(("fa4", fa4))
+            bwd.append(("fa4", fa4[1]))
+            both.append(("fa4", fa4[0]))
         if only:
             bwd, both = ([c for c in cands if c[0] in only] for cands in (bwd, both))
         rb: dict = {}
@@ -408,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     dets = [] if args.no_check else [determinism_case(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
                                      for i, s in enumerate(DET_CASES)]
     print(dets, flush=True)
+    if checks or dets:
+        nok = sum(c["ok"] for c in checks) + sum(d["identical"] for d in dets)
+        print(f"correctness: {nok}/{len(checks) + len(dets)} ok (cases and determinism)", flush=True)
     dims = [int(x) for x in args.head_dims.split(",")]
     only = frozenset(x for x in args.only.split(",") if x)
     rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)],
