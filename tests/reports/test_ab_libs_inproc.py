@@ -118,3 +118,10 @@ def test_lib_variant_must_name_an_fa3_forward_build():
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
+
+
+def test_markdown_title_names_the_launcher_timed():
+    rows = _rows({"A": [600, 500]})
+    bwd = markdown({"gpu": "H200", "torch": "2.x", "fa4": "-", "launcher": "attn_fa3_bwd"}, ["A"], rows)
+    assert bwd.startswith("# In-process A/B of attn_fa3_bwd (H200, torch 2.x, fa4 -)")
+    assert markdown({"gpu": "H200"}, ["A"], rows).startswith("# In-process A/B of attn_fa3_fwd (H200")
