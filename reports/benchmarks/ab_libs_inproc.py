@@ -56,6 +56,11 @@ def _fp8_variant_call(params, variant: str, lib: ctypes.CDLL) -> None:
         cuda_lib.call("attn_fa3_fp8_fwd", params, lib=lib)
 
 
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error of `x` against the fp32 `ref` (NaN when `x` holds one)."""
+    return float((x.float() - ref).norm() / ref.norm())
+
+
 def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
          v: torch.Tensor, causal: bool, rounds: int, max_err: float, diff0: bool, refs: list, **extra) -> dict:
     """One row of the table (`extra`: more keys for it): `launcher` of every build on ``params_for(o, lse)`` checked
@@ -79,7 +84,7 @@ def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.T
             run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
         run()
         torch.cuda.synchronize()
-        row[name + "_err"] = err = float((o.float() - ref).norm() / ref.norm())
+        row[name + "_err"] = err = _rel_err(o, ref)
         if diff0:
             first = o.clone() if first is None else first
             row[name + "_diff0"] = float((o.float() - first.float()).abs().max())
@@ -158,7 +163,7 @@ def bwd_rows(libs: dict[str, Build], launcher: str, ds: list[int], n: int, round
                 run = functools.partial(cuda_lib.call, launcher, params, lib=build.lib)
                 run()
                 torch.cuda.synchronize()
-                row[name + "_err"] = err = max(float((g.float() - r).norm() / r.norm()) for g, r in zip(grads, refs))
+                row[name + "_err"] = err = max(_rel_err(g, r) for g, r in zip(grads, refs))
                 if err <= max_err:  # False for NaN
                     cands.append((name, run))
             cands.append(("cudnn", cudnn))
@@ -255,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     env["launcher"] = args.launcher
     bwd = args.launcher in cuda_bwd_lib.BWD_LAUNCHERS
     ds = [int(d) for d in (args.d or ("64,128" if bwd else "64,128,256")).split(",")]
+    fp8 = args.launcher == "attn_fa3_fp8_fwd"
+    max_err = args.max_err if args.max_err is not None else 0.1 if fp8 else 2e-2
     if bwd:
-        table = bwd_rows(libs, args.launcher, ds, args.n, args.rounds,
-                         2e-2 if args.max_err is None else args.max_err)
-    elif args.launcher == "attn_fa3_fp8_fwd":
-        table = fp8_rows(libs, ds, args.n, args.rounds, 0.1 if args.max_err is None else args.max_err)
+        table = bwd_rows(libs, args.launcher, ds, args.n, args.rounds, max_err)
+    elif fp8:
+        table = fp8_rows(libs, ds, args.n, args.rounds, max_err)
     else:
-        table = rows(libs, args.launcher, ds, args.n, args.rounds, 2e-2 if args.max_err is None else args.max_err)
+        table = rows(libs, args.launcher, ds, args.n, args.rounds, max_err)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = markdown(env, list(libs), table)
