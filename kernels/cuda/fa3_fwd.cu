@@ -69,8 +69,24 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: tile counter: %s", cudaGetErrorString(e));
     }
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
-    e = cudaGetLastError();
+    if constexpr (C::kClusterM > 1) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(cluster_grid(P.order));
+        cfg.blockDim = dim3(C::kThreads);
+        cfg.dynamicSmemBytes = C::kSmemBytes;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = C::kClusterM;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, kernel, P);
+    } else {
+        kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
+        e = cudaGetLastError();
+    }
     if constexpr (C::kPersistent) cudaFreeAsync(P.counter, stream);
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: launch failed: %s (%s)", cudaGetErrorName(e),
@@ -104,9 +120,26 @@ template <typename E, int kN = 128, int kStages = 0, bool kQRegs = kN == 128, in
 using TwoWg128 = Fa3Config<128, E, 2, true, true, true, false, false, kN, kStages, false, kProbe, kQRegs>;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
           int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone,
-          bool kQRegs = (D == 128 && kN == 128)>
+          bool kQRegs = (D == 128 && kN == 128), int kClusterM = 1>
 using Default = Fa3Config<D, E, kWGs, true, true, kDefaultPingpong<D, kPersistent>, kPersistent, kPre, kN, kStages,
-                          kSkipRescale, kProbe, kQRegs>;
+                          kSkipRescale, kProbe, kQRegs, kClusterM>;
+// Every query tile sees the same key tiles (no causal mask, no window, no varlen), so query tiles m, m + 1 of a head
+// can share their K / V loads in a cluster of two (config.cuh kClusterM; variant cluster2).
+inline bool same_keys_for_every_query_tile(const AttnFwdParams& p) {
+    return !p.causal && p.window_left < 0 && p.window_right < 0 && p.seqlens_q == nullptr && p.seqlens_k == nullptr &&
+           p.seqlen_k > 0;
+}
+
+// Variant cluster2 (d = 128 / 256): the default one-CTA-per-work-tile build in clusters of two CTAs on adjacent query
+// tiles of a head, each loading half of every K / V tile for both (TMA multicast). In one process against the default
+// (H200, B=4 H=16 N=8192 non-causal, NOTES_FA3.md session 20): 0.97-0.99 at d = 128, 0.96-1.005 at d = 256, while
+// a timing probe that loads half the K / V bytes ran 1.14-1.17x: the data each SM receives, not the L2 reads, is what
+// costs there.
+template <int D, typename E>
+int launch_cluster2(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
+    return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, false, kProbeNone, false, 2>>(p, s, sms,
+                                                                                                            err, errlen);
+}
 
 // f(dim, elem) with the head dim of p (64, 128, else 256) as std::integral_constant and its element type as a
 // value of that type: the one switch over head dim and dtype that every dispatch below goes through.
@@ -175,7 +208,7 @@ int dispatch_variant(const AttnFwdParams& p, int flags, cudaStream_t s, int sms,
         default:
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                               "attn_fa3_fwd_variant: flags=%d: the variant builds are 0 (default) to %d", flags,
-                              ATTN_FA3_TWO_WG);
+                              ATTN_FA3_CLUSTER2);
     }
 }
 
@@ -209,6 +242,20 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
             return by_head_dim(*p, [&](auto dim, auto elem) {
                 return launch_skip_rescale<decltype(dim)::value, decltype(elem)>(*p, s, sms, err, errlen);
             });
+        if (flags == ATTN_FA3_CLUSTER2) {
+            if (p->head_dim == 64 || !same_keys_for_every_query_tile(*p))
+                return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                                  "%s: head_dim=%d causal=%d window=(%d, %d) varlen=%d: variant cluster2 is built for "
+                                  "head_dim 128 / 256 without a causal mask, window or varlen (every query tile sees "
+                                  "the same keys)",
+                                  name, p->head_dim, p->causal, p->window_left, p->window_right,
+                                  p->seqlens_q != nullptr || p->seqlens_k != nullptr);
+            if (p->head_dim == 128)
+                return bf ? launch_cluster2<128, __nv_bfloat16>(*p, s, sms, err, errlen)
+                          : launch_cluster2<128, __half>(*p, s, sms, err, errlen);
+            return bf ? launch_cluster2<256, __nv_bfloat16>(*p, s, sms, err, errlen)
+                      : launch_cluster2<256, __half>(*p, s, sms, err, errlen);
+        }
         if (flags == ATTN_FA3_PERSISTENT || flags == ATTN_FA3_ONE_CTA_PER_TILE) {
             const bool per = flags == ATTN_FA3_PERSISTENT;
             return by_head_dim(*p, [&](auto dim, auto elem) {

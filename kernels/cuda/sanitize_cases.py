@@ -53,6 +53,7 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=1, Lq=64, Lk=64, d=128, softcap=4.0, dtype="float16")),
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=128)),  # unmasked tiles, ring wrap-around
     ("attn_fa3_fwd", dict(B=1, Hq=140, Hkv=20, Lq=64, Lk=300, d=64)),  # > #SMs tiles: persistent loop, GQA
+    ("attn_fa3_fwd", dict(B=1, Hq=3, Hkv=1, Lq=300, Lk=200, d=256)),  # cluster2: pairs, left-over tiles, an idle CTA
     # FA3 FP8 forward (sm_90a only): TMA of codes, V transpose by the producer warps, FP8 wgmma
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor")),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),

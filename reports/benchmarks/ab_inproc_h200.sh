@@ -11,6 +11,7 @@
 # follows cuDNN). VENDOR_INSTALL=1 installs flash-attn-4 from the parts vendor_wheels.sh made (run_fa4.sh's two-call
 # protocol), which the A/B then times too. PICK=1: the build ab_libs_inproc's pick chooses (against the first of
 # AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
+# AB_MAX_ERR: ab_libs_inproc's --max-err (a timing probe whose output is wrong by design needs it raised).
 # AB_LAUNCHER=attn_fa3_fp8_fwd: the FP8 forward instead (ab_libs_inproc's fp8_rows); its checks are then
 # fa3_fp8_check_bench --check (every FP8 device case and variant against the NumPy FA3 FP8 reference).
 # AB_LAUNCHER=attn_fa3_bwd: the backward alone (ab_libs_inproc's bwd_rows, d = 64 and 128 unless AB_D says); its
@@ -83,7 +84,7 @@ for i in $(seq 1 "${AB_ORDERS:-2}"); do
     # shellcheck disable=SC2086
     set -- $(for x in $order; do b=${x%%@*}; echo "--lib $x=$PWD/build/ab/$b.so${x#"$b"}"; done)
     timeout "${AB_S:-300}" python3 -m attention_conformance.reports.benchmarks.ab_libs_inproc "$@" \
-        --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} ${AB_LAUNCHER:+--launcher $AB_LAUNCHER} --out "$R/order$i" \
+        --rounds "${ROUNDS:-7}" ${AB_D:+--d $AB_D} ${AB_MAX_ERR:+--max-err $AB_MAX_ERR} ${AB_LAUNCHER:+--launcher $AB_LAUNCHER} --out "$R/order$i" \
         > "$R/order$i.txt" 2>&1
     echo "A/B order $i ($order) rc=$?"; sed -n '/^| N /,$p' "$R/order$i.txt"
     order=$(for x in $order; do echo "$x"; done | tac | tr '\n' ' ')

@@ -98,6 +98,12 @@ def correctness(variants) -> list[dict]:
         elif variant in ANY_DIM_VARIANTS:
             every = vcases + d64 + [dict(c, d=256) for c in vcases]
             res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 3000 + i, c) for i, c in enumerate(every)]
+        elif variant == "cluster2":  # no causal mask, window or varlen; d = 128 / 256; even and odd query tile counts
+            keys = [dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=d, dtype=BF) for d in (128, 256)]
+            keys += [dict(B=1, Hq=3, Hkv=1, Lq=513, Lk=700, d=128, dtype=HF),  # 3 tiles, 3 heads: a CTA left idle
+                     dict(B=2, Hq=5, Hkv=5, Lq=333, Lk=512, d=256, dtype=BF, layout="bshd"),
+                     dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF)]
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 4000 + i, c) for i, c in enumerate(keys)]
         elif variant == "full":
             res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
         else:
@@ -165,7 +171,8 @@ def ablation_rows() -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
-        names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"]
+        names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"
+                 and not (causal and v == "cluster2")]
         time_round_robin(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops, ROUNDS)
         for variant in names:
             r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)

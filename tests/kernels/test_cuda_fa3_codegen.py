@@ -27,6 +27,9 @@ def _pingpong(d: int, persistent: str) -> str:
 
 BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, {_pingpong(d, p)}, {p}, false, {bn}>>"
         for d, wgs, bn in SHAPES for p in ("true", "false")]
+# fa3_fwd.cu launch_cluster2 (variant cluster2): the one-CTA-per-tile builds in clusters of two, K / V multicast
+CLUSTER2 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, {_pingpong(d, 'false')}, false, false, "
+            f"{bn}, 0, false, 0, false, 2>>" for d, wgs, bn in SHAPES if d != 64]
 # fa3_fwd.cu dispatch_variant ATTN_FA3_NO_WS: no producer warpgroup, no pingpong
 NO_WS = ["fa3_fwd_kernel<Fa3Config<128, __nv_bfloat16, 2, false, true, false, false, false, 128>>"]
 # fa3_fp8_fwd.cu KMajor<128, Fp8E4M3, 128, 3[, -1, true]>: three consumer warpgroups, V k-major
@@ -35,7 +38,7 @@ FP8 = [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<128, Fp8E4M3, kFp8ProbeNone, false, fal
 
 
 @pytest.mark.parametrize("header, params, kernels", [
-    ("hopper/mainloop.cuh", "Fa3Params", BF16 + NO_WS),
+    ("hopper/mainloop.cuh", "Fa3Params", BF16 + CLUSTER2 + NO_WS),
     ("hopper/fp8_mainloop.cuh", "Fa3Fp8Params", FP8),
 ], ids=["bf16", "fp8"])
 def test_forward_builds_keep_their_wgmmas_asynchronous(tmp_path, header, params, kernels):

@@ -192,3 +192,41 @@ def test_mask_tile_matches_visible_for_every_score(tmp_path):
     checked, bad = map(int, _host_program(tmp_path, "mask_tile", _MASK_TILE_PROGRAM, "-O1")().split())
     assert checked > 100_000_000, checked
     assert bad == 0, f"{bad} scores where mask_tile and visible() disagree"
+
+
+_CLUSTER_PROGRAM = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "hopper/scheduler.cuh"
+int main(int argc, char** argv) {
+    attn::hopper::TileOrder o{atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4])};
+    const int grid = attn::hopper::cluster_grid(o);
+    printf("%d\n", grid);
+    for (int t = 0; t < grid; ++t) {
+        const attn::hopper::ClusterTile c = attn::hopper::cluster_tile(o, t);
+        printf("%d %d %d %d %d\n", c.w.m_block, c.w.h, c.w.b, c.paired, c.idle);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("num_m,heads,batch,section", [(43, 16, 4, 2), (64, 16, 4, 1), (1, 3, 1, 1), (2, 1, 1, 1),
+                                                        (5, 3, 3, 4), (7, 1, 1, 1)])
+def test_cluster_tiles_cover_every_work_tile_once_in_pairs_that_share_keys(tmp_path, num_m, heads, batch, section):
+    """Cluster launches (hopper/scheduler.cuh cluster_tile): CTAs 2c and 2c + 1 share their K / V loads when `paired`,
+    so a paired cluster must hold query tiles m, m + 1 of one head; every work tile runs exactly once, and only the
+    last CTA of the grid may be idle."""
+    out = _host_program(tmp_path, "cluster", _CLUSTER_PROGRAM)(num_m, heads, batch, section).splitlines()
+    grid, rows = int(out[0]), [tuple(int(x) for x in line.split()) for line in out[1:]]
+    assert grid % 2 == 0 and len(rows) == grid
+    busy = [(m, h, b) for m, h, b, _, idle in rows if not idle]
+    assert sorted(busy) == sorted((m, h, b) for m in range(num_m) for h in range(heads) for b in range(batch))
+    assert [i for i, r in enumerate(rows) if r[4]] in ([], [grid - 1])
+    for c in range(grid // 2):
+        a, b = rows[2 * c], rows[2 * c + 1]
+        assert a[3] == b[3], f"cluster {c}: one CTA paired, the other not"
+        if a[3]:
+            assert (a[1], a[2]) == (b[1], b[2]) and b[0] == a[0] + 1, f"cluster {c}: {a} and {b} do not share keys"
+    pairs = sum(r[3] for r in rows) // 2
+    assert pairs == num_m // 2 * heads * batch

@@ -237,6 +237,9 @@ enum AttnFa3Variant {  // each changes one thing of the two-warpgroup d = 128 bu
     ATTN_FA3_SMEM_Q = 14,            // S = Q K^T with Q read from shared memory (SS wgmma) instead of registers
     ATTN_FA3_TWO_WG = 15,  // d = 128: two consumer warpgroups (128 query rows), key tiles of 128, Q in registers: the
                            // default until the three-warpgroup build with 80-key tiles replaced it
+    ATTN_FA3_CLUSTER2 = 16,  // d = 128 / 256, no causal mask, window or varlen: the default build with one CTA per work
+                             // tile in clusters of two on adjacent query tiles, each K / V tile loaded half by each
+                             // CTA and multicast to both
 };
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16

@@ -24,7 +24,7 @@ namespace attn::hopper {
 
 template <int D, typename Elem_, int kConsumerWGs_, bool kWS_, bool kOverlap_, bool kPingpong_, bool kPersistent_,
           bool kPrescale_, int kBlockN_ = (D == 256 ? 64 : 128), int kStages_ = 0, bool kSkipRescale_ = false,
-          int kProbe_ = 0, bool kQRegs_ = (D == 128 && kBlockN_ == 128)>
+          int kProbe_ = 0, bool kQRegs_ = (D == 128 && kBlockN_ == 128), int kClusterM_ = 1>
 struct Fa3Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
@@ -39,6 +39,12 @@ struct Fa3Config {
     // inside (H200, B=4 H=16 N=8192, NOTES_FA3.md session 18): d = 64 1.00-1.03x, d = 128 0.98-0.99x, d = 256
     // 0.99-1.00x; so d = 64 only.
     static constexpr bool kWaitBeforeTurn = D == 64;
+    // kClusterM = 2: clusters of two CTAs on query tiles m, m + 1 of one head, which see the same key tiles (no causal
+    // mask, window or varlen: the launcher decides); each CTA loads half the column blocks of every K / V tile and
+    // multicasts them to both (scheduler.cuh cluster_tile), so each K / V byte leaves L2 once per two query tiles.
+    static constexpr int kClusterM = kClusterM_;
+    static_assert(kClusterM == 1 || (kClusterM == 2 && kWS && !kPersistent && D >= 128),
+                  "clusters of two: one CTA per work tile, a producer warpgroup, two or more 64-column blocks");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
     static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
     static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");

@@ -42,10 +42,11 @@ struct Smem {
     __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
     __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
-    __device__ __forceinline__ void init() const {
+    // `ctas`: the CTAs whose consumers read each K / V stage (2 in a paired cluster, whose loads write both CTAs' rings).
+    __device__ __forceinline__ void init(int ctas = 1) const {
         // K/V stages: one arrival per consumer warp (their readers are wgmma, complete in every thread
         // at wgmma_wait); Q and the tile slot: one per consumer thread, since ordinary loads read them.
-        const int arrivals = C::kConsumerWGs * 4;
+        const int arrivals = C::kConsumerWGs * 4 * ctas;
         for (int s = 0; s < 2; ++s) {
             mbar_init(full_q(s), 1);
             mbar_init(empty_q(s), C::kConsumerThreads);
@@ -76,6 +77,10 @@ struct Loader {
     // the wgmmas (C7520) when a branch around the loader's waiting loops is taken by part of a warpgroup (thread 0,
     // warp 0, or warpgroup 0 alone: each measured with -Xptxas -v).
     bool lead = true;
+    // Paired cluster (config.cuh kClusterM): this CTA loads column blocks [rank, rank + 1) x kColBlocks / 2 of each K / V
+    // tile into both CTAs; its full barrier counts the whole tile (the other half comes from the other CTA).
+    bool multicast = false;
+    int rank = 0;
 
     __device__ __forceinline__ void load_q(const WorkTile& w) {
         mbar_wait(sm.empty_q(pq.stage), pq.phase ^ 1);
@@ -105,25 +110,51 @@ struct Loader {
         if (lead) {
             mbar_arrive_expect_tx(full, C::kKVBytes);
             unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
+            const int head = is_v ? kc.v_head : kc.k_head, batch = is_v ? kc.v_batch : kc.k_batch;
+            if (C::kClusterM > 1 && multicast) {
+                constexpr int kHalf = C::kColBlocks / 2;
 #pragma unroll
-            for (int cb = 0; cb < C::kColBlocks; ++cb)
-                tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN,
-                            is_v ? kc.v_head : kc.k_head, is_v ? kc.v_batch : kc.k_batch);
+                for (int i = 0; i < kHalf; ++i) {
+                    const int cb = rank * kHalf + i;
+                    tma_load_4d_multicast(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN, head,
+                                          batch, 0x3);
+                }
+            } else {
+#pragma unroll
+                for (int cb = 0; cb < C::kColBlocks; ++cb)
+                    tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN, head, batch);
+            }
         }
         ps.advance();
     }
 };
+
+// The work tile of CTA t (cluster builds: scheduler.cuh cluster_tile; `multicast` set where the cluster is paired);
+// false past the last.
+template <class C>
+__device__ __forceinline__ bool tile_of(const Fa3Params& P, int t, WorkTile& w, bool& multicast) {
+    if constexpr (C::kClusterM > 1) {
+        const ClusterTile ct = cluster_tile(P.order, t);
+        w = ct.w;
+        multicast = ct.paired;
+        return !ct.idle;
+    } else {
+        if (t >= P.order.total()) return false;
+        w = P.order.at(t);
+        return true;
+    }
+}
 
 template <class C>
 __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
     Loader<C> ld{P, sm};
     int t = blockIdx.x;
     TileSlots<decltype(sm)> slots{sm};
-    const int total = P.order.total();
+    if constexpr (C::kClusterM > 1) ld.rank = static_cast<int>(cluster_ctarank());
     while (true) {
         if constexpr (C::kPersistent) slots.put(t);
-        if (t >= total) break;
-        const WorkTile w = P.order.at(t);
+        WorkTile w;
+        if (!tile_of<C>(P, t, w, ld.multicast)) break;
         const TilePlan pl = make_plan<C>(P.p, w);
         if (pl.n_tiles() > 0) {
             // K runs one tile ahead of V (the consumers need K(x) and V(x-1) together): K(first), Q,
@@ -153,9 +184,15 @@ struct Consumer {
     PipeState<C::kStages> ck, cv;
     PipeState<C::kQStages> cq;
 
+    // Paired cluster: a K / V stage is free once the consumers of both CTAs have read it (either CTA's loads write it).
+    bool multicast = false;
+    uint32_t peer = 0;
     __device__ __forceinline__ void release(uint64_t* bar) {
         __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+        if (threadIdx.x % 32 == 0) {
+            mbar_arrive(bar);
+            if (C::kClusterM > 1 && multicast) mbar_arrive_remote(bar, peer);
+        }
     }
     __device__ __forceinline__ void turn_wait() {
         if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
@@ -459,11 +496,11 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     }
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
-    const int total = P.order.total();
+    if constexpr (C::kClusterM > 1) cs.peer = cluster_ctarank() ^ 1u;
     while (true) {
         if constexpr (C::kPersistent) t = slots.take();
-        if (t >= total) break;
-        const WorkTile w = P.order.at(t);
+        WorkTile w;
+        if (!tile_of<C>(P, t, w, cs.multicast)) break;
         const TilePlan pl = make_plan<C>(P.p, w);
         if (pl.i_hi >= pl.i_lo) {
             if (pl.n_tiles() > 0)
@@ -481,12 +518,21 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_fwd_kernel(const __grid_co
     extern __shared__ unsigned char smem_raw[];
     Smem<C> sm{align_smem_1k(smem_raw)};
     if (threadIdx.x == 0) {
-        sm.init();
+        if constexpr (C::kClusterM > 1) {
+            sm.init(cluster_tile(P.order, blockIdx.x).paired ? 2 : 1);
+        } else {
+            sm.init();
+        }
         tma_prefetch_desc(&P.q.map);
         tma_prefetch_desc(&P.k.map);
         tma_prefetch_desc(&P.v.map);
     }
-    __syncthreads();
+    // Cluster builds: the other CTA's loads and arrivals reach these barriers only once both are initialised.
+    if constexpr (C::kClusterM > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
     const int wg = warpgroup_idx();
     if constexpr (C::kWS) {
         if (wg == 0) {
@@ -498,6 +544,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_fwd_kernel(const __grid_co
         }
     } else {
         consumer_loop<C>(P, sm, wg);
+    }
+    // ... and no CTA leaves while the other may still write its shared memory or arrive on its barriers.
+    if constexpr (C::kClusterM > 1) {
+        __syncwarp();
+        cluster_sync();
     }
 #endif
 }

@@ -42,6 +42,27 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// An arrival on the mbarrier at bar's offset in the shared memory of CTA `cta` of the cluster (release at cluster
+// scope: this thread's earlier accesses, the wgmma reads it waited for included, happen before it).
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+        "r"(cta)
+        : "memory");
+}
+
+// ---- thread-block clusters ------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA of the cluster (barrier.cluster is .aligned: all threads of a warp execute it together).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // This thread's warpgroup, broadcast from lane 0 so that ptxas knows it is the same in every lane of the warp and keeps
 // what derives from it (the consumers' shared-memory addresses and wgmma descriptors) in uniform registers; from
 // threadIdx.x / 128 alone the FA3 backward built every RS wgmma's descriptor in vector registers (a 64-bit add and two
@@ -85,6 +106,16 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_
         "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
         "%6}], [%2];\n" ::"r"(smem_addr(dst)),
         "l"(tmap), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+// The same box multicast: written at dst's offset into the shared memory of every CTA of the cluster in `cta_mask`,
+// each counting the bytes on its own mbarrier at bar's offset.
+__device__ __forceinline__ void tma_load_4d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2,
+                                                      int c3, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_addr(dst)),
+        "l"(tmap), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
         : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {

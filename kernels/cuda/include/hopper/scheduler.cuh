@@ -44,6 +44,35 @@ struct TileOrder {
     }
 };
 
+// Cluster launches (config.cuh kClusterM = 2): CTAs 2c and 2c + 1 form cluster c. The first clusters take query tiles
+// m, m + 1 of one head (`paired`: they share every K / V tile), in TileOrder's order over the pairs; with an odd number
+// of query tiles, tile 0 of every head is left over and those run two to a cluster, each on its own (`paired` false),
+// the last cluster's second CTA `idle` when the heads are odd too.
+struct ClusterTile {
+    WorkTile w;
+    bool paired, idle;
+};
+__host__ __device__ __forceinline__ int cluster_grid(const TileOrder& o) {
+    const int bh = o.heads * o.batch;
+    return 2 * (o.num_m / 2) * bh + 2 * ((o.num_m % 2 * bh + 1) / 2);
+}
+__host__ __device__ __forceinline__ ClusterTile cluster_tile(const TileOrder& o, int cta) {
+    const int c = cta / 2, r = cta % 2, bh = o.heads * o.batch, pairs = o.num_m / 2 * bh;
+    ClusterTile t;
+    if (c < pairs) {
+        const WorkTile pw = TileOrder{o.num_m / 2, o.heads, o.batch, o.section}.at(c);
+        t.w = WorkTile{o.num_m % 2 + 2 * pw.m_block + r, pw.h, pw.b};
+        t.paired = true;
+        t.idle = false;
+    } else {
+        const int single = 2 * (c - pairs) + r;  // (b, h) index of a left-over tile 0
+        t.w = WorkTile{0, single % o.heads, single / o.heads};
+        t.paired = false;
+        t.idle = single >= bh;
+    }
+    return t;
+}
+
 // Heads per section: as many as fit the `bytes_per_head` they share in `l2_bytes` (at least 1).
 inline int l2_section(long long bytes_per_head, long long l2_bytes, int bh_total) {
     long long s = bytes_per_head > 0 ? l2_bytes / bytes_per_head : bh_total;
