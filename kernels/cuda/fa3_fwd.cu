@@ -63,7 +63,8 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa3_fwd: cudaFuncSetAttribute(%u bytes): %s",
                           C::kSmemBytes, cudaGetErrorString(e));
-    int grid = static_cast<int>(total);
+    // Cluster builds: pairs of CTAs (scheduler.cuh cluster_grid: at most one more than the work tiles).
+    int grid = C::kClusterM > 1 ? cluster_grid(P.order) : static_cast<int>(total);
     if constexpr (C::kPersistent) {
         e = attn::persistent_setup(&grid, sms, &P.counter, stream);
         if (e != cudaSuccess)
@@ -71,7 +72,7 @@ int launch(const AttnFwdParams& p, cudaStream_t stream, int sms, char* err, int 
     }
     if constexpr (C::kClusterM > 1) {
         cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(cluster_grid(P.order));
+        cfg.gridDim = dim3(grid);
         cfg.blockDim = dim3(C::kThreads);
         cfg.dynamicSmemBytes = C::kSmemBytes;
         cfg.stream = stream;
