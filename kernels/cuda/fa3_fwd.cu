@@ -133,9 +133,9 @@ inline bool same_keys_for_every_query_tile(const AttnFwdParams& p) {
 
 // Variant cluster2 (d = 128 / 256): the default one-CTA-per-work-tile build in clusters of two CTAs on adjacent query
 // tiles of a head, each loading half of every K / V tile for both (TMA multicast). In one process against the default
-// (H200, B=4 H=16 N=8192 non-causal, NOTES_FA3.md session 20): 0.97-0.99 at d = 128, 0.96-1.005 at d = 256, while
-// a timing probe that loads half the K / V bytes ran 1.14-1.17x: the data each SM receives, not the L2 reads, is what
-// costs there.
+// (H200, B=4 H=16 N=8192 non-causal, NOTES_FA3.md session 20): 0.97-0.99 at d = 128, 0.96-1.005 at d = 256: halving
+// the L2 reads does not shorten the loop (the card runs at its power limit, so what sets the speed is energy per
+// product: NOTES_FA3.md session 21).
 template <int D, typename E>
 int launch_cluster2(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
     return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, false, kProbeNone, false, 2>>(p, s, sms,
