@@ -18,7 +18,8 @@
 # checks are then fa3_bwd_check_bench --no-bench (every backward case, build and launcher against the FP64 oracle,
 # determinism).
 # An AB_LIBS entry NAME@VARIANT times that build's FA3 forward variant VARIANT (ab_libs_inproc --lib NAME=PATH@VARIANT;
-# a key of cuda_lib.FA3_VARIANTS) under the name NAME@VARIANT; it is left out where NAME failed its checks.
+# a key of cuda_lib.FA3_VARIANTS) under the name NAME@VARIANT; where NAME is in CHECK_LIBS, fa3_check_bench runs
+# VARIANT's own cases beside the launcher's (not with AB_MAX_ERR), and NAME@VARIANT is left out where NAME failed.
 # Results in $OUT/ab_inproc.tgz; the tables are printed last.
 set -u
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=4 OMP_NUM_THREADS=4 ATTN_KERNELS_NO_BUILD=1
@@ -58,7 +59,11 @@ for x in ${CHECK_LIBS:-}; do
     elif [ "${AB_LAUNCHER:-}" = attn_fa3_bwd ]; then
         set -- attention_conformance.reports.benchmarks.fa3_bwd_check_bench --no-bench
     else
-        set -- attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants full
+        # the default launcher's cases, and each variant x is timed as (x@VARIANT in AB_LIBS) through its own cases;
+        # not with AB_MAX_ERR, whose timing probes are wrong by design
+        vs=full
+        [ -z "${AB_MAX_ERR:-}" ] && for y in $AB_LIBS; do [ "${y%%@*}" = "$x" ] && [ "$y" != "$x" ] && vs="$vs,${y#*@}"; done
+        set -- attention_conformance.reports.benchmarks.fa3_check_bench --skip-bench --variants "$vs"
     fi
     (ATTN_KERNELS_LIB=$PWD/build/ab/$x.so timeout "${CHECK_S:-240}" python3 -m "$@" --out "$K/check_$x" \
         > "$K/check_$x.txt" 2>&1; echo $? > "$K/check_$x.rc") &
