@@ -84,7 +84,7 @@ VT_KEY_ORDER = tuple(2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1) for p in range(
 FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                 "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "skip_rescale": 10,
                 "probe_no_exp": 11, "probe_no_pv": 12, "probe_no_softmax": 13, "smem_q": 14,
-                "two_wg": 15, "cluster2": 16}
+                "two_wg": 15, "cluster2": 16, "eager_rescale": 17}
 #: the builds of FA3_VARIANTS that compute attention (the probes leave a stage out: timing only)
 FA3_EXACT_VARIANTS = tuple(v for v in FA3_VARIANTS if not v.startswith("probe_"))
 

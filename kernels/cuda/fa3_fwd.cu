@@ -116,11 +116,17 @@ constexpr bool kDefaultPersistent = D == 64;
 // 1.007 / 1.012 causal. The persistent d = 256 build keeps it: without it ptxas serializes that build's wgmmas (C7520).
 template <int D, bool kPersistent>
 constexpr bool kDefaultPingpong = D != 256 || kPersistent;
+// d = 128 / 256: the lazy rescale (config.cuh kSkipRescale: a row's maximum moves only when a key tile's exceeds it by
+// more than 2^8 in P, O *= corr only in warps where one moved). In one process against O rescaled every key tile (H200,
+// B=4 H=16 N=8192, two orders of 7 rounds, NOTES_FA3.md session 21): d = 128 1.03-1.06, d = 256 1.02-1.04; d = 64 (32
+// multiplications of O a key tile) 0.97-1.00, so not there.
+template <int D>
+constexpr bool kDefaultLazyRescale = D != 64;
 // The two-warpgroup d = 128 build (the default until session 14): 128-key tiles, Q in registers (config.cuh kQRegs).
 template <typename E, int kN = 128, int kStages = 0, bool kQRegs = kN == 128, int kProbe = kProbeNone>
 using TwoWg128 = Fa3Config<128, E, 2, true, true, true, false, false, kN, kStages, false, kProbe, kQRegs>;
 template <int D, typename E, bool kPre, bool kPersistent = false, int kN = kDefaultN<D>, int kStages = 0,
-          int kWGs = kDefaultWGs<D>, bool kSkipRescale = false, int kProbe = kProbeNone,
+          int kWGs = kDefaultWGs<D>, bool kSkipRescale = kDefaultLazyRescale<D>, int kProbe = kProbeNone,
           bool kQRegs = (D == 128 && kN == 128), int kClusterM = 1>
 using Default = Fa3Config<D, E, kWGs, true, true, kDefaultPingpong<D, kPersistent>, kPersistent, kPre, kN, kStages,
                           kSkipRescale, kProbe, kQRegs, kClusterM>;
@@ -138,8 +144,8 @@ inline bool same_keys_for_every_query_tile(const AttnFwdParams& p) {
 // product: NOTES_FA3.md session 21).
 template <int D, typename E>
 int launch_cluster2(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
-    return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, false, kProbeNone, false, 2>>(p, s, sms,
-                                                                                                            err, errlen);
+    return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, kDefaultLazyRescale<D>, kProbeNone, false,
+                          2>>(p, s, sms, err, errlen);
 }
 
 // f(dim, elem) with the head dim of p (64, 128, else 256) as std::integral_constant and its element type as a
@@ -160,10 +166,14 @@ int by_head_dim(const AttnFwdParams& p, F&& f) {
     }
 }
 
-// The default build of head dim D with O *= corr skipped where a warp's row maxima all stayed (variant skip_rescale).
+// The default build of head dim D with one CTA per work tile and the lazy rescale (variant skip_rescale: at d = 64,
+// where the default has none), or with the default grid and O rescaled after every key tile, the row maxima always
+// current (variant eager_rescale: at d = 128 / 256, the default until session 21).
 template <int D, typename E>
-int launch_skip_rescale(const AttnFwdParams& p, cudaStream_t s, int sms, char* err, int errlen) {
-    return launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, true>>(p, s, sms, err, errlen);
+int launch_rescale(const AttnFwdParams& p, bool lazy, cudaStream_t s, int sms, char* err, int errlen) {
+    return lazy ? launch<Default<D, E, false, false, kDefaultN<D>, 0, kDefaultWGs<D>, true>>(p, s, sms, err, errlen)
+                : launch<Default<D, E, false, kDefaultPersistent<D>, kDefaultN<D>, 0, kDefaultWGs<D>, false>>(p, s, sms,
+                                                                                                            err, errlen);
 }
 
 template <int D, typename E>
@@ -239,9 +249,10 @@ int run(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen) 
             return bf ? launch<Default<64, __nv_bfloat16, false, false, 192, 0, 2>>(*p, s, sms, err, errlen)
                       : launch<Default<64, __half, false, false, 192, 0, 2>>(*p, s, sms, err, errlen);
         }
-        if (flags == ATTN_FA3_SKIP_RESCALE)
+        if (flags == ATTN_FA3_SKIP_RESCALE || flags == ATTN_FA3_EAGER_RESCALE)
             return by_head_dim(*p, [&](auto dim, auto elem) {
-                return launch_skip_rescale<decltype(dim)::value, decltype(elem)>(*p, s, sms, err, errlen);
+                return launch_rescale<decltype(dim)::value, decltype(elem)>(*p, flags == ATTN_FA3_SKIP_RESCALE, s, sms,
+                                                                            err, errlen);
             });
         if (flags == ATTN_FA3_CLUSTER2) {
             if (p->head_dim == 64 || !same_keys_for_every_query_tile(*p))

@@ -16,6 +16,10 @@ rows for K and V as in the FA3 paper -- and computes
 with the V descale applied once at the end (per tensor / per head) or per K/V tile (per tile).
 Incoherent processing happens before the kernel (oracles/fp8.py, §11): the kernel sees rotated codes.
 
+``max_stale`` (FP16/BF16 forward) models the CUDA kernel's lazy rescale (kernels/cuda/include/hopper/softmax.cuh): a
+row keeps its running maximum m until a key tile's maximum exceeds it by more than ``max_stale`` in log2 units, so
+P = exp2((s - m) log2 e) <= 2^max_stale; O, l and the LSE all use that m, so the result is the same in exact arithmetic.
+
 Sinks (§18, FP16/BF16 paths): the running state starts at m = sink, l = 2^offset (the sink's own P on
 the kernel's scale); the backward folds dlse into D and returns d sink. Chunks (§19): `Problem.visible`.
 """
@@ -50,7 +54,7 @@ def expand_descale(descale, B: int, H: int, Hkv: int, L: int, block: int) -> np.
 
 
 def _attend(p: Problem, block_q: int, block_k: int, p_dtype: str, p_offset: float,
-            q_rows=None, k_rows=None, v_tiles=None, v_end=None):
+            q_rows=None, k_rows=None, v_tiles=None, v_end=None, max_stale: float = 0.0):
     """The FA3 forward loop shared by the FP16/BF16 and FP8 paths; returns unrounded (out, lse).
 
     FP8 only: ``q_rows`` [B, Hq, Lq] and ``k_rows`` [B, Hkv, Lk] are per-row descales, ``v_tiles``
@@ -80,6 +84,8 @@ def _attend(p: Problem, block_q: int, block_k: int, p_dtype: str, p_offset: floa
                     s = s + p.bias_tile(r0, r1, c0, c1)
                 s = np.where(vis, s, -np.inf)
                 m_new = np.maximum(m, s.max(axis=-1))
+                if max_stale > 0:  # keep m while P stays <= 2^max_stale (False for NaN: -inf moves to any maximum)
+                    m_new = np.where((m_new - m) * LOG2E <= max_stale, m, m_new).astype(p.acc)
                 m_safe = np.where(m_new == -np.inf, 0.0, m_new).astype(p.acc)
                 P = np.exp2((s - m_safe[..., None]) * LOG2E + p_offset)
                 alpha = np.exp2((m - m_safe) * LOG2E)
@@ -99,11 +105,14 @@ def _attend(p: Problem, block_q: int, block_k: int, p_dtype: str, p_offset: floa
 
 def forward(q, k, v, *, scale=None, causal=False, alignment="bottom_right", window=None, mask=None, bias=None,
             softcap=None, seqlens_q=None, seqlens_k=None, block_q=128, block_k=128, dtype="bfloat16", sinks=None,
-            chunk=None):
-    """FA3 FP16/BF16 forward (float32 softmax); returns (out rounded to ``dtype``, lse)."""
+            chunk=None, max_stale=0.0):
+    """FA3 FP16/BF16 forward (float32 softmax); returns (out rounded to ``dtype``, lse). ``max_stale`` > 0: the lazy
+    rescale (module docstring)."""
+    if not max_stale >= 0:
+        raise ValueError(f"max_stale={max_stale!r}: a non-negative number of log2 units")
     p = Problem(q, k, v, scale=scale, causal=causal, alignment=alignment, window=window, mask=mask, bias=bias,
                 softcap=softcap, seqlens_q=seqlens_q, seqlens_k=seqlens_k, dtype=dtype, sinks=sinks, chunk=chunk)
-    out, lse = _attend(p, block_q, block_k, p.dtype, 0.0)
+    out, lse = _attend(p, block_q, block_k, p.dtype, 0.0, max_stale=max_stale)
     return emulate.round_to(out, p.dtype), lse
 
 

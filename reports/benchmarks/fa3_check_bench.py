@@ -125,7 +125,8 @@ def fa4_fn(q, k, v, causal):
     return f
 
 
-ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale")  # builds that exist for every head dim
+# builds that exist for every head dim
+ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale", "eager_rescale")
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
@@ -248,7 +249,7 @@ def markdown(env, rows, abl) -> str:
     if abl:
         out += ["", "Ablation: `full` is the default (attn_fa3_fwd); every other build changes one thing of",
                 "`two_wg`, the two-warpgroup 128-key build (attn_params.h AttnFa3Variant; `persistent` and",
-                "`skip_rescale`: of the default).", "",
+                "`skip_rescale`, `eager_rescale`: of the default).", "",
                 "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
         for r in abl:
             out.append(f"| {r['variant']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "

@@ -53,7 +53,7 @@ def test_fa3_matches_float64_reference(spec):
 
 @pytest.mark.parametrize("variant",
                          ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2", "smem_q",
-                          "skip_rescale", "two_wg"])
+                          "skip_rescale", "eager_rescale", "two_wg"])
 def test_fa3_ablation_builds_match_reference(variant):
     cuda_lib = _lib()
     from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case

@@ -229,7 +229,8 @@ enum AttnFa3Variant {  // each changes one thing of the two-warpgroup d = 128 bu
     ATTN_FA3_D64_TWO_WG = 8,   // head_dim 64 only: two consumer warpgroups and key tiles of 192 instead of
                                // three warpgroups (192 query rows) and key tiles of 128
     ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
-    ATTN_FA3_SKIP_RESCALE = 10,     // any head dim: O *= corr skipped in a warp whose row maxima all stayed (exact)
+    ATTN_FA3_SKIP_RESCALE = 10,     // any head dim: one CTA per work tile, the lazy rescale (a row maximum moves only
+                                    // past 2^8 in P; O *= corr skipped in a warp whose maxima all stayed; exact)
     // Timing probes (bf16 / fp16, d = 128): wrong results by design, each leaves one stage out of the loop.
     ATTN_FA3_PROBE_NO_EXP = 11,      // softmax without ex2 (p = the exponent)
     ATTN_FA3_PROBE_NO_PV = 12,       // no O += P V wgmma
@@ -240,6 +241,9 @@ enum AttnFa3Variant {  // each changes one thing of the two-warpgroup d = 128 bu
     ATTN_FA3_CLUSTER2 = 16,  // d = 128 / 256, no causal mask, window or varlen: the default build with one CTA per work
                              // tile in clusters of two on adjacent query tiles, each K / V tile loaded half by each
                              // CTA and multicast to both
+    ATTN_FA3_EAGER_RESCALE = 17,  // any head dim: the default build with O rescaled after every key tile and the row
+                                  // maxima always current (the default at d = 64; at d = 128 / 256 until the lazy
+                                  // rescale replaced it)
 };
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16

@@ -9,7 +9,10 @@
 // kPingpong: the consumer warpgroups take turns issuing their GEMMs (named barriers), so one
 //      warpgroup's softmax runs while the other's GEMMs use the tensor cores.
 // kPersistent: gridDim.x = #SMs CTAs loop over work tiles taken from a global counter (scheduler.cuh).
-// kSkipRescale: a warp skips O *= corr when every corr of its rows is 1 (the row maxima did not move): exact.
+// kSkipRescale: the lazy rescale: a row keeps its running maximum until a key tile's exceeds it by more than
+//      kMaxStale = 8 in log2 units (P <= 2^8; softmax.cuh), and a warp skips O *= corr when every row of it kept its
+//      maximum (a vote): exact in real arithmetic; on standard normal inputs the maxima stop moving after the first
+//      key tiles, so O is rescaled almost never. The default at d = 128 / 256 (fa3_fwd.cu kDefaultLazyRescale).
 // kProbe: timing probes that leave one stage out (wrong results, never a default; kProbe* below).
 // kQRegs: Q is read from shared memory into registers once per tile (ldmatrix) and S = Q K^T runs as an RS
 //      wgmma, so the tensor cores fetch only K from shared memory (d = 128: 32 more registers per thread; in the
@@ -32,6 +35,7 @@ struct Fa3Config {
     static constexpr bool kWS = kWS_, kOverlap = kOverlap_, kPingpong = kPingpong_, kPersistent = kPersistent_;
     static constexpr bool kPrescale = kPrescale_;
     static constexpr bool kSkipRescale = kSkipRescale_;
+    static constexpr int kMaxStale = kSkipRescale ? 8 : 0;
     static constexpr int kProbe = kProbe_;
     static constexpr bool kQRegs = kQRegs_;
     // A consumer waits for the K / V stages its GEMMs read before it takes its pingpong turn (FA3's order: the

@@ -272,10 +272,10 @@ struct Consumer {
         if constexpr (C::kProbe == kProbeNoSoftmax) {
             corr[0] = corr[1] = 1.f;
         } else {
-            smx.online<0, C::kProbe == kProbeNoExp>(s, sl2, corr);
+            smx.online<0, C::kProbe == kProbeNoExp, 0, 1, C::kMaxStale>(s, sl2, corr);
         }
     }
-    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly).
+    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
     static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
         if constexpr (C::kProbe == kProbeNoSoftmax) return;
         if constexpr (C::kSkipRescale) {

@@ -11,6 +11,10 @@
 // into P in place and returns the factor corr = 2^(m_old - m_new) per row; `rescale` applies it to O
 // once the wgmma that writes O has completed. Row sums stay per-thread partials until `finalize`.
 //
+// kMaxStale > 0 (the lazy rescale, config.cuh kSkipRescale): a row keeps its running maximum m until a key tile's
+// maximum exceeds it by more than kMaxStale in sl2 units, so p <= 2^kMaxStale; exact in real arithmetic (O, the row
+// sums and the LSE all use the same m, whatever its value), and corr is then exactly 1, which lets a warp skip O *= corr.
+//
 // kLog2Offset (FP8 path, SEMANTICS.md §10): P = 2^(s*sl2 - m*sl2 + kLog2Offset), the max-offset trick that
 // puts P in [0, 2^kLog2Offset] before it is rounded to FP8; the row sums are of that P, so `finalize`
 // subtracts kLog2Offset * ln 2 from the LSE (O = acc / l is unchanged: the factor cancels).
@@ -49,7 +53,8 @@ struct RowSoftmax {
     // chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx (the MUFU). kMaxChains > 1: the
     // row maximum as that many independent chains joined at the end (the FP8 forward: with one chain ptxas ran both
     // rows' maxima through one temporary register, 6 cycles per pair of scores while the MUFU idles).
-    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kMaxChains = 1, int kRegs>
+    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kMaxChains = 1, int kMaxStale = 0,
+              int kRegs>
     __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
         static_assert((kMaxChains & (kMaxChains - 1)) == 0 && (kRegs / 4) % kMaxChains == 0,
                       "a power of two of chains of equal length");
@@ -74,9 +79,14 @@ struct RowSoftmax {
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            if constexpr (kMaxStale > 0) {  // false for NaN: from -inf (no visible key yet) m moves to any maximum
+                if ((mx - row_max[h]) * sl2 <= static_cast<float>(kMaxStale)) mx = row_max[h];
+            }
             // No visible key yet: keep max = -inf and subtract 0, so masked scores give p = 0, not NaN.
             const float m_scaled = (mx == -INFINITY) ? 0.f : mx * sl2;
-            corr[h] = fast_exp2(row_max[h] * sl2 - m_scaled);
+            // A kept maximum gives corr = 1 exactly: the fused row_max * sl2 - m_scaled would be the product's rounding
+            // error, whose 2^x may be 1 + 1 ulp, and a warp's vote on corr == 1 would not see it.
+            corr[h] = (kMaxStale > 0 && mx == row_max[h]) ? 1.f : fast_exp2(row_max[h] * sl2 - m_scaled);
             const float bias = kLog2Offset == 0 ? -m_scaled : static_cast<float>(kLog2Offset) - m_scaled;
             row_max[h] = mx;
             float sum = 0.f;
