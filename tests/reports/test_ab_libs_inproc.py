@@ -125,3 +125,36 @@ def test_markdown_title_names_the_launcher_timed():
     bwd = markdown({"gpu": "H200", "torch": "2.x", "fa4": "-", "launcher": "attn_fa3_bwd"}, ["A"], rows)
     assert bwd.startswith("# In-process A/B of attn_fa3_bwd (H200, torch 2.x, fa4 -)")
     assert markdown({"gpu": "H200"}, ["A"], rows).startswith("# In-process A/B of attn_fa3_fwd (H200")
+
+
+def test_a_build_that_declines_a_row_is_reported_and_not_timed(monkeypatch):
+    """`_row` on the CPU (the launchers, cuDNN and the timer stood in for): a variant build raising KernelUnsupported is
+    recorded as declining the row with its reason, and only the builds that ran are timed; any other kernel error
+    still propagates (it fails the A/B)."""
+    import torch
+
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.reports.benchmarks import ab_libs_inproc as ab
+
+    q = k = v = torch.randn(1, 2, 8, 16)
+    monkeypatch.setattr(ab, "sdpa_fn", lambda backend, q, k, v, causal: (lambda: q.clone()))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def fake_variant(params, variant, lib=None):
+        if variant == "cluster2":
+            raise cuda_lib.KernelUnsupported("attn_fa3_fwd_variant", 1, "variant cluster2 is built for no causal mask")
+        if variant == "broken":
+            raise cuda_lib.KernelError("attn_fa3_fwd_variant", 3, "an illegal memory access")
+        params[0].copy_(q)
+
+    monkeypatch.setattr(cuda_lib, "call_fa3_variant", fake_variant)
+    timed: list[str] = []
+    monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, work, rounds: timed.extend(n for n, _ in cands))
+    libs = {"A": ab.Build(None, "one_cta_per_tile"), "A@cluster2": ab.Build(None, "cluster2")}
+    row = ab._row(libs, "attn_fa3_fwd", lambda o, lse: (o, lse), q, k, v, True, 1, 2e-2, False, [])
+    assert timed == ["A", "cudnn"]
+    assert row["A_err"] == 0.0 and math.isnan(row["A@cluster2_err"])
+    assert "cluster2 is built for no causal mask" in row["A@cluster2_declined"]
+    with pytest.raises(cuda_lib.KernelError, match="illegal memory access"):
+        ab._row({"B": ab.Build(None, "broken")}, "attn_fa3_fwd", lambda o, lse: (o, lse), q, k, v, True, 1, 2e-2,
+                False, [])
