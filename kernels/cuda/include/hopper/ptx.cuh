@@ -42,8 +42,9 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
-// An arrival on the mbarrier at bar's offset in the shared memory of CTA `cta` of the cluster (release at cluster
-// scope: this thread's earlier accesses, the wgmma reads it waited for included, happen before it).
+// An arrival on the mbarrier at bar's offset in the shared memory of CTA `cta` of the cluster, with the default
+// semantics (release at CTA scope, as CUTLASS's cluster barrier arrives; `.release.cluster` measured 0.77-0.84x,
+// NOTES_FA3.md session 20): the caller arrives only after its wgmma reads of the stage have completed (wgmma_wait).
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t cta) {
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
