@@ -40,7 +40,7 @@ from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import fa4_fwd
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import KMAJOR_VARIANTS
 
-__all__ = ["Build", "bwd_rows", "fp8_rows", "main", "markdown", "pick", "rows"]
+__all__ = ["Build", "bwd_rows", "fp8_kmajor_params_for", "fp8_rows", "main", "markdown", "pick", "rows"]
 
 
 class Build(NamedTuple):
@@ -119,6 +119,21 @@ def rows(libs: dict[str, Build], launcher: str, ds: list[int], n: int, rounds: i
     return out
 
 
+def fp8_kmajor_params_for(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor,
+                          causal: bool) -> Callable[[torch.Tensor, torch.Tensor], object]:
+    """``params_for(o, lse)``: `attn_fa3_fp8_fwd` params on the e4m3 codes q8, k8, v8 with per-tensor descales of 1 and
+    V packed k-major once, here, by `cuda_lib.pack_vt_reference` (the benchmarks' FP8 inputs)."""
+    vt = torch.from_numpy(cuda_lib.pack_vt_reference(v8.view(torch.uint8).cpu().numpy()))
+    vt = vt.to(v8.device).view(torch.float8_e4m3fn)
+    ones = [torch.ones((), device=q8.device) for _ in range(3)]
+
+    def params_for(o: torch.Tensor, lse: torch.Tensor):
+        return cuda_lib.fp8_fwd_params(q8, k8, vt, o, lse, *ones, format="e4m3fn", granularity="per_tensor",
+                                       causal=causal, v_layout="kmajor")
+
+    return params_for
+
+
 def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
     """`rows` for ``attn_fa3_fp8_fwd``: e4m3 codes of the same bf16 inputs, per-tensor descales of 1, V k-major
     (`cuda_lib.pack_vt_reference`), every build checked against cuDNN on the dequantized inputs (`max_err`) and
@@ -128,16 +143,9 @@ def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err
         for causal in (False, True):
             x8 = [torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
                   for _ in range(3)]
-            vt = torch.from_numpy(cuda_lib.pack_vt_reference(x8[2].view(torch.uint8).cpu().numpy()))
-            vt = vt.to("cuda").view(torch.float8_e4m3fn)
-            ones = [torch.ones((), device="cuda") for _ in range(3)]
-
-            def params_for(o, lse, x8=x8, vt=vt, ones=ones, causal=causal):
-                return cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ones, format="e4m3fn",
-                                               granularity="per_tensor", causal=causal, v_layout="kmajor")
-
-            out.append(_row(libs, "attn_fa3_fp8_fwd", params_for, *(t.to(torch.bfloat16) for t in x8), causal, rounds,
-                            max_err, True, [], format="e4m3fn", granularity="per_tensor", v_layout="kmajor"))
+            out.append(_row(libs, "attn_fa3_fp8_fwd", fp8_kmajor_params_for(*x8, causal),
+                            *(t.to(torch.bfloat16) for t in x8), causal, rounds, max_err, True, [], format="e4m3fn",
+                            granularity="per_tensor", v_layout="kmajor"))
     return out
 
 

@@ -84,6 +84,7 @@ def probe_rows(launcher: str, ds: list[int], n: int, rounds: int, classes: list[
 
     from attention_conformance.kernels import cuda_lib
     from attention_conformance.kernels.timing import time_round_robin
+    from attention_conformance.reports.benchmarks.ab_libs_inproc import fp8_kmajor_params_for
     from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import sdpa_fn
 
     fp8 = launcher == "attn_fa3_fp8_fwd"
@@ -97,13 +98,9 @@ def probe_rows(launcher: str, ds: list[int], n: int, rounds: int, classes: list[
             o = torch.empty_like(q)
             lse = torch.empty(4, 16, n, device="cuda", dtype=torch.float32)
             if fp8:
-                q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
-                vt = torch.from_numpy(cuda_lib.pack_vt_reference(v8.view(torch.uint8).cpu().numpy()))
-                vt = vt.to("cuda").view(torch.float8_e4m3fn)
-                ones = [torch.ones((), device="cuda") for _ in range(3)]
-                params = cuda_lib.fp8_fwd_params(q8, k8, vt, o, lse, *ones, format="e4m3fn",
-                                                 granularity="per_tensor", causal=False, v_layout="kmajor")
-                q, k, v = (x.to(torch.bfloat16) for x in (q8, k8, v8))
+                x8 = [x.to(torch.float8_e4m3fn) for x in (q, k, v)]
+                params = fp8_kmajor_params_for(*x8, False)(o, lse)
+                q, k, v = (x.to(torch.bfloat16) for x in x8)
             else:
                 params = cuda_lib.fwd_params(q, k, v, o, lse, causal=False)
             cands.append((f"ours:{cls}", lambda p=params: cuda_lib.call(launcher, p)))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 
 import pytest
+import torch
 
-from attention_conformance.reports.benchmarks.ab_libs_inproc import main, markdown, pick
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.reports.benchmarks.ab_libs_inproc import fp8_kmajor_params_for, main, markdown, pick
 
 
 def _rows(rates: dict[str, list[float]]) -> list[dict]:
@@ -158,3 +161,24 @@ def test_a_build_that_declines_a_row_is_reported_and_not_timed(monkeypatch):
     with pytest.raises(cuda_lib.KernelError, match="illegal memory access"):
         ab._row({"B": ab.Build(None, "broken")}, "attn_fa3_fwd", lambda o, lse: (o, lse), q, k, v, True, 1, 2e-2,
                 False, [])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_kmajor_params_for(causal):
+    """The FP8 benchmarks' params (fp8_rows, power_probe): V packed k-major once by pack_vt_reference, per-tensor
+    descales of 1, the mask as asked; each call of params_for makes params for its own o and lse."""
+    gen = torch.Generator().manual_seed(0)
+    q8, k8, v8 = (torch.randn(1, 2, 40, 64, generator=gen).to(torch.float8_e4m3fn) for _ in range(3))
+    params_for = fp8_kmajor_params_for(q8, k8, v8, causal)
+    o = [torch.empty(1, 2, 40, 64, dtype=torch.bfloat16) for _ in range(2)]
+    lse = [torch.empty(1, 2, 40) for _ in range(2)]
+    p0, p1 = params_for(o[0], lse[0]), params_for(o[1], lse[1])
+    assert (p0.fwd.o, p1.fwd.o) == (o[0].data_ptr(), o[1].data_ptr())
+    assert p0.fwd.v == p1.fwd.v  # packed once
+    want = cuda_lib.pack_vt_reference(v8.view(torch.uint8).numpy())  # [B, Hkv, d, vt_keys], contiguous
+    assert want.shape[3] == p0.vt_keys
+    assert ctypes.string_at(p0.fwd.v, want.nbytes) == want.tobytes()  # params_for keeps its V alive
+    assert p0.v_layout == cuda_lib.FP8_V_LAYOUT_CODES["kmajor"]
+    assert p0.granularity == cuda_lib.FP8_GRANULARITY_CODES["per_tensor"]
+    assert bool(p0.fwd.causal) == causal
+
