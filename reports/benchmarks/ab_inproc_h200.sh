@@ -12,6 +12,8 @@
 # protocol), which the A/B then times too. PICK=1: the build ab_libs_inproc's pick chooses (against the first of
 # AB_LIBS) is copied to /tmp/ab_winner.so, its name to /tmp/ab_winner, for the next call on the warm machine.
 # AB_MAX_ERR: ab_libs_inproc's --max-err (a timing probe whose output is wrong by design needs it raised).
+# CUDNN_FE=WHEEL: the nvidia-cudnn-frontend wheel (carried; the host has no package index), unpacked for cuDNN's own
+# FP8 forward beside the FP8 builds (ab_libs_inproc's fp8_rows, `cudnn_fp8.py`; it runs on torch's cuDNN).
 # AB_LAUNCHER=attn_fa3_fp8_fwd: the FP8 forward instead (ab_libs_inproc's fp8_rows); its checks are then
 # fa3_fp8_check_bench --check (every FP8 device case and variant against the NumPy FA3 FP8 reference).
 # AB_LAUNCHER=attn_fa3_bwd: the backward alone (ab_libs_inproc's bwd_rows, d = 64 and 128 unless AB_D says); its
@@ -46,6 +48,10 @@ if [ -n "${VENDOR_INSTALL:-}" ]; then
     bash "$V/install.sh" || echo "flash-attn-4 install failed: it is left out of the A/B"
     export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
+fi
+if [ -n "${CUDNN_FE:-}" ]; then
+    rm -rf /tmp/cudnn_fe && python3 -m zipfile -e "$CUDNN_FE" /tmp/cudnn_fe \
+        && export PYTHONPATH=/tmp/cudnn_fe:${PYTHONPATH:-} || echo "cudnn-frontend unpack failed"
 fi
 date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 500 > "$R/smi.csv" 2>/dev/null &

@@ -27,7 +27,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,11 +36,15 @@ import torch
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, sdpa_fn
+from attention_conformance.reports.benchmarks.cudnn_fp8 import CudnnFp8Unavailable, cudnn_fp8
 from attention_conformance.reports.benchmarks.fa3_bwd_check_bench import fa4_fwd_bwd, sdpa_fwd_bwd
 from attention_conformance.reports.benchmarks.fa3_check_bench import fa4_fn
 from attention_conformance.reports.benchmarks.fa3_fp8_check_bench import KMAJOR_VARIANTS
 
-__all__ = ["Build", "bwd_rows", "fp8_kmajor_params_for", "fp8_rows", "main", "markdown", "pick", "rows"]
+__all__ = ["REFERENCES", "Build", "bwd_rows", "fp8_kmajor_params_for", "fp8_rows", "main", "markdown", "pick", "rows"]
+
+#: the timed libraries that are not builds of ours (columns of the table after the builds; never picked)
+REFERENCES = ("cudnn", "cudnn_fp8", "fa4")
 
 
 class Build(NamedTuple):
@@ -62,11 +66,13 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.Tensor, k: torch.Tensor,
-         v: torch.Tensor, causal: bool, rounds: int, max_err: float, diff0: bool, refs: list, **extra) -> dict:
+         v: torch.Tensor, causal: bool, rounds: int, max_err: float, diff0: bool, refs: list,
+         checked_refs: Sequence[tuple[str, Callable[[], object], Callable[[], torch.Tensor]]] = (), **extra) -> dict:
     """One row of the table (`extra`: more keys for it): `launcher` of every build on ``params_for(o, lse)`` checked
     against cuDNN on the bf16 ``q, k, v`` (``_err``; with `diff0` also ``_diff0``, the largest absolute difference
     from the first build's output), then the builds within `max_err` timed round-robin beside cuDNN and the
-    (name, fn) pairs in `refs`."""
+    (name, fn) pairs in `refs`; each (name, fn, output) of `checked_refs` is run once and its ``output()`` checked as
+    a build's (``_err``) before it is timed with them."""
     from torch.nn.attention import SDPBackend
 
     B, H, n, d = q.shape
@@ -95,6 +101,12 @@ def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.T
             row[name + "_diff0"] = float((o.float() - first.float()).abs().max())
         if err <= max_err:  # False for NaN
             cands.append((name, run))
+    for name, fn, output in checked_refs:
+        fn()
+        torch.cuda.synchronize()
+        row[name + "_err"] = err = _rel_err(output(), ref)
+        if err <= max_err:
+            refs = [*refs, (name, fn)]
     cands.append(("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)))
     time_round_robin(row, cands + refs, 4 * B * H * n * n * d / (2 if causal else 1), rounds)
     print(json.dumps(row), flush=True)
@@ -137,15 +149,25 @@ def fp8_kmajor_params_for(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor,
 def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err: float) -> list[dict]:
     """`rows` for ``attn_fa3_fp8_fwd``: e4m3 codes of the same bf16 inputs, per-tensor descales of 1, V k-major
     (`cuda_lib.pack_vt_reference`), every build checked against cuDNN on the dequantized inputs (`max_err`) and
-    against the first build (``_diff0``: the largest absolute difference), then timed round-robin beside cuDNN."""
+    against the first build (``_diff0``: the largest absolute difference), then timed round-robin beside cuDNN (bf16,
+    on the dequantized inputs) and, where cudnn-frontend imports and cuDNN builds the graph, cuDNN's own FP8 forward
+    on the same codes (`cudnn_fp8`, checked like a build; ``cudnn_fp8_declined``: why not)."""
     out = []
     for d in ds:
         for causal in (False, True):
             x8 = [torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
                   for _ in range(3)]
+            extra: dict = dict(format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
+            checked = []
+            try:
+                c8 = cudnn_fp8(*x8, causal)
+                checked.append(("cudnn_fp8", c8.run, c8.output))
+                extra.update(cudnn_fp8_o=c8.o_dtype, cudnn_fp8_version=c8.version)
+            except CudnnFp8Unavailable as e:
+                extra["cudnn_fp8_declined"] = str(e)
+                print(f"cudnn_fp8 declines the row: {e}", flush=True)
             out.append(_row(libs, "attn_fa3_fp8_fwd", fp8_kmajor_params_for(*x8, causal),
-                            *(t.to(torch.bfloat16) for t in x8), causal, rounds, max_err, True, [], format="e4m3fn",
-                            granularity="per_tensor", v_layout="kmajor"))
+                            *(t.to(torch.bfloat16) for t in x8), causal, rounds, max_err, True, [], checked, **extra))
     return out
 
 
@@ -191,7 +213,7 @@ def bwd_rows(libs: dict[str, Build], launcher: str, ds: list[int], n: int, round
 
 
 def markdown(env: dict, names: list[str], table: list[dict]) -> str:
-    refs = [r for r in ("cudnn", "fa4") if any(r + "_tflops" in row for row in table)]
+    refs = [r for r in REFERENCES if any(r + "_tflops" in row for row in table)]
     cols = names + refs
     lines = [f"# In-process A/B of {env.get('launcher', 'attn_fa3_fwd')} ({env.get('gpu', '?')}, torch "
              f"{env.get('torch', '?')}, fa4 {env.get('fa4', '-')})", "",
@@ -206,8 +228,13 @@ def markdown(env: dict, names: list[str], table: list[dict]) -> str:
         ratios = [f"{row[c + '_tflops'] / base:.3f}" if base and c + "_tflops" in row else "-" for c in cols[1:]]
         lines.append(f"| {row['N']} | {row['d']} | {row['causal']} | " + " | ".join(vals) + " | "
                      + " | ".join(ratios) + " |")
-    errs = ", ".join(f"{name} {max(r[name + '_err'] for r in table):.1e}" for name in names)
-    tail = ["", f"Largest relative error against cuDNN per build: {errs}."]
+    errs = ", ".join(f"{name} {max(r.get(name + '_err', float('nan')) for r in table):.1e}" for name in cols
+                     if any(name + "_err" in r for r in table))
+    tail = ["", f"Largest relative error against cuDNN (bf16) per build: {errs}."]
+    tail += [f"cudnn_fp8 at d = {r['d']}, causal={r['causal']}: {r['cudnn_fp8_declined']}" for r in table
+             if "cudnn_fp8_declined" in r]
+    tail += sorted({f"cudnn_fp8: {r['cudnn_fp8_version']}, {r['cudnn_fp8_o']} output" for r in table
+                    if "cudnn_fp8_version" in r})
     if any(names[-1] + "_diff0" in r for r in table):
         diffs = ", ".join(f"{name} {max(r[name + '_diff0'] for r in table):.1e}" for name in names[1:])
         tail.append(f"Largest absolute difference from `{names[0]}`'s output: {diffs}.")
@@ -223,7 +250,7 @@ def pick(results: list[Path], baseline: str, min_gain: float) -> tuple[str, dict
             base = row.get(baseline + "_tflops")
             for key, val in row.items():
                 name = key[: -len("_tflops")]
-                if base and key.endswith("_tflops") and name not in ("cudnn", "fa4"):
+                if base and key.endswith("_tflops") and name not in REFERENCES:
                     logs.setdefault(name, []).append(math.log(val / base))
     means = {name: math.exp(sum(v) / len(v)) for name, v in logs.items()}
     best = max(means, key=means.get, default=baseline)

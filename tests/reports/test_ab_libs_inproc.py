@@ -182,3 +182,39 @@ def test_fp8_kmajor_params_for(causal):
     assert p0.granularity == cuda_lib.FP8_GRANULARITY_CODES["per_tensor"]
     assert bool(p0.fwd.causal) == causal
 
+
+
+def test_checked_references_are_timed_only_within_the_bound(monkeypatch):
+    """`_row`'s checked references (cuDNN's FP8 forward in fp8_rows): each runs once, its output is checked against the
+    cuDNN reference like a build's (``_err``), and only one within the bound joins the timed candidates."""
+    from attention_conformance.reports.benchmarks import ab_libs_inproc as ab
+
+    q = k = v = torch.randn(1, 2, 8, 16)
+    monkeypatch.setattr(ab, "sdpa_fn", lambda backend, q, k, v, causal: (lambda: q.clone()))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    timed: list[str] = []
+    monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, work, rounds: timed.extend(n for n, _ in cands))
+    ran: list[str] = []
+    checked = [("close", lambda: ran.append("close"), lambda: q * 1.01),
+               ("far", lambda: ran.append("far"), lambda: q * 2.0)]
+    row = ab._row({}, "attn_fa3_fp8_fwd", lambda o, lse: (o, lse), q, k, v, False, 1, 0.1, True, [], checked)
+    assert ran == ["close", "far"]
+    assert row["close_err"] == pytest.approx(0.01, rel=1e-3) and row["far_err"] == pytest.approx(1.0, rel=1e-3)
+    assert timed == ["cudnn", "close"]
+    text = markdown({"gpu": "H200"}, ["A"], [dict(row, A_tflops=900.0, A_spread=0.0, A_err=0.0,
+                                                   close_tflops=1.0, close_spread=0.0)])
+    assert "A 0.0e+00" in text
+
+
+def test_markdown_names_cudnn_fp8_and_why_it_declined(tmp_path):
+    rows = _rows({"A": [900, 800]})
+    rows[0].update(cudnn_fp8_tflops=1000.0, cudnn_fp8_spread=0.01, cudnn_fp8_err=2e-2, cudnn_fp8_o="bf16",
+                   cudnn_fp8_version="frontend 1.14.0, cuDNN 91900")
+    rows[1]["cudnn_fp8_declined"] = "cuDNN 91900 declines sdpa_fp8 for q/k/v (4, 16, 8192, 128) e4m3, causal=True"
+    text = markdown({"gpu": "H200"}, ["A"], rows)
+    header = next(x for x in text.splitlines() if x.startswith("| N "))
+    assert header.startswith("| N | d | causal | A | cudnn | cudnn_fp8 | fa4 | cudnn/A | cudnn_fp8/A | fa4/A |")
+    assert "cudnn_fp8 2.0e-02" in text
+    assert "cudnn_fp8 at d = 128, causal=True: cuDNN 91900 declines" in text
+    assert "cudnn_fp8: frontend 1.14.0, cuDNN 91900, bf16 output" in text
+    assert set(pick([_write(tmp_path, "o1", rows)], "A", 0.0)[1]) == {"A"}, "a reference is never picked"
