@@ -1,10 +1,11 @@
 """Markdown table of a pytest-benchmark JSON written by ``tox -e bench`` (tests/kernels/test_cuda_bench.py).
 
 One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
-groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16): CUDA-event median in ms and the rate
-(TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the FP8 groups) relative to each other
-implementation; where the benchmark also timed ours beside it in alternating rounds (``extra_info``
-``paired_ours_over_impl``: the FA3 forward's cuDNN and FA4 rows), that paired ratio too.
+groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16 and cuDNN's FP8 forward, cudnn-fp8):
+CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the
+FP8 groups) relative to each other implementation; where the benchmark also timed ours beside it in alternating
+rounds (``extra_info`` ``paired_ours_over_impl``: the FA3 forward's cuDNN and FA4 rows, cudnn-fp8), that paired
+ratio too.
 
     python reports/benchmarks/bench_table.py reports/latest/pytest_bench.json > table.md
 """
@@ -20,11 +21,12 @@ from pathlib import Path
 
 __all__ = ["rows_of", "markdown", "main"]
 
-OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16")
+OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16", "cudnn-fp8")
 
 
 def _impl(name: str) -> str:
-    m = re.search(r"\[(?:.*-)?(ours-fp8-vt|ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4)\]$", name)
+    m = re.search(r"\[(?:.*-)?(ours-fp8-vt|ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4|cudnn-fp8)\]$",
+                  name)
     if m:
         return m.group(1)
     m = re.search(r"\[(fwd|bwd)\]$", name)

@@ -251,28 +251,43 @@ def test_fa3_fwd_bwd_8k(benchmark, d, causal, impl):
            3.5 * 4 * B * H * N * N * d / (2 if causal else 1))
 
 
-@pytest.mark.parametrize("impl", ["ours-fp8-vt", "ours-fp8", "ours-bf16"])
+@pytest.mark.parametrize("impl", ["ours-fp8-vt", "ours-fp8", "ours-bf16", "cudnn-fp8"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [128, 256])
 def test_fa3_fp8_fwd_8k(benchmark, d, causal, impl):
     """ours-fp8: V as rows (transposed in the kernel); ours-fp8-vt: V packed k-major by attn_fp8_pack_vt beforehand
-    (outside the timed call; one pass over V, reported by fa3_fp8_check_bench); ours-bf16: our BF16 FA3."""
+    (outside the timed call; one pass over V, reported by fa3_fp8_check_bench); ours-bf16: our BF16 FA3; cudnn-fp8:
+    cuDNN's own FP8 forward on the same codes (reports/benchmarks/cudnn_fp8.py; needs cudnn-frontend, the ``cudnn``
+    extra), also paired with ours-fp8-vt in alternating rounds."""
     from attention_conformance.kernels import cuda_lib
 
     _hopper()
     x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
     o = torch.empty_like(x[0])
     lse = torch.empty(B, H, N, device="cuda")
-    if impl.startswith("ours-fp8"):
-        x8 = [t.to(torch.float8_e4m3fn) for t in x]
-        ones = [torch.ones((), device="cuda") for _ in range(3)]
-        kw = dict(v_layout="kmajor") if impl == "ours-fp8-vt" else {}
-        v8 = cuda_lib.pack_vt(x8[2]) if impl == "ours-fp8-vt" else x8[2]
+    x8 = [t.to(torch.float8_e4m3fn) for t in x]
+    ones = [torch.ones((), device="cuda") for _ in range(3)]
+
+    def ours_fp8(v_layout: str):
+        v8 = cuda_lib.pack_vt(x8[2]) if v_layout == "kmajor" else x8[2]
         p = cuda_lib.fp8_fwd_params(x8[0], x8[1], v8, o, lse, *ones, format="e4m3fn", granularity="per_tensor",
-                                    causal=causal, **kw)
-        fn = lambda: cuda_lib.call("attn_fa3_fp8_fwd", p)  # noqa: E731
+                                    causal=causal, v_layout=v_layout)
+        return lambda: cuda_lib.call("attn_fa3_fp8_fwd", p)
+
+    work = 4 * B * H * N * N * d / (2 if causal else 1)
+    if impl == "cudnn-fp8":
+        from attention_conformance.reports.benchmarks.cudnn_fp8 import CudnnFp8Unavailable, cudnn_fp8
+
+        try:
+            c8 = cudnn_fp8(*x8, causal)
+        except CudnnFp8Unavailable as e:
+            pytest.skip(str(e))
+        fn = c8.run
+        benchmark.extra_info["cudnn_fp8"] = f"{c8.version}, {c8.o_dtype} output"
+        _paired(benchmark, ours_fp8("kmajor"), fn, work)
+    elif impl.startswith("ours-fp8"):
+        fn = ours_fp8("kmajor" if impl == "ours-fp8-vt" else "rows")
     else:
         p = cuda_lib.fwd_params(*x, o, lse, causal=causal)
         fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
-    _bench(benchmark, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}",
-           4 * B * H * N * N * d / (2 if causal else 1))
+    _bench(benchmark, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}", work)

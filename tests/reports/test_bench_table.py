@@ -28,3 +28,16 @@ def test_sequential_and_paired_ratios_side_by_side():
     assert fa4.endswith("| 0.98 | 1.00 |"), fa4
     ours = next(line for line in md if "| ours |" in line)
     assert ours.endswith("|  |  |"), ours
+
+
+def test_fp8_groups_compare_ours_fp8_vt_with_cudnn_fp8():
+    """In an FP8 group ours is ours-fp8-vt; cuDNN's FP8 forward (cudnn-fp8) gets both ratios against it."""
+    doc = dict(DOC, benchmarks=[
+        _bench("test_fa3_fp8_fwd_8k[128-full-ours-fp8-vt]", "fa3-fp8-fwd d128 full", 2.4),
+        _bench("test_fa3_fp8_fwd_8k[128-full-ours-bf16]", "fa3-fp8-fwd d128 full", 3.6),
+        _bench("test_fa3_fp8_fwd_8k[128-full-cudnn-fp8]", "fa3-fp8-fwd d128 full", 2.45, paired_ours_over_impl=1.02),
+    ])
+    rows = rows_of(doc)["fa3-fp8-fwd d128 full"]
+    assert set(rows) == {"ours-fp8-vt", "ours-bf16", "cudnn-fp8"}
+    line = next(x for x in markdown(doc).splitlines() if "| cudnn-fp8 |" in x)
+    assert line.endswith("| 1.02 | 1.02 |"), line
