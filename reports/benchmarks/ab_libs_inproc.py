@@ -235,7 +235,7 @@ def markdown(env: dict, names: list[str], table: list[dict]) -> str:
              if "cudnn_fp8_declined" in r]
     tail += sorted({f"cudnn_fp8: {r['cudnn_fp8_version']}, {r['cudnn_fp8_o']} output" for r in table
                     if "cudnn_fp8_version" in r})
-    if any(names[-1] + "_diff0" in r for r in table):
+    if len(names) > 1 and any(names[-1] + "_diff0" in r for r in table):
         diffs = ", ".join(f"{name} {max(r[name + '_diff0'] for r in table):.1e}" for name in names[1:])
         tail.append(f"Largest absolute difference from `{names[0]}`'s output: {diffs}.")
     return "\n".join(lines + tail + [""])
