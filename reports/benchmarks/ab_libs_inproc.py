@@ -163,6 +163,8 @@ def fp8_rows(libs: dict[str, Build], ds: list[int], n: int, rounds: int, max_err
                 c8 = cudnn_fp8(*x8, causal)
                 checked.append(("cudnn_fp8", c8.run, c8.output))
                 extra.update(cudnn_fp8_o=c8.o_dtype, cudnn_fp8_version=c8.version)
+                if c8.bf16_declined:
+                    extra["cudnn_fp8_bf16_declined"] = c8.bf16_declined
             except CudnnFp8Unavailable as e:
                 extra["cudnn_fp8_declined"] = str(e)
                 print(f"cudnn_fp8 declines the row: {e}", flush=True)
@@ -233,8 +235,9 @@ def markdown(env: dict, names: list[str], table: list[dict]) -> str:
     tail = ["", f"Largest relative error against cuDNN (bf16) per build: {errs}."]
     tail += [f"cudnn_fp8 at d = {r['d']}, causal={r['causal']}: {r['cudnn_fp8_declined']}" for r in table
              if "cudnn_fp8_declined" in r]
-    tail += sorted({f"cudnn_fp8: {r['cudnn_fp8_version']}, {r['cudnn_fp8_o']} output" for r in table
-                    if "cudnn_fp8_version" in r})
+    tail += sorted({f"cudnn_fp8: {r['cudnn_fp8_version']}, {r['cudnn_fp8_o']} output"
+                    + (f" (bf16 declined: {r['cudnn_fp8_bf16_declined']})" if "cudnn_fp8_bf16_declined" in r else "")
+                    for r in table if "cudnn_fp8_version" in r})
     if len(names) > 1 and any(names[-1] + "_diff0" in r for r in table):
         diffs = ", ".join(f"{name} {max(r[name + '_diff0'] for r in table):.1e}" for name in names[1:])
         tail.append(f"Largest absolute difference from `{names[0]}`'s output: {diffs}.")

@@ -38,6 +38,8 @@ class CudnnFp8:
     out: torch.Tensor
     o_dtype: str
     version: str
+    #: why cuDNN declined the bf16 output, where it did ("" otherwise)
+    bf16_declined: str = ""
 
     def output(self) -> torch.Tensor:
         """The output in float32, in the inputs' units (an FP8 output is read back through its scale of 1)."""
@@ -109,5 +111,5 @@ def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool
         cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
         graph.execute(bindings, workspace, handle=handle)
 
-    return CudnnFp8(run, out, "e4m3" if o_fp8 else "bf16", f"frontend {cudnn.__version__}, "
-                    f"cuDNN {torch.backends.cudnn.version()}")
+    return CudnnFp8(run, out, "e4m3" if o_fp8 else "bf16", f"frontend {getattr(cudnn, '__version__', '?')}, "
+                    f"cuDNN {torch.backends.cudnn.version()}", "; ".join(reasons))

@@ -22,7 +22,8 @@
 #            and its summary (ncu_sass_stalls.py);
 #            $NCU_VARIANT: the build to profile (fa3_profile_case's variant argument, e.g. vt for FP8 with V k-major);
 #            kernels fa4 / fa4bwd: flash-attn-4's forward / backward (needs VENDOR_INSTALL=1), the same sections
-# VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
+# CUDNN_FE=WHEEL unpacks the (carried) nvidia-cudnn-frontend wheel, so the bench step times cuDNN's FP8 forward
+# (cudnn-fp8) beside ours. VENDOR_INSTALL=1 installs flash-attn-4 from the vendored parts first (the parking protocol of run_fa4.sh), so the
 # fwd and bwd steps time it beside ours; FWD_CURVES=1 adds the curves over N to the fwd step.
 # Everything lands in $OUT/<step>/ and is packed into $OUT/<step>.tgz (the device returns at most eight files);
 # nvidia-smi samples clocks and power every 200 ms into $OUT/smi.csv while the steps run.
@@ -41,6 +42,10 @@ if [ -n "${VENDOR_INSTALL:-}" ]; then
     bash "${VENDOR:-.vendor}/install.sh" || echo "flash-attn-4 install failed: it is left out of the tables"
     export PYTHONPATH=/tmp/site_vendor/nvidia_cutlass_dsl/dsl_packages:/tmp/site_vendor:${PYTHONPATH:-}
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4_jit_cache
+fi
+if [ -n "${CUDNN_FE:-}" ]; then
+    rm -rf /tmp/cudnn_fe && python3 -m zipfile -e "$CUDNN_FE" /tmp/cudnn_fe \
+        && export PYTHONPATH=/tmp/cudnn_fe:${PYTHONPATH:-} || echo "cudnn-frontend unpack failed"
 fi
 date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv,noheader -lms 200 \

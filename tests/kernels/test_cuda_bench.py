@@ -283,7 +283,7 @@ def test_fa3_fp8_fwd_8k(benchmark, d, causal, impl):
         except CudnnFp8Unavailable as e:
             pytest.skip(str(e))
         fn = c8.run
-        benchmark.extra_info["cudnn_fp8"] = f"{c8.version}, {c8.o_dtype} output"
+        benchmark.extra_info["cudnn_fp8"] = f"{c8.version}, {c8.o_dtype} output {c8.bf16_declined}".strip()
         _paired(benchmark, ours_fp8("kmajor"), fn, work)
     elif impl.startswith("ours-fp8"):
         fn = ours_fp8("kmajor" if impl == "ours-fp8-vt" else "rows")
