@@ -24,6 +24,7 @@ import torch
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.timing import time_round_robin
 from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import env_info, time_fn
+from attention_conformance.reports.benchmarks.cudnn_fp8 import CudnnFp8Unavailable, cudnn_fp8
 
 __all__ = ["CHECK_CASES", "FP8_STEP_U", "KMAJOR_VARIANTS", "KMAJOR_VARIANT_D", "KMAJOR_VARIANT_NO_PER_TILE", "PROBES",
            "VARIANTS", "acc_score_error", "bench_rows", "check_fp8_case", "kmajor_variant_applies", "main", "markdown",
@@ -243,8 +244,9 @@ def variant_call(p, variant: str) -> None:
 
 
 def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
-    """FP8 (each granularity) and BF16 FA3 on the same shapes, timed round-robin ``rounds`` times (median kept);
-    ``probes``: also the `PROBES` builds (per-tensor descales) on the d = 128 shapes."""
+    """FP8 (each granularity) and BF16 FA3 on the same shapes, and cuDNN's FP8 forward on the same codes where
+    cudnn-frontend imports (``cudnn_fp8``; ``cudnn_fp8_declined``: why not), timed round-robin ``rounds`` times
+    (median kept); ``probes``: also the `PROBES` builds (per-tensor descales) on the d = 128 shapes."""
     rows = []
     for B, H, N, d, causal in shapes:
         x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
@@ -253,6 +255,13 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
         pb = cuda_lib.fwd_params(*x, o, lse, causal=causal)
         cands = [("bf16", lambda p=pb: cuda_lib.call("attn_fa3_fwd", p))]
         x8 = [t.to(torch.float8_e4m3fn) for t in x]
+        row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
+        try:
+            c8 = cudnn_fp8(*x8, causal)
+            cands.append(("cudnn_fp8", c8.run))
+            row["cudnn_fp8_o"] = c8.o_dtype
+        except CudnnFp8Unavailable as e:
+            row["cudnn_fp8_declined"] = str(e)
         for gran, shp in (("per_tensor", ((),) * 3), ("per_head", ((B, H),) * 3),
                           ("per_tile", ((B, H, -(-N // 128)),) * 3)):
             ds = [torch.ones(s, device="cuda") for s in shp]
@@ -270,7 +279,6 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
             if probes and d == 128 and gran == "per_tensor":
                 cands += [("fp8_probe_" + pr, lambda p=p, pr=pr: variant_call(p, pr)) for pr in PROBES]
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
-        row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
         time_round_robin(row, cands, flops, rounds)
         row["fp8_over_bf16"] = row["bf16_ms"] / row["fp8_per_tensor_ms"]
         row["fp8kmajor_over_bf16"] = row["bf16_ms"] / row["fp8kmajor_per_tensor_ms"]
@@ -299,10 +307,11 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
     if att:
         out += ["TFLOPs/s (e4m3 codes; the FLOP count is 4 B H N^2 d, halved when causal). V as rows: the kernel "
                 "transposes V in shared memory; V k-major: `pack_vt` wrote it transposed beforehand (its time, one "
-                "pass over V, in the last column, not in the kernel's figure):", "",
+                "pass over V, in the pack_vt column, not in the kernel's figure):", "",
                 "| B | H | N | d | causal | BF16 FA3 | FP8 per tensor | FP8 per head | FP8 per tile | FP8 / BF16 "
-                "| V k-major: per tensor | per head | per tile | / BF16 | pack_vt ms |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| V k-major: per tensor | per head | per tile | / BF16 | pack_vt ms | cuDNN FP8 "
+                "| k-major / cuDNN FP8 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         probe_rows = [r for r in att if any(k.startswith("fp8_probe_") for k in r)]
         var_rows = [r for r in att if any(f"fp8_{v}_per_tensor_tflops" in r for v in VARIANTS)]
         for r in att:
@@ -311,8 +320,16 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
                        f"{r['fp8_per_tile_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
                        f"{r['fp8kmajor_per_tensor_tflops']:.0f} | {r['fp8kmajor_per_head_tflops']:.0f} | "
                        f"{r['fp8kmajor_per_tile_tflops']:.0f} | {r['fp8kmajor_over_bf16']:.2f} | "
-                       f"{r['pack_vt_ms']:.3f} |")
+                       f"{r['pack_vt_ms']:.3f} | " + (
+                           f"{r['cudnn_fp8_tflops']:.0f} | {r['cudnn_fp8_ms'] / r['fp8kmajor_per_tensor_ms']:.2f} |"
+                           if "cudnn_fp8_tflops" in r else "- | - |"))
         out.append("")
+        c8 = sorted({r["cudnn_fp8_o"] for r in att if "cudnn_fp8_o" in r})
+        declined = sorted({r["cudnn_fp8_declined"] for r in att if "cudnn_fp8_declined" in r})
+        if c8:
+            out += [f"cuDNN FP8: cuDNN's own FP8 forward on the same codes (`cudnn_fp8.py`, per-tensor descales of 1), "
+                    f"{', '.join(c8)} output.", ""]
+        out += [f"cuDNN FP8 not timed: {x}" for x in declined] + ([""] if declined else [])
         if var_rows:
             out += ["Variant builds (TFLOPs/s; ATTN_FA3_FP8_VARIANT):", "",
                     "| d | causal | default per tensor | " + " | ".join(f"{v} {g}" for v in VARIANTS
