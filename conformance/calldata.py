@@ -118,6 +118,8 @@ class ForwardOutput:
     lse_convention: str = "-inf"  # what the adapter writes for fully masked rows, e.g. "+inf"
     notes: list[str] = field(default_factory=list)
     out_device: str | None = None  # device the kernel's output lived on ("cpu", "cuda:0"), when known
+    #: an FP8 output's scale: the kernel wrote codes of out * out_scale, `out` holds them divided back (§10)
+    out_scale: float = 1.0
 
 
 @dataclass

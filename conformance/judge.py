@@ -10,8 +10,8 @@ Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
 
 1. a call that raised: FAIL when the code under test raised (a claimed feature that raises is a
    FAIL), HARNESS_ERROR naming the frame when harness code around it raised (`conformance.calldata`);
-2. ``out_dtype`` (the input dtype; FP8 cases may return bf16/fp16/fp32, judged with that output's
-   precision model), ``device``;
+2. ``out_dtype`` (the input dtype; FP8 cases may return bf16/fp16/fp32, or FP8 codes with a per-tensor
+   output scale, ``ForwardOutput.out_scale``, judged with that output's precision model), ``device``;
 3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
    rows are not compared, SEMANTICS.md §7); NaN/Inf where the oracle is finite always fails;
 4. ``lse`` when declared or returned (SEMANTICS.md §12), first converted from the adapter's declared
@@ -53,6 +53,7 @@ from attention_conformance.outcomes import (
     QUALITY_WARNING,
 )
 from attention_conformance.tolerance import (
+    FP8_CASE_OUTPUT_DTYPES,
     OracleData,
     PrecisionModel,
     forward_tolerance,
@@ -261,8 +262,8 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
     expected_dt = precision_model(case).out_dtype
     model = od.model
     if out_dt is not None:
-        if case.fp8 is not None and out_dt in ("bfloat16", "float16", "float32"):
-            model = precision_model(case, out_dt)
+        if case.fp8 is not None and out_dt in FP8_CASE_OUTPUT_DTYPES:
+            model = precision_model(case, out_dt, getattr(fo, "out_scale", 1.0))
             j.ok("out_dtype")
         elif out_dt != expected_dt:
             j.fail("out_dtype", f"out dtype: the kernel produced {out_dt}, expected {expected_dt} (the input dtype)")

@@ -27,6 +27,7 @@ whose error is the secondary criterion (QUALITY_WARNING at more than 2x).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,7 @@ from attention_conformance.inputs import round_to_dtype
 
 __all__ = [
     "FP8_ACCUMULATOR_U",
+    "FP8_CASE_OUTPUT_DTYPES",
     "LAMBDA",
     "PrecisionModel",
     "OracleData",
@@ -93,7 +95,8 @@ class PrecisionModel:
 
     u_out: output dtype; u_p: P for the PV product (the input dtype, FP8 format for FP8 cases);
     u_s: score GEMM accumulation; u_a: softmax / PV / gradient accumulation; eta_p: absolute
-    rounding error of a subnormal P; floor: smallest normal of the output dtype (flush-to-zero).
+    rounding error of a subnormal P; floor: smallest normal of the output dtype (flush-to-zero), over
+    out_scale for an FP8 output written as codes of O * out_scale (SEMANTICS.md §10).
     """
 
     in_dtype: str
@@ -105,13 +108,25 @@ class PrecisionModel:
     u_a: float
     eta_p: float
     floor: float
+    out_scale: float = 1.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def precision_model(case: Case, out_dtype: str | None = None) -> PrecisionModel:
-    """The precision model of a correct kernel for `case` (optionally with a different output dtype)."""
+#: output dtypes an FP8 case may return (SEMANTICS.md §10): bf16 (the FA3 API), fp16 / fp32, and FP8 codes with a
+#: per-tensor output scale (cuDNN's API)
+FP8_CASE_OUTPUT_DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
+
+
+def precision_model(case: Case, out_dtype: str | None = None, out_scale: float = 1.0) -> PrecisionModel:
+    """The precision model of a correct kernel for `case` (optionally with a different output dtype); `out_scale`:
+    an FP8 output's scale (its codes hold O * out_scale, SEMANTICS.md §10), which divides the floor."""
+    if not (math.isfinite(out_scale) and out_scale > 0):
+        raise ValueError(f"precision_model: out_scale must be finite and > 0, got {out_scale!r}")
+    if out_scale != 1.0 and not (out_dtype or "").startswith("float8_"):
+        raise ValueError(f"precision_model: out_scale {out_scale!r} applies to an FP8 output only, "
+                         f"not to out_dtype {out_dtype!r}")
     if case.fp8 is not None:
         in_dt = "float8_" + case.fp8.format
         p_dt = in_dt
@@ -126,7 +141,8 @@ def precision_model(case: Case, out_dtype: str | None = None) -> PrecisionModel:
         out_dt = "float32"
     return PrecisionModel(
         in_dtype=in_dt, out_dtype=out_dt, p_dtype=p_dt, u_out=unit_roundoff(out_dt), u_p=unit_roundoff(p_dt),
-        u_s=u_s, u_a=u_a, eta_p=subnormal_half_spacing(p_dt), floor=smallest_normal(out_dt),
+        u_s=u_s, u_a=u_a, eta_p=subnormal_half_spacing(p_dt), floor=smallest_normal(out_dt) / out_scale,
+        out_scale=out_scale,
     )
 
 

@@ -29,4 +29,5 @@ BUILTIN: dict[str, str] = {
     "cuda-fa3": "attention_conformance.adapters.cuda:CudaFA3",
     "cuda-fa3-fp8": "attention_conformance.adapters.cuda:CudaFA3FP8",
     "cuda-fa3-fp8-vt": "attention_conformance.adapters.cuda:CudaFA3FP8KMajor",
+    "cudnn-fp8": "attention_conformance.adapters.cudnn_fp8:CudnnFP8",
 }

@@ -60,7 +60,8 @@ __all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaFA3FP8", "CudaFA3FP8KMajor", "C
 
 #: sentinel elements before and after every output buffer
 GUARD_ELEMS = 1024
-_SENTINEL = 1234.5  # exactly representable in fp16, bf16 and fp32
+_SENTINEL = 1234.5  # a value no kernel writes; fp16 / bf16 store it rounded (1234, 1232), compared as stored
+_SENTINEL_FP8 = 320.0  # exactly representable in e4m3fn (1.25 x 2^8) and e5m2
 
 
 class GuardedBuffer:
@@ -69,14 +70,16 @@ class GuardedBuffer:
     def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, device: str):
         self.name, self.shape = name, tuple(shape)
         n = math.prod(self.shape)
-        self.flat = torch.full((n + 2 * GUARD_ELEMS,), _SENTINEL, dtype=dtype, device=device)
+        sentinel = _SENTINEL_FP8 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else _SENTINEL
+        self.flat = torch.full((n + 2 * GUARD_ELEMS,), sentinel, dtype=dtype, device=device)
+        self.sentinel = float(self.flat[0].float())  # as stored (compared in float32: FP8 has no comparisons)
         self.view = self.flat[GUARD_ELEMS : GUARD_ELEMS + n].view(self.shape)
         self.view.fill_(float("nan"))
 
     def oob_report(self) -> str | None:
         """None when both guard bands are intact; otherwise where the first changed sentinel lies."""
         for side, band in (("before", self.flat[:GUARD_ELEMS]), ("after", self.flat[-GUARD_ELEMS:])):
-            bad = torch.nonzero(band != _SENTINEL)
+            bad = torch.nonzero(band.float() != self.sentinel)
             if bad.numel():
                 pos = int(bad[0])
                 off = pos - GUARD_ELEMS if side == "before" else pos

@@ -8,7 +8,9 @@ of SEMANTICS.md §10 (P in [0, 256] before rounding, as the FA3 kernel rounds it
 as the FA3 kernel writes it, and cuDNN's FP8 output with ``scale_o = 1`` where cuDNN declines bf16; `CudnnFp8.o_dtype`
 says which. The softmax statistics are generated (the FA3 kernel writes its LSE).
 
-The frontend is an optional dependency (``pip install nvidia-cudnn-frontend``); it runs on torch's own cuDNN library.
+The graph is the conformance adapter's (`conformance/adapters/cudnn_fp8.py`, ``cudnn-fp8``: the same call judged
+against the oracle). The frontend is an optional dependency (``pip install nvidia-cudnn-frontend``, the ``cudnn``
+extra); it runs on torch's own cuDNN library.
 Every failure to build a graph is a `CudnnFp8Unavailable` naming the shape and cuDNN's reason, which the benchmarks
 print and record instead of a figure.
 """
@@ -20,10 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CudnnFp8", "CudnnFp8Unavailable", "SCALE_S", "cudnn_fp8"]
+from attention_conformance.adapters.cudnn_fp8 import SCALE_S, cudnn_frontend, sdpa_fp8_graph
 
-#: P's scale before it is rounded to e4m3: 2^8, the max offset of SEMANTICS.md §10
-SCALE_S = 256.0
+__all__ = ["CudnnFp8", "CudnnFp8Unavailable", "cudnn_fp8"]
 
 
 class CudnnFp8Unavailable(RuntimeError):
@@ -46,29 +47,6 @@ class CudnnFp8:
         return self.out.float()
 
 
-def _graph(cudnn, q8: torch.Tensor, causal: bool, o_fp8: bool):
-    B, H, N, d = q8.shape
-    fp8, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
-    graph = cudnn.pygraph(io_data_type=fp8, intermediate_data_type=f32, compute_data_type=f32)
-    stride = [H * N * d, N * d, d, 1]
-    qkv = [graph.tensor(name=n, dim=[B, H, N, d], stride=stride, data_type=fp8) for n in ("q", "k", "v")]
-    scalars = [graph.tensor(name=n, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32)
-               for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")]
-    o, stats, amax_s, amax_o = graph.sdpa_fp8(*qkv, *scalars, generate_stats=True, attn_scale=d ** -0.5,
-                                              use_causal_mask=causal, name="sdpa_fp8")
-    o.set_output(True).set_dim([B, H, N, d]).set_stride(stride).set_data_type(
-        fp8 if o_fp8 else cudnn.data_type.BFLOAT16)
-    stats.set_output(True).set_data_type(f32)
-    for a in (amax_s, amax_o):
-        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(f32)
-    graph.validate()
-    graph.build_operation_graph()
-    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    graph.check_support()
-    graph.build_plans()
-    return graph, qkv, scalars, (o, stats, amax_s, amax_o)
-
-
 def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool) -> CudnnFp8:
     """cuDNN's FP8 forward on the e4m3 codes ``q8, k8, v8`` ([B, H, N, d], contiguous, one head per K / V head;
     causal: top-left, as `torch.nn.functional.scaled_dot_product_attention`'s ``is_causal`` on square inputs), with
@@ -80,14 +58,14 @@ def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool
         raise ValueError(f"cudnn_fp8: q8, k8, v8 must be contiguous e4m3 tensors of one shape, got "
                          f"{[(tuple(t.shape), t.dtype) for t in (q8, k8, v8)]}")
     try:
-        torch.backends.cudnn.version()  # torch's libcudnn is loaded before the frontend looks for one
-        import cudnn
-    except Exception as e:  # ImportError, or the frontend's own library lookup failing
-        raise CudnnFp8Unavailable(f"cudnn-frontend does not import ({type(e).__name__}: {e})") from e
+        cudnn = cudnn_frontend()
+    except ImportError as e:
+        raise CudnnFp8Unavailable(str(e)) from e
     reasons = []
     for o_fp8 in (False, True):
         try:
-            graph, qkv, scalars, outs = _graph(cudnn, q8, causal, o_fp8)
+            graph = sdpa_fp8_graph(q8, k8, v8, attn_scale=q8.shape[-1] ** -0.5,
+                                   alignment="top_left" if causal else None, o_fp8=o_fp8)
             break
         except Exception as e:  # cudnnGraphNotSupportedError and friends: try the FP8 output, then give up
             reasons.append(f"{'e4m3' if o_fp8 else 'bf16'} output: {str(e).splitlines()[0][:300]}")
@@ -96,20 +74,20 @@ def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool
                                   + "; ".join(reasons))
     B, H, N, d = q8.shape
     dev = q8.device
-    out = torch.empty(B, H, N, d, device=dev, dtype=torch.float8_e4m3fn if o_fp8 else torch.bfloat16)
-    stats = torch.empty(B, H, N, 1, device=dev, dtype=torch.float32)
-    amax = [torch.empty(1, 1, 1, 1, device=dev, dtype=torch.float32) for _ in range(2)]
-    values = [1.0, 1.0, 1.0, 1.0 / SCALE_S, SCALE_S, 1.0]
-    scalar_data = [torch.full((1, 1, 1, 1), x, device=dev, dtype=torch.float32) for x in values]
+    out = torch.empty(B, H, N, d, device=dev, dtype=torch.float8_e4m3fn if graph.o_fp8 else torch.bfloat16)
+
+    def scalar(x: float) -> torch.Tensor:
+        return torch.full((1, 1, 1, 1), x, device=dev, dtype=torch.float32)
+
+    data = dict(q=q8, k=k8, v=v8, descale_q=scalar(1.0), descale_k=scalar(1.0), descale_v=scalar(1.0),
+                descale_s=scalar(1.0 / SCALE_S), scale_s=scalar(SCALE_S), scale_o=scalar(1.0), o=out,
+                stats=torch.empty(B, H, N, 1, device=dev, dtype=torch.float32), amax_s=scalar(0.0),
+                amax_o=scalar(0.0))
     handle = cudnn.create_handle()
-    workspace = torch.empty(graph.get_workspace_size(), device=dev, dtype=torch.uint8)
-    bindings = dict(zip(qkv, (q8, k8, v8), strict=True))
-    bindings.update(zip(scalars, scalar_data, strict=True))
-    bindings.update(zip(outs, (out, stats, *amax), strict=True))
+    workspace = torch.empty(max(graph.workspace_size, 1), device=dev, dtype=torch.uint8)
 
     def run() -> None:
-        cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
-        graph.execute(bindings, workspace, handle=handle)
+        graph.execute(data, workspace, handle)
 
-    return CudnnFp8(run, out, "e4m3" if o_fp8 else "bf16", f"frontend {getattr(cudnn, '__version__', '?')}, "
+    return CudnnFp8(run, out, "e4m3" if graph.o_fp8 else "bf16", f"frontend {getattr(cudnn, '__version__', '?')}, "
                     f"cuDNN {torch.backends.cudnn.version()}", "; ".join(reasons))
