@@ -184,8 +184,6 @@ class CudnnFP8(Adapter):
         reason = capability_reason(self.capabilities, case, device)
         if reason:
             return reason
-        if case.varlen or case.window is not None or case.mask is not None or case.bias is not None or case.softcap:
-            return "varlen, windows, masks, bias and softcap are not passed to sdpa_fp8 by this adapter"
         if self.unavailable_reason(device):
             return None  # the engine reports the adapter unavailable
         B, Hq, Hkv, Lq, Lk = case.B, case.Hq, case.Hkv, case.Lq, case.Lk
