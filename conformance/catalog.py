@@ -316,6 +316,12 @@ def _fp8(profile: str) -> Iterator[Case]:
                   fp8=FP8Spec("e5m2", "per_tile", tile_q=128, tile_k=128))
         yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=256, dtype="float8_e4m3fn", causal=True,
                   alignment="top_left", fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128))
+        # Per-tensor descales (the only granularity of cuDNN's FP8 API) with what the cases above pair them with:
+        # GQA, both causal alignments, several tiles with a partial last one, d = 128 / 256, e5m2, a bshd layout.
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=300, Lk=520, d=128, dtype="float8_e4m3fn", causal=True,
+                  fp8=FP8Spec("e4m3fn", "per_tensor"))
+        yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=256, dtype="float8_e5m2", causal=True, alignment="top_left",
+                  layout="bshd", fp8=FP8Spec("e5m2", "per_tensor"))
 
 
 def _accumulation(profile: str) -> Iterator[Case]:
