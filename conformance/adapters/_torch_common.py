@@ -49,6 +49,7 @@ __all__ = [
     "changed",
     "code_under_test",
     "cuda_capability",
+    "cuda_unavailable_reason",
     "device_unavailable_reason",
     "dtype_name",
     "empty_rows",
@@ -117,6 +118,21 @@ def device_unavailable_reason(device: str) -> str | None:
 
 
 # -- inputs -------------------------------------------------------------------------------------------
+def cuda_unavailable_reason(device: str, name: str, min_cc: tuple[int, int], builds: str = "") -> str | None:
+    """Why adapter `name`, which runs CUDA code built for compute capability `min_cc` and up (`builds`: which, for
+    the message), cannot run on `device` here: no torch or device, not a CUDA device, an older GPU; None when it can."""
+    reason = device_unavailable_reason(device)
+    if reason:
+        return reason
+    if not device.startswith("cuda"):
+        return f"{name} runs on CUDA devices only (asked for {device!r})"
+    cap = cuda_capability()
+    if cap is None or cap < min_cc:
+        return (f"{name} needs compute capability >= {min_cc[0]}.{min_cc[1]}" + (f" ({builds})" if builds else "")
+                + f"; device has {cap}")
+    return None
+
+
 def to_torch(array: np.ndarray, dtype: torch.dtype, device: str, *, name: str = "array") -> torch.Tensor:
     """A contiguous tensor of `dtype` on `device` holding exactly the values of FP64 `array`.
 

@@ -125,14 +125,9 @@ class _CudaAdapter(Adapter):
 
     # -- availability ---------------------------------------------------------------------------------
     def unavailable_reason(self, device: str) -> str | None:
-        reason = tc.device_unavailable_reason(device)
+        reason = tc.cuda_unavailable_reason(device, self.name, (8, 0), "sm_80 / sm_90a builds")
         if reason:
             return reason
-        if not device.startswith("cuda"):
-            return f"{self.name} runs on CUDA devices only (asked for {device!r})"
-        cap = tc.cuda_capability()
-        if cap is None or cap < (8, 0):
-            return f"{self.name} needs compute capability >= 8.0 (sm_80 / sm_90a builds); device has {cap}"
         try:
             from attention_conformance.kernels import cuda_lib
 

@@ -146,14 +146,9 @@ class CudnnFP8(Adapter):
     )
 
     def unavailable_reason(self, device: str) -> str | None:
-        reason = tc.device_unavailable_reason(device)
+        reason = tc.cuda_unavailable_reason(device, self.name, (9, 0), "cuDNN's FP8 attention: sm90 and newer")
         if reason:
             return reason
-        if not device.startswith("cuda"):
-            return f"cuDNN's FP8 attention runs on CUDA devices only, not {device!r}"
-        cc = tc.cuda_capability()
-        if cc is not None and cc < (9, 0):
-            return f"cuDNN's FP8 attention needs sm90 or newer; this GPU is sm{cc[0]}{cc[1]}"
         try:
             cudnn_frontend()
         except ImportError as e:

@@ -27,7 +27,7 @@ def test_registered_and_claims_per_tensor_fp8_forward_only():
 
 
 def test_unavailable_without_cuda_or_frontend(monkeypatch):
-    assert "CUDA devices only" in CudnnFP8().unavailable_reason("cpu")
+    assert "cudnn-fp8 runs on CUDA devices only" in CudnnFP8().unavailable_reason("cpu")
     monkeypatch.setitem(sys.modules, "cudnn", None)
     with pytest.raises(ImportError, match="cudnn-frontend does not import"):
         cudnn_frontend()
