@@ -127,6 +127,10 @@ def _handle() -> Any:
     return cudnn_frontend().create_handle()
 
 
+def _fp8_dtype(case: Case) -> torch.dtype:
+    return torch.float8_e4m3fn if case.fp8.format == "e4m3fn" else torch.float8_e5m2
+
+
 def _scalar(x: float, device: str) -> torch.Tensor:
     return torch.full((1, 1, 1, 1), float(x), dtype=torch.float32, device=device)
 
@@ -166,8 +170,7 @@ class CudnnFP8(Adapter):
         fp8 = inputs.fp8
         if fp8 is None:
             raise ValueError(f"FP8 case {case.id} without CaseInputs.fp8")
-        dtype = torch.float8_e4m3fn if case.fp8.format == "e4m3fn" else torch.float8_e5m2
-        return tc.materialize(CaseInputs(q=fp8["q8"], k=fp8["k8"], v=fp8["v8"]), case, device, dtype=dtype)
+        return tc.materialize(CaseInputs(q=fp8["q8"], k=fp8["k8"], v=fp8["v8"]), case, device, dtype=_fp8_dtype(case))
 
     @staticmethod
     def _graph_for(case: Case, m) -> SdpaFp8Graph:
@@ -184,8 +187,7 @@ class CudnnFP8(Adapter):
         B, Hq, Hkv, Lq, Lk = case.B, case.Hq, case.Hkv, case.Lq, case.Lk
         shapes = CaseInputs(q=np.zeros((B, Hq, Lq, case.d)), k=np.zeros((B, Hkv, Lk, case.d)),
                             v=np.zeros((B, Hkv, Lk, case.dv)))
-        dtype = torch.float8_e4m3fn if case.fp8.format == "e4m3fn" else torch.float8_e5m2
-        m = tc.materialize(shapes, case, device, dtype=dtype)
+        m = tc.materialize(shapes, case, device, dtype=_fp8_dtype(case))
         try:
             self._graph_for(case, m)
         except Exception as e:  # cuDNN's check_support / build refusal, in its words
