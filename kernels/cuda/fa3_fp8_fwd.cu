@@ -111,9 +111,11 @@ int launch(const AttnFp8FwdParams& fp, cudaStream_t stream, char* err, int errle
 // tensor / per head): the two-warpgroup builds with 256 / 192-key tiles (the defaults until session 13);
 // exp_poly4 / exp_poly2: two_wg with the exponentials of every fourth / second 8-key chunk on the FMA pipe
 // (fp8_config.cuh kExpPolyEvery; the default has none); persistent: the default k-major build of each head dim with
-// the persistent loop (fp8_config.cuh kPersistent).
+// the persistent loop (fp8_config.cuh kPersistent; at d = 64 that is the default itself since session 23);
+// one_cta_per_tile (d = 64): the three-warpgroup build with one CTA per work tile, d = 64's default until then.
 constexpr int kVariantSmemQ = 100, kVariantNarrowT = 101, kVariantNoFold = 102, kVariantRowTiles = 103,
-              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106, kVariantTwoWg = 107, kVariantPersistent = 108;
+              kVariantExpPoly4 = 105, kVariantExpPoly2 = 106, kVariantTwoWg = 107, kVariantPersistent = 108,
+              kVariantOneCta = 109;
 // The one list of the variant names: the code each selects and the V layout its builds read.
 struct Fp8Variant {
     const char* name;
@@ -126,7 +128,7 @@ constexpr Fp8Variant kVariants[] = {
     {"narrow_transpose", kVariantNarrowT, ATTN_FP8_V_ROWS},  {"no_fold", kVariantNoFold, ATTN_FP8_V_ROWS},
     {"row_tiles", kVariantRowTiles, ATTN_FP8_V_KMAJOR},      {"two_wg", kVariantTwoWg, ATTN_FP8_V_KMAJOR},
     {"exp_poly4", kVariantExpPoly4, ATTN_FP8_V_KMAJOR},      {"exp_poly2", kVariantExpPoly2, ATTN_FP8_V_KMAJOR},
-    {"persistent", kVariantPersistent, ATTN_FP8_V_KMAJOR},
+    {"persistent", kVariantPersistent, ATTN_FP8_V_KMAJOR}, {"one_cta_per_tile", kVariantOneCta, ATTN_FP8_V_KMAJOR},
 };
 
 // kFp8ProbeNone when ATTN_FA3_FP8_VARIANT is unset or empty, the variant's code, or -1 for an unknown name.
@@ -172,9 +174,11 @@ int by_head_dim(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int errlen
 // attn_fa3_fp8_key_tile reports the tile). d = 64 and 128: three consumer warpgroups of 64 rows with 128-key tiles
 // (fp8_config.cuh: a warpgroup's softmax then has two other warpgroups' GEMMs to hide under; H200, NOTES_FA3_FP8.md
 // session 13: 1.14x the two-warpgroup build with 192-key tiles at d = 128, 1.08-1.11x the one with 256-key tiles at
-// d = 64); variant two_wg: those two-warpgroup builds (per tensor / per head; exp_poly* are d = 128's). d = 256: 128
-// (O and S then exceed the 240 registers and ptxas spills ~300 bytes, but since the mbarrier waits sleep it runs
-// 1.15x the 64-key build: NOTES_FA3_FP8.md session 10). Variant row_tiles: the V-as-rows tiles, two warpgroups.
+// d = 64; d = 64's runs persistent since session 23, 1.03-1.05x one CTA per work tile in the same process,
+// variant one_cta_per_tile); variant two_wg: those two-warpgroup builds (per tensor / per head; exp_poly* are
+// d = 128's). d = 256: 128 (O and S then exceed the 240 registers and ptxas spills ~300 bytes, but since the
+// mbarrier waits sleep it runs 1.15x the 64-key build: NOTES_FA3_FP8.md session 10). Variant row_tiles: the V-as-rows
+// tiles, two warpgroups.
 struct KMajorBuild {
     int key_tile, wgs;
 };
@@ -218,6 +222,12 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=%s: a d = %s build with "
                           "per-tensor or per-head descales", kName, getenv("ATTN_FA3_FP8_VARIANT"),
                           v == kVariantTwoWg ? "64 / 128" : "128");
+    if (v == kVariantOneCta) {
+        if (d != 64)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: ATTN_FA3_FP8_VARIANT=one_cta_per_tile: a d = 64 "
+                              "build (the other head dims' defaults already run one CTA per work tile)", kName);
+        return launch<KMajor<64, Format, 128, 3>>(p, s, err, errlen);
+    }
     if (v == kVariantExpPoly4) return launch<KMajor<128, Format, 192, 2, 4>>(p, s, err, errlen);
     if (v == kVariantExpPoly2) return launch<KMajor<128, Format, 192, 2, 2>>(p, s, err, errlen);
     if (v == kVariantPersistent) {  // the default build of each head dim with the persistent loop
@@ -227,7 +237,7 @@ int dispatch_kmajor(const AttnFp8FwdParams& p, cudaStream_t s, char* err, int er
     }
     switch (d * 1000 + b.key_tile) {
         case 64128:
-            return b.wgs == 3 ? launch<KMajor<64, Format, 128, 3>>(p, s, err, errlen)
+            return b.wgs == 3 ? launch<KMajor<64, Format, 128, 3, -1, true>>(p, s, err, errlen)
                               : launch<KMajor<64, Format, 128>>(p, s, err, errlen);
         case 64256:
             return launch<KMajor<64, Format, 256>>(p, s, err, errlen);

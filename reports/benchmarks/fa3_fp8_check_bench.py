@@ -223,10 +223,11 @@ PROBES = ("no_transpose", "no_exp", "no_pv")
 #: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 64 /
 #: 128 the two-warpgroup builds with 256 / 192-key tiles (the defaults have three warpgroups and 128-key tiles), and
 #: at d = 128 that build with the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none),
-#: and the default of each head dim with the persistent loop (#SMs CTAs taking work tiles from a counter)
-KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persistent")
+#: the default of each head dim with the persistent loop (#SMs CTAs taking work tiles from a counter; d = 64's default
+#: itself since session 23), and at d = 64 the three-warpgroup build with one CTA per work tile (its default before)
+KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persistent", "one_cta_per_tile")
 #: the head dims a k-major variant is built for (absent: every head dim)
-KMAJOR_VARIANT_D = {"two_wg": (64, 128), "exp_poly4": (128,), "exp_poly2": (128,)}
+KMAJOR_VARIANT_D = {"two_wg": (64, 128), "exp_poly4": (128,), "exp_poly2": (128,), "one_cta_per_tile": (64,)}
 #: k-major variants built for per-tensor / per-head descales only (their 192 / 256-key tiles straddle per-tile blocks)
 KMAJOR_VARIANT_NO_PER_TILE = ("two_wg", "exp_poly4", "exp_poly2")
 

@@ -124,6 +124,7 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
     (64, "per_tile", "kmajor", "persistent", 128),
     (128, "per_tile", "kmajor", "persistent", 128),
     (256, "per_head", "kmajor", "persistent", 128),
+    (64, "per_tile", "kmajor", "one_cta_per_tile", 128),
 ])
 def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
     """attn_fa3_fp8_key_tile (no device needed) reports the key tile fa3_fp8_fwd.cu's dispatch picks."""
@@ -168,5 +169,5 @@ def test_fp8_unknown_variant_names_every_build():
     with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", "fastest"), pytest.raises(cuda_lib.KernelError) as e:
         cuda_lib.fp8_key_tile(p)
     assert e.value.code == 2
-    for name in ("smem_q", "no_pv", "row_tiles", "exp_poly2", "persistent", "fastest"):
+    for name in ("smem_q", "no_pv", "row_tiles", "exp_poly2", "persistent", "one_cta_per_tile", "fastest"):
         assert name in e.value.message, e.value.message
