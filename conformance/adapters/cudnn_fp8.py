@@ -39,7 +39,8 @@ from attention_conformance.adapters.base import (
 from attention_conformance.adapters.cuda import GuardedBuffer
 from attention_conformance.case import ALIGNMENTS, Case
 
-__all__ = ["SCALE_S", "CudnnFP8", "SdpaFp8Graph", "cudnn_frontend", "output_scale", "sdpa_fp8_graph"]
+__all__ = ["OUTPUT_TOP", "SCALE_S", "CudnnFP8", "SdpaFp8Graph", "cudnn_frontend", "cudnn_handle", "output_scale",
+           "sdpa_fp8_graph"]
 
 #: P's scale before cuDNN rounds it to FP8: 2^8, the max offset of SEMANTICS.md §10
 SCALE_S = 256.0
@@ -70,17 +71,31 @@ def output_scale(v_max: float) -> float:
 
 @dataclass
 class SdpaFp8Graph:
-    """A built ``sdpa_fp8`` graph; `execute` binds the tensors of one call."""
+    """A built ``sdpa_fp8`` graph (`sdpa_fp8_graph`): `bindings` names the tensors of one call, `execute` runs it."""
 
+    cudnn: Any
     graph: Any
     tensors: dict[str, Any]
     o_fp8: bool
     workspace_size: int
 
-    def execute(self, data: dict[str, torch.Tensor], workspace: torch.Tensor, handle: Any) -> None:
-        """Run the graph on `data` (names of `tensors` -> device tensors) on torch's current stream."""
-        cudnn = cudnn_frontend()
-        cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    def bindings(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, stats: torch.Tensor,
+                 descales: tuple[float, float, float] = (1.0, 1.0, 1.0), scale_o: float = 1.0) -> dict:
+        """The graph's tensors for one call: the codes, the output and statistics buffers, float32 scalars for the
+        descales of Q, K and V, P's scale `SCALE_S` and its inverse, the output scale, and cuDNN's two amax outputs
+        (NaN until it writes them). Made once per call site, so that timed calls allocate nothing."""
+        def scalar(x: float) -> torch.Tensor:
+            return torch.full((1, 1, 1, 1), float(x), dtype=torch.float32, device=q.device)
+
+        dq, dk, dv = descales
+        return dict(q=q, k=k, v=v, o=o, stats=stats, descale_q=scalar(dq), descale_k=scalar(dk), descale_v=scalar(dv),
+                    descale_s=scalar(1.0 / SCALE_S), scale_s=scalar(SCALE_S), scale_o=scalar(scale_o),
+                    amax_s=scalar(float("nan")), amax_o=scalar(float("nan")))
+
+    def execute(self, data: dict[str, torch.Tensor], workspace: torch.Tensor) -> None:
+        """Run the graph on `data` (`bindings`) on torch's current stream."""
+        handle = cudnn_handle()
+        self.cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
         self.graph.execute({self.tensors[name]: t for name, t in data.items()}, workspace, handle=handle)
 
 
@@ -119,20 +134,17 @@ def sdpa_fp8_graph(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, attn_sc
     graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     graph.check_support()
     graph.build_plans()
-    return SdpaFp8Graph(graph, tensors, o_fp8, int(graph.get_workspace_size()))
+    return SdpaFp8Graph(cudnn, graph, tensors, o_fp8, int(graph.get_workspace_size()))
 
 
 @functools.cache
-def _handle() -> Any:
+def cudnn_handle() -> Any:
+    """This process's cuDNN handle for the graphs here (made once; `SdpaFp8Graph.execute` sets its stream)."""
     return cudnn_frontend().create_handle()
 
 
 def _fp8_dtype(case: Case) -> torch.dtype:
     return torch.float8_e4m3fn if case.fp8.format == "e4m3fn" else torch.float8_e5m2
-
-
-def _scalar(x: float, device: str) -> torch.Tensor:
-    return torch.full((1, 1, 1, 1), float(x), dtype=torch.float32, device=device)
 
 
 class CudnnFP8(Adapter):
@@ -198,36 +210,31 @@ class CudnnFP8(Adapter):
         m = self._tensors(inputs, case, device)
         fp8 = inputs.fp8
         notes: list[str] = []
-        descales = {}
+        descales = []
         for name in ("q_descale", "k_descale", "v_descale"):
             d64 = float(np.asarray(fp8[name], dtype=np.float64).reshape(-1)[0])
-            descales[name] = _scalar(d64, device)
-            d32 = float(descales[name].item())
+            d32 = float(np.float32(d64))
+            descales.append(d32)
             if d32 != d64:
                 notes.append(f"{name} rounded to float32 for cuDNN (relative change {abs(d32 / d64 - 1):.1e})")
-        v_max = float(np.abs(np.asarray(fp8["v8"], dtype=np.float64)).max(initial=0.0)) * float(
-            descales["v_descale"].item())
+        v_max = float(np.abs(np.asarray(fp8["v8"], dtype=np.float64)).max(initial=0.0)) * descales[2]
         s_o = output_scale(v_max)
         graph = self._graph_for(case, m)
-        named = {**m.named(), **descales}
-        before = tc.snapshot(named)
         o = GuardedBuffer("out", (case.B, case.Hq, case.Lq, case.dv), torch.float8_e4m3fn, device)
         stats = GuardedBuffer("lse", (case.B, case.Hq, case.Lq, 1), torch.float32, device)
-        amax = [_scalar(float("nan"), device) for _ in range(2)]
+        data = graph.bindings(m.q, m.k, m.v, o.view, stats.view, tuple(descales), s_o)
+        named = {**m.named(), **{n: data[n] for n in ("descale_q", "descale_k", "descale_v")}}
+        before = tc.snapshot(named)
         workspace = torch.empty(max(graph.workspace_size, 1), dtype=torch.uint8, device=device)
-        data = dict(q=m.q, k=m.k, v=m.v, descale_q=descales["q_descale"], descale_k=descales["k_descale"],
-                    descale_v=descales["v_descale"], descale_s=_scalar(1.0 / SCALE_S, device),
-                    scale_s=_scalar(SCALE_S, device), scale_o=_scalar(s_o, device), o=o.view, stats=stats.view,
-                    amax_s=amax[0], amax_o=amax[1])
         with tc.code_under_test(device):
-            graph.execute(data, workspace, _handle())
+            graph.execute(data, workspace)
         oob = [r for r in (o.oob_report(), stats.oob_report()) if r]
         if oob:
             raise AssertionError("; ".join(oob))
         out = tc.to_numpy(o.view) / s_o
         lse = tc.to_numpy(stats.view)[..., 0]
         notes.append(f"O written as e4m3 codes of O x {s_o:g} (max|v| = {v_max:.4g}); amax(O) reported by cuDNN "
-                     f"{float(amax[1].item()):.4g}")
+                     f"{float(data['amax_o'].item()):.4g}")
         return ForwardOutput(out=out, lse=lse, out_dtype="float8_e4m3fn", out_scale=s_o,
                              unwritten=int(np.isnan(out).sum() + np.isnan(lse).sum()),
                              mutated_inputs=tc.changed(before, named), lse_convention="-inf", notes=notes,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_conformance.adapters.cudnn_fp8 import SCALE_S, cudnn_frontend, sdpa_fp8_graph
+from attention_conformance.adapters.cudnn_fp8 import cudnn_frontend, sdpa_fp8_graph
 
 __all__ = ["CudnnFp8", "CudnnFp8Unavailable", "cudnn_fp8"]
 
@@ -50,8 +50,8 @@ class CudnnFp8:
 def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool) -> CudnnFp8:
     """cuDNN's FP8 forward on the e4m3 codes ``q8, k8, v8`` ([B, H, N, d], contiguous, one head per K / V head;
     causal: top-left, as `torch.nn.functional.scaled_dot_product_attention`'s ``is_causal`` on square inputs), with
-    per-tensor descales of 1 and ``scale_s`` = `SCALE_S`. Raises `CudnnFp8Unavailable` with the reason when the
-    frontend is missing or cuDNN declines every variant of the graph."""
+    per-tensor descales of 1 and ``scale_s`` = `adapters.cudnn_fp8.SCALE_S`. Raises `CudnnFp8Unavailable` with the
+    reason when the frontend is missing or cuDNN declines every variant of the graph."""
     shape = f"q/k/v {tuple(q8.shape)} e4m3, causal={causal}"
     if not (q8.shape == k8.shape == v8.shape and all(t.dtype == torch.float8_e4m3fn and t.is_contiguous()
                                                      for t in (q8, k8, v8))):
@@ -73,21 +73,13 @@ def cudnn_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool
         raise CudnnFp8Unavailable(f"cuDNN {torch.backends.cudnn.version()} declines sdpa_fp8 for {shape}: "
                                   + "; ".join(reasons))
     B, H, N, d = q8.shape
-    dev = q8.device
-    out = torch.empty(B, H, N, d, device=dev, dtype=torch.float8_e4m3fn if graph.o_fp8 else torch.bfloat16)
-
-    def scalar(x: float) -> torch.Tensor:
-        return torch.full((1, 1, 1, 1), x, device=dev, dtype=torch.float32)
-
-    data = dict(q=q8, k=k8, v=v8, descale_q=scalar(1.0), descale_k=scalar(1.0), descale_v=scalar(1.0),
-                descale_s=scalar(1.0 / SCALE_S), scale_s=scalar(SCALE_S), scale_o=scalar(1.0), o=out,
-                stats=torch.empty(B, H, N, 1, device=dev, dtype=torch.float32), amax_s=scalar(0.0),
-                amax_o=scalar(0.0))
-    handle = cudnn.create_handle()
-    workspace = torch.empty(max(graph.workspace_size, 1), device=dev, dtype=torch.uint8)
+    out = torch.empty(B, H, N, d, device=q8.device, dtype=torch.float8_e4m3fn if graph.o_fp8 else torch.bfloat16)
+    stats = torch.empty(B, H, N, 1, device=q8.device, dtype=torch.float32)
+    data = graph.bindings(q8, k8, v8, out, stats)
+    workspace = torch.empty(max(graph.workspace_size, 1), device=q8.device, dtype=torch.uint8)
 
     def run() -> None:
-        graph.execute(data, workspace, handle)
+        graph.execute(data, workspace)
 
     return CudnnFp8(run, out, "e4m3" if graph.o_fp8 else "bf16", f"frontend {getattr(cudnn, '__version__', '?')}, "
                     f"cuDNN {torch.backends.cudnn.version()}", "; ".join(reasons))
