@@ -23,11 +23,9 @@ import os
 import sys
 import time
 
+from attention_conformance.run_context import DETERMINISM, UsageError, check_specs, default_device, one_line
+
 __all__ = ["main", "build_parser", "UsageParser", "UsageError", "positive_int", "positive_float", "one_line"]
-
-
-class UsageError(Exception):
-    """A usage error: printed as one ``error:`` line on stderr, exit code 2."""
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -35,11 +33,6 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102 - argparse hook
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
-
-
-def one_line(text: object) -> str:
-    """``text`` flattened to one line (an exception message may hold newlines)."""
-    return " ".join(str(text).split())
 
 
 def positive_int(text: str) -> int:
@@ -87,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=positive_int, default=1, help="spread cases over N >= 1 worker processes")
     run.add_argument("--timeout", type=positive_float, default=300.0,
                      help="seconds (> 0) per call for isolated adapters")
-    run.add_argument("--determinism", default="sampled", choices=("none", "sampled", "all"))
+    run.add_argument("--determinism", default="sampled", choices=DETERMINISM)
     run.add_argument("--strict", action="store_true",
                      help="named findings (e.g. masked_nan, SEMANTICS.md §17) are FAIL instead of FINDING")
     run.add_argument("--progress-every", type=positive_int, default=25)
@@ -130,16 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_specs(specs: list[str]) -> None:
-    """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
-    from attention_conformance.registry import spec_error
-
-    for spec in (part.strip() for s in specs for part in s.split(",")):  # "a,b" as `resolve_specs` reads it
-        problem = spec_error(spec) if spec else None
-        if problem:
-            raise UsageError(f"--impl: {problem}")
-
-
 def _select(profile: str, expr: str | None):
     """The cases of ``profile`` that ``-k expr`` selects; `UsageError` if it is malformed or selects none."""
     from attention_conformance import catalog
@@ -157,7 +140,7 @@ def _select(profile: str, expr: str | None):
 def _cmd_list(args) -> int:
     from attention_conformance.registry import builtin_names, load
 
-    _check_specs(list(args.impl or []))
+    check_specs(list(args.impl or []))
     specs = builtin_names() + [s for s in (args.impl or []) if s not in builtin_names()]
     for spec in specs:
         la = load(spec, args.device)
@@ -187,46 +170,26 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from attention_conformance import memory
-    from attention_conformance.engine import Runner, stderr_progress
-    from attention_conformance.registry import builtin_names, load_many, resolve_specs
+    from attention_conformance.engine import stderr_progress
     from attention_conformance.report import build_report, exit_code, write_report
+    from attention_conformance.run_context import RunSettings, open_run
 
-    device = args.device or os.environ.get("CONFORMANCE_DEVICE", "cpu")
+    device = args.device or default_device()
     cases = _select(args.profile, args.keyword)
-    _check_specs(list(args.impl or []))
     _check_report_dir(args.report_dir)
-    specs, explicit = resolve_specs(args.impl)
-    loaded = load_many(specs, device)
-    if not explicit:
-        loaded = [la for la in loaded if la.available]
-    broken = [la for la in loaded if la.adapter is None and la.spec not in builtin_names()]
-    if broken:  # a module:attr the user named that cannot be imported or is not an adapter: usage error
-        raise UsageError("; ".join(f"--impl {la.spec}: {one_line(la.reason)}" for la in broken))
-    missing = [la for la in loaded if not la.available]
-    if explicit and missing:  # named with --impl but cannot run here: a CI job must not pass without testing it
-        raise UsageError("; ".join(f"--impl {la.spec} is unavailable on {device}: {one_line(la.reason)}"
-                                   for la in missing)
-              + f" (see `python -m attention_conformance list --device {device}`)")
-    for la in missing:  # only with --impl all: every built-in is listed, the unavailable ones as NOT_SUPPORTED
+    settings = RunSettings(device=device, profile=args.profile, strict=args.strict, determinism=args.determinism,
+                           timeout=args.timeout, expect_files=tuple(args.expect), default_expect=not args.no_expect)
+    run = open_run(settings, args.impl)
+    loaded = run.loaded
+    for la in run.unavailable:  # only with --impl all: every built-in is listed, the unavailable ones NOT_SUPPORTED
         print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
-    if not loaded:
-        raise UsageError(f"no adapter available on {device} (try `python -m attention_conformance list`)")
     if args.claims:
         from attention_conformance.declared import unclaimed_targets
 
         problems = unclaimed_targets(args.claims, loaded)
         if problems:
             raise UsageError(f"--claims {problems[0]}")
-    from attention_conformance.expectations import ExpectationError, RunExpectations
-
-    if args.no_expect and args.expect:
-        raise UsageError("--expect and --no-expect exclude each other")
-    try:
-        expect = RunExpectations.for_run(args.expect, default=not args.no_expect, device=device, loaded=loaded)
-    except ExpectationError as exc:
-        raise UsageError(f"--expect: {one_line(exc)}") from None
     shard_extra: dict = {}
     if args.shard is not None:
         from attention_conformance.shard import ShardError, select
@@ -242,34 +205,34 @@ def _cmd_run(args) -> int:
     progress = None if args.quiet else stderr_progress
     command = ["python", "-m", "attention_conformance"] + list(getattr(args, "argv", None) or sys.argv[1:])
 
+    def report_of(results, wall, partial):
+        return build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall,
+                            command=command, extra={"workers": args.workers, "partial": partial,
+                                                    "strict": args.strict, "cases_planned": len(cases),
+                                                    **shard_extra, "expectations": run.summary})
+
     def checkpoint(done):  # a partial report, so a run killed by a time limit still leaves its results
-        done = expect.apply(done)
-        rep = build_report(done, loaded, profile=args.profile, device=device, wall_seconds=time.perf_counter() - t0,
-                           command=command, extra={"workers": args.workers, "partial": True, "strict": args.strict,
-                                                   "cases_planned": len(cases), **shard_extra,
-                                                   "expectations": expect.summary})
-        write_report(args.report_dir, rep, done)
+        partial = run.decide(done, record=False)
+        write_report(args.report_dir, report_of(partial, time.perf_counter() - t0, True), partial)
 
     if args.workers > 1:
         from attention_conformance.parallel import run_parallel
 
-        results = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
-                               determinism=args.determinism, progress=progress, checkpoint=checkpoint,
-                               every=args.progress_every, strict=args.strict)
+        raw = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
+                           determinism=args.determinism, progress=progress, checkpoint=checkpoint,
+                           every=args.progress_every, strict=args.strict, outcome_of=run.progress_outcome)
     else:
-        runner = Runner(loaded, device, timeout=args.timeout, determinism=args.determinism, strict=args.strict)
+        runner = run.runner()
         try:
-            results = runner.run(cases, progress=progress, every=args.progress_every, checkpoint=checkpoint)
+            raw = runner.run(cases, progress=progress, every=args.progress_every, checkpoint=checkpoint,
+                             outcome_of=run.progress_outcome)
         finally:
             runner.close()
-    memory.apply_growth(results, memory.claims_of(loaded))  # the memory family's cross-case verdict
     wall = time.perf_counter() - t0
-    results = expect.apply(results)
-    for line in expect.warnings():
+    results = run.decide(raw)  # the memory family's growth verdict, then the expectations: one decision
+    for line in run.warnings():
         print(line, file=sys.stderr)
-    rep = build_report(results, loaded, profile=args.profile, device=device, wall_seconds=wall, command=command,
-                       extra={"workers": args.workers, "partial": False, "cases_planned": len(cases),
-                              "strict": args.strict, **shard_extra, "expectations": expect.summary})
+    rep = report_of(results, wall, False)
     jp, mp = write_report(args.report_dir, rep, results)
     code = exit_code(results)
     by = rep["summary"]["by_outcome"]
@@ -300,7 +263,7 @@ def _cmd_repro(args) -> int:
         raise UsageError(exc.args[0]) from None
     if args.impl == "all":
         raise UsageError("--impl all: repro reproduces one case on one adapter; name one adapter")
-    _check_specs([args.impl])
+    check_specs([args.impl])
     la = load(args.impl, args.device)
     if la.adapter is None:
         raise UsageError(f"--impl {args.impl}: {one_line(la.reason)}")

@@ -396,7 +396,7 @@ class RunExpectations:
         versions on ``device`` (GPU names from `conformance.report.environment`)."""
         entries = load_files(files, default=default)
         gpus: tuple[str, ...] = ()
-        if device.startswith("cuda") and entries:
+        if any(e.gpu for e in entries):  # this machine's GPU names, which an entry's `gpu` field is matched against
             from attention_conformance.report import environment
 
             gpus = tuple(g["name"] for g in environment().get("gpus", []))

@@ -60,6 +60,7 @@ __all__ = [
     "growth_exponent",
     "growth_failures",
     "growth_rows",
+    "series_of",
     "io_bytes",
     "needs_warmup",
     "unsupported_reason",
@@ -324,6 +325,16 @@ def _shape_key(case: Mapping[str, Any]) -> str:
     dt = str(case.get("dtype", "")).replace("float", "f")
     causal = "-causal" if case.get("causal") else ""
     return f"b{case.get('B')}h{case.get('Hq')}x{case.get('Hkv')}-d{case.get('d')}-{dt}{causal}"
+
+
+def series_of(case: Any, cases: Sequence[Any]) -> list[Any]:
+    """The cases of ``cases`` whose growth is judged together with ``case`` (the ``memory`` family's N, 2N, 4N of
+    one shape, `growth_rows`' grouping), in the order given; ``[case]`` for a case of another family."""
+    if case.family != FAMILY:
+        return [case]
+    key = _shape_key(case.to_dict())
+    series = [c for c in cases if c.family == FAMILY and _shape_key(c.to_dict()) == key]
+    return series if any(c.id == case.id for c in series) else [*series, case]
 
 
 def growth_rows(results: Sequence[Any], claims: Mapping[str, str | None]) -> list[GrowthRow]:

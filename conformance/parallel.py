@@ -19,10 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from attention_conformance.case import Case
 from attention_conformance.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
+from attention_conformance.outcomes import OUTCOMES
 from attention_conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
@@ -78,8 +80,10 @@ class _Worker:
 
 def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
                  determinism: str = "sampled", progress: Callable[[str], None] | None = None,
-                 checkpoint: Callable[[list], None] | None = None, every: int = 25, strict: bool = False) -> list:
-    """Run `cases` on the `loaded` adapters with `workers` processes; results in catalog order."""
+                 checkpoint: Callable[[list], None] | None = None, every: int = 25, strict: bool = False,
+                 outcome_of: Callable[[Any], str] | None = None) -> list:
+    """Run `cases` on the `loaded` adapters with `workers` processes; raw results in catalog order. Progress lines
+    count ``outcome_of(result)`` (as `engine.Runner.run` does: the outcome the final line will report)."""
     from attention_conformance.engine import CaseResult, features_of, repro_command
 
     specs = [la.spec for la in loaded]
@@ -132,7 +136,13 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     if progress is not None:
                         left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool
                                                                        if x.case is not None]
-                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] "
+                        counts: dict[str, int] = {}
+                        for rs in results.values():
+                            for r in rs:
+                                shown = outcome_of(r) if outcome_of is not None else r.outcome
+                                counts[shown] = counts.get(shown, 0) + 1
+                        summary = " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
+                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] {summary} "
                                  f"elapsed {time.perf_counter() - t0:.0f}s "
                                  f"ETA {eta_model.remaining(left) / workers:.0f}s")
                     if checkpoint is not None and len(results) < len(cases):

@@ -4,24 +4,39 @@ ci``.
 Loaded by pytest for every run in an environment where this distribution is installed (disable it
 with ``-p no:attention_conformance``). It provides:
 
-- options ``--impl NAME_OR_MODULE:ATTR [...]`` (repeatable; ``all`` = every built-in adapter available
-  here), ``--profile ci|full|gpu`` (case catalog profile, default ``ci``) and ``--device cpu|cuda``
-  (default ``$CONFORMANCE_DEVICE`` or ``cpu``), ``--cases EXPR`` (the conformance cases whose id EXPR
-  selects, in the ``-k`` grammar of ``python -m attention_conformance run``; pytest's own ``-k`` still filters test
-  ids), ``--expect FILE`` (repeatable) / ``--no-expect`` (expectations, conformance/expectations.py: the
-  shipped file applies by default; a KNOWN verdict is an xfail, an UNEXPECTED_PASS a failure, entries that
-  matched no test are listed in the terminal summary). Each also has a ``--conformance-`` prefixed name, which
-  is the only one registered when another plugin already owns the short name;
+- options ``--impl NAME_OR_MODULE:ATTR [...]`` (repeatable; ``all`` = every built-in adapter, those that cannot
+  run here skipped with the reason; ``path/to/file.py:fn`` works too), ``--profile ci|full|gpu`` (case catalog
+  profile, default ``ci``), ``--device cpu|cuda`` (default ``$CONFORMANCE_DEVICE`` or ``cpu``), ``--cases EXPR``
+  (the conformance cases whose id EXPR selects, in the ``-k`` grammar of ``python -m attention_conformance run``;
+  pytest's own ``-k`` still filters test ids), ``--expect FILE`` (repeatable) / ``--no-expect``, ``--strict``
+  and ``--determinism none|sampled|all``: the options of ``run`` with the same meaning. Each also has a
+  ``--conformance-`` prefixed name, which is the only one registered when another plugin (or pytest itself, for
+  ``--strict``) already owns the short name;
 - the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
 - ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
-  build it first (``python -m attention_conformance.kernels.build``), tests that need it skip with that command
-  otherwise;
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
   ``CUDA_VISIBLE_DEVICES`` (`conformance.parallel.gpu_for_worker`), and the conformance tests ordered
   largest estimated cost first (other tests keep their places);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
+
+One verdict whatever the front end: the adapters, the expectations with this machine's context (device, GPU
+names, adapter versions), strictness and determinism come from `conformance.run_context.open_run`, and the
+final outcome of each test from `ConformanceRun.decide` (the memory family's growth verdict over the series the
+case belongs to, then the expectations), exactly as ``python -m attention_conformance run`` decides. Without
+``--impl`` both run every built-in adapter available on the device. An adapter named with ``--impl`` that cannot
+run here (unknown name, import error, wrong device) stops the session with the CLI's one-line message (pytest's
+usage error), never a skip. Outcomes map to pytest as follows (each test also records its final outcome as the
+user property ``conformance_outcome``, which junit XML carries):
+
+==================================  ====================================================================
+PASS, QUALITY_WARNING, FINDING       passed (warnings and named findings listed in the terminal summary)
+KNOWN                                xfailed, with the expectations entry's reason and link
+FAIL, UNEXPECTED_PASS                failed, with the message and the repro command
+NOT_SUPPORTED                        skipped, with the adapter's reason
+CRASH, TIMEOUT, HARNESS_ERROR        error (raised while setting the test up), with the message
+==================================  ====================================================================
 
 The test module ships inside the package (``conformance/test_conformance.py``) because
 ``pytest --pyargs attention_conformance`` collects the installed package directory; every other test of the
@@ -37,16 +52,20 @@ from typing import Any
 
 import pytest
 
-__all__ = ["cases_option", "device_option", "impl_option", "profile_option"]
+__all__ = ["cases_option", "device_option", "impl_option", "profile_option", "run_settings", "conformance_run",
+           "ConformanceSession", "OUTCOME_PROPERTY"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
-          "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect"}
+          "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect",
+          "strict": "conformance_strict", "determinism": "conformance_determinism"}
 _MARKERS = (
     "gpu: needs a CUDA device (skipped cleanly without one)",
     "slow: long-running; excluded from the ci profile",
     "fp8: exercises FP8 paths",
     "backward: exercises gradients",
 )
+#: the user property (junit XML ``property``) each conformance test records its final outcome under
+OUTCOME_PROPERTY = "conformance_outcome"
 
 
 def _add(group: Any, name: str, **kw: Any) -> None:
@@ -58,9 +77,12 @@ def _add(group: Any, name: str, **kw: Any) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from attention_conformance.run_context import DETERMINISM
+
     group = parser.getgroup("conformance", "attention-conformance")
     _add(group, "impl", action="extend", nargs="+", default=None, metavar="NAME_OR_MODULE:ATTR",
-         help="adapter(s) under test: built-in names, 'all', or module:attr")
+         help="adapter(s) under test: built-in names, 'all', module:attr or path/to/file.py:attr "
+              "(default: every built-in adapter available on the device)")
     _add(group, "profile", default="ci", choices=("ci", "full", "gpu"),
          help="conformance case profile (default ci)")
     _add(group, "device", default=None, choices=("cpu", "cuda"),
@@ -70,6 +92,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     _add(group, "expect", action="append", default=[], metavar="FILE",
          help="an expectations file on top of the shipped one (KNOWN verdicts xfail)")
     _add(group, "no-expect", action="store_true", default=False, help="apply no expectations (raw verdicts)")
+    _add(group, "strict", action="store_true", default=False,
+         help="named findings (e.g. masked_nan, SEMANTICS.md §17) are FAIL instead of FINDING")
+    _add(group, "determinism", default="sampled", choices=DETERMINISM,
+         help="bitwise-determinism repeats for adapters that declare it (default sampled)")
 
 
 def impl_option(config: pytest.Config) -> list[str] | None:
@@ -85,12 +111,47 @@ def profile_option(config: pytest.Config) -> str:
 
 def device_option(config: pytest.Config) -> str:
     """``--device``, else ``$CONFORMANCE_DEVICE``, else ``cpu``."""
-    return config.getoption(_DESTS["device"]) or os.environ.get("CONFORMANCE_DEVICE", "cpu")
+    from attention_conformance.run_context import default_device
+
+    return config.getoption(_DESTS["device"]) or default_device()
 
 
 def cases_option(config: pytest.Config) -> str | None:
     """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.selection` grammar)."""
     return config.getoption(_DESTS["cases"])
+
+
+def run_settings(config: pytest.Config) -> Any:
+    """The `run_context.RunSettings` the options say (the CLI builds the same from its options of the same names)."""
+    from attention_conformance.run_context import RunSettings, UsageError
+
+    try:
+        return RunSettings(device=device_option(config), profile=profile_option(config),
+                           strict=config.getoption(_DESTS["strict"]),
+                           determinism=config.getoption(_DESTS["determinism"]),
+                           expect_files=tuple(config.getoption(_DESTS["expect"])),
+                           default_expect=not config.getoption(_DESTS["no-expect"]))
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+_RUN = pytest.StashKey["Any"]()
+
+
+def conformance_run(config: pytest.Config) -> Any:
+    """This process's `run_context.ConformanceRun` (opened once): the adapters ``--impl`` names (default: every
+    built-in available on the device) and the expectations in this machine's context. An unusable ``--impl`` or
+    ``--expect`` is pytest's usage error with the CLI's message."""
+    run = config.stash.get(_RUN, None)
+    if run is None:
+        from attention_conformance.run_context import UsageError, open_run
+
+        try:
+            run = open_run(run_settings(config), impl_option(config))
+        except UsageError as exc:
+            raise pytest.UsageError(f"attention_conformance: {exc}") from None
+        config.stash[_RUN] = run
+    return run
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,16 +173,9 @@ def pytest_configure(config: pytest.Config) -> None:
         gpu = gpu_for_worker(int(worker.removeprefix("gw") or 0))
         if gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-
-
-def _specs(config: pytest.Config) -> list[str]:
-    from attention_conformance.registry import DEFAULT_CPU, resolve_specs
-
-    raw = impl_option(config)
-    if not raw:
-        return list(DEFAULT_CPU)
-    specs, _ = resolve_specs(raw)
-    return specs
+    run_settings(config)  # --expect with --no-expect, a bad --determinism: usage errors now
+    if impl_option(config) or config.getoption(_DESTS["expect"]):
+        conformance_run(config)  # an --impl named explicitly that cannot run here stops the session now
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -132,7 +186,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     config = metafunc.config
     device = device_option(config)
-    specs = _specs(config)
+    try:
+        specs = [la.spec for la in conformance_run(config).loaded]
+    except pytest.UsageError as exc:  # no --impl and nothing available on this device (--device cuda, no GPU)
+        metafunc.parametrize(("conformance_case", "conformance_spec"),
+                             [pytest.param(None, None, id="no-adapter", marks=pytest.mark.skip(reason=str(exc)))])
+        return
     try:
         cases = catalog.select(catalog.cases(profile_option(config)), cases_option(config))
     except SelectorError as exc:
@@ -162,7 +221,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for line in s.notable:
             terminalreporter.write_line(line)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        for label in s.unused():
+        for label in s.run.unused(s.ran.values()):
             terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
 
 
@@ -186,42 +245,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class ConformanceSession:
-    """One engine `Runner` per pytest session: loaded adapters, a small window of cached oracles, and the
-    expectations (conformance/expectations.py) with the entries some test's verdict fell under."""
+    """One engine `Runner` per pytest session over the run's adapters, a small window of cached oracles, the raw
+    results of the memory family (its growth verdict spans a series of cases), and the final verdict of a test."""
 
-    def __init__(self, device: str, expect: list[str] | None = None, default_expect: bool = True):
-        from attention_conformance.engine import Runner
-        from attention_conformance.expectations import load_files
-
-        self.device = device
-        self.runner = Runner([], device)
-        self.loaded: dict[str, object] = {}
+    def __init__(self, run: Any, cases: list[Any]):
+        self.run = run
+        self.device = run.device
+        self.cases = cases  # the profile's cases: a memory case's series is looked up among them
+        self.runner = run.runner()
+        self.by_spec = {la.spec: la for la in run.loaded}
+        self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
-        self.expectations = load_files(expect or [], default=default_expect)
-        self.used: set[str] = set()
+        self.raw: dict[tuple[str, str], Any] = {}  # (case id, spec) -> raw result, memory family only
         #: one line per QUALITY_WARNING / FINDING verdict, shown in the terminal summary
         self.notable: list[str] = []
-
-    def context(self, la: Any) -> Any:
-        """The expectations context of one loaded adapter (its version, this session's device and GPUs)."""
-        from attention_conformance.expectations import RunExpectations
-
-        return RunExpectations.for_run([], default=False, device=self.device, loaded=[la]).ctx
-
-    def unused(self) -> list[str]:
-        """Entries applicable to an adapter of this session under which no test's verdict fell."""
-        from attention_conformance.expectations import applicable
-
-        ran = [(la, self.context(la)) for la in self.loaded.values() if getattr(la, "adapter", None) is not None]
-        return [e.label() for e in self.expectations if e.label() not in self.used
-                and any(applicable(e, la.name, la.spec, ctx) for la, ctx in ran)]
-
-    def adapter(self, spec: str) -> Any:
-        if spec not in self.loaded:
-            from attention_conformance.registry import load
-
-            self.loaded[spec] = load(spec, self.device)
-        return self.loaded[spec]
 
     def touch(self, case_id: str, keep: int = 4) -> None:
         """Mark ``case_id`` in use; evict the oracle results of cases older than the last ``keep``."""
@@ -231,17 +268,53 @@ class ConformanceSession:
             old, _ = self.recent.popitem(last=False)
             self.runner.cache.evict(old)
 
+    def _raw(self, la: Any, case: Any) -> Any:
+        from attention_conformance import memory
+
+        if case.family != memory.FAMILY:
+            self.touch(case.id)
+            return self.runner.run_case(la, case)
+        key = (case.id, la.spec)
+        if key not in self.raw:
+            self.touch(case.id)
+            self.raw[key] = self.runner.run_case(la, case)
+        return self.raw[key]
+
+    def result(self, case: Any, spec: str) -> Any:
+        """The final `engine.CaseResult` of ``spec`` on ``case``: `ConformanceRun.decide` over the case's result,
+        with the other cases of its memory-growth series (`memory.series_of`) when it has one."""
+        from attention_conformance import memory
+
+        la = self.by_spec[spec]
+        self.ran[spec] = la
+        series = memory.series_of(case, self.cases)
+        raw = [self._raw(la, c) for c in series]
+        return next(r for r in self.run.decide(raw) if r.case_id == case.id)
+
 
 @pytest.fixture(scope="session")
 def conformance_session(request: pytest.FixtureRequest):
     """The session's `ConformanceSession` (closed at the end of the session)."""
-    from attention_conformance.expectations import ExpectationError
+    from attention_conformance import catalog
 
-    try:
-        s = ConformanceSession(device_option(request.config), request.config.getoption(_DESTS["expect"]),
-                               not request.config.getoption(_DESTS["no-expect"]))
-    except ExpectationError as exc:
-        raise pytest.UsageError(f"--expect: {exc}") from None
-    request.config.stash[_SESSION] = s
+    config = request.config
+    s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)))
+    config.stash[_SESSION] = s
     yield s
     s.runner.close()
+
+
+@pytest.fixture
+def conformance_result(conformance_session, conformance_case, conformance_spec, request):
+    """The final verdict of (case, adapter), decided while the test is set up (`ConformanceSession.result`)."""
+    from attention_conformance.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
+
+    result = conformance_session.result(conformance_case, conformance_spec)
+    request.node.user_properties.append((OUTCOME_PROPERTY, result.outcome))
+    if result.outcome == NOT_SUPPORTED:
+        pytest.skip(f"NOT_SUPPORTED: {result.message}")
+    if result.outcome in (CRASH, TIMEOUT, HARNESS_ERROR):
+        # failing while the test is set up: pytest reports an error, not a failure
+        pytest.fail(f"{result.outcome}: {conformance_spec} on {conformance_case.id}\n{result.message}\n"
+                    f"repro: {result.repro}", pytrace=False)
+    return result

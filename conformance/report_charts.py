@@ -7,7 +7,7 @@ Per adapter:
   by outcome, with the bound (usage 1) drawn; cases with NaN/Inf where the oracle is finite sit in a
   band above the plot, NOT_SUPPORTED cases in a grey band below it, apart from the measured ones;
 - a heat map of the worst usage over (Lq, Lk), lengths grouped in powers of four (``1k-4k`` is
-  1024 < L <= 4096), red where a case failed or went over the bound.
+  1024 < L <= 4096), red where a case failed (FAILING outcomes only), blue where a failure is expected (KNOWN).
 
 And, when benchmark JSON is given (``reports/benchmarks/*.json``: records with ``N``, ``d`` and
 ``*_tflops`` keys), TFLOPs/s against N per head dim for every kernel timed, one panel per
@@ -27,12 +27,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attention_conformance.outcomes import MARKER
+from attention_conformance.outcomes import FAILING, KNOWN, MARKER
 
 __all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "load_benchmarks"]
 
 MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/outcomes.py
 _LOW = 1e-6  # usages below this are drawn on the bottom edge
+_BELOW_BOUND = 0.999  # a cell that failed nothing is coloured as under the bound (red means a failure)
 _SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _DASHES = ("", "6,3", "2,2", "8,3,2,3")
 _FONT = 'font-family="system-ui,sans-serif" font-size="11"'
@@ -130,7 +131,7 @@ def _heat_colour(u: float) -> str:
 
 
 def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
-    cells: dict[tuple[int, int], list[tuple[float, bool, bool]]] = defaultdict(list)
+    cells: dict[tuple[int, int], list[tuple[float, bool, bool, bool]]] = defaultdict(list)
     ns: dict[tuple[int, int], int] = defaultdict(int)
     for _, r in rows:
         c = r.get("case") or {}
@@ -141,8 +142,8 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
             ns[key] += 1
             continue
         u, nf = case_usage(r)
-        bad = r["outcome"] not in ("PASS", "QUALITY_WARNING")
-        cells[key].append((u if u is not None else 0.0, bad or nf, nf))
+        bad = r["outcome"] in FAILING  # a FINDING or KNOWN is drawn by its usage, never as a failure
+        cells[key].append((u if u is not None else 0.0, bad, nf and bad, r["outcome"] == KNOWN))
     keys = set(cells) | set(ns)
     if not keys:
         return ""
@@ -153,7 +154,7 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" {_FONT} role="img" '
            f'aria-label="worst usage over (Lq, Lk), {_e(adapter)}">',
            f'<text x="{left}" y="12">worst usage over (Lq, Lk) groups;</text>'
-           f'<text x="{left}" y="26">red: a case failed or is over the bound</text>',
+           f'<text x="{left}" y="26">red: a case failed; blue: an expected (KNOWN) failure</text>',
            f'<text x="{left + cw * len(ks) / 2}" y="{h - 6}" text-anchor="middle">Lk</text>',
            f'<text x="12" y="{top + ch * len(qs) / 2}" transform="rotate(-90 12 {top + ch * len(qs) / 2})" '
            'text-anchor="middle">Lq</text>']
@@ -170,13 +171,17 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
             if vals:
                 worst = max(v[0] for v in vals)
                 bad = any(v[1] for v in vals)
-                fill = "#d62728" if bad else _heat_colour(worst)
+                known = not bad and any(v[3] for v in vals)  # an expected failure: its own colour, not red
+                fill = "#d62728" if bad else MARKER[KNOWN] if known else _heat_colour(min(worst, _BELOW_BOUND))
                 label = "0" if worst == 0 else f"{worst:.0e}".replace("e-0", "e-").replace("e+0", "e")
                 if bad and worst < 1.0:  # failed for another reason than the bound: say which
                     label = "NaN" if any(v[2] for v in vals) else "fail"
+                elif known:
+                    label = "known"
                 ink = "#fff" if bad or worst > 1e-2 else "#222"
                 tip = (f"Lq {_bucket_label(qq)}, Lk {_bucket_label(kk)}: {len(vals)} cases, worst usage {worst:.3g}"
-                       + (", failed" if bad else "") + (f", {ns[(qq, kk)]} n/s" if ns.get((qq, kk)) else ""))
+                       + (", failed" if bad else ", known failure (expectations)" if known else "")
+                       + (f", {ns[(qq, kk)]} n/s" if ns.get((qq, kk)) else ""))
                 out.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{fill}" stroke="#fff">'
                            f'<title>{_e(tip)}</title></rect><text x="{x + cw / 2}" y="{y + ch / 2 + 4}" '
                            f'text-anchor="middle" font-size="9" fill="{ink}">{label}</text>')

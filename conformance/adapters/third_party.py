@@ -49,7 +49,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from typing import Any
 
 from attention_conformance.adapters import _torch_common as tc
@@ -287,14 +290,44 @@ def _zero_arg_callable(obj) -> bool:
                for p in sig.parameters.values())
 
 
+def is_file_spec(spec: str) -> bool:
+    """Whether ``spec`` names a file (``path/to/file.py:attr``) rather than an importable ``module:attr``."""
+    module = spec.rsplit(":", 1)[0]
+    return module.endswith(".py") or "/" in module or os.sep in module
+
+
+def import_module_or_file(name: str) -> Any:
+    """``importlib.import_module(name)``, or, for a path to a ``.py`` file, that file imported as a module of its
+    stem (registered in ``sys.modules`` so that pickling its objects for worker processes finds it)."""
+    if not (name.endswith(".py") or "/" in name or os.sep in name):
+        return importlib.import_module(name)
+    path = os.path.abspath(name)
+    if not os.path.isfile(path):
+        raise ImportError(f"no such file: {path}")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem in sys.modules and os.path.abspath(getattr(sys.modules[stem], "__file__", "") or "") == path:
+        return sys.modules[stem]
+    spec = importlib.util.spec_from_file_location(stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[stem] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[stem]
+        raise
+    return module
+
+
 def load_impl(spec: str) -> Adapter:
     """The adapter named by ``module:attr`` (attr may be dotted); see the module docstring."""
     if ":" not in spec:
-        raise ValueError(f"--impl {spec!r}: expected MODULE:ATTR, "
+        raise ValueError(f"--impl {spec!r}: expected MODULE:ATTR or path/to/file.py:ATTR, "
                          "e.g. attention_conformance.examples.good_sdpa:attention")
-    module_name, attr = spec.split(":", 1)
+    module_name, attr = spec.rsplit(":", 1) if is_file_spec(spec) else spec.split(":", 1)
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_module_or_file(module_name)
     except ImportError as exc:
         raise ImportError(f"--impl {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     for part in attr.split("."):
