@@ -234,6 +234,31 @@ def _median_or_none(values: Sequence[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
+def _repeat(fn: Callable[[], object], n: int) -> Callable[[], None]:
+    def enqueue() -> None:
+        for _ in range(n):
+            fn()
+    return enqueue
+
+
+def _graph(fn: Callable[[], object], n: int, direct_ms: float, device: Device, telemetry: Telemetry,
+           host_clock: Callable[[], float], flush_l2: bool) -> tuple[_GpuSampler, Callable[[], object]]:
+    """The sampler and the replay of `n` calls of `fn` captured in one graph. Raises `CaptureFailed` where the capture
+    fails or the replay does less than `CAPTURE_CHECK` of the GPU time of the calls launched directly (`direct_ms`
+    per call), and whatever a failing replay raises."""
+    replay = device.capture(fn, n)
+    sampler = _GpuSampler(device, telemetry, host_clock, n, HOLD_MARGIN_MS, flush_l2)
+    t0 = host_clock()
+    replay()  # the first replay, untimed: uploads the graph, and its enqueue time sizes the hold
+    device.synchronize()
+    sampler.hold_ms = _hold_ms((host_clock() - t0) * 1e3)
+    graph_ms = sampler.sample(replay, [])
+    if graph_ms < CAPTURE_CHECK * direct_ms:
+        raise CaptureFailed(f"the replayed graph takes {graph_ms:.4g} ms per call, the calls launched directly "
+                            f"{direct_ms:.4g} ms: part of the call's work runs outside the captured stream")
+    return sampler, replay
+
+
 def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_l2: bool = False,
             calls: int | None = None, device: Device | None = None, telemetry: Telemetry | None = None,
             host_clock: Callable[[], float] = time.perf_counter) -> Timing:
@@ -241,8 +266,8 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
     after `warmup` untimed calls.
 
     `calls`: calls per GPU sample (default `calls_per_sample` of a first estimate). `flush_l2`: flush L2 before every
-    wall and GPU sample (a GPU sample is then one call). `device` (default `TorchCuda.current()`), `telemetry`
-    (default the device's) and `host_clock` (seconds) are the clocks.
+    wall and GPU sample (a GPU sample is then one call, unless `calls` says otherwise). `device` (default
+    `TorchCuda.current()`), `telemetry` (default the device's) and `host_clock` (seconds) are the clocks.
     """
     if reps < 1:
         raise ValueError(f"measure: reps must be >= 1, got {reps}")
@@ -255,49 +280,31 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
     wall = wall_times_ms(fn, reps, device, flush_l2)
     host_ms = statistics.median(host) / 1e3
 
-    def direct(n: int) -> Callable[[], None]:
-        def enqueue() -> None:
-            for _ in range(n):
-                fn()
-        return enqueue
-
     # a first GPU estimate from calls launched back to back, the least of `PROBES` samples (host time that leaks
     # into a sample only adds to it): it sizes the samples and checks the graph
     n = calls or calls_per_sample(statistics.median(wall), flush_l2)
-    readings: list[tuple[float | None, float | None]] = []
     probe = _GpuSampler(device, telemetry, host_clock, n, _hold_ms(n * host_ms), flush_l2)
-    direct_ms = min(probe.sample(direct(n), []) for _ in range(PROBES))
+    direct_ms = min(probe.sample(_repeat(fn, n), []) for _ in range(PROBES))
     n = calls or calls_per_sample(direct_ms, flush_l2)
 
     method: Method = "cuda_graph"
     reason: str | None = None
-    enqueue: Callable[[], object]
     try:
-        enqueue = device.capture(fn, n)
-        graph = _GpuSampler(device, telemetry, host_clock, n, HOLD_MARGIN_MS, flush_l2)
-        t0 = host_clock()
-        enqueue()  # the first replay, untimed: uploads the graph, and its enqueue time sizes the hold
-        device.synchronize()
-        graph.hold_ms = _hold_ms((host_clock() - t0) * 1e3)
-        graph_ms = graph.sample(enqueue, [])
-        if graph_ms < CAPTURE_CHECK * direct_ms:
-            raise CaptureFailed(f"the replayed graph takes {graph_ms:.4g} ms per call, the calls launched directly "
-                                f"{direct_ms:.4g} ms: part of the call's work runs outside the captured stream")
-        sampler = graph
+        sampler, enqueue = _graph(fn, n, direct_ms, device, telemetry, host_clock, flush_l2)
     except Exception as exc:  # CaptureFailed, or a replay that failed
         method = "back_to_back"
         reason = ((str(exc).strip().splitlines() or [""])[0][:300] if isinstance(exc, CaptureFailed)
                   else f"graph replay failed: {_reason(exc)}")
-        enqueue = direct(n)
         sampler = _GpuSampler(device, telemetry, host_clock, n, _hold_ms(n * host_ms), flush_l2)
+        enqueue = _repeat(fn, n)
+    readings: list[tuple[float | None, float | None]] = []
     gpu = [sampler.sample(enqueue, readings) for _ in range(reps)]
-    tel_reason = telemetry.reason
     return Timing(
         gpu_ms=statistics.median(gpu), host_us=statistics.median(host), wall_ms=statistics.median(wall),
         method=method, fallback_reason=reason, calls_per_sample=n, gpu_samples_ms=tuple(gpu),
         host_samples_us=tuple(host), wall_samples_ms=tuple(wall), l2_flushed=flush_l2,
         host_bound_samples=sampler.host_bound, sm_clock_mhz=_median_or_none([c for c, _ in readings]),
-        power_w=_median_or_none([p for _, p in readings]), telemetry_reason=tel_reason,
+        power_w=_median_or_none([p for _, p in readings]), telemetry_reason=telemetry.reason,
     )
 
 
@@ -348,7 +355,7 @@ def nvml_telemetry(uuid: str) -> Telemetry:
     errors = []
     for name in names:
         try:
-            return NvmlTelemetry(pynvml, pynvml.nvmlDeviceGetHandleByUUID(name))
+            return NvmlTelemetry(pynvml, pynvml.nvmlDeviceGetHandleByUUID(name.encode()))
         except Exception as exc:  # NVMLError_NotFound
             errors.append(f"{name}: {_reason(exc)}")
     return NoTelemetry("NVML has no device of this UUID (" + "; ".join(errors) + ")")
