@@ -1,65 +1,279 @@
-"""kernels/timing.py on the CPU: warm-up, synchronize, one event pair per sample (fake CUDA events)."""
+"""kernels/timing.py: its logic on the CPU through a simulated GPU, and on a GPU (marked ``gpu``) the issue-40 check
+that host work before a kernel is charged to the wall time and not to the GPU time.
+
+The simulated GPU (`SimGpu`) has a host clock and one stream: an item of work starts when the host has enqueued it
+and the item before it has finished; an event's time is when the stream reaches it; a capture records the kernels
+of the calls (their host work still runs) and a replay enqueues them back to back at once. Calls are fake callables
+that spend host time and enqueue kernels on it, so every figure of `measure` has an exact expected value.
+"""
 
 from __future__ import annotations
 
+import sys
+import time
+
 import pytest
 
-from attention_conformance.kernels.timing import cuda_event_median_ms, cuda_event_times_ms
+from attention_conformance.kernels.timing import (
+    DEFAULT_FLUSH_BYTES,
+    MAX_CALLS,
+    CaptureFailed,
+    NoTelemetry,
+    Timing,
+    calls_per_sample,
+    cuda_event_median_ms,
+    cuda_event_times_ms,
+    l2_flush_bytes,
+    measure,
+    nvml_telemetry,
+    round_order,
+    rounds_row,
+    spread,
+    time_round_robin,
+)
 
-torch = pytest.importorskip("torch")
-
-
-class _FakeEvent:
-    clock = 0.0
-    log: list[str] = []
-
-    def __init__(self, enable_timing: bool = False):
-        assert enable_timing, "timing events must be created with enable_timing=True"
-        self.t = None
-
-    def record(self):
-        self.t = _FakeEvent.clock
-        _FakeEvent.log.append("record")
-
-    def synchronize(self):
-        _FakeEvent.log.append("sync-event")
-
-    def elapsed_time(self, end):
-        return end.t - self.t
+LAUNCH_MS = 0.005  # host time of one launch (kernel, event, graph replay) on the simulated GPU
 
 
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    _FakeEvent.clock, _FakeEvent.log = 0.0, []
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: _FakeEvent.log.append("sync-device"))
-    return _FakeEvent
+class FixedTelemetry:
+    """Readings that cycle through `clocks` and `powers`."""
+
+    reason = None
+
+    def __init__(self, clocks=(1980.0,), powers=(650.0,)):
+        self.clocks, self.powers, self.reads = list(clocks), list(powers), 0
+
+    def read(self):
+        self.reads += 1
+        return self.clocks[self.reads % len(self.clocks)], self.powers[self.reads % len(self.powers)]
 
 
-def test_samples_bracket_each_call(fake_cuda):
-    durations = iter([9.0, 9.0, 1.0, 3.0, 2.0])  # two warm-up calls, then three timed ones
+class SimGpu:
+    """A `Device` whose stream and host clock are simulated (times in ms)."""
+
+    def __init__(self):
+        self.host = 0.0  # host clock
+        self.tail = 0.0  # when the stream's last item finishes
+        self.captured: list[float] | None = None  # kernels recorded by a capture in progress
+        self.flushes = 0
+        self.holds: list[float] = []
+
+    # host side of the fake calls
+    def perf_counter(self) -> float:
+        return self.host / 1e3
+
+    def host_work(self, ms: float) -> None:
+        self.host += ms
+
+    def kernel(self, ms: float) -> None:
+        self.host += LAUNCH_MS
+        if self.captured is not None:
+            self.captured.append(ms)
+        else:
+            self.tail = max(self.tail, self.host) + ms
+
+    def kernel_elsewhere(self, ms: float) -> None:
+        """A kernel launched on a stream of its own that a capture does not see (it runs at once)."""
+        self.host += LAUNCH_MS
+        self.tail = max(self.tail, self.host) + ms
+
+    # Device
+    def synchronize(self) -> None:
+        if self.captured is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        self.host = max(self.host, self.tail)
+
+    def record(self) -> float:
+        self.host += LAUNCH_MS
+        self.tail = max(self.tail, self.host)
+        return self.tail
+
+    def elapsed_ms(self, start: float, end: float) -> float:
+        self.host = max(self.host, end)
+        return end - start
+
+    def capture(self, fn, calls):
+        self.captured = []
+        try:
+            for _ in range(calls):
+                fn()
+        except Exception as exc:
+            raise CaptureFailed(f"capture failed: {exc}") from exc
+        finally:
+            kernels, self.captured = self.captured, None
+
+        def replay():
+            self.host += LAUNCH_MS
+            start = max(self.tail, self.host)
+            self.tail = start + sum(kernels)
+
+        return replay
+
+    def hold(self, ms: float) -> None:
+        self.holds.append(ms)
+        self.kernel(ms)
+
+    def flush_l2(self) -> None:
+        self.flushes += 1
+        self.kernel(0.03)
+
+    def telemetry(self):
+        return FixedTelemetry()
+
+
+def _call(sim: SimGpu, host_ms: float, kernels: list[float], elsewhere: bool = False):
+    def call():
+        sim.host_work(host_ms)
+        for k in kernels:
+            (sim.kernel_elsewhere if elsewhere else sim.kernel)(k)
+    return call
+
+
+def _measure(sim: SimGpu, fn, **kw) -> Timing:
+    return measure(fn, device=sim, host_clock=sim.perf_counter, **{"reps": 5, "warmup": 1, **kw})
+
+
+def test_statistics():
+    assert spread([2.0, 1.0, 4.0]) == (4.0 - 1.0) / 2.0
+    assert spread([0.0, 0.0]) == 0.0
+    assert calls_per_sample(0.2) == 5 and calls_per_sample(0.3) == 4 and calls_per_sample(5.0) == 1
+    assert calls_per_sample(1e-6) == MAX_CALLS and calls_per_sample(0.0) == MAX_CALLS
+    assert calls_per_sample(0.001, flush_l2=True) == 1
+    assert l2_flush_bytes(60 << 20) == 120 << 20 and l2_flush_bytes(None) == l2_flush_bytes(0) == DEFAULT_FLUSH_BYTES
+
+
+def test_host_work_is_charged_to_host_and_wall_time_not_to_gpu_time():
+    """The issue-40 case on the simulated GPU: 2 ms of host work before a 0.2 ms kernel."""
+    sim = SimGpu()
+    t = _measure(sim, _call(sim, 2.0, [0.2]))
+    assert t.method == "cuda_graph" and t.fallback_reason is None
+    assert t.gpu_ms == pytest.approx(0.2)
+    assert t.host_us == pytest.approx((2.0 + LAUNCH_MS) * 1e3)
+    assert t.wall_ms == pytest.approx(2.2 + LAUNCH_MS)  # the start event, the host work, the kernel's launch
+    assert t.calls_per_sample == 5 and t.host_bound_samples == 0
+    assert len(t.gpu_samples_ms) == len(t.host_samples_us) == len(t.wall_samples_ms) == 5
+    assert t.sm_clock_mhz == 1980.0 and t.power_w == 650.0 and t.telemetry_reason is None
+    assert "cuda_graph" in t.describe() and "host 2005.0 us" in t.describe()
+
+
+def test_short_calls_are_sampled_several_at_a_time():
+    sim = SimGpu()
+    t = _measure(sim, _call(sim, 0.0, [0.01, 0.02]))  # two kernels, 30 us in all
+    assert t.calls_per_sample == 34 and t.gpu_ms == pytest.approx(0.03)
+    assert _measure(sim, _call(sim, 0.0, [0.03]), calls=3).calls_per_sample == 3
+
+
+def test_a_call_that_cannot_be_captured_is_timed_back_to_back_with_the_reason():
+    """It refuses the capture (as a call that allocates outside torch's allocator would): back-to-back calls behind a
+    hold still hide its 2 ms of host time."""
+    sim = SimGpu()
 
     def call():
-        fake_cuda.log.append("call")
-        fake_cuda.clock += next(durations)
+        if sim.captured is not None:
+            raise RuntimeError("operation not permitted when stream is capturing\ndetails")
+        sim.host_work(2.0)
+        sim.kernel(0.2)
 
-    assert cuda_event_times_ms(call, reps=3, warmup=2) == [1.0, 3.0, 2.0]
-    assert fake_cuda.log[:3] == ["call", "call", "sync-device"]
-    assert fake_cuda.log[3:] == ["record", "call", "record", "sync-event"] * 3
+    t = _measure(sim, call)
+    assert t.method == "back_to_back"
+    assert t.fallback_reason == "capture failed: operation not permitted when stream is capturing"
+    assert t.gpu_ms == pytest.approx(0.2) and t.host_bound_samples == 0
+    assert min(sim.holds) > 2.0  # every hold outlasts the enqueueing of a sample
 
 
-def test_median(fake_cuda):
+def test_a_call_that_synchronizes_falls_back_and_its_samples_are_marked_host_bound():
+    sim = SimGpu()
+
+    def call():
+        sim.host_work(1.0)
+        sim.kernel(0.2)
+        sim.synchronize()
+
+    t = _measure(sim, call)
+    assert t.method == "back_to_back" and "when stream is capturing" in t.fallback_reason
+    # each call waits for the one before it: no hold can hide the host time, and the samples say so
+    assert t.host_bound_samples > 0 and t.gpu_ms > 1.0
+
+
+def test_a_graph_that_misses_the_call_s_work_falls_back():
+    """The call launches on a stream the capture does not see: the replay is empty, the calls take 0.2 ms."""
+    sim = SimGpu()
+    t = _measure(sim, _call(sim, 0.1, [0.2], elsewhere=True))
+    assert t.method == "back_to_back" and "outside the captured stream" in t.fallback_reason
+    assert t.gpu_ms == pytest.approx(0.2)
+
+
+def test_a_replay_that_raises_falls_back():
+    sim = SimGpu()
+
+    def broken_capture(fn, calls):
+        def replay():
+            raise RuntimeError("cudaErrorGraphExecUpdateFailure")
+        return replay
+
+    sim.capture = broken_capture
+    t = _measure(sim, _call(sim, 0.0, [0.5]))
+    assert t.method == "back_to_back"
+    assert t.fallback_reason == "graph replay failed: RuntimeError: cudaErrorGraphExecUpdateFailure"
+
+
+def test_l2_flush_before_every_sample_is_not_charged():
+    sim = SimGpu()
+    t = _measure(sim, _call(sim, 0.0, [0.01]), flush_l2=True)
+    assert t.l2_flushed and t.calls_per_sample == 1 and t.gpu_ms == pytest.approx(0.01)
+    # before every wall sample, every probe, the graph's check sample and every GPU sample
+    assert sim.flushes == 5 + 3 + 1 + 5
+    assert t.wall_ms == pytest.approx(0.01 + LAUNCH_MS)
+
+
+def test_telemetry_medians_and_reasons():
+    sim = SimGpu()
+    t = _measure(sim, _call(sim, 0.0, [1.0]), telemetry=FixedTelemetry(clocks=(1500.0, 1980.0, 1700.0)))
+    assert t.sm_clock_mhz == 1700.0 and t.power_w == 650.0
+    t = _measure(sim, _call(sim, 0.0, [1.0]), telemetry=NoTelemetry("no NVML here"))
+    assert t.sm_clock_mhz is None and t.power_w is None and t.telemetry_reason == "no NVML here"
+
+
+def test_nvml_telemetry_without_pynvml_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    tel = nvml_telemetry("58b5f2f9-0000-0000-0000-000000000000")
+    assert tel.read() == (None, None) and "nvidia-ml-py" in tel.reason
+
+
+def test_wall_timer_brackets_each_call():
+    """cuda_event_times_ms keeps the former timer: warm-up, synchronize, event, call, event, wait."""
+    sim = SimGpu()
+    durations = iter([9.0, 1.0, 3.0, 2.0])  # one warm-up call, then three timed ones
+    times = cuda_event_times_ms(lambda: sim.kernel(next(durations)), reps=3, warmup=1, device=sim)
+    assert times == pytest.approx([1.0 + LAUNCH_MS, 3.0 + LAUNCH_MS, 2.0 + LAUNCH_MS])
     durations = iter([5.0, 1.0, 4.0, 2.0])
+    assert cuda_event_median_ms(lambda: sim.kernel(next(durations)), reps=4, warmup=0, device=sim) == \
+        pytest.approx(3.0 + LAUNCH_MS)
 
-    def call():
-        fake_cuda.clock += next(durations)
 
-    assert cuda_event_median_ms(call, reps=4, warmup=0) == 3.0  # statistics.median of 5, 1, 4, 2
+def _timing(gpu_ms: float, method="cuda_graph", reason=None, clock=None) -> Timing:
+    return Timing(gpu_ms=gpu_ms, host_us=gpu_ms * 100, wall_ms=gpu_ms + 0.5, method=method, fallback_reason=reason,
+                  calls_per_sample=1, gpu_samples_ms=(gpu_ms,), host_samples_us=(), wall_samples_ms=(),
+                  l2_flushed=False, host_bound_samples=0, sm_clock_mhz=clock, power_w=None,
+                  telemetry_reason="no NVML")
+
+
+def test_round_order_reverses_odd_rounds():
+    cands = [("a", None), ("b", None), ("c", None)]
+    assert [n for n, _ in round_order(cands, 0)] == ["a", "b", "c"]
+    assert [n for n, _ in round_order(cands, 1)] == ["c", "b", "a"]
+    assert [n for n, _ in round_order(cands, 2)] == ["a", "b", "c"]
+
+
+def test_rounds_row_from_timings():
+    row = rounds_row("x", [_timing(3.0, clock=1900.0), _timing(1.0, clock=1700.0),
+                           _timing(2.0, "back_to_back", "capture failed: no", clock=1800.0)], flops=2e12)
+    assert row == {"x_ms": 2.0, "x_tflops": 2e12 / 2.0 / 1e9, "x_spread": 1.0, "x_host_us": 200.0, "x_wall_ms": 2.5,
+                   "x_method": "back_to_back+cuda_graph", "x_fallback_reason": "capture failed: no",
+                   "x_sm_clock_mhz": 1800.0}
 
 
 def test_round_robin_interleaves_candidates_and_keeps_the_median_of_rounds():
-    from attention_conformance.kernels.timing import time_round_robin
-
     order: list[str] = []
     samples = {"a": iter([3.0, 1.0, 2.0]), "b": iter([4.0, 4.0, 8.0])}
 
@@ -69,12 +283,100 @@ def test_round_robin_interleaves_candidates_and_keeps_the_median_of_rounds():
     def timer(fn):
         name = fn()
         order.append(name)
-        return next(samples[name])
+        return _timing(next(samples[name]))
 
     row: dict = {}
     time_round_robin(row, [("a", lambda: "a"), ("b", lambda: "b"), ("c", refuses)], flops=2e12, rounds=3, timer=timer)
     # in turn, odd rounds backwards (no candidate always follows the same one); a refusing candidate is not timed again
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert row["a_ms"] == 2.0 and row["a_tflops"] == 2e12 / 2.0 / 1e9 and row["a_spread"] == (3.0 - 1.0) / 2.0
+    assert row["a_host_us"] == 200.0 and row["a_wall_ms"] == 2.5 and row["a_method"] == "cuda_graph"
     assert row["b_ms"] == 4.0 and row["b_spread"] == 1.0
     assert row["c_error"] == "no kernel for this shape" and "c_ms" not in row
+
+
+def test_round_robin_takes_a_timer_of_milliseconds():
+    """The scripts' own timers return a time in ms: only _ms, _tflops and _spread then."""
+    times = iter([2.0, 4.0, 3.0])
+    row: dict = {}
+    time_round_robin(row, [("a", lambda: None)], flops=1e12, rounds=3, timer=lambda fn: next(times))
+    assert row == {"a_ms": 3.0, "a_tflops": 1e12 / 3.0 / 1e9, "a_spread": 2.0 / 3.0}
+
+
+def test_round_robin_default_timer_is_measure(monkeypatch):
+    from attention_conformance.kernels import timing
+
+    seen = []
+    monkeypatch.setattr(timing, "measure", lambda fn, **kw: seen.append(kw) or _timing(1.0))
+    row: dict = {}
+    time_round_robin(row, [("a", lambda: None)], flops=1e12, rounds=2)
+    assert seen == [{"reps": 25, "warmup": 5}] * 2 and row["a_method"] == "cuda_graph"
+
+
+# --- on a GPU ---------------------------------------------------------------------------------------------------
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
+
+
+def _busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _sleep_cycles(torch, ms: float) -> int:
+    """Cycles of ``torch.cuda._sleep`` that take `ms` on this GPU, measured against events (median of 5)."""
+    probe = 2_000_000
+    times = []
+    for _ in range(6):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return int(probe * ms / sorted(times[1:])[2])
+
+
+def _host_then_kernel(torch, refuse_capture: bool = False):
+    cycles = _sleep_cycles(torch, 0.2)
+
+    def call():
+        if refuse_capture and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("this call refuses to be captured")
+        _busy_wait(2e-3)
+        torch.cuda._sleep(cycles)
+
+    return call
+
+
+@pytest.mark.gpu
+def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
+    """2 ms of host work, then a 0.2 ms kernel: ~0.2 ms of GPU time (within 25%), ~2.2 ms of wall time."""
+    torch = _torch_cuda()
+    t = measure(_host_then_kernel(torch), reps=15, warmup=3)
+    assert t.method == "cuda_graph", t.describe()
+    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+    assert 0.95 * 2.2 <= t.wall_ms <= 1.25 * 2.2, t.describe()
+    assert 2000 <= t.host_us <= 2500, t.describe()
+    assert (t.sm_clock_mhz is None) == (t.telemetry_reason is not None), t.describe()
+
+
+@pytest.mark.gpu
+def test_gpu_back_to_back_fallback_hides_the_host_time_too():
+    torch = _torch_cuda()
+    t = measure(_host_then_kernel(torch, refuse_capture=True), reps=10, warmup=2)
+    assert t.method == "back_to_back" and "refuses to be captured" in t.fallback_reason, t.describe()
+    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2 and t.host_bound_samples == 0, t.describe()
+
+
+@pytest.mark.gpu
+def test_gpu_l2_flush_is_not_charged():
+    torch = _torch_cuda()
+    t = measure(_host_then_kernel(torch), reps=10, warmup=2, flush_l2=True)
+    assert t.l2_flushed and t.calls_per_sample == 1
+    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
