@@ -79,13 +79,18 @@ def square_alignment(case: Case, alignments: frozenset[str]) -> Case:
 
 
 def spelling_reason(label: str, spelling: Spelling, caps: Capabilities, case: Case, device: str) -> str | None:
-    """Why `case` cannot run through `spelling` of a library that claims `caps`, or None. A decline the
-    spelling causes (the library claims the case) starts with `label` (which spelling) and the call."""
-    spelled = spelled_capabilities(caps, spelling)
-    reason = capability_reason(spelled, square_alignment(case, spelled.alignments), device)
-    if reason and capability_reason(caps, square_alignment(case, caps.alignments), device) is None:
-        return f"{label} ({spelling.call}) cannot express this case: {reason}"
-    return reason
+    """Why `case` cannot run through `spelling` of a library that claims `caps`, or None: the library's own
+    decline, else the spelling's, which starts with `label` (which spelling) and the call.
+
+    Each side is asked with the case in an alignment it holds where both are one mask (`square_alignment`): a
+    backend that runs top-left causal only (``is_causal``) runs a square case spelled ``causal_lower_right``.
+    """
+    reason = capability_reason(caps, square_alignment(case, caps.alignments), device)
+    if reason:
+        return reason
+    carried = dataclasses.replace(spelled_capabilities(caps, spelling), alignments=spelling.alignments)
+    reason = capability_reason(carried, square_alignment(case, spelling.alignments), device)
+    return f"{label} ({spelling.call}) cannot express this case: {reason}" if reason else None
 
 
 def split_variant(spec: str) -> tuple[str, str | None]:
