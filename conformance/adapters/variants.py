@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from attention_conformance.adapters.base import Capabilities, capability_reason
 from attention_conformance.case import ALIGNMENTS, Case, page_size_of
@@ -58,6 +59,7 @@ class Spelling:
             raise ValueError(f"Spelling({self.call!r}) carries unknown features {sorted(unknown)}; known: {CARRIED}")
 
 
+@lru_cache(maxsize=256)
 def spelled_capabilities(caps: Capabilities | None, spelling: Spelling) -> Capabilities | None:
     """`caps` (what the library claims) less what `spelling` cannot carry; None stays None (no implementation)."""
     if caps is None:
@@ -78,6 +80,12 @@ def square_alignment(case: Case, alignments: frozenset[str]) -> Case:
     return case.replace(alignment=sorted(alignments)[0])
 
 
+@lru_cache(maxsize=256)
+def _carried(caps: Capabilities, spelling: Spelling) -> Capabilities:
+    """`spelled_capabilities` with the spelling's own alignments (the library's are asked separately)."""
+    return dataclasses.replace(spelled_capabilities(caps, spelling), alignments=spelling.alignments)
+
+
 def spelling_reason(label: str, spelling: Spelling, caps: Capabilities, case: Case, device: str) -> str | None:
     """Why `case` cannot run through `spelling` of a library that claims `caps`, or None: the library's own
     decline, else the spelling's, which starts with `label` (which spelling) and the call.
@@ -88,8 +96,7 @@ def spelling_reason(label: str, spelling: Spelling, caps: Capabilities, case: Ca
     reason = capability_reason(caps, square_alignment(case, caps.alignments), device)
     if reason:
         return reason
-    carried = dataclasses.replace(spelled_capabilities(caps, spelling), alignments=spelling.alignments)
-    reason = capability_reason(carried, square_alignment(case, spelling.alignments), device)
+    reason = capability_reason(_carried(caps, spelling), square_alignment(case, spelling.alignments), device)
     return f"{label} ({spelling.call}) cannot express this case: {reason}" if reason else None
 
 
