@@ -499,21 +499,23 @@ def _fa_caps(**kw) -> Capabilities:
     return Capabilities(**base)
 
 
-#: what the FA2 / FA3 spellings carry (`conformance.adapters.variants`): causal (bottom-right) or not, windows, softcap
-#: everywhere; no boolean mask, additive bias, chunk (FA3's attention_chunk is not passed), sinks or KV append
+#: what the FA2 / FA3 spellings carry (`conformance.adapters.variants`): causal (bottom-right: ``causal=True`` is
+#: aligned to the bottom-right corner in every spelling) or not, windows, softcap; no boolean mask, additive bias,
+#: chunk (FA3's attention_chunk is not passed), sinks or KV append
 _FA23_COMMON = frozenset({"noncausal", "window", "softcap"})
+_BOTTOM_RIGHT = frozenset({"bottom_right"})
 FA23_SPELLINGS: dict[str | None, Spelling] = {
-    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA23_COMMON | {"backward", "dense"}),
+    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA23_COMMON | {"backward", "dense"}, _BOTTOM_RIGHT),
     "varlen_func": Spelling("flash_attn_varlen_func on sequences packed by cu_seqlens_q / cu_seqlens_k",
-                            _FA23_COMMON | {"varlen", "query_lengths", "backward", "dense"}),
+                            _FA23_COMMON | {"varlen", "query_lengths", "backward", "dense"}, _BOTTOM_RIGHT),
     "with_kvcache": Spelling("flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=key lengths), forward only",
-                             _FA23_COMMON | {"varlen", "dense"}),
+                             _FA23_COMMON | {"varlen", "dense"}, _BOTTOM_RIGHT),
     "with_kvcache_paged": Spelling("flash_attn_with_kvcache over page caches with a block table, forward only",
-                                   _FA23_COMMON | {"varlen", "paged"}),
+                                   _FA23_COMMON | {"varlen", "paged"}, _BOTTOM_RIGHT),
 }
 FA23_SPELLINGS[None] = Spelling("the spelling the case needs: paged -> with_kvcache_paged, Lq <= 4 forward without "
                                 "query lengths -> with_kvcache, varlen -> varlen_func, else func",
-                                frozenset().union(*(x.carries for x in FA23_SPELLINGS.values())))
+                                frozenset().union(*(x.carries for x in FA23_SPELLINGS.values())), _BOTTOM_RIGHT)
 _FA23_ENTRY_POINTS = tuple(e for e in FA23_SPELLINGS if e is not None)
 
 
@@ -608,16 +610,17 @@ class FlashAttn3(_FlashAttnBase):
 #: LSE cotangent; ``deterministic`` is the per-case spelling with ``deterministic=True``
 _FA4_COMMON = frozenset({"noncausal", "window", "softcap", "sinks"})
 FA4_SPELLINGS: dict[str | None, Spelling] = {
-    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA4_COMMON | {"backward", "lse_grad", "dense"}),
+    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA4_COMMON | {"backward", "lse_grad", "dense"},
+                     _BOTTOM_RIGHT),
     "varlen_func": Spelling("flash_attn_varlen_func on sequences packed by cu_seqlens_q / cu_seqlens_k",
-                            _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}),
+                            _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}, _BOTTOM_RIGHT),
     "seqused": Spelling("flash_attn_varlen_func on [B, L, H, D] with seqused_q / seqused_k",
-                        _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}),
+                        _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}, _BOTTOM_RIGHT),
     "paged": Spelling("flash_attn_varlen_func over page caches with page_table and seqused_k, forward only",
-                      _FA4_COMMON | {"varlen", "query_lengths", "paged"}),
+                      _FA4_COMMON | {"varlen", "query_lengths", "paged"}, _BOTTOM_RIGHT),
 }
 FA4_SPELLINGS[None] = Spelling("the spelling the case needs: paged -> paged, varlen -> varlen_func, else func",
-                               frozenset().union(*(x.carries for x in FA4_SPELLINGS.values())))
+                               frozenset().union(*(x.carries for x in FA4_SPELLINGS.values())), _BOTTOM_RIGHT)
 FA4_SPELLINGS["deterministic"] = dataclasses.replace(
     FA4_SPELLINGS[None], call="the spelling the case needs, with deterministic=True", deterministic=True)
 

@@ -225,3 +225,30 @@ def test_cases_too_large_to_translate_here_are_plain():
     for c in big:
         assert (c.mask, c.bias, c.window, c.chunk, c.softcap, c.sinks, c.fp8, c.kv_append) == (None,) * 8, c.id
         assert not c.varlen and page_size_of(c.layout) is None, c.id
+
+
+def test_a_spelling_takes_claims_away_and_adds_only_determinism():
+    from attention_conformance.adapters.variants import Spelling, spelled_capabilities
+
+    caps = SdpaMath.cpu_caps
+    spelled = spelled_capabilities(caps, SDPA_SPELLINGS["causal_lower_right"])
+    lost = ("chunk", "window", "mask", "bias", "varlen", "noncausal")
+    assert not any(getattr(spelled, f) for f in lost) and all(getattr(caps, f) for f in lost)
+    assert spelled.alignments == {"bottom_right"} and spelled.backward and spelled.dtypes == caps.dtypes
+    assert spelled_capabilities(caps, Spelling("all", frozenset(), deterministic=True)).deterministic
+    assert spelled_capabilities(None, SDPA_SPELLINGS["bool_mask"]) is None
+    with pytest.raises(ValueError, match="unknown features"):
+        Spelling("x", frozenset({"alibi"}))
+
+
+def test_square_causal_runs_through_a_spelling_of_the_other_alignment():
+    """Lq == Lk: both alignments are one mask (SEMANTICS.md §4), so torch's CUDA flash backend (is_causal only:
+    top-left) claims a square causal case spelled causal_lower_right, and declines a non-square one naming why."""
+    adapter = SdpaFlash("causal_lower_right")
+    square = Case("t", 1, 2, 2, 64, 64, 64, 64, dtype="float16", causal=True)
+    assert adapter.claim_reason(square, "cuda") is None
+    assert adapter.claim_reason(square.replace(alignment="top_left"), "cuda") is None
+    assert adapter.claim_reason(square.replace(Lk=80), "cuda") == "causal alignment bottom_right not supported"
+    reason = adapter.claim_reason(square.replace(causal=False), "cuda")
+    assert reason.startswith("SDPA spelling causal_lower_right (attn_mask=torch.nn.attention.bias.causal_lower_right")
+    assert reason.endswith("non-causal attention not supported (causal cases only)")
