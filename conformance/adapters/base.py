@@ -51,12 +51,16 @@ class Capabilities:
     head_dims: frozenset[int] | None = None  # None = any head dim
     dv_ne_d: bool = True
     alignments: frozenset[str] = frozenset(ALIGNMENTS)  # causal alignments supported
+    noncausal: bool = True  # non-causal cases (False: a causal-only call, e.g. SDPA with a CausalBias attn_mask)
     window: bool = False
     mask: bool = False  # boolean mask
     bias: bool = False  # additive float bias
     softcap: bool = False
     gqa: bool = True
     varlen: bool = False
+    #: with varlen: per-sequence query lengths (seqlens_q) too; False: key lengths only (a KV-cache call's
+    #: cache_seqlens, flash_attn_with_kvcache)
+    query_lengths: bool = True
     custom_scale: bool = True
     layouts: frozenset[str] = frozenset(LAYOUTS)
     lse: bool = False
@@ -107,6 +111,8 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
         return f"dv={case.dv} != d={case.d} not supported"
     if case.causal and case.alignment not in caps.alignments:
         return f"causal alignment {case.alignment} not supported"
+    if not case.causal and not caps.noncausal:
+        return "non-causal attention not supported (causal cases only)"
     if case.window is not None and not caps.window:
         return "sliding window not supported"
     if case.mask is not None and not caps.mask:
@@ -127,6 +133,8 @@ def capability_reason(caps: Capabilities, case: Case, device: str) -> str | None
         return "backward with an LSE cotangent (dlse) not supported"
     if case.varlen and not caps.varlen:
         return "varlen / padded sequences not supported"
+    if case.seqlens_q is not None and not caps.query_lengths:
+        return "per-sequence query lengths (seqlens_q) not supported (key lengths only)"
     if case.scale is not None and not caps.custom_scale:
         return "custom scale not supported"
     if case.layout not in caps.layouts:

@@ -20,7 +20,9 @@ flash_attn/cute/interface.py):
   ``(page_table=...)`` (FA3), ``flash_attn_varlen_func(page_table=..., seqused_k=...)`` (FA4).
 - entry points: each adapter lists its public spellings (``entry_points``); ``NAME@ENTRY``
   (`conformance.adapters.variants`, conformance/README.md) calls only that one and declines the cases it
-  cannot express; plain NAME picks the spelling per case as above.
+  cannot express; plain NAME picks the spelling per case as above. What each spelling carries is one table
+  per family (`FA23_SPELLINGS`, `FA4_SPELLINGS`): a variant's capabilities are the library's less what its
+  spelling cannot carry, and `call_for` is the call it makes (a `FaCall`, pure: no library or device needed).
 - §3 softcap: ``softcap=c``. Boolean masks and arbitrary biases: not expressible (ALiBi slopes only)
   -> NOT_SUPPORTED.
 - §12 LSE: ``return_attn_probs=True`` (FA2 func/varlen, FA3), ``return_softmax_lse=True``
@@ -31,8 +33,8 @@ flash_attn/cute/interface.py):
   shape (B, Hkv) in float32 (`fa3_descales`; per-tensor scales broadcast to that shape); output bf16.
 
 None of this can run on a machine without the packages and a GPU; the pure translation helpers
-(`fa_window`, `cu_seqlens`, `pack_varlen`, `unpack_varlen`, `unpack_varlen_lse`, `fa3_descales`) are
-unit-tested on CPU.
+(`fa_window`, `cu_seqlens`, `pack_varlen`, `unpack_varlen`, `unpack_varlen_lse`, `fa3_descales`, `call_for`)
+are tested on CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import inspect
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,15 +56,24 @@ from attention_conformance.adapters.base import (
     Capabilities,
     CaseInputs,
     ForwardOutput,
-    capability_reason,
 )
-from attention_conformance.adapters.variants import checked_entry_point, variant_name
+from attention_conformance.adapters.variants import (
+    Spelling,
+    checked_entry_point,
+    spelled_capabilities,
+    spelling_reason,
+    variant_name,
+)
 from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
+    "FA23_SPELLINGS",
+    "FA4_SPELLINGS",
+    "FaCall",
     "FlashAttn2",
     "FlashAttn3",
     "FlashAttn4",
+    "Handed",
     "cu_seqlens",
     "fa3_descales",
     "fa_window",
@@ -177,6 +189,43 @@ def _split_result(result) -> tuple[Any, Any]:
     return result, None
 
 
+@dataclass(frozen=True)
+class Handed:
+    """A tensor the adapter makes before the call and hands over under this name (the mutation check's): the
+    page caches and block table (``paged.k_pool``, ``paged.v_pool``, ``paged.block_table``), the sink logits
+    (``sinks``)."""
+
+    name: str
+
+
+@dataclass
+class FaCall:
+    """One flash-attention call before its tensors exist (pure: made without the library or a device).
+
+    `tensors` says how q, k, v reach `function`: ``bshd`` (the case's tensors as [B, L, H, D] views), ``packed``
+    ([total, H, D], each batch's first lengths concatenated, the lengths being those of ``cu_seqlens_q`` /
+    ``cu_seqlens_k``), ``paged`` (q as [B, Lq, H, D]; k, v the caches ``Handed("paged.k_pool")`` and
+    ``Handed("paged.v_pool")``). `kwargs` must be in the function's signature, `optional` are passed where they
+    are. Values are Python numbers and tuples, NumPy arrays (int32 lengths and tables, float32 descales: tensors
+    on the device at the call) or `Handed` names. `name` is the entry point as the notes report it.
+    """
+
+    function: str
+    tensors: str
+    name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    optional: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def packed_lengths(self) -> tuple[list[int], list[int]]:
+        """(query, key) lengths per batch of a ``packed`` call, read from its cu_seqlens."""
+        return (np.diff(self.kwargs["cu_seqlens_q"]).tolist(), np.diff(self.kwargs["cu_seqlens_k"]).tolist())
+
+
+def _i32(values) -> np.ndarray:
+    return np.asarray([int(x) for x in values], dtype=np.int32)
+
+
 # -- adapters -------------------------------------------------------------------------------------------
 class _FlashAttnBase(Adapter):
     """Shared availability, capability and LSE-translation logic of the flash-attention adapters."""
@@ -191,7 +240,8 @@ class _FlashAttnBase(Adapter):
 
     #: public spellings selectable as ``NAME@ENTRY`` (`conformance.adapters.variants`); auto per case without
     entry_points: ClassVar[tuple[str, ...]] = ()
-    _paged_entries: ClassVar[tuple[str, ...]] = ("with_kvcache_paged",)  # spellings that read the page pools
+    #: what each spelling carries (None: the per-case choice, for the declared capabilities of plain NAME)
+    spellings: ClassVar[dict[str | None, Spelling]] = {}
     #: substrings of the CUDA kernel names the library launches (forward, backward); a record without any
     #: of them gets a note (empty: not checked)
     expected_kernels: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
@@ -203,7 +253,8 @@ class _FlashAttnBase(Adapter):
         self._import_error: str | None = None
         self._notes: list[str] = []
         self._paged: dict = {}  # the page pools and table of a paged call, by `CaseInputs.arrays` name
-        self._paged_lens: list[int] = []
+        self._sink = None  # the learnable_sink tensor of the current call (FA4 sink cases), or None
+        self.capabilities = spelled_capabilities(type(self).capabilities, self.spellings[entry_point])
 
     # -- availability -----------------------------------------------------------------------------
     def module(self):
@@ -254,17 +305,19 @@ class _FlashAttnBase(Adapter):
         return "; ".join(reasons) or None
 
     def supports(self, case: Case, device: str) -> str | None:
-        reason = self.unavailable_reason(device)
-        if reason:
-            return reason
-        effective = case
-        if case.causal and case.Lq == case.Lk and not case.varlen:
-            effective = case.replace(alignment="bottom_right")  # square: both alignments are the same mask
+        return self.unavailable_reason(device) or self.claim_reason(case, device)
+
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        """The decline `supports` takes from the declarations alone (what the library claims, what the spelling
+        of this case carries: `spellings`), without this machine: None means claimed."""
         if case.window is not None and case.alignment == "top_left" and (case.Lq != case.Lk or case.varlen):
             return ("flash-attn windows are centred on the bottom-right diagonal; a top-left window with "
                     "Lq != Lk (or varlen lengths) is not expressible")
-        return (capability_reason(self.capabilities, effective, device) or self._extra_reason(case, device)
-                or self._entry_reason(self.entry(case), case))
+        entry = self.entry(case)
+        label = (variant_name(type(self).name, entry) if entry == self.entry_point
+                 else f"{type(self).name}'s spelling for this case, {entry}")
+        return (spelling_reason(label, self.spellings[entry], type(self).capabilities, case, device)
+                or self._extra_reason(case, device))
 
     # -- entry points -----------------------------------------------------------------------------
     def entry(self, case: Case) -> str:
@@ -277,29 +330,6 @@ class _FlashAttnBase(Adapter):
         if case.Lq <= 4 and not case.backward and case.seqlens_q is None:
             return "with_kvcache"
         return "varlen_func" if case.varlen else "func"
-
-    def _entry_reason(self, entry: str, case: Case) -> str | None:
-        """Why spelling `entry` cannot express `case` (FA2/FA3 spellings; FA4 overrides), or None."""
-        paged = page_size_of(case.layout) is not None
-        if entry == "func":
-            if case.varlen:
-                return "flash_attn_func takes no per-sequence lengths (varlen case)"
-            if paged:
-                return "flash_attn_func takes no block table (paged K/V case)"
-        elif entry == "varlen_func":
-            if paged:
-                return "this adapter's flash_attn_varlen_func spelling takes no block table (paged K/V case)"
-        elif entry in ("with_kvcache", "with_kvcache_paged"):
-            if case.backward:
-                return "flash_attn_with_kvcache is forward only"
-            if case.seqlens_q is not None:
-                return "flash_attn_with_kvcache takes per-batch key lengths (cache_seqlens), not query lengths"
-            if entry == "with_kvcache" and paged:
-                return f"paged K/V goes through {variant_name(type(self).name, 'with_kvcache_paged')}"
-            if entry == "with_kvcache_paged":
-                if not paged:
-                    return "the with_kvcache_paged spelling expresses paged K/V cases only (layouts paged64/128/256)"
-        return None
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
         if max(case.d, case.dv) > 256:
@@ -329,9 +359,41 @@ class _FlashAttnBase(Adapter):
         sk = list(case.seqlens_k) if case.seqlens_k is not None else [case.Lk] * case.B
         return sq, sk
 
-    # subclasses: (out [B, H, Lq, dv] tensor, lse [B, H, Lq] tensor or None, entry-point name)
-    def _run(self, t: tc.Materialized, inputs: CaseInputs, case: Case, device: str, want_lse: bool):
+    def _paged_lens(self, case: Case) -> list[int]:
+        """Keys per batch in the page caches (the case's key lengths, at most Lk)."""
+        return [min(int(n), case.Lk) for n in self._lengths(case)[1]]
+
+    def call_for(self, case: Case, inputs: CaseInputs, want_lse: bool) -> FaCall:
+        """The call `case` makes through ``self.entry(case)`` (subclasses); pure: no library, no device."""
         raise NotImplementedError
+
+    def _run(self, t: tc.Materialized, inputs: CaseInputs, case: Case, device: str, want_lse: bool):
+        """(out [B, H, Lq, dv] tensor, lse [B, H, Lq] tensor or None, entry-point name): `call_for`'s call, made on
+        the tensors of `_prepare` (``Handed`` names resolve to the paged caches and the sink tensor)."""
+        call = self.call_for(case, inputs, want_lse)
+        self._notes += call.notes
+        named = dict(self._paged, **({"sinks": self._sink} if self._sink is not None else {}))
+
+        def value(x):
+            if isinstance(x, Handed):
+                return named[x.name]
+            return torch.from_numpy(x).to(device) if isinstance(x, np.ndarray) else x
+
+        kwargs = {k: value(x) for k, x in call.kwargs.items()}
+        optional = {k: value(x) for k, x in call.optional.items()}
+        fn = getattr(self.module(), call.function)
+        if call.tensors == "packed":
+            sq, sk = call.packed_lengths()
+            res = _call(fn, (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk)), kwargs, optional)
+            out, lse = _split_result(res)
+            lse = unpack_varlen_lse(lse, sq, case.Lq) if (lse is not None and want_lse) else None
+            return unpack_varlen(out, sq, case.Lq), lse, call.name
+        if call.tensors == "paged":
+            k, v = named["paged.k_pool"], named["paged.v_pool"]
+        else:
+            k, v = self._bshd(t.k), self._bshd(t.v)
+        out, lse = _split_result(_call(fn, (self._bshd(t.q), k, v), kwargs, optional))
+        return out.transpose(1, 2), (lse if want_lse else None), call.name
 
     def _tensors(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool) -> tc.Materialized:
         layout = "contiguous" if page_size_of(case.layout) is not None else None  # paged: q dense, K/V in pools
@@ -351,8 +413,7 @@ class _FlashAttnBase(Adapter):
         paged = inputs.paged
         if paged is None:
             raise ValueError(f"case {case.id}: layout {case.layout!r} is paged but CaseInputs.paged is None")
-        _, lens = self._lengths(case)
-        lens = [min(int(n), case.Lk) for n in lens]
+        lens = self._paged_lens(case)
         k_pool = np.ascontiguousarray(np.asarray(paged["k_pool"]).transpose(0, 2, 1, 3))
         v_pool = np.ascontiguousarray(np.asarray(paged["v_pool"]).transpose(0, 2, 1, 3))
         table = np.ascontiguousarray(paged["block_table"], dtype=np.int32)
@@ -361,7 +422,6 @@ class _FlashAttnBase(Adapter):
         v_cache = tc.to_torch(v_pool, dtype, device, name="paged.v_pool")
         bt = torch.from_numpy(table).to(device)
         self._paged = {"paged.k_pool": k_cache, "paged.v_pool": v_cache, "paged.block_table": bt}
-        self._paged_lens = lens
         return k_cache, v_cache, bt, lens
 
     def _finite_tail(self, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray, lens: list[int],
@@ -370,11 +430,11 @@ class _FlashAttnBase(Adapter):
 
     def _prepare(self, inputs: CaseInputs, case: Case, device: str, requires_grad: bool):
         """(tensors, everything handed to the kernel by name, its snapshot), all made before the kernel record
-        starts: the paged caches too (built for the spellings in `_paged_entries`)."""
+        starts: the paged caches too (for a spelling that carries paged K/V)."""
         self._notes = []
         self._paged = {}
         t = self._tensors(inputs, case, device, requires_grad)
-        if page_size_of(case.layout) is not None and self.entry(case) in self._paged_entries:
+        if page_size_of(case.layout) is not None and "paged" in self.spellings[self.entry(case)].carries:
             self._paged_cache(inputs, case, device, t.q.dtype)
         handed = self._handed(t, case)
         return t, handed, tc.snapshot(handed)
@@ -408,41 +468,26 @@ class _FlashAttnBase(Adapter):
         note = tc.missing_kernel_note(rec.names, expected, self.name) if expected else None
         return [note] if note else []
 
-    def _paged_tensors(self):
-        """(k_cache, v_cache, block_table) built by `_prepare` for a paged spelling."""
-        p = self._paged
-        return p["paged.k_pool"], p["paged.v_pool"], p["paged.block_table"]
-
     # -- the FA2 / FA3 spellings (same signatures in flash_attn and flash_attn_interface) -------------
-    def _run_fa23(self, t, inputs, case, device, want_lse, required: dict, prefix: str):
-        """Call `case` through spelling ``self.entry(case)`` with the keywords in `required` (softmax_scale,
-        causal, window_size, softcap, descales); returns (out [B, H, Lq, dv], lse [B, H, Lq] or None, name)."""
-        mod = self.module()
+    def _fa23_call(self, case: Case, want_lse: bool, kwargs: dict, prefix: str) -> FaCall:
+        """`case` through spelling ``self.entry(case)`` with `kwargs` (softmax_scale, causal, window_size, softcap,
+        dropout_p, descales) and the spelling's own arguments (lengths, block table)."""
         entry = self.entry(case)
-        q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
+        sq, sk = self._lengths(case)
         if entry in ("with_kvcache", "with_kvcache_paged"):
-            _, sk = self._lengths(case)
-            required = dict(required, cache_seqlens=torch.tensor(sk, dtype=torch.int32, device=device))
+            kwargs = dict(kwargs, cache_seqlens=_i32(sk))
+            tensors = "bshd"
             if entry == "with_kvcache_paged":
-                k, v, table = self._paged_tensors()
-                required[self.page_table_kw] = table
-            res = _call(mod.flash_attn_with_kvcache, (q, k, v), required, dict(return_softmax_lse=want_lse))
-            out, lse = _split_result(res)
-            return out.transpose(1, 2), (lse if want_lse else None), f"{prefix}flash_attn_with_kvcache"
+                kwargs[self.page_table_kw] = Handed("paged.block_table")
+                tensors = "paged"
+            return FaCall("flash_attn_with_kvcache", tensors, f"{prefix}flash_attn_with_kvcache", kwargs,
+                          dict(return_softmax_lse=want_lse))
         if entry == "varlen_func":
-            sq, sk = self._lengths(case)
-            cq = torch.tensor(cu_seqlens(sq), dtype=torch.int32, device=device)
-            ck = torch.tensor(cu_seqlens(sk), dtype=torch.int32, device=device)
-            res = _call(mod.flash_attn_varlen_func,
-                        (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk), cq, ck, max(sq), max(sk)),
-                        required, dict(return_attn_probs=want_lse))
-            out, lse = _split_result(res) if want_lse else (_split_result(res)[0], None)
-            out = unpack_varlen(out, sq, case.Lq)
-            lse = unpack_varlen_lse(lse, sq, case.Lq) if lse is not None else None
-            return out, lse, f"{prefix}flash_attn_varlen_func"
-        res = _call(mod.flash_attn_func, (q, k, v), required, dict(return_attn_probs=want_lse))
-        out, lse = _split_result(res)
-        return out.transpose(1, 2), (lse if want_lse else None), f"{prefix}flash_attn_func"
+            kwargs = dict(kwargs, cu_seqlens_q=_i32(cu_seqlens(sq)), cu_seqlens_k=_i32(cu_seqlens(sk)),
+                          max_seqlen_q=max(sq), max_seqlen_k=max(sk))
+            return FaCall("flash_attn_varlen_func", "packed", f"{prefix}flash_attn_varlen_func", kwargs,
+                          dict(return_attn_probs=want_lse))
+        return FaCall("flash_attn_func", "bshd", f"{prefix}flash_attn_func", kwargs, dict(return_attn_probs=want_lse))
 
 
 def _fa_caps(**kw) -> Capabilities:
@@ -454,7 +499,24 @@ def _fa_caps(**kw) -> Capabilities:
     return Capabilities(**base)
 
 
-_FA23_ENTRY_POINTS = ("func", "varlen_func", "with_kvcache", "with_kvcache_paged")
+#: what the FA2 / FA3 spellings carry (`conformance.adapters.variants`): causal (bottom-right: ``causal=True`` is
+#: aligned to the bottom-right corner in every spelling) or not, windows, softcap; no boolean mask, additive bias,
+#: chunk (FA3's attention_chunk is not passed), sinks or KV append
+_FA23_COMMON = frozenset({"noncausal", "window", "softcap"})
+_BOTTOM_RIGHT = frozenset({"bottom_right"})
+FA23_SPELLINGS: dict[str | None, Spelling] = {
+    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA23_COMMON | {"backward", "dense"}, _BOTTOM_RIGHT),
+    "varlen_func": Spelling("flash_attn_varlen_func on sequences packed by cu_seqlens_q / cu_seqlens_k",
+                            _FA23_COMMON | {"varlen", "query_lengths", "backward", "dense"}, _BOTTOM_RIGHT),
+    "with_kvcache": Spelling("flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=key lengths), forward only",
+                             _FA23_COMMON | {"varlen", "dense"}, _BOTTOM_RIGHT),
+    "with_kvcache_paged": Spelling("flash_attn_with_kvcache over page caches with a block table, forward only",
+                                   _FA23_COMMON | {"varlen", "paged"}, _BOTTOM_RIGHT),
+}
+FA23_SPELLINGS[None] = Spelling("the spelling the case needs: paged -> with_kvcache_paged, Lq <= 4 forward without "
+                                "query lengths -> with_kvcache, varlen -> varlen_func, else func",
+                                frozenset().union(*(x.carries for x in FA23_SPELLINGS.values())), _BOTTOM_RIGHT)
+_FA23_ENTRY_POINTS = tuple(e for e in FA23_SPELLINGS if e is not None)
 
 
 class FlashAttn2(_FlashAttnBase):
@@ -469,6 +531,7 @@ class FlashAttn2(_FlashAttnBase):
     cc_text = "sm80 or newer (Ampere, Ada, Hopper)"
     lse_declared = "+inf"
     entry_points = _FA23_ENTRY_POINTS
+    spellings = FA23_SPELLINGS
     page_table_kw = "block_table"
     # FA2's block_table takes pages of a multiple of 256 keys: of the paged layouts, paged256
     capabilities = _fa_caps(layouts=frozenset(LAYOUTS) | {"paged256"})
@@ -481,13 +544,13 @@ class FlashAttn2(_FlashAttnBase):
             return f"version {version} is not 2.x"
         return None
 
-    def _run(self, t, inputs, case, device, want_lse):
-        required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
+    def call_for(self, case: Case, inputs: CaseInputs, want_lse: bool) -> FaCall:
+        kwargs = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
         if case.softcap:
-            required["softcap"] = case.softcap
+            kwargs["softcap"] = case.softcap
         if self.entry(case) in ("func", "varlen_func"):
-            required["dropout_p"] = 0.0
-        return self._run_fa23(t, inputs, case, device, want_lse, required, "")
+            kwargs["dropout_p"] = 0.0
+        return self._fa23_call(case, want_lse, kwargs, "")
 
 
 class FlashAttn3(_FlashAttnBase):
@@ -502,6 +565,7 @@ class FlashAttn3(_FlashAttnBase):
     cc_text = "sm80 or newer (FP8: sm90 Hopper)"
     lse_declared = "-inf"
     entry_points = _FA23_ENTRY_POINTS
+    spellings = FA23_SPELLINGS
     page_table_kw = "page_table"
     capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}),
                             layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
@@ -527,22 +591,38 @@ class FlashAttn3(_FlashAttnBase):
         coded = CaseInputs(q=fp8["q8"], k=fp8["k8"], v=fp8["v8"])
         return tc.materialize(coded, case, device, dtype=torch.float8_e4m3fn)
 
-    def _run(self, t, inputs, case, device, want_lse):
-        required = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
+    def call_for(self, case: Case, inputs: CaseInputs, want_lse: bool) -> FaCall:
+        kwargs = dict(softmax_scale=case.scale, causal=case.causal, window_size=fa_window(case, self.unbounded))
         if case.softcap:
-            required["softcap"] = case.softcap
+            kwargs["softcap"] = case.softcap
+        notes = []
         if case.fp8 is not None:
             ds, rounded = fa3_descales(inputs.fp8, case.B, case.Hkv)
             if rounded:
-                self._notes.append(f"FP8 descales rounded to float32 for FA3 (max relative change {rounded:.2e})")
-            for name, arr in ds.items():
-                required[name] = torch.from_numpy(arr).to(device)
-        return self._run_fa23(t, inputs, case, device, want_lse, required, "flash_attn_interface.")
+                notes.append(f"FP8 descales rounded to float32 for FA3 (max relative change {rounded:.2e})")
+            kwargs.update(ds)
+        call = self._fa23_call(case, want_lse, kwargs, "flash_attn_interface.")
+        call.notes += notes
+        return call
 
 
-def _i32(values, device: str):
-    return torch.tensor([int(x) for x in values], dtype=torch.int32, device=device)
-
+#: what the FA4 spellings carry: those of FA2 / FA3 plus the sink logits (learnable_sink) and, with backward, an
+#: LSE cotangent; ``deterministic`` is the per-case spelling with ``deterministic=True``
+_FA4_COMMON = frozenset({"noncausal", "window", "softcap", "sinks"})
+FA4_SPELLINGS: dict[str | None, Spelling] = {
+    "func": Spelling("flash_attn_func(q, k, v) on [B, L, H, D]", _FA4_COMMON | {"backward", "lse_grad", "dense"},
+                     _BOTTOM_RIGHT),
+    "varlen_func": Spelling("flash_attn_varlen_func on sequences packed by cu_seqlens_q / cu_seqlens_k",
+                            _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}, _BOTTOM_RIGHT),
+    "seqused": Spelling("flash_attn_varlen_func on [B, L, H, D] with seqused_q / seqused_k",
+                        _FA4_COMMON | {"varlen", "query_lengths", "backward", "lse_grad", "dense"}, _BOTTOM_RIGHT),
+    "paged": Spelling("flash_attn_varlen_func over page caches with page_table and seqused_k, forward only",
+                      _FA4_COMMON | {"varlen", "query_lengths", "paged"}, _BOTTOM_RIGHT),
+}
+FA4_SPELLINGS[None] = Spelling("the spelling the case needs: paged -> paged, varlen -> varlen_func, else func",
+                               frozenset().union(*(x.carries for x in FA4_SPELLINGS.values())), _BOTTOM_RIGHT)
+FA4_SPELLINGS["deterministic"] = dataclasses.replace(
+    FA4_SPELLINGS[None], call="the spelling the case needs, with deterministic=True", deterministic=True)
 
 #: FA4 (flash-attn-4 4.0.0b36, flash_attn/cute/interface.py) on sm90: `_validate_head_dims` accepts d and dv
 #: in 8..256, multiples of 16 // element size (8 for fp16/bf16)
@@ -596,18 +676,12 @@ class FlashAttn4(_FlashAttnBase):
     lse_declared = "-inf"
     unbounded = None
     entry_points = ("func", "varlen_func", "seqused", "paged", "deterministic")
-    _paged_entries = ("paged",)
+    spellings = FA4_SPELLINGS
     # seen on the H200 (reports/benchmarks/fa4_smoke/README.md): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
     # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
     expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
     capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
                             layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS), sinks=True, lse_grad=True)
-
-    def __init__(self, entry_point: str | None = None) -> None:
-        super().__init__(entry_point)
-        self._sink = None  # the learnable_sink tensor of the current call (set by `_prepare`), or None
-        if entry_point == "deterministic":
-            self.capabilities = dataclasses.replace(type(self).capabilities, deterministic=True)
 
     def version(self) -> str:
         """The distribution's version from package metadata (flash_attn.cute.__version__ asks for a
@@ -643,20 +717,6 @@ class FlashAttn4(_FlashAttnBase):
         if page_size_of(case.layout) is not None and (case.d % 16 or case.dv % 16):
             return (f"FA4's sm90 paged K/V loaded without TMA needs head dims that are multiples of 16 "
                     f"(d={case.d}, dv={case.dv}: 'Paged KV does not support irregular head dim')")
-        return None
-
-    def _entry_reason(self, entry: str, case: Case) -> str | None:
-        paged = page_size_of(case.layout) is not None
-        if entry == "paged":
-            if not paged:
-                return "the paged spelling (page_table) expresses paged K/V cases only (layouts paged64/128/256)"
-            if case.backward:
-                return "FA4's backward takes no page_table (paged K/V is forward only)"
-            return None
-        if paged:
-            return f"paged K/V goes through {variant_name(type(self).name, 'paged')} (page_table)"
-        if entry == "func" and case.varlen:
-            return "flash_attn_func takes no per-sequence lengths (varlen case)"
         return None
 
     def _finite_tail(self, k_pool, v_pool, table, lens, page_size):
@@ -717,12 +777,11 @@ class FlashAttn4(_FlashAttnBase):
             bo.dsinks = tc.to_numpy(grads[3])
         return bo
 
-    def _run(self, t, inputs, case, device, want_lse):
-        mod = self.module()
+    def call_for(self, case: Case, inputs: CaseInputs, want_lse: bool) -> FaCall:
         entry = self.entry(case)
         kw: dict[str, Any] = dict(softmax_scale=case.scale, causal=case.causal, return_lse=want_lse)
-        if self._sink is not None:
-            kw["learnable_sink"] = self._sink
+        if case.sinks is not None:
+            kw["learnable_sink"] = Handed("sinks")
         window = fa_window(case, self.unbounded)
         if window != (None, None):
             kw["window_size"] = window
@@ -731,28 +790,18 @@ class FlashAttn4(_FlashAttnBase):
         if self.entry_point == "deterministic":
             kw["deterministic"] = True
         sq, sk = self._lengths(case)
-        q, k, v = self._bshd(t.q), self._bshd(t.k), self._bshd(t.v)
         name = "flash_attn.cute."
         if entry == "func":
-            out, lse = _split_result(_call(mod.flash_attn_func, (q, k, v), kw, {}))
-            return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_func"
+            return FaCall("flash_attn_func", "bshd", name + "flash_attn_func", kw)
         if entry == "varlen_func":
-            kw.update(cu_seqlens_q=_i32(cu_seqlens(sq), device), cu_seqlens_k=_i32(cu_seqlens(sk), device),
-                      max_seqlen_q=max(sq), max_seqlen_k=max(sk))
-            res = _call(mod.flash_attn_varlen_func, (pack_varlen(t.q, sq), pack_varlen(t.k, sk), pack_varlen(t.v, sk)),
-                        kw, {})
-            out, lse = _split_result(res)
-            out = unpack_varlen(out, sq, case.Lq)
-            lse = unpack_varlen_lse(lse, sq, case.Lq) if (lse is not None and want_lse) else None
-            return out, lse, name + "flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k)"
+            kw.update(cu_seqlens_q=_i32(cu_seqlens(sq)), cu_seqlens_k=_i32(cu_seqlens(sk)), max_seqlen_q=max(sq),
+                      max_seqlen_k=max(sk))
+            return FaCall("flash_attn_varlen_func", "packed",
+                          name + "flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k)", kw)
         if entry == "seqused":
-            kw.update(seqused_q=_i32(sq, device), seqused_k=_i32(sk, device))
-            out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k, v), kw, {}))
-            entry_name = name + "flash_attn_varlen_func(seqused_q, seqused_k)"
-            return out.transpose(1, 2), (lse if want_lse else None), entry_name
-        k_cache, v_cache, table = self._paged_tensors()
-        kw.update(page_table=table, seqused_k=_i32(self._paged_lens, device))
+            kw.update(seqused_q=_i32(sq), seqused_k=_i32(sk))
+            return FaCall("flash_attn_varlen_func", "bshd", name + "flash_attn_varlen_func(seqused_q, seqused_k)", kw)
+        kw.update(page_table=Handed("paged.block_table"), seqused_k=_i32(self._paged_lens(case)))
         if case.seqlens_q is not None:
-            kw["seqused_q"] = _i32(sq, device)
-        out, lse = _split_result(_call(mod.flash_attn_varlen_func, (q, k_cache, v_cache), kw, {}))
-        return out.transpose(1, 2), (lse if want_lse else None), name + "flash_attn_varlen_func(page_table, seqused_k)"
+            kw["seqused_q"] = _i32(sq)
+        return FaCall("flash_attn_varlen_func", "paged", name + "flash_attn_varlen_func(page_table, seqused_k)", kw)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,7 +47,7 @@ from attention_conformance.adapters.base import (
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["CUDA_MIN_HEAD_DIM", "FlexAttention", "flex_mods"]
+__all__ = ["CUDA_MIN_HEAD_DIM", "FlexArgs", "FlexAttention", "flex_args", "flex_mods"]
 
 _CPU_CAPS = Capabilities(
     dtypes=frozenset({"float64", "float32", "float16", "bfloat16"}),
@@ -80,6 +82,25 @@ def _full(array: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
     while a.ndim < 4:
         a = a[None]
     return np.array(np.broadcast_to(a, (shape[0], a.shape[1], shape[2], shape[3])))
+
+
+@dataclass(frozen=True)
+class FlexArgs:
+    """The arguments of one ``flex_attention`` call: the block mask's ``mask_mod`` (over ``mask_heads`` heads),
+    the ``score_mod``, ``scale`` and ``enable_gqa``."""
+
+    mask_mod: Callable | None
+    mask_heads: int
+    score_mod: Callable | None
+    scale: float | None
+    enable_gqa: bool
+
+
+def flex_args(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, device: str, score_dtype) -> FlexArgs:
+    """The call `case` makes (`flex_mods` and the keywords); no kernel runs (the mods are evaluated by torch when
+    it builds the block mask and compiles the kernel)."""
+    mask_mod, mask_heads, score_mod = flex_mods(case, mask, bias, device, score_dtype)
+    return FlexArgs(mask_mod, mask_heads, score_mod, case.scale, case.Hq != case.Hkv)
 
 
 def flex_mods(case: Case, mask: np.ndarray | None, bias: np.ndarray | None, device: str, score_dtype):
@@ -184,7 +205,11 @@ class FlexAttention(Adapter):
         return None
 
     def supports(self, case: Case, device: str) -> str | None:
-        reason = self.unavailable_reason(device) or capability_reason(self.caps_for(device), case, device)
+        return self.unavailable_reason(device) or self.claim_reason(case, device)
+
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        """The decline `supports` takes from the declarations alone, without this machine: None means claimed."""
+        reason = capability_reason(self.caps_for(device), case, device)
         if reason is None and device.startswith("cuda") and min(case.d, case.dv) < CUDA_MIN_HEAD_DIM:
             # torch 2.11 on the H200: LoweringException "NYI: embedding dimension of the query, key, and value
             # must be at least 16" from the compiled kernel's lowering
@@ -212,15 +237,15 @@ class FlexAttention(Adapter):
         import torch.nn.attention.flex_attention as fa_mod
 
         score_dtype = torch.float64 if case.dtype == "float64" else torch.float32
-        mask_mod, mask_heads, score_mod = flex_mods(case, inputs.mask, inputs.bias, device, score_dtype)
+        a = flex_args(case, inputs.mask, inputs.bias, device, score_dtype)
         block_mask = None
-        if mask_mod is not None:
+        if a.mask_mod is not None:
             with tc.code_under_test(device):  # torch evaluates the mask into its block structure
                 block_mask = fa_mod.create_block_mask(
-                    mask_mod, case.B, case.Hq if mask_heads > 1 else None, case.Lq, case.Lk, device=device)
+                    a.mask_mod, case.B, case.Hq if a.mask_heads > 1 else None, case.Lq, case.Lk, device=device)
         with tc.code_under_test(device):
             fn = self._function(device)
-        kwargs = dict(score_mod=score_mod, block_mask=block_mask, scale=case.scale, enable_gqa=case.Hq != case.Hkv)
+        kwargs = dict(score_mod=a.score_mod, block_mask=block_mask, scale=a.scale, enable_gqa=a.enable_gqa)
         aux_request = getattr(fa_mod, "AuxRequest", None)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")

@@ -19,11 +19,13 @@ How a case (oracles/SEMANTICS.md) maps onto the SDPA signature:
   from the public call's. Its value on fully masked rows is 0 (§8 convention "0"): mapped to -inf
   on exactly the rows the case's mask empties, with a note; any other value is left for the engine.
 
-Spellings (``torch-sdpa-*@ENTRY``, `conformance.adapters.variants`, `sdpa_entry_reason`): ``is_causal``
-(flags only), ``bool_mask`` (always a dense boolean mask), ``causal_upper_left`` / ``causal_lower_right``
-(``torch.nn.attention.bias`` CausalBias objects; torch runs those as ``is_causal=True`` when they mean it,
-and for lower-right with Lq != Lk tries the flash / efficient kernels itself, bypassing ``sdpa_kernel``,
-else materialises the mask). A variant calls only its spelling and declines what it cannot express.
+Spellings (``torch-sdpa-*@ENTRY``, `conformance.adapters.variants`): ``is_causal`` (flags only), ``bool_mask``
+(always a dense boolean mask), ``causal_upper_left`` / ``causal_lower_right`` (``torch.nn.attention.bias``
+CausalBias objects; torch runs those as ``is_causal=True`` when they mean it, and for lower-right with
+Lq != Lk tries the flash / efficient kernels itself, bypassing ``sdpa_kernel``, else materialises the mask).
+`SDPA_SPELLINGS` says what each can carry (a CausalBias: one causal alignment, no chunk, window, mask, bias or
+lengths); a variant's capabilities are the backend's less what its spelling cannot carry, and `sdpa_args` is
+the call it makes (pure: tests/conformance/test_variant_claims.py reads it back for every claimed case).
 
 `supports` declines with torch's own words: after the declared-capability check it asks torch's
 dispatcher (``torch._fused_sdp_choice`` under the same pinning, with tensors of the case's shapes,
@@ -57,13 +59,18 @@ from attention_conformance.adapters.base import (
     Capabilities,
     CaseInputs,
     ForwardOutput,
-    capability_reason,
 )
-from attention_conformance.adapters.variants import checked_entry_point, variant_name
+from attention_conformance.adapters.variants import (
+    Spelling,
+    checked_entry_point,
+    spelled_capabilities,
+    spelling_reason,
+    variant_name,
+)
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["SDPA_ENTRY_POINTS", "SdpaAdapter", "SdpaCall", "SdpaCudnn", "SdpaEfficient", "SdpaFlash", "SdpaMath",
-           "prepare_sdpa_call", "sdpa_entry_reason", "sdpa_plan", "spelled_plan"]
+__all__ = ["SDPA_ENTRY_POINTS", "SDPA_SPELLINGS", "SdpaAdapter", "SdpaArgs", "SdpaCall", "SdpaCudnn", "SdpaEfficient",
+           "SdpaFlash", "SdpaMath", "prepare_sdpa_call", "sdpa_args", "sdpa_plan"]
 
 _ALL_FLOAT = frozenset({"float64", "float32", "float16", "bfloat16"})
 _HALF = frozenset({"float16", "bfloat16"})
@@ -96,60 +103,59 @@ def sdpa_plan(case: Case, mask: np.ndarray | None, bias: np.ndarray | None) -> t
     return False, vis
 
 
-#: the public spellings of SDPA's masking, selectable as ``torch-sdpa-*@ENTRY`` (`conformance.adapters.variants`)
-SDPA_ENTRY_POINTS = ("is_causal", "bool_mask", "causal_upper_left", "causal_lower_right")
+#: what a dense boolean attn_mask carries: every visibility rule (§4-§7, §19) and backward, no additive bias
+_BOOL_MASK = frozenset({"noncausal", "window", "chunk", "mask", "varlen", "query_lengths", "backward", "dense"})
+#: the public spellings of SDPA's masking and what each can carry (`conformance.adapters.variants`); None is the
+#: per-case choice of plain ``torch-sdpa-*``. No spelling carries softcap, sinks, paged K/V or a KV append: the
+#: signature has no argument for them.
+SDPA_SPELLINGS: dict[str | None, Spelling] = {
+    None: Spelling("is_causal=True where it means the case (top-left, or square), else a dense attn_mask: boolean, "
+                   "or additive with -inf where masked when the case has a bias", _BOOL_MASK | {"bias"}),
+    "is_causal": Spelling("is_causal=True or False, attn_mask=None", frozenset({"noncausal", "backward", "dense"}),
+                          alignments=frozenset({"top_left"})),
+    "bool_mask": Spelling("a dense boolean attn_mask (True = attend), is_causal=False", _BOOL_MASK),
+    "causal_upper_left": Spelling("attn_mask=torch.nn.attention.bias.causal_upper_left(Lq, Lk)",
+                                  frozenset({"backward", "dense"}), alignments=frozenset({"top_left"})),
+    "causal_lower_right": Spelling("attn_mask=torch.nn.attention.bias.causal_lower_right(Lq, Lk)",
+                                   frozenset({"backward", "dense"}), alignments=frozenset({"bottom_right"})),
+}
+#: the spellings selectable as ``torch-sdpa-*@ENTRY``
+SDPA_ENTRY_POINTS = tuple(e for e in SDPA_SPELLINGS if e is not None)
 
 
 def _square(case: Case) -> bool:
     return case.Lq == case.Lk and not case.varlen
 
 
-def sdpa_entry_reason(entry: str, case: Case) -> str | None:
-    """Why SDPA spelling `entry` cannot express `case` (None: it can).
+@dataclass(frozen=True)
+class SdpaArgs:
+    """The arguments of one ``scaled_dot_product_attention(q, k, v, ...)`` call, before they become tensors."""
 
-    - ``is_causal``: flags only (``is_causal``, no ``attn_mask``): non-causal unmasked cases, and causal ones
-      whose alignment is top-left (or square, where both alignments are one mask), §4;
-    - ``bool_mask``: a dense boolean ``attn_mask`` (True = attend) for every case without an additive bias;
-    - ``causal_upper_left`` / ``causal_lower_right``: ``attn_mask=torch.nn.attention.bias.causal_upper_left(Lq,
-      Lk)`` / ``causal_lower_right(Lq, Lk)``: causal cases of that alignment (or square) with nothing else
-      restricting the keys (no mask, bias, window or varlen lengths).
-    """
-    if entry not in SDPA_ENTRY_POINTS:
-        raise ValueError(f"unknown SDPA entry point {entry!r}; choose from {list(SDPA_ENTRY_POINTS)}")
-    if entry == "is_causal":
-        if _needs_attn_mask(case):
-            return ("the is_causal spelling expresses only unmasked cases and causal top-left (or square) ones; "
-                    "this case needs an attn_mask")
-        return None
-    if entry == "bool_mask":
-        return "an additive bias is not expressible as a boolean mask" if case.bias is not None else None
-    want = "top_left" if entry == "causal_upper_left" else "bottom_right"
-    if not case.causal:
-        return f"the {entry} bias expresses causal cases only"
-    if case.alignment != want and not _square(case):
-        return f"the {entry} bias is {want.replace('_', '-')} causal; this case is {case.alignment} with Lq != Lk"
-    if case.mask is not None or case.bias is not None or case.window is not None or case.varlen:
-        return f"the {entry} bias expresses plain causal masking only (this case adds a mask, bias, window or varlen)"
-    return None
+    attn_mask: np.ndarray | None  # bool [B, 1 or Hq, Lq, Lk] (True = attend) or FP64 additive (-inf = masked)
+    causal_bias: str | None  # "causal_upper_left" / "causal_lower_right": attn_mask is that CausalBias(Lq, Lk)
+    is_causal: bool
+    scale: float | None
+    enable_gqa: bool
+    dropout_p: float = 0.0
 
 
-def spelled_plan(entry: str | None, case: Case, mask: np.ndarray | None,
-                 bias: np.ndarray | None) -> tuple[bool, np.ndarray | None, str | None]:
-    """(is_causal, attn_mask, causal bias variant or None) for `case` through spelling `entry`.
-
-    entry None: `sdpa_plan` (native ``is_causal`` where it means the case, else a dense mask). For the
-    ``causal_*`` spellings attn_mask is the equivalent dense boolean mask (used for the empty-row and LSE
-    bookkeeping; the call itself passes the bias object). Call `sdpa_entry_reason` first.
-    """
-    if entry is None or entry == "is_causal":
+def sdpa_args(entry: str | None, case: Case, mask: np.ndarray | None, bias: np.ndarray | None) -> SdpaArgs:
+    """The call spelling `entry` (None: the per-case choice, `sdpa_plan`) makes for `case`, whose boolean mask
+    and additive bias are `mask` and `bias`. Pure (NumPy only): each spelling puts in its arguments what it can
+    carry and nothing else, whatever the case; `SDPA_SPELLINGS` is what `supports` lets through."""
+    common = dict(scale=case.scale, enable_gqa=case.Hq != case.Hkv)
+    if entry is None:
         is_causal, attn_mask = sdpa_plan(case, mask, bias)
-        return is_causal, attn_mask, None
-    vis = tc.visibility(case, mask)
-    if vis is None:
-        vis = np.ones((case.B, 1, case.Lq, case.Lk), dtype=bool)
+        return SdpaArgs(attn_mask, None, is_causal, **common)
+    if entry == "is_causal":
+        return SdpaArgs(None, None, case.causal, **common)
     if entry == "bool_mask":
-        return False, vis, None
-    return False, vis, entry
+        vis = tc.visibility(case, mask)
+        return SdpaArgs(np.ones((case.B, 1, case.Lq, case.Lk), dtype=bool) if vis is None else vis, None, False,
+                        **common)
+    if entry in ("causal_upper_left", "causal_lower_right"):
+        return SdpaArgs(None, entry, False, **common)
+    raise ValueError(f"unknown SDPA entry point {entry!r}; choose from {list(SDPA_ENTRY_POINTS)}")
 
 
 def _causal_bias(variant: str, case: Case) -> tuple[object, list[str]]:
@@ -178,14 +184,17 @@ class SdpaCall:
     """
 
     t: tc.Materialized
-    attn_mask: np.ndarray | None  # the FP64/bool mask `sdpa_plan` built, or None
-    mask_t: object  # attn_mask as a tensor on the device, or None
-    is_causal: bool
+    args: SdpaArgs  # the call's arguments (`sdpa_args`)
+    attn_mask: np.ndarray | None  # the visibility the call means, for the empty-row and LSE bookkeeping
+    mask_t: object  # args.attn_mask as a tensor on the device, or None
+    is_causal: bool  # the public call's is_causal
     handed: dict
     before: dict
     #: what the public call passes as attn_mask: mask_t, or a torch.nn.attention.bias.CausalBias
     call_mask: object = None
-    bias_variant: str | None = None  # "causal_upper_left" / "causal_lower_right" when call_mask is one
+    #: the (attn_mask, is_causal) the backend's own aten op gets for the LSE: what a CausalBias runs
+    lse_mask_t: object = None
+    lse_is_causal: bool = False
     notes: list[str] = field(default_factory=list)
 
     def mutated(self) -> tuple[str, ...]:
@@ -194,24 +203,26 @@ class SdpaCall:
 
 def prepare_sdpa_call(inputs: CaseInputs, case: Case, device: str, *, backward: bool = False,
                       entry: str | None = None) -> SdpaCall:
-    """Tensors in the case's layout, (is_causal, attn_mask) from `spelled_plan` for spelling `entry`
-    (None: `sdpa_plan`), and a snapshot of them. With a ``causal_*`` spelling `mask_t` is the equivalent
-    dense mask (for the LSE op) and `call_mask` the CausalBias object the public call gets."""
-    is_causal, attn_mask, variant = spelled_plan(entry, case, inputs.mask, inputs.bias)
+    """Tensors in the case's layout, the arguments `sdpa_args` gives spelling `entry` (None: `sdpa_plan`), and a
+    snapshot of them. With a ``causal_*`` spelling `call_mask` is the CausalBias object the public call gets and
+    the LSE op gets what torch runs for it (``is_causal=True`` when it means top-left, else its dense mask)."""
+    args = sdpa_args(entry, case, inputs.mask, inputs.bias)
     t = tc.materialize(inputs, case, device, requires_grad=backward)
-    mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
-    call_mask, notes = mask_t, []
-    if variant is not None:
-        call_mask, notes = _causal_bias(variant, case)
-        if _square(case) or variant == "causal_upper_left":  # what CausalBias itself runs: is_causal=True
-            is_causal, attn_mask, mask_t = True, None, None
-    handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": call_mask if variant is None else None}
+    mask_t = _mask_tensor(args.attn_mask, t.q.dtype, device)
+    attn_mask, call_mask, notes = args.attn_mask, mask_t, []
+    lse_mask_t, lse_is_causal = mask_t, args.is_causal
+    if args.causal_bias is not None:
+        call_mask, notes = _causal_bias(args.causal_bias, case)
+        attn_mask = tc.visibility(case, None)  # the rows the alignment empties
+        if _square(case) or args.causal_bias == "causal_upper_left":
+            lse_mask_t, lse_is_causal = None, True
+        else:
+            lse_mask_t = _mask_tensor(attn_mask, t.q.dtype, device)
+    handed = {"q": t.q, "k": t.k, "v": t.v, "attn_mask": mask_t}
     if backward:
         handed["dout"] = t.dout
-    c = SdpaCall(t, attn_mask, mask_t, is_causal, handed, tc.snapshot(handed), call_mask, variant, notes)
-    if variant is not None:
-        c.attn_mask = tc.visibility(case, None)  # the rows each alignment empties, for the LSE bookkeeping
-    return c
+    return SdpaCall(t, args, attn_mask, mask_t, args.is_causal, handed, tc.snapshot(handed), call_mask, lse_mask_t,
+                    lse_is_causal, notes)
 
 
 def _torch_reasons(caught) -> list[str]:
@@ -250,7 +261,7 @@ class SdpaAdapter(Adapter):
         self.name = variant_name(type(self).name, entry_point)
         on_cuda = torch is not None and torch.cuda.is_available()
         caps = (self.cuda_caps if on_cuda else self.cpu_caps) or self.cuda_caps or self.cpu_caps
-        self.capabilities = caps
+        self.capabilities = spelled_capabilities(caps, self.spelling)
         self.isolate = on_cuda  # a CUDA fault (illegal address, abort) must cost one case, not the run
 
     # -- availability -----------------------------------------------------------------------------
@@ -263,8 +274,18 @@ class SdpaAdapter(Adapter):
     def version(self) -> str:
         return f"torch {torch.__version__}" if torch is not None else "torch missing"
 
-    def caps_for(self, device: str) -> Capabilities | None:
+    @property
+    def spelling(self) -> Spelling:
+        """What this adapter's spelling can carry (`SDPA_SPELLINGS`; None: the per-case choice)."""
+        return SDPA_SPELLINGS[self.entry_point]
+
+    def backend_caps(self, device: str) -> Capabilities | None:
+        """What the pinned backend claims on `device`, whatever the spelling (None: no implementation there)."""
         return self.cpu_caps if device.startswith("cpu") else self.cuda_caps
+
+    def caps_for(self, device: str) -> Capabilities | None:
+        """What this variant claims on `device`: the backend's claims less what its spelling cannot carry."""
+        return spelled_capabilities(self.backend_caps(device), self.spelling)
 
     def unavailable_reason(self, device: str) -> str | None:
         reason = tc.device_unavailable_reason(device)
@@ -280,29 +301,26 @@ class SdpaAdapter(Adapter):
         return None
 
     def supports(self, case: Case, device: str) -> str | None:
-        reason = self.unavailable_reason(device)
-        if reason:
-            return reason
-        caps = self.caps_for(device)
-        effective = case
-        if case.causal and case.Lq == case.Lk and not case.varlen:
-            effective = case.replace(alignment="top_left")  # square: both alignments are the same mask
-        reason = capability_reason(caps, effective, device)
-        if reason:
-            return reason
-        if self.entry_point is not None:
-            reason = sdpa_entry_reason(self.entry_point, case)
-            if reason:
-                return f"SDPA spelling {self.entry_point}: {reason}"
-        return self._torch_refusal(case, device)
+        return self.unavailable_reason(device) or self.claim_reason(case, device) or self._torch_refusal(case, device)
+
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        """The decline `supports` takes from the declarations alone (the backend's capabilities on `device` and
+        what the spelling carries), without this machine or torch's dispatcher: None means claimed."""
+        caps = self.backend_caps(device)
+        if caps is None:
+            return f"torch SDPA {self.backend_name} has no implementation on {device}"
+        label = f"SDPA spelling {self.entry_point}" if self.entry_point else "SDPA's per-case spelling"
+        return spelling_reason(label, self.spelling, caps, case, device)
 
     def _query_spelling(self, case: Case, device: str) -> tuple[str | None, bool] | None:
         """(mask kind None/"bool"/"float", is_causal) of the call torch's dispatcher sees for this case and
         spelling; None when the spelling bypasses the dispatcher's backend choice (see `_torch_refusal`)."""
         entry = self.entry_point
-        kind = ("float" if case.bias is not None else "bool") if _needs_attn_mask(case) else None
-        if entry is None or entry == "is_causal":
+        if entry is None:
+            kind = ("float" if case.bias is not None else "bool") if _needs_attn_mask(case) else None
             return kind, (case.causal if kind is None else False)
+        if entry == "is_causal":
+            return None, case.causal
         if entry == "bool_mask":
             return "bool", False
         if entry == "causal_upper_left" or _square(case):
@@ -356,17 +374,19 @@ class SdpaAdapter(Adapter):
         return f"torch refuses SDPA {self.backend_name} for this call: " + ("; ".join(said) or f"choice={choice}")
 
     # -- the call ---------------------------------------------------------------------------------
-    def _call(self, q, k, v, attn_mask, is_causal: bool, case: Case):
+    def _call(self, c: SdpaCall):
+        """The public call with the arguments `sdpa_args` made (``c.args``; its mask as ``c.call_mask``)."""
         from torch.nn.attention import sdpa_kernel
 
-        kwargs = dict(attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=case.scale)
-        if case.Hq != case.Hkv:
+        a = c.args
+        kwargs = dict(attn_mask=c.call_mask, dropout_p=a.dropout_p, is_causal=a.is_causal, scale=a.scale)
+        if a.enable_gqa:
             kwargs["enable_gqa"] = True
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel([self.backend]), tc.code_under_test(q.device):
-                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+                with sdpa_kernel([self.backend]), tc.code_under_test(c.t.q.device):
+                    return torch.nn.functional.scaled_dot_product_attention(c.t.q, c.t.k, c.t.v, **kwargs)
             except RuntimeError as exc:
                 if "No available kernel" not in str(exc):
                     raise
@@ -395,10 +415,10 @@ class SdpaAdapter(Adapter):
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         c = prepare_sdpa_call(inputs, case, device, entry=self.entry_point)
         with tc.KernelRecorder(device) as rec:
-            out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
+            out = self._call(c)
         mutated = c.mutated()
         notes = self._spelling_notes(c) + self._kernel_notes(rec, 0)
-        lse, convention = self._lse(c.t, c.mask_t, c.attn_mask, c.is_causal, case, out, device, notes)
+        lse, convention = self._lse(c.t, c.lse_mask_t, c.attn_mask, c.lse_is_causal, case, out, device, notes)
         return ForwardOutput(
             out=tc.to_numpy(out),
             lse=lse,
@@ -474,7 +494,7 @@ class SdpaAdapter(Adapter):
             raise ValueError(f"{self.name}.backward needs inputs.dout (case {case.id})")
         c = prepare_sdpa_call(inputs, case, device, backward=True, entry=self.entry_point)
         with torch.enable_grad(), tc.KernelRecorder(device) as rec:
-            out = self._call(c.t.q, c.t.k, c.t.v, c.call_mask, c.is_causal and c.bias_variant is None, case)
+            out = self._call(c)
             with tc.code_under_test(device):
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
         return tc.autograd_output(out, grads, rec, c.mutated(),
@@ -483,8 +503,8 @@ class SdpaAdapter(Adapter):
     def _spelling_notes(self, c: SdpaCall) -> list[str]:
         if self.entry_point is None:
             return []
-        if c.bias_variant is not None:
-            return [f"spelling: attn_mask=torch.nn.attention.bias.{c.bias_variant}(Lq, Lk)"] + c.notes
+        if c.args.causal_bias is not None:
+            return [f"spelling: attn_mask=torch.nn.attention.bias.{c.args.causal_bias}(Lq, Lk)"] + c.notes
         if self.entry_point == "bool_mask":
             return ["spelling: dense boolean attn_mask (True = attend), is_causal=False"]
         return [f"spelling: is_causal={c.is_causal}, attn_mask=None"]

@@ -402,14 +402,16 @@ PAGED = Case("t", 3, 4, 2, 3, 150, 16, 16, dtype="float16", seqlens_k=(150, 70, 
 VARLEN = Case("t", 3, 2, 2, 6, 9, 16, 16, dtype="float16", seqlens_q=(4, 6, 0), seqlens_k=(9, 3, 5), causal=True)
 DENSE = Case("t", 2, 4, 2, 9, 12, 16, 32, dtype="bfloat16", window=(4, 1), layout="bshd")
 DENSE_BWD = Case("t", 2, 4, 2, 9, 12, 16, 16, dtype="float16", causal=True, backward=True)
+NO_PAGES = "cannot express this case: paged K/V layout paged64"
 
 
 @pytest.mark.parametrize("entry,case,declines", [
-    ("func", DENSE, None), ("func", VARLEN, "no per-sequence lengths"), ("func", PAGED, "flash-attn-4@paged"),
-    ("varlen_func", DENSE, None), ("varlen_func", VARLEN, None), ("varlen_func", PAGED, "flash-attn-4@paged"),
-    ("seqused", DENSE, None), ("seqused", VARLEN, None), ("seqused", PAGED, "flash-attn-4@paged"),
-    ("paged", PAGED, None), ("paged", DENSE, "paged K/V cases only"),
-    ("paged", PAGED.replace(backward=True), "no page_table"),
+    ("func", DENSE, None), ("func", VARLEN, "cannot express this case: varlen / padded sequences not supported"),
+    ("func", PAGED, "cannot express this case: varlen"),  # its seqlens_k first, then its pages
+    ("varlen_func", DENSE, None), ("varlen_func", VARLEN, None), ("varlen_func", PAGED, NO_PAGES),
+    ("seqused", DENSE, None), ("seqused", VARLEN, None), ("seqused", PAGED, NO_PAGES),
+    ("paged", PAGED, None), ("paged", DENSE, "input layout bshd not supported"),
+    ("paged", PAGED.replace(backward=True), "forward only) cannot express this case: backward not supported"),
     (None, PAGED.replace(d=40, dv=40), "multiples of 16"),
     (None, DENSE_BWD.replace(dv=32), "head_dim == head_dim_v"),
     (None, DENSE.replace(d=12, dv=12), "not in declared head dims"),
@@ -422,6 +424,8 @@ def test_fa4_entry_points_express_their_cases_and_decline_the_rest(entry, case, 
     reason = _claims(adapter, case)
     if declines:
         assert reason is not None and declines in reason, reason
+        if entry is not None:  # a decline of the spelling names it and its call (FA4_SPELLINGS)
+            assert reason.startswith(f"flash-attn-4@{entry} ("), reason
         return
     assert reason is None, reason
     if case.backward:
@@ -497,8 +501,9 @@ def test_fa23_with_kvcache_paged_spelling(cls, fake, kw):
     if cls is FlashAttn2:  # FA2's block_table takes pages of a multiple of 256 keys
         assert "declared paged layouts: ['paged256']" in _claims(cls("with_kvcache_paged"), PAGED)
     assert "forward only" in _claims(cls("with_kvcache"), DENSE_BWD)
-    assert "with_kvcache_paged" in _claims(cls("with_kvcache"), PAGED.replace(layout="paged256", Lk=300,
-                                                                              seqlens_k=(300, 70, 1)))
+    assert "(declared paged layouts: none)" in _claims(cls("with_kvcache"), PAGED.replace(
+        layout="paged256", Lk=300, seqlens_k=(300, 70, 1)))
+    assert "seqlens_q" in _claims(cls("with_kvcache"), VARLEN)  # cache_seqlens: key lengths only
 
 
 def test_fa4_declares_bitwise_determinism_only_in_its_deterministic_spelling():

@@ -105,10 +105,10 @@ def test_mutation_is_reported():
     adapter = SdpaMath()
     original = adapter._call
 
-    def mutating_call(q, k, v, attn_mask, is_causal, case):
-        out = original(q, k, v, attn_mask, is_causal, case)
+    def mutating_call(c):
+        out = original(c)
         with torch.no_grad():
-            k.mul_(2.0)
+            c.t.k.mul_(2.0)
         return out
 
     adapter._call = mutating_call
@@ -207,7 +207,7 @@ def test_each_sdpa_spelling_runs_what_it_expresses(cls, entry, case, expressible
         pytest.skip("CPU flash: dv == d only")
     if entry not in expressible:
         reason = adapter.supports(case, "cpu")
-        assert reason is not None and reason.startswith(f"SDPA spelling {entry}:"), reason
+        assert reason is not None and reason.startswith(f"SDPA spelling {entry} ("), reason
         return
     fo, _ = check_forward(adapter, case)
     spelled = {"is_causal": "spelling: is_causal=", "bool_mask": "dense boolean attn_mask",
@@ -223,9 +223,9 @@ def test_causal_bias_spellings_hand_torch_a_causal_bias_object(monkeypatch):
     seen = []
     real = SdpaMath._call
 
-    def spy(self, q, k, v, attn_mask, is_causal, case):
-        seen.append((type(attn_mask), is_causal))
-        return real(self, q, k, v, attn_mask, is_causal, case)
+    def spy(self, c):
+        seen.append((type(c.call_mask), c.args.is_causal))
+        return real(self, c)
 
     monkeypatch.setattr(SdpaMath, "_call", spy)
     br = C("t", 1, 2, 2, 5, 9, 16, 16, dtype="float32", causal=True)
