@@ -44,7 +44,8 @@ def test_wrong_outputs_fail():
     far = judge_fp8(case, qi, o + 0.25, lse, block_k=128)
     assert not far["ok"] and far["outcome"] == "FAIL", far
     near = judge_fp8(case, qi, o * 1.03, lse, block_k=128)
-    assert near["outcome"] in ("PASS", "QUALITY_WARNING") and not near["ok"], near  # within the contract, not what the kernel computes
+    # within the contract's bound, but not what the kernel computes
+    assert near["outcome"] in ("PASS", "QUALITY_WARNING") and not near["ok"], near
     assert near["problems"][0].startswith("model agreement: rel err of O")
     shifted = judge_fp8(case, qi, o, lse + 8 * np.log(2.0), block_k=128)  # the max offset left in the LSE
     assert not shifted["ok"] and any(p.startswith("lse:") for p in shifted["problems"]), shifted
