@@ -15,9 +15,9 @@ each method's error is the RMSE of its output O over all entries. Methods (kerne
 
 The FP8 variants quantize with `oracles.fp8.quantize_attention_inputs` (e4m3fn, 128-row tiles) and run
 `fa3.forward_fp8` (P rounded to e4m3 with the max-offset trick, float32 accumulation, BF16 output).
-Writes reports/latest/fp8_accuracy.md (``--out``: elsewhere; the current tables are
-reports/benchmarks/fp8_accuracy*.md) and ends with ``incoherent processing gain: X.Xx`` (RMSE of
-"No incoherent processing" over that of "FlashAttention-3 (FP8)").
+Writes reports/latest/fp8_accuracy.md (``--out``: elsewhere; the current table is
+reports/benchmarks/fp8_accuracy.md, with one table per adapter beside it) and ends with
+``incoherent processing gain: X.Xx`` (RMSE of "No incoherent processing" over that of "FlashAttention-3 (FP8)").
 
 ``--impl NAME`` runs the four FP8 rows through adapter NAME instead (any adapter claiming FP8, e.g.
 ``reference-fa3-fp8`` on the CPU, ``cuda-fa3-fp8`` on the GPU): the adapter gets the engine's view of an FP8

@@ -8,7 +8,7 @@ Run outputs are not source: a run writes to ``reports/latest/`` (git-ignored); a
 copied into reports/ and listed here, replacing the one it supersedes (git history keeps the older ones). The report
 data files are git-ignored (.gitignore), so a current one is added with ``git add -f``. A conformance report is
 kept as ``report.json.gz`` (gzip of the run's report.json) beside its ``report.md`` / ``.html`` / ``.png``, so the
-tracked reports stay small (tests/reports/test_report_index.py: at most `MAX_TRACKED_BYTES`). The commit column is
+tracked reports stay small (tests/tools/test_report_index.py: at most `MAX_TRACKED_BYTES`). The commit column is
 the last commit that touched the file (for a file not committed yet, HEAD: the tree the report was made from).
 """
 
@@ -65,7 +65,7 @@ def _commit(path: Path) -> str:
 
 
 def _link(p: Path, root: Path) -> str:
-    """``[`reports/x/y`](x/y)``: the file's repository path, linked relative to index.md."""
+    """The file's repository path in back-quotes, linked relative to index.md."""
     rel = p.relative_to(root).as_posix()
     return f"[`reports/{rel}`]({rel})"
 
@@ -88,12 +88,17 @@ def _env_line(env: dict) -> str:
 
 
 def _command_cell(rep: dict) -> str:
-    """The run's command; for a report joined by ``merge`` from runs, each run's command (and the merge)."""
-    cmd = f"`{' '.join(rep.get('command', []))}`"
+    """The run's command; for a report joined by ``merge`` from runs, each run's command, then the merge of them (the
+    names of the intermediate JSON files are the merge's arguments, not part of what to reproduce)."""
+    cmd = rep.get("command", [])
     runs = [m for m in rep.get("merged_from", []) if m.get("command")]
     if not runs or "shard" in runs[0]:
-        return cmd
-    return "; ".join(f"{m['path']}: `{' '.join(m['command'])}`" for m in runs) + f"; then {cmd}"
+        return f"`{' '.join(cmd)}`"
+    def one(c: list[str]) -> str:
+        return "an earlier joined report" if "merge" in c else f"`{' '.join(c)}`"
+
+    merge = [a for a in cmd if not a.endswith(".json")]
+    return "; ".join(one(m["command"]) for m in runs) + f"; joined by `{' '.join(merge)}`"
 
 
 def _conformance_row(path: Path, rep: dict, root: Path) -> list[str]:

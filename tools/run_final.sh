@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call that closes a session (issues 6 and 7): compute-sanitizer memcheck + racecheck over
+# One device call of closing checks (issues 6 and 7): compute-sanitizer memcheck + racecheck over
 # kernels.cuda.sanitize_cases, the backward correctness cases, the pytest-benchmark side-by-side run
 # (what `tox -e bench` runs), then the conformance gpu profile with 1 and 2 workers
 # (tools/run_workers.sh; needs a 2-GPU machine, skipped with WORKERS=0).

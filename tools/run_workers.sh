@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi -L
 # A fresh machine's memory grows as it is first touched (about 3 s per 8 GiB, KINDS.md): touch
 # ${WARM_GIB:-40} GiB once so neither timed run pays for that growth (a call that ran the 2-worker pass first on
-# a fresh machine saw its large cases run 2x slower than in the 1-worker pass).
+# a fresh machine saw its large cases take twice as long as in the 1-worker pass).
 python3 -c "import numpy as np, sys; a = np.ones(int(sys.argv[1]) << 27); print('warmed', a.nbytes >> 30, 'GiB')" \
     "${WARM_GIB:-40}"
 IMPLS=${IMPLS:-"torch-sdpa-flash torch-sdpa-efficient torch-sdpa-cudnn cuda-fa2 cuda-splitkv cuda-fa1"}

@@ -15,8 +15,9 @@ Modules, one job each:
 - `backward`: the FA3 backward launchers, and the determinism of the deterministic one;
 - `fp8`: the FA3 FP8 forward, judged, and its agreement with the NumPy FA3 FP8 model (kernels/reference/fa3.py).
 
-Callers: the GPU tests (tests/kernels/test_cuda_*_device.py) and the lab scripts of tools/. The CPU tests
-(tests/kernels/test_check_*.py) run these checks with correct and deliberately broken kernels in torch and NumPy.
+Callers: the GPU tests of the CUDA kernels (tests/kernels/test_cuda_fwd_device.py, test_cuda_fa3_device.py, ...) and
+the lab scripts of tools/. The CPU tests (tests/kernels/test_check_forward.py and its siblings) run these checks with
+correct and deliberately broken kernels written in torch and NumPy.
 """
 
 __all__: list[str] = []

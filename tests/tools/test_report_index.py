@@ -53,7 +53,7 @@ def test_one_current_conformance_report_per_device():
 @pytest.mark.parametrize("path", ["reports/latest/report.json", "reports/latest/pytest_bench.json",
                                   "reports/newrun/report.json", "reports/newrun/report.json.gz",
                                   "reports/benchmarks/another.json",
-                                  "reports/gpu/run2/report.html", "reports/benchmarks/out/x.md"])
+                                  "reports/gpu/rerun/report.html", "reports/benchmarks/out/x.md"])
 def test_run_outputs_are_ignored_by_git(path):
     assert _git("check-ignore", "-q", path).returncode == 0, f"{path} would be picked up by `git add`"
 
