@@ -16,7 +16,7 @@ How a case maps onto the graph (oracles/SEMANTICS.md):
 FAIL. The output buffer sits between guard bands (`adapters.cuda.GuardedBuffer`): a write past it is a FAIL.
 
 The frontend (``pip install nvidia-cudnn-frontend``, the ``cudnn`` extra) is optional: without it the adapter is
-unavailable, with the import error as the reason. `reports/benchmarks/cudnn_fp8.py` times the same graph.
+unavailable, with the import error as the reason. `adapters.cudnn_fp8_timed` times the same graph.
 """
 
 from __future__ import annotations

@@ -677,7 +677,7 @@ class FlashAttn4(_FlashAttnBase):
     unbounded = None
     entry_points = ("func", "varlen_func", "seqused", "paged", "deterministic")
     spellings = FA4_SPELLINGS
-    # seen on the H200 (reports/benchmarks/fa4_smoke/README.md): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
+    # seen on the H200 (tools/fa4_smoke.py records them): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
     # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
     expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
     capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,

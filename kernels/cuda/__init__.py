@@ -4,7 +4,7 @@ Sources: kernels/cuda/*.cu plus shared headers in kernels/cuda/include/ (attn_pa
 Build with ``python -m attention_conformance.kernels.build``; load with `kernels.cuda_lib`; validate with the
 ``cuda-fa1`` / ``cuda-fa2`` / ``cuda-splitkv`` conformance adapters; ``python -m
 attention_conformance.kernels.cuda.sanitize_cases`` is the small case set that ``tox -e sanitize`` runs under
-compute-sanitizer. Performance notes: kernels/cuda/NOTES.md.
+compute-sanitizer. Performance notes: docs/fa1_fa2.md.
 """
 
 __all__: list[str] = []

@@ -1,5 +1,5 @@
 """The cudnn-fp8 adapter on the CPU: what it claims, why it is unavailable here, what it declines before asking cuDNN
-(the adapter itself is judged on the H200: reports/gpu and reports/benchmarks/fa3_fp8/run21_cudnn_fp8.md)."""
+(the adapter itself is judged on the H200: reports/gpu)."""
 
 from __future__ import annotations
 

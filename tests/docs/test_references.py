@@ -19,7 +19,7 @@ CITATION = re.compile(r"SEMANTICS(?:\.md)?[^§\n]{0,12}?((?:§ ?\d+)(?:(?:\s*(?:
 #: a repository path: a top-level folder of this repository, then a file or folder name
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:oracles|kernels|conformance|property_tests|reports|tests|\.ci)/[\w./-]*\w)")
 #: tests that name paths which must not exist (ignored-output and resolution checks)
-NONEXISTENT_BY_DESIGN = {"tests/docs/test_references.py", "tests/reports/test_report_index.py"}
+NONEXISTENT_BY_DESIGN = {"tests/docs/test_references.py", "tests/tools/test_report_index.py"}
 #: research notes and team files that are not part of the repository must not be cited as paths
 EXTERNAL = re.compile(r"ANCHORS\.md|PAGED_SPEC\.md|/work/(?:team|shared|helpers|main)\b")
 

@@ -15,7 +15,7 @@ kept as ``cuda_event_median_ms`` for bench_table.py), the SM clock and board pow
 by GPU time (``tflops`` or ``TBps``: 4·B·H·Lq·Lk·d FLOPs, halved for causal, backward 2.5x the forward; bytes of K
 and V for decoding; ``*_cuda_event`` and ``*_median`` the same by the wall time and by pytest-benchmark's clock).
 The shapes are the issue-6 ones, with torch SDPA's flash backend (vendored FA2), cuDNN and, when ``flash_attn.cute``
-is importable (flash-attn-4; reports/benchmarks/run_fa4.sh installs it on the H200), FA4's ``flash_attn_func`` timed
+is importable (flash-attn-4; tools/run_fa4.sh installs it on the H200), FA4's ``flash_attn_func`` timed
 on the same inputs in the same run: each shape is one benchmark *group* (``--benchmark-group-by=group``), so the
 table pytest-benchmark prints puts ours, torch-flash, cuDNN and FA4 side by side.
 
@@ -35,7 +35,7 @@ time, as the table's last column), both spreads, host times and methods; bench_t
 sequential ratio.
 
 The committed figures with correctness checks next to them come from
-``reports/benchmarks/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
+``tools/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
 (reports/benchmarks/cuda_fwd.md, cuda_bwd.md).
 """
 
@@ -312,7 +312,7 @@ def test_fa3_fwd_bwd_8k(bench, d, causal, impl):
 def test_fa3_fp8_fwd_8k(bench, d, causal, impl):
     """ours-fp8: V as rows (transposed in the kernel); ours-fp8-vt: V packed k-major by attn_fp8_pack_vt beforehand
     (outside the timed call; one pass over V, reported by fa3_fp8_check_bench); ours-bf16: our BF16 FA3; cudnn-fp8:
-    cuDNN's own FP8 forward on the same codes (reports/benchmarks/cudnn_fp8.py; needs cudnn-frontend, the ``cudnn``
+    cuDNN's own FP8 forward on the same codes (conformance/adapters/cudnn_fp8_timed.py; needs cudnn-frontend, the ``cudnn``
     extra), also paired with ours-fp8-vt in alternating rounds."""
     from attention_conformance.kernels import cuda_lib
 
@@ -331,7 +331,7 @@ def test_fa3_fp8_fwd_8k(bench, d, causal, impl):
 
     work = 4 * B * H * N * N * d / (2 if causal else 1)
     if impl == "cudnn-fp8":
-        from attention_conformance.reports.benchmarks.cudnn_fp8 import CudnnFp8Unavailable, cudnn_fp8
+        from attention_conformance.adapters.cudnn_fp8_timed import CudnnFp8Unavailable, cudnn_fp8
 
         try:
             c8 = cudnn_fp8(*x8, causal)

@@ -2,12 +2,12 @@
 
 ptxas serializes every wgmma of a kernel in which it has to place a warpgroup fence in a divergent path (remark
 C7520). That happened to the persistent builds, whose consumers read the next work tile's index from shared memory
-(not warp-uniform to ptxas, so every branch on the tile was divergent): they ran at half speed for three sessions
-while passing every check (NOTES_FA3.md session 15); and to the ablation build without warp specialisation, whose
-loads were issued by thread 0 in a branch between the consumers' wgmmas. The index is now broadcast from lane 0 and
-every consumer thread runs that build's loader (thread 0 alone issues); this compiles a persistent and a
-one-CTA-per-tile build of each head dim (the shapes fa3_fwd.cu's defaults use), the ablation build, and the FP8
-forward's d = 128 default with and without its persistent loop, and fails on C7520.
+(not warp-uniform to ptxas, so every branch on the tile was divergent): they ran at half speed through several
+validated libraries while passing every check (docs/fa3_forward.md); and to the ablation build without warp
+specialisation, whose loads were issued by thread 0 in a branch between the consumers' wgmmas. The index is now
+broadcast from lane 0 and every consumer thread runs that build's loader (thread 0 alone issues); this compiles a
+persistent and a one-CTA-per-tile build of each head dim (the shapes fa3_fwd.cu's defaults use), the ablation build,
+and the FP8 forward's d = 128 default with and without its persistent loop, and fails on C7520.
 """
 
 from __future__ import annotations

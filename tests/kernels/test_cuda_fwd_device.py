@@ -3,7 +3,8 @@
 Marked ``gpu``; skipped cleanly without CUDA or without the kernel library. Each case draws fresh
 random inputs, poisons the outputs with NaN inside sentinel guard bands and checks values, LSE,
 fully masked rows (O = 0, LSE = -inf, SEMANTICS.md §8), padded rows left unwritten (§7), guard bands
-and input immutability (`reports.benchmarks.cuda_fwd_check_bench.check_case`).
+and input immutability (`kernels.check.forward.check_forward`: the conformance judge's verdict against the FP64
+oracle under the a-priori bounds of conformance/TOLERANCES.md).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ CASES = [
 @pytest.mark.parametrize("launcher, spec", CASES, ids=[f"{lau[5:]}-{i}" for i, (lau, _) in enumerate(CASES)])
 def test_forward_matches_float64_reference(launcher, spec):
     from attention_conformance.kernels import cuda_lib
-    from attention_conformance.reports.benchmarks.cuda_fwd_check_bench import check_case
+    from attention_conformance.kernels.check.forward import check_forward as check_case
 
     try:
         cuda_lib.library()

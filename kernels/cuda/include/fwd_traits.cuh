@@ -94,12 +94,12 @@ struct FwdTraits {
     }
 };
 
-// The configurations that are compiled (few, to keep the CI build short; see kernels/cuda/NOTES.md).
+// The configurations that are compiled (few, to keep the CI build short; see docs/fa1_fa2.md).
 // Each is "kBlockM, kBlockN, kNWarps, kStages" and can be overridden at build time with -D for tuning runs.
 // FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
 // MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers;
 // 8 warps share each K/V tile, half the global->shared copies per FLOP of the 4-warp 64-row tile).
-// Chosen by measurement on the H200 (kernels/cuda/NOTES.md, tuning table and v6).
+// Chosen by measurement on the H200 (docs/fa1_fa2.md, tuning table and v6).
 #ifndef ATTN_FA2_D64
 #define ATTN_FA2_D64 128, 128, 4, 1
 #endif

@@ -1,0 +1,43 @@
+"""bench_table.py: the markdown of a `tox -e bench` JSON (CPU; a made-up pytest-benchmark document)."""
+
+from __future__ import annotations
+
+from bench_table import markdown, rows_of
+
+
+def _bench(name: str, group: str, ms: float, **extra) -> dict:
+    return dict(name=name, group=group, stats=dict(median=ms / 1e3),
+                extra_info=dict(cuda_event_median_ms=ms, tflops_cuda_event=100.0 / ms, **extra))
+
+
+DOC = dict(version="5.2.3", datetime="2026-12-02", machine_info=dict(node="h200"), benchmarks=[
+    _bench("test_fa3_fwd_8k[128-full-ours]", "fa3-fwd d128 full", 2.0),
+    _bench("test_fa3_fwd_8k[128-full-torch-cudnn]", "fa3-fwd d128 full", 2.2, paired_ours_over_impl=1.08),
+    _bench("test_fa3_fwd_8k[128-full-flash-attn-4]", "fa3-fwd d128 full", 1.96, paired_ours_over_impl=1.003),
+])
+
+
+def test_sequential_and_paired_ratios_side_by_side():
+    """The sequential ratio is the other benchmark's time over ours; the paired one is carried from extra_info, and
+    left empty where the benchmark has none."""
+    rows = rows_of(DOC)["fa3-fwd d128 full"]
+    assert rows["flash-attn-4"]["paired"] == 1.003 and rows["ours"]["paired"] is None
+    md = markdown(DOC).splitlines()
+    assert "paired (alternating rounds)" in md[2]
+    fa4 = next(line for line in md if "| flash-attn-4 |" in line)
+    assert fa4.endswith("| 0.98 | 1.00 |"), fa4
+    ours = next(line for line in md if "| ours |" in line)
+    assert ours.endswith("|  |  |"), ours
+
+
+def test_fp8_groups_compare_ours_fp8_vt_with_cudnn_fp8():
+    """In an FP8 group ours is ours-fp8-vt; cuDNN's FP8 forward (cudnn-fp8) gets both ratios against it."""
+    doc = dict(DOC, benchmarks=[
+        _bench("test_fa3_fp8_fwd_8k[128-full-ours-fp8-vt]", "fa3-fp8-fwd d128 full", 2.4),
+        _bench("test_fa3_fp8_fwd_8k[128-full-ours-bf16]", "fa3-fp8-fwd d128 full", 3.6),
+        _bench("test_fa3_fp8_fwd_8k[128-full-cudnn-fp8]", "fa3-fp8-fwd d128 full", 2.45, paired_ours_over_impl=1.02),
+    ])
+    rows = rows_of(doc)["fa3-fp8-fwd d128 full"]
+    assert set(rows) == {"ours-fp8-vt", "ours-bf16", "cudnn-fp8"}
+    line = next(x for x in markdown(doc).splitlines() if "| cudnn-fp8 |" in x)
+    assert line.endswith("| 1.02 | 1.02 |"), line

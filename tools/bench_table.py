@@ -1,0 +1,79 @@
+"""Markdown table of a pytest-benchmark JSON written by ``tox -e bench`` (tests/kernels/test_cuda_bench.py).
+
+One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
+groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16 and cuDNN's FP8 forward, cudnn-fp8):
+CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the
+FP8 groups) relative to each other implementation; where the benchmark also timed ours beside it in alternating
+rounds (``extra_info`` ``paired_ours_over_impl``: the FA3 forward's cuDNN and FA4 rows, cudnn-fp8), that paired
+ratio too.
+
+    python tools/bench_table.py reports/latest/pytest_bench.json > table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+__all__ = ["rows_of", "markdown", "main"]
+
+OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16", "cudnn-fp8")
+
+
+def _impl(name: str) -> str:
+    m = re.search(r"\[(?:.*-)?(ours-fp8-vt|ours-fp8|ours-bf16|ours|torch-flash|torch-cudnn|flash-attn-4|cudnn-fp8)\]$",
+                  name)
+    if m:
+        return m.group(1)
+    m = re.search(r"\[(fwd|bwd)\]$", name)
+    return f"ours-{m.group(1)}" if m else name
+
+
+def rows_of(data: dict) -> dict[str, dict[str, dict]]:
+    """group -> implementation -> {"ms", "rate", "unit", "paired"} from a pytest-benchmark JSON ("paired": the
+    speed ratio ours / impl timed in alternating rounds, or None)."""
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    for b in data["benchmarks"]:
+        info = b.get("extra_info", {})
+        ms = info.get("cuda_event_median_ms", b["stats"]["median"] * 1e3)
+        unit = "TB/s" if "TBps_cuda_event" in info else "TFLOPs/s"
+        rate = info.get("TBps_cuda_event", info.get("tflops_cuda_event"))
+        out[b.get("group") or b["name"]][_impl(b["name"])] = {"ms": ms, "rate": rate, "unit": unit,
+                                                               "paired": info.get("paired_ours_over_impl")}
+    return out
+
+
+def markdown(data: dict) -> str:
+    rows = rows_of(data)
+    lines = [
+        "| shape | impl | ms (CUDA events) | rate | speed ours / impl | paired (alternating rounds) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group, impls in rows.items():
+        ours = impls.get("ours") or impls.get("ours-fp8-vt") or impls.get("ours-fp8")
+        for name, r in impls.items():
+            ratio = ""
+            if ours and name in OTHERS and r is not ours and r["ms"]:
+                ratio = f"{r['ms'] / ours['ms']:.2f}"  # time ratio = speed of ours relative to it
+            rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else ""
+            paired = f"{r['paired']:.2f}" if r.get("paired") is not None else ""
+            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {ratio} | {paired} |")
+    info = data.get("machine_info", {})
+    head = f"pytest-benchmark {data.get('version', '')}, {data.get('datetime', '')}, {info.get('node', '')}"
+    return head + "\n\n" + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", type=Path)
+    args = ap.parse_args(argv)
+    sys.stdout.write(markdown(json.loads(args.json.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

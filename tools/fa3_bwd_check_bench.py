@@ -1,0 +1,267 @@
+"""Correctness check and benchmark of the FA3 backward (kernels/cuda/fa3_bwd.cu, sm_90a) (lab script).
+
+Correctness: every case of `attention_conformance.kernels.check.cases.FA3_BWD_CASES` through both launchers and
+the builds beside the default (`attention_conformance.kernels.check.backward.check_backward`: the conformance judge's
+verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of conformance/TOLERANCES.md), and
+`check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit).
+
+Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the
+forward's 4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd,
+the deterministic build and the other overlap build), our FA2 (attn_fa2_fwd + attn_fa2_bwd), torch SDPA's flash and
+cuDNN backends (autograd on their own forward); every row's candidates timed round-robin (`time_round_robin`).
+
+Run: ``python tools/fa3_bwd_check_bench.py [--no-bench] --out DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+from cuda_fwd_check_bench import env_info
+
+from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
+from attention_conformance.kernels.check.backward import (
+    atomic_dq_build,
+    block_m64_build,
+    check_backward,
+    check_determinism,
+    dq_other_build,
+    overlap_build,
+    within,
+)
+from attention_conformance.kernels.check.cases import (
+    FA3_BWD_CASES,
+    FA3_BWD_DETERMINISM_CASES,
+    OVERLAP_DEFAULT_D,
+    ROWS128_D,
+)
+from attention_conformance.kernels.timing import time_round_robin
+
+__all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "sdpa_fwd_bwd"]
+
+BF = torch.bfloat16
+
+
+def _calls(*pairs: tuple, builds: tuple = ()):
+    """A callable that runs each (launcher, params) of ``pairs`` in order (within ``builds``, as
+    `check.backward.within` takes them)."""
+    if not builds:
+        return lambda: [cuda_lib.call(name, params) for name, params in pairs]
+
+    def run():
+        with within(builds):
+            return [cuda_lib.call(name, params) for name, params in pairs]
+
+    return run
+
+
+def _grad_fn(out: torch.Tensor, leaves: tuple, dout: torch.Tensor):
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+
+
+def sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
+    """torch SDPA's `backend` on [B, H, N, d] inputs: (forward + backward through autograd, the backward alone on
+    one retained forward), both returning the gradients of q, k, v for `dout`."""
+    from torch.nn.attention import sdpa_kernel
+
+    leaves = tuple(x.detach().requires_grad_(True) for x in (q, k, v))
+
+    def f():
+        with sdpa_kernel([backend]):
+            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+        return torch.autograd.grad(out, leaves, dout)
+
+    with sdpa_kernel([backend]):
+        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+    return f, _grad_fn(out, leaves, dout)
+
+
+def fa4_fwd_bwd(q, k, v, dout, causal: bool):
+    """flash-attn-4 on [B, H, N, d] inputs (its [B, N, H, d] copies): (forward + backward through autograd, the
+    backward alone on one retained forward), as `sdpa_fwd_bwd` (gradients in [B, N, H, d]), or None when
+    ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except Exception:
+        return None
+    leaves = tuple(x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
+    g = dout.transpose(1, 2).contiguous()
+
+    def f():
+        out = flash_attn_func(*leaves, causal=causal)
+        out = out[0] if isinstance(out, tuple) else out
+        return torch.autograd.grad(out, leaves, g)
+
+    out = flash_attn_func(*leaves, causal=causal)
+    return f, _grad_fn(out[0] if isinstance(out, tuple) else out, leaves, g)
+
+
+def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> list[dict]:
+    """One row per (B, H, N, d, causal): backward-only and forward+backward TFLOPs/s of every candidate (of those
+    named in `only`, when given)."""
+    from torch.nn.attention import SDPBackend
+
+    rows = []
+    for B, H, N, d, causal in shapes:
+        q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(4))
+        fwd_flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row: dict = dict(B=B, H=H, N=N, d=d, causal=causal, other_build_overlap=d != OVERLAP_DEFAULT_D)
+        o3, l3 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        o2, l2 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        pf3 = cuda_lib.fwd_params(q, k, v, o3, l3, causal=causal)
+        pf2 = cuda_lib.fwd_params(q, k, v, o2, l2, causal=causal)
+        cuda_lib.call("attn_fa3_fwd", pf3)
+        cuda_lib.call("attn_fa2_fwd", pf2)
+        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+        sc = cuda_bwd_lib.bwd_scratch(q, k)
+        pb3 = cuda_bwd_lib.bwd_params(q, k, v, o3, l3, dout, dq, dk, dv, causal=causal, **sc)
+        pb2 = cuda_bwd_lib.bwd_params(q, k, v, o2, l2, dout, dq, dk, dv, causal=causal, **sc)
+        fl_fwd, fl_bwd = sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
+        cu_fwd, cu_bwd = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
+        other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
+        bwd3, det3, fwd3 = ("attn_fa3_bwd", pb3), ("attn_fa3_bwd_deterministic", pb3), ("attn_fa3_fwd", pf3)
+        atomic = (atomic_dq_build,)
+        # the overlap switch applies to the atomics build
+        overlap_other = (lambda other=other: overlap_build(other), atomic_dq_build)
+        dq_other = (lambda d=d: dq_other_build(d),)
+        m64 = (block_m64_build,)
+        bwd = [("fa3", _calls(bwd3)), ("fa3_det", _calls(det3)),
+               ("fa3_atomic", _calls(bwd3, builds=atomic)), ("fa3_atomic_det", _calls(det3, builds=atomic)),
+               ("fa3_other", _calls(bwd3, builds=overlap_other)),
+               ("fa3_dq_other", _calls(bwd3, builds=dq_other)),
+               *([("fa3_m64", _calls(bwd3, builds=m64)), ("fa3_m64_det", _calls(det3, builds=m64))]
+                 if d == ROWS128_D else []),
+               ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
+        both = [("fa3", _calls(fwd3, bwd3)),
+                ("fa3_dq_other", _calls(fwd3, bwd3, builds=dq_other)),
+                *([("fa3_m64", _calls(fwd3, bwd3, builds=m64))] if d == ROWS128_D else []),
+                ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
+        fa4 = fa4_fwd_bwd(q, k, v, dout, causal)
+        if fa4 is not None:
+            bwd.append(("fa4", fa4[1]))
+            both.append(("fa4", fa4[0]))
+        if only:
+            bwd, both = ([c for c in cands if c[0] in only] for cands in (bwd, both))
+        rb: dict = {}
+        time_round_robin(rb, bwd, 2.5 * fwd_flops, rounds)
+        rf: dict = {}
+        time_round_robin(rf, both, 3.5 * fwd_flops, rounds)
+        row.update({"bwd_" + key: val for key, val in rb.items()})
+        row.update({"fwdbwd_" + key: val for key, val in rf.items()})
+        # agreement with torch flash's gradients on these inputs (bf16 both)
+        cuda_lib.call("attn_fa3_bwd", pb3)
+        ref = fl_bwd()
+        row["max_diff_vs_flash"] = [float((a.float() - b.float()).abs().max()) for a, b in zip((dq, dk, dv), ref)]
+        rows.append(row)
+        del q, k, v, dout, o3, o2, dq, dk, dv, sc
+        torch.cuda.empty_cache()
+    return rows
+
+
+def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], command: str) -> str:
+    """The report: environment, correctness, determinism and the timing table."""
+    out = [f"# FA3 backward (sm_90a) vs FA2 backward, torch flash and cuDNN ({env['gpu']})", "",
+           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
+           f"cuDNN {env['cudnn']}.", "", f"Command: `{command}`", ""]
+    if checks:
+        out += ["## Correctness (max abs error vs the FP64 oracle; in brackets error / bound, the judge's usage)", "",
+                "| case | launcher | dq err | dk err | dv err | ok |", "|---|---|---|---|---|---|"]
+        for c in checks:
+            cells = " | ".join(f"{c[n]['err']:.2e} ({c[n]['usage']:.2f})" for n in ("dq", "dk", "dv"))
+            out.append(f"| {c['case']} | {c['launcher']} | {cells} | {'PASS' if c['ok'] else 'FAIL'} |")
+        out.append("")
+    if dets:
+        out += ["## Determinism (attn_fa3_bwd_deterministic twice)", ""]
+        out += [f"- {d['case']}: bit-identical {d['identical']}, max diff to attn_fa3_bwd "
+                f"{d['max_diff_vs_atomic']:.2e}" for d in dets]
+        out.append("")
+    if rows:
+        out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
+                "causal halved)", "",
+                "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
+                "(ATTN_FA3_BWD_DQ=atomic); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
+                f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
+                "(ATTN_FA3_BWD_BLOCK_M=64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
+                "tile's dQ split by rows, ATTN_FA3_BWD_DQ_SPLIT=1; d = 128: the consumers take turns, =0).", "",
+                "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
+                "FA3 atomic det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA2 | flash | cuDNN | "
+                "FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+        def g(r: dict, key: str) -> str:
+            return f"{r[key]:.0f}" if key in r else "-"
+
+        for r in rows:
+            rf = r.get("bwd_flash_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
+            rc = r.get("bwd_cudnn_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
+            r4 = r.get("fwdbwd_fa4_ms", math.nan) / r.get("fwdbwd_fa3_ms", math.nan)
+            out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
+                       f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_m64_tflops')} | "
+                       f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_dq_other_tflops')} | "
+                       f"{g(r, 'bwd_fa3_other_tflops')} | "
+                       f"{g(r, 'bwd_fa3_atomic_tflops')} | "
+                       f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
+                       f"{g(r, 'bwd_flash_tflops')} | "
+                       f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa3_m64_tflops')} | "
+                       f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | "
+                       f"{g(r, 'fwdbwd_fa2_tflops')} | "
+                       f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
+                       f"{rf:.2f} | {rc:.2f} | {r4:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the checks (and unless ``--no-bench`` the benchmark); write fa3_bwd.json / fa3_bwd.md under --out."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip the correctness and determinism checks")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--head-dims", default="64,128", help="benchmark rows: comma-separated head dims")
+    ap.add_argument("--only", default="", help="benchmark only these candidates (comma-separated, e.g. fa3,cudnn)")
+    ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds per row (the median is kept)")
+    args = ap.parse_args(argv)
+    checks: list[dict] = []
+    for i, spec in enumerate([] if args.no_check else FA3_BWD_CASES):
+        runs = [("attn_fa3_bwd", None, False, ""), ("attn_fa3_bwd_deterministic", None, False, ""),
+                ("attn_fa3_bwd", None, True, ""), ("attn_fa3_bwd_deterministic", None, True, ""),
+                ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D, True, "")]
+        runs += [("attn_fa3_bwd", None, False, "dq_other"), ("attn_fa3_bwd_deterministic", None, False, "dq_other")]
+        if spec["d"] == ROWS128_D:
+            runs += [("attn_fa3_bwd", None, False, "m64"), ("attn_fa3_bwd_deterministic", None, False, "m64")]
+        for launcher, overlap, atomic, build in runs:
+            checks.append(check_backward(spec, launcher, seed=i, overlap=overlap, atomic_dq=atomic,
+                                     block_m64=build == "m64", dq_other=build == "dq_other"))
+            print(checks[-1], flush=True)
+    dets = [] if args.no_check else [check_determinism(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
+                                     for i, s in enumerate(FA3_BWD_DETERMINISM_CASES)]
+    print(dets, flush=True)
+    if checks or dets:
+        nok = sum(c["ok"] for c in checks) + sum(d["ok"] for d in dets)
+        print(f"correctness: {nok}/{len(checks) + len(dets)} ok (cases and determinism)", flush=True)
+    dims = [int(x) for x in args.head_dims.split(",")]
+    only = frozenset(x for x in args.only.split(",") if x)
+    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)],
+                                               args.rounds, only)
+    env = env_info()
+    command = "python tools/fa3_bwd_check_bench.py" + (
+        " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "") + (
+        f" --head-dims {args.head_dims}" if dims != [64, 128] else "") + (
+        f" --only {args.only}" if only else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,
+                                                      bench=rows), indent=1, default=str))
+    md = markdown(env, checks, dets, rows, command)
+    (out / "fa3_bwd.md").write_text(md)
+    print(md)
+    return 0 if all(c["ok"] for c in checks) and all(d["ok"] for d in dets) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

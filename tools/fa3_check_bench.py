@@ -1,0 +1,314 @@
+"""Device check + benchmark of the FA3 forward (kernels/cuda/fa3_fwd.cu, sm_90a) on one H200 (lab script).
+
+``python tools/fa3_check_bench.py [--out DIR] [--quick] [--skip-bench] [--curves] [--ablation]``
+
+1. Correctness (`attention_conformance.kernels.check.forward`: fresh random inputs per case, outputs poisoned with
+   NaN between guard bands, the conformance judge's verdict against the FP64 oracle, inputs checked unmodified):
+   head dims 64/128/256, fp16/bf16, tails, causal in both alignments, windows, softcap, GQA, varlen,
+   [B, L, H, D] strides, Lk = 0; then every ablation build on a few d = 128 cases.
+2. Timing (CUDA events, warm-up, median of 25; the candidates of a row timed round-robin 3 times, the
+   median kept) at B=4, H=16, N=8192, d in {64, 128, 256}, causal or not,
+   beside torch SDPA's flash and cuDNN backends and, when ``flash_attn.cute`` imports, flash-attn-4
+   (``flash_attn.cute.interface.flash_attn_func``); ``--ablation``: the ablation builds at d = 128;
+   ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 4*B*H*N*N*d (halved for causal).
+
+Prints a short table last; writes fa3.json and fa3.md (and fa3_curves.svg with --curves) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from cuda_fwd_check_bench import env_info, sdpa_fn
+
+from attention_conformance.kernels import cuda_lib
+from attention_conformance.kernels.check.forward import check_forward
+from attention_conformance.kernels.timing import time_round_robin
+
+__all__ = ["ablation_rows", "bench_rows", "correctness", "curves_svg", "fa4_fn", "main"]
+
+BF, HF = torch.bfloat16, torch.float16
+
+
+def _runner(variant):
+    def run(q, k, v, o, lse, **kw):
+        p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
+        if variant == "full":
+            cuda_lib.call("attn_fa3_fwd", p)
+        else:
+            cuda_lib.call_fa3_variant(p, variant)
+
+    return run
+
+
+def _checked(label, variant, seed, case):
+    r = check_forward(label, runner=_runner(variant), seed=seed, **case)
+    print(("OK  " if r["ok"] else "BAD ") + f"{r['case']:72s} err {r['rel_err']:.2e} lse {r['lse_err']:.1e} "
+          + "; ".join(r["problems"]), flush=True)
+    return r
+
+
+def correctness(variants) -> list[dict]:
+    """The case list through every build named in `variants` ("full" = attn_fa3_fwd)."""
+    cases = []
+    for d in (64, 128, 256):
+        for dt in (BF, HF):
+            cases.append(dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=d, dtype=dt))
+            cases.append(dict(B=2, Hq=4, Hkv=4, Lq=257, Lk=129, d=d, dtype=dt, causal=True))
+            cases.append(dict(B=1, Hq=2, Hkv=1, Lq=300, Lk=77, d=d, dtype=dt, causal=True, bottom_right=False))
+    cases += [
+        dict(B=2, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True),
+        dict(B=1, Hq=2, Hkv=2, Lq=1, Lk=1, d=128, dtype=BF),
+        dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=64, dtype=HF),
+        dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=128, dtype=BF, window=(50, 20)),
+        dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, d=64, dtype=HF, window=(30, None), causal=True),
+        dict(B=2, Hq=4, Hkv=1, Lq=300, Lk=100, d=128, dtype=BF, window=(None, 5), bottom_right=False),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=BF, varlen=True, causal=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=64, dtype=HF, varlen=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=333, Lk=200, d=256, dtype=BF, varlen=True, causal=True),
+        dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=128, dtype=BF, softcap=5.0, causal=True),
+        dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, d=256, dtype=HF, layout="bshd"),
+        dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=300, d=128, dtype=BF, layout="bshd", causal=True),
+        dict(B=2, Hq=4, Hkv=4, Lq=1024, Lk=1024, d=128, dtype=BF, causal=True),
+        dict(B=1, Hq=132, Hkv=132, Lq=1000, Lk=1000, d=128, dtype=BF, causal=True),  # > #SMs tiles: persistent loop
+        dict(B=2, Hq=16, Hkv=16, Lq=2048, Lk=2048, d=64, dtype=BF),
+        # windows several key tiles wide: masked tiles at both ends of a row block's loop, unmasked ones between
+        dict(B=1, Hq=2, Hkv=1, Lq=1000, Lk=1500, d=128, dtype=BF, window=(400, 100)),
+        dict(B=1, Hq=3, Hkv=1, Lq=900, Lk=700, d=64, dtype=HF, window=(333, None), causal=True, bottom_right=False),
+        dict(B=1, Hq=2, Hkv=2, Lq=700, Lk=900, d=256, dtype=BF, window=(300, 250)),
+    ]
+    res = []
+    vcases = [
+        dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=128, dtype=BF),
+        dict(B=2, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True),
+        dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, d=128, dtype=HF, varlen=True, causal=True, bottom_right=False),
+        dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF, window=(100, 30)),
+    ]
+    d64 = [dict(c, d=64) for c in vcases]
+    for variant in variants:
+        if variant == "d64_two_wg":
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 2000 + i, c) for i, c in enumerate(d64)]
+        elif variant in ANY_DIM_VARIANTS:
+            every = vcases + d64 + [dict(c, d=256) for c in vcases]
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 3000 + i, c) for i, c in enumerate(every)]
+        elif variant == "cluster2":  # no causal mask, window or varlen; d = 128 / 256; even and odd query tile counts
+            keys = [dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, d=d, dtype=BF) for d in (128, 256)]
+            keys += [dict(B=1, Hq=3, Hkv=1, Lq=513, Lk=700, d=128, dtype=HF),  # 3 tiles, 3 heads: a CTA left idle
+                     dict(B=2, Hq=5, Hkv=5, Lq=333, Lk=512, d=256, dtype=BF, layout="bshd"),
+                     dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF)]
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 4000 + i, c) for i, c in enumerate(keys)]
+        elif variant == "full":
+            res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
+        else:
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 1000 + i, c) for i, c in enumerate(vcases)]
+    return res
+
+
+def fa4_fn(q, k, v, causal):
+    """flash-attn-4's forward on [B, H, N, d] tensors, or None when ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except Exception:
+        return None
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+    def f():
+        return flash_attn_func(qt, kt, vt, causal=causal)
+
+    return f
+
+
+# builds that exist for every head dim
+ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale", "eager_rescale")
+ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
+
+
+def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]:
+    """Timing rows: FA3 (attn_fa3_fwd, plus each build in `variants` as ``fa3_<variant>``) beside the
+    references on the same inputs."""
+    from torch.nn.attention import SDPBackend
+
+    rows = []
+    for B, H, N, d, causal in shapes:
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row = dict(B=B, H=H, N=N, d=d, causal=causal)
+        cands = [("fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p))]
+        cands += [("fa3_" + v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in variants
+                  if v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128)]
+        if with_refs:
+            cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
+                      ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
+            f4 = fa4_fn(q, k, v, causal)
+            if f4 is not None:
+                cands.append(("fa4", f4))
+        time_round_robin(row, cands, flops, rounds)
+        for ref in ("flash", "cudnn", "fa4"):
+            if ref + "_ms" in row and "fa3_ms" in row:
+                row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
+        rows.append(row)
+        del q, k, v, o
+    return rows
+
+
+def ablation_rows() -> list[dict]:
+    """Every build of `cuda_lib.FA3_VARIANTS` at B=4, H=16, N=8192, d=128 bf16, causal and not."""
+    rows = []
+    for causal in (False, True):
+        B, H, N, d = 4, 16, 8192, 128
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
+        flops = 4 * B * H * N * N * d / (2 if causal else 1)
+        row: dict = {}
+        names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"
+                 and not (causal and v == "cluster2")]
+        time_round_robin(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops, ROUNDS)
+        for variant in names:
+            r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
+            r.update({"fa3" + k[len(variant):]: x for k, x in row.items() if k.startswith(variant + "_")})
+            rows.append(r)
+        del q, k, v, o
+    return rows
+
+
+COLORS = {"fa3": "#d62728", "cudnn": "#1f77b4", "flash": "#2ca02c", "fa4": "#9467bd"}
+
+
+def curves_svg(rows: list[dict]) -> str:
+    """A dependency-free SVG chart of `bench_rows` output over N: one panel per (d, causal), TFLOPs/s of
+    each implementation (lines), N on a log2 axis."""
+    panels = sorted({(r["d"], r["causal"]) for r in rows})
+    w, h, pad = 300, 200, 40
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * w}" height="{h * ((len(panels) + 2) // 3)}" '
+           'font-family="sans-serif" font-size="10">']
+    ymax = max([r.get(k + "_tflops", 0) for r in rows for k in COLORS] + [1]) * 1.1
+    for idx, (d, causal) in enumerate(panels):
+        x0, y0 = (idx % 3) * w, (idx // 3) * h
+        pr = sorted((r for r in rows if (r["d"], r["causal"]) == (d, causal)), key=lambda r: r["N"])
+        ns = [r["N"] for r in pr]
+        lo, hi = math.log2(min(ns)), max(math.log2(max(ns)), math.log2(min(ns)) + 1)
+
+        def px(n, lo=lo, hi=hi, x0=x0):
+            return x0 + pad + (math.log2(n) - lo) / (hi - lo) * (w - 1.5 * pad)
+
+        def py(t, y0=y0):
+            return y0 + h - pad + -t / ymax * (h - 1.5 * pad)
+
+        out.append(f'<text x="{x0 + pad}" y="{y0 + 14}">d={d} {"causal" if causal else "non-causal"} '
+                   '(TFLOPs/s vs N)</text>')
+        out.append(f'<line x1="{px(ns[0])}" y1="{py(0)}" x2="{px(ns[-1])}" y2="{py(0)}" stroke="black"/>')
+        for n in ns:
+            label = f"{n // 1024}k" if n >= 1024 else str(n)
+            out.append(f'<text x="{px(n) - 8}" y="{py(0) + 12}">{label}</text>')
+        for t in range(0, int(ymax), 200):
+            out.append(f'<text x="{x0 + 5}" y="{py(t) + 3}">{t}</text>')
+        for k, color in COLORS.items():
+            pts = [(px(r["N"]), py(r[k + "_tflops"])) for r in pr if k + "_tflops" in r]
+            if pts:
+                out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="'
+                           + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
+                out.append(f'<text x="{pts[-1][0] - 20}" y="{pts[-1][1] - 4}" fill="{color}">{k}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def markdown(env, rows, abl) -> str:
+    nan = float("nan")
+    out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
+           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
+           f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
+           "Reproduce: `python -m attention_conformance.kernels.build && "
+           "python tools/fa3_check_bench.py --out DIR`", "",
+           "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                   f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
+                   f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
+                   f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+    extra = sorted({k[4:-7] for r in rows for k in r
+                    if k.startswith("fa3_") and k.endswith("_tflops") and k != "fa3_tflops"})
+    if extra:
+        out += ["", "| B, H, N, d | causal | attn_fa3_fwd | " + " | ".join(extra) + " |",
+                "|---|---|---|" + "---|" * len(extra)]
+        for r in rows:
+            out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                       + " | ".join(f"{r.get('fa3_' + v + '_tflops', nan):.0f}" for v in extra) + " |")
+    if abl:
+        out += ["", "Ablation: `full` is the default (attn_fa3_fwd); every other build changes one thing of",
+                "`two_wg`, the two-warpgroup 128-key build (attn_params.h AttnFa3Variant; `persistent` and",
+                "`skip_rescale`, `eager_rescale`: of the default).", "",
+                "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
+        for r in abl:
+            out.append(f"| {r['variant']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                       f"{r.get('fa3_ms', nan):.3f} |" + (f" {r['fa3_error']}" if "fa3_error" in r else ""))
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "reports/latest/benchmarks"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--curves", action="store_true")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--curves-only", action="store_true", help="skip the N=8192 table")
+    ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
+    ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
+    ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
+    ap.add_argument("--variants", default=",".join(cuda_lib.FA3_EXACT_VARIANTS),
+                    help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = env_info()
+    try:
+        from importlib.metadata import version
+
+        env["fa4"] = version("flash-attn-4")
+    except Exception:
+        env["fa4"] = "not installed"
+    print(json.dumps(env), flush=True)
+    t0 = time.time()
+    res = [] if args.skip_check else correctness(args.variants.split(","))
+    nbad = sum(not r["ok"] for r in res)
+    print(f"correctness: {len(res) - nbad}/{len(res)} ok ({time.time() - t0:.1f} s)", flush=True)
+    rows, abl, curves = [], [], []
+    if not args.skip_bench:
+        shapes = [(4, 16, 8192, d, c) for d in (64, 128, 256) for c in (False, True)]
+        if args.quick:
+            shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
+        rows = [] if args.curves_only else bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v])
+        if args.ablation:
+            abl = ablation_rows()
+        if args.curves:
+            curves = bench_rows([(max(1, 32768 // n), 16, n, d, c) for d in (64, 128, 256) for c in (False, True)
+                                 for n in (512, 1024, 2048, 4096, 8192, 16384)], rounds=1,
+                                with_refs=not args.curves_no_refs,
+                                variants=[v for v in args.curve_variants.split(",") if v])
+    if curves:
+        (out / f"fa3_curves{args.tag}.svg").write_text(curves_svg(curves))
+    (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
+                                                             curves=curves), indent=1))
+    md = markdown(env, rows, abl)
+    (out / f"fa3{args.tag}.md").write_text(md)
+    print(md)
+    return 1 if nbad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
