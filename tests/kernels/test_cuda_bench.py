@@ -312,8 +312,8 @@ def test_fa3_fwd_bwd_8k(bench, d, causal, impl):
 def test_fa3_fp8_fwd_8k(bench, d, causal, impl):
     """ours-fp8: V as rows (transposed in the kernel); ours-fp8-vt: V packed k-major by attn_fp8_pack_vt beforehand
     (outside the timed call; one pass over V, reported by fa3_fp8_check_bench); ours-bf16: our BF16 FA3; cudnn-fp8:
-    cuDNN's own FP8 forward on the same codes (conformance/adapters/cudnn_fp8_timed.py; needs cudnn-frontend, the ``cudnn``
-    extra), also paired with ours-fp8-vt in alternating rounds."""
+    cuDNN's own FP8 forward on the same codes (conformance/adapters/cudnn_fp8_timed.py; needs cudnn-frontend, the
+    ``cudnn`` extra), also paired with ours-fp8-vt in alternating rounds."""
     from attention_conformance.kernels import cuda_lib
 
     _hopper()
