@@ -26,6 +26,7 @@ from attention_conformance.adapters.variants import split_variant, variant_name
 __all__ = ["LoadedAdapter", "load", "load_many", "resolve_specs", "builtin_names", "closest_builtin", "spec_error",
            "entry_point_names"]
 
+
 @dataclass
 class LoadedAdapter:
     """An adapter spec resolved on this machine: the instance, or why it is unavailable."""
