@@ -44,13 +44,16 @@ class LoadedAdapter:
     def isolate(self) -> bool:
         return bool(self.adapter is not None and getattr(self.adapter, "isolate", False))
 
+
 def builtin_names() -> list[str]:
     return list(BUILTIN)
+
 
 def closest_builtin(name: str) -> str | None:
     """The built-in adapter name closest to ``name`` (difflib), or None when none is close."""
     close = difflib.get_close_matches(name, builtin_names(), n=1, cutoff=0.5)
     return close[0] if close else None
+
 
 def spec_error(spec: str) -> str | None:
     """Why ``spec`` names no adapter at all (one line: the built-in names, the closest one), or None.
@@ -73,12 +76,14 @@ def spec_error(spec: str) -> str | None:
     return (f"unknown adapter {spec!r}: not a built-in name ({', '.join(builtin_names())}, all) "
             f"nor module:attr{did}")
 
+
 def entry_point_names(base: str) -> list[str]:
     """``base@ENTRY`` for every entry point the built-in adapter `base` lists (none: [])."""
     if base not in BUILTIN:
         raise ValueError(f"{base!r} is not a built-in adapter ({', '.join(BUILTIN)})")
     cls = _import_attr(BUILTIN[base])
     return [variant_name(base, e) for e in getattr(cls, "entry_points", ()) or ()]
+
 
 def _import_attr(target: str):
     module_name, _, attr = target.partition(":")
@@ -92,6 +97,7 @@ def _import_attr(target: str):
         obj = getattr(obj, part)
     return obj
 
+
 def _is_sdpa_function(obj) -> bool:
     if not callable(obj) or isinstance(obj, type):
         return False
@@ -101,6 +107,7 @@ def _is_sdpa_function(obj) -> bool:
     except (TypeError, ValueError):
         return False
     return len(params) >= 3
+
 
 def _instantiate(obj, spec: str) -> Adapter:
     if isinstance(obj, Adapter):
@@ -119,6 +126,7 @@ def _instantiate(obj, spec: str) -> Adapter:
     raise TypeError(f"{spec}: {type(obj).__name__} is neither an Adapter, an Adapter subclass, a factory, "
                     "nor a function with torch SDPA's signature (q, k, v, attn_mask=None, ...)")
 
+
 def _load_third_party(spec: str) -> Adapter:
     """``module:attr``: the adapters package's loader (protocol objects, SDPA functions), else ours."""
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -129,6 +137,7 @@ def _load_third_party(spec: str) -> Adapter:
         return _instantiate(_import_attr(spec), spec)
     return load_impl(spec)
 
+
 def _load_variant(base: str, entry: str) -> Adapter:
     """``base@entry``: the built-in adapter class `base` constructed with ``entry_point=entry``."""
     cls = _import_attr(BUILTIN[base])
@@ -138,6 +147,7 @@ def _load_variant(base: str, entry: str) -> Adapter:
                          + (f"its entry points: {', '.join(entries)}" if entries else "it has a single spelling")
                          + ")")
     return cls(entry_point=entry)
+
 
 def load(spec: str, device: str = "cpu") -> LoadedAdapter:
     """Resolve one spec; failures become a `LoadedAdapter` with ``reason`` set.
@@ -170,6 +180,7 @@ def load(spec: str, device: str = "cpu") -> LoadedAdapter:
         reason = f"unavailable_reason raised {type(exc).__name__}: {exc}"
     return LoadedAdapter(spec, name, adapter, reason)
 
+
 def resolve_specs(specs: list[str] | None) -> tuple[list[str], bool]:
     """Expand ``all``; return (specs, explicit). No specs = every built-in (the caller keeps the available)."""
     if not specs:
@@ -186,6 +197,7 @@ def resolve_specs(specs: list[str] | None) -> tuple[list[str], bool]:
                 out.append(part)
     explicit = not any(s.strip() == "all" for s in specs)
     return out, explicit
+
 
 def load_many(specs: list[str], device: str) -> list[LoadedAdapter]:
     return [load(s, device) for s in specs]
