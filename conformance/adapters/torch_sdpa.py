@@ -283,11 +283,7 @@ class SdpaAdapter(Adapter):
         reason = self.unavailable_reason(device)
         if reason:
             return reason
-        caps = self.caps_for(device)
-        effective = case
-        if case.causal and case.Lq == case.Lk and not case.varlen:
-            effective = case.replace(alignment="top_left")  # square: both alignments are the same mask
-        reason = capability_reason(caps, effective, device)
+        reason = capability_reason(self.caps_for(device), case, device)  # square causal: either alignment
         if reason:
             return reason
         if self.entry_point is not None:
@@ -497,7 +493,9 @@ _FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "
 def _caps(**kw) -> Capabilities:
     base = dict(dtypes=_ALL_FLOAT, devices=frozenset({"cpu"}), alignments=frozenset(ALIGNMENTS), window=True,
                 mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
-                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True)
+                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True,
+                library_check="torch SDPA's dispatcher for the pinned backend (its reasons, `_torch_refusal`; "
+                              "'No available kernel' at the call)")
     base.update(kw)
     base.setdefault("chunk", base["window"])  # chunks go through the same dense attn_mask as windows (§19)
     return Capabilities(**base)
