@@ -64,7 +64,8 @@ from attention_conformance.property_tests.strategies import (
 )
 
 __all__ = ["KINDS", "PINNED", "KnownHit", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset",
-           "offset_model", "peaked_fp8_cases", "peaked_inputs", "properties_for", "property_strategy", "repro_command"]
+           "declaration", "offset_model", "peaked_fp8_cases", "peaked_inputs", "properties_for", "property_strategy",
+           "repro_command"]
 
 KINDS = ("forward", "backward", "fp8", "edges", "fp8_offset")
 #: log2 of the FP8 max offset of SEMANTICS.md §10 (P~ = exp2((s - m) log2 e + 8))
@@ -266,10 +267,18 @@ class PropertyRun:
         event(label)
 
 
+def declaration(adapter: Adapter, device: str) -> Capabilities:
+    """What ``adapter`` declares on ``device``: ``caps_for(device)`` where the declaration depends on the device (torch
+    SDPA, FlexAttention, SDPA-signature functions), else ``capabilities``."""
+    caps_for = getattr(adapter, "caps_for", None)
+    caps = caps_for(device) if callable(caps_for) else None
+    return caps if caps is not None else adapter.capabilities
+
+
 def property_strategy(kind: str, adapter: Adapter, device: str = "cpu", *, strict: bool = False) -> st.SearchStrategy:
     """What property ``kind`` draws for ``adapter`` on ``device`` (cases; (case, peak, seed) for ``fp8_offset``), built
     from its declaration; ``strict``: a draw outside it other than an `Exclusion` raises `strategies.UndeclaredDraw`."""
-    caps = adapter.capabilities
+    caps = declaration(adapter, device)
     if kind == "forward":
         return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-fwd",
                                strict=strict)
@@ -287,8 +296,8 @@ def property_strategy(kind: str, adapter: Adapter, device: str = "cpu", *, stric
 
 
 def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
-    """The property kinds ``adapter`` declares work for."""
-    caps = adapter.capabilities
+    """The property kinds ``adapter`` declares work for on ``device``."""
+    caps = declaration(adapter, device)
     kinds = []
     plain = [d for d in caps.dtypes if not d.startswith("float8")]
     if plain:
@@ -314,7 +323,7 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
 
     ``known``: the expectations entries in force (`property_tests.known.known_findings`); None = raw verdicts."""
     name = adapter_name or adapter.name
-    caps = adapter.capabilities
+    caps = declaration(adapter, device)
     run = PropertyRun(kind, adapter, lambda: None)
 
     def settle(case: Case, verdict: Verdict, repro: bool) -> bool:

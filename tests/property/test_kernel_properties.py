@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from attention_conformance.property_tests.kernel_properties import STATS, build_property, properties_for
+from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
 from attention_conformance.pytest_plugin import device_option, impl_option
 
 DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv")
@@ -88,5 +88,5 @@ def test_kernel_property(impl_kind, request):
             case, why = run.declined[0]
             request.node.user_properties.append(
                 ("declined", f"{len(run.declined)} claimed draw(s) declined by "
-                             f"{loaded.adapter.capabilities.library_check} (rejected), e.g. {case.id}: {why}"))
+                             f"{declaration(loaded.adapter, device).library_check} (rejected), e.g. {case.id}: {why}"))
     assert run.examples_run > 0, f"{loaded.spec} {kind}: no example ran"
