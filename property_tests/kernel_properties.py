@@ -13,11 +13,26 @@ One property per kind of work an adapter declares (see `properties_for`):
   SEMANTICS.md §10 (P~ = P * 256 before the FP8 rounding keeps those probabilities out of the
   subnormals; a kernel without the offset flushes them and loses their mass).
 
-Each example runs `property_tests.kernel_check.evaluate` (the engine's checks and tolerance
-policy), calls ``target()`` on the tolerance usage ratio (error / tolerance) so Hypothesis hunts the
-worst case, and ``event()`` for statistics. A failure raises `PropertyFailure` whose message carries
-the minimal case, the failing check and a one-line repro command. `PINNED` holds ``@example`` cases:
-every bug found so far is replayed first on every run.
+Every strategy is built from the adapter's declaration (`Capabilities`: dtypes, head dims incl. 128 and 256,
+backward head dims, FP8 granularities, formats and tile shapes, sequence-length multiple, features, layouts;
+`property_tests.strategies`), so a case outside it is never drawn. Each example runs
+`property_tests.kernel_check.evaluate` (the engine's checks and tolerance policy), calls ``target()`` on the
+tolerance usage ratio (error / tolerance) so Hypothesis hunts the worst case, and ``event()`` for statistics.
+
+What an example's verdict does to the property:
+
+- a pass (PASS, QUALITY_WARNING, FINDING): holds;
+- a failure that a known-findings entry expects (`property_tests.known`, with its symptom): KNOWN, recorded in
+  `PropertyRun.known`, the property holds;
+- any other failure: `PropertyFailure`, whose message carries the minimal case, the failing check, the
+  expectations entry whose symptom did not match (if one was in scope) and a one-line repro command;
+- NOT_SUPPORTED on a claimed draw: `PropertyFailure` (the adapter declined what its declaration claims: a limit
+  written only in ``supports()``), except for an adapter whose declaration names a ``library_check`` (the
+  library's own run-time refusal, e.g. torch's SDPA dispatcher): then the draw is rejected and counted in
+  `PropertyRun.declined`, never a silent pass.
+
+`PINNED` holds ``@example`` cases: every bug found so far is replayed first on every run (those the declaration
+claims).
 
 The test module (`test_kernel_properties.py`) and the mutant runner both build their tests here.
 """
@@ -30,17 +45,27 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hypothesis import event, example, given, settings, target
+from hypothesis import event, example, given, reject, settings, target
 from hypothesis import strategies as st
 
-from attention_conformance.adapters.base import Adapter
-from attention_conformance.case import Case, FP8Spec
+from attention_conformance.adapters.base import Adapter, Capabilities, capability_reason
+from attention_conformance.case import LAYOUTS, Case, FP8Spec
 from attention_conformance.judge import Verdict
+from attention_conformance.outcomes import KNOWN, NOT_SUPPORTED
 from attention_conformance.property_tests.kernel_check import evaluate
-from attention_conformance.property_tests.strategies import attention_cases, edge_cases
+from attention_conformance.property_tests.known import KnownFindings
+from attention_conformance.property_tests.strategies import (
+    FP8_FORMATS,
+    FP8_GRANULARITIES,
+    attention_cases,
+    declared_or_reject,
+    edge_cases,
+    edge_kinds,
+)
 
-__all__ = ["KINDS", "PINNED", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset", "offset_model",
-           "peaked_inputs", "properties_for", "repro_command"]
+__all__ = ["KINDS", "PINNED", "KnownHit", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset",
+           "declaration", "offset_model", "peaked_fp8_cases", "peaked_inputs", "properties_for", "property_strategy",
+           "repro_command"]
 
 KINDS = ("forward", "backward", "fp8", "edges", "fp8_offset")
 #: log2 of the FP8 max offset of SEMANTICS.md §10 (P~ = exp2((s - m) log2 e + 8))
@@ -125,20 +150,44 @@ PINNED: dict[str, tuple[Case, ...]] = {
 }
 
 
-@st.composite
-def _peaked_fp8_cases(draw, caps) -> tuple[Case, float, int]:
-    """(case, peak, seed) for the fp8_offset property: rows with one dominant key and many keys
-    ``peak`` nats below it (P = e^-peak in [2^-11, 2^-10.1], under the e4m3 flush threshold 2^-10)."""
-    grans = [g for g in ("per_tensor", "per_head", "per_tile") if g in caps.fp8]
-    fmts = [f for f in ("e4m3fn", "e5m2") if not caps.fp8_formats or f in caps.fp8_formats]
-    spec = FP8Spec(format=draw(st.sampled_from(fmts)), granularity=draw(st.sampled_from(grans)),
-                   tile_q=draw(st.sampled_from([128, 64])), tile_k=draw(st.sampled_from([128, 64])),
-                   incoherent=draw(st.booleans()))
-    d = draw(st.sampled_from([16, 8, 32]))
-    case = Case(family="hyp-fp8-peaked", B=1, Hq=draw(st.sampled_from([1, 2])), Hkv=1, Lq=draw(st.integers(1, 4)),
-                Lk=draw(st.sampled_from([2048, 1025, 4096])), d=d, dv=d,
-                dtype="float8_" + spec.format, fp8=spec, seed=draw(st.integers(0, 2**16)))
-    return case, draw(st.floats(7.0, 7.6)), draw(st.integers(0, 2**16))
+def peaked_fp8_cases(caps: Capabilities, device: str = "cpu", *,
+                     strict: bool = False) -> st.SearchStrategy[tuple[Case, float, int]]:
+    """(case, peak, seed) for the fp8_offset property: rows with one dominant key and many keys ``peak`` nats below
+    it (P = e^-peak in [2^-11, 2^-10.1], under the e4m3 flush threshold 2^-10), within the declaration ``caps``:
+    its granularities, formats and per-tile shapes, head dims (8, 16, 32 where claimed, else the declared ones,
+    e.g. 64, 128, 256), GQA, lengths (multiple, maximum) and a dense layout it claims."""
+    grans = [g for g in FP8_GRANULARITIES if g in caps.fp8]
+    if not grans:
+        raise ValueError("peaked_fp8_cases: the declaration claims no FP8 granularity")
+    fmts = [f for f in FP8_FORMATS if not caps.fp8_formats or f in caps.fp8_formats]
+    dims = [x for x in (16, 8, 32) if caps.takes_head_dim(x)] or \
+        sorted(x for x in (caps.head_dims or ()) if caps.takes_head_dim(x) and x >= 8) or [max(caps.min_head_dim, 8)]
+    m = caps.seqlen_multiple or 1
+    top = caps.max_seqlen or 4096
+
+    def fits(n: int) -> bool:
+        return n % m == 0 and n <= top
+
+    lks = [n for n in (2048, 1025, 4096) if fits(n)] or [max(m, (min(2048, top) // m) * m)]
+    lqs = [n for n in (1, 2, 3, 4) if fits(n)] or [m]
+    layout = next((x for x in LAYOUTS if x in caps.layouts), "contiguous")  # dense: FP8 codes are never paged
+    free = st.sampled_from([128, 64])
+    tiles = st.sampled_from(sorted(caps.fp8_tiles)) if caps.fp8_tiles is not None else st.tuples(free, free)
+
+    @st.composite
+    def _draw(draw) -> tuple[Case, float, int]:
+        granularity = draw(st.sampled_from(grans))
+        tile_q, tile_k = draw(tiles if granularity == "per_tile" else st.tuples(free, free))
+        d = draw(st.sampled_from(dims))
+        spec = FP8Spec(format=draw(st.sampled_from(fmts)), granularity=granularity, tile_q=tile_q, tile_k=tile_k,
+                       incoherent=draw(st.booleans()) and d & (d - 1) == 0)
+        case = Case(family="hyp-fp8-peaked", B=1, Hq=draw(st.sampled_from([1, 2] if caps.gqa else [1])), Hkv=1,
+                    Lq=draw(st.sampled_from(lqs)), Lk=draw(st.sampled_from(lks)), d=d, dv=d,
+                    dtype="float8_" + spec.format, fp8=spec, layout=layout, seed=draw(st.integers(0, 2**16)))
+        case = declared_or_reject(caps, case, device, strict)
+        return case, draw(st.floats(7.0, 7.6)), draw(st.integers(0, 2**16))
+
+    return _draw()
 
 
 def peaked_inputs(case: Case, peak: float, seed: int):
@@ -176,6 +225,9 @@ def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, devic
     from attention_conformance.tolerance import compute_oracle
     from attention_conformance.worker import call_adapter, collect_calls
 
+    reason = adapter.supports(case, device)
+    if reason is not None:  # as the engine: a declined case is NOT_SUPPORTED, the adapter is never called
+        return Verdict(outcome=NOT_SUPPORTED, message=reason)
     inputs = peaked_inputs(case, peak, seed)
     od = compute_oracle(case, inputs)
     results = collect_calls(lambda kind: call_adapter(adapter, kind, inputs, case, device), case, repeat=False)
@@ -187,6 +239,15 @@ def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, devic
     return verdict
 
 
+@dataclass(frozen=True)
+class KnownHit:
+    """A draw whose failure an expectations entry expects: the case, the entry, the failure's first line."""
+
+    case: Case
+    expectation: str
+    message: str
+
+
 @dataclass
 class PropertyRun:
     """A ready-to-call Hypothesis test plus the last failing case it saw (the shrunk one, after a run)."""
@@ -195,100 +256,142 @@ class PropertyRun:
     adapter: Adapter
     test: Callable[[], None]
     last_failure: tuple[Case, Verdict] | None = None
-    examples_run: int = 0
+    examples_run: int = 0  # examples judged (not those the library declined)
     events: Counter = field(default_factory=Counter)  # the same labels as event(), counted per example
     max_usage: float = 0.0
+    known: list[KnownHit] = field(default_factory=list)  # failures an expectations entry expects (KNOWN)
+    declined: list[tuple[Case, str]] = field(default_factory=list)  # claimed draws the library refused (rejected)
 
     def event(self, label: str) -> None:
         self.events[label] += 1
         event(label)
 
 
-def _strategy(kind: str, adapter: Adapter, device: str) -> st.SearchStrategy[Case]:
-    caps = adapter.capabilities
+def declaration(adapter: Adapter, device: str) -> Capabilities:
+    """What ``adapter`` declares on ``device``: ``caps_for(device)`` where the declaration depends on the device (torch
+    SDPA, FlexAttention, SDPA-signature functions), else ``capabilities``."""
+    caps_for = getattr(adapter, "caps_for", None)
+    caps = caps_for(device) if callable(caps_for) else None
+    return caps if caps is not None else adapter.capabilities
+
+
+def property_strategy(kind: str, adapter: Adapter, device: str = "cpu", *, strict: bool = False) -> st.SearchStrategy:
+    """What property ``kind`` draws for ``adapter`` on ``device`` (cases; (case, peak, seed) for ``fp8_offset``), built
+    from its declaration; ``strict``: a draw outside it other than an `Exclusion` raises `strategies.UndeclaredDraw`."""
+    caps = declaration(adapter, device)
     if kind == "forward":
-        return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-fwd")
+        return attention_cases(capabilities=caps, device=device, fp8=False, backward=False, family="hyp-fwd",
+                               strict=strict)
     if kind == "backward":
         return attention_cases(capabilities=caps, device=device, fp8=False, backward=True, family="hyp-bwd",
-                               max_work=1 << 17)
+                               max_work=1 << 17, strict=strict)
     if kind == "fp8":
-        return attention_cases(capabilities=caps, device=device, fp8=True, backward=False, family="hyp-fp8")
+        return attention_cases(capabilities=caps, device=device, fp8=True, backward=False, family="hyp-fp8",
+                               strict=strict)
     if kind == "edges":
-        return edge_cases(capabilities=caps, device=device, family="hyp-edge")
+        return edge_cases(capabilities=caps, device=device, family="hyp-edge", strict=strict)
     if kind == "fp8_offset":
-        return _peaked_fp8_cases(caps)
+        return peaked_fp8_cases(caps, device, strict=strict)
     raise ValueError(f"unknown property kind {kind!r}; expected one of {KINDS}")
 
 
 def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
-    """The property kinds ``adapter`` declares work for."""
-    caps = adapter.capabilities
+    """The property kinds ``adapter`` declares work for on ``device``."""
+    caps = declaration(adapter, device)
     kinds = []
     plain = [d for d in caps.dtypes if not d.startswith("float8")]
     if plain:
         kinds.append("forward")
         if caps.backward:
             kinds.append("backward")
-        if caps.varlen or caps.mask or caps.bias or caps.window or "bottom_right" in caps.alignments:
+        if edge_kinds(caps):
             kinds.append("edges")
     if caps.fp8:
         kinds.extend(["fp8", "fp8_offset"])
     return kinds
 
 
+def _shape_line(case: Case) -> str:
+    return (f"  case: {case.id} (B={case.B} Hq={case.Hq} Hkv={case.Hkv} Lq={case.Lq} Lk={case.Lk} d={case.d} "
+            f"dv={case.dv} dtype={case.dtype})")
+
+
 def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_name: str | None = None,
-                   settings_obj: settings | None = None, pinned: bool = True) -> PropertyRun:
-    """A Hypothesis test of property ``kind`` on ``adapter``; call ``run.test()`` to execute it."""
+                   settings_obj: settings | None = None, pinned: bool = True,
+                   known: KnownFindings | None = None) -> PropertyRun:
+    """A Hypothesis test of property ``kind`` on ``adapter``; call ``run.test()`` to execute it.
+
+    ``known``: the expectations entries in force (`property_tests.known.known_findings`); None = raw verdicts."""
     name = adapter_name or adapter.name
+    caps = declaration(adapter, device)
     run = PropertyRun(kind, adapter, lambda: None)
 
+    def settle(case: Case, verdict: Verdict, repro: bool) -> bool:
+        """True when the example holds (a pass, or a KNOWN failure); raises `PropertyFailure` otherwise."""
+        line = f"\n  repro: {repro_command(name, case)}" if repro else ""
+        if verdict.outcome == NOT_SUPPORTED:
+            if caps.library_check:
+                run.declined.append((case, verdict.message))
+                run.event("declined by the library at run time (rejected)")
+                reject()
+            run.last_failure = (case, verdict)
+            raise PropertyFailure(
+                f"{name}: property {kind!r} failed [declined a claimed case]: the declaration (Capabilities) claims "
+                f"this case and supports() or the call declined it: {verdict.message}\n  a limit the adapter states "
+                f"only in supports() belongs in its Capabilities (backward_head_dims, fp8_tiles, seqlen_multiple, "
+                f"excludes, ...)\n{_shape_line(case)}{line}", case, verdict)
+        if not verdict.failed:
+            return True
+        decision = known.decide(case, verdict) if known is not None else None
+        if decision is not None and decision.outcome == KNOWN:
+            first = verdict.message.strip().splitlines()[0] if verdict.message.strip() else verdict.outcome
+            run.known.append(KnownHit(case, decision.expectation.label(), first))
+            run.event(f"KNOWN ({decision.expectation.id})")
+            return False
+        run.last_failure = (case, verdict)
+        note = f"\n  {decision.note}" if decision is not None and decision.note else ""
+        raise PropertyFailure(
+            f"{name}: property {kind!r} failed [{verdict.outcome} in {verdict.check}]: {verdict.message}{note}\n"
+            f"{_shape_line(case)}{line}", case, verdict)
+
     def check(case: Case) -> None:
-        run.examples_run += 1
         verdict = evaluate(adapter, case, device)
-        if verdict.outcome == "NOT_SUPPORTED":
-            run.event("not supported (strategy drew an unclaimed case)")
-            return
+        holds = settle(case, verdict, repro=True)
+        run.examples_run += 1
         run.event(f"dtype {case.fp8.format + '/' + case.fp8.granularity if case.fp8 else case.dtype}")
         feats = [f for f, on in (("causal", case.causal), ("window", case.window is not None),
                                  ("mask", case.mask is not None), ("bias", case.bias is not None),
                                  ("softcap", case.softcap is not None), ("varlen", case.varlen),
                                  ("gqa", case.Hq != case.Hkv)) if on]
         run.event(f"features {'+'.join(feats) or 'none'}")
-        if not verdict.failed:
+        run.event(f"head dim {case.d}" if case.d in (128, 256) else "head dim < 128" if case.d < 128 else
+                  "head dim other")
+        if holds:
             run.max_usage = max(run.max_usage, verdict.usage)
             target(min(verdict.usage, 1e6), label=f"{kind} tolerance usage")
-            return
-        run.last_failure = (case, verdict)
-        raise PropertyFailure(
-            f"{name}: property {kind!r} failed [{verdict.outcome} in {verdict.check}]: {verdict.message}\n"
-            f"  case: {case.id} (B={case.B} Hq={case.Hq} Hkv={case.Hkv} Lq={case.Lq} Lk={case.Lk} d={case.d} "
-            f"dv={case.dv} dtype={case.dtype})\n  repro: {repro_command(name, case)}",
-            case, verdict)
 
     if kind == "fp8_offset":
         def check_peaked(drawn: tuple[Case, float, int]) -> None:
             case, peak, seed = drawn
-            run.examples_run += 1
             verdict = check_fp8_offset(adapter, case, peak, seed, device)
+            holds = settle(case, verdict, repro=False)  # the peaked inputs are not the case's own: no repro line
+            run.examples_run += 1
             run.event(f"{case.fp8.format}/{case.fp8.granularity}" + (" +hadamard" if case.fp8.incoherent else ""))
-            if not verdict.failed:
+            run.event(f"head dim {case.d}")
+            if holds:
                 run.max_usage = max(run.max_usage, verdict.usage)
                 target(min(verdict.usage, 1e6), label="fp8_offset tolerance usage")
-                return
-            run.last_failure = (case, verdict)
-            raise PropertyFailure(f"{name}: property 'fp8_offset' failed [{verdict.check}]: {verdict.message}\n"
-                                  f"  case: {case.id} (Lq={case.Lq} Lk={case.Lk} d={case.d})", case, verdict)
 
-        test = given(drawn=_strategy(kind, adapter, device))(check_peaked)
+        test = given(drawn=property_strategy(kind, adapter, device))(check_peaked)
         if settings_obj is not None:
             test = settings_obj(test)
         run.test = test
         return run
 
-    test = given(case=_strategy(kind, adapter, device))(check)
+    test = given(case=property_strategy(kind, adapter, device))(check)
     if pinned:
         for case in reversed(PINNED.get(kind, ())):
-            if adapter.supports(case, device) is None:
+            if capability_reason(caps, case, device) is None:  # what the declaration claims (a decline then fails)
                 test = example(case=case)(test)
     if settings_obj is not None:
         test = settings_obj(test)

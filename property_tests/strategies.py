@@ -6,7 +6,10 @@ Two levels, both public and usable from other projects::
 
 - `attention_cases` draws `conformance.case.Case` objects (what to compute plus the input recipe:
   distribution, layout, seed). `conformance.inputs.make_inputs(case)` turns one into arrays. Pass an
-  adapter's `Capabilities` to draw only cases it claims.
+  adapter's `Capabilities` to draw only cases it claims: the strategy is built from the declaration (its dtypes,
+  head dims up to 256 and its backward head dims, FP8 granularities, formats and tile shapes, sequence-length
+  multiple and maximum, features, layouts), so a draw outside it is not made at all; only an `Exclusion` (a
+  combination declined although each part is claimed) is filtered out after drawing.
 - `attention_arrays` draws FP64 arrays (q, k, v, optional mask / bias arrays) plus the keyword
   arguments of `oracles.attention`, for properties of the oracle itself.
 
@@ -20,7 +23,7 @@ problem: B = H = 1, short sequences, d = dv, default scale, no mask, N(0, 1) val
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,12 @@ from attention_conformance.inputs import BIASES, MASKS
 __all__ = [
     "DEFAULT_MAX_WORK",
     "DEFAULT_TILE_SIZES",
+    "DEFAULT_MAX_HEAD_DIM",
+    "SMALL_HEAD_DIMS",
+    "LARGE_HEAD_DIMS",
+    "UndeclaredDraw",
+    "declared_head_dims",
+    "declared_or_reject",
     "MASK_RECIPES",
     "BIAS_RECIPES",
     "FP8_GRANULARITIES",
@@ -56,6 +65,7 @@ __all__ = [
     "attention_shapes",
     "attention_cases",
     "edge_cases",
+    "edge_kinds",
     "EDGE_KINDS",
     "attention_arrays",
     "sample_values",
@@ -76,6 +86,21 @@ FP8_GRANULARITIES = ("per_tensor", "per_head", "per_tile")
 FP8_FORMATS = ("e4m3fn", "e5m2")
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 67, 97, 127, 131, 193, 251, 257)
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: head dims drawn in half the draws, in shrinking order: small sizes, powers of two, sizes kernels special-case
+SMALL_HEAD_DIMS = (8, 16, 4, 1, 2, 32, 24, 40, 64, 80, 96, 192)
+#: the large head dims kernels are built for, drawn in a quarter of the draws
+LARGE_HEAD_DIMS = (128, 256)
+#: the largest head dim drawn where the declaration names none
+DEFAULT_MAX_HEAD_DIM = 256
+#: FP8 per-tile descale sizes drawn where the declaration names no tile shape
+_FP8_TILE_SIZES = (16, 8, 32, 64, 128)
+#: the smallest FP8 head dim drawn (the FP8 paths quantize in blocks of 8 elements and wider)
+_FP8_MIN_HEAD_DIM = 8
+
+
+class UndeclaredDraw(AssertionError):
+    """A strategy built from a declaration drew a case the declaration does not claim (``strict=True``): a gap in
+    the strategy, never the adapter's fault."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,12 +116,22 @@ def special_lengths(max_len: int, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES
 
 
 def lengths(
-    max_len: int = 130, *, min_len: int = 1, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES, edges_only: bool = False
+    max_len: int = 130, *, min_len: int = 1, tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES, edges_only: bool = False,
+    multiple: int | None = None,
 ) -> st.SearchStrategy[int]:
     """Sequence lengths in [min_len, max_len]: mostly 1, primes and tile edges, sometimes any integer
-    (never, with ``edges_only``)."""
+    (never, with ``edges_only``). With ``multiple`` (`Capabilities.seqlen_multiple`): multiples of it only, the
+    tile edges among them favoured; at least one multiple even where ``max_len`` is below it."""
     if max_len < min_len:
         raise ValueError(f"lengths: max_len={max_len} < min_len={min_len}")
+    if multiple is not None and multiple > 1:
+        lo = -(-min_len // multiple)
+        hi = max(lo, max_len // multiple)
+        special = [x for x in special_lengths(hi * multiple, tile_sizes) if x % multiple == 0 and x >= min_len]
+        special = special or [lo * multiple]
+        if edges_only:
+            return st.sampled_from(special)
+        return st.one_of(st.sampled_from(special), st.integers(lo, hi).map(lambda k: k * multiple))
     special = [x for x in special_lengths(max_len, tile_sizes) if x >= min_len] or [min_len]
     if edges_only:
         return st.sampled_from(special)
@@ -104,25 +139,49 @@ def lengths(
 
 
 def head_counts(*, max_hq: int = 8, gqa: bool = True) -> st.SearchStrategy[tuple[int, int]]:
-    """(Hq, Hkv) with Hkv dividing Hq (SEMANTICS.md §9: GQA/MQA ratios 1, 2, 4, 8, Hkv = 1)."""
-
-    @st.composite
-    def _draw(draw) -> tuple[int, int]:
-        hkv = draw(st.integers(1, max(1, max_hq)))
-        if not gqa:
-            return hkv, hkv
-        ratios = [r for r in (1, 2, 3, 4, 8) if r * hkv <= max_hq] or [1]
-        ratio = draw(st.sampled_from(ratios))
-        return hkv * ratio, hkv
-
-    return _draw()
+    """(Hq, Hkv) with Hkv dividing Hq (SEMANTICS.md §9: GQA/MQA ratios 1, 2, 3, 4, 8, Hkv = 1); shrinks to (1, 1)."""
+    top = max(1, max_hq)
+    if not gqa:
+        return st.integers(1, top).map(lambda h: (h, h))
+    return st.sampled_from([(hkv * r, hkv) for hkv in range(1, top + 1) for r in (1, 2, 3, 4, 8) if r * hkv <= top])
 
 
-def head_dims(allowed: Sequence[int] | None = None, *, max_dim: int = 64) -> st.SearchStrategy[int]:
-    """Head dims: powers of two and the odd sizes kernels special-case (8, 16, 32, 64, 80, 96, 128 ...)."""
-    dims = sorted(allowed) if allowed is not None else [x for x in (8, 16, 4, 1, 2, 24, 32, 40, 64, 80, 96, 128)]
-    dims = [x for x in dims if x <= max_dim] or sorted(dims)[:1]
-    return st.sampled_from(dims)
+def head_dims(
+    allowed: Iterable[int] | None = None, *, min_dim: int = 1, max_dim: int = DEFAULT_MAX_HEAD_DIM
+) -> st.SearchStrategy[int]:
+    """Head dims of ``allowed`` (a declared set, e.g. `Capabilities.head_dims`), or with None any in [min_dim,
+    max_dim]: half the draws a favoured one (`SMALL_HEAD_DIMS`), a quarter 128 or 256 (`LARGE_HEAD_DIMS`), a quarter
+    any allowed value; shrinks towards 8. ValueError when nothing is allowed."""
+    def ok(x: int) -> bool:
+        return min_dim <= x <= max_dim and (allowed is None or x in pool)
+
+    pool = set(allowed) if allowed is not None else set()
+    if allowed is not None:
+        choices = sorted(x for x in pool if ok(x))
+        if not choices:
+            raise ValueError(f"head_dims: none of {sorted(pool)} within {min_dim} .. {max_dim}")
+        anything = st.sampled_from(choices)
+    else:
+        if min_dim > max_dim:
+            raise ValueError(f"head_dims: min_dim={min_dim} > max_dim={max_dim}")
+        anything = st.integers(min_dim, max_dim)
+    small = [x for x in SMALL_HEAD_DIMS if ok(x)]
+    large = [x for x in LARGE_HEAD_DIMS if ok(x)]
+    favoured = st.sampled_from(small) if small else anything
+    # one_of picks a branch uniformly: the favoured ones twice as often as each other branch
+    return st.one_of(favoured, favoured, anything, st.sampled_from(large) if large else anything)
+
+
+def declared_head_dims(caps: Capabilities | None, *, backward: bool = False, fp8: bool = False,
+                       max_dim: int = DEFAULT_MAX_HEAD_DIM) -> st.SearchStrategy[int]:
+    """`head_dims` of what ``caps`` declares for a forward (or, with ``backward``, a backward: its
+    ``backward_head_dims``), FP8 ones at least 8, none above ``max_dim`` unless the declaration has nothing lower."""
+    dims, lo, hi = caps.head_dim_bounds(backward) if caps is not None else (None, 1, None)
+    lo = max(lo, _FP8_MIN_HEAD_DIM) if fp8 else lo
+    hi = min(hi, max_dim) if hi is not None else max_dim
+    if dims is not None and not any(lo <= x <= hi for x in dims):
+        hi = min((x for x in dims if x >= lo), default=hi)
+    return head_dims(dims, min_dim=lo, max_dim=max(hi, lo))
 
 
 def float_dtypes(allowed: Sequence[str] | None = None) -> st.SearchStrategy[str]:
@@ -193,25 +252,36 @@ def fp8_specs(
     granularities: Sequence[str] = FP8_GRANULARITIES,
     formats: Sequence[str] = FP8_FORMATS,
     incoherent: bool | None = None,
+    tiles: Iterable[tuple[int, int]] | None = None,
 ) -> st.SearchStrategy[FP8Spec]:
     """FP8 settings (SEMANTICS.md §10-§11): format, scaling granularity, tile sizes, incoherent processing.
 
     Incoherent processing needs a power-of-two head dim (Hadamard transform); it is never drawn
-    otherwise. ``incoherent=None`` draws both.
+    otherwise. ``incoherent=None`` draws both. ``tiles``: the (tile_q, tile_k) shapes per-tile descales may have
+    (`Capabilities.fp8_tiles`); None = any of 8 .. 128.
     """
     pow2 = d >= 1 and d & (d - 1) == 0
-    inc = st.just(False) if not pow2 else (st.booleans() if incoherent is None else st.just(bool(incoherent)))
     if incoherent and not pow2:
         raise ValueError(f"fp8_specs: incoherent processing needs a power-of-two head dim; got d={d}")
-    return st.builds(
-        FP8Spec,
-        format=st.sampled_from(list(formats)),
-        granularity=st.sampled_from(list(granularities)),
-        tile_q=st.sampled_from([16, 8, 32, 64, 128]),
-        tile_k=st.sampled_from([16, 8, 32, 64, 128]),
-        incoherent=inc,
-        hadamard_seed=st.integers(0, 3),
-    )
+    return _fp8_specs(pow2, tuple(granularities), tuple(formats), incoherent,
+                      None if tiles is None else tuple(sorted(tiles)))
+
+
+def _fp8_specs(pow2: bool, granularities: Sequence[str], formats: Sequence[str], incoherent: bool | None,
+               tiles: Sequence[tuple[int, int]] | None) -> st.SearchStrategy[FP8Spec]:
+    inc = st.just(False) if not pow2 else (st.booleans() if incoherent is None else st.just(bool(incoherent)))
+    free = st.tuples(st.sampled_from(_FP8_TILE_SIZES), st.sampled_from(_FP8_TILE_SIZES))
+    declared = st.sampled_from(sorted(tiles)) if tiles is not None else free
+
+    @st.composite
+    def _draw(draw) -> FP8Spec:
+        fmt = draw(st.sampled_from(list(formats)))
+        granularity = draw(st.sampled_from(list(granularities)))
+        tile_q, tile_k = draw(declared if granularity == "per_tile" else free)
+        return FP8Spec(format=fmt, granularity=granularity, tile_q=tile_q, tile_k=tile_k, incoherent=draw(inc),
+                       hadamard_seed=draw(st.integers(0, 3)))
+
+    return _draw()
 
 
 def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True) -> st.SearchStrategy[tuple]:
@@ -221,15 +291,12 @@ def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True) -> st.
     """
     lo = 0 if allow_empty else 1
 
-    @st.composite
-    def _draw(draw) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        sq = draw(st.lists(st.integers(min(lo, Lq), Lq), min_size=B, max_size=B))
-        sk = draw(st.lists(st.integers(min(lo, Lk), Lk), min_size=B, max_size=B))
-        full = draw(st.integers(0, B - 1))
+    def made(sq: list[int], sk: list[int], full: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         sq[full], sk[full] = Lq, Lk
         return tuple(sq), tuple(sk)
 
-    return _draw()
+    return st.builds(made, st.lists(st.integers(min(lo, Lq), Lq), min_size=B, max_size=B),
+                     st.lists(st.integers(min(lo, Lk), Lk), min_size=B, max_size=B), st.integers(0, B - 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,29 +372,65 @@ def attention_shapes(
     max_batch: int = 3,
     max_hq: int = 8,
     gqa: bool = True,
-    dims: Sequence[int] | None = None,
+    dims: Sequence[int] | st.SearchStrategy[int] | None = None,
     max_dim: int = 64,
     dv_ne_d: bool = True,
     tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
     edges_only: bool = False,
+    seqlen_multiple: int | None = None,
 ) -> st.SearchStrategy[dict[str, int]]:
-    """Dicts {B, Hq, Hkv, Lq, Lk, d, dv} whose forward work ``B*Hq*Lq*Lk*(d+dv)`` is <= ``max_work``."""
+    """Dicts {B, Hq, Hkv, Lq, Lk, d, dv} whose forward work ``B*Hq*Lq*Lk*(d+dv)`` is <= ``max_work`` (a length
+    held to ``seqlen_multiple`` may take the budget past it: one multiple is the shortest length there is).
+
+    ``dims``: a strategy for d and dv (e.g. `declared_head_dims`), or the head dims to sample from (those up to
+    ``max_dim``), or None for `head_dims` up to ``max_dim``."""
+    if isinstance(dims, st.SearchStrategy):
+        dim_strategy = dims
+    elif dims is not None:
+        dim_strategy = st.sampled_from([x for x in sorted(dims) if x <= max_dim] or sorted(dims)[:1])
+    else:
+        dim_strategy = head_dims(max_dim=max_dim)
 
     @st.composite
     def _draw(draw) -> dict[str, int]:
-        d = draw(head_dims(dims, max_dim=max_dim))
-        dv = draw(head_dims(dims, max_dim=max_dim)) if dv_ne_d and draw(st.booleans()) else d
+        d = draw(dim_strategy)
+        dv = draw(dim_strategy) if dv_ne_d and draw(st.booleans()) else d
         per = d + dv
         q_cap = max(1, min(max_len, max_work // per))
-        Lq = draw(lengths(q_cap, tile_sizes=tile_sizes, edges_only=edges_only))
+        Lq = draw(lengths(q_cap, tile_sizes=tile_sizes, edges_only=edges_only, multiple=seqlen_multiple))
         k_cap = max(1, min(max_len, max_work // (per * Lq)))
-        Lk = draw(lengths(k_cap, tile_sizes=tile_sizes, edges_only=edges_only))
+        Lk = draw(lengths(k_cap, tile_sizes=tile_sizes, edges_only=edges_only, multiple=seqlen_multiple))
         room = max(1, max_work // (per * Lq * Lk))
         hq, hkv = draw(head_counts(max_hq=max(1, min(max_hq, room)), gqa=gqa))
         B = draw(st.integers(1, max(1, min(max_batch, room // hq))))
         return dict(B=B, Hq=hq, Hkv=hkv, Lq=Lq, Lk=Lk, d=d, dv=dv)
 
     return _draw()
+
+
+def declared_or_reject(caps: Capabilities | None, case: Case, device: str, strict: bool) -> Case:
+    """``case`` when ``caps`` claims it. A case an `Exclusion` declines is filtered out (the strategy does not model
+    combinations); any other undeclared case is a gap in the strategy: filtered out, or `UndeclaredDraw` when
+    ``strict``."""
+    if caps is None:
+        return case
+    reason = capability_reason(caps, case, device)
+    if reason is None:
+        return case
+    if strict and not any(e.applies(case) for e in caps.excludes):
+        raise UndeclaredDraw(f"drew {case.id}, which the declaration does not claim: {reason}")
+    assume(False)
+    return case
+
+
+def _declared(caps: Capabilities, device: str) -> tuple[list[str], bool]:
+    """(the plain dtypes, whether FP8 is declared); ValueError when ``caps`` declares neither on ``device``."""
+    if str(device).split(":")[0] not in caps.devices:
+        raise ValueError(f"the declaration claims devices {sorted(caps.devices)}, not {device!r}")
+    plain = [x for x in _FLOAT_DTYPES if x in caps.dtypes]
+    if not plain and not caps.fp8:
+        raise ValueError("the declaration claims no dtype: neither a plain one nor an FP8 granularity")
+    return plain, bool(caps.fp8)
 
 
 def attention_cases(
@@ -342,59 +445,88 @@ def attention_cases(
     max_len: int = 260,
     max_batch: int = 3,
     max_hq: int = 8,
-    max_dim: int = 64,
+    max_dim: int = DEFAULT_MAX_HEAD_DIM,
     tile_sizes: Sequence[int] = DEFAULT_TILE_SIZES,
     features: bool = True,
     value_distributions: Sequence[str] = DISTRIBUTIONS,
     edges_only: bool = False,
+    strict: bool = False,
 ) -> st.SearchStrategy[Case]:
-    """`Case` objects, optionally restricted to what ``capabilities`` claims on ``device``.
+    """`Case` objects, restricted to what ``capabilities`` claims on ``device`` when given.
 
     ``fp8``: True = only FP8 cases, False = none, None = both when the capabilities allow. ``backward``
     likewise. ``features=False`` draws only plain attention (no causal/window/mask/bias/softcap/varlen).
-    Every drawn case satisfies ``capability_reason(capabilities, case, device) is None``.
+    The strategy is built from the declaration (module docstring), so every drawn case satisfies
+    ``capability_reason(capabilities, case, device) is None``; ``strict=True`` raises `UndeclaredDraw` for a draw
+    it would otherwise have to filter out (tests of the strategy use it). ValueError when the declaration cannot
+    give what is asked (``fp8=True`` without an FP8 granularity, ``backward=True`` without a backward, no dtype).
     """
     caps = capabilities
+    plain, can_fp8 = _declared(caps, device) if caps is not None else (list(_FLOAT_DTYPES), True)
+    plain = [x for x in plain if dtypes is None or x in dtypes]
+    if fp8 and not can_fp8:
+        raise ValueError("attention_cases(fp8=True) but the capabilities declare no FP8 granularity")
+    if fp8 is False and not plain:
+        raise ValueError(f"attention_cases(fp8=False) but no plain dtype is declared (and in dtypes={dtypes})")
+    if backward and caps is not None and not caps.backward:
+        raise ValueError("attention_cases(backward=True) but the capabilities declare no backward")
+    if backward and (fp8 or not plain):
+        raise ValueError("attention_cases(backward=True) needs a plain dtype: FP8 cases are forward only")
+    if caps is not None and caps.max_seqlen is not None:
+        max_len = min(max_len, caps.max_seqlen)
+    multiple = caps.seqlen_multiple if caps is not None else None
+    alignments_ = sorted(caps.alignments) if caps is not None else list(ALIGNMENTS)
+    made: dict[tuple, st.SearchStrategy] = {}  # strategies built once per (backward, fp8) or power-of-two d
+
+    def shapes(want_bwd: bool, want_fp8: bool) -> st.SearchStrategy[dict[str, int]]:
+        key = ("shape", want_bwd, want_fp8)
+        if key not in made:
+            made[key] = attention_shapes(
+                max_work=max_work, max_len=max_len, max_batch=max_batch, max_hq=max_hq, gqa=caps is None or caps.gqa,
+                dims=declared_head_dims(caps, backward=want_bwd, fp8=want_fp8, max_dim=max_dim),
+                dv_ne_d=(caps is None or caps.dv_ne_d) and not want_fp8, tile_sizes=tile_sizes,
+                edges_only=edges_only, seqlen_multiple=multiple)
+        return made[key]
+
+    def fp8_for(pow2: bool) -> st.SearchStrategy[FP8Spec]:
+        key = ("fp8", pow2)
+        if key not in made:
+            grans = [g for g in FP8_GRANULARITIES if caps is None or g in caps.fp8]
+            fmts = [f for f in FP8_FORMATS if caps is None or not caps.fp8_formats or f in caps.fp8_formats]
+            tiles = None if caps is None or caps.fp8_tiles is None else tuple(sorted(caps.fp8_tiles))
+            made[key] = _fp8_specs(pow2, grans, fmts, None, tiles)
+        return made[key]
 
     @st.composite
     def _draw(draw) -> Case:
-        can_fp8 = caps is None or bool(caps.fp8)
-        want_fp8 = draw(st.booleans()) if fp8 is None and can_fp8 else bool(fp8 and can_fp8)
-        if fp8 and not can_fp8:
-            raise ValueError("attention_cases(fp8=True) but the capabilities declare no FP8 granularity")
-        dims = sorted(caps.head_dims) if caps is not None and caps.head_dims is not None else None
-        if want_fp8:
-            dims = [x for x in (dims or (16, 32, 64, 8, 24, 40)) if x >= 8] or dims
-        shape = draw(attention_shapes(
-            max_work=max_work, max_len=max_len, max_batch=max_batch, max_hq=max_hq,
-            gqa=caps is None or caps.gqa, dims=dims, max_dim=max_dim,
-            dv_ne_d=(caps is None or caps.dv_ne_d) and not want_fp8, tile_sizes=tile_sizes, edges_only=edges_only,
-        ))
+        if fp8 is None and not backward:
+            want_fp8 = draw(st.booleans()) if (can_fp8 and plain) else not plain
+        else:
+            want_fp8 = bool(fp8)
+        can_bwd = (caps is None or caps.backward) and not want_fp8  # FP8 cases are forward only
+        want_bwd = can_bwd and (draw(st.booleans()) if backward is None else bool(backward))
+        shape = draw(shapes(want_bwd, want_fp8))
         d, Lq, Lk, B = shape["d"], shape["Lq"], shape["Lk"], shape["B"]
         kw: dict[str, Any] = {}
         if want_fp8:
-            grans = [g for g in FP8_GRANULARITIES if caps is None or g in caps.fp8]
-            fmts = [f for f in FP8_FORMATS if caps is None or not caps.fp8_formats or f in caps.fp8_formats]
-            spec = draw(fp8_specs(d, granularities=grans, formats=fmts))
+            spec = draw(fp8_for(d >= 1 and d & (d - 1) == 0))
             kw["fp8"] = spec
             kw["dtype"] = "float8_e4m3fn" if spec.format == "e4m3fn" else "float8_e5m2"
         else:
-            allowed = [x for x in (dtypes or _FLOAT_DTYPES) if caps is None or x in caps.dtypes]
-            assume(allowed)
-            kw["dtype"] = draw(float_dtypes(allowed))
+            kw["dtype"] = draw(float_dtypes(plain))
         if caps is None or caps.custom_scale:
             kw["scale"] = draw(scales(d))
         if features:
-            can_causal = caps is None or bool(caps.alignments)
+            can_causal = bool(alignments_)
             if can_causal and draw(st.booleans()):
                 kw["causal"] = True
-                kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
-            elif caps is not None and caps.alignments:
-                kw["alignment"] = sorted(caps.alignments)[0]
-            if (caps is None or caps.window) and draw(st.integers(0, 3)) == 3:
+                kw["alignment"] = draw(st.sampled_from(alignments_))
+            elif caps is not None and alignments_:
+                kw["alignment"] = alignments_[0]
+            if (caps is None or caps.window) and alignments_ and draw(st.integers(0, 3)) == 3:
                 kw["window"] = draw(windows(Lq, Lk))
                 if "alignment" not in kw or not kw.get("causal"):
-                    kw["alignment"] = draw(st.sampled_from(sorted(caps.alignments) if caps else list(ALIGNMENTS)))
+                    kw["alignment"] = draw(st.sampled_from(alignments_))
             if (caps is None or caps.mask) and draw(st.integers(0, 3)) == 3:
                 kw["mask"] = draw(st.sampled_from(MASK_RECIPES))
             if (caps is None or caps.bias) and draw(st.integers(0, 4)) == 4:
@@ -407,8 +539,8 @@ def attention_cases(
                 kw["sinks"] = draw(st.sampled_from(SINK_RECIPES))
             if not want_fp8 and (caps is None or caps.chunk) and draw(st.integers(0, 3)) == 3:
                 kw["chunk"] = draw(chunk_sizes(Lq, Lk))
-            if (not want_fp8 and caps is not None and caps.kv_append and "seqlens_k" not in kw and Lk >= Lq
-                    and "seqlens_q" not in kw
+            if (not want_fp8 and caps is not None and caps.kv_append and "bottom_right" in alignments_
+                    and "seqlens_k" not in kw and Lk >= Lq and "seqlens_q" not in kw
                     and draw(st.integers(0, 3)) == 3):
                 kw["kv_append"] = draw(cache_lengths(B, Lq, Lk))
                 kw["causal"], kw["alignment"] = True, "bottom_right"
@@ -421,23 +553,35 @@ def attention_cases(
         if caps is not None and not want_fp8:  # paged K/V only where claimed (never with FP8 codes)
             allowed_layouts += [x for x in PAGED_LAYOUTS if x in caps.layouts]
         kw["layout"] = draw(layouts(allowed_layouts))
-        can_bwd = (caps is None or caps.backward) and not want_fp8
-        kw["backward"] = (draw(st.booleans()) if backward is None else bool(backward)) and can_bwd
-        if backward and not can_bwd:
-            assume(False)
-        if kw["backward"] and (caps is None or caps.lse_grad) and draw(st.integers(0, 2)) == 2:
+        kw["backward"] = want_bwd
+        if want_bwd and (caps is None or caps.lse_grad) and draw(st.integers(0, 2)) == 2:
             kw["lse_grad"] = True  # an LSE cotangent: d sink's dLSE term, dS = P (dP - D + dlse) (§13, §18)
         kw["seed"] = draw(st.integers(0, 2**31 - 1))
-        case = Case(family=family, **shape, **kw)
-        if caps is not None:
-            assume(capability_reason(caps, case, device) is None)
-        return case
+        return declared_or_reject(caps, Case(family=family, **shape, **kw), device, strict)
 
     return _draw()
 
 
 EDGE_KINDS = ("mask_full_rows", "mask_none_visible", "bias_neg_inf_rows", "causal_lq_gt_lk", "varlen_empty",
               "window_narrow", "sink_empty_rows")
+
+
+def edge_kinds(caps: Capabilities | None) -> list[str]:
+    """The `EDGE_KINDS` ``caps`` claims (all of them without a declaration)."""
+    kinds = []
+    if caps is None or caps.mask:
+        kinds += ["mask_full_rows", "mask_none_visible"]
+    if caps is None or caps.bias:
+        kinds.append("bias_neg_inf_rows")
+    if caps is None or "bottom_right" in caps.alignments:
+        kinds.append("causal_lq_gt_lk")
+    if caps is None or caps.varlen:
+        kinds.append("varlen_empty")
+    if caps is None or (caps.window and "bottom_right" in caps.alignments):
+        kinds.append("window_narrow")
+    if caps is None or (caps.sinks and caps.mask):
+        kinds.append("sink_empty_rows")
+    return kinds
 
 
 def edge_cases(
@@ -448,33 +592,25 @@ def edge_cases(
     max_len: int = 260,
     max_work: int = DEFAULT_MAX_WORK,
     tile_sizes: Sequence[int] = (16, 32, 64, 128, 256),
+    strict: bool = False,
 ) -> st.SearchStrategy[Case]:
     """Forward cases in the bug-dense corner: lengths only at 1, primes and tile edges, and always at least
     one source of fully masked rows (SEMANTICS.md §8): a mask with empty rows or no visible entry, -inf bias
     rows, bottom-right causal with Lq > Lk, varlen with empty sequences, or a narrow window. Only kinds the
-    ``capabilities`` claim are drawn."""
+    ``capabilities`` claim are drawn (`edge_kinds`; ValueError when it claims none)."""
     caps = capabilities
+    kinds = edge_kinds(caps)
+    if not kinds:
+        raise ValueError("edge_cases: the declaration claims no source of fully masked rows (mask, bias, "
+                         "bottom-right causal, varlen, window)")
+    base = attention_cases(capabilities=caps, device=device, family=family, fp8=False, backward=False,
+                           max_len=max_len, max_work=max_work, max_batch=2, max_hq=4, tile_sizes=tile_sizes,
+                           features=False, edges_only=True, strict=strict)
 
     @st.composite
     def _draw(draw) -> Case:
-        kinds = []
-        if caps is None or caps.mask:
-            kinds += ["mask_full_rows", "mask_none_visible"]
-        if caps is None or caps.bias:
-            kinds.append("bias_neg_inf_rows")
-        if caps is None or "bottom_right" in caps.alignments:
-            kinds.append("causal_lq_gt_lk")
-        if caps is None or caps.varlen:
-            kinds.append("varlen_empty")
-        if caps is None or (caps.window and "bottom_right" in caps.alignments):
-            kinds.append("window_narrow")
-        if caps is None or (caps.sinks and caps.mask):
-            kinds.append("sink_empty_rows")
-        assume(kinds)
         kind = draw(st.sampled_from(kinds))
-        case = draw(attention_cases(capabilities=caps, device=device, family=family, fp8=False, backward=False,
-                                    max_len=max_len, max_work=max_work, max_batch=2, max_hq=4, tile_sizes=tile_sizes,
-                                    features=False, edges_only=True))
+        case = draw(base)
         if kind == "mask_full_rows":
             case = case.replace(mask="full_rows")
         elif kind == "mask_none_visible":
@@ -495,9 +631,7 @@ def edge_cases(
         else:
             w = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
             case = case.replace(window=w, alignment="bottom_right")
-        if caps is not None:
-            assume(capability_reason(caps, case, device) is None)
-        return case
+        return declared_or_reject(caps, case, device, strict)
 
     return _draw()
 

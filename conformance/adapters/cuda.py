@@ -51,7 +51,6 @@ from attention_conformance.adapters.base import (
     Capabilities,
     CaseInputs,
     ForwardOutput,
-    capability_reason,
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
@@ -138,9 +137,6 @@ class _CudaAdapter(Adapter):
             if name and getattr(lib, name, None) is None:
                 return f"{cuda_lib.library_path()} does not export {name}"
         return None
-
-    def supports(self, case: Case, device: str) -> str | None:
-        return capability_reason(self.capabilities, case, device.split(":")[0])
 
     def version(self) -> str:
         try:
@@ -344,11 +340,11 @@ class CudaFA3(_CudaAdapter):
                    "at d = 64")
     fwd_launcher = "attn_fa3_fwd"
     bwd_launcher = "attn_fa3_bwd"
-    # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (`supports` declines 256 by name); the LSE
-    # cotangent enters as D - dlse in the shared preprocess (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks
-    # stay unclaimed: the FA3 forward does not fold them in.
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, lse_grad=True)
-    bwd_head_dims: ClassVar[frozenset[int]] = frozenset({64, 128})
+    # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (the instantiations of attn_fa3_bwd; the forward
+    # also covers 256); the LSE cotangent enters as D - dlse in the shared preprocess (include/bwd_prepost.cuh,
+    # SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, lse_grad=True,
+                                       backward_head_dims=frozenset({64, 128}))
     # Every catalog layout is expressible as a TMA tensor map: head dims 64/128/256 make every stride of
     # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an
     # extent-1 map dimension (kernels/cuda/include/hopper/tma_host.cuh). Strides TMA cannot express would be
@@ -363,12 +359,6 @@ class CudaFA3(_CudaAdapter):
             return f"{self.name} is built for sm_90a (Hopper, compute capability 9.0) only; device has {cap}"
         return None
 
-    def supports(self, case: Case, device: str) -> str | None:
-        reason = super().supports(case, device)
-        if reason is None and case.backward and case.d not in self.bwd_head_dims:
-            return (f"backward head dim d={case.d} not compiled (attn_fa3_bwd: head dims "
-                    f"{sorted(self.bwd_head_dims)}; the forward also covers 256)")
-        return reason
 
 class CudaFA3FP8(CudaFA3):
     name = "cuda-fa3-fp8"
@@ -377,27 +367,19 @@ class CudaFA3FP8(CudaFA3):
                    "max offset, descales per tensor, per (batch, kv head) or per 128 x 128 tile, bf16 output")
     fwd_launcher = "attn_fa3_fp8_fwd"
     bwd_launcher = None  # a forward kernel (FP8 training backward is not in the contract)
-    # FP8 only (no fp16 / bf16 inputs), head dims 64, 128 and 256 (the instantiations of fa3_fp8_fwd.cu); causal both
-    # alignments, windows, softcap, GQA, varlen and every dense layout go through the FP16/BF16 kernel's plumbing
-    # (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens before the kernel: it gets rotated codes.
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(),
-                                       head_dims=frozenset({64, 128, 256}),
-                                       fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
-                                       fp8_formats=frozenset({"e4m3fn", "e5m2"}))
     #: per-tile descale blocks the kernel applies (SEMANTICS.md §10): its 128-row query tiles and 128-key blocks
     #: (one key tile at d = 64 / 128, two of 64 keys at d = 256)
     TILE = 128
+    # FP8 only (no fp16 / bf16 inputs), head dims 64, 128 and 256 (the instantiations of fa3_fp8_fwd.cu), per-tile
+    # descales of TILE x TILE only; causal both alignments, windows, softcap, GQA, varlen and every dense layout go
+    # through the FP16/BF16 kernel's plumbing (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens
+    # before the kernel: it gets rotated codes.
+    capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(),
+                                       head_dims=frozenset({64, 128, 256}),
+                                       fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
+                                       fp8_formats=frozenset({"e4m3fn", "e5m2"}), fp8_tiles=frozenset({(TILE, TILE)}))
     #: how V reaches the kernel (cuda_lib.FP8_V_LAYOUT_CODES): its codes as rows, transposed in shared memory
     v_layout = "rows"
-
-    def supports(self, case: Case, device: str) -> str | None:
-        if case.fp8 is None:
-            return "FP8-only adapter: the case has no FP8 settings (Case.fp8 is None)"
-        spec = case.fp8
-        if spec.granularity == "per_tile" and (spec.tile_q, spec.tile_k) != (self.TILE, self.TILE):
-            return (f"per-tile descales of {spec.tile_q} x {spec.tile_k} rows: the kernel's tiles are "
-                    f"{self.TILE} x {self.TILE}, so only tile_q = tile_k = {self.TILE} is supported")
-        return super().supports(case, device)
 
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         from attention_conformance.kernels import cuda_lib

@@ -159,6 +159,8 @@ class CudnnFP8(Adapter):
         dtypes=frozenset(), devices=frozenset({"cuda"}), dv_ne_d=False, alignments=frozenset(ALIGNMENTS),
         gqa=True, custom_scale=True, layouts=frozenset({"contiguous", "bshd"}), lse=True,
         fp8=frozenset({"per_tensor"}), fp8_formats=frozenset({"e4m3fn", "e5m2"}),
+        library_check="cuDNN's check_support of the sdpa_fp8 graph built for the case's shapes (head dims, alignments "
+                      "and formats on this GPU)",
     )
 
     def unavailable_reason(self, device: str) -> str | None:

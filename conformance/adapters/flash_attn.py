@@ -55,6 +55,7 @@ from attention_conformance.adapters.base import (
     BackwardOutput,
     Capabilities,
     CaseInputs,
+    Exclusion,
     ForwardOutput,
 )
 from attention_conformance.adapters.variants import (
@@ -310,9 +311,6 @@ class _FlashAttnBase(Adapter):
     def claim_reason(self, case: Case, device: str) -> str | None:
         """The decline `supports` takes from the declarations alone (what the library claims, what the spelling
         of this case carries: `spellings`), without this machine: None means claimed."""
-        if case.window is not None and case.alignment == "top_left" and (case.Lq != case.Lk or case.varlen):
-            return ("flash-attn windows are centred on the bottom-right diagonal; a top-left window with "
-                    "Lq != Lk (or varlen lengths) is not expressible")
         entry = self.entry(case)
         label = (variant_name(type(self).name, entry) if entry == self.entry_point
                  else f"{type(self).name}'s spelling for this case, {entry}")
@@ -332,8 +330,7 @@ class _FlashAttnBase(Adapter):
         return "varlen_func" if case.varlen else "func"
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
-        if max(case.d, case.dv) > 256:
-            return f"flash-attn supports head dims up to 256; d={case.d}, dv={case.dv}"
+        """A limit that depends on the device found at run time (the declaration holds the others)."""
         return None
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -490,8 +487,18 @@ class _FlashAttnBase(Adapter):
         return FaCall("flash_attn_func", "bshd", f"{prefix}flash_attn_func", kwargs, dict(return_attn_probs=want_lse))
 
 
+#: FA2 / FA3: the one spelling that takes a block table, flash_attn_with_kvcache, computes no gradient and takes
+#: per-batch key lengths only
+_PAGED_FORWARD_ONLY = Exclusion("paged K/V is forward only: the spelling with a block table (flash_attn_with_kvcache) "
+                                "computes no gradient", lambda c: c.backward and page_size_of(c.layout) is not None)
+_PAGED_NO_SEQLENS_Q = Exclusion("paged K/V with query lengths: the spelling with a block table "
+                                "(flash_attn_with_kvcache) takes per-batch key lengths (cache_seqlens), not query "
+                                "lengths",
+                                lambda c: c.seqlens_q is not None and page_size_of(c.layout) is not None)
+
+
 def _fa_caps(**kw) -> Capabilities:
-    base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=None, dv_ne_d=False,
+    base = dict(dtypes=_HALF, devices=frozenset({"cuda"}), head_dims=None, max_head_dim=256, dv_ne_d=False,
                 alignments=frozenset({"bottom_right"}), window=True, mask=False, bias=False, softcap=True, gqa=True,
                 varlen=True, custom_scale=True, layouts=frozenset(LAYOUTS), lse=True, backward=True,
                 memory="linear")
@@ -534,7 +541,8 @@ class FlashAttn2(_FlashAttnBase):
     spellings = FA23_SPELLINGS
     page_table_kw = "block_table"
     # FA2's block_table takes pages of a multiple of 256 keys: of the paged layouts, paged256
-    capabilities = _fa_caps(layouts=frozenset(LAYOUTS) | {"paged256"})
+    capabilities = _fa_caps(layouts=frozenset(LAYOUTS) | {"paged256"},
+                            excludes=(_PAGED_FORWARD_ONLY, _PAGED_NO_SEQLENS_Q))
 
     def _check_module(self, mod) -> str | None:
         version = str(getattr(mod, "__version__", ""))
@@ -568,18 +576,15 @@ class FlashAttn3(_FlashAttnBase):
     spellings = FA23_SPELLINGS
     page_table_kw = "page_table"
     capabilities = _fa_caps(fp8=frozenset({"per_tensor", "per_head"}), fp8_formats=frozenset({"e4m3fn"}),
-                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS))
+                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS),
+                            excludes=(Exclusion("FA3 FP8 is forward only", lambda c: c.fp8 is not None and c.backward),
+                                      _PAGED_FORWARD_ONLY, _PAGED_NO_SEQLENS_Q))
 
     def _extra_reason(self, case: Case, device: str) -> str | None:
-        reason = super()._extra_reason(case, device)  # head dims up to 256
-        if reason:
-            return reason
         if case.fp8 is not None:
             cc = tc.cuda_capability()
             if cc is not None and cc < (9, 0):
                 return f"FA3 FP8 needs sm90; this GPU is sm{cc[0]}{cc[1]}"
-            if case.backward:
-                return "FA3 FP8 is forward only"
         return None
 
     def _tensors(self, inputs, case, device, requires_grad):
@@ -680,8 +685,16 @@ class FlashAttn4(_FlashAttnBase):
     # seen on the H200 (tools/fa4_smoke.py records them): kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90
     # FlashAttentionForwardSm90_..., and FlashAttentionBackwardPreprocess / BackwardSm90 / BackwardPostprocess
     expected_kernels = (("FlashAttentionForwardSm90",), ("FlashAttentionBackwardSm90",))
-    capabilities = _fa_caps(head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True,
-                            layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS), sinks=True, lse_grad=True)
+    capabilities = _fa_caps(
+        head_dims=FA4_SM90_HEAD_DIMS, dv_ne_d=True, layouts=frozenset(LAYOUTS) | frozenset(PAGED_LAYOUTS), sinks=True,
+        lse_grad=True, excludes=(
+            Exclusion("FA4's sm90 backward with GQA/MQA needs head_dim == head_dim_v (FlashAttentionBackwardSm90 "
+                      "asserts it)", lambda c: c.backward and c.Hq != c.Hkv and c.d != c.dv),
+            Exclusion("FA4's sm90 paged K/V loaded without TMA needs head dims that are multiples of 16 ('Paged KV "
+                      "does not support irregular head dim')",
+                      lambda c: page_size_of(c.layout) is not None and bool(c.d % 16 or c.dv % 16)),
+            Exclusion("FA4's backward takes no page_table (paged K/V is forward only)",
+                      lambda c: c.backward and page_size_of(c.layout) is not None)))
 
     def version(self) -> str:
         """The distribution's version from package metadata (flash_attn.cute.__version__ asks for a
@@ -709,15 +722,6 @@ class FlashAttn4(_FlashAttnBase):
         if page_size_of(case.layout) is not None:
             return "paged"
         return "varlen_func" if case.varlen else "func"
-
-    def _extra_reason(self, case: Case, device: str) -> str | None:
-        if case.backward and case.Hq != case.Hkv and case.d != case.dv:
-            return (f"FA4's sm90 backward with GQA/MQA needs head_dim == head_dim_v (d={case.d}, dv={case.dv}; "
-                    "FlashAttentionBackwardSm90 asserts it)")
-        if page_size_of(case.layout) is not None and (case.d % 16 or case.dv % 16):
-            return (f"FA4's sm90 paged K/V loaded without TMA needs head dims that are multiples of 16 "
-                    f"(d={case.d}, dv={case.dv}: 'Paged KV does not support irregular head dim')")
-        return None
 
     def _finite_tail(self, k_pool, v_pool, table, lens, page_size):
         k_pool, v_pool = k_pool.copy(), v_pool.copy()

@@ -178,11 +178,6 @@ class ReferenceFA3FP8(_Reference):
                          sinks=False, chunk=False, lse_grad=False,
                          fp8_formats=frozenset({"e4m3fn", "e5m2"}))
 
-    def supports(self, case: Case, device: str) -> str | None:
-        if case.fp8 is None:
-            return "FP8-only adapter: the case has no FP8 settings (Case.fp8 is None)"
-        return super().supports(case, device)
-
     def forward(self, inputs: CaseInputs, case: Case, device: str) -> ForwardOutput:
         qi = inputs.fp8_codes(case.fp8)
         kw = dict(case.oracle_kwargs)

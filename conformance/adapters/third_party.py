@@ -128,6 +128,9 @@ class SdpaFunctionAdapter(Adapter):
             lse=False,
             backward=ok("backward"),
             padding_as_mask=True,
+            seqlen_multiple=c.seqlen_multiple,
+            library_check="the probes of the function (conformance/adapters/sdpa_probes.py) and its declaration's "
+                          "limits the fields here cannot state (conformance/declared.py)",
         )
 
     @property

@@ -68,11 +68,14 @@ _CPU_CAPS = Capabilities(
 #: the smallest head dim (d and dv) the compiled CUDA kernel lowers (inductor raises NYI below it)
 CUDA_MIN_HEAD_DIM = 16
 
-# the CPU claims, less float64, plus the backward that only the compiled CUDA path has
+# the CPU claims, less float64 and head dims below CUDA_MIN_HEAD_DIM (torch 2.11 on the H200: LoweringException "NYI:
+# embedding dimension of the query, key, and value must be at least 16"), plus the backward only the compiled CUDA
+# path has
 _CUDA_CAPS = dataclasses.replace(
     _CPU_CAPS,
     dtypes=frozenset({"float32", "float16", "bfloat16"}),
     devices=frozenset({"cuda"}),
+    min_head_dim=CUDA_MIN_HEAD_DIM,
     backward=True,
 )
 
@@ -209,13 +212,7 @@ class FlexAttention(Adapter):
 
     def claim_reason(self, case: Case, device: str) -> str | None:
         """The decline `supports` takes from the declarations alone, without this machine: None means claimed."""
-        reason = capability_reason(self.caps_for(device), case, device)
-        if reason is None and device.startswith("cuda") and min(case.d, case.dv) < CUDA_MIN_HEAD_DIM:
-            # torch 2.11 on the H200: LoweringException "NYI: embedding dimension of the query, key, and value
-            # must be at least 16" from the compiled kernel's lowering
-            return (f"compiled FlexAttention needs head dims >= {CUDA_MIN_HEAD_DIM} on CUDA (inductor: NYI), the case "
-                    f"has d={case.d}, dv={case.dv}")
-        return reason
+        return capability_reason(self.caps_for(device), case, device)
 
     # -- the call ---------------------------------------------------------------------------------
     def _function(self, device: str):

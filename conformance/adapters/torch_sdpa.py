@@ -517,7 +517,9 @@ _FUSED_MARKERS = ("flash_fwd", "flash_bwd", "fmha_cutlass", "cudnn_generated", "
 def _caps(**kw) -> Capabilities:
     base = dict(dtypes=_ALL_FLOAT, devices=frozenset({"cpu"}), alignments=frozenset(ALIGNMENTS), window=True,
                 mask=True, bias=True, softcap=False, gqa=True, varlen=True, custom_scale=True,
-                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True)
+                layouts=frozenset(LAYOUTS), lse=False, backward=True, deterministic=False, padding_as_mask=True,
+                library_check="torch SDPA's dispatcher for the pinned backend (its reasons, `_torch_refusal`; "
+                              "'No available kernel' at the call)")
     base.update(kw)
     base.setdefault("chunk", base["window"])  # chunks go through the same dense attn_mask as windows (§19)
     return Capabilities(**base)

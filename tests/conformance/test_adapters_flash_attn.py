@@ -411,7 +411,7 @@ NO_PAGES = "cannot express this case: paged K/V layout paged64"
     ("varlen_func", DENSE, None), ("varlen_func", VARLEN, None), ("varlen_func", PAGED, NO_PAGES),
     ("seqused", DENSE, None), ("seqused", VARLEN, None), ("seqused", PAGED, NO_PAGES),
     ("paged", PAGED, None), ("paged", DENSE, "input layout bshd not supported"),
-    ("paged", PAGED.replace(backward=True), "forward only) cannot express this case: backward not supported"),
+    (None, PAGED.replace(backward=True), "paged K/V is forward only"),  # FA4 itself (Capabilities.excludes)
     (None, PAGED.replace(d=40, dv=40), "multiples of 16"),
     (None, DENSE_BWD.replace(dv=32), "head_dim == head_dim_v"),
     (None, DENSE.replace(d=12, dv=12), "not in declared head dims"),

@@ -248,7 +248,7 @@ def test_square_causal_runs_through_a_spelling_of_the_other_alignment():
     square = Case("t", 1, 2, 2, 64, 64, 64, 64, dtype="float16", causal=True)
     assert adapter.claim_reason(square, "cuda") is None
     assert adapter.claim_reason(square.replace(alignment="top_left"), "cuda") is None
-    assert adapter.claim_reason(square.replace(Lk=80), "cuda") == "causal alignment bottom_right not supported"
+    assert adapter.claim_reason(square.replace(Lk=80), "cuda").startswith("causal alignment bottom_right not supported")
     reason = adapter.claim_reason(square.replace(causal=False), "cuda")
     assert reason.startswith("SDPA spelling causal_lower_right (attn_mask=torch.nn.attention.bias.causal_lower_right")
     assert reason.endswith("non-causal attention not supported (causal cases only)")

@@ -28,9 +28,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """With --hypothesis-show-statistics: the examples, worst tolerance usage and event() counts per kernel
-    property (these tests build their @given function at run time, so Hypothesis' own statistics do not list
-    them)."""
+    """The known findings the kernel properties hit (KNOWN draws) and the claimed draws a library declined, per
+    test (from the reports, so under pytest-xdist too); with --hypothesis-show-statistics also the examples, worst
+    tolerance usage and event() counts per kernel property (these tests build their @given function at run time,
+    so Hypothesis' own statistics do not list them)."""
+    lines = []
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            props = dict(getattr(rep, "user_properties", ()) or ())
+            if getattr(rep, "when", None) != "call" or not ({"known", "declined"} & set(props)):
+                continue
+            lines.append(f"{rep.nodeid}:")
+            lines += [f"    KNOWN {x}" for x in props.get("known", ())]
+            if "declined" in props:
+                lines.append(f"    {props['declined']}")
+    if lines:
+        terminalreporter.section("kernel properties: known findings and library declines")
+        for line in lines:
+            terminalreporter.write_line(line)
     try:
         show = config.getoption("hypothesis_show_statistics")
     except (ValueError, AttributeError):

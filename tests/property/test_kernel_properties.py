@@ -2,63 +2,84 @@
 
 For each adapter selected with ``--impl`` (the option of the installed plugin `conformance.pytest_plugin`; default: the
 ``reference-*`` adapters) and each property kind it declares (`kernel_properties.properties_for`),
-Hypothesis draws cases, judges them against the FP64 oracle under the tolerance policy, targets the
-worst tolerance usage and replays the pinned bug examples first. An adapter unavailable here is
-skipped with its reason. A failure prints the shrunk case and a one-line repro command.
+Hypothesis draws cases from the adapter's declaration, judges them against the FP64 oracle under the tolerance
+policy, targets the worst tolerance usage and replays the pinned bug examples first. A failure an expectations
+entry expects (the shipped file and ``--expect FILE``; ``--no-expect`` for raw verdicts) is KNOWN: the property
+holds and the terminal summary lists it. An adapter unavailable here is skipped with its reason. A failure prints
+the shrunk case and a one-line repro command.
+
+On a GPU runner: ``pytest tests/property/test_kernel_properties.py -m gpu --device cuda --impl all`` (each test of a
+CUDA device is marked ``gpu``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance.property_tests.kernel_properties import STATS, build_property, properties_for
-from attention_conformance.pytest_plugin import device_option, impl_option
+from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
+from attention_conformance.pytest_plugin import impl_option
 
+_DEFAULT_RUN = pytest.StashKey[object]()
 DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv")
 
 
-def _impls(config) -> list[str]:
-    raw = impl_option(config)
-    if not raw:
-        return list(DEFAULT_IMPLS)
-    from attention_conformance.registry import resolve_specs
+def _run(config):
+    """The run context (`conformance.run_context`): ``--impl`` resolved by the same rules as the conformance tests
+    and the CLI (an adapter named that cannot run here stops the session), default the reference kernels; the
+    expectations in this machine's context (``--expect`` / ``--no-expect``)."""
+    from attention_conformance.pytest_plugin import conformance_run, run_settings
+    from attention_conformance.run_context import UsageError, open_run
 
-    specs, _ = resolve_specs(raw)
-    return specs
-
-
-def _device(config) -> str:
-    return device_option(config)
+    if impl_option(config):
+        return conformance_run(config)
+    if _DEFAULT_RUN not in config.stash:
+        try:
+            config.stash[_DEFAULT_RUN] = open_run(run_settings(config), list(DEFAULT_IMPLS))
+        except UsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[_DEFAULT_RUN]
 
 
 def pytest_generate_tests(metafunc):
     if "impl_kind" not in metafunc.fixturenames:
         return
-    from attention_conformance.registry import load
-
-    device = _device(metafunc.config)
+    run = _run(metafunc.config)
+    device = run.device
     params = []
-    for spec in _impls(metafunc.config):
-        loaded = load(spec, device)
+    for loaded in run.loaded:
+        spec = loaded.spec
         if not loaded.available:
-            params.append(pytest.param((spec, None, None), id=f"{spec}-unavailable",
+            params.append(pytest.param((loaded, None), id=f"{spec}-unavailable",
                                        marks=pytest.mark.skip(reason=f"{spec}: {loaded.reason}")))
             continue
         for kind in properties_for(loaded.adapter, device):
             marks = [getattr(pytest.mark, kind)] if kind in ("fp8", "backward") else []
             if device != "cpu":
                 marks.append(pytest.mark.gpu)
-            params.append(pytest.param((spec, loaded.adapter, kind), id=f"{spec}-{kind}", marks=marks))
+            params.append(pytest.param((loaded, kind), id=f"{spec}-{kind}", marks=marks))
     metafunc.parametrize("impl_kind", params)
 
 
 def test_kernel_property(impl_kind, request):
-    """The adapter agrees with the oracle, within the tolerance policy, on every drawn case it claims."""
-    spec, adapter, kind = impl_kind
-    run = build_property(kind, adapter, _device(request.config), adapter_name=spec)
+    """The adapter agrees with the oracle, within the tolerance policy, on every drawn case it claims, except the
+    failures an expectations entry expects (KNOWN, listed in the terminal summary)."""
+    from attention_conformance.property_tests.known import known_in
+
+    loaded, kind = impl_kind
+    conformance = _run(request.config)
+    device = conformance.device
+    run = build_property(kind, loaded.adapter, device, adapter_name=loaded.spec, known=known_in(conformance, loaded))
     try:
         run.test()
     finally:
         STATS[request.node.nodeid] = (run.examples_run, run.max_usage, dict(run.events))
-    assert run.examples_run > 0, f"{spec} {kind}: no example ran"
-
+        if run.known:
+            request.node.user_properties.append(
+                ("known", [f"{hit.expectation}: {hit.case.id}: {hit.message}" for hit in run.known[:5]]
+                 + ([f"... {len(run.known) - 5} more"] if len(run.known) > 5 else [])))
+        if run.declined:
+            case, why = run.declined[0]
+            request.node.user_properties.append(
+                ("declined", f"{len(run.declined)} claimed draw(s) declined by "
+                             f"{declaration(loaded.adapter, device).library_check} (rejected), e.g. {case.id}: {why}"))
+    assert run.examples_run > 0, f"{loaded.spec} {kind}: no example ran"

@@ -1,0 +1,210 @@
+"""The kernel properties honour declarations (property_tests/kernel_properties.py, strategies.py, known.py):
+
+- for every built-in CPU adapter and every CUDA adapter's declaration (no GPU needed), each property's strategy draws
+  only what the declaration claims (``strict``: a draw outside it raises) and reaches d = 128 and 256 where they are
+  claimed, and never a backward head dim the backward does not claim;
+- a draw the adapter declines after claiming it, or raises on, fails the property; a library refusal that the
+  declaration announces (``library_check``) is rejected and counted, not passed;
+- a failure an expectations entry expects, symptom included, is KNOWN (the property holds and records it); another
+  symptom still fails; the same through pytest with ``--expect FILE``.
+
+Toy adapters: tests/property/property_toys.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+
+from attention_conformance.adapters.base import Capabilities, capability_reason
+from attention_conformance.expectations import Expectation, RunContext
+from attention_conformance.property_tests.kernel_properties import (
+    PropertyFailure,
+    build_property,
+    properties_for,
+    property_strategy,
+)
+from attention_conformance.property_tests.known import KnownFindings, known_findings
+from attention_conformance.registry import LoadedAdapter, load
+
+HERE = Path(__file__).resolve().parent
+CPU_BUILTINS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv",
+                "torch-sdpa-math")
+DRAWS = 25
+#: a handful of examples, no shrinking (a failure's first example is enough here)
+FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.generate],
+               suppress_health_check=list(HealthCheck))
+
+
+def _cuda_declarations() -> dict[str, Capabilities]:
+    """The declarations of the CUDA adapters, read without a GPU."""
+    from attention_conformance.adapters import cuda, cudnn_fp8, flash_attn, torch_flex, torch_sdpa
+
+    out = {cls.name: cls.capabilities for cls in (cuda.CudaFA2, cuda.CudaSplitKV, cuda.CudaFA3,
+                                                   cuda.CudaFA3FP8, cudnn_fp8.CudnnFP8, flash_attn.FlashAttn3,
+                                                   flash_attn.FlashAttn4)}
+    out["torch-flex"] = torch_flex.FlexAttention().caps_for("cuda")
+    for cls in (torch_sdpa.SdpaFlash, torch_sdpa.SdpaCudnn):
+        out[cls.name] = cls.cuda_caps
+    return out
+
+
+def _declarations() -> list:
+    """One test per distinct declaration (reference-fa1, -fa2 and -fa3 declare the same), named by its adapters."""
+    named: dict[tuple[Capabilities, str], list[str]] = {}
+    for name in CPU_BUILTINS:
+        named.setdefault((load(name).adapter.capabilities, "cpu"), []).append(name)
+    for name, caps in _cuda_declarations().items():
+        named.setdefault((caps, "cuda"), []).append(f"{name}@cuda")
+    return [pytest.param(caps, device, id=",".join(names)) for (caps, device), names in named.items()]
+
+
+def _draws(strategy, n: int = DRAWS) -> list:
+    seen: list = []
+
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(x):
+        seen.append(x)
+
+    collect()
+    return seen
+
+
+@pytest.mark.parametrize("caps,device", _declarations())
+def test_strategies_draw_only_what_the_declaration_claims(caps, device):
+    """Every property's draws are claimed (strict: an unclaimed one raises), head dims included (the backward's
+    own); FP8 per-tile draws only declared tile shapes; and each property draws d = 128 and d = 256 where claimed
+    (fp8_offset: where 8, 16 and 32 are not)."""
+    adapter = types.SimpleNamespace(capabilities=caps, name="declared")
+    kinds = properties_for(adapter, device)
+    assert kinds, "no property applies to the declaration"
+    for kind in kinds:
+        strategy = property_strategy(kind, adapter, device, strict=True)
+        drawn = [x[0] if isinstance(x, tuple) else x for x in _draws(strategy)]
+        backward = kind == "backward"
+        for case in drawn:
+            assert capability_reason(caps, case, device) is None, (kind, case.id)
+            assert caps.takes_head_dim(case.d, backward) and caps.takes_head_dim(case.dv, backward), (kind, case.id)
+        if caps.fp8_tiles is not None:
+            tiles = {(c.fp8.tile_q, c.fp8.tile_k) for c in drawn if c.fp8 and c.fp8.granularity == "per_tile"}
+            assert tiles <= caps.fp8_tiles, (kind, tiles)
+        if kind == "edges" or (kind == "fp8_offset" and any(caps.takes_head_dim(x) for x in (8, 16, 32))):
+            continue
+        for d in (128, 256):
+            if caps.takes_head_dim(d, backward):
+                _reaches(strategy, d)
+
+
+def _reaches(strategy, d: int) -> None:
+    """``strategy`` draws a case with head dim ``d`` (Hypothesis' find: generation only, stops at the first)."""
+    found = find(strategy, lambda x: (x[0] if isinstance(x, tuple) else x).d == d,
+                 settings=settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate],
+                                   suppress_health_check=list(HealthCheck)))
+    assert (found[0] if isinstance(found, tuple) else found).d == d
+
+
+def test_cuda_fa3_backward_never_draws_head_dim_256():
+    caps = _cuda_declarations()["cuda-fa3"]
+    drawn = _draws(property_strategy("backward", types.SimpleNamespace(capabilities=caps), "cuda", strict=True))
+    assert {c.d for c in drawn} == {64, 128}
+
+
+def _loaded(toy) -> LoadedAdapter:
+    return LoadedAdapter(f"property_toys:{type(toy).__name__}", toy.name, toy, None)
+
+
+def test_a_claimed_draw_declined_by_supports_fails_the_property():
+    from property_toys import DeclinesD64
+
+    run = build_property("forward", DeclinesD64(), settings_obj=FEW, pinned=False)
+    with pytest.raises(PropertyFailure, match="declined a claimed case") as info:
+        run.test()
+    assert "d = 64 not compiled" in str(info.value) and "Capabilities" in str(info.value)
+
+
+def test_a_claimed_draw_that_raises_fails_the_property():
+    from property_toys import RaisesD64
+
+    run = build_property("forward", RaisesD64(), settings_obj=FEW, pinned=False)
+    with pytest.raises(PropertyFailure, match="KernelUnsupported: head_dim=64"):
+        run.test()
+
+
+def test_a_refusal_the_declaration_announces_is_rejected_and_counted():
+    from property_toys import LibraryDeclinesLong
+
+    run = build_property("forward", LibraryDeclinesLong(), settings_obj=settings(FEW, max_examples=15), pinned=False)
+    run.test()
+    assert run.declined and all(case.Lk > 17 for case, _ in run.declined)
+    assert run.examples_run > 0 and "refuses" in run.declined[0][1]
+
+
+def _entry(**kw) -> Expectation:
+    base = dict(id="toy-bias", adapters=("toy-biased",), reason="adds 0.01 to every output element",
+                devices=("cpu",), symptom="out: error 0.01 >")
+    base.update(kw)
+    return Expectation(**base)
+
+
+def test_a_known_finding_is_known_and_recorded():
+    from property_toys import Biased
+
+    known = KnownFindings((_entry(),), RunContext("cpu"), "toy-biased", "property_toys:Biased")
+    run = build_property("forward", Biased(), settings_obj=FEW, pinned=False, known=known)
+    run.test()
+    assert run.known and run.known[0].expectation == "toy-bias" and run.examples_run == len(run.known)
+    assert "out: error 0.01" in run.known[0].message
+
+
+@pytest.mark.parametrize("entry,words", [
+    (_entry(symptom="not what it says"), "this is another failure"),
+    (_entry(where={"Lq": 9999}), "out: error 0.01"),   # out of the entry's scope
+    (_entry(gpu="H200"), "out: error 0.01"),           # an entry for another machine
+], ids=["other-symptom", "out-of-scope", "other-gpu"])
+def test_a_failure_no_entry_expects_still_fails(entry, words):
+    from property_toys import Biased
+
+    known = KnownFindings((entry,), RunContext("cpu"), "toy-biased", "property_toys:Biased")
+    run = build_property("forward", Biased(), settings_obj=FEW, pinned=False, known=known)
+    with pytest.raises(PropertyFailure, match=words):
+        run.test()
+    assert not run.known
+
+
+def test_known_findings_reads_expect_files(tmp_path):
+    from property_toys import Biased
+
+    f = tmp_path / "toy.toml"
+    f.write_text('schema = 1\n[[expectation]]\nid = "toy-bias"\nadapters = ["toy-biased"]\ndevices = ["cpu"]\n'
+                 'symptom = "out: error 0.01 >"\nreason = "adds 0.01"\n')
+    known = known_findings(_loaded(Biased()), "cpu", [str(f)], default=True)
+    assert [e.id for e in known.entries][-1] == "toy-bias" and known.ctx.device == "cpu"
+    run = build_property("forward", Biased(), settings_obj=FEW, pinned=False, known=known)
+    run.test()
+    assert run.known
+
+
+def test_pytest_expect_turns_a_property_failure_into_known(tmp_path):
+    """``pytest tests/property/test_kernel_properties.py --impl property_toys:Biased --expect FILE`` (its forward
+    property, the short ``mutants`` profile): passes, and the terminal summary lists the KNOWN draws."""
+    f = tmp_path / "toy.toml"
+    f.write_text('schema = 1\n[[expectation]]\nid = "toy-bias"\nadapters = ["toy-biased"]\n'
+                 'symptom = "out: error 0.01 >"\nreason = "adds 0.01"\n')
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", HYPOTHESIS_PROFILE="mutants",
+               PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-k", "forward",
+           str(HERE / "test_kernel_properties.py"), "--impl", "property_toys:Biased", "--expect", str(f)]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "1 passed" in out, out[-3000:]
+    assert "known findings" in out and "KNOWN toy-bias" in out, out[-3000:]
