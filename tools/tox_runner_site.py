@@ -25,9 +25,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-_PROBE = ("import json, site, sys, sysconfig, torch; "
+# the interpreter's site directories, then every other sys.path entry outside its standard library: directories
+# that .pth files there add (a .pth file inside a directory another .pth file names is not processed, so they are
+# listed themselves; e.g. the CUTLASS DSL's dsl_packages, which flash-attn-4 imports from)
+_PROBE = ("import json, os, site, sys, sysconfig, torch; p = sysconfig.get_paths(); "
+          "std = {os.path.realpath(p['stdlib']), os.path.realpath(p['platstdlib'])}; "
+          "extra = [d for d in sys.path if d and os.path.isdir(d) and not any(os.path.realpath(d).startswith(s) "
+          "and 'site-packages' not in d for s in std)]; "
           "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
-          "'dirs': [sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib'], *site.getsitepackages()]}))")
+          "'dirs': [p['purelib'], p['platlib'], *site.getsitepackages(), *extra]}))")
 PTH_NAME = "runner_torch.pth"
 
 
