@@ -56,7 +56,7 @@ class CallPlan:
 
 def _function(signature: str, doc: str, lines: list[str]) -> str:
     """``def signature:`` with docstring `doc` and body `lines` (each may hold nested indentation)."""
-    wrapped = textwrap.fill(doc, width=112, initial_indent="", subsequent_indent="    ")
+    wrapped = textwrap.fill(doc, width=112, subsequent_indent="    ", break_on_hyphens=False)
     body = "".join(f"    {line}\n" if line else "\n" for line in lines)
     return f'def {signature}:\n    """{wrapped}"""\n' + body
 
@@ -67,7 +67,7 @@ def _preflight(device: str, imports: list[tuple[str, str]], requirement: str) ->
     lines = ["try:", f"    import torch{unused}", "except ImportError as exc:", '    return f"needs torch ({exc})"']
     if device == "cuda":
         lines += ["if not torch.cuda.is_available():",
-                  f'    return (f"needs CUDA: {requirement}; "',
+                  f'    return ("needs CUDA: {requirement}; "',
                   '            f"torch {torch.__version__} sees no CUDA device")']
     for statement, package in imports:
         lines += ["try:", f"    {statement}  # noqa: F401", "except ImportError as exc:",

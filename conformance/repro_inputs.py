@@ -142,7 +142,7 @@ def _bias_lines(case: Case) -> list[str]:
     else:
         raise UnwritableCase(f"bias recipe {case.bias!r} has no written form")
     return lines + ["finite = np.isfinite(bias)",
-                    f"bias = np.where(finite, round_to(np.where(finite, bias, 0.0), {dtype!r}), bias)"]
+                    f"bias = np.where(finite, round_to(np.where(finite, bias, 0.0), \"{dtype}\"), bias)"]
 
 
 def _padding_lines(case: Case) -> list[str]:
@@ -187,16 +187,16 @@ def inputs_source(case: Case) -> str:
         fmt = case.fp8.format
         body += ["# FP8 (SEMANTICS.md §10): float32 values quantized with one scale per tensor; q, k, v dequantized",
                  'q, k, v = (round_to(x, "float32") for x in (q, k, v))',
-                 f'(q8, q_descale), (k8, k_descale), (v8, v_descale) = (quantize_per_tensor(x, {fmt!r}) '
+                 f'(q8, q_descale), (k8, k_descale), (v8, v_descale) = (quantize_per_tensor(x, "{fmt}") '
                  "for x in (q, k, v))",
                  "q, k, v = q8 * q_descale, k8 * k_descale, v8 * v_descale"]
         names += ["q8", "k8", "v8", "q_descale", "k_descale", "v_descale"]
         if has_dout:
             body.append('dout = round_to(dout, "bfloat16")')
     else:
-        body.append(f"q, k, v = (round_to(x, {dtype!r}) for x in (q, k, v))  # exact in {dtype} (SEMANTICS.md §1)")
+        body.append(f"q, k, v = (round_to(x, \"{dtype}\") for x in (q, k, v))  # exact in {dtype} (SEMANTICS.md §1)")
         if has_dout:
-            body.append(f"dout = round_to(dout, {dtype!r})")
+            body.append(f"dout = round_to(dout, \"{dtype}\")")
     if has_dout:
         names.append("dout")
     if case.distribution == "nan_padding":
@@ -215,12 +215,12 @@ def inputs_source(case: Case) -> str:
             body += [f"sinks = rng.uniform(8.0, 40.0, {case.Hq})", "sinks[:1] = 1e4"]
         else:
             body += [f"sinks = rng.uniform(-90.0, -60.0, {case.Hq})", "sinks[:1] = -1e4"]
-        body.append(f"sinks = round_to(sinks, {'bfloat16' if case.fp8 is not None else dtype!r})")
+        body.append(f'sinks = round_to(sinks, "{"bfloat16" if case.fp8 is not None else dtype}")')
         names.append("sinks")
     if case.backward and case.lse_grad:
         body += ["# the LSE cotangent (the LSE is an output with a gradient, SEMANTICS.md §13)",
                  f"dlse = round_to(np.random.default_rng([{case.seed}, 0xD15E]).standard_normal("
-                 f"{(case.B, case.Hq, case.Lq)}), {dtype!r})"]
+                 f'{(case.B, case.Hq, case.Lq)}), "{dtype}")']
         names.append("dlse")
     ret = "{" + ", ".join(f'"{n}": {n}' for n in names) + "}"
     if len(ret) > 100:

@@ -25,6 +25,7 @@ dtype, SDPA's LSE (torch returns none publicly; the harness reads the CPU flash 
 from __future__ import annotations
 
 import inspect
+import json
 import shlex
 
 import numpy as np
@@ -110,7 +111,7 @@ def _describe(case: Case) -> list[str]:
 def _wrap(text: str, indent: str = "") -> str:
     import textwrap
 
-    return textwrap.fill(text, width=116, initial_indent=indent, subsequent_indent=indent)
+    return textwrap.fill(text, width=116, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _docstring(case: Case, spec: str, plan: CallPlan, command: str) -> str:
@@ -268,7 +269,7 @@ def standalone(case: Case, spec: str, device: str | None = None, *, command: str
 
 def _constant(name: str, value: object, comment: str = "") -> str:
     """``NAME = value`` within 120 columns: a long string is split into adjacent literals inside parentheses."""
-    line = f"{name} = {value!r}" + (f"  # {comment}" if comment else "")
+    line = f"{name} = {_literal(value)}" + (f"  # {comment}" if comment else "")
     if len(line) <= 120 or not isinstance(value, str):
         return line
     chunks, rest = [], value
@@ -278,4 +279,9 @@ def _constant(name: str, value: object, comment: str = "") -> str:
         rest = rest[cut:]
     chunks.append(rest)
     pad = " " * (len(name) + 4)
-    return f"{name} = (" + f"\n{pad}".join(repr(c) for c in chunks) + ")" + (f"  # {comment}" if comment else "")
+    return f"{name} = (" + f"\n{pad}".join(_literal(c) for c in chunks) + ")" + (f"  # {comment}" if comment else "")
+
+
+def _literal(value: object) -> str:
+    """A Python literal of `value`; strings in double quotes (JSON's string syntax, a subset of Python's)."""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
