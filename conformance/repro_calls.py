@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attention_conformance.adapters.base import Adapter, capability_reason
+from attention_conformance.adapters.base import Adapter
 from attention_conformance.adapters.variants import split_variant
 from attention_conformance.calldata import CaseInputs
 from attention_conformance.case import Case, page_size_of
 from attention_conformance.repro_inputs import UnwritableCase
 
-__all__ = ["CallPlan", "FAMILIES", "family_of", "plan_call"]
+__all__ = ["CallPlan", "FAMILIES", "Family", "claim_reason", "family_of", "plan_call"]
 
 _TORCH_DTYPE = {"float64": "torch.float64", "float32": "torch.float32", "float16": "torch.float16",
                 "bfloat16": "torch.bfloat16"}
@@ -125,23 +125,27 @@ def _wrapped(head: str, args: list[str], tail: str, width: int) -> list[str]:
     return lines + [line]
 
 
-def _offline(adapter: Adapter, overrides: dict[str, Callable]) -> Adapter:
-    """A copy of `adapter` whose checks that need the device itself (availability, a query to the library on the
-    device) are replaced, so its other claims can be read on a machine without that device."""
-    offline = copy.copy(adapter)
-    for name, fn in overrides.items():
-        setattr(offline, name, fn)
-    return offline
+def claim_reason(adapter: Adapter, spec: str, case: Case, device: str) -> tuple[str | None, str]:
+    """(the adapter's reason to decline `case` on `device` or None, how that was checked).
 
-
-def _claim(adapter: Adapter, case: Case, device: str, overrides: dict[str, Callable], without: str) -> str:
-    """The adapter's reason to decline `case` (UnwritableCase), and how the claim was checked."""
+    With the device here, ``adapter.supports``. Without it (a CUDA repro written on a CPU machine), ``supports`` of a
+    copy whose checks that need the device itself (availability; torch's dispatcher query) answer None: the
+    adapter's declared claims, its spelling's limits and its own rules are still read, the library is not asked.
+    """
     if adapter.unavailable_reason(device) is None:
-        reason, how = adapter.supports(case, device), f"checked here with {adapter.name}.supports on {device}"
-    else:
-        reason = _offline(adapter, overrides).supports(case, device)
-        how = (f"checked against {adapter.name}'s declared claims; {without} was not asked (no {device} device where "
-               "this file was written)")
+        return adapter.supports(case, device), f"checked here with {adapter.name}.supports on {device}"
+    family = FAMILIES[family_of(spec)[0]]
+    offline = copy.copy(adapter)
+    for name in family.device_checks:
+        setattr(offline, name, lambda *args, **kwargs: None)
+    return offline.supports(case, device), (
+        f"checked against {adapter.name}'s declared claims; {family.unasked} was not asked (no {device} device where "
+        "this file was written)")
+
+
+def _claim(adapter: Adapter, spec: str, case: Case, device: str) -> str:
+    """How the adapter's claim on `case` was checked; `UnwritableCase` when it declines the case."""
+    reason, how = claim_reason(adapter, spec, case, device)
     if reason:
         raise UnwritableCase(f"{adapter.name} declines case {case.id} (NOT_SUPPORTED): {reason}")
     return how
@@ -153,19 +157,17 @@ def _struct(case: Case) -> str:
 
 
 # -- torch SDPA -----------------------------------------------------------------------------------------------------
-def _sdpa(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
     from attention_conformance.adapters.torch_sdpa import spelled_plan
 
-    checked = _claim(adapter, case, device, {"unavailable_reason": lambda device: None,
-                                             "_torch_refusal": lambda case, device: None},
-                     "torch's dispatcher (torch._fused_sdp_choice)")
+    checked = _claim(adapter, spec, case, device)
     dtype = _TORCH_DTYPE[case.dtype]
     backend = adapter.backend_name
     is_causal, attn_mask, variant = spelled_plan(adapter.entry_point, case, inputs.mask, inputs.bias)
     helpers = ["as_tensor"]
     mask_lines: list[str] = []
     if variant is not None:
-        mask_lines = [f"attn_mask = torch.nn.attention.bias.{variant}({case.Lq}, {case.Lk})  # a CausalBias object"]
+        mask_lines = [f"attn_mask = {variant}({case.Lq}, {case.Lk})  # a torch.nn.attention.bias.CausalBias"]
         is_causal, spelled = False, f"attn_mask=torch.nn.attention.bias.{variant}(Lq, Lk)"
     elif attn_mask is not None:
         helpers += ["visible", "dense_visibility"]
@@ -177,14 +179,17 @@ def _sdpa(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
             mask_lines.append("attn_mask = torch.from_numpy(vis).to(DEVICE)  # True = attend")
             spelled = "a dense boolean attn_mask (True = attend)"
         else:
-            mask_lines.append(f'attn_mask = torch.from_numpy(np.where(vis, inp["bias"], -np.inf)).to({dtype})'
-                              ".to(DEVICE)  # the bias where visible, -inf elsewhere")
+            mask_lines += ['attn_mask = np.where(vis, inp["bias"], -np.inf)  # the bias where visible, -inf elsewhere',
+                           f"attn_mask = torch.from_numpy(attn_mask).to({dtype}).to(DEVICE)"]
             spelled = "an additive float attn_mask (the bias where visible, -inf elsewhere)"
     else:
         mask_lines = ["attn_mask = None"]
         spelled = f"is_causal={is_causal}, no attn_mask"
     gqa = ", enable_gqa=True" if case.Hq != case.Hkv else ""
-    body = ["import torch", "from torch.nn.attention import SDPBackend, sdpa_kernel", ""]
+    body = ["import torch", "from torch.nn.attention import SDPBackend, sdpa_kernel"]
+    if variant is not None:
+        body.append(f"from torch.nn.attention.bias import {variant}")
+    body.append("")
     inner = _tensor_lines(case, dtype, ("q", "k", "v"), None, "requires_grad") + mask_lines + [
         "try:",
         f"    with sdpa_kernel([SDPBackend.{backend}]):  # only this backend: no silent fallback",
@@ -217,8 +222,8 @@ def _sdpa(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
 
 
 # -- torch FlexAttention --------------------------------------------------------------------------------------------
-def _flex(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
-    checked = _claim(adapter, case, device, {"unavailable_reason": lambda device: None}, "torch")
+def _flex(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+    checked = _claim(adapter, spec, case, device)
     dtype = _TORCH_DTYPE[case.dtype]
     B, Hq, Lq, Lk = case.B, case.Hq, case.Lq, case.Lk
     body = ["import warnings", "", "import torch", "import torch.nn.attention.flex_attention as fa", ""]
@@ -317,10 +322,10 @@ def _flex(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
 
 
 # -- FlashAttention-4 -----------------------------------------------------------------------------------------------
-def _fa4(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+def _fa4(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
     from attention_conformance.adapters.flash_attn import fa_window
 
-    checked = _claim(adapter, case, device, {"unavailable_reason": lambda device: None}, "the GPU")
+    checked = _claim(adapter, spec, case, device)
     dtype = _TORCH_DTYPE[case.dtype]
     entry = adapter.entry(case)
     paged = page_size_of(case.layout) is not None
@@ -438,14 +443,10 @@ def _fa4(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
 
 
 # -- cuDNN FP8 ------------------------------------------------------------------------------------------------------
-def _cudnn_fp8(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
     from attention_conformance.adapters.cudnn_fp8 import OUTPUT_TOP, SCALE_S, output_scale
 
-    reason = capability_reason(adapter.capabilities, case, device)
-    if reason:
-        raise UnwritableCase(f"{adapter.name} declines case {case.id} (NOT_SUPPORTED): {reason}")
-    checked = (f"checked against {adapter.name}'s declared claims; cuDNN's own check_support runs when the file "
-               "builds the graph (a refusal there exits 2)")
+    checked = _claim(adapter, spec, case, device) + " (cuDNN's check_support runs again when the file builds the graph)"
     fp8 = inputs.fp8
     descales = [float(np.float32(float(np.asarray(fp8[n]).reshape(-1)[0])))
                 for n in ("q_descale", "k_descale", "v_descale")]
@@ -523,15 +524,29 @@ def _cudnn_fp8(adapter, case: Case, device: str, inputs: CaseInputs) -> CallPlan
         versions=_versions(versions, "cuda"))
 
 
-#: adapter family (the built-in name before any ``@ENTRY``) -> (plan function, devices it is written for)
-FAMILIES: dict[str, tuple[Callable[..., CallPlan], tuple[str, ...]]] = {
-    "torch-sdpa-math": (_sdpa, ("cpu", "cuda")),
-    "torch-sdpa-flash": (_sdpa, ("cpu", "cuda")),
-    "torch-sdpa-efficient": (_sdpa, ("cuda",)),
-    "torch-sdpa-cudnn": (_sdpa, ("cuda",)),
-    "torch-flex": (_flex, ("cpu", "cuda")),
-    "flash-attn-4": (_fa4, ("cuda",)),
-    "cudnn-fp8": (_cudnn_fp8, ("cuda",)),
+@dataclass(frozen=True)
+class Family:
+    """How the writer handles one adapter family: its plan, the devices it writes for, and the adapter's checks that
+    need the device itself (skipped when the file is written without it) with what they would have asked."""
+
+    plan: Callable[..., CallPlan]
+    devices: tuple[str, ...]
+    device_checks: tuple[str, ...] = ("unavailable_reason",)
+    unasked: str = "the library"
+
+
+_SDPA_CHECKS = ("unavailable_reason", "_torch_refusal")
+_DISPATCHER = "torch's dispatcher (torch._fused_sdp_choice)"
+#: adapter family (the built-in name before any ``@ENTRY``) -> `Family`
+FAMILIES: dict[str, Family] = {
+    "torch-sdpa-math": Family(_sdpa, ("cpu", "cuda"), _SDPA_CHECKS, _DISPATCHER),
+    "torch-sdpa-flash": Family(_sdpa, ("cpu", "cuda"), _SDPA_CHECKS, _DISPATCHER),
+    "torch-sdpa-efficient": Family(_sdpa, ("cuda",), _SDPA_CHECKS, _DISPATCHER),
+    "torch-sdpa-cudnn": Family(_sdpa, ("cuda",), _SDPA_CHECKS, _DISPATCHER),
+    "torch-flex": Family(_flex, ("cpu", "cuda"), unasked="torch's compiler"),
+    "flash-attn-4": Family(_fa4, ("cuda",), unasked="the GPU"),
+    # CudnnFP8.supports itself stops at the declared claims when cuDNN is not available
+    "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), (), "cuDNN's check_support"),
 }
 
 
@@ -542,7 +557,7 @@ def family_of(spec: str) -> tuple[str, tuple[str, ...]]:
                              "knows the built-in adapters' calls only (use `repro` without --standalone)")
     base, _ = split_variant(spec)
     if base in FAMILIES:
-        return base, FAMILIES[base][1]
+        return base, FAMILIES[base].devices
     if base.startswith(("cuda-", "reference-")):
         raise UnwritableCase(f"--impl {spec}: this project's own kernel, which needs this package to run; "
                              "`repro` without --standalone reproduces it")
@@ -553,4 +568,4 @@ def plan_call(adapter: Adapter, spec: str, case: Case, device: str, inputs: Case
     """The `CallPlan` of `case` through `adapter` (loaded from `spec`) on `device`; `UnwritableCase` when the adapter
     declines the case or its family has no plan."""
     family, _ = family_of(spec)
-    return FAMILIES[family][0](adapter, case, device, inputs)
+    return FAMILIES[family].plan(adapter, spec, case, device, inputs)
