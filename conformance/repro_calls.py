@@ -76,8 +76,8 @@ def _preflight(device: str, imports: list[tuple[str, str]], requirement: str) ->
     return _function("cannot_run_here()", "Why this file cannot make its call here (exit status 2), or None.", lines)
 
 
-def _versions(extra: list[str], device: str) -> str:
-    lines = ["import torch", "", 'parts = [f"torch {torch.__version__}"]']
+def _versions(extra: list[str], device: str, imports: tuple[str, ...] = ()) -> str:
+    lines = [*sorted(("import torch", *imports)), "", 'parts = [f"torch {torch.__version__}"]']
     lines += extra
     if device == "cuda":
         lines += ['parts.append(f"{torch.cuda.get_device_name()} (sm{\'\'.join(map(str, '
@@ -499,8 +499,8 @@ def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) 
              f"lse = torch.empty(({case.B}, {case.Hq}, {case.Lq}, 1), dtype=torch.float32, device=DEVICE)",
              'nan = float("nan")',
              'data = {t["q"]: q, t["k"]: k, t["v"]: v, o: out, stats: lse, amax_s: scalar(nan), amax_o: scalar(nan)}',
-             f"values = [*descales, 1.0 / {SCALE_S!r}, {SCALE_S!r}, s_o]  # descales of Q, K, V; P's scale and its "
-             "inverse; O's",
+             f"values = [*descales, 1.0 / {SCALE_S!r}, {SCALE_S!r}, s_o]  # descale_s, scale_s: P's max offset; "
+             "scale_o",
              "data.update({t[n]: scalar(x) for n, x in zip(scalars, values)})",
              "workspace = torch.empty(max(graph.get_workspace_size(), 1), dtype=torch.uint8, device=DEVICE)",
              "handle = cudnn.create_handle()",
@@ -512,8 +512,7 @@ def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) 
     library = (f"cuDNN's FP8 attention forward (cudnn-frontend sdpa_fp8 on torch's cuDNN): {case.fp8.format} codes "
                f"with per-tensor descales, P scaled by {SCALE_S:g} before its FP8 rounding, O as e4m3 codes of "
                "O x s_o, Stats as the LSE")
-    versions = ["import cudnn", "",
-                "parts.append(f\"cudnn-frontend {getattr(cudnn, '__version__', '?')}, cuDNN "
+    versions = ["parts.append(f\"cudnn-frontend {getattr(cudnn, '__version__', '?')}, cuDNN "
                 "{torch.backends.cudnn.version()}\")"]
     return CallPlan(
         library=library, device="cuda", observed=("out", "lse"), helpers=["as_tensor"], checked=checked,
@@ -521,7 +520,7 @@ def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) 
         run_library=_function("run_library(inp)", f"The call under test: {library}. Returns float64 arrays.", body),
         cannot_run_here=_preflight("cuda", [("import cudnn", "nvidia-cudnn-frontend")],
                                    "cuDNN's FP8 attention runs on CUDA (sm90 and newer)"),
-        versions=_versions(versions, "cuda"))
+        versions=_versions(versions, "cuda", ("import cudnn",)))
 
 
 @dataclass(frozen=True)

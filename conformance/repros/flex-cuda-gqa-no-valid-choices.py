@@ -19,8 +19,8 @@ declining the call).
 Needs numpy and torch (CUDA) and the library under test; imports nothing from attention-conformance. Written by
     python -m attention_conformance repro gqa-b1h4x1-q37k53-d64-f16-causal_br-558c49 --impl torch-flex --device \
         cuda --standalone --out conformance/repros/flex-cuda-gqa-no-valid-choices.py
-(the adapter's claim on this case: checked against torch-flex's declared claims; torch was not asked (no cuda device
-where this file was written)).
+(the adapter's claim on this case: checked against torch-flex's declared claims; torch's compiler was not asked (no
+cuda device where this file was written)).
 """
 
 import hashlib
