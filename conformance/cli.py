@@ -292,7 +292,8 @@ def _cmd_repro(args) -> int:
                 f.write(text)
         except OSError as exc:
             raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
-        print(f"wrote {args.out} (python3 {args.out}: exit 1 while the defect stands)", file=sys.stderr)
+        print(f"wrote {args.out}: `python3 {args.out}` exits 1 while a defect stands, 0 without one, 2 where it "
+              "cannot run", file=sys.stderr)
         return 0
     args.device = args.device or "cpu"
     la = load(args.impl, args.device)
