@@ -18,7 +18,6 @@ Families: ``torch-sdpa-{math,flash,efficient,cudnn}`` and their ``@ENTRY`` spell
 
 from __future__ import annotations
 
-import copy
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,19 +127,16 @@ def _wrapped(head: str, args: list[str], tail: str, width: int) -> list[str]:
 def claim_reason(adapter: Adapter, spec: str, case: Case, device: str) -> tuple[str | None, str]:
     """(the adapter's reason to decline `case` on `device` or None, how that was checked).
 
-    With the device here, ``adapter.supports``. Without it (a CUDA repro written on a CPU machine), ``supports`` of a
-    copy whose checks that need the device itself (availability; torch's dispatcher query) answer None: the
-    adapter's declared claims, its spelling's limits and its own rules are still read, the library is not asked.
+    With the device here, ``adapter.supports``. Without it (a CUDA repro written on a CPU machine), the adapter's
+    ``claim_reason``: the decision ``supports`` takes from its declarations alone (what the library claims, what the
+    spelling carries); the library itself is asked when the file runs (its refusal then exits 2).
     """
     if adapter.unavailable_reason(device) is None:
         return adapter.supports(case, device), f"checked here with {adapter.name}.supports on {device}"
-    family = FAMILIES[family_of(spec)[0]]
-    offline = copy.copy(adapter)
-    for name in family.device_checks:
-        setattr(offline, name, lambda *args, **kwargs: None)
-    return offline.supports(case, device), (
-        f"checked against {adapter.name}'s declared claims; {family.unasked} was not asked (no {device} device where "
-        "this file was written)")
+    declared = getattr(adapter, "claim_reason", None) or adapter.supports  # CudnnFP8.supports stops at the claims
+    return declared(case, device), (f"checked against {adapter.name}'s declared claims; "
+                                    f"{FAMILIES[family_of(spec)[0]].unasked} was not asked (no {device} device "
+                                    "where this file was written)")
 
 
 def _claim(adapter: Adapter, spec: str, case: Case, device: str) -> str:
@@ -158,34 +154,34 @@ def _struct(case: Case) -> str:
 
 # -- torch SDPA -----------------------------------------------------------------------------------------------------
 def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
-    from attention_conformance.adapters.torch_sdpa import spelled_plan
+    from attention_conformance.adapters.torch_sdpa import SDPA_SPELLINGS, sdpa_args
 
     checked = _claim(adapter, spec, case, device)
     dtype = _TORCH_DTYPE[case.dtype]
     backend = adapter.backend_name
-    is_causal, attn_mask, variant = spelled_plan(adapter.entry_point, case, inputs.mask, inputs.bias)
+    args = sdpa_args(adapter.entry_point, case, inputs.mask, inputs.bias)
+    variant, is_causal = args.causal_bias, args.is_causal
     helpers = ["as_tensor"]
-    mask_lines: list[str] = []
     if variant is not None:
         mask_lines = [f"attn_mask = {variant}({case.Lq}, {case.Lk})  # a torch.nn.attention.bias.CausalBias"]
-        is_causal, spelled = False, f"attn_mask=torch.nn.attention.bias.{variant}(Lq, Lk)"
-    elif attn_mask is not None:
+    elif args.attn_mask is not None:
         helpers += ["visible", "dense_visibility"]
         lens = (None if case.seqlens_q is None else list(case.seqlens_q),
                 None if case.seqlens_k is None else list(case.seqlens_k))
         mask_lines = [f'vis = dense_visibility({case.B}, {case.Lq}, {case.Lk}, {lens[0]}, {lens[1]}, inp.get("mask"),',
                       f"                       {_struct(case)})"]
-        if attn_mask.dtype == bool:
+        if args.attn_mask.dtype == bool:
             mask_lines.append("attn_mask = torch.from_numpy(vis).to(DEVICE)  # True = attend")
-            spelled = "a dense boolean attn_mask (True = attend)"
         else:
             mask_lines += ['attn_mask = np.where(vis, inp["bias"], -np.inf)  # the bias where visible, -inf elsewhere',
                            f"attn_mask = torch.from_numpy(attn_mask).to({dtype}).to(DEVICE)"]
-            spelled = "an additive float attn_mask (the bias where visible, -inf elsewhere)"
     else:
         mask_lines = ["attn_mask = None"]
-        spelled = f"is_causal={is_causal}, no attn_mask"
-    gqa = ", enable_gqa=True" if case.Hq != case.Hkv else ""
+    spelled = SDPA_SPELLINGS[adapter.entry_point].call if adapter.entry_point else (
+        "a dense boolean attn_mask" if args.attn_mask is not None and args.attn_mask.dtype == bool else
+        "an additive attn_mask (the bias where visible, -inf elsewhere)" if args.attn_mask is not None else
+        f"is_causal={is_causal}, attn_mask=None")
+    gqa = ", enable_gqa=True" if args.enable_gqa else ""
     body = ["import torch", "from torch.nn.attention import SDPBackend, sdpa_kernel"]
     if variant is not None:
         body.append(f"from torch.nn.attention.bias import {variant}")
@@ -195,7 +191,7 @@ def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> Ca
         f"    with sdpa_kernel([SDPBackend.{backend}]):  # only this backend: no silent fallback",
         "        out = torch.nn.functional.scaled_dot_product_attention(",
         f"            q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal={is_causal},",
-        f"            scale={case.scale!r}{gqa})",
+        f"            scale={args.scale!r}{gqa})",
         "except RuntimeError as exc:",
         '    if "No available kernel" in str(exc):  # the backend refused these inputs: it computed nothing',
         "        raise LibraryDeclined(str(exc)) from None",
@@ -321,125 +317,132 @@ def _flex(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> Ca
         versions=_versions([], device))
 
 
-# -- FlashAttention-4 -----------------------------------------------------------------------------------------------
-def _fa4(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
-    from attention_conformance.adapters.flash_attn import fa_window
+# -- flash-attention (FA2, FA3, FA4) ---------------------------------------------------------------------------------
+def _value(x: object) -> str:
+    """A `FaCall` keyword value as code: NumPy arrays as tensors on the device, `Handed` names as the tensors the
+    file makes under those names, the rest as literals."""
+    from attention_conformance.adapters.flash_attn import Handed
+
+    if isinstance(x, Handed):
+        return {"sinks": "sink", "paged.block_table": "page_table", "paged.k_pool": "k", "paged.v_pool": "v"}[x.name]
+    if isinstance(x, np.ndarray):  # int32 lengths and tables, float32 descales
+        if x.size > 1 and (x == x.flat[0]).all():
+            return f"torch.full({x.shape}, {x.flat[0].item()!r}, dtype=torch.{x.dtype.name}, device=DEVICE)"
+        return f"torch.tensor({x.tolist()!r}, dtype=torch.{x.dtype.name}, device=DEVICE)"
+    return repr(x)
+
+
+def _flash_attn(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+    """FA2 / FA3 / FA4: the call the adapter's own `call_for` describes (function, how q, k, v reach it, keywords),
+    written out; FA4's sink as a float32 leaf, its LSE cotangent, its documented page-tail precondition."""
+    from attention_conformance.adapters.flash_attn import FlashAttn4
 
     checked = _claim(adapter, spec, case, device)
-    dtype = _TORCH_DTYPE[case.dtype]
     entry = adapter.entry(case)
-    paged = page_size_of(case.layout) is not None
-    B, Lq, Lk = case.B, case.Lq, case.Lk
-    sq = list(case.seqlens_q) if case.seqlens_q is not None else [Lq] * B
-    sk = list(case.seqlens_k) if case.seqlens_k is not None else [Lk] * B
-    kw = [f"softmax_scale={case.scale!r}", f"causal={case.causal!r}", "return_lse=want_lse"]
-    window = fa_window(case, None)
-    if window != (None, None):
-        kw.append(f"window_size={window!r}")
-    if case.softcap:
-        kw.append(f"softcap={case.softcap!r}")
-    if adapter.entry_point == "deterministic":
-        kw.append("deterministic=True")
+    call = adapter.call_for(case, inputs, True)
+    module = adapter.module_names[0]
+    fp8 = case.fp8 is not None
+    dtype = "torch.float8_e4m3fn" if fp8 else _TORCH_DTYPE[case.dtype]
+    paged = call.tensors == "paged"
     helpers = ["as_tensor"]
     names = ("q",) if paged else ("q", "k", "v")
-    call = _tensor_lines(case, dtype, names, "contiguous" if paged else None, "requires_grad")
+    body = _tensor_lines(case, dtype, names, "contiguous" if paged else None, "requires_grad",
+                         suffix="8" if fp8 else "")
     if case.sinks is not None:
-        call += ["# learnable_sink: one logit per query head (SEMANTICS.md §18), float32",
+        body += ["# learnable_sink: one logit per query head (SEMANTICS.md §18), float32",
                  'sink = torch.tensor(np.asarray(inp["sinks"], dtype=np.float32), device=DEVICE)'
                  ".requires_grad_(requires_grad)"]
-        kw.append("learnable_sink=sink")
     else:
-        call.append("sink = None")
-    call += _wrapped("kw = dict(", kw, ")", width=104)
-    if entry == "func":
-        call += ["res = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **kw)  # [B, L, H, D]",
-                 "out, lse = res if isinstance(res, tuple) else (res, None)",
-                 "out = out.transpose(1, 2)"]
-        spelled = "flash_attn_func"
-    elif entry == "varlen_func":
-        helpers += ["pack_varlen", "unpack_varlen", "unpack_varlen_lse"]
-        cq, ck = np.concatenate([[0], np.cumsum(sq)]).tolist(), np.concatenate([[0], np.cumsum(sk)]).tolist()
-        call += [f"lens_q, lens_k = {sq}, {sk}  # sequences packed to [total, H, D]",
-                 f"cu_q = torch.tensor({cq}, dtype=torch.int32, device=DEVICE)",
-                 f"cu_k = torch.tensor({ck}, dtype=torch.int32, device=DEVICE)",
-                 "res = flash_attn_varlen_func(pack_varlen(q, lens_q), pack_varlen(k, lens_k), pack_varlen(v, lens_k),",
-                 "                             cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, "
-                 f"max_seqlen_q={max(sq)}, max_seqlen_k={max(sk)}, **kw)",
-                 "out, lse = res if isinstance(res, tuple) else (res, None)",
-                 f"out = unpack_varlen(out, lens_q, {Lq})",
-                 f"lse = unpack_varlen_lse(lse, lens_q, {Lq}) if (want_lse and lse is not None) else None"]
-        spelled = "flash_attn_varlen_func on packed sequences (cu_seqlens_q, cu_seqlens_k)"
-    elif entry == "seqused":
-        call += [f"seqused_q = torch.tensor({sq}, dtype=torch.int32, device=DEVICE)",
-                 f"seqused_k = torch.tensor({sk}, dtype=torch.int32, device=DEVICE)",
-                 "res = flash_attn_varlen_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),",
-                 "                             seqused_q=seqused_q, seqused_k=seqused_k, **kw)",
-                 "out, lse = res if isinstance(res, tuple) else (res, None)",
-                 "out = out.transpose(1, 2)"]
-        spelled = "flash_attn_varlen_func on padded [B, L, H, D] tensors with seqused_q / seqused_k"
-    else:  # paged
+        body.append("sink = None")
+    if paged:
         page = page_size_of(case.layout)
-        lens = [min(int(n), Lk) for n in sk]
-        call += ["# the pools [num_pages, Hkv, page_size, d] as FA4's caches [num_pages, page_size, Hkv, d]",
+        body += ["# the pools [num_pages, Hkv, page_size, d] as flash-attn's caches [num_pages, page_size, Hkv, d]",
                  'k_pool = np.ascontiguousarray(inp["k_pool"].transpose(0, 2, 1, 3))',
                  'v_pool = np.ascontiguousarray(inp["v_pool"].transpose(0, 2, 1, 3))',
-                 'table = inp["block_table"]',
-                 "# FA4's documented precondition: the slots past seqused_k in a sequence's last, partially used page",
-                 "# are read, so they are made finite; every page and table entry a sequence does not use keeps NaN",
-                 f"for b, n in enumerate({lens}):",
-                 f"    used = -(-n // {page})",
-                 f"    if used and n % {page}:",
-                 f"        k_pool[table[b, used - 1], n % {page}:] = 0.0",
-                 f"        v_pool[table[b, used - 1], n % {page}:] = 0.0",
-                 f"k = torch.from_numpy(k_pool).to({dtype}).to(DEVICE)",
+                 'table = inp["block_table"]']
+        if isinstance(adapter, FlashAttn4):  # FA4's documented precondition (the adapter's _finite_tail)
+            lens = call.kwargs["seqused_k"].tolist()
+            body += ["# FA4's documented precondition: the slots past seqused_k in a sequence's last, partially used",
+                     "# page are read, so they are made finite; every page and table entry a sequence does not use",
+                     "# keeps NaN",
+                     f"for b, n in enumerate({lens}):",
+                     f"    used = -(-n // {page})",
+                     f"    if used and n % {page}:",
+                     f"        k_pool[table[b, used - 1], n % {page}:] = 0.0",
+                     f"        v_pool[table[b, used - 1], n % {page}:] = 0.0"]
+        body += [f"k = torch.from_numpy(k_pool).to({dtype}).to(DEVICE)",
                  f"v = torch.from_numpy(v_pool).to({dtype}).to(DEVICE)",
-                 "page_table = torch.from_numpy(table).to(DEVICE)",
-                 f"seqused_k = torch.tensor({lens}, dtype=torch.int32, device=DEVICE)"]
-        extra = ""
-        if case.seqlens_q is not None:
-            call.append(f"seqused_q = torch.tensor({sq}, dtype=torch.int32, device=DEVICE)")
-            extra = ", seqused_q=seqused_q"
-        call += [f"res = flash_attn_varlen_func(q.transpose(1, 2), k, v, page_table=page_table, seqused_k=seqused_k"
-                 f"{extra}, **kw)",
-                 "out, lse = res if isinstance(res, tuple) else (res, None)",
+                 "page_table = torch.from_numpy(table).to(DEVICE)"]
+    kw = [f"{key}=want_lse" if key == "return_lse" else f"{key}={_value(x)}" for key, x in call.kwargs.items()]
+    body += _wrapped("kw = dict(", kw, ")", width=104)
+    if call.optional:  # keywords passed where the installed function has them (the adapter's rule)
+        opt = [f"{key}=want_lse" if key.startswith("return_") else f"{key}={_value(x)}"
+               for key, x in call.optional.items()]
+        body += _wrapped("optional = dict(", opt, ")", width=104)
+        body += [f"accepted = inspect.signature({call.function}).parameters",
+                 "kw.update((name, x) for name, x in optional.items() if name in accepted)"]
+    if call.tensors == "packed":
+        helpers += ["pack_varlen", "unpack_varlen", "unpack_varlen_lse"]
+        sq, sk = call.packed_lengths()
+        body += [f"lens_q, lens_k = {sq}, {sk}  # sequences packed to [total, H, D]",
+                 f"res = {call.function}(pack_varlen(q, lens_q), pack_varlen(k, lens_k), pack_varlen(v, lens_k), "
+                 "**kw)",
+                 "out, lse = (res[0], res[1] if len(res) > 1 else None) if isinstance(res, (tuple, list)) "
+                 "else (res, None)",
+                 f"lse = unpack_varlen_lse(lse, lens_q, {case.Lq}) if (want_lse and lse is not None) else None",
+                 f"out = unpack_varlen(out, lens_q, {case.Lq})"]
+    else:
+        kv = "k, v" if paged else "k.transpose(1, 2), v.transpose(1, 2)"
+        body += [f"res = {call.function}(q.transpose(1, 2), {kv}, **kw)  # [B, L, H, D]",
+                 "out, lse = (res[0], res[1] if len(res) > 1 else None) if isinstance(res, (tuple, list)) "
+                 "else (res, None)",
                  "out = out.transpose(1, 2)"]
-        spelled = f"flash_attn_varlen_func with page_table ({page} keys per page) and seqused_k"
-    call.append("return (q, k, v, sink), out, (lse if want_lse else None)")
-    function = "flash_attn_func" if entry == "func" else "flash_attn_varlen_func"
-    body = ["import torch", f"from flash_attn.cute import {function}", "", "def fa4(requires_grad, want_lse):"]
-    body += [f"    {x}" for x in call]
-    body += ["", "_, out, lse = fa4(False, True)", 'result = {"out": out, "lse": lse}']
+    body.append("return (q, k, v, sink), out, (lse if want_lse else None)")
+    run = ["import inspect", ""] if call.optional else []
+    run += ["import torch", f"from {module} import {call.function}", "", "def fa(requires_grad, want_lse):"]
+    run += [f"    {x}" for x in body]
+    run += ["", "_, out, lse = fa(False, True)", 'result = {"out": out, "lse": lse}']
     observed: tuple[str, ...] = ("out", "lse")
     if case.backward:
-        body += [f"leaves, out, lse = fa4(True, {case.lse_grad!r})  # the backward: autograd through FA4's backward"]
-        body += _dout_lines(case, dtype, "contiguous" if paged else None)
+        run += [f"leaves, out, lse = fa(True, {case.lse_grad!r})  # the backward: autograd through the library's"]
+        run += _dout_lines(case, _TORCH_DTYPE[case.dtype], "contiguous" if paged else None)
         outputs, cotangents = "[out]", "[dout]"
         if case.lse_grad:
-            body += ['dlse = np.array(inp["dlse"], dtype=np.float32)']
+            run += ['dlse = np.array(inp["dlse"], dtype=np.float32)']
             if case.seqlens_q is not None:
-                body += [f"for b, n in enumerate({sq}):", "    dlse[b, :, n:] = 0.0  # padded rows are not in the loss"]
+                run += [f"for b, n in enumerate({list(case.seqlens_q)}):",
+                        "    dlse[b, :, n:] = 0.0  # padded rows are not in the loss"]
             outputs, cotangents = "[out, lse]", "[dout, torch.from_numpy(dlse).to(device=DEVICE, dtype=lse.dtype)]"
-        wrt = "leaves if leaves[3] is not None else leaves[:3]"
-        body += [f"grads = torch.autograd.grad({outputs}, {wrt}, grad_outputs={cotangents})",
-                 "result.update(dq=grads[0], dk=grads[1], dv=grads[2])"]
+        run += [f"grads = torch.autograd.grad({outputs}, leaves if leaves[3] is not None else leaves[:3], "
+                f"grad_outputs={cotangents})",
+                "result.update(dq=grads[0], dk=grads[1], dv=grads[2])"]
         observed += ("dq", "dk", "dv")
         if case.sinks is not None:
-            body.append("result.update(dsinks=grads[3])")
+            run.append("result.update(dsinks=grads[3])")
             observed += ("dsinks",)
-    body += _to_numpy_lines()
-    library = f"FlashAttention-4 (flash_attn.cute) {spelled}" + (
+    run += _to_numpy_lines()
+    package = adapter.package.split(" (")[0]
+    library = f"{package} ({module}) {adapter.spellings[entry].call}" + (
         ", deterministic=True" if adapter.entry_point == "deterministic" else "")
-    versions = ["try:", "    import importlib.metadata", "",
-                "    parts.append(f\"flash-attn-4 {importlib.metadata.version('flash-attn-4')}\")",
-                "except Exception:  # no distribution metadata", '    parts.append("flash-attn-4 (version unknown)")']
+    distribution = getattr(adapter, "distribution", None)
+    top = module.split(".")[0]
+    imports: tuple[str, ...] = ()
+    if distribution:
+        versions = ["try:", "    import importlib.metadata", "",
+                    f"    parts.append(f\"{distribution} {{importlib.metadata.version('{distribution}')}}\")",
+                    "except Exception:  # no distribution metadata",
+                    f'    parts.append("{distribution} (version unknown)")']
+    else:
+        imports = (f"import {top}",)
+        versions = [f"parts.append(f\"{top} {{getattr({top}, '__version__', '?')}}\")"]
     return CallPlan(
         library=library, device="cuda", observed=observed, helpers=helpers, checked=checked, lse_plus_inf_ok=True,
         run_library=_function("run_library(inp)", f"The call under test: {library}"
                               + (", then its backward through autograd" if case.backward else "")
-                              + ". Returns float64 arrays in [B, H, L, D] order.", body),
-        cannot_run_here=_preflight("cuda", [("import flash_attn.cute", "flash-attn-4")],
-                                   "FlashAttention-4 runs on CUDA (this case: its sm90 path, an H100 / H200)"),
-        versions=_versions(versions, "cuda"))
+                              + ". Returns float64 arrays in [B, H, L, D] order.", run),
+        cannot_run_here=_preflight("cuda", [(f"import {module}", package)],
+                                   f"{package} runs on CUDA ({adapter.cc_text})"),
+        versions=_versions(versions, "cuda", imports))
 
 
 # -- cuDNN FP8 ------------------------------------------------------------------------------------------------------
@@ -525,27 +528,26 @@ def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) 
 
 @dataclass(frozen=True)
 class Family:
-    """How the writer handles one adapter family: its plan, the devices it writes for, and the adapter's checks that
-    need the device itself (skipped when the file is written without it) with what they would have asked."""
+    """How the writer handles one adapter family: its plan, the devices it writes for, and what a file written without
+    the device did not ask (the adapter's claims are read from its declarations then: `claim_reason`)."""
 
     plan: Callable[..., CallPlan]
     devices: tuple[str, ...]
-    device_checks: tuple[str, ...] = ("unavailable_reason",)
     unasked: str = "the library"
 
 
-_SDPA_CHECKS = ("unavailable_reason", "_torch_refusal")
 _DISPATCHER = "torch's dispatcher (torch._fused_sdp_choice)"
 #: adapter family (the built-in name before any ``@ENTRY``) -> `Family`
 FAMILIES: dict[str, Family] = {
-    "torch-sdpa-math": Family(_sdpa, ("cpu", "cuda"), _SDPA_CHECKS, _DISPATCHER),
-    "torch-sdpa-flash": Family(_sdpa, ("cpu", "cuda"), _SDPA_CHECKS, _DISPATCHER),
-    "torch-sdpa-efficient": Family(_sdpa, ("cuda",), _SDPA_CHECKS, _DISPATCHER),
-    "torch-sdpa-cudnn": Family(_sdpa, ("cuda",), _SDPA_CHECKS, _DISPATCHER),
-    "torch-flex": Family(_flex, ("cpu", "cuda"), unasked="torch's compiler"),
-    "flash-attn-4": Family(_fa4, ("cuda",), unasked="the GPU"),
-    # CudnnFP8.supports itself stops at the declared claims when cuDNN is not available
-    "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), (), "cuDNN's check_support"),
+    "torch-sdpa-math": Family(_sdpa, ("cpu", "cuda"), _DISPATCHER),
+    "torch-sdpa-flash": Family(_sdpa, ("cpu", "cuda"), _DISPATCHER),
+    "torch-sdpa-efficient": Family(_sdpa, ("cuda",), _DISPATCHER),
+    "torch-sdpa-cudnn": Family(_sdpa, ("cuda",), _DISPATCHER),
+    "torch-flex": Family(_flex, ("cpu", "cuda"), "torch's compiler"),
+    "flash-attn-2": Family(_flash_attn, ("cuda",)),
+    "flash-attn-3": Family(_flash_attn, ("cuda",)),
+    "flash-attn-4": Family(_flash_attn, ("cuda",)),
+    "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), "cuDNN's check_support"),
 }
 
 

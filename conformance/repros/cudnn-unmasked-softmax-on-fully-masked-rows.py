@@ -3,7 +3,7 @@ r"""Standalone repro: attention-conformance case masked_rows-b1h2x2-q9k9-d32-f16
 torch-sdpa-cudnn on cuda.
 
 The call: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.CUDNN_ATTENTION enabled, a dense
-boolean attn_mask (True = attend).
+boolean attn_mask.
 
 The case: B=1, Hq=2, Hkv=2, Lq=9, Lk=9, d=32, dv=32; float16 inputs; scale 1/sqrt(d) (§2); boolean mask, recipe
 'none_visible' (§6); inputs from seed 319468024 (NumPy PCG64).
@@ -34,7 +34,7 @@ import numpy as np
 
 CASE_ID = "masked_rows-b1h2x2-q9k9-d32-f16-mask-none_visible-46ec7e"
 LIBRARY = ("torch.nn.functional.scaled_dot_product_attention with only SDPBackend.CUDNN_ATTENTION enabled, "
-           "a dense boolean attn_mask (True = attend)")
+           "a dense boolean attn_mask")
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = None  # key lengths (§7); None: every key is real
@@ -325,7 +325,7 @@ def versions():
 
 def run_library(inp):
     """The call under test: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.CUDNN_ATTENTION
-    enabled, a dense boolean attn_mask (True = attend), on cuda. Returns float64 arrays."""
+    enabled, a dense boolean attn_mask, on cuda. Returns float64 arrays."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

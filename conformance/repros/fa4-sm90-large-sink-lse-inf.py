@@ -2,7 +2,7 @@
 r"""Standalone repro: attention-conformance case sinks-b1h2x2-q40k24-d64-bf16-causal_br-sink-large-532b92 through
 flash-attn-4 on cuda.
 
-The call: FlashAttention-4 (flash_attn.cute) flash_attn_func.
+The call: flash-attn-4 (flash_attn.cute) flash_attn_func(q, k, v) on [B, L, H, D].
 
 The case: B=1, Hq=2, Hkv=2, Lq=40, Lk=24, d=64, dv=64; bfloat16 inputs; scale 1/sqrt(d) (§2); causal, bottom-right
 alignment (§4); attention sinks, recipe 'large' (§18); inputs from seed 836709517 (NumPy PCG64).
@@ -19,8 +19,8 @@ declining the call).
 Needs numpy and torch (CUDA) and the library under test; imports nothing from attention-conformance. Written by
     python -m attention_conformance repro sinks-b1h2x2-q40k24-d64-bf16-causal_br-sink-large-532b92 --impl \
         flash-attn-4 --device cuda --standalone --out conformance/repros/fa4-sm90-large-sink-lse-inf.py
-(the adapter's claim on this case: checked against flash-attn-4's declared claims; the GPU was not asked (no cuda
-device where this file was written)).
+(the adapter's claim on this case: checked against flash-attn-4's declared claims; the library was not asked (no
+cuda device where this file was written)).
 """
 
 import hashlib
@@ -31,7 +31,7 @@ import traceback
 import numpy as np
 
 CASE_ID = "sinks-b1h2x2-q40k24-d64-bf16-causal_br-sink-large-532b92"
-LIBRARY = "FlashAttention-4 (flash_attn.cute) flash_attn_func"
+LIBRARY = "flash-attn-4 (flash_attn.cute) flash_attn_func(q, k, v) on [B, L, H, D]"
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = None  # key lengths (§7); None: every key is real
@@ -295,7 +295,7 @@ def cannot_run_here():
     except ImportError as exc:
         return f"needs torch ({exc})"
     if not torch.cuda.is_available():
-        return ("needs CUDA: FlashAttention-4 runs on CUDA (this case: its sm90 path, an H100 / H200); "
+        return ("needs CUDA: flash-attn-4 runs on CUDA (sm90 (Hopper); the claims here are FA4's sm90 path); "
                 f"torch {torch.__version__} sees no CUDA device")
     try:
         import flash_attn.cute  # noqa: F401
@@ -320,25 +320,25 @@ def versions():
 
 
 def run_library(inp):
-    """The call under test: FlashAttention-4 (flash_attn.cute) flash_attn_func. Returns float64 arrays in [B, H, L, D]
-    order."""
+    """The call under test: flash-attn-4 (flash_attn.cute) flash_attn_func(q, k, v) on [B, L, H, D]. Returns float64
+    arrays in [B, H, L, D] order."""
     import torch
     from flash_attn.cute import flash_attn_func
 
-    def fa4(requires_grad, want_lse):
+    def fa(requires_grad, want_lse):
         _, q = as_tensor(inp["q"], torch.bfloat16, DEVICE, "contiguous", requires_grad)
         _, k = as_tensor(inp["k"], torch.bfloat16, DEVICE, "contiguous", requires_grad)
         _, v = as_tensor(inp["v"], torch.bfloat16, DEVICE, "contiguous", requires_grad)
         # learnable_sink: one logit per query head (SEMANTICS.md §18), float32
         sink = torch.tensor(np.asarray(inp["sinks"], dtype=np.float32), device=DEVICE).requires_grad_(requires_grad)
-        kw = dict(softmax_scale=None, causal=True, return_lse=want_lse, window_size=(None, 0),
-                  learnable_sink=sink)
+        kw = dict(softmax_scale=None, causal=True, return_lse=want_lse, learnable_sink=sink,
+                  window_size=(None, 0))
         res = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **kw)  # [B, L, H, D]
-        out, lse = res if isinstance(res, tuple) else (res, None)
+        out, lse = (res[0], res[1] if len(res) > 1 else None) if isinstance(res, (tuple, list)) else (res, None)
         out = out.transpose(1, 2)
         return (q, k, v, sink), out, (lse if want_lse else None)
 
-    _, out, lse = fa4(False, True)
+    _, out, lse = fa(False, True)
     result = {"out": out, "lse": lse}
     return {name: t.detach().to("cpu", torch.float64).numpy() for name, t in result.items()}
 

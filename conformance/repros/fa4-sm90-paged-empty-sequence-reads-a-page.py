@@ -2,8 +2,8 @@
 r"""Standalone repro: attention-conformance case paged-b8h16x2-q4k8192-d64-f16-causal_br-paged128-5d5070 through
 flash-attn-4 on cuda.
 
-The call: FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func with page_table (128 keys per page) and
-seqused_k.
+The call: flash-attn-4 (flash_attn.cute) flash_attn_varlen_func over page caches with page_table and seqused_k,
+forward only.
 
 The case: B=8, Hq=16, Hkv=2, Lq=4, Lk=8192, d=64, dv=64; float16 inputs; scale 1/sqrt(d) (§2); causal, bottom-right
 alignment (§4); sequence lengths q None, k (8192, 8000, 4097, 4096, 1000, 257, 64, 0) in padded tensors (§7); layout
@@ -22,8 +22,8 @@ Needs numpy and torch (CUDA) and the library under test; imports nothing from at
     python -m attention_conformance repro paged-b8h16x2-q4k8192-d64-f16-causal_br-paged128-5d5070 --impl \
         flash-attn-4 --device cuda --standalone --out \
         conformance/repros/fa4-sm90-paged-empty-sequence-reads-a-page.py
-(the adapter's claim on this case: checked against flash-attn-4's declared claims; the GPU was not asked (no cuda
-device where this file was written)).
+(the adapter's claim on this case: checked against flash-attn-4's declared claims; the library was not asked (no
+cuda device where this file was written)).
 """
 
 import hashlib
@@ -34,7 +34,8 @@ import traceback
 import numpy as np
 
 CASE_ID = "paged-b8h16x2-q4k8192-d64-f16-causal_br-paged128-5d5070"
-LIBRARY = "FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func with page_table (128 keys per page) and seqused_k"
+LIBRARY = ("flash-attn-4 (flash_attn.cute) flash_attn_varlen_func over page caches with page_table and "
+           "seqused_k, forward only")
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = [8192, 8000, 4097, 4096, 1000, 257, 64, 0]  # key lengths (§7); None: every key is real
@@ -339,7 +340,7 @@ def cannot_run_here():
     except ImportError as exc:
         return f"needs torch ({exc})"
     if not torch.cuda.is_available():
-        return ("needs CUDA: FlashAttention-4 runs on CUDA (this case: its sm90 path, an H100 / H200); "
+        return ("needs CUDA: flash-attn-4 runs on CUDA (sm90 (Hopper); the claims here are FA4's sm90 path); "
                 f"torch {torch.__version__} sees no CUDA device")
     try:
         import flash_attn.cute  # noqa: F401
@@ -364,21 +365,21 @@ def versions():
 
 
 def run_library(inp):
-    """The call under test: FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func with page_table (128 keys per
-    page) and seqused_k. Returns float64 arrays in [B, H, L, D] order."""
+    """The call under test: flash-attn-4 (flash_attn.cute) flash_attn_varlen_func over page caches with page_table and
+    seqused_k, forward only. Returns float64 arrays in [B, H, L, D] order."""
     import torch
     from flash_attn.cute import flash_attn_varlen_func
 
-    def fa4(requires_grad, want_lse):
+    def fa(requires_grad, want_lse):
         _, q = as_tensor(inp["q"], torch.float16, DEVICE, "contiguous", requires_grad)
         sink = None
-        kw = dict(softmax_scale=None, causal=True, return_lse=want_lse, window_size=(None, 0))
-        # the pools [num_pages, Hkv, page_size, d] as FA4's caches [num_pages, page_size, Hkv, d]
+        # the pools [num_pages, Hkv, page_size, d] as flash-attn's caches [num_pages, page_size, Hkv, d]
         k_pool = np.ascontiguousarray(inp["k_pool"].transpose(0, 2, 1, 3))
         v_pool = np.ascontiguousarray(inp["v_pool"].transpose(0, 2, 1, 3))
         table = inp["block_table"]
-        # FA4's documented precondition: the slots past seqused_k in a sequence's last, partially used page
-        # are read, so they are made finite; every page and table entry a sequence does not use keeps NaN
+        # FA4's documented precondition: the slots past seqused_k in a sequence's last, partially used
+        # page are read, so they are made finite; every page and table entry a sequence does not use
+        # keeps NaN
         for b, n in enumerate([8192, 8000, 4097, 4096, 1000, 257, 64, 0]):
             used = -(-n // 128)
             if used and n % 128:
@@ -387,13 +388,15 @@ def run_library(inp):
         k = torch.from_numpy(k_pool).to(torch.float16).to(DEVICE)
         v = torch.from_numpy(v_pool).to(torch.float16).to(DEVICE)
         page_table = torch.from_numpy(table).to(DEVICE)
-        seqused_k = torch.tensor([8192, 8000, 4097, 4096, 1000, 257, 64, 0], dtype=torch.int32, device=DEVICE)
-        res = flash_attn_varlen_func(q.transpose(1, 2), k, v, page_table=page_table, seqused_k=seqused_k, **kw)
-        out, lse = res if isinstance(res, tuple) else (res, None)
+        kw = dict(softmax_scale=None, causal=True, return_lse=want_lse, window_size=(None, 0),
+                  page_table=page_table,
+                  seqused_k=torch.tensor([8192, 8000, 4097, 4096, 1000, 257, 64, 0], dtype=torch.int32, device=DEVICE))
+        res = flash_attn_varlen_func(q.transpose(1, 2), k, v, **kw)  # [B, L, H, D]
+        out, lse = (res[0], res[1] if len(res) > 1 else None) if isinstance(res, (tuple, list)) else (res, None)
         out = out.transpose(1, 2)
         return (q, k, v, sink), out, (lse if want_lse else None)
 
-    _, out, lse = fa4(False, True)
+    _, out, lse = fa(False, True)
     result = {"out": out, "lse": lse}
     return {name: t.detach().to("cpu", torch.float64).numpy() for name, t in result.items()}
 

@@ -2,8 +2,7 @@
 r"""Standalone repro: attention-conformance case nan_padding-b3h2x2-q64k64-d32-f16-nan_padding-08c23c through
 flash-attn-4@seqused on cuda.
 
-The call: FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func on padded [B, L, H, D] tensors with seqused_q /
-seqused_k.
+The call: flash-attn-4 (flash_attn.cute) flash_attn_varlen_func on [B, L, H, D] with seqused_q / seqused_k.
 
 The case: B=3, Hq=2, Hkv=2, Lq=64, Lk=64, d=32, dv=32; float16 inputs; scale 1/sqrt(d) (§2); sequence lengths q (37,
 64, 1), k (64, 20, 50) in padded tensors (§7); inputs 'nan_padding' (NaN in every padded row, §7); inputs from seed
@@ -21,8 +20,8 @@ declining the call).
 Needs numpy and torch (CUDA) and the library under test; imports nothing from attention-conformance. Written by
     python -m attention_conformance repro nan_padding-b3h2x2-q64k64-d32-f16-nan_padding-08c23c --impl \
         flash-attn-4@seqused --device cuda --standalone --out conformance/repros/fa4-sm90-seqused-reads-padding.py
-(the adapter's claim on this case: checked against flash-attn-4@seqused's declared claims; the GPU was not asked (no
-cuda device where this file was written)).
+(the adapter's claim on this case: checked against flash-attn-4@seqused's declared claims; the library was not asked
+(no cuda device where this file was written)).
 """
 
 import hashlib
@@ -33,8 +32,7 @@ import traceback
 import numpy as np
 
 CASE_ID = "nan_padding-b3h2x2-q64k64-d32-f16-nan_padding-08c23c"
-LIBRARY = ("FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func on padded [B, L, H, D] tensors with "
-           "seqused_q / seqused_k")
+LIBRARY = "flash-attn-4 (flash_attn.cute) flash_attn_varlen_func on [B, L, H, D] with seqused_q / seqused_k"
 DEVICE = "cuda"
 SEQLENS_Q = [37, 64, 1]  # query lengths (§7); None: every row is real
 SEQLENS_K = [64, 20, 50]  # key lengths (§7); None: every key is real
@@ -299,7 +297,7 @@ def cannot_run_here():
     except ImportError as exc:
         return f"needs torch ({exc})"
     if not torch.cuda.is_available():
-        return ("needs CUDA: FlashAttention-4 runs on CUDA (this case: its sm90 path, an H100 / H200); "
+        return ("needs CUDA: flash-attn-4 runs on CUDA (sm90 (Hopper); the claims here are FA4's sm90 path); "
                 f"torch {torch.__version__} sees no CUDA device")
     try:
         import flash_attn.cute  # noqa: F401
@@ -324,26 +322,25 @@ def versions():
 
 
 def run_library(inp):
-    """The call under test: FlashAttention-4 (flash_attn.cute) flash_attn_varlen_func on padded [B, L, H, D] tensors
-    with seqused_q / seqused_k. Returns float64 arrays in [B, H, L, D] order."""
+    """The call under test: flash-attn-4 (flash_attn.cute) flash_attn_varlen_func on [B, L, H, D] with seqused_q /
+    seqused_k. Returns float64 arrays in [B, H, L, D] order."""
     import torch
     from flash_attn.cute import flash_attn_varlen_func
 
-    def fa4(requires_grad, want_lse):
+    def fa(requires_grad, want_lse):
         _, q = as_tensor(inp["q"], torch.float16, DEVICE, "contiguous", requires_grad)
         _, k = as_tensor(inp["k"], torch.float16, DEVICE, "contiguous", requires_grad)
         _, v = as_tensor(inp["v"], torch.float16, DEVICE, "contiguous", requires_grad)
         sink = None
-        kw = dict(softmax_scale=None, causal=False, return_lse=want_lse)
-        seqused_q = torch.tensor([37, 64, 1], dtype=torch.int32, device=DEVICE)
-        seqused_k = torch.tensor([64, 20, 50], dtype=torch.int32, device=DEVICE)
-        res = flash_attn_varlen_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                     seqused_q=seqused_q, seqused_k=seqused_k, **kw)
-        out, lse = res if isinstance(res, tuple) else (res, None)
+        kw = dict(softmax_scale=None, causal=False, return_lse=want_lse,
+                  seqused_q=torch.tensor([37, 64, 1], dtype=torch.int32, device=DEVICE),
+                  seqused_k=torch.tensor([64, 20, 50], dtype=torch.int32, device=DEVICE))
+        res = flash_attn_varlen_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **kw)  # [B, L, H, D]
+        out, lse = (res[0], res[1] if len(res) > 1 else None) if isinstance(res, (tuple, list)) else (res, None)
         out = out.transpose(1, 2)
         return (q, k, v, sink), out, (lse if want_lse else None)
 
-    _, out, lse = fa4(False, True)
+    _, out, lse = fa(False, True)
     result = {"out": out, "lse": lse}
     return {name: t.detach().to("cpu", torch.float64).numpy() for name, t in result.items()}
 

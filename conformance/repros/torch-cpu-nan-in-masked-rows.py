@@ -3,7 +3,7 @@ r"""Standalone repro: attention-conformance case nan_padding-b3h2x2-q64k64-d32-f
 torch-sdpa-math on cpu.
 
 The call: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.MATH enabled, a dense boolean
-attn_mask (True = attend).
+attn_mask.
 
 The case: B=3, Hq=2, Hkv=2, Lq=64, Lk=64, d=32, dv=32; float16 inputs; scale 1/sqrt(d) (§2); sequence lengths q (37,
 64, 1), k (64, 20, 50) in padded tensors (§7); inputs 'nan_padding' (NaN in every padded row, §7); inputs from seed
@@ -33,7 +33,7 @@ import numpy as np
 
 CASE_ID = "nan_padding-b3h2x2-q64k64-d32-f16-nan_padding-08c23c"
 LIBRARY = ("torch.nn.functional.scaled_dot_product_attention with only SDPBackend.MATH enabled, a dense "
-           "boolean attn_mask (True = attend)")
+           "boolean attn_mask")
 DEVICE = "cpu"
 SEQLENS_Q = [37, 64, 1]  # query lengths (§7); None: every row is real
 SEQLENS_K = [64, 20, 50]  # key lengths (§7); None: every key is real
@@ -325,7 +325,7 @@ def versions():
 
 def run_library(inp):
     """The call under test: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.MATH enabled, a dense
-    boolean attn_mask (True = attend), on cpu. Returns float64 arrays."""
+    boolean attn_mask, on cpu. Returns float64 arrays."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -2,7 +2,7 @@
 r"""Standalone repro: attention-conformance case scale-b1h2x2-q45k45-d64-f16-3d1d1b through torch-sdpa-flash on cuda.
 
 The call: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.FLASH_ATTENTION enabled,
-is_causal=False, no attn_mask.
+is_causal=False, attn_mask=None.
 
 The case: B=1, Hq=2, Hkv=2, Lq=45, Lk=45, d=64, dv=64; float16 inputs; scale=-0.125 (§2); inputs from seed 113382942
 (NumPy PCG64).
@@ -32,7 +32,7 @@ import numpy as np
 
 CASE_ID = "scale-b1h2x2-q45k45-d64-f16-3d1d1b"
 LIBRARY = ("torch.nn.functional.scaled_dot_product_attention with only SDPBackend.FLASH_ATTENTION enabled, "
-           "is_causal=False, no attn_mask")
+           "is_causal=False, attn_mask=None")
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = None  # key lengths (§7); None: every key is real
@@ -306,7 +306,7 @@ def versions():
 
 def run_library(inp):
     """The call under test: torch.nn.functional.scaled_dot_product_attention with only SDPBackend.FLASH_ATTENTION
-    enabled, is_causal=False, no attn_mask, on cuda. Returns float64 arrays."""
+    enabled, is_causal=False, attn_mask=None, on cuda. Returns float64 arrays."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -209,7 +209,7 @@ def test_cpu_file_exits_as_the_harness_judges(spec, case):
 
 
 # (spec, case) for the CUDA families: every FA4 spelling, sinks with a backward and dlse, paged K/V, compiled flex with
-# a backward, SDPA's float mask with a backward, a CausalBias spelling, cuDNN's FP8 graph
+# a backward, SDPA's float mask with a backward, a CausalBias spelling, cuDNN's FP8 graph, FA3 FP8 and paged, FA2
 GPU_PAIRS = _pairs("cuda", [
     ("flash-attn-4", lambda c: c.sinks == "large" and c.backward and c.lse_grad),
     ("flash-attn-4@varlen_func", lambda c: c.varlen and c.backward),
@@ -221,6 +221,9 @@ GPU_PAIRS = _pairs("cuda", [
     ("torch-sdpa-cudnn", lambda c: c.bias is not None and c.backward),
     ("torch-sdpa-efficient@causal_lower_right", lambda c: c.Lq < c.Lk),
     ("cudnn-fp8", lambda c: c.causal),
+    ("flash-attn-3", lambda c: c.fp8 is not None),
+    ("flash-attn-3@with_kvcache_paged", lambda c: True),
+    ("flash-attn-2@varlen_func", lambda c: c.backward),
 ])
 
 
@@ -265,7 +268,6 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
 @pytest.mark.parametrize("args,words", [
     (("--impl", "cuda-fa2"), "this project's own kernel"),
     (("--impl", "reference-fa2"), "this project's own kernel"),
-    (("--impl", "flash-attn-2"), "no standalone call is written for flash-attn-2"),
     (("--impl", "attention_conformance.examples.broken_sdpa:attention"), "module:attr"),
     (("--impl", "flash-attn-4", "--device", "cpu"), "runs on cuda, not cpu"),
     (("--impl", "torch-sdpa-flash@is_causal"), "declines case"),
