@@ -6,14 +6,16 @@ A `CallPlan` is the library side of a standalone repro (`conformance.repro_stand
 library: the same spelling, dtype, layout, mask, flags and keyword arguments), ``cannot_run_here()`` (torch, a CUDA
 device, the library), ``versions()``, the quantities the call returns, and the precision of its output (which sets
 the tolerance). Each plan asks the adapter for its decisions rather than restating them: SDPA's
-`conformance.adapters.torch_sdpa.spelled_plan` (is_causal or which attn_mask), FlexAttention's mask_mod / score_mod
-clauses as `conformance.adapters.torch_flex.flex_mods` builds them, FA4's spelling (`FlashAttn4.entry`) and
-`fa_window`, cuDNN's FP8 graph as `conformance.adapters.cudnn_fp8.sdpa_fp8_graph` builds it.
+`conformance.adapters.torch_sdpa.sdpa_args` (is_causal, which attn_mask or CausalBias), the flash-attention adapters'
+``call_for`` (`conformance.adapters.flash_attn.FaCall`: function, how q, k, v reach it, keywords), FlexAttention's
+mask_mod / score_mod clauses as `conformance.adapters.torch_flex.flex_mods` builds them, cuDNN's FP8 graph as
+`conformance.adapters.cudnn_fp8.sdpa_fp8_graph` builds it; whether the adapter claims the case, from its
+``supports`` (or, without the device, its ``claim_reason``: `claim_reason`).
 
-Families: ``torch-sdpa-{math,flash,efficient,cudnn}`` and their ``@ENTRY`` spellings, ``torch-flex``,
-``flash-attn-4`` and its spellings, ``cudnn-fp8``. Not written (`UnwritableCase`): the project's own kernels
-(``cuda-*``, ``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway),
-``flash-attn-2`` / ``flash-attn-3`` and ``module:attr`` adapters.
+Families: ``torch-sdpa-{math,flash,efficient,cudnn}``, ``flash-attn-2``, ``flash-attn-3``, ``flash-attn-4`` (each
+with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``. Not written (`UnwritableCase`): the project's own
+kernels (``cuda-*``, ``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway)
+and ``module:attr`` adapters.
 """
 
 from __future__ import annotations
