@@ -191,19 +191,11 @@ CPU_PAIRS = _pairs("cpu", [
 
 @pytest.mark.parametrize("spec,case", CPU_PAIRS, ids=[f"{s}-{c.id}" for s, c in CPU_PAIRS])
 def test_cpu_file_exits_as_the_harness_judges(spec, case):
-    from attention_conformance.judge import judge
-    from attention_conformance.registry import load
-    from attention_conformance.tolerance import compute_oracle
-    from attention_conformance.worker import call_adapter, collect_calls
-
-    adapter = load(spec, "cpu").adapter
-    assert adapter.supports(case, "cpu") is None
+    assert load(spec, "cpu").adapter.supports(case, "cpu") is None
     text = standalone(case, spec, "cpu")
     assert not [m for m in _imports(text) if m.startswith("attention_conformance")]
     rc, out = _run(_load(text))
-    inputs = make_inputs(case)
-    calls = collect_calls(lambda kind: call_adapter(adapter, kind, inputs, case, "cpu"), case, repeat=False)
-    verdict = judge(case, compute_oracle(case, inputs), calls, device="cpu", capabilities=adapter.capabilities)
+    verdict = _verdict(spec, case, "cpu")
     assert rc == (1 if verdict.outcome in ("FAIL", "FINDING") else 0), (verdict.outcome, verdict.message, out)
     assert ("DEFECT" in out) == (rc == 1), out
 
@@ -257,6 +249,36 @@ def test_cuda_file_makes_its_inputs_and_exits_2_without_cuda(spec, case, gpu_fil
     assert mod.DEVICE == "cuda" and mod.input_digest(mod.make_inputs()) == mod.INPUTS_SHA256
     rc, out = _run(mod)
     assert rc == 2 and "needs CUDA" in out, out
+
+
+def _verdict(spec, case, device):
+    """The harness's verdict on (`spec`, `case`) on `device`, in this process (the engine's calls, the judge)."""
+    from attention_conformance.judge import judge
+    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.worker import call_adapter, collect_calls
+
+    adapter = load(spec, device).adapter
+    inputs = make_inputs(case)
+    calls = collect_calls(lambda kind: call_adapter(adapter, kind, inputs, case, device), case, repeat=False)
+    return judge(case, compute_oracle(case, inputs), calls, device=device, capabilities=adapter.capabilities)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec,case", GPU_PAIRS, ids=[f"{s}-{c.id}" for s, c in GPU_PAIRS])
+def test_cuda_file_exits_as_the_harness_judges(spec, case, gpu_files):
+    """On a CUDA runner: the file's exit status is the harness's verdict (FAIL / FINDING -> 1, PASS -> 0; a library
+    that is not installed, or that declines the case, skips)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    loaded = load(spec, "cuda")
+    if not loaded.available or loaded.adapter.supports(case, "cuda"):
+        pytest.skip(f"{spec} on this machine: {loaded.reason or loaded.adapter.supports(case, 'cuda')}")
+    rc, out = _run(_load(gpu_files[(spec, case.id)].read_text()))
+    verdict = _verdict(spec, case, "cuda")
+    if verdict.outcome == "NOT_SUPPORTED":
+        assert rc == 2, (verdict.message, out)
+        return
+    assert rc == (1 if verdict.outcome in ("FAIL", "FINDING", "CRASH") else 0), (verdict.outcome, verdict.message, out)
 
 
 def _cli(capsys, *args) -> tuple[int, str, str]:
