@@ -6,6 +6,7 @@
                               [--shard K/N] [--expect FILE ...] [--no-expect] [--claims SPEC ...]
     python -m attention_conformance merge REPORT_JSON ... [--report-dir DIR] [--reexpect [--expect FILE ...]]
     python -m attention_conformance repro CASE_ID [--impl NAME_OR_MODULE:ATTR] [--device cpu|cuda]
+                              [--standalone [--out FILE]]
     python -m attention_conformance cases [--profile P] [-k EXPR] [--coverage]
     python -m attention_conformance mutants [--profile ci] ...
 
@@ -107,10 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--note", action="append", default=[], metavar="TEXT",
                     help="a note shown at the top of the joined report (e.g. which results a later fix changes)")
 
-    rp = sub.add_parser("repro", help="print a standalone Python snippet reproducing one case")
+    rp = sub.add_parser("repro", help="print a Python snippet reproducing one case through this harness; "
+                                      "--standalone: a repro file that needs only torch and the library under test")
     rp.add_argument("case_id")
     rp.add_argument("--impl", default="torch-sdpa-math")
-    rp.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    rp.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                    help="default: cpu (--standalone: cpu where the adapter runs there, else cuda)")
+    rp.add_argument("--standalone", action="store_true",
+                    help="write a file that imports nothing from this package: the inputs from the case's seed, "
+                         "float64 expected values, the library's call, exit 1 while the defect stands "
+                         "(conformance/repro_standalone.py)")
+    rp.add_argument("--out", default=None, metavar="FILE", help="with --standalone: write the file here, not to stdout")
 
     cs = sub.add_parser("cases", help="print the case ids of a profile")
     cs.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
@@ -264,6 +272,30 @@ def _cmd_repro(args) -> int:
     if args.impl == "all":
         raise UsageError("--impl all: repro reproduces one case on one adapter; name one adapter")
     check_specs([args.impl])
+    if args.out is not None and not args.standalone:
+        raise UsageError("--out needs --standalone (the snippet is printed)")
+    if args.standalone:  # written here for a device it may not have: the writer checks the adapter's claims itself
+        import shlex
+
+        from attention_conformance.repro_standalone import UnwritableCase, standalone
+
+        try:
+            text = standalone(case, args.impl, args.device, command=" ".join(
+                ["python -m attention_conformance", *map(shlex.quote, getattr(args, "argv", None) or sys.argv[1:])]))
+        except UnwritableCase as exc:
+            raise UsageError(str(exc)) from None
+        if args.out is None:
+            sys.stdout.write(text)
+            return 0
+        try:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
+        print(f"wrote {args.out}: `python3 {args.out}` exits 1 while a defect stands, 0 without one, 2 where it "
+              "cannot run", file=sys.stderr)
+        return 0
+    args.device = args.device or "cpu"
     la = load(args.impl, args.device)
     if la.adapter is None:
         raise UsageError(f"--impl {args.impl}: {one_line(la.reason)}")

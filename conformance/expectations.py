@@ -15,6 +15,8 @@ An expectations file (TOML, ``schema = 1``) lists entries::
     finding = "masked_nan"                              # optional: a named finding the verdict must carry
     reason = "what is wrong, where it was measured"     # required
     link = "https://github.com/..."                     # optional: the upstream issue
+    repro = "repros/torch-cpu-flash-causal-nonpositive-scale.py"  # optional: a standalone repro file, relative
+                                                        # to this file (`repro --standalone` writes one)
 
 A result is *in scope* of an entry when adapter, version, device, GPU and case match. In scope:
 
@@ -74,7 +76,7 @@ _INERT = (NOT_SUPPORTED, HARNESS_ERROR)
 EXPECTABLE = tuple(o for o in OUTCOMES if o not in (PASS, NOT_SUPPORTED, HARNESS_ERROR, KNOWN, UNEXPECTED_PASS))
 _CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
-         "symptom", "finding", "reason", "link"}
+         "symptom", "finding", "reason", "link", "repro"}
 _VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev)\.?(\d*))?")
 _SPEC = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)?\s*([0-9][0-9a-z.*+-]*)\s*$")
 
@@ -100,12 +102,13 @@ class Expectation:
     symptom: str | None = None
     finding: str | None = None
     link: str | None = None
+    repro: str | None = None  # a standalone repro file, relative to the expectations file (checked to exist)
 
     def label(self) -> str:
         return f"{self.id} ({self.source})" if self.source else self.id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "source": self.source, "reason": self.reason, "link": self.link,
+        return {"id": self.id, "source": self.source, "reason": self.reason, "link": self.link, "repro": self.repro,
                 "outcomes": list(self.outcomes), "symptom": self.symptom, "finding": self.finding}
 
 
@@ -192,7 +195,18 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _entry(raw: dict, source: str, index: int) -> Expectation:
+def _repro(value: Any, base: Path | None, where_: str) -> str | None:
+    """The ``repro`` key: a relative path to a file that exists beside the expectations file (`base`, its folder)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or Path(value).is_absolute():
+        raise ExpectationError(f"{where_}: repro {value!r}: expected a path relative to the expectations file")
+    if base is not None and not (base / value).is_file():
+        raise ExpectationError(f"{where_}: repro {value!r}: no such file {base / value}")
+    return value
+
+
+def _entry(raw: dict, source: str, index: int, base: Path | None = None) -> Expectation:
     where_ = f"{source}: expectation #{index + 1}"
     if not isinstance(raw, dict):
         raise ExpectationError(f"{where_}: expected a table, got {type(raw).__name__}")
@@ -240,7 +254,7 @@ def _entry(raw: dict, source: str, index: int) -> Expectation:
                        versions=None if versions is None else str(versions), devices=devices_t,
                        gpu=raw.get("gpu"), cases=None if cases is None else str(cases), where=dict(where),
                        outcomes=outcomes, symptom=raw.get("symptom"), finding=raw.get("finding"),
-                       link=raw.get("link"))
+                       link=raw.get("link"), repro=_repro(raw.get("repro"), base, where_))
 
 
 def load(path: str | Path) -> list[Expectation]:
@@ -258,7 +272,7 @@ def load(path: str | Path) -> list[Expectation]:
     if unknown:
         raise ExpectationError(f"{p}: unknown top-level key(s) {unknown}; entries go in [[expectation]] tables")
     source = p.name if p == DEFAULT_FILE else str(p)
-    entries = [_entry(raw, source, i) for i, raw in enumerate(data.get("expectation", []))]
+    entries = [_entry(raw, source, i, p.parent) for i, raw in enumerate(data.get("expectation", []))]
     seen: set[str] = set()
     for e in entries:
         if e.id in seen:
@@ -424,7 +438,7 @@ class RunExpectations:
 
 def report_rows(results: Iterable[dict]) -> list[dict]:
     """One row per expectations entry that verdicts of a report fell under (report.json ``results`` dicts):
-    ``{"id", "source", "reason", "link", "adapters", "outcomes": {outcome: n}}``, most results first."""
+    ``{"id", "source", "reason", "link", "repro", "adapters", "outcomes": {outcome: n}}``, most results first."""
     rows: dict[tuple[str, str], dict] = {}
     for r in results:
         e = r.get("expectation")
@@ -432,7 +446,8 @@ def report_rows(results: Iterable[dict]) -> list[dict]:
             continue
         row = rows.setdefault((e["id"], e.get("source", "")), {"id": e["id"], "source": e.get("source", ""),
                                                               "reason": e.get("reason", ""), "link": e.get("link"),
-                                                              "adapters": [], "outcomes": {}})
+                                                              "repro": e.get("repro"), "adapters": [],
+                                                              "outcomes": {}})
         if r["adapter"] not in row["adapters"]:
             row["adapters"].append(r["adapter"])
         row["outcomes"][r["outcome"]] = row["outcomes"].get(r["outcome"], 0) + 1

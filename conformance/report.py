@@ -325,7 +325,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
 
 def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
     """The expectations section: every entry verdicts fell under (KNOWN / UNEXPECTED_PASS / other), with its
-    reason and link, and the entries that matched nothing (conformance/expectations.py)."""
+    reason, link and repro file, and the entries that matched nothing (conformance/expectations.py)."""
     from attention_conformance.expectations import report_rows
 
     summary = rep.get("expectations") or {}
@@ -333,11 +333,13 @@ def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
     if not rows and not summary.get("unused"):
         return []
     lines = [f"## Expectations ({', '.join(summary.get('files', [])) or 'none'})", "",
-             "| entry | adapters | verdicts | reason | link |", "|---|---|---|---|---|"]
+             "| entry | adapters | verdicts | reason | link, repro |", "|---|---|---|---|---|"]
     for row in rows:
         verdicts = ", ".join(f"{SHORT[o]} {n}" for o, n in row["outcomes"].items())
+        repro = f"repro: `{row['repro']}`" if row.get("repro") else ""
+        links = "<br>".join(x for x in (row["link"], repro) if x)
         lines.append(f"| `{row['id']}` ({row['source']}) | {', '.join(row['adapters'])} | {verdicts} | "
-                     f"{row['reason'][:600]} | {row['link'] or ''} |")
+                     f"{row['reason'][:600]} | {links} |")
     for label in summary.get("unused", []):
         lines.append(f"| {label} | | matched no result of this run | | |")
     return lines + [""]

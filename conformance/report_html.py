@@ -185,7 +185,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
 
 
 def _expectations_html(rep: dict) -> list[str]:
-    """Every expectations entry the report's verdicts fell under, with reason and link; unused entries."""
+    """Every expectations entry the report's verdicts fell under, with reason, link and repro file; unused entries."""
     from attention_conformance.expectations import report_rows
 
     summary = rep.get("expectations") or {}
@@ -195,6 +195,8 @@ def _expectations_html(rep: dict) -> list[str]:
     out = []
     for row in rows:
         link = f'<a href="{_e(row["link"])}">{_e(row["link"])}</a>' if row["link"] else ""
+        if row.get("repro"):
+            link += ("<br>" if link else "") + f"repro: <code>{_e(row['repro'])}</code>"
         verdicts = " ".join(_cell(o, f"{SHORT[o]} {n}") for o, n in row["outcomes"].items())
         out.append([f"<td><code>{_e(row['id'])}</code><br><small>{_e(row['source'])}</small></td>",
                     f"<td>{_e(', '.join(row['adapters']))}</td>", f"<td><table><tr>{verdicts}</tr></table></td>",
@@ -202,7 +204,8 @@ def _expectations_html(rep: dict) -> list[str]:
     out += [[f"<td>{_e(label)}</td>", "<td></td>", "<td>matched no result of this run</td>", "<td></td>",
              "<td></td>"] for label in summary.get("unused", [])]
     files = ", ".join(summary.get("files", [])) or "none"
-    return [f"<h2>Expectations ({_e(files)})</h2>", _table(["entry", "adapters", "verdicts", "reason", "link"], out)]
+    header = ["entry", "adapters", "verdicts", "reason", "link, repro"]
+    return [f"<h2>Expectations ({_e(files)})</h2>", _table(header, out)]
 
 
 def main(argv: list[str] | None = None) -> int:
