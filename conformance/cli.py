@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("repro", help="print a Python snippet reproducing one case through this harness; "
                                       "--standalone: a repro file that needs only torch and the library under test")
-    rp.add_argument("case_id")
+    rp.add_argument("case_id", metavar="CASE", help="a case id of the catalog, or a case as JSON (a property "
+                    "failure's --case)")
     rp.add_argument("--impl", default="torch-sdpa-math")
     rp.add_argument("--device", default=None, choices=("cpu", "cuda"),
                     help="default: cpu (--standalone: cpu where the adapter runs there, else cuda)")
@@ -260,15 +261,30 @@ def _check_report_dir(path: str) -> None:
         raise UsageError(f"--report-dir {path}: not writable")
 
 
-def _cmd_repro(args) -> int:
+def _repro_case(text: str):
+    """A catalog case id, or a case as JSON (``Case.to_dict``: what a property failure prints, e.g. a drawn or
+    pinned example of the property suite); `UsageError` naming what is wrong."""
+    from attention_conformance.case import Case
     from attention_conformance.catalog import case_by_id
+
+    if not text.lstrip().startswith("{"):
+        try:
+            return case_by_id(text)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+    import json
+
+    try:
+        return Case.from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"CASE: not a case id, nor a case as JSON ({type(exc).__name__}: {exc})") from None
+
+
+def _cmd_repro(args) -> int:
     from attention_conformance.registry import load
     from attention_conformance.repro import snippet
 
-    try:
-        case = case_by_id(args.case_id)
-    except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
+    case = _repro_case(args.case_id)
     if args.impl == "all":
         raise UsageError("--impl all: repro reproduces one case on one adapter; name one adapter")
     check_specs([args.impl])

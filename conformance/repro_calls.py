@@ -198,12 +198,23 @@ def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> Ca
         '    if "No available kernel" in str(exc):  # the backend refused these inputs: it computed nothing',
         "        raise LibraryDeclined(str(exc)) from None",
         "    raise",
-        "return q, k, v, out"]
+        "return q, k, v, out, attn_mask"]
     body += ["def sdpa(requires_grad):"] + [f"    {x}" if x else "" for x in inner] + [
         "", "result = {\"out\": sdpa(False)[3]}"]
     observed = ("out",)
+    if backend == "EFFICIENT_ATTENTION" and variant is None and not case.backward and case.Hq == case.Hkv:
+        # the LSE, as the adapter reads it: the backend's own aten op on the same tensors, its output equal to the
+        # public call's (the same computation), the boolean mask as 0 / -inf
+        body += ["q, k, v, _, fmask = sdpa(False)",
+                 "if fmask is not None and fmask.dtype == torch.bool:",
+                 "    fmask = torch.zeros(fmask.shape, dtype=q.dtype, device=DEVICE).masked_fill(~fmask, -math.inf)",
+                 "op = torch.ops.aten._scaled_dot_product_efficient_attention(",
+                 f"    q, k, v, fmask, True, 0.0, {is_causal}, scale={args.scale!r})",
+                 "if torch.equal(op[0], result[\"out\"]):  # else the op is another computation: no LSE reported",
+                 f"    result[\"lse\"] = op[1][..., :{case.Lq}].float()"]
+        observed += ("lse",)
     if case.backward:
-        body += ["q, k, v, out = sdpa(True)  # the backward: autograd of sum(out * dout) through the same call"]
+        body += ["q, k, v, out, _ = sdpa(True)  # the backward: autograd of sum(out * dout) through the same call"]
         body += _dout_lines(case, dtype)
         body += ["dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=dout)",
                  "result.update(dq=dq, dk=dk, dv=dv)"]

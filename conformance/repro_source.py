@@ -221,10 +221,12 @@ def check_values(name, expected, observed, tolerance, compared):
                      f"{float(observed[i])!r}")
     if err.size == 0:
         return bool(bad.any()), lines or [f"{name}: nothing to compare"]
-    i = np.unravel_index(int(np.argmax(err)), err.shape)
-    over = bool(err[i] > tolerance)
-    lines.append(f"{name}: worst |observed - expected| = {err[i]:.6g} at {_where(name, i)}: expected "
-                 f"{float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tolerance:.6g} "
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), err.shape)  # one bound, or one per element
+    usage = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+    i = np.unravel_index(int(np.argmax(usage)), usage.shape)
+    over = bool((err > tol).any())
+    lines.append(f"{name}: worst |observed - expected| against its tolerance at {_where(name, i)}: {err[i]:.6g}, "
+                 f"expected {float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tol[i]:.6g} "
                  f"({'EXCEEDED' if over else 'within'})")
     return bool(bad.any()) or over, lines
 

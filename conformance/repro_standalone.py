@@ -9,10 +9,11 @@ writes one for any (case, built-in adapter) the writer has a plan for (`conforma
 - the expected values in float64, computed in the file (`conformance.repro_source.reference_attention`: the
   contract of oracles/SEMANTICS.md with the case's mask, causal alignment, scale, softcap, sinks);
 - the call the adapter makes (spelling, dtype, layout, flags), written out with torch and the library;
-- one tolerance per quantity, computed here by the harness (conformance/TOLERANCES.md): the largest per-element bound
-  over the compared elements. An error above it is above that element's own bound too, so the file's exit status 1
-  implies the harness's FAIL on that quantity; the harness, holding each element to its own bound, can fail a case
-  whose file exits 0 (the file prints the worst element either way);
+- the tolerances, computed here by the harness (conformance/TOLERANCES.md): for a quantity of at most
+  `PER_ELEMENT_MAX` elements each element's own bound, so the file fails exactly where the harness does; for a larger
+  one the largest per-element bound over the compared elements, so that the file's exit status 1 implies the
+  harness's FAIL on that quantity, while the harness, holding each element to its own bound, can fail a case whose
+  file exits 0 (the file prints the worst element either way);
 - the worst element of each quantity printed (index, expected, observed, tolerance), and the exit status: 1 while the
   defect stands (a value outside the tolerance, NaN/Inf where the expected value is finite, a row with no visible key
   whose LSE is finite, or the call raising), 0 once fixed, 2 when it cannot run here ("needs CUDA", a missing
@@ -27,6 +28,7 @@ from __future__ import annotations
 import inspect
 import json
 import shlex
+import textwrap
 
 import numpy as np
 
@@ -50,6 +52,10 @@ _ALWAYS = ("LibraryDeclined", "round_to", "input_digest", "visible", "_plane", "
            "_where", "check_values", "check_lse")
 
 
+#: quantities of at most this many elements carry a bound per element (larger ones: the largest bound)
+PER_ELEMENT_MAX = 4096
+
+
 def default_device(spec: str) -> str:
     """The device a standalone file for `spec` runs on when none is given: cpu where its family runs there."""
     _, devices = family_of(spec)
@@ -68,12 +74,24 @@ def tolerances(case: Case, od: OracleData, plan: CallPlan) -> dict[str, float]:
         if name in od.grad_tol:
             rows = {"dq": rows_q, "dk": rows_k, "dv": rows_k}.get(name)
             bounds[name] = (od.grad_tol[name], np.ones(od.grad_tol[name].shape, dtype=bool) if rows is None else rows)
-    out = {}
+    out: dict[str, float | np.ndarray] = {}
     for name in plan.observed:
         tol, rows = bounds[name]
         sel = np.broadcast_to(rows, tol.shape)
-        out[name] = float(tol[sel].max()) if sel.any() else 0.0
+        if tol.size <= PER_ELEMENT_MAX:  # a small case carries each element's bound: the file fails where we do
+            out[name] = np.where(sel, tol, 0.0)
+        else:
+            out[name] = float(tol[sel].max()) if sel.any() else 0.0
     return out
+
+
+def _tolerance_source(value: float | np.ndarray) -> str:
+    """The ``TOLERANCE`` entry of one quantity: a number, or an array literal wrapped to the line length."""
+    if not isinstance(value, np.ndarray):
+        return repr(value)
+    body = textwrap.fill(", ".join(repr(float(x)) for x in value.ravel()), width=100, initial_indent=" " * 8,
+                         subsequent_indent=" " * 8)
+    return f"np.array([\n{body}\n    ]).reshape({tuple(value.shape)!r})"
 
 
 def _describe(case: Case) -> list[str]:
@@ -254,8 +272,9 @@ def standalone(case: Case, spec: str, device: str | None = None, *, command: str
         _constant("SEQLENS_Q", None if case.seqlens_q is None else list(case.seqlens_q),
                   "query lengths (§7); None: every row is real"),
         _constant("SEQLENS_K", seqlens_k, "key lengths (§7); None: every key is real"),
-        "# per quantity: the largest per-element error bound the harness computed for this case's compared elements",
-        "TOLERANCE = {\n" + "".join(f'    "{k}": {v!r},\n' for k, v in tol.items()) + "}",
+        "# per quantity: the harness's error bound of each compared element (a quantity of more than "
+        f"{PER_ELEMENT_MAX}\n# elements: the largest of them)",
+        "TOLERANCE = {\n" + "".join(f'    "{k}": {_tolerance_source(v)},\n' for k, v in tol.items()) + "}",
         _constant("LSE_PLUS_INF_OK", plan.lse_plus_inf_ok, "+inf passes as the LSE of a row with no visible key"),
         "# SHA-256 of the harness's inputs for this case (input_digest): make_inputs() must give exactly these",
         _constant("INPUTS_SHA256", digest),

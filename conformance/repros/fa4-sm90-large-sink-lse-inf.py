@@ -35,10 +35,33 @@ LIBRARY = "flash-attn-4 (flash_attn.cute) flash_attn_func(q, k, v) on [B, L, H, 
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = None  # key lengths (§7); None: every key is real
-# per quantity: the largest per-element error bound the harness computed for this case's compared elements
+# per quantity: the harness's error bound of each compared element (a quantity of more than 4096
+# elements: the largest of them)
 TOLERANCE = {
     "out": 2.381917637205837e-13,
-    "lse": 0.002977132797241211,
+    "lse": np.array([
+        0.002975761890411377, 0.002975761890411377, 0.002975761890411377, 0.002975761890411377,
+        0.002975761890411377, 0.002975761890411377, 0.002975761890411377, 0.002975761890411377,
+        0.002975761890411377, 0.002975761890411377, 0.002975761890411377, 0.002975761890411377,
+        0.002975761890411377, 0.002975761890411377, 0.002975761890411377, 0.002975761890411377,
+        0.002975761890411377, 0.0029758214950561523, 0.0029758810997009277, 0.002975940704345703,
+        0.0029760003089904785, 0.002976059913635254, 0.0029761195182800293, 0.0029761791229248047,
+        0.00297623872756958, 0.0029762983322143555, 0.002976357936859131, 0.0029764175415039062,
+        0.0029764771461486816, 0.002976536750793457, 0.0029765963554382324, 0.002976655960083008,
+        0.002976715564727783, 0.0029767751693725586, 0.002976834774017334, 0.0029768943786621094,
+        0.0029769539833068848, 0.00297701358795166, 0.0029770731925964355, 0.002977132797241211,
+        8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06,
+        8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06,
+        8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06,
+        8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06, 8.791685104370117e-06,
+        8.791685133914989e-06, 8.851289758950663e-06, 8.910894438658695e-06, 8.97049913816065e-06,
+        9.030103803697644e-06, 9.089708389165348e-06, 9.149313009969552e-06, 9.208917653767944e-06,
+        9.268522321748924e-06, 9.32812696246386e-06, 9.387731639881094e-06, 9.44733629625124e-06,
+        9.506940909764007e-06, 9.566545528861338e-06, 9.626150185145608e-06, 9.685754837169493e-06,
+        9.745359478328853e-06, 9.804964109803546e-06, 9.864568802477359e-06, 9.924173510800363e-06,
+        9.983778103496664e-06, 1.0043382771443607e-05, 1.0102987364088675e-05,
+        1.0162592022375527e-05
+    ]).reshape((1, 2, 40)),
 }
 LSE_PLUS_INF_OK = True  # +inf passes as the LSE of a row with no visible key
 # SHA-256 of the harness's inputs for this case (input_digest): make_inputs() must give exactly these
@@ -206,10 +229,12 @@ def check_values(name, expected, observed, tolerance, compared):
                      f"{float(observed[i])!r}")
     if err.size == 0:
         return bool(bad.any()), lines or [f"{name}: nothing to compare"]
-    i = np.unravel_index(int(np.argmax(err)), err.shape)
-    over = bool(err[i] > tolerance)
-    lines.append(f"{name}: worst |observed - expected| = {err[i]:.6g} at {_where(name, i)}: expected "
-                 f"{float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tolerance:.6g} "
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), err.shape)  # one bound, or one per element
+    usage = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+    i = np.unravel_index(int(np.argmax(usage)), usage.shape)
+    over = bool((err > tol).any())
+    lines.append(f"{name}: worst |observed - expected| against its tolerance at {_where(name, i)}: {err[i]:.6g}, "
+                 f"expected {float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tol[i]:.6g} "
                  f"({'EXCEEDED' if over else 'within'})")
     return bool(bad.any()) or over, lines
 

@@ -34,10 +34,35 @@ LIBRARY = "flash-attn-4 (flash_attn.cute) flash_attn_func(q, k, v) on [B, L, H, 
 DEVICE = "cuda"
 SEQLENS_Q = None  # query lengths (§7); None: every row is real
 SEQLENS_K = None  # key lengths (§7); None: every key is real
-# per quantity: the largest per-element error bound the harness computed for this case's compared elements
+# per quantity: the harness's error bound of each compared element (a quantity of more than 4096
+# elements: the largest of them)
 TOLERANCE = {
     "out": 0.002126712467405832,
-    "lse": 0.0005681810851370248,
+    "lse": np.array([
+        0.0005646026948585949, 0.0005654765924844801, 0.0005600715869324875, 0.0005627192308140865,
+        0.0005642892256123468, 0.0005575533372915698, 0.0005625454215835911, 0.0005655117893904474,
+        0.0005640405963467478, 0.0005387319155902055, 0.0005602648898179783, 0.0005642831141938346,
+        0.0005644237621356355, 0.0005640892297956509, 0.0005602251698065752, 0.0005645681862833482,
+        0.0005647233835710743, 0.0005589478576942465, 0.0005600733740020362, 0.0005664510951254872,
+        0.0005664436847103888, 0.0005514443548544224, 0.0005544101901943086, 0.0005246929048810417,
+        0.000565984756444547, 0.0005633754107907335, 0.0005624242114958951, 0.0005637143588957815,
+        0.0005640190980135319, 0.0005665265344420013, 0.0005288760671209798, 0.000564562661744355,
+        0.0005662324460399407, 0.0005632857082119961, 0.0005663347028261931, 0.0005659896964329633,
+        0.0005479872869947318, 0.0005630863260240212, 0.0005363992920198847, 0.0005414904251855475,
+        0.000565063299311799, 0.0005313172315173893, 0.0005471930563956422, 0.0005642010818378361,
+        0.0005643730813852986, 0.000530134219581877, 0.0005678618893251024, 0.0005612998007915934,
+        0.000564841571693347, 0.0005659625906714392, 0.000566439590027403, 0.0005624534773437239,
+        0.0005641463830696859, 0.0005669016991125857, 0.0005657294112352214, 0.0005646979813884564,
+        0.0005640943807603684, 0.0005588756864835397, 0.0005664946398523876, 0.0005681810851370248,
+        0.0005655163293216905, 0.0005645181308770587, 0.0005651207881442155, 0.0005564360474756551,
+        0.0005642529306207105, 0.0005656063550917904, 0.0005653234984963223, 0.0005630526949537614,
+        0.0005641259635739086, 0.0005501231760074682, 0.0005673240205421708, 0.0005470754128503556,
+        0.0005636166408396715, 0.0005512795816796428, 0.0005368226106577633, 0.0005625313443083514,
+        0.0005332805784465508, 0.0005469413792927563, 0.0005645744825976649, 0.0005637578656974038,
+        0.0005063203560155688, 0.0005635055835153211, 0.0005628406278143615, 0.0005625255543492619,
+        0.0005641831849246182, 0.000563215805790245, 0.0005245511353286418, 0.0005644628332711141,
+        0.0005645032718395779, 0.0005639533113748203
+    ]).reshape((1, 2, 45)),
 }
 LSE_PLUS_INF_OK = True  # +inf passes as the LSE of a row with no visible key
 # SHA-256 of the harness's inputs for this case (input_digest): make_inputs() must give exactly these
@@ -205,10 +230,12 @@ def check_values(name, expected, observed, tolerance, compared):
                      f"{float(observed[i])!r}")
     if err.size == 0:
         return bool(bad.any()), lines or [f"{name}: nothing to compare"]
-    i = np.unravel_index(int(np.argmax(err)), err.shape)
-    over = bool(err[i] > tolerance)
-    lines.append(f"{name}: worst |observed - expected| = {err[i]:.6g} at {_where(name, i)}: expected "
-                 f"{float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tolerance:.6g} "
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), err.shape)  # one bound, or one per element
+    usage = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+    i = np.unravel_index(int(np.argmax(usage)), usage.shape)
+    over = bool((err > tol).any())
+    lines.append(f"{name}: worst |observed - expected| against its tolerance at {_where(name, i)}: {err[i]:.6g}, "
+                 f"expected {float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tol[i]:.6g} "
                  f"({'EXCEEDED' if over else 'within'})")
     return bool(bad.any()) or over, lines
 

@@ -61,7 +61,7 @@ USAGE = {
     "unknown_command": (["frobnicate"], "invalid choice: 'frobnicate'"),
     "no_command": ([], "required: command"),
     "repro_unknown_case": (["repro", "no-such-case"], "no case with id 'no-such-case'"),
-    "repro_no_case": (["repro"], "required: case_id"),
+    "repro_no_case": (["repro"], "required: CASE"),
     "repro_impl_typo": (["repro", "@CASE", "--impl", "torch-sdpa-mathh"], "did you mean torch-sdpa-math?"),
     "repro_impl_unimportable": (["repro", "@CASE", "--impl", "no_such_module_xyz:fn"], "no_such_module_xyz"),
     "repro_impl_unavailable": (["repro", "@CASE", "--impl", "cuda-fa2"], "cuda-fa2 is unavailable on cpu"),
