@@ -234,9 +234,6 @@ def native_window(case: Case) -> int:
 def spelling_reason(entry: str, case: Case) -> str | None:
     """Why spelling `entry` cannot express `case` beyond what its `Capabilities` say; None if it can."""
     sp = SPELLINGS[entry]
-    paged = page_size_of(case.layout) is not None
-    if paged and not sp.paged:
-        return f"{sp.call} takes no page table (paged K/V case): flashinfer@paged_prefill / paged_decode do"
     if sp.decode and case.Lq != 1:
         return f"{sp.call} computes one query row per sequence (decode); this case has Lq={case.Lq}"
     if sp.kind == "sink" and case.sinks is None:
