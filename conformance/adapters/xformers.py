@@ -227,7 +227,7 @@ def _dense_bias(case: Case, q, mask: np.ndarray | None, bias: np.ndarray | None,
     full = tc.float_mask(vis, tc.neutral_padded_bias(bias, case), B, Lq, Lk)
     if full is None:
         full = np.zeros((B, 1, Lq, Lk))
-    out.copy_(tc.to_torch(np.broadcast_to(full, (B, Hq, Lq, Lk)), q.dtype, str(q.device), name="attn_bias"))
+    out.copy_(tc.to_torch(np.array(np.broadcast_to(full, (B, Hq, Lq, Lk))), q.dtype, str(q.device), name="attn_bias"))
     return out
 
 
