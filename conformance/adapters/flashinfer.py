@@ -50,7 +50,6 @@ Kernels are JIT-compiled on first use unless ahead-of-time modules are installed
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -59,21 +58,15 @@ import numpy as np
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters._torch_common import torch
-from attention_conformance.adapters.base import (
-    Adapter,
-    Capabilities,
-    CaseInputs,
-    ForwardOutput,
-    capability_reason,
-)
+from attention_conformance.adapters.base import Capabilities, CaseInputs, ForwardOutput, capability_reason
 from attention_conformance.adapters.spelling import (
+    LibraryAdapter,
     equivalent_cases,
     kv_splits,
     mask_varies_over_heads,
     sequence_lengths,
     union_capabilities,
 )
-from attention_conformance.adapters.variants import checked_entry_point, variant_name
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
@@ -310,22 +303,20 @@ def _needs_custom_mask(case: Case) -> bool:
 
 
 # -- the adapter -----------------------------------------------------------------------------------------------------
-class FlashInfer(Adapter):
+class FlashInfer(LibraryAdapter):
     """FlashInfer through its public entry points (see the module docstring)."""
 
     name = "flashinfer"
     description = ("FlashInfer (single/batch prefill and decode, ragged and paged KV with NHD/HND layouts, sinks, "
                    "split-KV merge_state); LSE base 2")
-    isolate: ClassVar[bool] = True
-    marks_code_under_test: ClassVar[bool] = True
-    module_name: ClassVar[str] = "flashinfer"
+    module_name = "flashinfer"
+    distribution = DISTRIBUTION
+    min_cc = (8, 0)
+    cc_text = "FlashInfer's kernels: sm80 and newer"
     entry_points: ClassVar[tuple[str, ...]] = tuple(SPELLINGS)
 
     def __init__(self, entry_point: str | None = None) -> None:
-        self.entry_point = checked_entry_point(type(self), entry_point)
-        self.name = variant_name(type(self).name, entry_point)
-        self._module = None
-        self._import_error: str | None = None
+        super().__init__(entry_point)
         self._workspace: dict[str, Any] = {}
         self._lib = library_support(self.module())
         if entry_point is None:
@@ -334,34 +325,7 @@ class FlashInfer(Adapter):
         else:
             self.capabilities = spelling_capabilities(SPELLINGS[entry_point], self._lib)
 
-    # -- availability -----------------------------------------------------------------------------
-    def module(self):
-        if self._module is None and self._import_error is None:
-            try:
-                self._module = importlib.import_module(self.module_name)
-            except Exception as exc:  # ImportError, or a broken install raising at import
-                self._import_error = f"flashinfer is not importable ({type(exc).__name__}: {exc})"
-        return self._module
-
-    def version(self) -> str:
-        try:
-            return importlib.metadata.version(DISTRIBUTION)
-        except importlib.metadata.PackageNotFoundError:
-            mod = self.module()
-            return f"{getattr(mod, '__version__', 'not installed')} (no {DISTRIBUTION} metadata)"
-
-    def unavailable_reason(self, device: str) -> str | None:
-        reason = tc.cuda_unavailable_reason(device, self.name, (8, 0), "FlashInfer's kernels: sm80 and newer")
-        if reason:
-            return reason
-        if self.module() is None:
-            return self._import_error
-        return None
-
-    def supports(self, case: Case, device: str) -> str | None:
-        reason = self.unavailable_reason(device)
-        if reason:
-            return reason
+    def _decline(self, case: Case, device: str) -> str | None:
         entry, _, why = self._pick(case)
         return None if entry is not None else why
 

@@ -1,7 +1,10 @@
-"""Case-side helpers of the adapters whose entry points each express part of the contract (FlashInfer, xformers).
+"""What the adapters of installed libraries with several entry points share (FlashInfer, xformers).
+
+`LibraryAdapter`: the base: the ``NAME@ENTRY`` variant (`conformance.adapters.variants`), the library imported once on
+demand (an import error is the unavailable reason), its version from package metadata, the CUDA device check.
 
 A spelling of a vendor API (a function, a wrapper class, an ``attn_bias`` type) can say some cases in several
-equivalent ways and others not at all. What lives here is about the *case*, never about one library:
+equivalent ways and others not at all. The helpers here are about the *case*, never about one library:
 
 - `sequence_lengths`: each sequence's query and key lengths (SEMANTICS.md §7).
 - `equivalent_cases`: the forms of a case that describe the same attention (§4, §5): with every sequence square,
@@ -15,14 +18,20 @@ equivalent ways and others not at all. What lives here is about the *case*, neve
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.metadata
 from collections.abc import Iterable
+from typing import Any, ClassVar
 
 import numpy as np
 
-from attention_conformance.adapters.base import Capabilities
+from attention_conformance.adapters import _torch_common as tc
+from attention_conformance.adapters.base import Adapter, Capabilities
+from attention_conformance.adapters.variants import checked_entry_point, variant_name
 from attention_conformance.case import Case
 
 __all__ = [
+    "LibraryAdapter",
     "causal_hides_nothing",
     "equivalent_cases",
     "kv_splits",
@@ -105,3 +114,51 @@ def union_capabilities(caps: Iterable[Capabilities]) -> Capabilities:
         else:
             raise ValueError(f"spellings disagree on Capabilities.{f.name}: {sorted(set(map(str, values)))}")
     return Capabilities(**merged)
+
+
+class LibraryAdapter(Adapter):
+    """Base of an adapter over an installed library, one variant per entry point (``NAME@ENTRY``)."""
+
+    isolate: ClassVar[bool] = True
+    marks_code_under_test: ClassVar[bool] = True
+    module_name: ClassVar[str] = ""  # what is imported (``flashinfer``, ``xformers.ops.fmha``)
+    distribution: ClassVar[str] = ""  # whose package metadata gives the version
+    min_cc: ClassVar[tuple[int, int]] = (8, 0)
+    cc_text: ClassVar[str] = ""
+    entry_points: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, entry_point: str | None = None) -> None:
+        self.entry_point = checked_entry_point(type(self), entry_point)
+        self.name = variant_name(type(self).name, entry_point)
+        self._module: Any = None
+        self._import_error: str | None = None
+
+    def module(self) -> Any:
+        """The imported library module, or None (`_import_error` says why)."""
+        if self._module is None and self._import_error is None:
+            try:
+                self._module = importlib.import_module(self.module_name)
+            except Exception as exc:  # ImportError, or a broken install raising at import
+                self._import_error = f"{self.module_name} is not importable ({type(exc).__name__}: {exc})"
+        return self._module
+
+    def version(self) -> str:
+        try:
+            return importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = tc.cuda_unavailable_reason(device, self.name, self.min_cc, self.cc_text)
+        if reason:
+            return reason
+        if self.module() is None:
+            return self._import_error
+        return None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        return self.unavailable_reason(device) or self._decline(case, device)
+
+    def _decline(self, case: Case, device: str) -> str | None:
+        """Why this variant cannot run `case` (its spellings and the library asked); None when it claims it."""
+        raise NotImplementedError

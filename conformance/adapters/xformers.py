@@ -37,7 +37,6 @@ CUDA kernels the profiler saw. Without the library the adapter claims nothing.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +47,6 @@ import numpy as np
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters._torch_common import torch
 from attention_conformance.adapters.base import (
-    Adapter,
     BackwardOutput,
     CallDeclined,
     Capabilities,
@@ -57,13 +55,13 @@ from attention_conformance.adapters.base import (
     capability_reason,
 )
 from attention_conformance.adapters.spelling import (
+    LibraryAdapter,
     causal_hides_nothing,
     equivalent_cases,
     kv_splits,
     sequence_lengths,
     union_capabilities,
 )
-from attention_conformance.adapters.variants import checked_entry_point, variant_name
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["BIASES", "OPS", "BiasSpelling", "Translated", "Xformers", "bias_reason", "op_capabilities", "translate",
@@ -290,22 +288,20 @@ def _empty_like_case(case: Case, device: str, dtype) -> tuple[Any, Any, Any]:
 
 
 # -- the adapter -----------------------------------------------------------------------------------------------------
-class Xformers(Adapter):
+class Xformers(LibraryAdapter):
     """xformers' memory_efficient_attention through its attn_bias and op= spellings (see the module docstring)."""
 
     name = "xformers"
     description = ("xformers memory_efficient_attention (BMHK/BMGHK), one variant per attn_bias and per op=, "
                    "memory_efficient_attention_partial + merge_attentions")
-    isolate: ClassVar[bool] = True
-    marks_code_under_test: ClassVar[bool] = True
-    module_name: ClassVar[str] = "xformers.ops.fmha"
+    module_name = "xformers.ops.fmha"
+    distribution = DISTRIBUTION
+    min_cc = (5, 0)
+    cc_text = "xformers' CUDA operators"
     entry_points: ClassVar[tuple[str, ...]] = ENTRY_POINTS
 
     def __init__(self, entry_point: str | None = None) -> None:
-        self.entry_point = checked_entry_point(type(self), entry_point)
-        self.name = variant_name(type(self).name, entry_point)
-        self._module = None
-        self._import_error: str | None = None
+        super().__init__(entry_point)
         self.capabilities = self._declared()
 
     # -- what this variant can say ----------------------------------------------------------------
@@ -346,33 +342,7 @@ class Xformers(Adapter):
         caps = [c for c in (self._bias_capabilities(n) for n in self._biases()) if c is not None]
         return union_capabilities(caps) if caps else Capabilities(dtypes=frozenset(), devices=frozenset({"cuda"}))
 
-    # -- availability -----------------------------------------------------------------------------
-    def module(self):
-        if self._module is None and self._import_error is None:
-            try:
-                self._module = importlib.import_module(self.module_name)
-            except Exception as exc:  # ImportError, or a broken install raising at import
-                self._import_error = f"xformers is not importable ({type(exc).__name__}: {exc})"
-        return self._module
-
-    def version(self) -> str:
-        try:
-            return importlib.metadata.version(DISTRIBUTION)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
-    def unavailable_reason(self, device: str) -> str | None:
-        reason = tc.cuda_unavailable_reason(device, self.name, (5, 0), "xformers' CUDA operators")
-        if reason:
-            return reason
-        if self.module() is None:
-            return self._import_error
-        return None
-
-    def supports(self, case: Case, device: str) -> str | None:
-        reason = self.unavailable_reason(device)
-        if reason:
-            return reason
+    def _decline(self, case: Case, device: str) -> str | None:
         pick = self._pick(case, device)
         return None if pick[0] is not None else pick[2]
 

@@ -17,15 +17,14 @@ import types
 
 import numpy as np
 import pytest
+from adapter_helpers import in_process_runner, small_cases
 
-from attention_conformance import catalog
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
 from attention_conformance.adapters.spelling import causal_hides_nothing
 from attention_conformance.case import Case
-from attention_conformance.engine import OracleCache, Runner
+from attention_conformance.engine import OracleCache
 from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
-from attention_conformance.registry import LoadedAdapter
 
 torch = pytest.importorskip("torch")
 
@@ -214,21 +213,7 @@ _ORACLES = OracleCache()  # inputs and oracles computed once for every spelling 
 
 
 def _runner(adapter):
-    adapter.isolate = False  # in-process: the stand-in lives in this interpreter
-    la = LoadedAdapter(adapter.name, adapter.name, adapter, None)
-    runner = Runner([la], "cpu", determinism="none")
-    runner.cache = _ORACLES
-    return runner, la
-
-
-def small_cases(families: tuple[str, ...], per_family: int = 5, cells: int = 40000) -> list[Case]:
-    """Up to `per_family` small forward cases of each family of the CI catalog, in catalog order."""
-    picked: dict[str, list[Case]] = {f: [] for f in families}
-    for c in catalog.cases("ci"):
-        if c.family in picked and not c.backward and c.B * c.Hq * c.Lq * c.Lk <= cells:
-            if len(picked[c.family]) < per_family:
-                picked[c.family].append(c)
-    return [c for f in families for c in picked[f]]
+    return in_process_runner(adapter, _ORACLES)
 
 
 # small cases of the CI catalog that exercise each feature a spelling translates

@@ -17,15 +17,14 @@ import types
 from dataclasses import dataclass
 
 import pytest
+from adapter_helpers import in_process_runner, small_cases
 
-from attention_conformance import catalog
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import xformers as xf
 from attention_conformance.adapters.spelling import causal_hides_nothing
 from attention_conformance.case import Case
-from attention_conformance.engine import OracleCache, Runner
+from attention_conformance.engine import OracleCache
 from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
-from attention_conformance.registry import LoadedAdapter
 
 torch = pytest.importorskip("torch")
 
@@ -333,19 +332,7 @@ _ORACLES = OracleCache()
 
 
 def _runner(adapter):
-    adapter.isolate = False  # in-process: the stand-in lives in this interpreter
-    la = LoadedAdapter(adapter.name, adapter.name, adapter, None)
-    runner = Runner([la], "cpu", determinism="none")
-    runner.cache = _ORACLES
-    return runner, la
-
-
-def small_cases(families, per_family=5, cells=40000):
-    picked = {f: [] for f in families}
-    for c in catalog.cases("ci"):
-        if c.family in picked and c.B * c.Hq * c.Lq * c.Lk <= cells and len(picked[c.family]) < per_family:
-            picked[c.family].append(c)
-    return [c for f in families for c in picked[f]]
+    return in_process_runner(adapter, _ORACLES)
 
 
 FAMILIES = ("causal_alignment", "window", "varlen", "nan_padding", "decoding", "gqa", "mask_bias", "masked_rows",
