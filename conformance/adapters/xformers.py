@@ -64,8 +64,8 @@ from attention_conformance.adapters.spelling import (
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["BIASES", "OPS", "BiasSpelling", "Translated", "Xformers", "bias_reason", "op_capabilities", "translate",
-           "window_size"]
+__all__ = ["BIASES", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers", "bias_reason", "op_capabilities",
+           "translate", "window_size"]
 
 DISTRIBUTION = "xformers"
 
@@ -184,6 +184,10 @@ def _capabilities(fmha, name: str, fw, bw, *, partial: bool = False) -> Capabili
 
 
 # -- translation: case -> xformers arguments ---------------------------------------------------------------------------
+class BiasRefused(ValueError):
+    """An ``attn_bias`` constructor of xformers refused the case's lengths or window (its message is xformers')."""
+
+
 @dataclass
 class Translated:
     """The arguments of one ``memory_efficient_attention`` call and how to read its output back."""
@@ -249,7 +253,10 @@ def translate(fmha, name: str, case: Case, q, k, v, *, mask=None, bias=None, dry
         attn_bias = _dense_bias(case, q, mask, bias, dry)
         notes.append("tensor attn_bias stored with its last dimension padded to a multiple of 8")
     else:
-        attn_bias = _bias_object(fmha, sp, case, q.device)
+        try:
+            attn_bias = _bias_object(fmha, sp, case, q.device)
+        except (ValueError, RuntimeError) as exc:  # xformers' own checks in the bias classes
+            raise BiasRefused(f"xformers refuses {sp.cls}: {exc}") from exc
     named = {"q": qb, "k": kb, "v": vb}
     if isinstance(attn_bias, torch.Tensor):
         named["attn_bias"] = attn_bias
@@ -377,8 +384,8 @@ class Xformers(LibraryAdapter):
         q, k, v = _empty_like_case(case, device, tc.torch_dtype(case.dtype))
         try:
             tr = translate(fmha, name, case, q, k, v, dry=True)
-        except (ValueError, RuntimeError) as exc:  # a bias constructor refusing the lengths, in xformers' words
-            return f"xformers refuses {BIASES[name].cls}: {exc}"
+        except BiasRefused as exc:  # a bias constructor refusing the lengths, in xformers' words
+            return str(exc)
         inp = self._inputs(tr, case)
         if self.entry_point in OPS:
             fw, bw = self._op(self.entry_point)
