@@ -63,7 +63,7 @@ def record_specs(entries: list[str | None], cases, device: str = "cuda") -> tupl
     original = core.JitSpec.build_and_load
 
     def recorder(spec):
-        if spec.is_aot or spec.is_compiled:  # installed or built before: load it (ninja no-ops) and go on
+        if getattr(spec, "is_aot", False) or spec.is_compiled:  # installed or built before: load it and go on
             return original(spec)
         specs.setdefault(spec.name, spec)
         return _Stub(spec.name)
@@ -98,7 +98,7 @@ def record_specs(entries: list[str | None], cases, device: str = "cuda") -> tupl
         from flashinfer.jit.cascade import gen_cascade_module
 
         cascade = gen_cascade_module()
-        if not (cascade.is_aot or cascade.is_compiled):
+        if not (getattr(cascade, "is_aot", False) or cascade.is_compiled):
             specs.setdefault(cascade.name, cascade)
     return specs, claimed
 
