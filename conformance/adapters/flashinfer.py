@@ -44,7 +44,8 @@ ahead-of-time set (``flashinfer.aot.get_default_config()``: what the FlashInfer 
 library the adapter claims nothing. The version is the distribution's (``flashinfer-python``). Kernel names come
 from the profiler; the wrappers' backend (``fa2`` / ``fa3``) is noted.
 
-Kernels are JIT-compiled on first use unless ahead-of-time modules are installed (tools/device/flashinfer_aot.py).
+Kernels are JIT-compiled with nvcc on first use (minutes per module); tools/device/flashinfer_prebuild.py builds the
+modules a profile needs beforehand, all at once.
 """
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ shift || true
 case "$mode" in
 check)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    for tool in nvcc c++ ninja; do echo "$tool: $(command -v $tool || echo MISSING)"; done
+    echo "curand_kernel.h in the toolkit: $([ -f "$cuda_inc/curand_kernel.h" ] && echo yes || echo "no (carried headers used)")"
     python3 - <<'PY'
 import importlib.metadata as md
 import torch
