@@ -206,7 +206,7 @@ def spelling_capabilities(sp: Spelling, lib: LibrarySupport) -> Capabilities:
         lse=True, lse_base="2", lse_layout="total_h", backward=False,
         fp8=frozenset({"per_tensor"}) if sp.fp8 and lib.fp8_formats else frozenset(),
         fp8_formats=lib.fp8_formats if sp.fp8 else frozenset(),
-        sinks=sp.sinks, chunk=custom, memory=None if custom and sp.kind != "merge" else "linear",
+        sinks=sp.sinks, chunk=custom, memory=None if custom else "linear",  # a custom mask is an O(N^2) input
     )
 
 
