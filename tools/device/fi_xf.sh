@@ -11,7 +11,8 @@
 #   wait SECONDS            wait (at most SECONDS) for a background prebuild to end; print its log's tail
 #   run REPORT_DIR IMPL...  the gpu profile through the IMPL specs (e.g. xformers xformers@cutlass flashinfer ...);
 #                           knobs: WORKERS (default 4), TIMEOUT_S per call (default 1200: a module still missing
-#                           compiles inside the first call that needs it), CONF_K (a -k selection)
+#                           compiles inside the first call that needs it), CONF_K (a -k selection), CONF_S (the
+#                           run's own limit, default 540 s: the report checkpointed every 25 cases stays)
 # Every mode installs first (into /tmp/fx-site, once per machine) and sets the environment the modes share:
 # PYTHONPATH, FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit (FlashInfer's JIT cache, kept between calls on a warm machine),
 # FLASHINFER_CUDA_ARCH_LIST=9.0a, and curand's headers for nvcc when the toolkit lacks them.
@@ -88,9 +89,9 @@ run)
     shift
     mkdir -p "$dir"
     # shellcheck disable=SC2068
-    python3 -m attention_conformance run --profile gpu --device cuda --impl $@ ${CONF_K:+-k "$CONF_K"} \
-        --workers "${WORKERS:-4}" --timeout "${TIMEOUT_S:-1200}" --progress-every 25 --report-dir "$dir" \
-        > "$dir/log.txt" 2>&1
+    timeout "${CONF_S:-540}" python3 -m attention_conformance run --profile gpu --device cuda --impl $@ \
+        ${CONF_K:+-k "$CONF_K"} --workers "${WORKERS:-4}" --timeout "${TIMEOUT_S:-1200}" --progress-every 25 \
+        --report-dir "$dir" > "$dir/log.txt" 2>&1
     echo "conformance rc=$?"
     grep -v -e Warning -e _warn_once "$dir/log.txt" | tail -30
     ;;
