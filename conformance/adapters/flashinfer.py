@@ -59,10 +59,10 @@ import numpy as np
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters._torch_common import torch
-from attention_conformance.adapters.base import Capabilities, CaseInputs, ForwardOutput, capability_reason
+from attention_conformance.adapters.base import Capabilities, CaseInputs, Exclusion, ForwardOutput
 from attention_conformance.adapters.spelling import (
     LibraryAdapter,
-    equivalent_cases,
+    first_claim,
     kv_splits,
     mask_varies_over_heads,
     sequence_lengths,
@@ -82,7 +82,6 @@ __all__ = [
     "native_window",
     "page_table",
     "spelling_capabilities",
-    "spelling_reason",
 ]
 
 DISTRIBUTION = "flashinfer-python"
@@ -195,55 +194,60 @@ def _layouts(sp: Spelling) -> frozenset[str]:
     return frozenset(LAYOUTS) if sp.strided else frozenset({"contiguous"})
 
 
+def _right_bound_unsaid(case: Case) -> bool:
+    """A window right bound the ``causal`` / ``window_left`` flags cannot say: not causal, and below qo_len - 1 (a
+    bound of at least qo_len - 1 keeps every key a bottom-right window keeps anyway)."""
+    if case.window is None or case.window[1] is None or case.causal:
+        return False
+    longest_q = max(case.seqlens_q) if case.seqlens_q else case.Lq
+    return case.window[1] < longest_q - 1
+
+
+RIGHT_BOUND = Exclusion("FlashInfer's window_left bounds the left side only: keys right of the diagonal stay "
+                        "visible unless causal (a right bound needs causal, or one of at least qo_len - 1)",
+                        _right_bound_unsaid)
+SHARED_MASK = Exclusion("FlashInfer's custom_mask is one [qo_len, kv_len] pattern shared by every head; this case's "
+                        "mask recipe differs between heads", mask_varies_over_heads)
+NEEDS_SINKS = Exclusion("BatchAttentionWithAttentionSinkWrapper always adds its sink logits (the AttentionSink "
+                        "variant): cases without sinks go through flashinfer@paged_prefill", lambda c: c.sinks is None)
+
+
+def _exclusions(sp: Spelling) -> tuple[Exclusion, ...]:
+    out = [RIGHT_BOUND if sp.masks == "flags" else SHARED_MASK]
+    if sp.decode:
+        out.append(Exclusion(f"{sp.call} computes one query row per sequence (decode): Lq must be 1",
+                             lambda c: c.Lq != 1))
+    if sp.kind == "sink":
+        out.append(NEEDS_SINKS)
+    return tuple(out)
+
+
 def spelling_capabilities(sp: Spelling, lib: LibrarySupport) -> Capabilities:
-    """The `Capabilities` spelling `sp` expresses with the library's support `lib`."""
+    """The `Capabilities` spelling `sp` expresses with the library's support `lib` (its limits, exclusions
+    included: the one place they are written)."""
     custom = sp.masks == "custom"
     return Capabilities(
         dtypes=lib.dtypes, devices=frozenset({"cuda"}), head_dims=lib.head_dims, dv_ne_d=False,
         alignments=frozenset(ALIGNMENTS) if custom else frozenset({"bottom_right"}),
         window=True, mask=custom, bias=False, softcap=sp.softcap, gqa=True, varlen=True, custom_scale=True,
-        layouts=_layouts(sp),
-        lse=True, lse_base="2", lse_layout="total_h", backward=False,
+        layouts=_layouts(sp), lse=True, lse_base="2", lse_layout="total_h", backward=False,
         fp8=frozenset({"per_tensor"}) if sp.fp8 and lib.fp8_formats else frozenset(),
         fp8_formats=lib.fp8_formats if sp.fp8 else frozenset(),
         sinks=sp.sinks, chunk=custom, memory=None if custom else "linear",  # a custom mask is an O(N^2) input
+        excludes=_exclusions(sp),
     )
 
 
 def native_window(case: Case) -> int:
-    """``window_left`` for `case` (-1: unbounded); ValueError when the case's right bound is not expressible."""
+    """``window_left`` for `case` (-1: unbounded); ValueError when the flags cannot say the case's window."""
     if case.window is None:
         return -1
     if case.alignment != "bottom_right":
         raise ValueError("FlashInfer's window_left counts from the bottom-right diagonal; a top-left window with "
                          "Lq != Lk (or unequal sequence lengths) is not expressible")
-    left, right = case.window
-    longest_q = max(case.seqlens_q) if case.seqlens_q else case.Lq
-    if right is not None and not case.causal and right < longest_q - 1:
-        raise ValueError(f"window right={right} bounds keys right of the diagonal; FlashInfer's window_left bounds "
-                         "the left side only (a right bound needs causal, or one of at least qo_len - 1)")
-    return -1 if left is None else int(left)
-
-
-def spelling_reason(entry: str, case: Case) -> str | None:
-    """Why spelling `entry` cannot express `case` beyond what its `Capabilities` say; None if it can."""
-    sp = SPELLINGS[entry]
-    if sp.decode and case.Lq != 1:
-        return f"{sp.call} computes one query row per sequence (decode); this case has Lq={case.Lq}"
-    if sp.kind == "sink" and case.sinks is None:
-        return (f"{sp.call} always adds its sink logits (the AttentionSink variant); cases without sinks go "
-                "through flashinfer@paged_prefill")
-    if sp.decode and case.seqlens_q is not None and any(int(n) > 1 for n in case.seqlens_q):
-        return f"{sp.call} computes one query row per sequence; seqlens_q={case.seqlens_q}"
-    if sp.masks == "flags":
-        try:
-            native_window(case)
-        except ValueError as exc:
-            return str(exc)
-    elif mask_varies_over_heads(case):
-        return (f"FlashInfer's custom_mask is one [qo_len, kv_len] pattern shared by every head; mask recipe "
-                f"{case.mask!r} differs between heads")
-    return None
+    if _right_bound_unsaid(case):
+        raise ValueError(RIGHT_BOUND.reason)
+    return -1 if case.window[0] is None else int(case.window[0])
 
 
 def auto_order(case: Case) -> tuple[str, ...]:
@@ -321,30 +325,27 @@ class FlashInfer(LibraryAdapter):
         self._workspace: dict[str, Any] = {}
         self._lib = library_support(self.module())
         if entry_point is None:
-            self.capabilities = union_capabilities(spelling_capabilities(SPELLINGS[e], self._lib)
-                                                   for e in AUTO_SPELLINGS)
+            unclaimed = Exclusion("no FlashInfer entry point expresses this combination of features",
+                                  lambda c: self._pick(c)[0] is None)
+            self.capabilities = union_capabilities((spelling_capabilities(SPELLINGS[e], self._lib)
+                                                    for e in AUTO_SPELLINGS), unclaimed)
         else:
             self.capabilities = spelling_capabilities(SPELLINGS[entry_point], self._lib)
 
-    def _decline(self, case: Case, device: str) -> str | None:
-        entry, _, why = self._pick(case)
-        return None if entry is not None else why
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        entry, _, reasons = self._pick(case)
+        if entry is not None:
+            return None
+        if self.entry_point is not None:
+            return f"{self.name} ({SPELLINGS[self.entry_point].call}) cannot express this case: " \
+                   f"{reasons[self.entry_point]}"
+        return "no FlashInfer entry point expresses this case: " + "; ".join(f"{e}: {r}" for e, r in reasons.items())
 
-    def _pick(self, case: Case) -> tuple[str | None, Case, str]:
-        """(the spelling this call uses, the equivalent form of the case it expresses, '') or (None, case, why no
-        spelling can express the case)."""
+    def _pick(self, case: Case) -> tuple[str | None, Case, dict[str, str]]:
+        """(the spelling this call uses, the equivalent form of the case it expresses, {}) or (None, case, each tried
+        spelling's reason)."""
         candidates = (self.entry_point,) if self.entry_point else auto_order(case)
-        first = capability_reason(self.capabilities, case, "cuda")
-        reasons = []
-        for entry in candidates:
-            caps = spelling_capabilities(SPELLINGS[entry], self._lib)
-            for form in equivalent_cases(case):
-                reason = capability_reason(caps, form, "cuda") or spelling_reason(entry, form)
-                if reason is None:
-                    return entry, form, ""
-                if form is case:
-                    reasons.append(reason if self.entry_point else f"{entry}: {reason}")
-        return None, case, first or "; ".join(reasons)
+        return first_claim(((e, spelling_capabilities(SPELLINGS[e], self._lib)) for e in candidates), case)
 
     # -- tensors ----------------------------------------------------------------------------------
     def _tensors(self, inputs: CaseInputs, case: Case, device: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What the adapters of installed libraries with several entry points share (FlashInfer, xformers).
 
 `LibraryAdapter`: the base: the ``NAME@ENTRY`` variant (`conformance.adapters.variants`), the library imported once on
-demand (an import error is the unavailable reason), its version from package metadata, the CUDA device check.
+demand (an import error is the unavailable reason), its version from package metadata, the CUDA device check, and
+``supports`` = unavailable, else the declaration's decline (`claim_reason`), else the library's (`library_reason`).
 
 A spelling of a vendor API (a function, a wrapper class, an ``attn_bias`` type) can say some cases in several
 equivalent ways and others not at all. The helpers here are about the *case*, never about one library:
@@ -12,7 +13,8 @@ equivalent ways and others not at all. The helpers here are about the *case*, ne
   row per sequence, bottom-right) is no mask. A spelling claims a case when it can express one of them.
 - `kv_splits`: the key ranges of a split-KV call (§14).
 - `mask_varies_over_heads`: whether a case's mask recipe differs between heads (APIs with one pattern for all heads).
-- `union_capabilities`: what a per-case adapter claims when it picks, per case, among spellings.
+- `union_capabilities`, `first_claim`: what a per-case adapter claims when it picks, per case, among spellings,
+  and its pick.
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attention_conformance.adapters import _torch_common as tc
-from attention_conformance.adapters.base import Adapter, Capabilities
+from attention_conformance.adapters.base import Adapter, Capabilities, Exclusion, capability_reason
 from attention_conformance.adapters.variants import checked_entry_point, variant_name
-from attention_conformance.case import Case
+from attention_conformance.case import ALIGNMENTS, Case
 
 __all__ = [
     "LibraryAdapter",
     "causal_hides_nothing",
     "equivalent_cases",
+    "first_claim",
     "kv_splits",
     "mask_varies_over_heads",
     "sequence_lengths",
@@ -58,19 +61,24 @@ def causal_hides_nothing(case: Case, alignment: str) -> bool:
 
 
 def equivalent_cases(case: Case) -> list[Case]:
-    """`case` and the other forms of it that mean the same attention, in that order (see the module docstring)."""
+    """`case` and the other forms of it that mean the same attention, `case` first (SEMANTICS.md §4, §5):
+
+    - every sequence square: top-left and bottom-right alignment are one mask (causal and windows);
+    - a window whose right bound is 0 is causal already: causal with that window is the same mask;
+    - a causal mask that hides no key (one query row per sequence bottom-right, one key top-left) is no mask, and
+      no mask is such a causal mask.
+    """
     out = [case]
-    if not case.causal and case.window is None:
-        return out
     sq, sk = sequence_lengths(case)
-    if all(a == b for a, b in zip(sq, sk, strict=True)):
-        flipped = "top_left" if case.alignment == "bottom_right" else "bottom_right"
-        out.append(case.replace(alignment=flipped))
+    if (case.causal or case.window is not None) and all(a == b for a, b in zip(sq, sk, strict=True)):
+        out.append(case.replace(alignment="top_left" if case.alignment == "bottom_right" else "bottom_right"))
+    if not case.causal and case.window is not None and case.window[1] == 0:
+        out.append(case.replace(causal=True))
     if case.causal and causal_hides_nothing(case, case.alignment):
-        window = case.window
-        if window is not None:  # causal forces right = 0; with every key left of the diagonal that bound is vacuous
-            window = (window[0], None)
+        window = None if case.window is None else (case.window[0], None)  # right = 0 is vacuous there too
         out.append(case.replace(causal=False, window=window))
+    if not case.causal and case.window is None:
+        out.extend(case.replace(causal=True, alignment=a) for a in ALIGNMENTS if causal_hides_nothing(case, a))
     return out
 
 
@@ -92,17 +100,25 @@ def mask_varies_over_heads(case: Case) -> bool:
     return make_mask(tiny, np.random.default_rng(0)).shape[1] > 1
 
 
-def union_capabilities(caps: Iterable[Capabilities]) -> Capabilities:
-    """A capability set claiming what any of `caps` claims: sets joined, flags or-ed; a field the spellings
-    disagree on is left at None where None means "no claim" (``memory``), otherwise ValueError."""
+def union_capabilities(caps: Iterable[Capabilities], unclaimed: Exclusion | None = None) -> Capabilities:
+    """A capability set claiming what any of `caps` claims (a per-case adapter picks, per case, a spelling that
+    can): sets joined, flags or-ed, head-dim bounds widened; a field the spellings disagree on is left at None where
+    None means "no claim" (``memory``), otherwise ValueError. The spellings' exclusions do not carry over: the one
+    exclusion of the union is `unclaimed`, the combinations no spelling expresses."""
     caps = list(caps)
     if not caps:
         raise ValueError("union_capabilities of no capability sets")
-    merged = {}
+    merged: dict[str, Any] = {}
     for f in dataclasses.fields(Capabilities):
         values = [getattr(c, f.name) for c in caps]
-        if any(v is None for v in values) and f.name == "head_dims":
-            merged[f.name] = None  # one spelling takes any head dim
+        if f.name == "excludes":
+            merged[f.name] = (unclaimed,) if unclaimed is not None else ()
+        elif f.name in ("head_dims", "max_head_dim") and any(v is None for v in values):
+            merged[f.name] = None  # one spelling takes any head dim (up to any bound)
+        elif f.name == "max_head_dim":
+            merged[f.name] = max(values)
+        elif f.name == "min_head_dim":
+            merged[f.name] = min(values)
         elif isinstance(values[0], frozenset):
             merged[f.name] = frozenset().union(*values)
         elif isinstance(values[0], bool):
@@ -114,6 +130,20 @@ def union_capabilities(caps: Iterable[Capabilities]) -> Capabilities:
         else:
             raise ValueError(f"spellings disagree on Capabilities.{f.name}: {sorted(set(map(str, values)))}")
     return Capabilities(**merged)
+
+
+def first_claim(candidates: Iterable[tuple[str, Capabilities]], case: Case,
+                device: str = "cuda") -> tuple[str | None, Case, dict[str, str]]:
+    """(the first spelling whose capabilities claim an equivalent form of `case`, that form, {}) or (None, case,
+    {spelling: its reason for `case` itself})."""
+    reasons = {}
+    for name, caps in candidates:
+        for form in equivalent_cases(case):
+            reason = capability_reason(caps, form, device)
+            if reason is None:
+                return name, form, {}
+            reasons.setdefault(name, reason)
+    return None, case, reasons
 
 
 class LibraryAdapter(Adapter):
@@ -157,8 +187,13 @@ class LibraryAdapter(Adapter):
         return None
 
     def supports(self, case: Case, device: str) -> str | None:
-        return self.unavailable_reason(device) or self._decline(case, device)
+        return self.unavailable_reason(device) or self.claim_reason(case, device) or self.library_reason(case, device)
 
-    def _decline(self, case: Case, device: str) -> str | None:
-        """Why this variant cannot run `case` (its spellings and the library asked); None when it claims it."""
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        """The decline `supports` takes from the declarations alone (no library, no device): None = claimed."""
         raise NotImplementedError
+
+    def library_reason(self, case: Case, device: str) -> str | None:
+        """The library's own run-time decline of a claimed case, in its words (``Capabilities.library_check``);
+        None when it takes the call (or the adapter asks nothing)."""
+        return None

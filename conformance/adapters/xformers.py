@@ -36,6 +36,7 @@ CUDA kernels the profiler saw. Without the library the adapter claims nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Callable
@@ -51,21 +52,22 @@ from attention_conformance.adapters.base import (
     CallDeclined,
     Capabilities,
     CaseInputs,
+    Exclusion,
     ForwardOutput,
     capability_reason,
 )
 from attention_conformance.adapters.spelling import (
     LibraryAdapter,
-    causal_hides_nothing,
     equivalent_cases,
+    first_claim,
     kv_splits,
     sequence_lengths,
     union_capabilities,
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["BIASES", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers", "bias_reason", "op_capabilities",
-           "translate", "window_size"]
+__all__ = ["BIASES", "LIBRARY_CHECK", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers",
+           "op_capabilities", "translate", "window_size"]
 
 DISTRIBUTION = "xformers"
 
@@ -91,13 +93,16 @@ class BiasSpelling:
         return self.cls == "Tensor"
 
     def capabilities(self) -> dict[str, Any]:
-        """The `Capabilities` fields this bias decides."""
+        """The `Capabilities` fields this bias decides (a causal bias says no non-causal case; a local-attention
+        bias needs a finite left window)."""
+        needs_window = (Exclusion(f"{self.cls} takes a finite window_size (a left window); this case has none",
+                                  lambda c: c.window is None or c.window[0] is None),) if self.window else ()
         return dict(
             alignments=frozenset(ALIGNMENTS) if self.dense else frozenset({self.alignment} - {None}),
-            window=self.window or self.dense, mask=self.dense, bias=self.dense, chunk=self.dense,
-            varlen=self.blocks or self.dense, padding_as_mask=self.dense,
+            noncausal=self.alignment is None, window=self.window or self.dense, mask=self.dense, bias=self.dense,
+            chunk=self.dense, varlen=self.blocks or self.dense, padding_as_mask=self.dense,
             layouts=frozenset({"contiguous"}) if self.blocks else frozenset(LAYOUTS),
-            memory=None if self.dense else "linear",
+            memory=None if self.dense else "linear", excludes=needs_window,
         )
 
 
@@ -133,29 +138,12 @@ def window_size(case: Case) -> int:
     return int(case.window[0]) + 1
 
 
-def _causal(case: Case) -> bool:
-    """The case's mask is causal: ``causal``, or a window whose right bound is 0 (the same mask, §5)."""
-    return case.causal or (case.window is not None and case.window[1] == 0)
-
-
-def bias_reason(name: str, case: Case) -> str | None:
-    """Why ``attn_bias`` spelling `name` cannot express `case` beyond what its capabilities say; None if it can."""
-    sp = BIASES[name]
-    if sp.alignment is not None and not _causal(case) and not causal_hides_nothing(case, sp.alignment):
-        return f"{name} is causal by construction; this case is not causal"
-    if sp.alignment is not None and case.window is not None and case.alignment != sp.alignment:
-        return f"{name} aligns its diagonal {sp.alignment}; this case's window is aligned {case.alignment}"
-    if sp.window and (case.window is None or case.window[0] is None):
-        return f"{name} takes a finite window_size (left window); this case has none"
-    return None
-
-
 def op_capabilities(fw, bw) -> dict[str, Any]:
     """The `Capabilities` fields an operator pair decides, from xformers' own declarations on the operator."""
     max_k = int(getattr(fw, "SUPPORTED_MAX_K", 0))
     return dict(
         dtypes=frozenset(tc.dtype_name(d) for d in getattr(fw, "SUPPORTED_DTYPES", ())),
-        head_dims=None if max_k > 512 else frozenset(range(1, max_k + 1)),
+        head_dims=None, max_head_dim=max_k,
         dv_ne_d=bool(getattr(fw, "SUPPORTS_DIFFERENT_VALUE_EMBED", False)),
         gqa=bool(getattr(fw, "SUPPORTS_BMGHK", False)),
         custom_scale=bool(getattr(fw, "SUPPORTS_CUSTOM_SCALE", False)),
@@ -177,10 +165,16 @@ def _takes(op, fmha, name: str) -> bool:
     return op is not None and t is not None and t in tuple(getattr(op, "SUPPORTED_ATTN_BIAS_TYPES", ()))
 
 
+#: what `Xformers.library_reason` asks at run time (``Capabilities.library_check``)
+LIBRARY_CHECK = ("xformers' own answer for the case's tensors and bias: the operator's not_supported_reasons (an op= "
+                 "variant) or the dispatcher's 'No operator found' (head-dim alignment, bias and layout limits), and "
+                 "the bias classes' checks of the lengths and window")
+
+
 def _capabilities(fmha, name: str, fw, bw, *, partial: bool = False) -> Capabilities:
     return Capabilities(devices=frozenset({"cuda"}), softcap=False, lse=partial,
-                        backward=not partial and _takes(bw, fmha, name), **op_capabilities(fw, bw),
-                        **BIASES[name].capabilities())
+                        backward=not partial and _takes(bw, fmha, name), library_check=LIBRARY_CHECK,
+                        **op_capabilities(fw, bw), **BIASES[name].capabilities())
 
 
 # -- translation: case -> xformers arguments ---------------------------------------------------------------------------
@@ -338,39 +332,57 @@ class Xformers(LibraryAdapter):
         return pairs
 
     def _bias_capabilities(self, name: str) -> Capabilities | None:
+        """What spelling `name` expresses through the operators this variant may run (None: no operator takes it)."""
         fmha = self.module()
         caps = [_capabilities(fmha, name, fw, bw, partial=self.entry_point == "partial")
                 for fw, bw in self._op_pairs() if _takes(fw, fmha, name)]
-        return union_capabilities(caps) if caps else None
+        if not caps:
+            return None
+        return dataclasses.replace(union_capabilities(caps), excludes=BIASES[name].capabilities()["excludes"])
 
     def _declared(self) -> Capabilities:
         if self.module() is None:
             return Capabilities(dtypes=frozenset(), devices=frozenset({"cuda"}))
         caps = [c for c in (self._bias_capabilities(n) for n in self._biases()) if c is not None]
-        return union_capabilities(caps) if caps else Capabilities(dtypes=frozenset(), devices=frozenset({"cuda"}))
+        if not caps:
+            return Capabilities(dtypes=frozenset(), devices=frozenset({"cuda"}))
+        if len(caps) == 1:
+            return caps[0]
+        unclaimed = Exclusion(f"no attn_bias of {self.name} expresses this combination of features",
+                              lambda c: self._claim(c)[0] is None)
+        return union_capabilities(caps, unclaimed)
 
-    def _decline(self, case: Case, device: str) -> str | None:
+    def _claim(self, case: Case) -> tuple[str | None, Case, dict[str, str]]:
+        """The first bias spelling whose declaration claims an equivalent form of `case` (`first_claim`)."""
+        return first_claim(((n, c) for n in self._biases() if (c := self._bias_capabilities(n)) is not None), case)
+
+    def claim_reason(self, case: Case, device: str) -> str | None:
+        name, _, reasons = self._claim(case)
+        if name is not None:
+            return None
+        return f"{self.name}: " + "; ".join(f"{n}: {r}" for n, r in reasons.items()) if reasons else \
+            f"{self.name}: no operator of this variant takes any of its attn_bias spellings"
+
+    def library_reason(self, case: Case, device: str) -> str | None:
         pick = self._pick(case, device)
         return None if pick[0] is not None else pick[2]
 
     def _pick(self, case: Case, device: str) -> tuple[str | None, Case, str]:
-        """(bias spelling, the equivalent form of the case it expresses, '') for the first spelling xformers accepts,
-        else (None, case, the reasons)."""
+        """(bias spelling, the equivalent form of the case it expresses, '') for the first spelling the declaration
+        claims and xformers accepts, else (None, case, xformers' reasons)."""
         reasons = []
         for name in self._biases():
             caps = self._bias_capabilities(name)
             if caps is None:
-                reasons.append(f"{name}: no operator of this variant takes {BIASES[name].cls or 'attn_bias=None'}")
                 continue
             for form in equivalent_cases(case):
-                reason = capability_reason(caps, form, "cuda") or bias_reason(name, form)
-                if reason is None:
-                    reason = self._library_reason(name, form, device)
+                if capability_reason(caps, form, "cuda") is not None:
+                    continue
+                reason = self._library_reason(name, form, device)
                 if reason is None:
                     return name, form, ""
-                if form is case or reason.startswith("xformers"):
-                    reasons.append(f"{name}: {reason}" if len(self._biases()) > 1 else reason)
-        return None, case, "; ".join(dict.fromkeys(reasons))
+                reasons.append(f"{name}: {reason}" if len(self._biases()) > 1 else reason)
+        return None, case, "; ".join(dict.fromkeys(reasons)) or "claimed by no attn_bias spelling"
 
     def _inputs(self, tr: Translated, case: Case):
         common = importlib.import_module(self.module_name + ".common")

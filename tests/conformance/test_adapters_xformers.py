@@ -344,13 +344,15 @@ CASES = small_cases(FAMILIES)
 def test_claims_come_from_the_operators_declarations(stand_in):
     stand_in()
     flash = xf.Xformers("flash").capabilities
-    assert flash.dtypes == frozenset({"float16", "bfloat16"}) and flash.head_dims == frozenset(range(1, 257))
+    assert flash.dtypes == frozenset({"float16", "bfloat16"}) and flash.max_head_dim == 256
     assert flash.gqa and flash.backward and not flash.mask and not flash.softcap and not flash.lse
     cutlass = xf.Xformers("cutlass").capabilities
-    assert cutlass.head_dims is None and "float32" in cutlass.dtypes and cutlass.dv_ne_d and cutlass.mask
+    assert cutlass.max_head_dim == 65536 and "float32" in cutlass.dtypes and cutlass.dv_ne_d and cutlass.mask
+    assert cutlass.library_check and "not_supported_reasons" in cutlass.library_check
     assert not xf.Xformers("triton_splitk").capabilities.backward
     tl = xf.Xformers("LowerTriangularMask").capabilities
-    assert tl.alignments == frozenset({"top_left"}) and not tl.window and not tl.varlen and tl.backward
+    assert tl.alignments == frozenset({"top_left"}) and not tl.noncausal and not tl.window and not tl.varlen
+    assert tl.backward
     dense = xf.Xformers("tensor").capabilities
     assert dense.mask and dense.bias and dense.window and dense.chunk and dense.padding_as_mask and dense.varlen
     assert dense.alignments == frozenset({"top_left", "bottom_right"})
@@ -369,7 +371,7 @@ def test_without_the_library_nothing_is_claimed(monkeypatch):
 def test_spellings_decline_what_they_cannot_say(stand_in):
     fmha = stand_in()
     base = Case("t", 2, 4, 2, 8, 12, 64, 64)
-    assert "causal by construction" in xf.Xformers("LowerTriangularMask").supports(base, "cpu")
+    assert "non-causal attention not supported" in xf.Xformers("LowerTriangularMask").supports(base, "cpu")
     assert xf.Xformers("LowerTriangularFromBottomRightMask").supports(base.replace(Lq=1), "cpu") is None  # vacuous
     local = "LowerTriangularFromBottomRightLocalAttentionMask"
     assert "window_size" in xf.Xformers(local).supports(base.replace(causal=True), "cpu")

@@ -40,7 +40,7 @@ PY
 
 install || { echo "fi_xf.sh: install from $VENDOR failed" >&2; exit 1; }
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-. "$here/../../reports/benchmarks/checkout_env.sh"  # import attention_conformance from this checkout
+. "$here/../checkout_env.sh"  # import attention_conformance from this checkout
 export FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
 cuda_inc=$(dirname "$(command -v nvcc)")/../include
 if [ ! -f "$cuda_inc/curand_kernel.h" ]; then
