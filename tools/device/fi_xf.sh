@@ -9,6 +9,10 @@
 #   prebuild-bg [ARGS]      the same in the background, in a process session of its own, so that it outlives this
 #                           command (the host keeps it and /tmp for calls made within 30 s); log /tmp/fx-prebuild.log
 #   wait SECONDS            wait (at most SECONDS) for a background prebuild to end; print its log's tail
+#   pack-jit [DIR]          the modules built so far as FlashInfer AOT modules, xz-compressed in parts of 15 MB
+#                           (default DIR $OUT): bring them back, carry them in a later session, skip the compile
+#   add-jit DIR             install parts DIR/fi_jit.tar.xz.* (carried, or parked there across calls) as AOT modules
+#                           (install does this for parts found in VENDOR)
 #   run REPORT_DIR IMPL...  the gpu profile through the IMPL specs (e.g. xformers xformers@cutlass flashinfer ...);
 #                           knobs: WORKERS (default 4), TIMEOUT_S per call (default 1200: a module still missing
 #                           compiles inside the first call that needs it), CONF_K (a -k selection), CONF_S (the
@@ -35,7 +39,16 @@ with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
 with tarfile.open(f"{vendor}/curand-include.tar.xz") as t:
     t.extractall(f"{site}/.curand-include", filter="data")
 PY
+    if compgen -G "$VENDOR/fi_jit.tar.xz.*" > /dev/null; then add_jit "$VENDOR" || return 1; fi
     touch "$SITE/.done"
+}
+
+add_jit() {  # FlashInfer modules built before (pack-jit), as AOT modules: flashinfer/data/aot/<module>/<module>.so
+    cat "$1"/fi_jit.tar.xz.* | python3 -c "
+import sys, tarfile
+with tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz') as t:
+    t.extractall('$SITE/flashinfer/data/aot', filter='data')
+" && echo "FlashInfer AOT modules: $(ls "$SITE/flashinfer/data/aot" | wc -l)"
 }
 
 install || { echo "fi_xf.sh: install from $VENDOR failed" >&2; exit 1; }
@@ -84,6 +97,23 @@ wait)
     if [ -f /tmp/fx-prebuild.done ]; then echo "prebuild done: $(cat /tmp/fx-prebuild.done)"; else echo "prebuild still running"; fi
     tail -20 /tmp/fx-prebuild.log
     ;;
+pack-jit)
+    dir=${1:-${OUT:-/tmp/out}}
+    mkdir -p "$dir"
+    python3 - "$dir" <<'PY'
+import pathlib, sys, tarfile
+out = pathlib.Path(sys.argv[1]) / "fi_jit.tar.xz"
+sos = sorted(pathlib.Path("/tmp/fx-jit/.cache/flashinfer").glob("*/*/cached_ops/*/*.so"))
+with tarfile.open(out, "w:xz", preset=9) as t:
+    for so in sos:
+        t.add(so, arcname=f"{so.parent.name}/{so.name}")  # flashinfer/data/aot/<module>/<module>.so
+print(f"{len(sos)} module(s), {out.stat().st_size / 1e6:.1f} MB")
+PY
+    (cd "$dir" && split -b 15000000 -d -a 1 fi_jit.tar.xz fi_jit.tar.xz. && rm fi_jit.tar.xz && ls -la fi_jit.tar.xz.*)
+    ;;
+add-jit)
+    add_jit "${1:?DIR}"
+    ;;
 run)
     dir=$1
     shift
@@ -96,7 +126,7 @@ run)
     grep -v -e Warning -e _warn_once "$dir/log.txt" | tail -30
     ;;
 *)
-    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, run)" >&2
+    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run)" >&2
     exit 2
     ;;
 esac
