@@ -21,7 +21,8 @@ from adapter_helpers import in_process_runner, small_cases
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
-from attention_conformance.adapters.spelling import causal_hides_nothing
+from attention_conformance.adapters.base import capability_reason
+from attention_conformance.adapters.spelling import causal_hides_nothing, equivalent_cases
 from attention_conformance.case import Case
 from attention_conformance.engine import OracleCache
 from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
@@ -379,3 +380,16 @@ def test_lse_is_declared_base_2_per_token():
     got = to_contract(lse2, case, "2", "total_h")
     assert got[0, 1, 2] == pytest.approx(lse2[2, 1] * LN2) and got[1, 0, 0] == pytest.approx(lse2[3, 0] * LN2)
     assert np.isneginf(got[1, :, 1:]).all()
+
+
+@pytest.mark.parametrize("entry", [None, *fi.SPELLINGS])
+def test_the_declaration_and_supports_agree(stand_in, entry):
+    """What the Capabilities declaration claims (exclusions included: the property suite draws from it) is what
+    `supports` takes, case by case: no limit lives only in supports()."""
+    stand_in()
+    adapter = fi.FlashInfer(entry)
+    for case in CASES:
+        declared = capability_reason(adapter.capabilities, case, "cuda") is None
+        assert declared == (adapter.supports(case, "cuda") is None) or (not declared and any(
+            capability_reason(adapter.capabilities, form, "cuda") is None for form in equivalent_cases(case))), \
+            (adapter.name, case.id, adapter.supports(case, "cuda"))

@@ -21,7 +21,8 @@ from adapter_helpers import in_process_runner, small_cases
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import xformers as xf
-from attention_conformance.adapters.spelling import causal_hides_nothing
+from attention_conformance.adapters.base import capability_reason
+from attention_conformance.adapters.spelling import causal_hides_nothing, equivalent_cases
 from attention_conformance.case import Case
 from attention_conformance.engine import OracleCache
 from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
@@ -473,3 +474,18 @@ def test_window_size_is_left_plus_one():
     assert xf.window_size(c) == 4
     with pytest.raises(ValueError, match="no finite left window"):
         xf.window_size(c.replace(window=(None, 2)))
+
+
+@pytest.mark.parametrize("entry", [None, *xf.ENTRY_POINTS])
+def test_the_declaration_and_claim_reason_agree(stand_in, entry):
+    """What the Capabilities declaration claims is what the declaration-side decline (`claim_reason`) takes; the
+    rest of `supports` is xformers' own run-time answer, which the declaration names (``library_check``)."""
+    stand_in()
+    adapter = xf.Xformers(entry)
+    assert adapter.capabilities.library_check or adapter.capabilities.dtypes == frozenset()
+    for case in CASES:
+        declared = capability_reason(adapter.capabilities, case, "cuda") is None
+        claimed = adapter.claim_reason(case, "cuda") is None
+        assert declared == claimed or (claimed and any(
+            capability_reason(adapter.capabilities, form, "cuda") is None for form in equivalent_cases(case))), \
+            (adapter.name, case.id, adapter.claim_reason(case, "cuda"))
