@@ -30,4 +30,6 @@ BUILTIN: dict[str, str] = {
     "cuda-fa3-fp8": "attention_conformance.adapters.cuda:CudaFA3FP8",
     "cuda-fa3-fp8-vt": "attention_conformance.adapters.cuda:CudaFA3FP8KMajor",
     "cudnn-fp8": "attention_conformance.adapters.cudnn_fp8:CudnnFP8",
+    "flashinfer": "attention_conformance.adapters.flashinfer:FlashInfer",
+    "xformers": "attention_conformance.adapters.xformers:Xformers",
 }

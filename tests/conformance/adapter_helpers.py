@@ -12,7 +12,7 @@ from attention_conformance import oracles
 from attention_conformance.case import Case
 from attention_conformance.inputs import make_inputs
 
-__all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "reference"]
+__all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "in_process_runner", "reference", "small_cases"]
 
 BOUND = {"float64": 1e-12, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
@@ -74,3 +74,29 @@ def check_backward(adapter, case: Case, *, device: str = "cpu"):
     _max_err("dv", bo.dv, dv, np.ones(dv.shape, dtype=bool), bound, case)
     assert bo.mutated_inputs == ()
     return bo
+
+
+def small_cases(families: tuple[str, ...], per_family: int = 5, cells: int = 40000) -> list[Case]:
+    """Up to `per_family` cases of each of `families` of the CI catalog with B * Hq * Lq * Lk <= `cells`, in
+    catalog order (the stand-in adapter tests: every feature a spelling translates, in seconds)."""
+    from attention_conformance import catalog
+
+    picked: dict[str, list[Case]] = {f: [] for f in families}
+    for c in catalog.cases("ci"):
+        if c.family in picked and c.B * c.Hq * c.Lq * c.Lk <= cells and len(picked[c.family]) < per_family:
+            picked[c.family].append(c)
+    return [c for f in families for c in picked[f]]
+
+
+def in_process_runner(adapter, cache=None):
+    """(Runner, LoadedAdapter) running `adapter` in this interpreter (a stand-in library installed in
+    ``sys.modules`` is seen; isolated workers would not see it), sharing the oracle `cache` when given."""
+    from attention_conformance.engine import Runner
+    from attention_conformance.registry import LoadedAdapter
+
+    adapter.isolate = False
+    la = LoadedAdapter(adapter.name, adapter.name, adapter, None)
+    runner = Runner([la], "cpu", determinism="none")
+    if cache is not None:
+        runner.cache = cache
+    return runner, la
