@@ -243,7 +243,6 @@ struct Consumer {
     }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
-        if constexpr (C::kProbe == kProbeNoPV) return;
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
@@ -267,21 +266,23 @@ struct Consumer {
         }
     }
 
-    // The online softmax (softmax.cuh), or what a timing probe leaves of it.
+    // The online softmax (softmax.cuh) and O *= corr, through the schedule's stages (schedule.cuh).
     static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        if constexpr (C::kProbe == kProbeNoSoftmax) {
-            corr[0] = corr[1] = 1.f;
-        } else {
-            smx.online<0, C::kProbe == kProbeNoExp, 0, 1, C::kMaxStale>(s, sl2, corr);
-        }
+        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
     }
     // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
-    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
-        if constexpr (C::kProbe == kProbeNoSoftmax) return;
+    static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
         if constexpr (C::kSkipRescale) {
             if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
         }
         RowSoftmax::rescale(o, corr);
+    }
+    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+        C::Stages::template rescale<Consumer>(o, corr);
+    }
+    // O += P V of a V stage, through the schedule's stages.
+    __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        C::Stages::pv(*this, o, pa, stage);
     }
 
     static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
@@ -392,7 +393,7 @@ struct Consumer {
             turn_wait();
             mbar_wait(sm.full_v(cv.stage), cv.phase);
             wgmma_fence();
-            gemm_pv(o, pa, cv.stage);
+            pv(o, pa, cv.stage);
             wgmma_commit();
             turn_pass();
             wgmma_wait<0>();
@@ -405,7 +406,7 @@ struct Consumer {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) is written to run under the P V
-                // product, but ptxas places the wait for that product above it (NOTES_FA3.md sessions 7 and 18).
+                // product, but ptxas places the wait for that product above it (its SASS has the wait first).
                 if constexpr (C::kWaitBeforeTurn) {
                     mbar_wait(sm.full_k(ck.stage), ck.phase);
                     mbar_wait(sm.full_v(cv.stage), cv.phase);
@@ -417,7 +418,7 @@ struct Consumer {
                 gemm_s(s, ck.stage);
                 wgmma_commit();
                 if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_v(cv.stage), cv.phase);
-                gemm_pv(o, pa, cv.stage);
+                pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
                 wgmma_wait<1>();
@@ -454,7 +455,7 @@ struct Consumer {
                 turn_wait();
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
                 wgmma_fence();
-                gemm_pv(o, pa, cv.stage);
+                pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
                 wgmma_wait<0>();
@@ -469,7 +470,7 @@ struct Consumer {
             mbar_wait(sm.full_v(cv.stage), cv.phase);
             fence_regs(o);
             wgmma_fence();
-            gemm_pv(o, pa, cv.stage);
+            pv(o, pa, cv.stage);
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(o);
@@ -477,7 +478,7 @@ struct Consumer {
             cv.advance();
         }
         float inv_l[2], lse[2];
-        smx.finalize(sl2, inv_l, lse);
+        smx.finalize<typename C::Softmax>(sl2, inv_l, lse);
         store_tile<C>(P.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.q(cq.stage));
         fence_proxy_async();  // a later Q arrives by TMA into the rows just read
         mbar_arrive(sm.empty_q(cq.stage));
