@@ -141,6 +141,8 @@ struct Fa3Fp8Config {
 
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
+    static constexpr bool kPingpong = true;  // loops.cuh Turns: the consumer warpgroups always take turns
+    static constexpr int kClusterM = 1;      // no clusters
 };
 
 }  // namespace attn::hopper

@@ -1,5 +1,7 @@
 // The FA3 FP8 forward kernel (SEMANTICS.md §10; §2 scale, §3 softcap, §4 causal alignments, §5 windows,
-// §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands.
+// §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands, sharing its tile order
+// and persistent slots (scheduler.cuh), work-tile plan and masks (plan.cuh), epilogue (epilogue.cuh), online softmax
+// (softmax.cuh), shared-memory regions, pingpong turns and stage release (loops.cuh).
 //
 //   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
 //   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length
@@ -22,6 +24,7 @@
 #include "epilogue.cuh"
 #include "fp8_config.cuh"
 #include "fp8_layout.cuh"
+#include "loops.cuh"
 #include "plan.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -54,14 +57,13 @@ struct Fa3Fp8Params {
 };
 
 template <class C>
-struct Fp8Smem {
-    unsigned char* base;
+struct Fp8Smem : SmemRegions<C> {
+    using SmemRegions<C>::base;
+    using SmemRegions<C>::bar;
     __device__ __forceinline__ unsigned char* q() const { return base; }
-    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vraw(int s) const { return base + C::kOffVRaw + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vt(int s) const { return base + C::kOffVt + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* o() const { return base + C::kOffO; }
-    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
     __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
     __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
     __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
@@ -72,7 +74,6 @@ struct Fp8Smem {
     __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 6 * C::kStages + i); }
     __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 6 * C::kStages + i); }
-    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     __device__ __forceinline__ void init() const {
         constexpr int kTransposers = 32 * C::kTransposeWarps;
@@ -216,12 +217,9 @@ struct Fp8Consumer {
         }
     }
 
-    __device__ __forceinline__ void release(uint64_t* bar) {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
-    }
-    __device__ __forceinline__ void turn_wait() { named_sync(C::kBarTurn + cw, 256); }
-    __device__ __forceinline__ void turn_pass() { named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256); }
+    __device__ __forceinline__ void release(uint64_t* bar) { release_stage<C>(bar, false, 0); }
+    __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
+    __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ldmatrix.x4 on the 128-byte
     // swizzled rows, codes viewed as b16 pairs: matrix i is rows 8 (i & 1).., 16-byte chunk i >> 1 of the k32 step).
@@ -452,7 +450,7 @@ struct Fp8Consumer {
 template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
     Fp8Consumer<C> cs{P, sm, cw};
-    if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+    Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     while (true) {

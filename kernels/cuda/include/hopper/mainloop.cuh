@@ -18,6 +18,7 @@
 #include "../fa_ptx.cuh"
 #include "config.cuh"
 #include "epilogue.cuh"
+#include "loops.cuh"
 #include "plan.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -26,12 +27,11 @@
 namespace attn::hopper {
 
 template <class C>
-struct Smem {
-    unsigned char* base;
+struct Smem : SmemRegions<C> {
+    using SmemRegions<C>::base;
+    using SmemRegions<C>::bar;
     __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
-    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
     __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
     __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
     __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
@@ -40,7 +40,6 @@ struct Smem {
     __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(4 + 3 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(4 + 4 * C::kStages + i); }
     __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
-    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     // `ctas`: the CTAs whose consumers read each K / V stage (2 in a paired cluster, whose loads write both CTAs' rings).
     __device__ __forceinline__ void init(int ctas = 1) const {
@@ -187,19 +186,9 @@ struct Consumer {
     // Paired cluster: a K / V stage is free once the consumers of both CTAs have read it (either CTA's loads write it).
     bool multicast = false;
     uint32_t peer = 0;
-    __device__ __forceinline__ void release(uint64_t* bar) {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) {
-            mbar_arrive(bar);
-            if (C::kClusterM > 1 && multicast) mbar_arrive_remote(bar, peer);
-        }
-    }
-    __device__ __forceinline__ void turn_wait() {
-        if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
-    }
-    __device__ __forceinline__ void turn_pass() {
-        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
-    }
+    __device__ __forceinline__ void release(uint64_t* bar) { release_stage<C>(bar, multicast, peer); }
+    __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
+    __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // Shared-memory descriptors of stage 0 of the K and V rings and of this warpgroup's Q rows, made once per work tile
     // (set_descs); a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead
@@ -492,9 +481,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     Loader<C> ld{P, sm};
     ld.lead = C::kWS || threadIdx.x == 0;
     Loader<C>* my_ld = C::kWS ? nullptr : &ld;  // non-warp-specialised: every consumer thread runs the loader
-    if constexpr (C::kPingpong) {
-        if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
-    }
+    Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     if constexpr (C::kClusterM > 1) cs.peer = cluster_ctarank() ^ 1u;
