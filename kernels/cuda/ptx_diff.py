@@ -15,13 +15,13 @@ Two comparisons:
   ``_param_N`` suffix kept apart) is demangled with c++filt and each ``--rename`` pair is applied to the demangled text,
   so a namespace move shows up as nothing else;
 - by kernel (``--kernels``): each ``.entry`` of a head file is looked up among the entries of every base file of the
-  same architecture by its body, with its own name, its labels (the branch targets ``$L__BB<i>_<n>``, whose ``<i>``
-  is the function's place in the file, and the inline assembly's ``%=`` labels, numbered across the file) and the
-  other symbols normalised. A kernel whose configuration type was renamed, or that moved to another source, then
-  still matches the base kernel it was; a kernel with no base entry of the same body is DIFFERENT. ``--lab`` also
-  compiles the lab build's sources (kernels/cuda/lab/*.cu), so base kernels that moved there are found; lab kernels
-  are reported, never counted as failures. The report ends with the base kernels that no head kernel matches (the
-  builds the change removed).
+  same architecture by its body, with its own name and linkage, its labels (the branch targets ``$L__BB<i>_<n>``,
+  whose ``<i>`` is the function's place in the file, and the inline assembly's ``%=`` labels, numbered across the
+  file) and the other symbols normalised. A kernel whose configuration type was renamed, or that moved to another
+  source, then still matches the base kernel it was; a kernel with no base entry of the same body is DIFFERENT.
+  ``--lab`` also compiles the lab build's sources (kernels/cuda/lab/*.cu), so base kernels that moved there are
+  found; lab kernels are reported, never counted as failures. The report ends with the base kernels that no head
+  kernel matches (the builds the change removed).
 
 Exit 0 when every pair of files (by file) or every head kernel of a shipped source (by kernel) is identical after
 normalisation, 1 otherwise (the first differing lines are printed).
@@ -50,6 +50,8 @@ _PARAM = re.compile(r"^(.*?)(_param_\d+)$")
 _ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.entry (\S+?)\(")
 # internal-linkage names carry a hash of the translation unit: _INTERNAL_<hash>_<n>_<file>_cu_<hash>
 _INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_(\d+_\w+?_cu)_[0-9a-f]+")
+# a kernel's linkage (.visible, or none for a kernel of an anonymous namespace) is not its code
+_LINKAGE = re.compile(r"^(?:\.visible |\.weak )?\.entry ")
 _LABEL = re.compile(r"^\s*([A-Za-z_$][\w$]*):", re.M)
 
 
@@ -123,7 +125,8 @@ def _relabel(body: str) -> str:
 
 
 def _body(name: str, lines: list[str], renames: list[tuple[str, str]]) -> list[str]:
-    return normalise(_relabel("\n".join(lines).replace(name, "<kernel>")), renames)
+    body = "\n".join(lines).replace(name, "<kernel>")
+    return normalise(_relabel(_LINKAGE.sub(".entry ", body, count=1)), renames)
 
 
 def entry_key(name: str, lines: list[str], renames: list[tuple[str, str]]) -> str:
@@ -180,8 +183,8 @@ def _nearest(name: str, lines: list[str], base: dict[str, dict[str, list[str]]],
             first, n = _first_difference(theirs, mine)
             if best is None or n < best[0]:
                 best = (n, src, bname, first, theirs, len(theirs))
-    if best is None:
-        return "no base kernel of a similar length"
+    if best is None or best[0] > best[5] // 2:
+        return "new: no base kernel resembles it"
     n, src, bname, first, theirs, total = best
     dem = _demangle([bname]).get(bname, bname)
     return (f"nearest base kernel {src}: {dem}: {n} of {total} lines differ, first at line {first + 1}:\n"

@@ -244,6 +244,14 @@ inline cudaError_t smem_opt_in(const void* fn, int bytes) {
     return e;
 }
 
+// smem_opt_in for a launcher: ATTN_OK, or ATTN_ERR_CUDA with the message prefixed `name`.
+inline int kernel_smem_opt_in(const void* fn, unsigned bytes, const char* name, char* err, int errlen) {
+    const cudaError_t e = smem_opt_in(fn, static_cast<int>(bytes));
+    return e == cudaSuccess ? ATTN_OK
+                            : fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, bytes,
+                                   cudaGetErrorString(e));
+}
+
 // Raise a kernel's dynamic shared-memory limit (needed above 48 KB) and check it fits the device.
 template <typename K>
 inline int set_smem(K kernel, size_t bytes, const char* who, char* err, int errlen) {
@@ -382,6 +390,18 @@ inline int device_sms(int* major) {
     const DeviceInfo* d = device_info();
     *major = d != nullptr ? d->major : 0;
     return d != nullptr ? d->sms : 0;
+}
+
+// The Hopper kernels' device check: ATTN_OK on an sm_90 device (*sms: its SM count, when sms is given), else
+// ATTN_ERR_UNSUPPORTED naming the device's compute capability.
+inline int require_sm90(const char* name, char* err, int errlen, int* sms = nullptr) {
+    int major = 0;
+    const int n = device_sms(&major);
+    if (sms != nullptr) *sms = n;
+    if (major != 9)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name, major);
+    return ATTN_OK;
 }
 
 // Before a persistent launch (hopper/scheduler.cuh): caps *grid (the work tiles) at `sms` CTAs, one per SM, and takes

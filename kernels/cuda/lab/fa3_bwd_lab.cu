@@ -32,23 +32,25 @@ struct OtherDqSplit : Fa3BwdDefault<D> {
     static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
 };
 
-// f(schedule) with the schedule of `variant` for head dim D (not yet deterministic); the reason it has none in *why.
-template <int D, class F>
-int with_schedule(int variant, bool deterministic, F&& f, const char** why) {
+// f(schedule) with the schedule of `variant` for head dim D, deterministic or not; the reason it has none in *why.
+template <int D, bool kDeterministic, class F>
+int with_schedule(int variant, F&& f, const char** why) {
     switch (variant) {
         case ATTN_LAB_FA3_BWD_DEFAULT: return f(Fa3BwdDefault<D>{});
         case ATTN_LAB_FA3_BWD_ATOMIC_DQ: return f(AtomicDq<D == 64>{});
-        case ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP:
-            if (!deterministic) return f(AtomicDq<D != 64>{});
-            *why = "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)";
-            return -1;
         case ATTN_LAB_FA3_BWD_OTHER_DQ_SPLIT: return f(OtherDqSplit<D>{});
         default: break;
+    }
+    if constexpr (!kDeterministic) {
+        if (variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP) return f(AtomicDq<D != 64>{});
     }
     if constexpr (D == 64) {
         if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
     }
-    *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build" : "is not a variant (0 to 4)";
+    *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build"
+           : variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
+               ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
+               : "is not a variant (0 to 4)";
     return -1;
 }
 
@@ -58,13 +60,11 @@ int with_build(const AttnBwdParams& p, int variant, bool deterministic, F&& f, c
     return bwd_by_head_dim(p, [&](auto dim, auto elem) {
         constexpr int D = decltype(dim)::value;
         using E = decltype(elem);
-        return with_schedule<D>(
-            variant, deterministic,
-            [&](auto schedule) {
-                using S = decltype(schedule);
-                return deterministic ? f(Fa3BwdConfig<D, E, Deterministic<S>>{}, elem) : f(Fa3BwdConfig<D, E, S>{}, elem);
-            },
-            why);
+        if (deterministic)
+            return with_schedule<D, true>(
+                variant, [&](auto s) { return f(Fa3BwdConfig<D, E, Deterministic<decltype(s)>>{}, elem); }, why);
+        return with_schedule<D, false>(variant, [&](auto s) { return f(Fa3BwdConfig<D, E, decltype(s)>{}, elem); },
+                                       why);
     });
 }
 

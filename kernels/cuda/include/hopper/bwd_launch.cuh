@@ -89,10 +89,8 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
     auto kernel = fa3_bwd_kernel<C>;
-    cudaError_t e = attn::smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
-    if (e != cudaSuccess)
-        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, C::kSmemBytes,
-                          cudaGetErrorString(e));
+    int rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
+    if (rc != ATTN_OK) return rc;
     const int num_n = (f.seqlen_k + C::kBlockN - 1) / C::kBlockN;
     // CTA order (scheduler.cuh): with a finite right bound (causal, or a window) the first key tiles see the most
     // query rows, so they go first, in sections of >= 2 heads whose Q, dO, LSE, D and dq_accum stay in L2 (16 MB
@@ -108,15 +106,15 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
     const cudaStream_t stream = scratch.stream();
     if constexpr (C::kDeterministic) {
         const int64_t n = bwd_semaphore_count<C>(p);
-        int rc = scratch.take(reinterpret_cast<void**>(&P.dq_sem), n * static_cast<int64_t>(sizeof(int)), name, err,
+        rc = scratch.take(reinterpret_cast<void**>(&P.dq_sem), n * static_cast<int64_t>(sizeof(int)), name, err,
                               errlen);
         if (rc != ATTN_OK) return rc;
-        e = cudaMemsetAsync(P.dq_sem, 0, n * sizeof(int), stream);
+        const cudaError_t e = cudaMemsetAsync(P.dq_sem, 0, n * sizeof(int), stream);
         if (e != cudaSuccess)
             return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: dQ semaphores: %s", name, cudaGetErrorString(e));
     }
     kernel<<<P.order.total(), C::kThreads, C::kSmemBytes, stream>>>(P);
-    e = cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: main kernel launch: %s (%s)", name, cudaGetErrorName(e),
                           cudaGetErrorString(e));
@@ -155,12 +153,8 @@ inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, 
                           f.head_dim);
     *empty = f.batch == 0;
     if (*empty) return ATTN_OK;
-    int major = 0;
-    attn::device_sms(&major);
-    if (major != 9)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,
-                          major);
+    rc = attn::require_sm90(name, err, errlen);
+    if (rc != ATTN_OK) return rc;
     if (f.seqlen_k > 0 && (!even_aligned(p->dk, p->dk_batch_stride, p->dk_head_stride, p->dk_row_stride) ||
                            !even_aligned(p->dv, p->dv_batch_stride, p->dv_head_stride, p->dv_row_stride)))
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,

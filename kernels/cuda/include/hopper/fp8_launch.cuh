@@ -7,6 +7,7 @@
 #include "../attn_params.h"
 #include "../launch_common.cuh"
 #include "fp8_mainloop.cuh"
+#include "fwd_launch.cuh"
 #include "tma_host.cuh"
 
 namespace attn::hopper {
@@ -67,36 +68,23 @@ int launch_fp8(const AttnFp8FwdParams& fp, const AttnLaunch* launch, const char*
         P.base.k = P.base.q;  // never read: no key tile exists
         P.base.v = P.base.q;
     }
-    const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
-    const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim;
-    const int bh = p.heads_q * p.batch;
-    P.base.order = TileOrder{num_m, p.heads_q, p.batch,
-                             l2_section(kv_bytes, 32LL << 20, bh) * (p.heads_q / p.heads_kv)};
-    if (P.base.order.section > bh) P.base.order.section = bh;
-    const long long total = 1LL * num_m * bh;
-    if (total > 0x7fffffffLL)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld work tiles exceed the grid limit", name, total);
+    // K / V codes are one byte per element; heads per L2 section for 32 MB of them
+    long long total = 0;
+    int rc = fwd_tile_order(p, C::kBlockM, 2LL * p.seqlen_k * p.head_dim, 32LL << 20, &P.base.order, &total, name,
+                            err, errlen);
+    if (rc != ATTN_OK) return rc;
     auto kernel = fa3_fp8_fwd_kernel<C>;
-    cudaError_t e = attn::smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
-    if (e != cudaSuccess)
-        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, C::kSmemBytes,
-                          cudaGetErrorString(e));
+    rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
+    if (rc != ATTN_OK) return rc;
     attn::LaunchScratch scratch(launch);
     int grid = static_cast<int>(total);
     if constexpr (C::kPersistent) {  // one CTA per SM, taking work tiles from a counter (scheduler.cuh)
         int major = 0;
-        const int rc = attn::persistent_setup(&grid, attn::device_sms(&major), &P.base.counter, scratch, name, err,
-                                              errlen);
+        rc = attn::persistent_setup(&grid, attn::device_sms(&major), &P.base.counter, scratch, name, err, errlen);
         if (rc != ATTN_OK) return rc;
     }
     kernel<<<grid, C::kThreads, C::kSmemBytes, scratch.stream()>>>(P);
-    e = cudaGetLastError();
-    const cudaError_t f = scratch.release();
-    if (e == cudaSuccess) e = f;
-    if (e != cudaSuccess)
-        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: launch failed: %s (%s)", name, cudaGetErrorName(e),
-                          cudaGetErrorString(e));
-    return ATTN_OK;
+    return launch_status(cudaGetLastError(), scratch, name, err, errlen);
 }
 
 // Everything about fp that does not need the device or the data pointers; `name` prefixes messages.
@@ -142,13 +130,7 @@ inline int fp8_preflight(const AttnFp8FwdParams* fp, const char* name, bool* emp
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: q_descale=%p k_descale=%p v_descale=%p: all three needed",
                           name, static_cast<const void*>(fp->q_descale), static_cast<const void*>(fp->k_descale),
                           static_cast<const void*>(fp->v_descale));
-    int major = 0;
-    attn::device_sms(&major);
-    if (major != 9)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,
-                          major);
-    return ATTN_OK;
+    return attn::require_sm90(name, err, errlen);
 }
 
 // f(dim, format) with the head dim of fp (64, 128, else 256) as std::integral_constant and its format as a value of

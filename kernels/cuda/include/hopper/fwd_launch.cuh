@@ -30,6 +30,31 @@ inline bool same_keys_for_every_query_tile(const AttnFwdParams& p) {
            p.seqlen_k > 0;
 }
 
+// The work-tile order of a forward launch (scheduler.cuh) with query tiles of block_m rows: as many heads per L2 section
+// as K / V of kv_bytes per head fit in l2_budget, times the GQA group (consecutive query heads share one K / V head).
+// ATTN_OK with the order and the number of work tiles, or ATTN_ERR_UNSUPPORTED past the grid limit.
+inline int fwd_tile_order(const AttnFwdParams& p, int block_m, long long kv_bytes, long long l2_budget,
+                          TileOrder* order, long long* total, const char* name, char* err, int errlen) {
+    const int num_m = (p.seqlen_q + block_m - 1) / block_m;
+    const int bh = p.heads_q * p.batch;
+    *order = TileOrder{num_m, p.heads_q, p.batch, l2_section(kv_bytes, l2_budget, bh) * (p.heads_q / p.heads_kv)};
+    if (order->section > bh) order->section = bh;
+    *total = 1LL * num_m * bh;
+    if (*total > 0x7fffffffLL)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld work tiles exceed the grid limit", name, *total);
+    return ATTN_OK;
+}
+
+// A launch's last error (cudaGetLastError or cudaLaunchKernelEx's) and its scratch release, as a launcher's status.
+inline int launch_status(cudaError_t e, attn::LaunchScratch& scratch, const char* name, char* err, int errlen) {
+    const cudaError_t f = scratch.release();
+    if (e == cudaSuccess) e = f;
+    if (e != cudaSuccess)
+        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: launch failed: %s (%s)", name, cudaGetErrorName(e),
+                          cudaGetErrorString(e));
+    return ATTN_OK;
+}
+
 // The scratch build C takes from its launch (attn_params.h AttnLaunch): the work-tile counter of a persistent build.
 template <class C>
 constexpr int64_t fwd_workspace_bytes() {
@@ -58,28 +83,22 @@ int launch_fwd(const AttnFwdParams& p, const AttnLaunch* launch, int sms, long l
         P.k = P.q;  // never read: no key tile exists
         P.v = P.q;
     }
-    const int num_m = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
-    const long long kv_bytes = 2LL * p.seqlen_k * p.head_dim * 2;
-    const int bh = p.heads_q * p.batch;
-    // With GQA, consecutive query heads share one K/V head, hence the factor heads_q / heads_kv.
-    P.order = TileOrder{num_m, p.heads_q, p.batch, l2_section(kv_bytes, l2_budget, bh) * (p.heads_q / p.heads_kv)};
-    if (P.order.section > bh) P.order.section = bh;
-    const long long total = 1LL * num_m * bh;
-    if (total > 0x7fffffffLL)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %lld work tiles exceed the grid limit", name, total);
+    long long total = 0;
+    int rc = fwd_tile_order(p, C::kBlockM, 2LL * p.seqlen_k * p.head_dim * 2, l2_budget, &P.order, &total, name, err,
+                            errlen);
+    if (rc != ATTN_OK) return rc;
     auto kernel = fa3_fwd_kernel<C>;
-    cudaError_t e = attn::smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes);
-    if (e != cudaSuccess)
-        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, C::kSmemBytes,
-                          cudaGetErrorString(e));
+    rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
+    if (rc != ATTN_OK) return rc;
     attn::LaunchScratch scratch(launch);
     const cudaStream_t stream = scratch.stream();
     // Cluster builds: pairs of CTAs (scheduler.cuh cluster_grid: at most one more than the work tiles).
     int grid = C::kClusterM > 1 ? cluster_grid(P.order) : static_cast<int>(total);
     if constexpr (C::kPersistent) {
-        const int rc = attn::persistent_setup(&grid, sms, &P.counter, scratch, name, err, errlen);
+        rc = attn::persistent_setup(&grid, sms, &P.counter, scratch, name, err, errlen);
         if (rc != ATTN_OK) return rc;
     }
+    cudaError_t e;
     if constexpr (C::kClusterM > 1) {
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(grid);
@@ -98,12 +117,7 @@ int launch_fwd(const AttnFwdParams& p, const AttnLaunch* launch, int sms, long l
         kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(P);
         e = cudaGetLastError();
     }
-    const cudaError_t f = scratch.release();
-    if (e == cudaSuccess) e = f;
-    if (e != cudaSuccess)
-        return attn::fail(err, errlen, ATTN_ERR_CUDA, "%s: launch failed: %s (%s)", name, cudaGetErrorName(e),
-                          cudaGetErrorString(e));
-    return ATTN_OK;
+    return launch_status(e, scratch, name, err, errlen);
 }
 
 // The score scale of a call: folded into the exp2 where the scale is positive and there is no softcap.
@@ -145,13 +159,7 @@ inline int fwd_preflight(const AttnFwdParams* p, const char* name, int* sms, boo
     if (rc != ATTN_OK) return rc;
     *empty = p->batch == 0 || p->seqlen_q == 0;
     if (*empty) return ATTN_OK;
-    int major = 0;
-    *sms = attn::device_sms(&major);
-    if (major != 9)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name,
-                          major);
-    return ATTN_OK;
+    return attn::require_sm90(name, err, errlen, sms);
 }
 
 }  // namespace attn::hopper
