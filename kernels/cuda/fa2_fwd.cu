@@ -16,10 +16,8 @@ cudaError_t launch_tiles(const AttnFwdParams& p, cudaStream_t stream) {
 
 // Largest dynamic shared memory a block may opt into on the current device (0 if unknown).
 int max_block_smem() {
-    int dev = 0, bytes = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return bytes;
+    const attn::DeviceInfo* d = attn::device_info();
+    return d != nullptr ? d->smem_optin : 0;
 }
 
 template <int D, typename Elem>

@@ -38,15 +38,9 @@ int num_m_blocks(const AttnFwdParams& p) {
 template <int D, typename Elem>
 int resident_ctas_per_sm(const AttnFwdParams& p) {
     using Tr = typename attn::SplitConfig<D, Elem>::T;
-    auto kernel = attn::fwd_kernel_for<Tr, true>(p);
-    if (Tr::kSmemBytes > 48 * 1024)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Tr::kThreads, Tr::kSmemBytes) != cudaSuccess || n < 1) {
-        cudaGetLastError();  // clear: the launch path reports real errors
-        n = 1;
-    }
-    return n;
+    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, true>(p));
+    if (Tr::kSmemBytes > 48 * 1024) attn::smem_opt_in(kernel, Tr::kSmemBytes);
+    return attn::resident_blocks(kernel, Tr::kThreads, Tr::kSmemBytes);
 }
 
 int resident_ctas(const AttnFwdParams& p) {

@@ -244,6 +244,32 @@ inline cudaError_t smem_opt_in(const void* fn, int bytes) {
     return e;
 }
 
+// How many blocks of kernel `fn` (`threads` threads, `smem` bytes of dynamic shared memory, opted in first) fit on one
+// SM of the current device, at least 1; asked of the runtime once per kernel, device and shape.
+inline int resident_blocks(const void* fn, int threads, int smem) {
+    struct Entry {
+        const void* fn;
+        int dev, threads, smem, blocks;
+    };
+    static Entry done[256];
+    static int count = 0;
+    static std::mutex lock;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+    std::lock_guard<std::mutex> guard(lock);
+    for (int i = 0; i < count; ++i)
+        if (done[i].fn == fn && done[i].dev == dev && done[i].threads == threads && done[i].smem == smem)
+            return done[i].blocks;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, static_cast<size_t>(smem)) != cudaSuccess ||
+        n < 1) {
+        cudaGetLastError();  // clear: the launch reports real errors
+        return 1;
+    }
+    if (count < 256) done[count++] = Entry{fn, dev, threads, smem, n};
+    return n;
+}
+
 // smem_opt_in for a launcher: ATTN_OK, or ATTN_ERR_CUDA with the message prefixed `name`.
 inline int kernel_smem_opt_in(const void* fn, unsigned bytes, const char* name, char* err, int errlen) {
     const cudaError_t e = smem_opt_in(fn, static_cast<int>(bytes));
