@@ -48,8 +48,9 @@ LAB_DIR = "lab"
 _SYM = re.compile(r"_Z[A-Za-z0-9_$]+")
 _PARAM = re.compile(r"^(.*?)(_param_\d+)$")
 _ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.entry (\S+?)\(")
-# internal-linkage names carry a hash of the translation unit: _INTERNAL_<hash>_<n>_<file>_cu_<hash>
-_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_(\d+_\w+?_cu)_[0-9a-f]+")
+# internal-linkage names carry a hash of the translation unit: _INTERNAL_<hash>_<n>_<file>_cu_<hash>, and mangled
+# anonymous namespaces _GLOBAL__N__<hash>_<n>_<file>_cu_<hash>
+_INTERNAL = re.compile(r"(_INTERNAL|_GLOBAL__N_)_[0-9a-f]+_(\d+_\w+?_cu)_[0-9a-f]{8}")
 # a kernel's linkage (.visible, or none for a kernel of an anonymous namespace) is not its code
 _LINKAGE = re.compile(r"^(?:\.visible |\.weak )?\.entry ")
 _LABEL = re.compile(r"^\s*([A-Za-z_$][\w$]*):", re.M)
@@ -91,7 +92,7 @@ def normalise(text: str, renames: list[tuple[str, str]]) -> list[str]:
             name = name.replace(old, new)
         return "<" + name + ">" + suffix
 
-    return _INTERNAL.sub(r"_INTERNAL_\1", _SYM.sub(rewrite, text)).splitlines()
+    return _INTERNAL.sub(r"\1_\2", _SYM.sub(rewrite, text)).splitlines()
 
 
 def entries(text: str) -> dict[str, list[str]]:
@@ -168,7 +169,7 @@ def match_kernels(base: dict[str, dict[str, list[str]]], head: dict[str, dict[st
 
 def _same_name(mangled: str) -> str:
     """A mangled name without its translation unit's hash (see _INTERNAL)."""
-    return _INTERNAL.sub(r"_INTERNAL_\1", mangled)
+    return _INTERNAL.sub(r"\1_\2", mangled)
 
 
 def _nearest(name: str, lines: list[str], base: dict[str, dict[str, list[str]]], renames) -> str:
