@@ -1,9 +1,15 @@
 """Build every CUDA kernel in kernels/cuda/*.cu into one shared library, libattn_kernels.so.
 
-``python -m attention_conformance.kernels.build [--out DIR] [--jobs N] [--force] [--resource-usage] [--arch 80,90a]``
+``python -m attention_conformance.kernels.build [--out DIR] [--jobs N] [--force] [--resource-usage] [--arch 80,90a]
+[--lab]``
 
 One library, a plain C ABI (kernels/cuda/include/attn_params.h), loaded with ctypes by
-kernels/cuda_lib.py: no torch C++ headers, so one build serves every torch version. Each ``.cu`` is
+kernels/cuda_lib.py: no torch C++ headers, so one build serves every torch version.
+
+``--lab`` builds the lab's library instead, libattn_kernels_lab.so from kernels/cuda/lab/*.cu (attn_lab.h: the
+ablation, tuning and timing builds, chosen by name through its launchers' arguments; loaded by kernels/cuda/lab), into
+the same folder with its own objects and stamp. The default build never compiles it, so CI's build time is the
+shipped library's; the lab sources live in a checkout, not in the installed package. Each ``.cu`` is
 compiled to its own object in parallel (one nvcc per core), for sm_80 and sm_90a machine code,
 then nvcc links them. A kernel that does not compile makes the command exit non-zero with nvcc's
 messages (CI runs it on every commit).
@@ -35,20 +41,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["BUILD_COMMAND", "CUDA_DIR", "DEFAULT_OUT", "LIB_NAME", "SOURCE_ARCHS", "BuildError", "build", "find_nvcc",
-           "main", "nvcc_flags", "stale_reason"]
+__all__ = ["BUILD_COMMAND", "CUDA_DIR", "DEFAULT_OUT", "LAB_DIR", "LAB_LIB_NAME", "LIB_NAME", "SOURCE_ARCHS",
+           "BuildError", "build", "find_nvcc", "main", "nvcc_flags", "stale_reason"]
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "build" / "kernels"
 LIB_NAME = "libattn_kernels.so"
+#: the lab build's sources and library (not part of the default build)
+LAB_DIR = CUDA_DIR / "lab"
+LAB_LIB_NAME = "libattn_kernels_lab.so"
 DEFAULT_ARCHS = ("80", "90a")
 #: the build step, as error messages and skip reasons name it
 BUILD_COMMAND = "python -m attention_conformance.kernels.build"
 # Sources built for a subset of the architectures (Hopper-only instructions: wgmma, setmaxnreg). When
 # none of a source's architectures is requested it is built for the requested ones anyway: its kernels
 # compile to empty bodies there and its launchers answer ATTN_ERR_UNSUPPORTED on such devices.
-SOURCE_ARCHS = {"fa3_fwd.cu": ("90a",), "fa3_bwd.cu": ("90a",), "fa3_fp8_fwd.cu": ("90a",)}
+SOURCE_ARCHS = {"fa3_fwd.cu": ("90a",), "fa3_bwd.cu": ("90a",), "fa3_fp8_fwd.cu": ("90a",),
+                "fa3_fwd_lab.cu": ("90a",), "fa3_bwd_lab.cu": ("90a",), "fa3_fp8_fwd_lab.cu": ("90a",)}
 
 
 class BuildError(RuntimeError):
@@ -84,25 +94,33 @@ def _source_flags(src: Path, archs: tuple[str, ...], resource_usage: bool) -> li
     return nvcc_flags(own or archs, resource_usage)
 
 
-def _sources() -> list[Path]:
-    return sorted(CUDA_DIR.glob("*.cu"))
+def _sources(lab: bool = False) -> list[Path]:
+    return sorted((LAB_DIR if lab else CUDA_DIR).glob("*.cu"))
 
 
-def _common_key(nvcc: str, flags: list[str]) -> str:
-    """Hash of what every object depends on: nvcc's version, the flags and every header."""
+def _names(lab: bool) -> tuple[str, str, str]:
+    """(library, stamp file, object folder) of the shipped build or the lab's."""
+    return (LAB_LIB_NAME, "build_lab.stamp", "obj_lab") if lab else (LIB_NAME, "build.stamp", "obj")
+
+
+def _common_key(nvcc: str, flags: list[str], lab: bool = False) -> str:
+    """Hash of what every object depends on: nvcc's version, the flags and every header (the lab's with ``lab``)."""
     h = hashlib.sha256()
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h.update(version.encode())
     h.update(" ".join(flags).encode())
-    for f in sorted(p for p in (CUDA_DIR / "include").rglob("*") if p.is_file()):
+    headers = [p for p in (CUDA_DIR / "include").rglob("*") if p.is_file()]
+    if lab:
+        headers += [p for p in LAB_DIR.iterdir() if p.suffix in (".h", ".cuh")]
+    for f in sorted(headers):
         h.update(str(f.relative_to(CUDA_DIR)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 
 
-def _stamp(nvcc: str, flags: list[str]) -> str:
-    h = hashlib.sha256(_common_key(nvcc, flags).encode())
-    for f in _sources():
+def _stamp(nvcc: str, flags: list[str], lab: bool = False) -> str:
+    h = hashlib.sha256(_common_key(nvcc, flags, lab).encode())
+    for f in _sources(lab):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
@@ -127,18 +145,22 @@ def _compile(nvcc: str, flags: list[str], src: Path, obj: Path, key: str, reuse:
     return src, dt, proc.stderr
 
 
-def stale_reason(out: Path | str = DEFAULT_OUT, archs: tuple[str, ...] = DEFAULT_ARCHS) -> str | None:
-    """Why ``out/libattn_kernels.so`` is not the build of this tree (None when it is); never compiles."""
+def stale_reason(out: Path | str = DEFAULT_OUT, archs: tuple[str, ...] = DEFAULT_ARCHS,
+                 lab: bool = False) -> str | None:
+    """Why ``out/libattn_kernels.so`` (``lab``: the lab's library) is not the build of this tree (None when it is);
+    never compiles."""
     nvcc = find_nvcc()
     if nvcc is None:
         return "nvcc not found, so the build stamp cannot be checked"
     out = Path(out).resolve()
-    lib, stamp_file = out / LIB_NAME, out / "build.stamp"
+    lib_name, stamp_name, _ = _names(lab)
+    lib, stamp_file = out / lib_name, out / stamp_name
+    command = f"{BUILD_COMMAND} --out {out}" + (" --lab" if lab else "")
     if not lib.is_file():
-        return f"{lib} does not exist (run `{BUILD_COMMAND} --out {out}`)"
-    if not stamp_file.is_file() or stamp_file.read_text() != _stamp(nvcc, nvcc_flags(archs)):
+        return f"{lib} does not exist (run `{command}`)"
+    if not stamp_file.is_file() or stamp_file.read_text() != _stamp(nvcc, nvcc_flags(archs), lab):
         return (f"{lib} is stale: kernels/cuda sources, headers, flags or nvcc changed since it was built "
-                f"(run `{BUILD_COMMAND} --out {out}`)")
+                f"(run `{command}`)")
     return None
 
 
@@ -150,8 +172,10 @@ def build(
     resource_usage: bool = False,
     archs: tuple[str, ...] = DEFAULT_ARCHS,
     verbose: bool = True,
+    lab: bool = False,
 ) -> Path:
-    """Compile kernels/cuda/*.cu into ``out/libattn_kernels.so``; return its path.
+    """Compile kernels/cuda/*.cu into ``out/libattn_kernels.so`` (``lab``: kernels/cuda/lab/*.cu into
+    ``out/libattn_kernels_lab.so``); return its path.
 
     Raises `BuildError` (with nvcc's messages) when nvcc is missing or a step fails.
     """
@@ -159,16 +183,18 @@ def build(
     nvcc = find_nvcc()
     if nvcc is None:
         raise BuildError("nvcc not found (set NVCC or CUDA_HOME, or put nvcc on PATH)")
-    sources = _sources()
+    sources = _sources(lab)
     if not sources:
-        raise BuildError(f"no .cu files under {CUDA_DIR}")
+        raise BuildError(f"no .cu files under {LAB_DIR if lab else CUDA_DIR}"
+                         + (" (the lab sources are in a checkout, not in the installed package)" if lab else ""))
     out = Path(out).resolve()
-    objdir = out / "obj"
+    lib_name, stamp_name, obj_name = _names(lab)
+    objdir = out / obj_name
     objdir.mkdir(parents=True, exist_ok=True)
-    lib = out / LIB_NAME
+    lib = out / lib_name
     flags = nvcc_flags(archs, resource_usage)
-    stamp = _stamp(nvcc, flags)
-    stamp_file = out / "build.stamp"
+    stamp = _stamp(nvcc, flags, lab)
+    stamp_file = out / stamp_name
     if not force and lib.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         log(f"[kernels.build] {lib} up to date ({len(sources)} sources)")
         return lib
@@ -178,7 +204,7 @@ def build(
     objs = [objdir / (s.stem + ".o") for s in sources]
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        common = _common_key(nvcc, flags)
+        common = _common_key(nvcc, flags, lab)
         futures = [pool.submit(_compile, nvcc, _source_flags(s, archs, resource_usage), s, o,
                                _object_key(s, common), not force)
                    for s, o in zip(sources, objs)]
@@ -193,7 +219,7 @@ def build(
                 log(msgs)
     if errors:
         raise BuildError("\n".join(errors))
-    tmp = out / (LIB_NAME + ".tmp")
+    tmp = out / (lib_name + ".tmp")
     link = [nvcc, "-shared", "-Xcompiler", "-fPIC", *[str(o) for o in objs], "-o", str(tmp)]
     proc = subprocess.run(link, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -212,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
     ap.add_argument("--resource-usage", action="store_true", help="print registers / shared memory per kernel")
     ap.add_argument("--arch", default=",".join(DEFAULT_ARCHS), help="comma-separated, e.g. 80,90a")
+    ap.add_argument("--lab", action="store_true", help=f"build the lab's library ({LAB_LIB_NAME}) instead")
     args = ap.parse_args(argv)
     try:
         build(
@@ -220,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             force=args.force,
             resource_usage=args.resource_usage,
             archs=tuple(a.strip() for a in args.arch.split(",") if a.strip()),
+            lab=args.lab,
         )
     except BuildError as e:
         print(f"[kernels.build] FAILED\n{e}", file=sys.stderr)

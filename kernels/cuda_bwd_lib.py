@@ -16,6 +16,7 @@ re-exported here for the callers of this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from attention_conformance.kernels import cuda_lib
@@ -56,11 +57,14 @@ def fa1_forward(q: Any, k: Any, v: Any, **fwd_kwargs: Any) -> tuple[Any, Any]:
 
 
 def backward(
-    launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, dout: Any, **fwd_kwargs: Any
+    launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, dout: Any, *,
+    call: Callable[[str, Any], None] | None = None, **fwd_kwargs: Any
 ) -> tuple[Any, Any, Any]:
     """Run ``launcher`` (one of `BWD_LAUNCHERS`); returns (dq, dk, dv) in q's dtype.
 
-    ``o`` and ``lse`` are the forward's outputs (LSE natural log, -inf on fully masked rows).
+    ``o`` and ``lse`` are the forward's outputs (LSE natural log, -inf on fully masked rows). ``call(launcher,
+    params)`` makes the call (default `cuda_lib.call`; a lab build's named variant, e.g.
+    ``kernels.cuda.lab.call_fa3_bwd``, takes the same params).
     """
     import torch
 
@@ -70,6 +74,6 @@ def backward(
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     params = bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **bwd_scratch(q, k), **fwd_kwargs)
-    cuda_lib.call(launcher, params)
+    (call or cuda_lib.call)(launcher, params)
     return dq, dk, dv
 

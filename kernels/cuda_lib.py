@@ -1,31 +1,46 @@
-"""ctypes loader for libattn_kernels.so and builders of its parameter structs from torch tensors.
+"""ctypes loader for libattn_kernels.so, builders of its parameter structs from torch tensors, and the call path.
 
 The library exposes a plain C ABI (kernels/cuda/include/attn_params.h): launchers take a pointer to
-`AttnFwdParams` / `AttnBwdParams` (device pointers, element strides, shapes, mask settings), a CUDA
-stream and an error buffer. Nothing of torch's C++ ABI crosses, so one build serves every torch
-version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``).
+`AttnFwdParams` / `AttnBwdParams` (device pointers, element strides, shapes, mask settings), an `AttnLaunch`
+(the stream and a workspace the caller may preallocate) and an error buffer. Nothing of torch's C++ ABI crosses,
+so one build serves every torch version; torch CUDA tensors only carry the data (``data_ptr()`` and ``stride()``).
 
 - `library()` finds the library: ``$ATTN_KERNELS_LIB``, else build/kernels/libattn_kernels.so,
-  building it on demand when nvcc exists (`kernels.build`);
-- `AttnFwdParams` / `AttnBwdParams` mirror the C structs field by field (tests compare the layout
+  building it on demand when nvcc exists (`kernels.build`), and refuses a build of another ABI version;
+- `AttnFwdParams` / `AttnBwdParams` / `AttnLaunch` mirror the C structs field by field (tests compare the layout
   against the compiled one through ``attn_params_layout``);
 - `fwd_params(...)` / `bwd_params(...)` fill them from tensors in the [B, H, L, D] convention (or,
   for paged K/V, from page pools and an int32 block table: ``block_table=``, ``page_size=``);
-- `call(name, params)` runs a launcher and raises `KernelError` (`KernelUnsupported` for
-  ATTN_ERR_UNSUPPORTED) carrying the kernel's own message;
+- `bind(name, params)` prepares a launcher for repeated calls (`KernelCall`), `call(name, params)` runs it once;
+  both raise `KernelError` (`KernelUnsupported` for ATTN_ERR_UNSUPPORTED) carrying the kernel's own message;
 - `AttnFp8FwdParams` / `fp8_fwd_params(...)`: the FP8 forward's struct (attn_params.h, its own version
   ``ATTN_FP8_PARAMS_VERSION``) around an `AttnFwdParams`, for ``attn_fa3_fp8_fwd`` (SEMANTICS.md §10);
   `pack_vt` writes V's codes k-major (``attn_fp8_pack_vt``) for ``v_layout="kmajor"``, `pack_vt_reference` is the
   same layout in NumPy.
+
+The call path. A call's host time counts in every training step that launches it, and a CUDA graph can only
+capture a call that does stream-ordered work alone. Two designs were weighed: a ``torch.library`` custom op, which
+would also serve torch.compile, and a cached ctypes path. The custom op goes through torch's dispatcher on every
+call (and, registered from Python, through a Python kernel), which costs more host time than the launch it wraps,
+and it would tie the library to torch's C++ ABI or to a per-torch-version registration; the cached ctypes path costs
+one foreign call and keeps the plain C ABI. So: `bind` resolves the launcher and its signature once, sizes and
+allocates the launch's workspace once (``attn_<launcher>_workspace``: the persistent builds' tile counter, the
+deterministic backward's semaphores, ...), and keeps the filled params struct and its error buffer; each
+`KernelCall` call then looks up torch's current stream (one cheap lookup, needed because a graph capture or a
+``torch.cuda.stream`` block changes it) and makes one ctypes call. No environment variable is read on that path
+(what runs is the parameters'), nothing is allocated, nothing synchronises, so the call is captured by
+``torch.cuda.graph`` and replays. `KernelCall.update` re-points the struct at new tensors of the same shape,
+strides and dtype without refilling it. The library caches the rest on its side (device properties, the kernels'
+shared-memory opt-in: launch_common.cuh). A torch.compile path can wrap a `KernelCall` in a custom op later.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +57,18 @@ __all__ = [
     "AttnFp8FwdParams",
     "AttnFp8PackVtParams",
     "AttnFwdParams",
-    "FA3_EXACT_VARIANTS",
-    "FA3_VARIANTS",
+    "AttnLaunch",
+    "KernelCall",
     "KernelError",
     "KernelUnsupported",
     "LibraryUnavailable",
     "VT_KEY_ORDER",
-    "build_setting",
+    "bind",
     "bwd_params",
     "call",
-    "call_fa3_variant",
     "compiled_fp8_layout",
     "compiled_layout",
+    "current_stream",
     "fp8_fwd_params",
     "fp8_key_tile",
     "fp8_mirror_layout",
@@ -65,13 +80,16 @@ __all__ = [
     "pack_vt",
     "pack_vt_reference",
     "splitkv_num_splits",
+    "workspace_bytes",
 ]
 
-ATTN_PARAMS_VERSION = 4
+ATTN_PARAMS_VERSION = 5
 ATTN_FP16, ATTN_BF16 = 0, 1
 STATUS = {0: "ATTN_OK", 1: "ATTN_ERR_UNSUPPORTED", 2: "ATTN_ERR_INVALID", 3: "ATTN_ERR_CUDA"}
+#: every launcher of the shipped library (attn_params.h, attn_quant.h): (params, launch, err, errlen) -> status
 LAUNCHERS = ("attn_fa1_fwd", "attn_fa1_bwd", "attn_fa2_fwd", "attn_fa2_bwd", "attn_splitkv_fwd", "attn_fa3_fwd",
-             "attn_fa3_fp8_fwd", "attn_fp8_pack_vt", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
+             "attn_fa3_fp8_fwd", "attn_fp8_pack_vt", "attn_fa3_bwd", "attn_fa3_bwd_deterministic", "attn_hadamard",
+             "attn_fp8_quantize")
 ATTN_FP8_PARAMS_VERSION = 2
 #: attn_params.h AttnFp8Format / AttnFp8Granularity, keyed by the oracle's names (oracles/fp8.py)
 FP8_FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
@@ -80,13 +98,6 @@ FP8_GRANULARITY_CODES = {"per_tensor": 0, "per_head": 1, "per_tile": 2}
 FP8_V_LAYOUT_CODES = {"rows": 0, "kmajor": 1}
 #: attn_params.h ATTN_FP8_VT_KEY: position p of every 16-key group of a k-major V row holds key VT_KEY_ORDER[p]
 VT_KEY_ORDER = tuple(2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1) for p in range(16))
-#: attn_fa3_fwd_variant flags (attn_params.h AttnFa3Variant): the ablation builds of the FA3 forward
-FA3_VARIANTS = {"full": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
-                "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "skip_rescale": 10,
-                "probe_no_exp": 11, "probe_no_pv": 12, "probe_no_softmax": 13, "smem_q": 14,
-                "two_wg": 15, "cluster2": 16, "eager_rescale": 17}
-#: the builds of FA3_VARIANTS that compute attention (the probes leave a stage out: timing only)
-FA3_EXACT_VARIANTS = tuple(v for v in FA3_VARIANTS if not v.startswith("probe_"))
 
 _vp = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -159,6 +170,12 @@ class AttnFp8PackVtParams(ctypes.Structure):
     ]  # fmt: skip
 
 
+class AttnLaunch(ctypes.Structure):
+    """Mirror of ``AttnLaunch`` in attn_params.h (v5): the stream and the caller's workspace of one launch."""
+
+    _fields_ = [("stream", _vp), ("workspace", _vp), ("workspace_bytes", _i64)]
+
+
 class LibraryUnavailable(RuntimeError):
     """The shared library could not be found, built or loaded; the message says why."""
 
@@ -222,33 +239,43 @@ def library(build_if_missing: bool = True) -> ctypes.CDLL:
             _lib_error = f"{path} does not exist (run `python -m attention_conformance.kernels.build`)"
             raise LibraryUnavailable(_lib_error)
         try:
-            _lib = open_library(path)
+            lib = open_library(path)
         except OSError as e:
             _lib_error = f"loading {path} failed: {e}"
             raise LibraryUnavailable(_lib_error) from None
+        _lib_error = _version_mismatch(lib, path)
+        if _lib_error is not None:
+            raise LibraryUnavailable(_lib_error)
+        _lib = lib
         return _lib
+
+
+def _version_mismatch(lib: ctypes.CDLL, path: Path) -> str | None:
+    """Why ``lib`` cannot be driven by this module (a build of another ABI version), or None."""
+    fn = getattr(lib, "attn_params_layout", None)
+    if fn is None:
+        return f"{path} does not export attn_params_layout (not a libattn_kernels build)"
+    buf = (_i64 * 1)()
+    built = buf[0] if fn(buf, 1) == 1 else None
+    if built != ATTN_PARAMS_VERSION:
+        return (f"{path} was built with attn_params.h ABI v{built}; this package drives v{ATTN_PARAMS_VERSION} "
+                f"(rebuild: python -m attention_conformance.kernels.build --force)")
+    return None
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
     """A build of the library at ``path`` with every export's signature declared: `library` loads the configured one
     through it; a benchmark comparing builds (different paths) in one process opens each, so same-named symbols of
-    different builds stay apart, and passes it to `call`. Raises OSError when the file does not load."""
+    different builds stay apart, and passes it to `call` / `bind`. Raises OSError when the file does not load."""
     lib = ctypes.CDLL(str(path))
-    for name in LAUNCHERS:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = ctypes.c_int
-            fn.argtypes = [_vp, _vp, ctypes.c_char_p, ctypes.c_int]
-    if hasattr(lib, "attn_fa3_fwd_variant"):
-        lib.attn_fa3_fwd_variant.restype = ctypes.c_int
-        lib.attn_fa3_fwd_variant.argtypes = [_vp, ctypes.c_int, _vp, ctypes.c_char_p, ctypes.c_int]
+    declare(lib, LAUNCHERS)
     if hasattr(lib, "attn_splitkv_num_splits"):
         lib.attn_splitkv_num_splits.restype = ctypes.c_int
         lib.attn_splitkv_num_splits.argtypes = [_vp, ctypes.c_int]
     if hasattr(lib, "attn_fa3_fp8_key_tile"):
         lib.attn_fa3_fp8_key_tile.restype = ctypes.c_int
         lib.attn_fa3_fp8_key_tile.argtypes = [_vp, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int]
-    for name in ("attn_params_layout", "attn_fp8_params_layout"):
+    for name in ("attn_params_layout", "attn_fp8_params_layout", "attn_quant_params_layout"):
         fn = getattr(lib, name, None)
         if fn is not None:
             fn.restype = ctypes.c_int
@@ -256,11 +283,26 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     return lib
 
 
+def declare(lib: ctypes.CDLL, launchers: tuple[str, ...], extra: tuple[Any, ...] = ()) -> None:
+    """Declare the signature of each launcher of ``launchers`` that ``lib`` exports, ``(params, *extra, launch, err,
+    errlen) -> int``, and of its ``<launcher>_workspace(params, *extra) -> int64`` where it has one (attn_params.h)."""
+    for name in launchers:
+        fn = getattr(lib, name, None)
+        if fn is not None:  # the error buffer as a plain address: a bound call passes addresses only (cheapest)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [_vp, *extra, _vp, _vp, ctypes.c_int]
+        ws = getattr(lib, name + "_workspace", None)
+        if ws is not None:
+            ws.restype = _i64
+            ws.argtypes = [_vp, *extra]
+
+
 def mirror_layout() -> list[int]:
     """The ctypes mirror's layout in `compiled_layout`'s format."""
     out = [ATTN_PARAMS_VERSION, ctypes.sizeof(AttnFwdParams), ctypes.sizeof(AttnBwdParams)]
     out += [getattr(AttnFwdParams, n).offset for n, _ in AttnFwdParams._fields_]
     out += [getattr(AttnBwdParams, n).offset for n, _ in AttnBwdParams._fields_]
+    out += [ctypes.sizeof(AttnLaunch)] + [getattr(AttnLaunch, n).offset for n, _ in AttnLaunch._fields_]
     return out
 
 
@@ -387,6 +429,7 @@ def fwd_params(
         p.block_table, p.block_table_batch_stride, p.page_size = _ptr(block_table), block_table.stride(0), page_size
     p.sinks = _ptr(sinks)
     p._keep = [q, k, v, o, lse, seqlens_q, seqlens_k, o_partial, lse_partial, block_table, sinks]
+    p._tensors = {"q": q, "k": k, "v": v, "o": o, "lse": lse}  # what KernelCall.update may re-point
     return p
 
 
@@ -436,18 +479,20 @@ def fp8_fwd_params(q8: Any, k8: Any, v8: Any, o: Any, lse: Any, q_descale: Any, 
         fwd.v = _ptr(v8)
         fwd.v_batch_stride, fwd.v_head_stride, fwd.v_row_stride = v8.stride(0), v8.stride(1), v8.stride(2)
         fwd._keep.append(v8)
+        fwd._tensors["v"] = v8
     p.fwd = fwd
     p.v_layout, p.vt_keys = FP8_V_LAYOUT_CODES[v_layout], vt_keys
     p.format, p.granularity = FP8_FORMAT_CODES[format], FP8_GRANULARITY_CODES[granularity]
     p.q_descale, p.k_descale, p.v_descale = _ptr(q_descale), _ptr(k_descale), _ptr(v_descale)
     p.tile_q, p.tile_k = int(tile_q), int(tile_k)
     p._keep = list(fwd._keep) + [q_descale, k_descale, v_descale]
+    p._tensors = fwd._tensors
     return p
 
 
 def fp8_key_tile(params: AttnFp8FwdParams) -> int:
     """Keys per online-softmax block of the ``attn_fa3_fp8_fwd`` build that runs ``params``
-    (``attn_fa3_fp8_key_tile``; the variant of ``$ATTN_FA3_FP8_VARIANT`` included): the tile P is rounded against."""
+    (``attn_fa3_fp8_key_tile``): the tile P is rounded against."""
     lib = library()
     fn = getattr(lib, "attn_fa3_fp8_key_tile", None)
     if fn is None:
@@ -594,43 +639,182 @@ def bwd_params(
                                                "addresses both with the lse strides")
     p.dlse, p.dsinks = _ptr(dlse), _ptr(dsinks)
     p._keep = keep + [dout, dq, dk, dv, dq_accum, d_rowsum, dk_accum, dv_accum, dlse, dsinks]
+    p._tensors = {**fwd._tensors, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
     return p
 
 
-def _current_stream() -> int:
+def _stream_lookup() -> Callable[[int], int]:
+    """The cheapest way this torch offers to read the current stream's handle of a device (a raw lookup where torch
+    has one, else ``torch.cuda.current_stream``), or one that answers 0 (the legacy default stream) without torch."""
     try:
         import torch
+    except ImportError:
+        return lambda device: 0
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
 
-        return torch.cuda.current_stream().cuda_stream
+
+_current_raw_stream: Callable[[int], int] | None = None
+
+
+def current_stream(device: int | None = None) -> int:
+    """The handle of torch's current CUDA stream on ``device`` (default: the current device), 0 without CUDA."""
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        _current_raw_stream = _stream_lookup()
+    try:
+        if device is None:
+            import torch
+
+            device = torch.cuda.current_device()
+        return int(_current_raw_stream(device))
     except Exception:  # no torch / no CUDA: the default stream
         return 0
 
 
-def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | AttnFp8PackVtParams,
-         stream: int | None = None, lib: ctypes.CDLL | None = None) -> None:
-    """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` on ``stream`` (default: torch's current), from
-    ``lib`` (an `open_library` handle; default: `library`).
-
-    Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and
-    `LibraryUnavailable` when the library or the launcher is missing.
-    """
-    _invoke(name, params, (), stream, lib)
+def _raise(name: str, rc: int, err: Any) -> None:
+    msg = err.value.decode(errors="replace") or "(no message)"
+    raise (KernelUnsupported if rc == 1 else KernelError)(name, rc, msg)
 
 
-def _invoke(name: str, params: Any, flags: tuple[int, ...], stream: int | None, lib: ctypes.CDLL | None) -> None:
-    """``name(&params, *flags, stream, err, errlen)`` from `lib` (default: `library`), raising as `call` says."""
+def _launcher(lib: ctypes.CDLL | None, name: str) -> tuple[ctypes.CDLL, Any]:
     where = library_path() if lib is None else lib
     lib = library() if lib is None else lib
     fn = getattr(lib, name, None)
     if fn is None:
         raise LibraryUnavailable(f"{where} does not export {name}")
+    return lib, fn
+
+
+def workspace_bytes(name: str, params: Any, *, lib: ctypes.CDLL | None = None, args: tuple[Any, ...] = ()) -> int:
+    """The workspace launcher ``name`` needs for ``params`` (``attn_<name>_workspace``; 0 for a launcher without one,
+    and for parameters it would reject: the launch then answers with its own message)."""
+    lib, _ = _launcher(lib, name)
+    fn = getattr(lib, name + "_workspace", None)
+    return max(0, int(fn(ctypes.byref(params), *args))) if fn is not None else 0
+
+
+def _device_of(params: Any) -> int | None:
+    """The CUDA device of the tensors a params struct points into (`fwd_params` and friends keep them)."""
+    for t in getattr(params, "_keep", ()):
+        dev = getattr(t, "device", None)
+        if dev is not None and dev.type == "cuda":
+            return dev.index
+    return None
+
+
+class KernelCall:
+    """Launcher ``name`` bound to one filled params struct, for calls that must cost little host time and that a CUDA
+    graph can capture (see the module doc). Made by `bind`; ``kc()`` runs the launcher once.
+
+    Everything that does not change between calls is done here once: the launcher and its signature resolved, the
+    workspace sized (``attn_<name>_workspace``) and allocated as a torch tensor on the params' device (or the
+    caller's ``workspace``), the `AttnLaunch` struct and the error buffer made. A call then sets the launch's stream
+    (``stream``, or torch's current stream of the device at the time of the call) and makes one foreign call.
+    """
+
+    __slots__ = ("name", "params", "workspace", "_fn", "_params_at", "_launch", "_launch_at", "_err", "_err_at",
+                 "_errlen", "_args", "_stream", "_device", "_stream_of")
+
+    def __init__(self, name: str, params: Any, *, lib: ctypes.CDLL | None = None, stream: int | None = None,
+                 workspace: Any = None, args: tuple[Any, ...] = (), workspace_args: tuple[Any, ...] | None = None):
+        lib, self._fn = _launcher(lib, name)
+        self.name, self.params = name, params
+        # the structs live as long as this object (params and _launch are held), so their addresses stay valid
+        self._params_at = ctypes.addressof(params)
+        self._args = tuple(args)
+        self._device = _device_of(params)
+        self._launch = AttnLaunch()
+        self._launch_at = ctypes.addressof(self._launch)
+        self._err = ctypes.create_string_buffer(512)
+        self._err_at = ctypes.addressof(self._err)
+        self._errlen = len(self._err)
+        self._stream = stream
+        global _current_raw_stream
+        if _current_raw_stream is None:
+            _current_raw_stream = _stream_lookup()
+        self._stream_of = _current_raw_stream
+        need = workspace_bytes(name, params, lib=lib, args=self._args if workspace_args is None else workspace_args)
+        if workspace is None and need > 0:
+            import torch
+
+            workspace = torch.empty(need, dtype=torch.uint8, device=torch.device("cuda", self._device or 0))
+        self.workspace = workspace
+        if workspace is not None:
+            size = workspace.numel() * workspace.element_size()
+            if size < need:
+                raise KernelError(name, 2, f"workspace of {size} bytes: this launch needs {need} "
+                                           f"({name}_workspace)")
+            self._launch.workspace, self._launch.workspace_bytes = workspace.data_ptr(), size
+
+    def __call__(self) -> None:
+        stream = self._stream
+        self._launch.stream = self._stream_of(self._device or 0) if stream is None else stream
+        rc = self._fn(self._params_at, *self._args, self._launch_at, self._err_at, self._errlen)
+        if rc:
+            _raise(self.name, rc, self._err)
+
+    def update(self, **tensors: Any) -> None:
+        """Point the bound struct at other tensors of the same shape, strides and dtype as the ones they replace
+        (q, k, v, o, lse; dout, dq, dk, dv of a backward; by `fwd_params` / `bwd_params` names): no refill, no
+        allocation. KernelError naming the tensor otherwise."""
+        held = getattr(self.params, "_tensors", None)
+        if held is None:
+            raise KernelError(self.name, 2, "update: the params struct was not filled by fwd_params / bwd_params")
+        for key, t in tensors.items():
+            old = held.get(key)
+            if old is None:
+                names = sorted(k for k, v in held.items() if v is not None)
+                raise KernelError(self.name, 2, f"update: {key}: one of {names}")
+            if tuple(t.shape) != tuple(old.shape) or tuple(t.stride()) != tuple(old.stride()) or t.dtype != old.dtype \
+                    or t.device != old.device:
+                raise KernelError(self.name, 2, f"update: {key}: shape {tuple(t.shape)} stride {tuple(t.stride())} "
+                                                f"{t.dtype} on {t.device}; bound: shape {tuple(old.shape)} stride "
+                                                f"{tuple(old.stride())} {old.dtype} on {old.device}")
+        keep = self.params._keep
+        for key, t in tensors.items():
+            struct, field = _field_of(self.params, key)
+            setattr(struct, field, t.data_ptr())
+            old, held[key] = held[key], t
+            keep[:] = [t if x is old else x for x in keep]
+
+
+def _field_of(params: Any, key: str) -> tuple[Any, str]:
+    """(struct, field) of tensor ``key`` in a params struct: the forward's tensors live in ``fwd`` of a backward's."""
+    if key in ("q", "k", "v", "o", "lse") and isinstance(params, (AttnBwdParams, AttnFp8FwdParams)):
+        return params.fwd, key
+    return params, key
+
+
+def bind(name: str, params: Any, *, lib: ctypes.CDLL | None = None, stream: int | None = None,
+         workspace: Any = None) -> KernelCall:
+    """`KernelCall` of launcher ``name`` (e.g. "attn_fa3_fwd") on ``params`` from ``lib`` (default: `library`):
+    run it with ``kc()`` as often as needed; ``stream`` fixes the stream (default: torch's current one at each call),
+    ``workspace`` gives the workspace (default: allocated here when the launcher needs one)."""
+    return KernelCall(name, params, lib=lib, stream=stream, workspace=workspace)
+
+
+def call(name: str, params: AttnFwdParams | AttnBwdParams | AttnFp8FwdParams | AttnFp8PackVtParams,
+         stream: int | None = None, lib: ctypes.CDLL | None = None, workspace: Any = None) -> None:
+    """Run launcher ``name`` (e.g. "attn_fa2_fwd") on ``params`` once, on ``stream`` (default: torch's current), from
+    ``lib`` (an `open_library` handle; default: `library`). Without ``workspace`` (a device tensor of at least
+    `workspace_bytes`) a launcher that needs scratch allocates it stream-ordered itself; calls made many times, or
+    captured in a CUDA graph, go through `bind`.
+
+    Raises `KernelUnsupported` / `KernelError` with the kernel's message on a non-zero status, and
+    `LibraryUnavailable` when the library or the launcher is missing.
+    """
+    _, fn = _launcher(lib, name)
+    launch = AttnLaunch()
+    launch.stream = current_stream(_device_of(params)) if stream is None else stream
+    if workspace is not None:
+        launch.workspace, launch.workspace_bytes = workspace.data_ptr(), workspace.numel() * workspace.element_size()
     err = ctypes.create_string_buffer(512)
-    s = _current_stream() if stream is None else stream
-    rc = fn(ctypes.byref(params), *flags, ctypes.c_void_p(s), err, len(err))
+    rc = fn(ctypes.byref(params), ctypes.byref(launch), err, len(err))
     if rc != 0:
-        msg = err.value.decode(errors="replace") or "(no message)"
-        cls = KernelUnsupported if rc == 1 else KernelError
-        raise cls(name, rc, msg)
+        _raise(name, rc, err)
 
 
 def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
@@ -639,32 +823,3 @@ def splitkv_num_splits(params: AttnFwdParams, num_sms: int = 0) -> int:
     if n < 1:
         raise KernelError("attn_splitkv_num_splits", 2, "invalid parameters")
     return n
-
-
-@contextlib.contextmanager
-def build_setting(name: str, value: str | None):
-    """Within the block the launchers that read environment variable ``name`` at every call (which build runs:
-    ATTN_FA3_BWD_DQ, ATTN_FA3_BWD_OVERLAP, ATTN_FA3_FP8_VARIANT; a launch setting: ATTN_FA3_FWD_L2_MB, the forward's
-    L2 budget per section of heads; kernels/cuda/*.cu) see ``value`` (None: unset); the previous value comes back
-    afterwards."""
-    old = os.environ.pop(name, None)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
-        if old is not None:
-            os.environ[name] = old
-
-
-def call_fa3_variant(params: AttnFwdParams, variant: str, stream: int | None = None,
-                     lib: ctypes.CDLL | None = None) -> None:
-    """Run the FA3 forward build named ``variant`` (a key of `FA3_VARIANTS`) through ``attn_fa3_fwd_variant`` of
-    ``lib`` (an `open_library` handle; default: `library`).
-
-    Raises like `call`; an unknown variant name raises `KernelError` naming the known ones.
-    """
-    if variant not in FA3_VARIANTS:
-        raise KernelError("attn_fa3_fwd_variant", 2, f"variant={variant!r}: one of {sorted(FA3_VARIANTS)}")
-    _invoke("attn_fa3_fwd_variant", params, (FA3_VARIANTS[variant],), stream, lib)

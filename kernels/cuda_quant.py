@@ -45,7 +45,7 @@ __all__ = [
     "quantize_attention_inputs",
 ]
 
-ATTN_QUANT_PARAMS_VERSION = 1
+ATTN_QUANT_PARAMS_VERSION = 2
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}  # AttnQuantDtype
 FORMAT_CODES = cuda_lib.FP8_FORMAT_CODES  # attn_params.h AttnFp8Format (one table for both FP8 entry points)
 GRANULARITY_CODES = cuda_lib.FP8_GRANULARITY_CODES  # attn_params.h AttnFp8Granularity

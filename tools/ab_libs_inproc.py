@@ -2,9 +2,9 @@
 
 ``python tools/ab_libs_inproc.py --lib A=a.so --lib B=b.so [--launcher attn_fa3_fwd]
 [--d 64,128,256] [--rounds 7] [--out DIR]``; ``--lib A=a.so@persistent``: that library's FA3 forward build
-``persistent`` (a key of ``kernels.cuda_lib.FA3_VARIANTS``, through ``attn_fa3_fwd_variant``) instead of the launcher;
+``persistent`` (a key of ``kernels.cuda.lab.FA3_FWD_VARIANTS``, of a lab build) instead of the launcher;
 with ``--launcher attn_fa3_fp8_fwd`` a k-major FP8 build (`fa3_fp8_check_bench.KMAJOR_VARIANTS`, selected by
-``ATTN_FA3_FP8_VARIANT`` around each call).
+``lab FP8_VARIANTS`` around each call).
 
 Each library is opened with ``kernels.cuda_lib.open_library`` (its own handle; every build links its CUDA runtime
 statically and shares the device's primary context with torch), and the same launcher of each is timed on the same
@@ -39,6 +39,7 @@ from fa3_fp8_check_bench import KMAJOR_VARIANTS
 
 from attention_conformance.adapters.cudnn_fp8_timed import CudnnFp8Unavailable, cudnn_fp8
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
+from attention_conformance.kernels.cuda import lab
 from attention_conformance.kernels.timing import time_round_robin
 
 __all__ = ["REFERENCES", "Build", "bwd_rows", "fp8_kmajor_params_for", "fp8_rows", "main", "markdown", "pick", "rows"]
@@ -56,8 +57,7 @@ class Build(NamedTuple):
 
 
 def _fp8_variant_call(params, variant: str, lib: ctypes.CDLL) -> None:
-    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
-        cuda_lib.call("attn_fa3_fp8_fwd", params, lib=lib)
+    lab.call_fp8_fwd(params, variant, lib=lib)
 
 
 def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -85,7 +85,7 @@ def _row(libs: dict[str, Build], launcher: str, params_for: Callable, q: torch.T
         if variant and launcher == "attn_fa3_fp8_fwd":
             run = functools.partial(_fp8_variant_call, params_for(o, lse), variant, lib)
         elif variant:
-            run = functools.partial(cuda_lib.call_fa3_variant, params_for(o, lse), variant, lib=lib)
+            run = functools.partial(lab.call_fa3_fwd, params_for(o, lse), variant, lib=lib)
         else:
             run = functools.partial(cuda_lib.call, launcher, params_for(o, lse), lib=lib)
         try:
@@ -288,11 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     libs: dict[str, Build] = {}
     for name, spec in specs:
         path, _, variant = spec.partition("@")
-        known = KMAJOR_VARIANTS if args.launcher == "attn_fa3_fp8_fwd" else cuda_lib.FA3_VARIANTS
+        known = KMAJOR_VARIANTS if args.launcher == "attn_fa3_fp8_fwd" else lab.FA3_FWD_VARIANTS
         if variant and (variant not in known or args.launcher not in ("attn_fa3_fwd", "attn_fa3_fp8_fwd")):
-            ap.error(f"--lib {name}={spec}: @VARIANT takes a key of FA3_VARIANTS with --launcher attn_fa3_fwd, "
-                     f"or of KMAJOR_VARIANTS ({', '.join(KMAJOR_VARIANTS)}) with --launcher attn_fa3_fp8_fwd")
-        libs[name] = Build(cuda_lib.open_library(Path(path).resolve()), variant)
+            ap.error(f"--lib {name}={spec}: @VARIANT takes a key of lab.FA3_FWD_VARIANTS with --launcher "
+                     f"attn_fa3_fwd, or of KMAJOR_VARIANTS ({', '.join(KMAJOR_VARIANTS)}) with --launcher "
+                     "attn_fa3_fp8_fwd (PATH@VARIANT: PATH is a lab build, kernels.build --lab)")
+        resolved = Path(path).resolve()
+        libs[name] = Build(lab.library(resolved) if variant else cuda_lib.open_library(resolved), variant)
     env = env_info()
     try:
         from importlib.metadata import version

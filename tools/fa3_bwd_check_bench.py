@@ -26,15 +26,7 @@ import torch
 from cuda_fwd_check_bench import env_info
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
-from attention_conformance.kernels.check.backward import (
-    atomic_dq_build,
-    block_m64_build,
-    check_backward,
-    check_determinism,
-    dq_other_build,
-    overlap_build,
-    within,
-)
+from attention_conformance.kernels.check.backward import check_backward, check_determinism
 from attention_conformance.kernels.check.cases import (
     FA3_BWD_CASES,
     FA3_BWD_DETERMINISM_CASES,
@@ -48,17 +40,19 @@ __all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "sdpa_fwd_bwd"]
 BF = torch.bfloat16
 
 
-def _calls(*pairs: tuple, builds: tuple = ()):
-    """A callable that runs each (launcher, params) of ``pairs`` in order (within ``builds``, as
-    `check.backward.within` takes them)."""
-    if not builds:
+def _calls(*pairs: tuple, variant: str = "default"):
+    """A callable that runs each (launcher, params) of ``pairs`` in order; the FA3 backward launchers of the lab
+    build's ``variant`` (`kernels.cuda.lab.FA3_BWD_VARIANTS`) where it is not "default"."""
+    if variant == "default":
         return lambda: [cuda_lib.call(name, params) for name, params in pairs]
+    from attention_conformance.kernels.cuda import lab
 
-    def run():
-        with within(builds):
-            return [cuda_lib.call(name, params) for name, params in pairs]
+    def one(name: str, params):
+        if name.startswith("attn_fa3_bwd"):
+            return lab.call_fa3_bwd(params, variant, deterministic=name.endswith("_deterministic"))
+        return cuda_lib.call(name, params)
 
-    return run
+    return lambda: [one(name, params) for name, params in pairs]
 
 
 def _grad_fn(out: torch.Tensor, leaves: tuple, dout: torch.Tensor):
@@ -124,23 +118,18 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
         pb2 = cuda_bwd_lib.bwd_params(q, k, v, o2, l2, dout, dq, dk, dv, causal=causal, **sc)
         fl_fwd, fl_bwd = sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
         cu_fwd, cu_bwd = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
-        other = d != OVERLAP_DEFAULT_D  # the build the default does not run at this head dim
         bwd3, det3, fwd3 = ("attn_fa3_bwd", pb3), ("attn_fa3_bwd_deterministic", pb3), ("attn_fa3_fwd", pf3)
-        atomic = (atomic_dq_build,)
-        # the overlap switch applies to the atomics build
-        overlap_other = (lambda other=other: overlap_build(other), atomic_dq_build)
-        dq_other = (lambda d=d: dq_other_build(d),)
-        m64 = (block_m64_build,)
+        # the lab build's named variants (the overlap switch applies to the atomics build)
         bwd = [("fa3", _calls(bwd3)), ("fa3_det", _calls(det3)),
-               ("fa3_atomic", _calls(bwd3, builds=atomic)), ("fa3_atomic_det", _calls(det3, builds=atomic)),
-               ("fa3_other", _calls(bwd3, builds=overlap_other)),
-               ("fa3_dq_other", _calls(bwd3, builds=dq_other)),
-               *([("fa3_m64", _calls(bwd3, builds=m64)), ("fa3_m64_det", _calls(det3, builds=m64))]
+               ("fa3_atomic", _calls(bwd3, variant="atomic_dq")), ("fa3_atomic_det", _calls(det3, variant="atomic_dq")),
+               ("fa3_other", _calls(bwd3, variant="atomic_dq_other_overlap")),
+               ("fa3_dq_other", _calls(bwd3, variant="other_dq_split")),
+               *([("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64"))]
                  if d == ROWS128_D else []),
                ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
         both = [("fa3", _calls(fwd3, bwd3)),
-                ("fa3_dq_other", _calls(fwd3, bwd3, builds=dq_other)),
-                *([("fa3_m64", _calls(fwd3, bwd3, builds=m64))] if d == ROWS128_D else []),
+                ("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
+                *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else []),
                 ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
         fa4 = fa4_fwd_bwd(q, k, v, dout, causal)
         if fa4 is not None:
@@ -185,10 +174,10 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
-                "(ATTN_FA3_BWD_DQ=atomic); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
+                "(lab variant atomic_dq); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
                 f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
-                "(ATTN_FA3_BWD_BLOCK_M=64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
-                "tile's dQ split by rows, ATTN_FA3_BWD_DQ_SPLIT=1; d = 128: the consumers take turns, =0).", "",
+                "(lab variant rows64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
+                "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split).", "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
                 "FA3 atomic det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA2 | flash | cuDNN | "
                 "FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
@@ -228,17 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else FA3_BWD_CASES):
-        runs = [("attn_fa3_bwd", None, False, ""), ("attn_fa3_bwd_deterministic", None, False, ""),
-                ("attn_fa3_bwd", None, True, ""), ("attn_fa3_bwd_deterministic", None, True, ""),
-                ("attn_fa3_bwd", spec["d"] != OVERLAP_DEFAULT_D, True, "")]
-        runs += [("attn_fa3_bwd", None, False, "dq_other"), ("attn_fa3_bwd_deterministic", None, False, "dq_other")]
-        if spec["d"] == ROWS128_D:
-            runs += [("attn_fa3_bwd", None, False, "m64"), ("attn_fa3_bwd_deterministic", None, False, "m64")]
-        for launcher, overlap, atomic, build in runs:
-            checks.append(check_backward(spec, launcher, seed=i, overlap=overlap, atomic_dq=atomic,
-                                     block_m64=build == "m64", dq_other=build == "dq_other"))
+        variants = ["default", "atomic_dq", "other_dq_split"] + (["rows64"] if spec["d"] == ROWS128_D else [])
+        runs = [(launcher, v) for v in variants for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic")]
+        runs.append(("attn_fa3_bwd", "atomic_dq_other_overlap"))
+        for launcher, variant in runs:
+            checks.append(check_backward(spec, launcher, seed=i, variant=variant))
             print(checks[-1], flush=True)
-    dets = [] if args.no_check else [check_determinism(s, seed=i, atomic_dq=atomic) for atomic in (False, True)
+    dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")
                                      for i, s in enumerate(FA3_BWD_DETERMINISM_CASES)]
     print(dets, flush=True)
     if checks or dets:

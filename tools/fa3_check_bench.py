@@ -30,6 +30,7 @@ from cuda_fwd_check_bench import env_info, sdpa_fn
 
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.check.forward import check_forward
+from attention_conformance.kernels.cuda import lab
 from attention_conformance.kernels.timing import time_round_robin
 
 __all__ = ["ablation_rows", "bench_rows", "correctness", "curves_svg", "fa4_fn", "main"]
@@ -40,10 +41,10 @@ BF, HF = torch.bfloat16, torch.float16
 def _runner(variant):
     def run(q, k, v, o, lse, **kw):
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        if variant == "full":
+        if variant in ("full", "default"):
             cuda_lib.call("attn_fa3_fwd", p)
         else:
-            cuda_lib.call_fa3_variant(p, variant)
+            lab.call_fa3_fwd(p, variant)
 
     return run
 
@@ -144,7 +145,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(B=B, H=H, N=N, d=d, causal=causal)
         cands = [("fa3", lambda p=p: cuda_lib.call("attn_fa3_fwd", p))]
-        cands += [("fa3_" + v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in variants
+        cands += [("fa3_" + v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in variants
                   if v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128)]
         if with_refs:
             cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
@@ -162,7 +163,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]
 
 
 def ablation_rows() -> list[dict]:
-    """Every build of `cuda_lib.FA3_VARIANTS` at B=4, H=16, N=8192, d=128 bf16, causal and not."""
+    """Every build of `lab.FA3_FWD_VARIANTS` at B=4, H=16, N=8192, d=128 bf16, causal and not."""
     rows = []
     for causal in (False, True):
         B, H, N, d = 4, 16, 8192, 128
@@ -172,9 +173,9 @@ def ablation_rows() -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
-        names = [v for v in cuda_lib.FA3_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"
+        names = [v for v in lab.FA3_FWD_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"
                  and not (causal and v == "cluster2")]
-        time_round_robin(row, [(v, lambda p=p, v=v: cuda_lib.call_fa3_variant(p, v)) for v in names], flops, ROUNDS)
+        time_round_robin(row, [(v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in names], flops, ROUNDS)
         for variant in names:
             r = dict(variant=variant, B=B, H=H, N=N, d=d, causal=causal)
             r.update({"fa3" + k[len(variant):]: x for k, x in row.items() if k.startswith(variant + "_")})
@@ -270,8 +271,8 @@ def main(argv=None) -> int:
     ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
     ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
     ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
-    ap.add_argument("--variants", default=",".join(cuda_lib.FA3_EXACT_VARIANTS),
-                    help="comma-separated builds to check (full = attn_fa3_fwd; see cuda_lib.FA3_VARIANTS)")
+    ap.add_argument("--variants", default=",".join(lab.FA3_FWD_EXACT_VARIANTS),
+                    help="comma-separated builds to check (full = attn_fa3_fwd; see lab.FA3_FWD_VARIANTS)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

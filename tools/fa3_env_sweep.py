@@ -1,10 +1,11 @@
-"""Times the FA3 forward (``attn_fa3_fwd``) under several values of one launcher tuning knob, in one process.
+"""Times the FA3 forward under several L2 budgets of its head sections (the lab build's ``l2_budget_mb``), in one
+process.
 
-``python tools/fa3_env_sweep.py ATTN_FA3_FWD_L2_MB 4,8,32 [--d 64,128,256]
-[--rounds 3] [--out DIR]``. The launcher reads its knobs (environment variables) on every call, so the values are
+``python tools/fa3_env_sweep.py 4,8,32 [--d 64,128,256] [--rounds 3] [--out DIR]``. Each value is a named call of the
+lab build (`kernels.cuda.lab.bind_fa3_fwd(params, "default", l2_budget_mb=X)`; a checkout's ``kernels.build --lab``),
 timed round-robin on the same inputs (B=4, H=16, N=8192 bf16, causal and not) by `kernels.timing.time_round_robin`,
-so the clock drift of the card reaches every value alike. An empty value unsets the variable (the launcher's default).
-Writes ``env_sweep.json`` and ``env_sweep.md`` under ``--out`` ("-" for a value the launcher refused).
+so the clock drift of the card reaches every value alike. An empty value or 0 is the shipped rule. Writes
+``env_sweep.json`` and ``env_sweep.md`` under ``--out`` ("-" for a value the launcher refused).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from attention_conformance.kernels import cuda_lib
+    from attention_conformance.kernels.cuda import lab
     from attention_conformance.kernels.timing import time_round_robin
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("var", help="the environment variable the launcher reads")
-    ap.add_argument("values", help="comma-separated values ('' = unset)")
+    ap.add_argument("values", help="comma-separated L2 budgets in MB ('' or 0 = the shipped rule)")
     ap.add_argument("--d", default="64,128,256")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "reports/latest/benchmarks"))
@@ -42,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             flops = 4 * 4 * 16 * 8192 * 8192 * d / (2 if causal else 1)
 
             def under(x: str, p=p) -> None:
-                with cuda_lib.build_setting(args.var, x or None):
-                    cuda_lib.call("attn_fa3_fwd", p)
+                lab.call_fa3_fwd(p, "default", l2_budget_mb=int(x or 0))
 
             row = dict(d=d, causal=causal)
             time_round_robin(row, [(x or "default", lambda x=x: under(x)) for x in values], flops, args.rounds)
@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "env_sweep.json").write_text(json.dumps(dict(var=args.var, values=values, rows=rows), indent=1))
+    (out / "env_sweep.json").write_text(json.dumps(dict(var="l2_budget_mb", values=values, rows=rows), indent=1))
     head = [x or "default" for x in values]
-    md = [f"# attn_fa3_fwd under {args.var} (B=4, H=16, N=8192 bf16, TFLOPs/s)", "",
+    md = ["# attn_fa3_fwd under lab l2_budget_mb (B=4, H=16, N=8192 bf16, TFLOPs/s)", "",
           "| d | causal | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     def cell(r: dict, h: str) -> str:
         return f"{r[h + '_tflops']:.0f}" if h + "_tflops" in r else "-"

@@ -37,11 +37,11 @@ def scaled_mm_row(n: int = 8192) -> dict:
     return dict(kind="scaled_mm", n=n, ms=ms, tflops=2 * n**3 / ms / 1e9)
 
 
-#: FP8 builds beside the default (ATTN_FA3_FP8_VARIANT, kernels/cuda/fa3_fp8_fwd.cu; e4m3, d = 128), each changing one
+#: FP8 builds beside the default (lab FP8_VARIANTS, kernels/cuda/fa3_fp8_fwd.cu; e4m3, d = 128), each changing one
 #: thing of it, and the timing probes (each leaves one stage out: wrong results by design)
 VARIANTS = ("smem_q", "narrow_transpose", "no_fold")
 PROBES = ("no_transpose", "no_exp", "no_pv")
-#: builds of the V k-major path beside its default (ATTN_FA3_FP8_VARIANT with v_layout="kmajor"): the key tiles of
+#: builds of the V k-major path beside its default (lab FP8_VARIANTS with v_layout="kmajor"): the key tiles of
 #: the V-as-rows builds (128; 64 at d = 256, where the default has 128) with two consumer warpgroups, and at d = 64 /
 #: 128 the two-warpgroup builds with 256 / 192-key tiles (the defaults have three warpgroups and 128-key tiles), and
 #: at d = 128 that build with the exponentials of every fourth / second 8-key chunk on the FMA pipe (the default: none),
@@ -62,8 +62,9 @@ def kmajor_variant_applies(variant: str, d: int, granularity: str) -> bool:
 
 def variant_call(p, variant: str) -> None:
     """attn_fa3_fp8_fwd on params ``p`` through the build ``variant`` (a member of VARIANTS or PROBES)."""
-    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
-        cuda_lib.call("attn_fa3_fp8_fwd", p)
+    from attention_conformance.kernels.cuda import lab
+
+    lab.call_fp8_fwd(p, variant)
 
 
 def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
@@ -154,7 +155,7 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
                     f"{', '.join(c8)} output.", ""]
         out += [f"cuDNN FP8 not timed: {x}" for x in declined] + ([""] if declined else [])
         if var_rows:
-            out += ["Variant builds (TFLOPs/s; ATTN_FA3_FP8_VARIANT):", "",
+            out += ["Variant builds (TFLOPs/s; lab FP8_VARIANTS):", "",
                     "| d | causal | default per tensor | " + " | ".join(f"{v} {g}" for v in VARIANTS
                                                                     for g in ("per tensor", "per head", "per tile"))
                     + " |", "|---|---|---|" + "---|" * (3 * len(VARIANTS))]
@@ -166,7 +167,7 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
             out.append("")
         kv_rows = [r for r in att if any(f"fp8kmajor_{v}_per_tensor_tflops" in r for v in KMAJOR_VARIANTS)]
         if kv_rows:
-            out += ["V k-major builds (TFLOPs/s, per-tensor descales; ATTN_FA3_FP8_VARIANT with v_layout=\"kmajor\"):",
+            out += ["V k-major builds (TFLOPs/s, per-tensor descales; lab FP8_VARIANTS with v_layout=\"kmajor\"):",
                     "", "| d | causal | default | " + " | ".join(KMAJOR_VARIANTS) + " |",
                     "|---|---|---|" + "---|" * len(KMAJOR_VARIANTS)]
             for r in kv_rows:

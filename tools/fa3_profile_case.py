@@ -1,10 +1,10 @@
 """Launches of one FA3 kernel (forward, backward or FP8 forward) for a profiler (ncu) to capture.
 
 ``ncu --clock-control none -k regex:fa3_fwd_kernel python tools/fa3_profile_case.py
-[--kernel KERNEL] [--d 128] [--causal] [VARIANT ...]``. Forward variants: keys of `kernels.cuda_lib.FA3_VARIANTS`
-(default full); FP8 variants: values of ``ATTN_FA3_FP8_VARIANT`` (default: the default build), ``vt`` or
+[--kernel KERNEL] [--d 128] [--causal] [VARIANT ...]``. Forward variants: keys of `kernels.cuda.lab.FA3_FWD_VARIANTS`
+(default full); FP8 variants: values of ``lab FP8_VARIANTS`` (default: the default build), ``vt`` or
 ``vt:VARIANT`` for V packed k-major (``v_layout="kmajor"``, its default build or VARIANT); backward variants:
-values of ``ATTN_FA3_BWD_DQ`` (default: the default build). B=4, H=16, N=8192, bf16 (FP8: e4m3 per-tensor
+lab FA3_BWD_VARIANTS (default: the default build). B=4, H=16, N=8192, bf16 (FP8: e4m3 per-tensor
 descales of 1), random inputs; each build runs twice (a warm-up the profiler also sees, then the launch to read), so
 pass ``--launch-skip 1 --launch-count 1`` per build or filter by launch index. The kernel names to filter on:
 ``fa3_fwd_kernel``, ``fa3_bwd_kernel`` (the backward's pre- and postprocess kernels run too), ``fa3_fp8_fwd_kernel``.
@@ -29,6 +29,7 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
     import torch
 
     from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
+    from attention_conformance.kernels.cuda import lab
 
     if kernel.startswith("fa4"):
         import flash_attn.cute as fa4
@@ -49,7 +50,7 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
     lse = torch.empty(4, 16, n, device="cuda", dtype=torch.float32)
     if kernel == "fwd":
         p = cuda_lib.fwd_params(q, k, v, o, causal=causal)
-        return lambda variant: cuda_lib.call_fa3_variant(p, variant)
+        return lambda variant: lab.call_fa3_fwd(p, variant)
     if kernel == "fp8":
         x8 = [t.to(torch.float8_e4m3fn) for t in (q, k, v)]
         ones = [torch.ones((), device="cuda") for _ in range(3)]
@@ -60,8 +61,10 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
         def fp8(variant: str) -> None:
             kmajor, _, rest = variant.partition(":") if variant.startswith("vt") else ("", "", variant)
             build = rest if rest and rest != "full" else None
-            with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", build):
+            if build is None:
                 cuda_lib.call("attn_fa3_fp8_fwd", pvt if kmajor else p8)
+            else:
+                lab.call_fp8_fwd(pvt if kmajor else p8, build)
 
         return fp8
     cuda_lib.call("attn_fa3_fwd", cuda_lib.fwd_params(q, k, v, o, lse, causal=causal))
@@ -70,8 +73,10 @@ def _launcher(kernel: str, d: int, n: int, causal: bool) -> Callable[[str], None
     pb = cuda_bwd_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, causal=causal, **cuda_bwd_lib.bwd_scratch(q, k))
 
     def bwd(variant: str) -> None:
-        with cuda_lib.build_setting("ATTN_FA3_BWD_DQ", None if variant == "full" else variant):
+        if variant in ("full", "default"):
             cuda_lib.call("attn_fa3_bwd", pb)
+        else:  # a lab build's named backward variant (atomic_dq, ...)
+            lab.call_fa3_bwd(pb, variant)
 
     return bwd
 

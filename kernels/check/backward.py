@@ -9,15 +9,15 @@ errors, which the backward reads). Beside the verdict: dq exactly 0 on query row
 §8; the bound allows the output format's smallest normal there). `check_determinism` runs the deterministic launcher
 twice and compares the bits, and judges both it and attn_fa3_bwd on those inputs.
 
-The builds beside the default (``overlap``, ``atomic_dq``, ``block_m64``, ``dq_other``) are selected through
-`kernels.cuda_lib.build_setting`, as the library selects them.
+The builds beside the shipped one are the lab build's named FA3 backward variants (``atomic_dq``,
+``atomic_dq_other_overlap``, ``rows64``, ``other_dq_split``: `kernels.cuda.lab.FA3_BWD_VARIANTS`, a checkout's
+``python -m attention_conformance.kernels.build --lab``); ``variant="default"`` is the shipped library.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,59 +32,9 @@ from attention_conformance.kernels.check.verdict import (
     to_numpy,
 )
 
-__all__ = ["BLOCK_M_ENV", "DQ_ENV", "DQ_SPLIT_ENV", "DQ_TURNS_D", "OVERLAP_ENV", "atomic_dq_build", "block_m64_build",
-           "check_backward", "check_determinism", "dq_other_build", "overlap_build", "within"]
-
-OVERLAP_ENV = "ATTN_FA3_BWD_OVERLAP"
-DQ_ENV = "ATTN_FA3_BWD_DQ"  # "atomic": dQ by fp32 atomics from the consumers (the default is the TMA reduce-add)
-BLOCK_M_ENV = "ATTN_FA3_BWD_BLOCK_M"  # "64": the TMA build's 64-row query tiles where it defaults to 128
-#: "1": every tile's dQ split between the consumers (by rows at d = 64, by columns at d = 128), "0": one consumer
-#: computes a tile's whole dQ, the two taking turns; by default turns at d = `DQ_TURNS_D`, split elsewhere
-DQ_SPLIT_ENV = "ATTN_FA3_BWD_DQ_SPLIT"
-DQ_TURNS_D = 64
+__all__ = ["check_backward", "check_determinism"]
 
 Runs = Callable[..., Any]
-
-
-def overlap_build(overlap: bool | None) -> contextlib.AbstractContextManager:
-    """Within the block attn_fa3_bwd's atomics build runs with (True) or without (False) the GEMM / element-wise
-    overlap; None: the default."""
-    from attention_conformance.kernels import cuda_lib
-
-    return cuda_lib.build_setting(OVERLAP_ENV, None if overlap is None else ("1" if overlap else "0"))
-
-
-def atomic_dq_build() -> contextlib.AbstractContextManager:
-    """Within the block both FA3 backward launchers add dQ with fp32 atomics from the consumers (the default build
-    adds it through shared memory and a TMA reduce-add)."""
-    from attention_conformance.kernels import cuda_lib
-
-    return cuda_lib.build_setting(DQ_ENV, "atomic")
-
-
-def block_m64_build() -> contextlib.AbstractContextManager:
-    """Within the block the default FA3 backward build streams 64-row query tiles at every head dim (by default
-    128-row tiles at d = `cases.ROWS128_D`)."""
-    from attention_conformance.kernels import cuda_lib
-
-    return cuda_lib.build_setting(BLOCK_M_ENV, "64")
-
-
-def dq_other_build(d: int) -> contextlib.AbstractContextManager:
-    """Within the block the default build at head dim ``d`` runs the dQ mode it does not run by default: the split at
-    d = `DQ_TURNS_D`, the turns elsewhere."""
-    from attention_conformance.kernels import cuda_lib
-
-    return cuda_lib.build_setting(DQ_SPLIT_ENV, "1" if d == DQ_TURNS_D else "0")
-
-
-@contextlib.contextmanager
-def within(builds: list[Callable[[], contextlib.AbstractContextManager]]) -> Iterator[None]:
-    """Within the block every build setting of ``builds`` (factories of `cuda_lib.build_setting` contexts)."""
-    with contextlib.ExitStack() as stack:
-        for build in builds:
-            stack.enter_context(build())
-        yield
 
 
 def _name(spec: dict) -> str:
@@ -136,11 +86,20 @@ def _fa3_forward(t: dict, kw: dict) -> tuple[Any, Any]:
     return o, lse
 
 
-def _launcher_backward(launcher: str) -> Runs:
+def _launcher_backward(launcher: str, variant: str = "default") -> Runs:
+    """``launcher`` of the shipped library, or, for another ``variant``, that named build of the lab library (the
+    deterministic dQ order when ``launcher`` is attn_fa3_bwd_deterministic)."""
     def run(q: Any, k: Any, v: Any, o: Any, lse: Any, dout: Any, **kw: Any) -> Any:
         from attention_conformance.kernels import cuda_bwd_lib
 
-        return cuda_bwd_lib.backward(launcher, q, k, v, o, lse, dout, **kw)
+        call = None
+        if variant != "default":
+            from attention_conformance.kernels.cuda import lab
+
+            def call(name: str, params: Any) -> None:
+                lab.call_fa3_bwd(params, variant, deterministic=name.endswith("_deterministic"))
+
+        return cuda_bwd_lib.backward(launcher, q, k, v, o, lse, dout, call=call, **kw)
 
     return run
 
@@ -162,28 +121,22 @@ def _judge(spec: dict, seed: int, t: dict, o: Any, lse: Any, grads: Any, referen
     return judge_outputs(case, reference, o, lse, out_dtype=dtype_name(spec["dtype"]), grads=grads), reference
 
 
-def check_backward(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, overlap: bool | None = None,
-                   atomic_dq: bool = False, block_m64: bool = False, dq_other: bool = False, *,
+def check_backward(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, variant: str = "default", *,
                    forward: Runs | None = None, backward: Runs | None = None, device: str = "cuda") -> dict:
-    """One case of `cases.FA3_BWD_CASES` through ``launcher`` (in the build ``overlap`` / ``atomic_dq`` /
-    ``block_m64`` / ``dq_other`` select). ``forward(t, kw) -> (o, lse)`` and ``backward(q, k, v, o, lse, dout, **kw)
-    -> (dq, dk, dv)`` replace attn_fa3_fwd and the launcher when given (a CPU test's kernels). Returns ``case``,
-    ``launcher`` (with the build), ``ok``, ``problems``, ``outcome``, ``usage`` and per gradient ``{"err", "usage"}``
-    (max abs error, worst error over its bound)."""
+    """One case of `cases.FA3_BWD_CASES` through ``launcher`` (of the lab build ``variant`` unless "default").
+    ``forward(t, kw) -> (o, lse)`` and ``backward(q, k, v, o, lse, dout, **kw) -> (dq, dk, dv)`` replace
+    attn_fa3_fwd and the launcher when given (a CPU test's kernels). Returns ``case``, ``launcher`` (with the build),
+    ``ok``, ``problems``, ``outcome``, ``usage`` and per gradient ``{"err", "usage"}`` (max abs error, worst error over
+    its bound)."""
     import torch
 
     t = _inputs(spec, seed, device)
     kw = _semantics(spec, device)
     o, lse = (forward or _fa3_forward)(t, kw)
-    chosen = ((atomic_dq, atomic_dq_build), (block_m64, block_m64_build), (dq_other, lambda: dq_other_build(spec["d"])))
-    with within([lambda: overlap_build(overlap)] + [build for on, build in chosen if on]):
-        grads = (backward or _launcher_backward(launcher))(t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
+    grads = (backward or _launcher_backward(launcher, variant))(t["q"], t["k"], t["v"], o, lse, t["dout"], **kw)
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
-    label = launcher if overlap is None else f"{launcher}[overlap={int(overlap)}]"
-    label += "[atomic_dq]" if atomic_dq else ""
-    label += "[block_m=64]" if block_m64 else ""
-    label += f"[{DQ_SPLIT_ENV}={1 if spec['d'] == DQ_TURNS_D else 0}]" if dq_other else ""
+    label = launcher if variant == "default" else f"{launcher}[lab {variant}]"
     verdict, _ = _judge(spec, seed, t, o, lse, grads)
     extra = []
     lse_np, dq = to_numpy(lse), to_numpy(grads[0])
@@ -201,22 +154,22 @@ def check_backward(spec: dict, launcher: str = "attn_fa3_bwd", seed: int = 0, ov
     return res
 
 
-def check_determinism(spec: dict, seed: int = 0, atomic_dq: bool = False, *, forward: Runs | None = None,
+def check_determinism(spec: dict, seed: int = 0, variant: str = "default", *, forward: Runs | None = None,
                       deterministic: Runs | None = None, any_order: Runs | None = None, device: str = "cuda") -> dict:
     """Two runs of attn_fa3_bwd_deterministic (``deterministic``) on the same inputs and one of attn_fa3_bwd
-    (``any_order``): ``identical`` (every bit of dq, dk, dv), ``max_diff_vs_atomic`` (the largest difference between
-    the two launchers, for tables), and ``ok`` / ``problems``: identical bits, and both launchers' results judged."""
+    (``any_order``), both of the lab build ``variant`` unless "default": ``identical`` (every bit of dq, dk, dv),
+    ``max_diff_vs_atomic`` (the largest difference between the two launchers, for tables), and ``ok`` / ``problems``:
+    identical bits, and both launchers' results judged."""
     import torch
 
     t = _inputs(spec, seed, device)
     kw = _semantics(spec, device)
     o, lse = (forward or _fa3_forward)(t, kw)
     args = (t["q"], t["k"], t["v"], o, lse, t["dout"])
-    det = deterministic or _launcher_backward("attn_fa3_bwd_deterministic")
-    with within([atomic_dq_build] if atomic_dq else []):
-        a = det(*args, **kw)
-        b = det(*args, **kw)
-        c = (any_order or _launcher_backward("attn_fa3_bwd"))(*args, **kw)
+    det = deterministic or _launcher_backward("attn_fa3_bwd_deterministic", variant)
+    a = det(*args, **kw)
+    b = det(*args, **kw)
+    c = (any_order or _launcher_backward("attn_fa3_bwd", variant))(*args, **kw)
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
     same = all(torch.equal(x.contiguous().view(torch.int16), y.contiguous().view(torch.int16)) for x, y in zip(a, b))
@@ -226,6 +179,7 @@ def check_determinism(spec: dict, seed: int = 0, atomic_dq: bool = False, *, for
     problems += [f"attn_fa3_bwd_deterministic: {m}" for m in verdict_det.failures]
     problems += [f"attn_fa3_bwd: {m}" for m in verdict_any.failures]
     diff = max(float((x.float() - y.float()).abs().max()) if x.numel() else 0.0 for x, y in zip(a, c))
-    return {"case": f"{_name(spec)} seed={seed}" + (" [atomic_dq]" if atomic_dq else ""), "identical": same,
+    return {"case": f"{_name(spec)} seed={seed}" + ("" if variant == "default" else f" [lab {variant}]"),
+            "identical": same,
             "max_diff_vs_atomic": diff, "ok": same and passed(verdict_det) and passed(verdict_any),
             "problems": problems}

@@ -159,10 +159,10 @@ def check_fp8(*, B: int, Hq: int, Hkv: int, Lq: int, Lk: int, d: int, granularit
               causal: bool = False, bottom_right: bool = True, window: Any = None, softcap: float | None = None,
               varlen: bool = False, layout: str = "contiguous", incoherent: bool = False, outliers: bool = False,
               seed: int = 0, variant: str | None = None, v_layout: str = "rows") -> dict:
-    """One case of `cases.FP8_CASES` through ``attn_fa3_fp8_fwd`` (``variant``: that build, selected by
-    ``ATTN_FA3_FP8_VARIANT``; ``v_layout="kmajor"``: V packed by `cuda_lib.pack_vt` first, checked against
-    `cuda_lib.pack_vt_reference`). Returns `judge_fp8`'s dict, with ``case`` and the guard-band, padded-row and
-    pack_vt findings among ``problems``."""
+    """One case of `cases.FP8_CASES` through ``attn_fa3_fp8_fwd`` (``variant``: that named build of the lab
+    library, `kernels.cuda.lab.FP8_VARIANTS`; None: the shipped one; ``v_layout="kmajor"``: V packed by
+    `cuda_lib.pack_vt` first, checked against `cuda_lib.pack_vt_reference`). Returns `judge_fp8`'s dict, with
+    ``case`` and the guard-band, padded-row and pack_vt findings among ``problems``."""
     import torch
 
     from attention_conformance.kernels import cuda_lib
@@ -195,11 +195,17 @@ def check_fp8(*, B: int, Hq: int, Hkv: int, Lq: int, Lk: int, d: int, granularit
             extra.append("pack_vt differs from pack_vt_reference")
     p = cuda_lib.fp8_fwd_params(q8, k8, vin, o, lse, *ds, format=format, granularity=granularity, causal=causal,
                                 alignment=alignment, window=window, softcap=softcap, v_layout=v_layout, **lens)
-    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
+    if variant in (None, "default"):
         cuda_lib.call("attn_fa3_fp8_fwd", p)
-        # the model rounds P against the running maxima of the build's key tiles (per-tile descales: 128-key blocks,
-        # which the kernel's tiles of 64 or 128 never straddle)
-        block_k = 128 if granularity == "per_tile" else cuda_lib.fp8_key_tile(p)
+        key_tile = cuda_lib.fp8_key_tile
+    else:  # a named build of the lab library (a checkout's `kernels.build --lab`)
+        from attention_conformance.kernels.cuda import lab
+
+        lab.call_fp8_fwd(p, variant)
+        key_tile = lambda params: lab.fp8_key_tile(params, variant)  # noqa: E731
+    # the model rounds P against the running maxima of the build's key tiles (per-tile descales: 128-key blocks,
+    # which the kernel's tiles of 64 or 128 never straddle)
+    block_k = 128 if granularity == "per_tile" else key_tile(p)
     torch.cuda.synchronize()
     case = fp8_case(**shape, granularity=granularity, format=format, causal=causal, bottom_right=bottom_right,
                     window=window, softcap=softcap, incoherent=incoherent, layout=layout, seqlens_q=sq, seqlens_k=sk,

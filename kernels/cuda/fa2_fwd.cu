@@ -16,10 +16,8 @@ cudaError_t launch_tiles(const AttnFwdParams& p, cudaStream_t stream) {
 
 // Largest dynamic shared memory a block may opt into on the current device (0 if unknown).
 int max_block_smem() {
-    int dev = 0, bytes = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return bytes;
+    const attn::DeviceInfo* d = attn::device_info();
+    return d != nullptr ? d->smem_optin : 0;
 }
 
 template <int D, typename Elem>
@@ -44,14 +42,14 @@ cudaError_t dispatch_dim(const AttnFwdParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-extern "C" int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
+extern "C" int attn_fa2_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen) {
     int rc = attn::validate_fwd(p, "attn_fa2_fwd", err, errlen, /*paged_ok=*/false, /*sinks_ok=*/true);
     if (rc != ATTN_OK) return rc;
     if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
     if (p->seqlen_q > 65535 * 128)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_fa2_fwd: seqlen_q=%d exceeds %d", p->seqlen_q,
                           65535 * 128);
-    auto s = static_cast<cudaStream_t>(stream);
+    const cudaStream_t s = attn::launch_stream(launch);
     cudaError_t e = p->dtype == ATTN_BF16 ? dispatch_dim<__nv_bfloat16>(*p, s) : dispatch_dim<__half>(*p, s);
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_fa2_fwd: launch failed: %s (%s)", cudaGetErrorName(e),

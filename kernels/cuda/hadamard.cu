@@ -262,7 +262,7 @@ cudaError_t launch_quant_dt(const AttnFp8QuantParams& p, const SignBits& sb, dou
 
 }  // namespace
 
-extern "C" int attn_hadamard(const AttnHadamardParams* p, void* stream, char* err, int errlen) {
+extern "C" int attn_hadamard(const AttnHadamardParams* p, const AttnLaunch* launch, char* err, int errlen) {
     const char* who = "attn_hadamard";
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
     int rc = check_sizes(who, p->batch, p->heads, p->seqlen, p->head_dim, err, errlen);
@@ -287,7 +287,7 @@ extern "C" int attn_hadamard(const AttnHadamardParams* p, void* stream, char* er
     if (p->x == nullptr || p->y == nullptr)
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: x=%p y=%p: NULL tensor pointer", who, p->x, p->y);
     const double sqrt_d = sqrt(static_cast<double>(p->head_dim));
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaStream_t s = attn::launch_stream(launch);
     cudaError_t e;
     switch (p->x_dtype * 3 + p->y_dtype) {
         case ATTN_QUANT_FP16 * 3 + ATTN_QUANT_FP16: e = launch_hadamard<__half, __half>(*p, sb, sqrt_d, s); break;
@@ -301,7 +301,7 @@ extern "C" int attn_hadamard(const AttnHadamardParams* p, void* stream, char* er
     return attn::cuda_status(e, who, err, errlen);
 }
 
-extern "C" int attn_fp8_quantize(const AttnFp8QuantParams* p, void* stream, char* err, int errlen) {
+extern "C" int attn_fp8_quantize(const AttnFp8QuantParams* p, const AttnLaunch* launch, char* err, int errlen) {
     const char* who = "attn_fp8_quantize";
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
     int rc = check_sizes(who, p->batch, p->heads, p->seqlen, p->head_dim, err, errlen);
@@ -337,14 +337,13 @@ extern "C" int attn_fp8_quantize(const AttnFp8QuantParams* p, void* stream, char
                     static_cast<const void*>(p->codes));
     if (slots == 0 && !has_rows) return ATTN_OK;
     const double sqrt_d = sqrt(static_cast<double>(p->head_dim));
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    attn::LaunchScratch scratch(launch);
+    const cudaStream_t s = scratch.stream();
     AttnFp8QuantParams q = *p;
-    bool own_scratch = false;
     if (slots > 0 && q.amax_scratch == nullptr) {
-        cudaError_t e =
-            attn::scratch_alloc(reinterpret_cast<void**>(&q.amax_scratch), slots * sizeof(unsigned long long), s);
-        if (e != cudaSuccess) return attn::cuda_status(e, "attn_fp8_quantize: amax_scratch allocation", err, errlen);
-        own_scratch = true;
+        rc = scratch.take(reinterpret_cast<void**>(&q.amax_scratch), slots * sizeof(unsigned long long),
+                          "attn_fp8_quantize: amax_scratch", err, errlen);
+        if (rc != ATTN_OK) return rc;
     }
     cudaError_t e;
     switch (q.x_dtype) {
@@ -352,10 +351,8 @@ extern "C" int attn_fp8_quantize(const AttnFp8QuantParams* p, void* stream, char
         case ATTN_QUANT_BF16: e = launch_quant_dt<__nv_bfloat16>(q, sb, sqrt_d, slots, s); break;
         default: e = launch_quant_dt<float>(q, sb, sqrt_d, slots, s); break;
     }
-    if (own_scratch) {
-        const cudaError_t f = cudaFreeAsync(q.amax_scratch, s);
-        if (e == cudaSuccess) e = f;
-    }
+    const cudaError_t f = scratch.release();
+    if (e == cudaSuccess) e = f;
     return attn::cuda_status(e, who, err, errlen);
 }
 

@@ -1,12 +1,8 @@
 """A small case set over every launcher in libattn_kernels.so, for compute-sanitizer.
 
 ``compute-sanitizer --tool memcheck --error-exitcode 1 python -m attention_conformance.kernels.cuda.sanitize_cases
-[LAUNCHER ...] [--fa3-variant NAME] [--fp8-variant NAME]``
+[LAUNCHER ...]``
 (launcher names restrict the run to their cases; and ``--tool racecheck``; ``tox -e sanitize`` runs both).
-``--fa3-variant``: the FA3 forward's cases through that build (a key of `cuda_lib.FA3_VARIANTS`, e.g. the ablation
-builds); ``--fp8-variant``: the FP8 forward's k-major cases through that k-major build (``ATTN_FA3_FP8_VARIANT``);
-with either, only those launchers' cases run, and a case the variant build declines (ATTN_ERR_UNSUPPORTED: the
-ablation builds exist for head dim 128 without softcap) is skipped with the launcher's reason.
 Small shapes that still cover tail tiles, causal diagonals in both alignments, a window, GQA, varlen with an
 empty sequence, softcap, split-KV with several splits and an empty split, the FA3 forward and backward (Hopper
 only), paged K/V (a shuffled block table over a pool with NaN decoy pages, varlen with a short and an empty
@@ -14,17 +10,23 @@ sequence), the FA3 FP8 forward (e4m3 codes, unit descales of each granularity's 
 launchers when the library exports them. Inputs are random (never zeros); each launcher's status is checked,
 and the outputs must be finite where the semantics say so (a crash or a sanitizer report is the real signal);
 a paged case must also equal the same launcher on the dense K/V bitwise. Exit code 0 = clean.
+
+`run_cases` takes the function that runs a launcher on its filled params (default `cuda_lib.call`), so the lab's
+variant builds go through the same cases (kernels/cuda/lab/sanitize.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CASES", "main", "paged_kv", "variant_of"]
+__all__ = ["CASES", "Runner", "main", "paged_kv", "run_cases"]
+
+#: runs launcher `name` on its filled params struct (cuda_lib.call, or a lab variant's call)
+Runner = Callable[[str, Any], None]
 
 # (launcher, shape and semantics keywords)
 CASES: list[tuple[str, dict]] = [
@@ -119,7 +121,7 @@ def _valid_rows(B: int, Lq: int, seqlens_q: Any, dev: str) -> Any:
     return torch.arange(Lq, device=dev)[None, None, :, None] < seqlens_q[:, None, None, None]
 
 
-def _run(launcher: str, spec: dict, fa3_variant: str | None = None) -> str:
+def _run(launcher: str, spec: dict, runner: Runner) -> str:
     import torch
 
     from attention_conformance.kernels import cuda_lib
@@ -148,9 +150,9 @@ def _run(launcher: str, spec: dict, fa3_variant: str | None = None) -> str:
         kw["num_splits"] = num_splits
     fp8 = kw.pop("fp8", None)
     if fp8 is not None:
-        return _run_fp8(launcher, q, k, v, o, lse, kw, fp8, kw.pop("vt", False))
+        return _run_fp8(launcher, q, k, v, o, lse, kw, fp8, runner, kw.pop("vt", False))
     if page_size is not None:
-        return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B)
+        return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B, runner)
     if "_bwd" in launcher:  # attn_*_bwd and attn_fa3_bwd_deterministic
         # forward through FA2 first (for O and LSE), then the backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
@@ -164,14 +166,10 @@ def _run(launcher: str, spec: dict, fa3_variant: str | None = None) -> str:
             dv_accum=torch.zeros(B, Hq, Lk, d, device=dev),
         )
         bp = cuda_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **scratch, **kw)
-        cuda_lib.call(launcher, bp)
+        runner(launcher, bp)
         outputs = {"dq": dq, "dk": dk, "dv": dv}  # padded varlen rows are written as zeros
     else:
-        p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        if fa3_variant is not None:
-            cuda_lib.call_fa3_variant(p, fa3_variant)
-        else:
-            cuda_lib.call(launcher, p)
+        runner(launcher, cuda_lib.fwd_params(q, k, v, o, lse, **kw))
         # rows past seqlens_q[b] stay unwritten (the NaN poison), by contract
         rows = _valid_rows(B, Lq, kw.get("seqlens_q"), dev)
         outputs = {"o (valid rows)": torch.where(rows, o, 0)}
@@ -183,7 +181,7 @@ def _run(launcher: str, spec: dict, fa3_variant: str | None = None) -> str:
     return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
 
 
-def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str,
+def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str, runner: Runner,
              vt: bool = False) -> str:
     """One FP8 case: e4m3 codes of q, k, v, unit descales of the granularity's shape (attn_params.h); ``vt``: V
     packed k-major by attn_fp8_pack_vt (v_layout ATTN_FP8_V_KMAJOR)."""
@@ -200,8 +198,8 @@ def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, 
     o = o.to(torch.bfloat16)
     if vt:
         v8 = cuda_lib.pack_vt(v8, seqlens_k=kw.get("seqlens_k"))
-    cuda_lib.call(launcher, cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format="e4m3fn", granularity=granularity,
-                                                    v_layout="kmajor" if vt else "rows", **kw))
+    runner(launcher, cuda_lib.fp8_fwd_params(q8, k8, v8, o, lse, *ds, format="e4m3fn", granularity=granularity,
+                                             v_layout="kmajor" if vt else "rows", **kw))
     torch.cuda.synchronize()
     rows = _valid_rows(B, Lq, kw.get("seqlens_q"), q.device)
     bad = int((~torch.isfinite(torch.where(rows, o, 0).float())).sum())
@@ -210,7 +208,8 @@ def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, 
     return f"{launcher} {granularity}{' vt' if vt else ''} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{q.shape[-1]} ok"
 
 
-def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, lens: list[int]) -> str:
+def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, lens: list[int],
+               runner: Runner) -> str:
     """One paged case: the launcher on a shuffled, NaN-poisoned pool must equal it on the dense K/V."""
     import torch
 
@@ -223,7 +222,7 @@ def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, 
     for pk, pv, extra in ((k, v, {}), (k_pool, v_pool, dict(block_table=table, page_size=page_size, seqlen_k=Lk))):
         o = torch.full_like(q, float("nan"))
         lse = torch.full((B, Hq, Lq), float("nan"), device=q.device)
-        cuda_lib.call(launcher, cuda_lib.fwd_params(q, pk, pv, o, lse, **kw, **extra))
+        runner(launcher, cuda_lib.fwd_params(q, pk, pv, o, lse, **kw, **extra))
         results.append((o, lse))
     torch.cuda.synchronize()
     rows = _valid_rows(B, Lq, kw.get("seqlens_q"), q.device)
@@ -241,41 +240,25 @@ def _run_paged(launcher: str, q: Any, k: Any, v: Any, kw: dict, page_size: int, 
     return f"{launcher} paged{page_size} B{B} H{Hq}/{k.shape[1]} q{Lq} k{Lk} lens {lens} ok (== dense)"
 
 
-def variant_of(launcher: str, fa3_variant: str | None, fp8_variant: str | None) -> str | None:
-    """The variant build a case of `launcher` runs through (``--fa3-variant`` for the FA3 forward, ``--fp8-variant``
-    for the FP8 forward), or None: the launcher itself, whose declines are failures."""
-    return {"attn_fa3_fwd": fa3_variant, "attn_fa3_fp8_fwd": fp8_variant}.get(launcher)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.cuda.sanitize_cases")
-    ap.add_argument("launchers", nargs="*", help="run only these launchers' cases")
-    ap.add_argument("--fa3-variant", help="attn_fa3_fwd's cases through this build (cuda_lib.FA3_VARIANTS)")
-    ap.add_argument("--fp8-variant", help="attn_fa3_fp8_fwd's k-major cases through this build "
-                    "(ATTN_FA3_FP8_VARIANT)")
-    args = ap.parse_args(argv)
+def run_cases(cases: list[tuple[str, dict]], runner: Runner | None = None, declines_skip: bool = False) -> int:
+    """Run every case of ``cases`` through ``runner`` (default `cuda_lib.call`); print one line each and the count.
+    A launcher's ATTN_ERR_UNSUPPORTED is a failure, or with ``declines_skip`` (a lab variant that has no build for a
+    case) a skip with its reason. Returns the number of failures; -1 without torch or a CUDA device."""
     try:
         import torch
     except ImportError:
         print("sanitize_cases: torch is not installed", file=sys.stderr)
-        return 2
+        return -1
     from attention_conformance.kernels import cuda_lib
 
-    if args.fa3_variant is not None and args.fa3_variant not in cuda_lib.FA3_VARIANTS:
-        ap.error(f"--fa3-variant {args.fa3_variant}: one of {', '.join(cuda_lib.FA3_VARIANTS)}")
     if not torch.cuda.is_available():
         print("sanitize_cases: no CUDA device", file=sys.stderr)
-        return 2
-    only = list(args.launchers)
-    only += ["attn_fa3_fwd"] * (args.fa3_variant is not None) + ["attn_fa3_fp8_fwd"] * (args.fp8_variant is not None)
+        return -1
+    runner = runner or cuda_lib.call
     lib = cuda_lib.library()
     failures = 0
     ran = 0
-    for launcher, spec in CASES:
-        if only and launcher not in only:
-            continue
-        if args.fp8_variant is not None and launcher == "attn_fa3_fp8_fwd" and not spec.get("vt"):
-            continue  # the k-major builds read V packed
+    for launcher, spec in cases:
         ran += 1
         if getattr(lib, launcher, None) is None:
             print(f"SKIP {launcher}: not exported by {cuda_lib.library_path()}")
@@ -284,15 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         if launcher.startswith("attn_fa3") and cap[0] != 9:
             print(f"SKIP {launcher}: sm_90a kernel, device has compute capability {cap}")
             continue
-        variant = variant_of(launcher, args.fa3_variant, args.fp8_variant)
-        fp8 = launcher == "attn_fa3_fp8_fwd"
-        setting = (cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant) if fp8 and variant is not None
-                   else contextlib.nullcontext())
         try:
-            with setting:
-                print(_run(launcher, spec, None if fp8 else variant), flush=True)
+            print(_run(launcher, spec, runner), flush=True)
         except cuda_lib.KernelUnsupported as e:
-            if variant is None:
+            if not declines_skip:
                 failures += 1
                 print(f"FAIL {launcher} {spec}: {e}", flush=True)
             else:
@@ -301,7 +279,15 @@ def main(argv: list[str] | None = None) -> int:
             failures += 1
             print(f"FAIL {launcher} {spec}: {e}", flush=True)
     print(f"sanitize_cases: {ran} of {len(CASES)} cases run, {failures} failures")
-    return 1 if failures else 0
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.kernels.cuda.sanitize_cases")
+    ap.add_argument("launchers", nargs="*", help="run only these launchers' cases")
+    args = ap.parse_args(argv)
+    failures = run_cases([c for c in CASES if not args.launchers or c[0] in args.launchers])
+    return 2 if failures < 0 else 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -38,15 +38,9 @@ int num_m_blocks(const AttnFwdParams& p) {
 template <int D, typename Elem>
 int resident_ctas_per_sm(const AttnFwdParams& p) {
     using Tr = typename attn::SplitConfig<D, Elem>::T;
-    auto kernel = attn::fwd_kernel_for<Tr, true>(p);
-    if (Tr::kSmemBytes > 48 * 1024)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Tr::kThreads, Tr::kSmemBytes) != cudaSuccess || n < 1) {
-        cudaGetLastError();  // clear: the launch path reports real errors
-        n = 1;
-    }
-    return n;
+    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, true>(p));
+    if (Tr::kSmemBytes > 48 * 1024) attn::smem_opt_in(kernel, Tr::kSmemBytes);
+    return attn::resident_blocks(kernel, Tr::kThreads, Tr::kSmemBytes);
 }
 
 int resident_ctas(const AttnFwdParams& p) {
@@ -163,7 +157,10 @@ extern "C" int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms) {
     return choose_splits(*p, num_sms > 0 ? num_sms : device_sms());
 }
 
-extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen) {
+namespace {
+
+// The checks of attn_splitkv_fwd that need neither the device nor the data.
+int validate_splitkv(const AttnFwdParams* p, char* err, int errlen) {
     int rc = attn::validate_fwd(p, "attn_splitkv_fwd", err, errlen, /*paged_ok=*/true, /*sinks_ok=*/true);
     if (rc != ATTN_OK) return rc;
     if (p->block_table != nullptr && p->page_size % block_n_for(p->head_dim) != 0)
@@ -178,34 +175,53 @@ extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err,
         return attn::fail(err, errlen, ATTN_ERR_INVALID,
                           "attn_splitkv_fwd: o_partial=%p lse_partial=%p: give both or neither", (void*)p->o_partial,
                           (void*)p->lse_partial);
+    return ATTN_OK;
+}
+
+// The fp32 partials (O, then LSE) of num_splits splits, in bytes.
+int64_t partial_bytes(const AttnFwdParams& p, int num_splits) {
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * num_splits;
+    return rows * (p.head_dim_v + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+extern "C" int attn_splitkv_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen) {
+    int rc = validate_splitkv(p, err, errlen);
+    if (rc != ATTN_OK) return rc;
     if (p->batch == 0 || p->seqlen_q == 0) return ATTN_OK;
     if (num_m_blocks(*p) > 0x7fffffff || static_cast<long long>(p->batch) * p->heads_kv > 65535)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "attn_splitkv_fwd: batch*heads_kv=%lld exceeds 65535",
                           static_cast<long long>(p->batch) * p->heads_kv);
-    auto s = static_cast<cudaStream_t>(stream);
+    attn::LaunchScratch scratch(launch);
+    const cudaStream_t s = scratch.stream();
     const int num_splits = p->num_splits >= 1 ? p->num_splits : choose_splits(*p, device_sms());
     AttnFwdParams q = *p;
     q.num_splits = num_splits;
     const size_t rows = static_cast<size_t>(p->batch) * p->heads_q * p->seqlen_q * num_splits;
-    void* scratch = nullptr;
-    cudaError_t e = cudaSuccess;
     if (q.o_partial == nullptr) {
-        e = attn::scratch_alloc(&scratch, rows * (p->head_dim_v + 1) * sizeof(float), s);
-        if (e != cudaSuccess)
-            return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_splitkv_fwd: scratch allocation of %zu bytes: %s",
-                              rows * (p->head_dim_v + 1) * sizeof(float), cudaGetErrorString(e));
-        q.o_partial = static_cast<float*>(scratch);
+        void* partials = nullptr;
+        rc = scratch.take(&partials, partial_bytes(*p, num_splits), "attn_splitkv_fwd: scratch of the partials", err,
+                          errlen);
+        if (rc != ATTN_OK) return rc;
+        q.o_partial = static_cast<float*>(partials);
         q.lse_partial = q.o_partial + rows * p->head_dim_v;
     }
-    e = q.dtype == ATTN_BF16 ? dispatch_dim<__nv_bfloat16>(q, num_splits, s) : dispatch_dim<__half>(q, num_splits, s);
-    if (scratch != nullptr) {
-        cudaError_t f = cudaFreeAsync(scratch, s);
-        if (e == cudaSuccess) e = f;
-    }
+    cudaError_t e =
+        q.dtype == ATTN_BF16 ? dispatch_dim<__nv_bfloat16>(q, num_splits, s) : dispatch_dim<__half>(q, num_splits, s);
+    const cudaError_t f = scratch.release();
+    if (e == cudaSuccess) e = f;
     if (e != cudaSuccess)
         return attn::fail(err, errlen, ATTN_ERR_CUDA, "attn_splitkv_fwd: launch failed: %s (%s)", cudaGetErrorName(e),
                           cudaGetErrorString(e));
     return ATTN_OK;
+}
+
+extern "C" int64_t attn_splitkv_fwd_workspace(const AttnFwdParams* p) {
+    if (validate_splitkv(p, nullptr, 0) != ATTN_OK) return -1;
+    if (p->batch == 0 || p->seqlen_q == 0 || p->o_partial != nullptr) return 0;
+    const int num_splits = p->num_splits >= 1 ? p->num_splits : choose_splits(*p, device_sms());
+    return attn::workspace_piece(partial_bytes(*p, num_splits));
 }
 
 extern "C" int attn_params_layout(int64_t* out, int n) {
@@ -229,6 +245,10 @@ extern "C" int attn_params_layout(int64_t* out, int n) {
 #define BWD_OFF(f) vals[k++] = offsetof(AttnBwdParams, f);
     ATTN_FWD_FIELDS(FWD_OFF)
     ATTN_BWD_FIELDS(BWD_OFF)
+    vals[k++] = sizeof(AttnLaunch);
+    vals[k++] = offsetof(AttnLaunch, stream);
+    vals[k++] = offsetof(AttnLaunch, workspace);
+    vals[k++] = offsetof(AttnLaunch, workspace_bytes);
     const int m = k < n ? k : n;
     for (int i = 0; i < m; ++i) out[i] = vals[i];
     return m;

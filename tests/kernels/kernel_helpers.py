@@ -103,6 +103,17 @@ def cuda_library_exporting_or_skip(launcher: str):
     return lib
 
 
+def lab_library_or_skip():
+    """`kernels.cuda.lab` with its library loaded, or a skip naming the build command (the lab build of ablation,
+    tuning and timing variants is made on request only: ``python -m attention_conformance.kernels.build --lab``)."""
+    from attention_conformance.kernels.cuda import lab
+
+    if not lab.library_path().exists():
+        pytest.skip(f"no lab build at {lab.library_path()} (python -m attention_conformance.kernels.build --lab)")
+    lab.library()
+    return lab
+
+
 def c_header_values(printfs: list[str]) -> list[int]:
     """The integers a C program prints that includes kernels/cuda/include/attn_params.h and runs `printfs` (lines
     of C, e.g. ``printf("%zu\\n", offsetof(AttnFwdParams, q));``): the header's layout and constants as the C

@@ -14,7 +14,7 @@ both launchers judged the same way.
 from __future__ import annotations
 
 import pytest
-from kernel_helpers import cuda_library_exporting_or_skip
+from kernel_helpers import cuda_library_exporting_or_skip, lab_library_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -54,11 +54,10 @@ def test_fa3_bwd_matches_fp64_oracle(index, launcher):
 @pytest.mark.parametrize("index", [2, 4, 6, 7, 9])
 def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
     _lib()
+    lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_backward as check_case
-    from attention_conformance.kernels.check.cases import OVERLAP_DEFAULT_D
 
-    spec = _cases()[index]
-    res = check_case(spec, "attn_fa3_bwd", seed=100 + index, overlap=spec["d"] != OVERLAP_DEFAULT_D, atomic_dq=True)
+    res = check_case(_cases()[index], "attn_fa3_bwd", seed=100 + index, variant="atomic_dq_other_overlap")
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
@@ -66,37 +65,41 @@ def test_fa3_bwd_other_overlap_build_matches_fp64_oracle(index):
 @pytest.mark.parametrize("index", range(12))
 def test_fa3_bwd_atomic_dq_build_matches_fp64_oracle(index, launcher):
     _lib()
+    lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_backward as check_case
 
-    res = check_case(_cases()[index], launcher, seed=200 + index, atomic_dq=True)
+    res = check_case(_cases()[index], launcher, seed=200 + index, variant="atomic_dq")
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("build", ["block_m64", "dq_other"])
+@pytest.mark.parametrize("variant", ["rows64", "other_dq_split"])
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(12))
-def test_fa3_bwd_other_tile_builds_match_fp64_oracle(index, launcher, build):
-    """The default build's other settings: 64-row query tiles at d = 64 (block_m64), the dQ mode it does not run
-    by default at the case's head dim (dq_other)."""
+def test_fa3_bwd_other_tile_builds_match_fp64_oracle(index, launcher, variant):
+    """The lab's other tile settings: 64-row query tiles at d = 64 (rows64), the dQ mode the shipped build does not
+    run at the case's head dim (other_dq_split)."""
     _lib()
+    lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_backward as check_case
     from attention_conformance.kernels.check.cases import ROWS128_D
 
     spec = _cases()[index]
-    if build == "block_m64" and spec["d"] != ROWS128_D:
-        pytest.skip(f"the 64-row build differs from the default at d = {ROWS128_D} only")
-    res = check_case(spec, launcher, seed=300 + index, **{build: True})
+    if variant == "rows64" and spec["d"] != ROWS128_D:
+        pytest.skip(f"the 64-row build differs from the shipped one at d = {ROWS128_D} only")
+    res = check_case(spec, launcher, seed=300 + index, variant=variant)
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("atomic_dq", [False, True])
+@pytest.mark.parametrize("variant", ["default", "atomic_dq"])
 @pytest.mark.parametrize("index", range(2))
-def test_fa3_bwd_deterministic_is_bit_identical(index, atomic_dq):
+def test_fa3_bwd_deterministic_is_bit_identical(index, variant):
     _lib()
+    if variant != "default":
+        lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_determinism as determinism_case
     from attention_conformance.kernels.check.cases import FA3_BWD_DETERMINISM_CASES as DET_CASES
 
-    res = determinism_case(DET_CASES[index], seed=index, atomic_dq=atomic_dq)
+    res = determinism_case(DET_CASES[index], seed=index, variant=variant)
     assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 

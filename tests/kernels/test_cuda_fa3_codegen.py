@@ -2,12 +2,12 @@
 
 ptxas serializes every wgmma of a kernel in which it has to place a warpgroup fence in a divergent path (remark
 C7520). That happened to the persistent builds, whose consumers read the next work tile's index from shared memory
-(not warp-uniform to ptxas, so every branch on the tile was divergent): they ran at half speed through several
-validated libraries while passing every check (docs/fa3_forward.md); and to the ablation build without warp
-specialisation, whose loads were issued by thread 0 in a branch between the consumers' wgmmas. The index is now
-broadcast from lane 0 and every consumer thread runs that build's loader (thread 0 alone issues); this compiles a
-persistent and a one-CTA-per-tile build of each head dim (the shapes fa3_fwd.cu's defaults use), the ablation build,
-and the FP8 forward's d = 128 default with and without its persistent loop, and fails on C7520.
+(not warp-uniform to ptxas, so every branch on the tile was divergent): they ran at half speed while passing every
+check; and to the ablation build without warp specialisation, whose loads were issued by thread 0 in a branch between
+the consumers' wgmmas. The index is now broadcast from lane 0 and every consumer thread runs that build's loader
+(thread 0 alone issues); this compiles a persistent and a one-CTA-per-tile build of each head dim's shipped schedule
+(hopper/fwd_defaults.cuh), the cluster builds, the build without warp specialisation (the lab's no_ws), and the FP8
+forward's shipped k-major d = 128 schedule with and without its persistent loop, and fails on C7520.
 """
 
 from __future__ import annotations
@@ -16,39 +16,38 @@ import subprocess
 
 import pytest
 
-# (head dim, consumer warpgroups, keys per tile): fa3_fwd.cu kDefaultWGs / kDefaultN
-SHAPES = ((64, 3, 128), (128, 3, 80), (256, 2, 80))
+# Schedules named as the lab's builds (kernels/cuda/lab/fa3_fwd_lab.cu): each head dim's shipped schedule with the
+# persistent loop (pingpong at d = 256 too) and with one CTA per work tile; the cluster builds; no warp specialisation.
+SCHEDULES = "".join(
+    f"struct Persistent{d} : Fa3Default<{d}> {{ static constexpr Grid grid = Grid::kPersistent; "
+    f"static constexpr bool pingpong = true; }};\n"
+    f"struct OneCta{d} : Fa3Default<{d}> {{ static constexpr Grid grid = Grid::kOneCtaPerTile; }};\n"
+    + (f"struct Cluster{d} : Fa3Default<{d}> {{ static constexpr Grid grid = Grid::kCluster2; }};\n" if d != 64 else "")
+    for d in (64, 128, 256)) + (
+    "struct NoWs : Fa3Schedule { static constexpr int consumer_warpgroups = 2; static constexpr int block_n = 128;\n"
+    "  static constexpr QOperand q_operand = QOperand::kRegisters; static constexpr bool pingpong = false;\n"
+    "  static constexpr Loads loads = Loads::kConsumerThreadZero; };\n")
+BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {s}{d}, ScoreScale::kFolded>>"
+        for d in (64, 128, 256) for s in ("Persistent", "OneCta")]
+CLUSTER2 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, Cluster{d}, ScoreScale::kFolded>>" for d in (128, 256)]
+NO_WS = ["fa3_fwd_kernel<Fa3Config<128, __nv_bfloat16, NoWs, ScoreScale::kFolded>>"]
+FP8_SCHEDULES = ("struct KMajor128Persistent : Fp8KMajorDefault<128> {\n"
+                 "  static constexpr Grid grid = Grid::kPersistent; };\n")
+FP8 = [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<128, Fp8E4M3, {s}>>" for s in ("Fp8KMajorDefault<128>", "KMajor128Persistent")]
 
 
-def _pingpong(d: int, persistent: str) -> str:
-    """fa3_fwd.cu kDefaultPingpong: every default build but d = 256 with one CTA per work tile."""
-    return "true" if d != 256 or persistent == "true" else "false"
-
-
-BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, {_pingpong(d, p)}, {p}, false, {bn}>>"
-        for d, wgs, bn in SHAPES for p in ("true", "false")]
-# fa3_fwd.cu launch_cluster2 (variant cluster2): the one-CTA-per-tile builds in clusters of two, K / V multicast
-CLUSTER2 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {wgs}, true, true, {_pingpong(d, 'false')}, false, false, "
-            f"{bn}, 0, false, 0, false, 2>>" for d, wgs, bn in SHAPES if d != 64]
-# fa3_fwd.cu dispatch_variant ATTN_FA3_NO_WS: no producer warpgroup, no pingpong
-NO_WS = ["fa3_fwd_kernel<Fa3Config<128, __nv_bfloat16, 2, false, true, false, false, false, 128>>"]
-# fa3_fp8_fwd.cu KMajor<128, Fp8E4M3, 128, 3[, -1, true]>: three consumer warpgroups, V k-major
-FP8 = [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<128, Fp8E4M3, kFp8ProbeNone, false, false, true, true, 0, -1, 3, {p}>>"
-       for p in ("false", "true")]
-
-
-@pytest.mark.parametrize("header, params, kernels", [
-    ("hopper/mainloop.cuh", "Fa3Params", BF16 + CLUSTER2 + NO_WS),
-    ("hopper/fp8_mainloop.cuh", "Fa3Fp8Params", FP8),
+@pytest.mark.parametrize("header, schedules, params, kernels", [
+    ("hopper/fwd_defaults.cuh\"\n#include \"hopper/mainloop.cuh", SCHEDULES, "Fa3Params", BF16 + CLUSTER2 + NO_WS),
+    ("hopper/fp8_defaults.cuh\"\n#include \"hopper/fp8_mainloop.cuh", FP8_SCHEDULES, "Fa3Fp8Params", FP8),
 ], ids=["bf16", "fp8"])
-def test_forward_builds_keep_their_wgmmas_asynchronous(tmp_path, header, params, kernels):
+def test_forward_builds_keep_their_wgmmas_asynchronous(tmp_path, header, schedules, params, kernels):
     from attention_conformance.kernels.build import CUDA_DIR, find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found")
     src = tmp_path / "fa3_codegen.cu"
-    src.write_text(f'#include "{header}"\nnamespace attn::hopper {{\n' + "".join(
+    src.write_text(f'#include "{header}"\nnamespace attn::hopper {{\n{schedules}' + "".join(
         f"template __global__ void {k}(const __grid_constant__ {params} P);\n" for k in kernels) + "}\n")
     out = subprocess.run([nvcc, "-O3", "-std=c++17", "-I", str(CUDA_DIR / "include"), "-gencode",
                           "arch=compute_90a,code=sm_90a", "-c", str(src), "-o", str(tmp_path / "fa3_codegen.o")],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from kernel_helpers import cuda_library_exporting_or_skip
+from kernel_helpers import cuda_library_exporting_or_skip, lab_library_or_skip
 
 torch = pytest.importorskip("torch")
 
@@ -54,13 +54,14 @@ def test_fa3_matches_float64_reference(spec):
 
 @pytest.mark.parametrize("variant",
                          ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2", "smem_q",
-                          "skip_rescale", "eager_rescale", "two_wg"])
+                          "lazy_rescale_one_cta", "eager_rescale", "two_wg"])
 def test_fa3_ablation_builds_match_reference(variant):
     cuda_lib = _lib()
+    lab = lab_library_or_skip()
     from attention_conformance.kernels.check.forward import check_forward as check_case
 
     def run(q, k, v, o, lse, **kw):
-        cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
+        lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
 
     for i, spec in enumerate((CASES[4], dict(B=1, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True))):
         res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **spec)
@@ -69,10 +70,11 @@ def test_fa3_ablation_builds_match_reference(variant):
 
 def test_fa3_d64_two_warpgroup_build_matches_reference():
     cuda_lib = _lib()
+    lab = lab_library_or_skip()
     from attention_conformance.kernels.check.forward import check_forward as check_case
 
     def run(q, k, v, o, lse, **kw):
-        cuda_lib.call_fa3_variant(cuda_lib.fwd_params(q, k, v, o, lse, **kw), "d64_two_wg")
+        lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), "d64_two_wg")
 
     res = check_case("attn_fa3_fwd[d64_two_wg]", runner=run, seed=7, **dict(CASES[4], d=64))
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
@@ -80,7 +82,8 @@ def test_fa3_d64_two_warpgroup_build_matches_reference():
 
 def test_fa3_variant_rejects_other_head_dims():
     cuda_lib = _lib()
+    lab = lab_library_or_skip()
     q = torch.randn(1, 1, 64, 64, device="cuda", dtype=BF)
     p = cuda_lib.fwd_params(q, q, q, torch.empty_like(q))
     with pytest.raises(cuda_lib.KernelUnsupported, match="head_dim=64"):
-        cuda_lib.call_fa3_variant(p, "no_ws")
+        lab.call_fa3_fwd(p, "no_ws")

@@ -108,29 +108,8 @@ def test_fp8_fwd_params_names_the_bad_argument(bad, word):
         cuda_lib.fp8_fwd_params(q, k, v, o, None, *ds, **kw)
 
 
-@pytest.mark.parametrize("d, granularity, v_layout, variant, want", [
-    (128, "per_tensor", "rows", None, 128),
-    (256, "per_head", "rows", None, 64),
-    (64, "per_tensor", "kmajor", None, 128),
-    (64, "per_head", "kmajor", "two_wg", 256),
-    (128, "per_head", "kmajor", None, 128),
-    (128, "per_tile", "kmajor", None, 128),
-    (256, "per_tensor", "kmajor", None, 128),
-    (256, "per_tile", "kmajor", None, 128),
-    (128, "per_tensor", "kmajor", "row_tiles", 128),
-    (256, "per_tensor", "kmajor", "row_tiles", 64),
-    (128, "per_head", "kmajor", "exp_poly2", 192),
-    (128, "per_tensor", "kmajor", "two_wg", 192),
-    (64, "per_tile", "kmajor", "persistent", 128),
-    (128, "per_tile", "kmajor", "persistent", 128),
-    (256, "per_head", "kmajor", "persistent", 128),
-    (64, "per_tile", "kmajor", "one_cta_per_tile", 128),
-])
-def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
-    """attn_fa3_fp8_key_tile (no device needed) reports the key tile fa3_fp8_fwd.cu's dispatch picks."""
-    lib = cuda_library_or_skip()
-    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
-        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
+def fp8_key_tile_params(d: int, granularity: str, v_layout: str):
+    """FP8 forward params (CPU tensors; validation needs no device) of head dim d for the key-tile queries."""
     q, k, v, o = _tensors(L=64, d=d)
     B, Hkv, Lk = 1, 1, 64
     if v_layout == "kmajor":
@@ -138,9 +117,25 @@ def test_fp8_key_tile_names_the_build(d, granularity, v_layout, variant, want):
     shape = {"per_tensor": (), "per_head": (B, Hkv)}.get(granularity)
     ds = ([torch.ones(shape)] * 3 if shape is not None
           else [torch.ones(B, 2, 1), torch.ones(B, Hkv, 1), torch.ones(B, Hkv, 1)])
-    p = cuda_lib.fp8_fwd_params(q, k, v, o, None, *ds, format="e4m3fn", granularity=granularity, v_layout=v_layout)
-    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", variant):
-        assert cuda_lib.fp8_key_tile(p) == want
+    return cuda_lib.fp8_fwd_params(q, k, v, o, None, *ds, format="e4m3fn", granularity=granularity, v_layout=v_layout)
+
+
+@pytest.mark.parametrize("d, granularity, v_layout, want", [
+    (128, "per_tensor", "rows", 128),
+    (256, "per_head", "rows", 64),
+    (64, "per_tensor", "kmajor", 128),
+    (128, "per_head", "kmajor", 128),
+    (128, "per_tile", "kmajor", 128),
+    (256, "per_tensor", "kmajor", 128),
+    (256, "per_tile", "kmajor", 128),
+])
+def test_fp8_key_tile_names_the_build(d, granularity, v_layout, want):
+    """attn_fa3_fp8_key_tile (no device needed) reports the key tile of the shipped build fa3_fp8_fwd.cu picks (the
+    lab builds' tiles: test_cuda_lab_params.py)."""
+    lib = cuda_library_or_skip()
+    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
+        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
+    assert cuda_lib.fp8_key_tile(fp8_key_tile_params(d, granularity, v_layout)) == want
 
 
 def test_fp8_kmajor_without_keys_passes_the_launcher_checks():
@@ -156,18 +151,3 @@ def test_fp8_kmajor_without_keys_passes_the_launcher_checks():
     ds = [torch.ones(())] * 3
     p = cuda_lib.fp8_fwd_params(q, k, vt, o, None, *ds, format="e4m3fn", granularity="per_tensor", v_layout="kmajor")
     assert p.vt_keys == 0 and cuda_lib.fp8_key_tile(p) == 128
-
-
-def test_fp8_unknown_variant_names_every_build():
-    """An unknown ATTN_FA3_FP8_VARIANT is ATTN_ERR_INVALID naming the variants of both V layouts (validated without
-    a device, through attn_fa3_fp8_key_tile)."""
-    lib = cuda_library_or_skip()
-    if getattr(lib, "attn_fa3_fp8_key_tile", None) is None:
-        pytest.skip("library predates attn_fa3_fp8_key_tile (rebuild it)")
-    q, k, v, o = _tensors()
-    p = cuda_lib.fp8_fwd_params(q, k, v, o, None, *[torch.ones(())] * 3, format="e4m3fn", granularity="per_tensor")
-    with cuda_lib.build_setting("ATTN_FA3_FP8_VARIANT", "fastest"), pytest.raises(cuda_lib.KernelError) as e:
-        cuda_lib.fp8_key_tile(p)
-    assert e.value.code == 2
-    for name in ("smem_q", "no_pv", "row_tiles", "exp_poly2", "persistent", "one_cta_per_tile", "fastest"):
-        assert name in e.value.message, e.value.message

@@ -1,16 +1,18 @@
-"""The compute-sanitizer case set's command line (CPU; the cases themselves need the GPU: `tox -e sanitize`)."""
+"""The compute-sanitizer case set's command lines (CPU; the cases themselves need the GPU: `tox -e sanitize`, and the
+lab's variant builds through kernels/cuda/lab/sanitize.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance.kernels.cuda.sanitize_cases import CASES, main, variant_of
+from attention_conformance.kernels.cuda.sanitize_cases import CASES
 
 
-def test_unknown_fa3_variant_is_a_usage_error():
-    """``--fa3-variant`` takes a key of `cuda_lib.FA3_VARIANTS`; anything else exits 2 naming the known builds,
-    before any device is looked for."""
-    pytest.importorskip("torch")
+def test_unknown_lab_variant_is_a_usage_error():
+    """The lab's sanitize run takes a variant name of the lab's tables; anything else exits 2 naming the known
+    builds, before any library or device is looked for."""
+    from attention_conformance.kernels.cuda.lab.sanitize import main
+
     with pytest.raises(SystemExit) as e:
         main(["--fa3-variant", "fastest"])
     assert e.value.code == 2
@@ -26,10 +28,18 @@ def test_cases_reach_past_one_wave_of_ctas():
         assert most > 132, launcher
 
 
-def test_a_variant_reaches_only_its_own_launcher():
-    """``--fa3-variant`` picks the FA3 forward's build and ``--fp8-variant`` the FP8 forward's; any other launcher named
-    beside them runs itself, so its declines stay failures rather than skips."""
-    assert variant_of("attn_fa3_fwd", "no_ws", "persistent") == "no_ws"
-    assert variant_of("attn_fa3_fp8_fwd", "no_ws", "persistent") == "persistent"
-    assert variant_of("attn_fa2_fwd", "no_ws", "persistent") is None
-    assert variant_of("attn_fa3_bwd", None, "persistent") is None
+def test_a_lab_variant_runs_only_its_own_launcher(monkeypatch):
+    """The lab runner sends the variant's launcher to the lab build and every other launcher of a case (the FA2
+    forward a backward case runs first) to the shipped one, whose declines stay failures."""
+    from attention_conformance.kernels import cuda_lib
+    from attention_conformance.kernels.cuda import lab
+    from attention_conformance.kernels.cuda.lab.sanitize import runner_for
+
+    seen = []
+    monkeypatch.setattr(cuda_lib, "call", lambda name, p: seen.append(("shipped", name)))
+    monkeypatch.setattr(lab, "call_fa3_fwd", lambda p, v: seen.append(("lab", v)))
+    monkeypatch.setattr(lab, "call_fa3_bwd", lambda p, v, deterministic: seen.append(("lab", v, deterministic)))
+    runner_for("fa3_variant", "no_ws")("attn_fa3_fwd", None)
+    runner_for("fa3_variant", "no_ws")("attn_fa2_fwd", None)
+    runner_for("fa3_bwd_variant", "rows64")("attn_fa3_bwd_deterministic", None)
+    assert seen == [("lab", "no_ws"), ("shipped", "attn_fa2_fwd"), ("lab", "rows64", True)]

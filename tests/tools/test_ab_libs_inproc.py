@@ -97,7 +97,7 @@ def test_row_checks_every_build_and_times_only_those_within_the_bound(monkeypatc
         params["o"].copy_(ref + offsets[lib])
 
     monkeypatch.setattr(ab.cuda_lib, "call", call)
-    monkeypatch.setattr(ab.cuda_lib, "call_fa3_variant", call_variant)
+    monkeypatch.setattr(ab.lab, "call_fa3_fwd", call_variant)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     timed = []
     monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, flops, rounds: timed.extend(n for n, _ in cands))
@@ -112,7 +112,7 @@ def test_row_checks_every_build_and_times_only_those_within_the_bound(monkeypatc
 
 
 def test_lib_variant_must_name_an_fa3_forward_build():
-    """``--lib NAME=PATH@VARIANT`` takes a key of `cuda_lib.FA3_VARIANTS` with the FA3 forward launcher, one of
+    """``--lib NAME=PATH@VARIANT`` takes a key of `lab.FA3_FWD_VARIANTS` with the FA3 forward launcher, one of
     `fa3_fp8_check_bench.KMAJOR_VARIANTS` with the FP8 one, none with any other: anything else is a usage error
     (exit 2) naming the argument, before any library is opened."""
     for argv in (["--lib", "A=a.so@nope"], ["--lib", "A=a.so@two_wg", "--launcher", "attn_fa2_fwd"],
@@ -149,7 +149,7 @@ def test_a_build_that_declines_a_row_is_reported_and_not_timed(monkeypatch):
             raise cuda_lib.KernelError("attn_fa3_fwd_variant", 3, "an illegal memory access")
         params[0].copy_(q)
 
-    monkeypatch.setattr(cuda_lib, "call_fa3_variant", fake_variant)
+    monkeypatch.setattr(ab.lab, "call_fa3_fwd", fake_variant)
     timed: list[str] = []
     monkeypatch.setattr(ab, "time_round_robin", lambda row, cands, work, rounds: timed.extend(n for n, _ in cands))
     libs = {"A": ab.Build(None, "one_cta_per_tile"), "A@cluster2": ab.Build(None, "cluster2")}

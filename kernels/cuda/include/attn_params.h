@@ -12,7 +12,15 @@
 // ABI versions (ATTN_PARAMS_VERSION is the current one; a launcher or mirror built against an older
 // version must be rebuilt when a field it embeds moved). Header-only changes that move no field and
 // change no meaning (comments, the shared kernel headers behind the launchers) keep the version.
-//   v4 (this version): attention sinks (oracles/SEMANTICS.md §18). `sinks` appended at the END of
+//   v5 (this version): how a launcher runs, and the lab apart. No field of AttnFwdParams / AttnBwdParams /
+//     AttnFp8FwdParams moved or changed meaning. Every launcher takes `const AttnLaunch* launch` (below: the stream,
+//     and a workspace the caller may preallocate) where it took `void* stream`, so a call with its workspace given
+//     allocates nothing and does only stream-ordered work on launch->stream (a CUDA graph can capture it); the
+//     launchers that need scratch say how much through attn_<launcher>_workspace. The ablation and tuning builds of
+//     the FA3 forward (attn_fa3_fwd_variant, AttnFa3Variant) left this ABI for the lab build of the library
+//     (kernels/cuda/lab/attn_lab.h), and no launcher reads an environment variable: what runs is the parameters'.
+//     attn_params_layout appends AttnLaunch's layout.
+//   v4: attention sinks (oracles/SEMANTICS.md §18). `sinks` appended at the END of
 //     AttnFwdParams, `dlse` and `dsinks` at the END of AttnBwdParams. No earlier field of AttnFwdParams
 //     moved; every AttnBwdParams field after `fwd` moved again (sizeof(AttnFwdParams) grew): rebuild
 //     everything that embeds the structs. Zero-initialised (NULL) means "no sink" / "no LSE cotangent",
@@ -39,7 +47,7 @@
 extern "C" {
 #endif
 
-#define ATTN_PARAMS_VERSION 4
+#define ATTN_PARAMS_VERSION 5
 
 enum AttnDtype { ATTN_FP16 = 0, ATTN_BF16 = 1 };
 
@@ -78,8 +86,8 @@ typedef struct AttnFwdParams {
     // Split-KV (Flash-Decoding), read by attn_splitkv_fwd only. num_splits = 0: the launcher picks
     // (attn_splitkv_num_splits tells the caller how many, to size its buffers); >= 1: that many
     // (1 = one split, still through the partial + combine path). o_partial / lse_partial: caller-owned
-    // scratch of at least the sizes below, or both NULL: the launcher then allocates and frees them
-    // stream-ordered on the given stream (launch_common.cuh scratch_alloc).
+    // scratch of at least the sizes below, or both NULL: the launcher then takes them from its workspace
+    // (AttnLaunch; attn_splitkv_fwd_workspace says how much) or allocates them stream-ordered.
     int32_t num_splits;
     float* o_partial;    // [S, B, Hq, Lq, dv] fp32
     float* lse_partial;  // [S, B, Hq, Lq] fp32
@@ -188,9 +196,26 @@ typedef struct AttnFp8PackVtParams {
     int32_t reserved;
 } AttnFp8PackVtParams;
 
+// How a launcher runs (v5). launch may be NULL: the legacy default stream, no workspace.
+//   stream: the cudaStream_t every piece of the launch is enqueued on.
+//   workspace, workspace_bytes: device memory the launcher may use as scratch, at least the bytes the launcher's
+//     attn_<launcher>_workspace function returns for the same parameters (launchers without one need none), aligned
+//     to 256 bytes; its contents need not be initialised, and no other work may use it until the launch's work on
+//     the stream is done. Given that, a launcher allocates nothing and its whole call is stream-ordered work on
+//     `stream`: no synchronisation, no allocation, no copy between host and device, so a CUDA graph can capture it.
+//     NULL: the launcher allocates the scratch stream-ordered itself (a pool of this library's, launch_common.cuh) and
+//     frees it on the stream. Given but smaller than needed: ATTN_ERR_INVALID naming both sizes.
+typedef struct AttnLaunch {
+    void* stream;
+    void* workspace;
+    int64_t workspace_bytes;
+} AttnLaunch;
+
 // Every launcher has this shape: returns 0 on success, else a nonzero code, and writes a
 // NUL-terminated message naming the argument and value into err (errlen bytes).
-//   int attn_<algo>_<direction>(const Attn{Fwd,Bwd}Params* p, void* stream, char* err, int errlen);
+//   int attn_<algo>_<direction>(const Attn{Fwd,Bwd}Params* p, const AttnLaunch* launch, char* err, int errlen);
+// The scratch a launcher needs for p, in bytes (0: none), or -1 when p is invalid (the launcher's message says why):
+//   int64_t attn_<algo>_<direction>_workspace(const Attn{Fwd,Bwd}Params* p);
 // Codes:
 enum AttnStatus {
     ATTN_OK = 0,
@@ -200,62 +225,39 @@ enum AttnStatus {
 };
 
 // Launchers (one shared library, libattn_kernels.so), with the source that defines each.
-int attn_fa1_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa1.cu
-int attn_fa1_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa1.cu
-int attn_fa2_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa2_fwd.cu
-int attn_fa2_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);      // kernels/cuda/fa2_bwd.cu
-int attn_splitkv_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);  // kernels/cuda/splitkv.cu
+int attn_fa1_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);      // kernels/cuda/fa1.cu
+int attn_fa1_bwd(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);      // kernels/cuda/fa1.cu
+int attn_fa2_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);      // fa2_fwd.cu
+int attn_fa2_bwd(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);      // fa2_bwd.cu
+int attn_splitkv_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);  // splitkv.cu
+int64_t attn_fa1_fwd_workspace(const AttnFwdParams* p);      // O / m / l partials of its row blocks
+int64_t attn_splitkv_fwd_workspace(const AttnFwdParams* p);  // the partials, where o_partial / lse_partial are NULL
 
-// FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices
-// and for strides TMA cannot express, naming the argument). attn_fa3_fwd_variant runs one of the ablation
-// or tuning builds (head_dim 128, no softcap, scale > 0): flags = one of the values below (0 = attn_fa3_fwd).
-int attn_fa3_fwd(const AttnFwdParams* p, void* stream, char* err, int errlen);
-int attn_fa3_fwd_variant(const AttnFwdParams* p, int flags, void* stream, char* err, int errlen);
+// FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices and for strides
+// TMA cannot express, naming the argument): one build per head dim and dtype, the fastest measured
+// (include/hopper/fwd_defaults.cuh says which and why); its workspace holds the work-tile counter of the persistent
+// builds.
+int attn_fa3_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);
+int64_t attn_fa3_fwd_workspace(const AttnFwdParams* p);
 // FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim 64 and 128 (others:
 // ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
 // partials with atomics in any order; attn_fa3_bwd_deterministic adds them in a fixed order (bit-identical
-// results run to run). New entry points only: no field of the structs moved, so the version stays.
-int attn_fa3_bwd(const AttnBwdParams* p, void* stream, char* err, int errlen);
-int attn_fa3_bwd_deterministic(const AttnBwdParams* p, void* stream, char* err, int errlen);
-enum AttnFa3Variant {  // each changes one thing of the two-warpgroup d = 128 build ATTN_FA3_TWO_WG (unless noted)
-    ATTN_FA3_NO_PINGPONG = 1,  // consumer warpgroups issue their GEMMs without taking turns
-    ATTN_FA3_NO_OVERLAP = 2,   // S, softmax, P V in sequence inside a warpgroup
-    ATTN_FA3_PERSISTENT = 3,   // any head dim: persistent grid (#SMs CTAs) taking tiles from a global counter,
-                               // Q double-buffered where shared memory allows
-    ATTN_FA3_NO_WS = 4,        // no producer warpgroup: thread 0 issues the loads, no setmaxnreg, no pingpong
-    ATTN_FA3_STAGE1 = 5,       // one consumer warpgroup, 64-row tiles, thread 0 issues the loads, no overlap
-    ATTN_FA3_N176 = 6,         // key tiles of 176 instead of 128 (with a 2-stage K/V ring: 3 do not fit)
-    ATTN_FA3_STAGES2 = 7,      // a 2-stage K/V ring instead of 3
-    ATTN_FA3_D64_TWO_WG = 8,   // head_dim 64 only: two consumer warpgroups and key tiles of 192 instead of
-                               // three warpgroups (192 query rows) and key tiles of 128
-    ATTN_FA3_ONE_CTA_PER_TILE = 9,  // any head dim: the default build with one CTA per work tile
-    ATTN_FA3_SKIP_RESCALE = 10,     // any head dim: one CTA per work tile, the lazy rescale (a row maximum moves only
-                                    // past 2^8 in P; O *= corr skipped in a warp whose maxima all stayed; exact)
-    // Timing probes (bf16 / fp16, d = 128): wrong results by design, each leaves one stage out of the loop.
-    ATTN_FA3_PROBE_NO_EXP = 11,      // softmax without ex2 (p = the exponent)
-    ATTN_FA3_PROBE_NO_PV = 12,       // no O += P V wgmma
-    ATTN_FA3_PROBE_NO_SOFTMAX = 13,  // no max, exp, sum or rescale: P = S
-    ATTN_FA3_SMEM_Q = 14,            // S = Q K^T with Q read from shared memory (SS wgmma) instead of registers
-    ATTN_FA3_TWO_WG = 15,  // d = 128: two consumer warpgroups (128 query rows), key tiles of 128, Q in registers: the
-                           // default until the three-warpgroup build with 80-key tiles replaced it
-    ATTN_FA3_CLUSTER2 = 16,  // d = 128 / 256, no causal mask, window or varlen: the default build with one CTA per work
-                             // tile in clusters of two on adjacent query tiles, each K / V tile loaded half by each
-                             // CTA and multicast to both
-    ATTN_FA3_EAGER_RESCALE = 17,  // any head dim: the default build with O rescaled after every key tile and the row
-                                  // maxima always current (the default at d = 64; at d = 128 / 256 until the lazy
-                                  // rescale replaced it)
-};
+// results run to run), with a semaphore per query tile in its workspace.
+int attn_fa3_bwd(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);
+int attn_fa3_bwd_deterministic(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);
+int64_t attn_fa3_bwd_deterministic_workspace(const AttnBwdParams* p);
 
 // FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16
 // output; ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
 // values: [ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams)] and the byte offset of every field in declaration
 // order (the layout of `fwd` itself is attn_params_layout's), then sizeof(AttnFp8PackVtParams) and the offset of
 // each of its fields; returns how many it wrote.
-int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, void* stream, char* err, int errlen);
+int attn_fa3_fp8_fwd(const AttnFp8FwdParams* p, const AttnLaunch* launch, char* err, int errlen);
+int64_t attn_fa3_fp8_fwd_workspace(const AttnFp8FwdParams* p);
 // The key tile (keys per block of the online softmax) of the build attn_fa3_fp8_fwd runs for p, into *key_tile;
 // validates p as the launcher does (no device needed).
 int attn_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int* key_tile, char* err, int errlen);
-int attn_fp8_pack_vt(const AttnFp8PackVtParams* p, void* stream, char* err, int errlen);
+int attn_fp8_pack_vt(const AttnFp8PackVtParams* p, const AttnLaunch* launch, char* err, int errlen);
 int attn_fp8_params_layout(int64_t* out, int n);
 
 // Split-KV helpers (kernels/cuda/splitkv.cu). attn_splitkv_num_splits returns the number of
@@ -265,7 +267,8 @@ int attn_splitkv_num_splits(const AttnFwdParams* p, int num_sms);
 
 // Layout self-description (kernels/cuda/splitkv.cu): writes up to n int64 values, namely
 // [ATTN_PARAMS_VERSION, sizeof(AttnFwdParams), sizeof(AttnBwdParams)] followed by the byte offset of
-// every field of AttnFwdParams then AttnBwdParams in declaration order; returns how many it has.
+// every field of AttnFwdParams then AttnBwdParams in declaration order, then sizeof(AttnLaunch) and the offset of
+// each of its fields; returns how many it has.
 int attn_params_layout(int64_t* out, int n);
 
 #ifdef __cplusplus

@@ -20,7 +20,9 @@
 extern "C" {
 #endif
 
-#define ATTN_QUANT_PARAMS_VERSION 1
+// Versions: 1, the first layout; 2: no field moved, the launchers take `const AttnLaunch*` (attn_params.h v5) where they
+// took `void* stream`.
+#define ATTN_QUANT_PARAMS_VERSION 2
 
 enum AttnQuantDtype { ATTN_QUANT_FP16 = 0, ATTN_QUANT_BF16 = 1, ATTN_QUANT_FP32 = 2 };  // FP16 / BF16 as AttnDtype
 // AttnFp8Format / AttnFp8Granularity: attn_params.h (one definition for the quantizer and the FP8 forward)
@@ -55,14 +57,15 @@ typedef struct AttnFp8QuantParams {
     int32_t tile;         // per_tile: rows per tile, >= 1 (ignored otherwise)
     const float* signs;   // HOST array [head_dim] of +-1.0f: apply the Hadamard transform first; NULL = none
     // per_tensor / per_head scratch: `batch * heads / group` (per_head) or 1 (per_tensor) uint64 slots on the
-    // device, or NULL: the launcher then allocates it stream-ordered (launch_common.cuh scratch_alloc).
+    // device, or NULL: the launcher then takes it from the launch's workspace or allocates it stream-ordered
+    // (launch_common.cuh LaunchScratch).
     unsigned long long* amax_scratch;
 } AttnFp8QuantParams;
 
 // Launchers: 0 = ATTN_OK, else an AttnStatus (attn_params.h) with a message naming the argument in err.
 // Validation runs before any CUDA call.
-int attn_hadamard(const AttnHadamardParams* p, void* stream, char* err, int errlen);
-int attn_fp8_quantize(const AttnFp8QuantParams* p, void* stream, char* err, int errlen);
+int attn_hadamard(const AttnHadamardParams* p, const AttnLaunch* launch, char* err, int errlen);
+int attn_fp8_quantize(const AttnFp8QuantParams* p, const AttnLaunch* launch, char* err, int errlen);
 
 // Writes [ATTN_QUANT_PARAMS_VERSION, sizeof(AttnHadamardParams), sizeof(AttnFp8QuantParams)] then the byte
 // offset of every field of AttnHadamardParams then AttnFp8QuantParams, in declaration order; returns the count.

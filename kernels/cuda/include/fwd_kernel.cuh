@@ -32,6 +32,7 @@
 // running max and the denominator and nowhere else. Split-KV partials stay sink-free: the combine
 // kernel (splitkv.cu) adds the sink once. Also a template flag: the sink-free kernels are unchanged.
 #pragma once
+#include "launch_common.cuh"
 #include "fwd_epilogue.cuh"
 #include "fwd_mainloop.cuh"
 #include "fwd_traits.cuh"
@@ -268,8 +269,8 @@ inline auto fwd_kernel_for(const AttnFwdParams& p) {
 template <class Tr, bool kSplit>
 inline cudaError_t launch_fwd(const AttnFwdParams& p, dim3 grid, int num_splits, cudaStream_t stream) {
     auto kernel = fwd_kernel_for<Tr, kSplit>(p);
-    if (Tr::kSmemBytes > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (Tr::kSmemBytes > 48 * 1024) {  // once per kernel and device (launch_common.cuh smem_opt_in)
+        cudaError_t e = smem_opt_in(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
         if (e != cudaSuccess) return e;
     }
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, num_splits);

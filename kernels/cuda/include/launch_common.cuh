@@ -1,6 +1,11 @@
 // Host-side helpers shared by every launcher: error messages, parameter validation, kernel launch
-// checks, the shared-memory opt-in, stream-ordered scratch. A launcher returns an AttnStatus and writes
-// a message that names the argument and value (fail()).
+// checks, the shared-memory opt-in, the device's properties, the launch's stream and scratch (attn_params.h
+// AttnLaunch). A launcher returns an AttnStatus and writes a message that names the argument and value (fail()).
+//
+// A call's host time is part of every training step that launches it, so what does not change between calls is
+// done once: the device's properties are read once per device (device_info) and a kernel's shared-memory opt-in is
+// set once per kernel, device and size (smem_opt_in); nothing here synchronises, and with the caller's workspace
+// nothing allocates (LaunchScratch), so a call is stream-ordered work only and a CUDA graph can capture it.
 //
 // Two validators, because the kernels behind them accept different inputs:
 //   validate_fwd      attn_fa2_fwd, attn_splitkv_fwd, attn_fa3_fwd: the cp.async / 16-byte-store
@@ -16,6 +21,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "attn_params.h"
@@ -189,17 +195,98 @@ inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, 
     return ATTN_OK;
 }
 
+// The current device's properties, read once per device: SM count, compute capability major, the shared memory a
+// block may opt in to. nullptr when the device cannot be read.
+struct DeviceInfo {
+    int sms, major, smem_optin;
+};
+inline constexpr int kMaxDevices = 64;
+
+inline const DeviceInfo* device_info() {
+    static DeviceInfo infos[kMaxDevices];
+    static std::atomic<bool> ready[kMaxDevices];
+    static std::mutex lock;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return nullptr;
+    if (!ready[dev].load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> guard(lock);
+        if (!ready[dev].load(std::memory_order_relaxed)) {
+            DeviceInfo d{0, 0, 0};
+            if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+                return nullptr;
+            infos[dev] = d;
+            ready[dev].store(true, std::memory_order_release);
+        }
+    }
+    return &infos[dev];
+}
+
+// Raises kernel `fn`'s dynamic shared-memory limit to `bytes` on the current device, once per kernel, device and size
+// (the runtime keeps the attribute; setting it again each call costs host time for nothing).
+inline cudaError_t smem_opt_in(const void* fn, int bytes) {
+    struct Entry {
+        const void* fn;
+        int dev, bytes;
+    };
+    static Entry done[512];
+    static int count = 0;
+    static std::mutex lock;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    std::lock_guard<std::mutex> guard(lock);
+    for (int i = 0; i < count; ++i)
+        if (done[i].fn == fn && done[i].dev == dev && done[i].bytes == bytes) return cudaSuccess;
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && count < 512) done[count++] = Entry{fn, dev, bytes};
+    return e;
+}
+
+// How many blocks of kernel `fn` (`threads` threads, `smem` bytes of dynamic shared memory, opted in first) fit on one
+// SM of the current device, at least 1; asked of the runtime once per kernel, device and shape.
+inline int resident_blocks(const void* fn, int threads, int smem) {
+    struct Entry {
+        const void* fn;
+        int dev, threads, smem, blocks;
+    };
+    static Entry done[256];
+    static int count = 0;
+    static std::mutex lock;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+    std::lock_guard<std::mutex> guard(lock);
+    for (int i = 0; i < count; ++i)
+        if (done[i].fn == fn && done[i].dev == dev && done[i].threads == threads && done[i].smem == smem)
+            return done[i].blocks;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, static_cast<size_t>(smem)) != cudaSuccess ||
+        n < 1) {
+        cudaGetLastError();  // clear: the launch reports real errors
+        return 1;
+    }
+    if (count < 256) done[count++] = Entry{fn, dev, threads, smem, n};
+    return n;
+}
+
+// smem_opt_in for a launcher: ATTN_OK, or ATTN_ERR_CUDA with the message prefixed `name`.
+inline int kernel_smem_opt_in(const void* fn, unsigned bytes, const char* name, char* err, int errlen) {
+    const cudaError_t e = smem_opt_in(fn, static_cast<int>(bytes));
+    return e == cudaSuccess ? ATTN_OK
+                            : fail(err, errlen, ATTN_ERR_CUDA, "%s: cudaFuncSetAttribute(%u bytes): %s", name, bytes,
+                                   cudaGetErrorString(e));
+}
+
 // Raise a kernel's dynamic shared-memory limit (needed above 48 KB) and check it fits the device.
 template <typename K>
 inline int set_smem(K kernel, size_t bytes, const char* who, char* err, int errlen) {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if ((size_t)optin < bytes)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory, device %d allows %d",
-                    who, bytes, dev, optin);
-    return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), who, err,
-                       errlen);
+    const DeviceInfo* d = device_info();
+    if (d == nullptr) return fail(err, errlen, ATTN_ERR_CUDA, "%s: the current device's properties cannot be read", who);
+    if ((size_t)d->smem_optin < bytes)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: needs %zu bytes of shared memory, the device allows %d",
+                    who, bytes, d->smem_optin);
+    return cuda_status(smem_opt_in(reinterpret_cast<const void*>(kernel), (int)bytes), who, err, errlen);
 }
 
 inline int check_launch(const char* name, char* err, int errlen) {
@@ -210,9 +297,9 @@ inline int check_launch(const char* name, char* err, int errlen) {
     return ATTN_OK;
 }
 
-// Stream-ordered scratch of one launch (the FA3 forward's persistent tile counter, the deterministic FA3 backward's
-// dQ semaphores, FA1's O / m / l partials, split-KV's partials when the caller passes none, the FP8 quantizer's amax
-// slots): allocated from a memory pool of this library's own per device, which keeps up to kScratchKeepBytes of freed
+// Stream-ordered scratch of a launch without a workspace (the FA3 forward's persistent tile counter, the
+// deterministic FA3 backward's dQ semaphores, FA1's O / m / l partials, split-KV's partials when the caller passes
+// none): allocated from a memory pool of this library's own per device, which keeps up to kScratchKeepBytes of freed
 // memory between launches. The device's default pool (plain cudaMallocAsync) has a release threshold of 0: it hands
 // freed memory back at every synchronization, and the next launch then maps memory again on the host before it can
 // enqueue its kernel (H200, the persistent FA3 forward timed one synchronized call at a time: 0.3-7% of its time).
@@ -220,11 +307,11 @@ inline constexpr uint64_t kScratchKeepBytes = 256ull << 20;
 
 inline cudaError_t scratch_pool(cudaMemPool_t* out) {
     static std::mutex lock;
-    static cudaMemPool_t pools[64] = {};
+    static cudaMemPool_t pools[kMaxDevices] = {};
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
     std::lock_guard<std::mutex> guard(lock);
     if (pools[dev] == nullptr) {
         cudaMemPoolProps props = {};
@@ -254,23 +341,103 @@ inline cudaError_t scratch_alloc(void** ptr, size_t bytes, cudaStream_t s) {
     return e != cudaSuccess ? e : cudaMallocFromPoolAsync(ptr, bytes, pool, s);
 }
 
-// The current device's SM count (0 when it cannot be read) and, into *major, its compute capability major.
-inline int device_sms(int* major) {
-    int dev = 0, sms = 0;
-    *major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return sms;
+// The stream of a launch (attn_params.h AttnLaunch; NULL: the legacy default stream).
+inline cudaStream_t launch_stream(const AttnLaunch* launch) {
+    return launch != nullptr ? static_cast<cudaStream_t>(launch->stream) : nullptr;
 }
 
-// Before a persistent launch (hopper/scheduler.cuh): caps *grid (the work tiles) at `sms` CTAs, one per SM, and
-// makes the work-tile counter they claim indices from, a zeroed int from the scratch pool on stream `s`. Free it
-// with cudaFreeAsync(*counter, s) after the launch.
-inline cudaError_t persistent_setup(int* grid, int sms, int** counter, cudaStream_t s) {
+// Workspace pieces are aligned to this many bytes (attn_params.h: the workspace itself is).
+inline constexpr int64_t kWorkspaceAlign = 256;
+inline constexpr int64_t workspace_piece(int64_t bytes) {
+    return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+// The scratch of one launch: pieces of the caller's workspace when it gave one (the launch then allocates nothing),
+// else stream-ordered allocations from scratch_pool, freed on the launch's stream by release() (or the destructor).
+// A launcher takes its pieces in a fixed order, and its attn_<launcher>_workspace function sums workspace_piece() of
+// the same sizes.
+class LaunchScratch {
+  public:
+    explicit LaunchScratch(const AttnLaunch* launch)
+        : stream_(launch_stream(launch)),
+          ws_(launch != nullptr ? static_cast<unsigned char*>(launch->workspace) : nullptr),
+          ws_bytes_(ws_ != nullptr ? launch->workspace_bytes : 0) {}
+    LaunchScratch(const LaunchScratch&) = delete;
+    LaunchScratch& operator=(const LaunchScratch&) = delete;
+    ~LaunchScratch() { release(); }
+
+    cudaStream_t stream() const { return stream_; }
+
+    // `bytes` of scratch into *ptr; ATTN_OK, or an AttnStatus with the message (prefixed `who`) in err.
+    int take(void** ptr, int64_t bytes, const char* who, char* err, int errlen) {
+        const int64_t piece = workspace_piece(bytes > 0 ? bytes : 1);
+        if (ws_ != nullptr) {
+            if (used_ + piece > ws_bytes_)
+                return fail(err, errlen, ATTN_ERR_INVALID,
+                            "%s: workspace_bytes=%lld is too small: this launch needs at least %lld (its _workspace "
+                            "function gives the size)", who, static_cast<long long>(ws_bytes_),
+                            static_cast<long long>(used_ + piece));
+            *ptr = ws_ + used_;
+            used_ += piece;
+            return ATTN_OK;
+        }
+        if (owned_count_ == kMaxOwned)
+            return fail(err, errlen, ATTN_ERR_INVALID, "%s: more than %d scratch pieces (a launcher bug)", who,
+                        kMaxOwned);
+        const cudaError_t e = scratch_alloc(ptr, static_cast<size_t>(piece), stream_);
+        if (e != cudaSuccess) return cuda_status(e, who, err, errlen);
+        owned_[owned_count_++] = *ptr;
+        return ATTN_OK;
+    }
+
+    // Frees the pieces allocated from the pool (none with a workspace), stream-ordered; the first error.
+    cudaError_t release() {
+        cudaError_t first = cudaSuccess;
+        for (int i = 0; i < owned_count_; ++i) {
+            const cudaError_t e = cudaFreeAsync(owned_[i], stream_);
+            if (first == cudaSuccess) first = e;
+        }
+        owned_count_ = 0;
+        return first;
+    }
+
+  private:
+    static constexpr int kMaxOwned = 4;
+    cudaStream_t stream_;
+    unsigned char* ws_;
+    int64_t ws_bytes_;
+    int64_t used_ = 0;
+    void* owned_[kMaxOwned] = {};
+    int owned_count_ = 0;
+};
+
+// The current device's SM count (0 when it cannot be read) and, into *major, its compute capability major.
+inline int device_sms(int* major) {
+    const DeviceInfo* d = device_info();
+    *major = d != nullptr ? d->major : 0;
+    return d != nullptr ? d->sms : 0;
+}
+
+// The Hopper kernels' device check: ATTN_OK on an sm_90 device (*sms: its SM count, when sms is given), else
+// ATTN_ERR_UNSUPPORTED naming the device's compute capability.
+inline int require_sm90(const char* name, char* err, int errlen, int* sms = nullptr) {
+    int major = 0;
+    const int n = device_sms(&major);
+    if (sms != nullptr) *sms = n;
+    if (major != 9)
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                    "%s: device compute capability %d.x: this kernel is built for sm_90a (Hopper) only", name, major);
+    return ATTN_OK;
+}
+
+// Before a persistent launch (hopper/scheduler.cuh): caps *grid (the work tiles) at `sms` CTAs, one per SM, and takes
+// the work-tile counter they claim indices from, an int zeroed on the launch's stream.
+inline int persistent_setup(int* grid, int sms, int** counter, LaunchScratch& scratch, const char* who, char* err,
+                            int errlen) {
     if (sms > 0 && sms < *grid) *grid = sms;
-    const cudaError_t e = scratch_alloc(reinterpret_cast<void**>(counter), sizeof(int), s);
-    return e != cudaSuccess ? e : cudaMemsetAsync(*counter, 0, sizeof(int), s);
+    const int rc = scratch.take(reinterpret_cast<void**>(counter), sizeof(int), who, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    return cuda_status(cudaMemsetAsync(*counter, 0, sizeof(int), scratch.stream()), who, err, errlen);
 }
 
 }  // namespace attn

@@ -14,8 +14,9 @@
 //   dV  += P^T dO_i, dK += dS^T Q_i              wgmma RS: P^T, dS^T from registers, dO_i / Q_i MN-major
 //   dQ_i = dS K                                   wgmma SS: dS^T stored to shared memory (128-byte swizzle)
 //                                                 and read MN-major (imm-trans-a), K MN-major, over all 128
-//                                                 keys: by default (kDqAlt) consumer i % 2 computes the whole
-//                                                 tile; the split builds give consumer w head-dim columns
+//                                                 keys: alternating (DqSplit::kAlternate), consumer
+//                                                 i % 2 computes the whole tile; the split builds give
+//                                                 consumer w head-dim columns
 //                                                 [64 w, 64 w + 64) (d = 128) or query rows [64 w, 64 w + 64)
 //                                                 (d = 64, 128-row tiles); with 64-row tiles at d = 64 each
 //                                                 consumer a full-width partial over its own keys
@@ -52,41 +53,61 @@ struct Fa3BwdParams {
     TileOrder order;  // CTA blockIdx.x takes key tile order.num_m - 1 - m of order.at(blockIdx.x) (scheduler.cuh)
 };
 
-// kOverlap: S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T
-// is computed (more registers live: at D = 128 ptxas then serialises the wgmma); else the GEMMs of a tile run
-// as two batches around the element-wise work.
-// kTmaDq: the consumers store their fp32 dQ tile to shared memory and a producer warp adds it into dq_accum with
-// TMA reduce-add (cp.reduce.async.bulk.tensor), instead of the consumers' own atomics.
-// kBlockM_: query rows per streamed tile, 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per
-// element and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
-// kDqAlt_ (kTmaDq): instead of splitting every tile's dQ between the consumers, consumer (it % 2) computes the
-// whole dQ of the CTA's it-th tile over all 128 keys ([128 x 64] at D = 64 with 128-row tiles, [64 x 128] at
-// D = 128) and the other consumer none, so the consumers wait for each other one way per tile (the dQ consumer for
-// the other's dS^T rows) instead of meeting at a barrier.
-template <int D, typename Elem_, bool kDeterministic_, bool kOverlap_, bool kTmaDq_ = false, int kStages_ = 2,
-          int kBlockM_ = 64, bool kDqAlt_ = false>
+// How the consumers' dQ partials reach the fp32 dq_accum: stored to shared memory and added by a producer warp with
+// TMA reduce-add (cp.reduce.async.bulk.tensor), or added by the consumers' own fp32 atomics.
+enum class DqAdd { kTmaReduce, kAtomics };
+// How a query tile's dQ = dS K over the CTA's 128 keys is shared between the two consumers: split, each a [64 x 64]
+// block (by head-dim columns at D = 128, by query rows with 128-row tiles at D = 64; with 64-row tiles at D = 64 each a
+// full-width partial over its own keys); or alternating: consumer (it % 2) computes the whole dQ of the CTA's it-th
+// tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
+// other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
+enum class DqSplit { kSplit, kAlternate };
+
+// A backward schedule (derive and override by name, as config.cuh's Fa3Schedule).
+struct Fa3BwdSchedule {
+    // Add the dQ partials in a fixed order (a semaphore per query tile), so that two runs give bit-identical dq.
+    static constexpr bool deterministic = false;
+    // S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T is computed
+    // (more registers live: at D = 128 ptxas then serialises the wgmma); otherwise the GEMMs of a tile run as two
+    // batches around the element-wise work.
+    static constexpr bool overlap = false;
+    static constexpr DqAdd dq_add = DqAdd::kAtomics;
+    static constexpr DqSplit dq_split = DqSplit::kSplit;
+    // Query rows per streamed tile: 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per element
+    // and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
+    static constexpr int block_m = 64;
+    static constexpr int stages = 2;  // the Q / dO ring
+};
+
+// The schedule S with the dQ partials added in a fixed order (attn_fa3_bwd_deterministic).
+template <class S>
+struct Deterministic : S {
+    static constexpr bool deterministic = true;
+};
+
+template <int D, typename Elem_, class Schedule>
 struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
-    static constexpr bool kDeterministic = kDeterministic_, kOverlap = kOverlap_, kTmaDq = kTmaDq_;
+    static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
+    static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
-    static constexpr int kBlockM = kBlockM_;  // query rows per streamed tile
+    static constexpr int kBlockM = Schedule::block_m;  // query rows per streamed tile
     static_assert(kBlockM == 64 || (kBlockM == 128 && D == 64), "128-row query tiles at head dim 64 only");
-    static constexpr int kStages = kStages_;
+    static constexpr int kStages = Schedule::stages;
     static constexpr int kColBlocks = D / 64;
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
-    // setmaxnreg: the 128-row build at D = 64 gives the consumers 240 (H200 run 15 of NOTES_FA3_BWD.md: +2-3% over
-    // 40 / 232, fewer spills in its consumer loop); the others keep 40 for the producer (24 / 240 at D = 128: no
-    // change, run 15).
+    // setmaxnreg: the 128-row build at D = 64 gives the consumers 240 (H200: +2-3% over 40 / 232, fewer spills in its
+    // consumer loop); the others keep 40 for the producer (24 / 240 at D = 128 measured no change).
     static constexpr int kProducerRegs = kBlockM == 128 ? 24 : 40, kConsumerRegs = kBlockM == 128 ? 240 : 232;
     // dQ = dS K split over the consumers, each a [64 x 64] block over all 128 keys (both consumers' dS^T in shared
     // memory, double-buffered), so that each dQ element gets one addition per CTA: by head-dim columns at D = 128
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
     // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
     // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
-    static constexpr bool kDqAlt = kDqAlt_;
+    static constexpr bool kDqAlt = Schedule::dq_split == DqSplit::kAlternate;
     static_assert(!kDqAlt || (kBlockM * D == 128 * 64 && kTmaDq && !kOverlap),
                   "alternating dQ: [128 x 64] or [64 x 128] tiles, TMA dQ");
     static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;

@@ -19,59 +19,76 @@
 
 namespace attn::hopper {
 
-// Timing probes of the FP8 kernel (wrong results by design; ATTN_FA3_FP8_VARIANT in fa3_fp8_fwd.cu): each leaves
-// one stage out, so a run's time difference to the full build is what that stage costs.
-enum Fp8Probe { kFp8ProbeNone = 0, kFp8ProbeNoTranspose = 1, kFp8ProbeNoExp = 2, kFp8ProbeNoPV = 3 };
+// Where the consumers' Vt tiles come from: V's codes as rows (as K), transposed into the k-major layout FP8 wgmma
+// needs by the producer warpgroup's warps 1-3 in shared memory; or V delivered k-major (attn_params.h
+// ATTN_FP8_V_KMAJOR, attn_fp8_pack_vt), loaded with TMA straight into the ring the consumers read, so that the
+// transposing warps have nothing to do and no raw V ring is needed: their registers go to the consumers, which then
+// hold wider key tiles.
+enum class VSource { kRowsTransposed, kKMajor };
 
-// kQRegs: Q read into registers once per tile (ldmatrix) and S = Q K^T as an RS wgmma (d = 128): the tensor cores
-// then fetch only K from shared memory. kNarrowT: the 4 x 4-byte V transpose (fp8_layout.cuh transpose_v) at
-// d = 128 too, instead of the 8 x 8-byte one. kFoldScale: with per-tensor / per-head descales (one factor for the
-// whole row) and no softcap, the score scale folds into the exp2's FFMA (softmax.cuh's sl2) instead of a multiply
-// per score. kVtGlobal: V arrives k-major (attn_params.h ATTN_FP8_V_KMAJOR, attn_fp8_pack_vt): the producer loads
-// the Vt tiles with TMA and the transposing warps have nothing to do, and no raw V ring is needed; their registers go
-// to the consumers, which then hold wider key tiles (kBlockN_: 0 = the default of the head dim). The defaults are
-// the builds measured fastest (NOTES_FA3_FP8.md).
-template <int D, typename Format_, int kProbe_ = kFp8ProbeNone, bool kQRegs_ = (D == 128), bool kNarrowT_ = false,
-          bool kFoldScale_ = true, bool kVtGlobal_ = false, int kBlockN_ = 0, int kExpPolyEvery_ = -1,
-          int kConsumerWGs_ = 2, bool kPersistent_ = false>
-struct Fa3Fp8Config {
-    using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
-    using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
-    static constexpr int kHeadDim = D;
-    static constexpr int kProbe = kProbe_;
-    static constexpr bool kQRegs = kQRegs_;
-    static constexpr bool kWideTranspose = D == 128 && !kNarrowT_;
-    static constexpr bool kFoldScale = kFoldScale_;
-    static constexpr bool kVtGlobal = kVtGlobal_;
-    static_assert(!kVtGlobal || kProbe == kFp8ProbeNone, "the timing probes are builds of the in-kernel transpose");
-    static_assert(!kNarrowT_ || D == 128, "the narrow-transpose variant is a d = 128 build");
-    static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
-    static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
-    // kConsumerWGs_ = 3 (k-major V only): 192-row CTAs, three consumer warpgroups of 160 registers taking turns, so
-    // that a warpgroup's softmax has two other warpgroups' GEMMs to hide under instead of one. At d = 128 the
-    // exponentials take as long on the MUFU as the two GEMMs on the tensor cores (16 per SM per clock against 8192
-    // FP8 FLOPs, 4 d of them per score; at d = 64 twice as long), so with two warpgroups one's softmax cannot hide
-    // under the other's GEMMs.
-    static constexpr int kConsumerWGs = kConsumerWGs_;
-    static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal_ && !kQRegs_),
-                  "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
-    // kPersistent (k-major V builds): gridDim.x = #SMs CTAs loop over the work tiles (scheduler.cuh), the producer
+// An FP8 forward schedule (derive and override by name, as config.cuh's Fa3Schedule).
+struct Fp8Schedule {
+    static constexpr VSource v_source = VSource::kRowsTransposed;
+    // kRegisters: Q read into registers once per tile (ldmatrix) and S = Q K^T as an RS wgmma (d = 128 only): the
+    // tensor cores then fetch only K from shared memory.
+    static constexpr QOperand q_operand = QOperand::kSharedMemory;
+    // The 4 x 4-byte V transpose (fp8_layout.cuh transpose_v) at d = 128 too, instead of the 8 x 8-byte one.
+    static constexpr bool narrow_transpose = false;
+    // With per-tensor / per-head descales (one factor for the whole row) and no softcap, the score scale folds into
+    // the exp2's FFMA (softmax.cuh's sl2) instead of a multiply per score.
+    static constexpr bool fold_scale = true;
+    // Keys per key tile: 0 = the head dim's default (128; 64 at d = 256); wider ones need k-major V.
+    static constexpr int block_n = 0;
+    // Consumer warpgroups of 64 rows: 2, or 3 (k-major V only): 192-row CTAs of 160 registers per consumer thread
+    // taking turns, so that a warpgroup's softmax has two other warpgroups' GEMMs to hide under instead of one. At
+    // d = 128 the exponentials take as long on the MUFU as the two GEMMs on the tensor cores (16 per SM per clock
+    // against 8192 FP8 FLOPs, 4 d of them per score; at d = 64 twice as long), so with two warpgroups one's softmax
+    // cannot hide under the other's GEMMs.
+    static constexpr int consumer_warpgroups = 2;
+    // Grid::kPersistent (k-major V only): gridDim.x = #SMs CTAs loop over the work tiles (scheduler.cuh), the producer
     // handing each tile index to the consumers through a shared-memory slot, as the FP16 / BF16 kernel's persistent
     // builds; Q stays single-buffered (the next tile's Q loads once every warpgroup's last S = Q K^T completed, under
     // the last softmax, P V product and epilogue; O has its own staging buffer).
-    static constexpr bool kPersistent = kPersistent_;
-    static_assert(!kPersistent || kVtGlobal_, "persistent: the k-major V builds (no transposing warps to loop)");
+    static constexpr Grid grid = Grid::kOneCtaPerTile;
+    // > 0: every exp_poly_every-th 8-key chunk of the softmax takes its exponentials on the FMA pipe (softmax.cuh
+    // exp2_fma). 62% of the softmax stage's `wait` stalls are MUFU.EX2 waiting for the MUFU (ncu, k-major build), but
+    // the polynomial's extra instructions cost more: every fourth chunk 5% slower, every second 14%, so the shipped
+    // builds have none.
+    static constexpr int exp_poly_every = 0;
+    using Stages = RunEveryStage;
+};
+
+template <int D, typename Format_, class Schedule>
+struct Fa3Fp8Config {
+    using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
+    using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
+    using Stages = typename Schedule::Stages;
+    static constexpr int kHeadDim = D;
+    static constexpr bool kQRegs = Schedule::q_operand == QOperand::kRegisters;
+    static constexpr bool kWideTranspose = D == 128 && !Schedule::narrow_transpose;
+    static constexpr bool kFoldScale = Schedule::fold_scale;
+    static constexpr bool kVtGlobal = Schedule::v_source == VSource::kKMajor;
+    static_assert(!Schedule::narrow_transpose || D == 128, "the narrow transpose is a d = 128 build");
+    static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
+    static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
+    static constexpr int kConsumerWGs = Schedule::consumer_warpgroups;
+    static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal && !kQRegs),
+                  "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
+    static constexpr bool kPersistent = Schedule::grid == Grid::kPersistent;
+    static_assert(Schedule::grid != Grid::kCluster2, "no clusters in the FP8 forward");
+    static_assert(!kPersistent || kVtGlobal, "persistent: the k-major V builds (no transposing warps to loop)");
     // Intra-warpgroup overlap (S(x) and O += P(x-1) V(x-1) in flight together) with two warpgroups, and with three at
     // d = 64 (O, S and P of a 128-key tile fit 160 registers); with three at d = 128 each warpgroup's GEMMs run one
     // at a time (S and P are then never live together).
     static constexpr bool kIntraWgOverlap = kConsumerWGs == 2 || D == 64;
     // d = 256: key tiles of 64 (the fp32 O of 128 registers per thread leaves no room for a 128-key S beside the
     // transposing warps' 56), so one per-tile descale block of 128 keys spans two key tiles.
-    static constexpr int kBlockM = 64 * kConsumerWGs, kBlockN = kBlockN_ != 0 ? kBlockN_ : (D == 256 ? 64 : 128);
+    static constexpr int kBlockM = 64 * kConsumerWGs;
+    static constexpr int kBlockN = Schedule::block_n != 0 ? Schedule::block_n : (D == 256 ? 64 : 128);
     static constexpr int kDescaleBlock = 128;  // rows / keys per per-tile descale (tile_q = tile_k = 128)
     // per-tile descales need every key tile inside one descale block (fa3_fp8_fwd.cu picks a build that has it)
     static constexpr bool kPerTileOk = kDescaleBlock % kBlockN == 0;
-    static_assert(kBlockN_ == 0 || kVtGlobal, "wider key tiles: the k-major V builds (no transposing warps)");
+    static_assert(kBlockN == (D == 256 ? 64 : 128) || kVtGlobal, "other key tiles: the k-major V builds");
     static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "key tiles of 64-key Vt column blocks, one wgmma N");
     static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
     static constexpr int kColBlocks = D / kRowBytes;
@@ -101,6 +118,15 @@ struct Fa3Fp8Config {
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + (kPersistent ? 8 : 0) + 1024;  // + slack to align the base
 
+    // The softmax of key tile x kept ahead of the wait for O += P(x-1) V(x-1) (ptx.cuh before_wait), where that
+    // measured faster: the k-major d = 64 build (+5-7%; d = 128 and 256 were 3-6% slower, the BF16 kernel unchanged;
+    // with the per-tile division and mask test gone, d = 128 under the PV product was again 0-5% slower).
+    static constexpr bool kSoftmaxUnderPV = kVtGlobal && D == 64;
+    // The softmax: P with the max offset 2^8, the row maxima as four chains each (ptxas then starts the second row's
+    // maximum under the first row's exponentials), the schedule's exponentials on the FMA pipe.
+    struct Softmax : SoftmaxOptions {
+        static constexpr int log2_offset = 8, max_chains = 4, poly_every = Schedule::exp_poly_every;
+    };
     static constexpr int kThreads = 128 * (kConsumerWGs + 1);
     static constexpr int kConsumerThreads = 128 * kConsumerWGs;
     static constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
@@ -108,19 +134,6 @@ struct Fa3Fp8Config {
     // cover what the consumers take (256 x (C - 168)), i.e. P + 2 C <= 3 x 168 = 504, else setmaxnreg.inc waits
     // forever. The transposing warps get 56 (the 8 x 8 transpose holds 16 words of one block and 8 of its output), the
     // consumers 224.
-    // The softmax of key tile x kept ahead of the wait for O += P(x-1) V(x-1) (ptx.cuh before_wait), where that
-    // measured faster: the k-major d = 64 build (+5-7%; d = 128 and 256 were 3-6% slower, the BF16 kernel unchanged:
-    // NOTES_FA3_FP8.md run 9).
-    // (Session 12: with the per-tile division and mask test gone, d = 128 under the PV product was again 0-5% slower.)
-    static constexpr bool kSoftmaxUnderPV = kVtGlobal && D == 64;
-    // The row maxima as four chains each (softmax.cuh online): ptxas then starts the second row's maximum under the
-    // first row's exponentials.
-    static constexpr int kMaxChains = 4;
-    // kExpPolyEvery > 0: every kExpPolyEvery-th 8-key chunk of the softmax takes its exponentials on the FMA pipe
-    // (softmax.cuh exp2_fma). 62% of the softmax stage's `wait` stalls are MUFU.EX2 waiting for the MUFU (ncu, k-major
-    // build), but the polynomial's extra instructions cost more: every fourth chunk 5% slower, every second 14% (run
-    // 12), so the default has none; variants exp_poly4 / exp_poly2.
-    static constexpr int kExpPolyEvery = kExpPolyEvery_ >= 0 ? kExpPolyEvery_ : 0;
     static constexpr int kProducerRegs = kVtGlobal ? 24 : 56;
     static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : kVtGlobal ? 240 : 224;
     static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (kConsumerWGs + 1) * (65536 / kThreads / 8 * 8),
@@ -128,6 +141,8 @@ struct Fa3Fp8Config {
 
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
+    static constexpr bool kPingpong = true;  // loops.cuh Turns: the consumer warpgroups always take turns
+    static constexpr int kClusterM = 1;      // no clusters
 };
 
 }  // namespace attn::hopper

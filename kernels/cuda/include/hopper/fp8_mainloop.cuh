@@ -1,5 +1,7 @@
 // The FA3 FP8 forward kernel (SEMANTICS.md §10; §2 scale, §3 softcap, §4 causal alignments, §5 windows,
-// §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands.
+// §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands, sharing its tile order
+// and persistent slots (scheduler.cuh), work-tile plan and masks (plan.cuh), epilogue (epilogue.cuh), online softmax
+// (softmax.cuh), shared-memory regions, pingpong turns and stage release (loops.cuh).
 //
 //   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
 //   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length
@@ -22,6 +24,7 @@
 #include "epilogue.cuh"
 #include "fp8_config.cuh"
 #include "fp8_layout.cuh"
+#include "loops.cuh"
 #include "plan.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -54,14 +57,13 @@ struct Fa3Fp8Params {
 };
 
 template <class C>
-struct Fp8Smem {
-    unsigned char* base;
+struct Fp8Smem : SmemRegions<C> {
+    using SmemRegions<C>::base;
+    using SmemRegions<C>::bar;
     __device__ __forceinline__ unsigned char* q() const { return base; }
-    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vraw(int s) const { return base + C::kOffVRaw + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vt(int s) const { return base + C::kOffVt + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* o() const { return base + C::kOffO; }
-    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
     __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
     __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
     __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
@@ -72,7 +74,6 @@ struct Fp8Smem {
     __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 6 * C::kStages + i); }
     __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 6 * C::kStages + i); }
-    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     __device__ __forceinline__ void init() const {
         constexpr int kTransposers = 32 * C::kTransposeWarps;
@@ -160,6 +161,20 @@ __device__ void fp8_load_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm) {
     }
 }
 
+// One raw V tile -> its Vt tile (fp8_layout.cuh), the transpose of the build's width.
+template <class C>
+struct VTranspose {
+    static __device__ __forceinline__ void run(uint32_t vraw, uint32_t vt, int valid, int tw, int lane) {
+        if constexpr (C::kWideTranspose) {
+            transpose_v_wide<C>(vraw, vt, valid, tw, lane);
+        } else if constexpr (C::kBlockN == 64) {
+            transpose_v_bn64<C>(vraw, vt, valid, tw, lane);
+        } else {
+            transpose_v<C>(vraw, vt, valid, tw, lane);
+        }
+    }
+};
+
 template <class C>
 __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw, int lane) {
     if constexpr (!C::kVtGlobal) {  // else Vt comes from global memory (fp8_load_loop)
@@ -171,14 +186,8 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
             mbar_wait(sm.full_vraw(ps.stage), ps.phase);
             mbar_wait(sm.empty_v(ps.stage), ps.phase ^ 1);
             const int valid = pl.mask.lk - n * C::kBlockN;
-            if constexpr (C::kProbe == kFp8ProbeNoTranspose) {
-            } else if constexpr (C::kWideTranspose) {
-                transpose_v_wide<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
-            } else if constexpr (C::kBlockN == 64) {
-                transpose_v_bn64<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
-            } else {
-                transpose_v<C>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid, tw, lane);
-            }
+            C::Stages::template transpose<VTranspose<C>>(smem_addr(sm.vraw(ps.stage)), smem_addr(sm.vt(ps.stage)), valid,
+                                                         tw, lane);
             mbar_arrive(sm.empty_vraw(ps.stage));  // this thread's reads of raw V are done
             fence_proxy_async();                   // its Vt stores before the consumers' wgmma reads them
             mbar_arrive(sm.full_v(ps.stage));
@@ -208,12 +217,9 @@ struct Fp8Consumer {
         }
     }
 
-    __device__ __forceinline__ void release(uint64_t* bar) {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
-    }
-    __device__ __forceinline__ void turn_wait() { named_sync(C::kBarTurn + cw, 256); }
-    __device__ __forceinline__ void turn_pass() { named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256); }
+    __device__ __forceinline__ void release(uint64_t* bar) { release_stage<C>(bar, false, 0); }
+    __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
+    __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ldmatrix.x4 on the 128-byte
     // swizzled rows, codes viewed as b16 pairs: matrix i is rows 8 (i & 1).., 16-byte chunk i >> 1 of the k32 step).
@@ -254,13 +260,26 @@ struct Fp8Consumer {
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of
     // kVtColBytes-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
-        if constexpr (C::kProbe == kFp8ProbeNoPV) return;
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 32; ++ks) {
             const int cb = ks * 32 / C::kVtColBytes, kk = ks * 32 % C::kVtColBytes;
             wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], desc_advance(vb0, cb * (D * C::kVtColBytes) + kk), 1);
         }
+    }
+
+    // O += P V, the online softmax and O *= corr through the schedule's stages (schedule.cuh).
+    __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
+        C::Stages::pv(*this, o, pa, stage);
+    }
+    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
+        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
+    }
+    static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+        RowSoftmax::rescale(o, corr);
+    }
+    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+        C::Stages::template rescale<Fp8Consumer>(o, corr);
     }
 
     // S = Q K^T of the next K stage in this warpgroup's pingpong turn, awaited (nothing else of it in flight).
@@ -285,7 +304,7 @@ struct Fp8Consumer {
         mbar_wait(sm.full_v(cv.stage), cv.phase);
         fence_regs(o);
         wgmma_fence();
-        gemm_pv(o, pa, cv.stage);
+        pv(o, pa, cv.stage);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(o);
@@ -346,7 +365,7 @@ struct Fp8Consumer {
             if (nt == 1) q_done();
             score_mod<kFold>(s, pl, row0, n, fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock),
                              mt.at(nt - 1));
-            smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+            softmax(smx, s, sl2, corr);
             p_to_fp8_frags<Format, BN>(pa, s);
             for (int x = 1; x < nt; ++x) {
                 n = pl.n_lo + x;
@@ -361,7 +380,7 @@ struct Fp8Consumer {
                 gemm_s(s, ck.stage);
                 wgmma_commit();
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
-                gemm_pv(o, pa, cv.stage);
+                pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
                 wgmma_wait<1>();
@@ -371,7 +390,7 @@ struct Fp8Consumer {
                 if (x == nt - 1) q_done();
                 before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
                     score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
-                    smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+                    softmax(smx, s, sl2, corr);
                 });
                 wgmma_wait<0>();
                 fence_regs(o);
@@ -385,7 +404,7 @@ struct Fp8Consumer {
                     corr[0] *= ratio;
                     corr[1] *= ratio;
                 }
-                RowSoftmax::rescale(o, corr);
+                rescale(o, corr);
                 p_to_fp8_frags<Format, BN>(pa, s);
             }
             pv_alone(o, pa);
@@ -394,7 +413,7 @@ struct Fp8Consumer {
             // issues O += P(x-1) V(x-1), awaits it, then issues S(x), so that a warpgroup's two GEMMs reach the tensor
             // cores back to back and its softmax runs under the other two warpgroups' GEMMs. (With S alone in the turn
             // and P V issued outside the turns, as soon as P was ready: 0-1% slower non-causal, 1-7% causal; a strict
-            // S / P V alternation of the turns: 18% slower. NOTES_FA3_FP8.md session 14.)
+            // S / P V alternation of the turns: 18% slower.)
             for (int x = 0; x < nt; ++x) {
                 const int n = pl.n_lo + x;
                 const float fk = fq * P.dkv(P.k_descale, w.b, hkv, n * BN / C::kDescaleBlock);
@@ -403,21 +422,21 @@ struct Fp8Consumer {
                 s_in_turn(s);
                 if (x == nt - 1) q_done();
                 score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
-                smx.online<8, C::kProbe == kFp8ProbeNoExp, C::kExpPolyEvery, C::kMaxChains>(s, sl2, corr);
+                softmax(smx, s, sl2, corr);
                 if constexpr (!kFold) {  // O is in units of the previous tile's V descale
                     const float dv_next = P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
                     corr[0] *= dv_cur / dv_next;
                     corr[1] *= dv_cur / dv_next;
                     dv_cur = dv_next;
                 }
-                RowSoftmax::rescale(o, corr);
+                rescale(o, corr);
                 p_to_fp8_frags<Format, BN>(pa, s);
             }
             pv_alone(o, pa);
         }
 
         float inv_l[2], lse[2];
-        smx.finalize<8>(sl2, inv_l, lse);
+        smx.finalize<typename C::Softmax>(sl2, inv_l, lse);
         inv_l[0] *= dv_cur;
         inv_l[1] *= dv_cur;
         store_tile<C>(P.base.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.o());
@@ -431,7 +450,7 @@ struct Fp8Consumer {
 template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
     Fp8Consumer<C> cs{P, sm, cw};
-    if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+    Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     while (true) {

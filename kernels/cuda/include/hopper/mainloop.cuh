@@ -18,6 +18,7 @@
 #include "../fa_ptx.cuh"
 #include "config.cuh"
 #include "epilogue.cuh"
+#include "loops.cuh"
 #include "plan.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
@@ -26,12 +27,11 @@
 namespace attn::hopper {
 
 template <class C>
-struct Smem {
-    unsigned char* base;
+struct Smem : SmemRegions<C> {
+    using SmemRegions<C>::base;
+    using SmemRegions<C>::bar;
     __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
-    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
     __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
     __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
     __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
@@ -40,7 +40,6 @@ struct Smem {
     __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(4 + 3 * C::kStages + s); }
     __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(4 + 4 * C::kStages + i); }
     __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
-    __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 
     // `ctas`: the CTAs whose consumers read each K / V stage (2 in a paired cluster, whose loads write both CTAs' rings).
     __device__ __forceinline__ void init(int ctas = 1) const {
@@ -187,19 +186,9 @@ struct Consumer {
     // Paired cluster: a K / V stage is free once the consumers of both CTAs have read it (either CTA's loads write it).
     bool multicast = false;
     uint32_t peer = 0;
-    __device__ __forceinline__ void release(uint64_t* bar) {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) {
-            mbar_arrive(bar);
-            if (C::kClusterM > 1 && multicast) mbar_arrive_remote(bar, peer);
-        }
-    }
-    __device__ __forceinline__ void turn_wait() {
-        if constexpr (C::kPingpong) named_sync(C::kBarTurn + cw, 256);
-    }
-    __device__ __forceinline__ void turn_pass() {
-        if constexpr (C::kPingpong) named_arrive(C::kBarTurn + (cw + 1) % C::kConsumerWGs, 256);
-    }
+    __device__ __forceinline__ void release(uint64_t* bar) { release_stage<C>(bar, multicast, peer); }
+    __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
+    __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // Shared-memory descriptors of stage 0 of the K and V rings and of this warpgroup's Q rows, made once per work tile
     // (set_descs); a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead
@@ -243,7 +232,6 @@ struct Consumer {
     }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
-        if constexpr (C::kProbe == kProbeNoPV) return;
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
@@ -267,21 +255,23 @@ struct Consumer {
         }
     }
 
-    // The online softmax (softmax.cuh), or what a timing probe leaves of it.
+    // The online softmax (softmax.cuh) and O *= corr, through the schedule's stages (schedule.cuh).
     static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        if constexpr (C::kProbe == kProbeNoSoftmax) {
-            corr[0] = corr[1] = 1.f;
-        } else {
-            smx.online<0, C::kProbe == kProbeNoExp, 0, 1, C::kMaxStale>(s, sl2, corr);
-        }
+        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
     }
     // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
-    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
-        if constexpr (C::kProbe == kProbeNoSoftmax) return;
+    static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
         if constexpr (C::kSkipRescale) {
             if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
         }
         RowSoftmax::rescale(o, corr);
+    }
+    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+        C::Stages::template rescale<Consumer>(o, corr);
+    }
+    // O += P V of a V stage, through the schedule's stages.
+    __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        C::Stages::pv(*this, o, pa, stage);
     }
 
     static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
@@ -392,7 +382,7 @@ struct Consumer {
             turn_wait();
             mbar_wait(sm.full_v(cv.stage), cv.phase);
             wgmma_fence();
-            gemm_pv(o, pa, cv.stage);
+            pv(o, pa, cv.stage);
             wgmma_commit();
             turn_pass();
             wgmma_wait<0>();
@@ -405,7 +395,7 @@ struct Consumer {
             n = pl.n_hi - 1 - x;
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) is written to run under the P V
-                // product, but ptxas places the wait for that product above it (NOTES_FA3.md sessions 7 and 18).
+                // product, but ptxas places the wait for that product above it (its SASS has the wait first).
                 if constexpr (C::kWaitBeforeTurn) {
                     mbar_wait(sm.full_k(ck.stage), ck.phase);
                     mbar_wait(sm.full_v(cv.stage), cv.phase);
@@ -417,7 +407,7 @@ struct Consumer {
                 gemm_s(s, ck.stage);
                 wgmma_commit();
                 if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_v(cv.stage), cv.phase);
-                gemm_pv(o, pa, cv.stage);
+                pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
                 wgmma_wait<1>();
@@ -454,7 +444,7 @@ struct Consumer {
                 turn_wait();
                 mbar_wait(sm.full_v(cv.stage), cv.phase);
                 wgmma_fence();
-                gemm_pv(o, pa, cv.stage);
+                pv(o, pa, cv.stage);
                 wgmma_commit();
                 turn_pass();
                 wgmma_wait<0>();
@@ -469,7 +459,7 @@ struct Consumer {
             mbar_wait(sm.full_v(cv.stage), cv.phase);
             fence_regs(o);
             wgmma_fence();
-            gemm_pv(o, pa, cv.stage);
+            pv(o, pa, cv.stage);
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(o);
@@ -477,7 +467,7 @@ struct Consumer {
             cv.advance();
         }
         float inv_l[2], lse[2];
-        smx.finalize(sl2, inv_l, lse);
+        smx.finalize<typename C::Softmax>(sl2, inv_l, lse);
         store_tile<C>(P.p, w, pl.mask.lq, cw, o, inv_l, lse, sm.q(cq.stage));
         fence_proxy_async();  // a later Q arrives by TMA into the rows just read
         mbar_arrive(sm.empty_q(cq.stage));
@@ -491,9 +481,7 @@ __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
     Loader<C> ld{P, sm};
     ld.lead = C::kWS || threadIdx.x == 0;
     Loader<C>* my_ld = C::kWS ? nullptr : &ld;  // non-warp-specialised: every consumer thread runs the loader
-    if constexpr (C::kPingpong) {
-        if (cw == C::kConsumerWGs - 1) named_arrive(C::kBarTurn + 0, 256);  // warpgroup 0 takes the first turn
-    }
+    Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;
     if constexpr (C::kClusterM > 1) cs.peer = cluster_ctarank() ^ 1u;

@@ -98,7 +98,7 @@ struct TileSlots {
     }
     // Broadcast from lane 0, though every lane reads the same word: a value loaded from shared memory is not
     // warp-uniform to ptxas, so the work tile and every branch on it would be divergent paths, where ptxas serializes
-    // the wgmmas (C7520: the persistent loop at half speed, NOTES_FA3.md session 15).
+    // the wgmmas (C7520: the persistent loop ran at half speed; tests/kernels/test_cuda_fa3_codegen.py).
     __device__ __forceinline__ int take() {
         mbar_wait(sm.tile_full(ps.stage), ps.phase);
         const int t = __shfl_sync(0xffffffffu, *sm.slot(ps.stage), 0);

@@ -11,13 +11,13 @@
 // into P in place and returns the factor corr = 2^(m_old - m_new) per row; `rescale` applies it to O
 // once the wgmma that writes O has completed. Row sums stay per-thread partials until `finalize`.
 //
-// kMaxStale > 0 (the lazy rescale, config.cuh kSkipRescale): a row keeps its running maximum m until a key tile's
-// maximum exceeds it by more than kMaxStale in sl2 units, so p <= 2^kMaxStale; exact in real arithmetic (O, the row
+// max_stale > 0 (the lazy rescale, schedule.cuh Rescale::kLazy): a row keeps its running maximum m until a key tile's
+// maximum exceeds it by more than max_stale in sl2 units, so p <= 2^max_stale; exact in real arithmetic (O, the row
 // sums and the LSE all use the same m, whatever its value), and corr is then exactly 1, which lets a warp skip O *= corr.
 //
-// kLog2Offset (FP8 path, SEMANTICS.md §10): P = 2^(s*sl2 - m*sl2 + kLog2Offset), the max-offset trick that
-// puts P in [0, 2^kLog2Offset] before it is rounded to FP8; the row sums are of that P, so `finalize`
-// subtracts kLog2Offset * ln 2 from the LSE (O = acc / l is unchanged: the factor cancels).
+// log2_offset (FP8 path, SEMANTICS.md §10): P = 2^(s*sl2 - m*sl2 + log2_offset), the max-offset trick that
+// puts P in [0, 2^log2_offset] before it is rounded to FP8; the row sums are of that P, so `finalize`
+// subtracts log2_offset * ln 2 from the LSE (O = acc / l is unchanged: the factor cancels).
 #pragma once
 #include <math.h>
 
@@ -25,10 +25,9 @@
 
 namespace attn::hopper {
 
-// 2^x on the FMA pipe instead of the MUFU (16 results per SM per clock; the FP8 forward's variants exp_poly4 / exp_poly2
-// move part of its exponentials here, NOTES_FA3_FP8.md run 12): n = round(x) through the 1.5 * 2^23 shifter, 2^(x - n)
-// for |x - n| <= 1/2 as a
-// degree-3 minimax polynomial (relative error < 8e-5, far below the FP8 rounding of P that follows), and n added to
+// 2^x on the FMA pipe instead of the MUFU (16 results per SM per clock; the FP8 forward's lab builds exp_poly4 /
+// exp_poly2 move part of its exponentials here): n = round(x) through the 1.5 * 2^23 shifter, 2^(x - n) for
+// |x - n| <= 1/2 as a degree-3 minimax polynomial (relative error < 8e-5, far below the FP8 rounding of P that follows), and n added to
 // the exponent bits. x is first raised to -125 with max.NaN, so -inf (a masked score) gives 2^-125 (0 after the
 // rounding to FP8, and < 1e-37 of a row sum that holds at least one 2^0), and NaN stays NaN.
 __device__ __forceinline__ float exp2_fma(float x) {
@@ -40,6 +39,24 @@ __device__ __forceinline__ float exp2_fma(float x) {
     return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
+// What RowSoftmax::online computes, by name: a kernel's config derives its own options from these and overrides what it
+// changes (config.cuh, fp8_config.cuh).
+struct SoftmaxOptions {
+    // P = 2^(s sl2 - m sl2 + log2_offset): 0, or the FP8 forward's max offset 8 (P in [0, 2^8] before its rounding).
+    static constexpr int log2_offset = 0;
+    // > 0: the lazy rescale (config.cuh Rescale::kLazy): a row keeps its maximum until a key tile's exceeds it by more
+    // than max_stale in sl2 units.
+    static constexpr int max_stale = 0;
+    // > 1: the row maximum as that many independent chains joined at the end (the FP8 forward: with one chain ptxas ran
+    // both rows' maxima through one temporary register, 6 cycles per pair of scores while the MUFU idles).
+    static constexpr int max_chains = 1;
+    // > 0: every poly_every-th 8-column chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx
+    // (the MUFU).
+    static constexpr int poly_every = 0;
+    // 2^x of one score; `poly`: its chunk is one of every poly_every-th.
+    static __device__ __forceinline__ float exp2(float x, bool poly) { return poly ? exp2_fma(x) : fast_exp2(x); }
+};
+
 struct RowSoftmax {
     float row_max[2];
     float row_sum[2];
@@ -49,13 +66,11 @@ struct RowSoftmax {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
-    // kNoExp (a timing probe only): p = the exponent itself, no ex2. kPolyEvery > 0: every kPolyEvery-th 8-column
-    // chunk takes its exponentials from exp2_fma (the FMA pipe) instead of ex2.approx (the MUFU). kMaxChains > 1: the
-    // row maximum as that many independent chains joined at the end (the FP8 forward: with one chain ptxas ran both
-    // rows' maxima through one temporary register, 6 cycles per pair of scores while the MUFU idles).
-    template <int kLog2Offset = 0, bool kNoExp = false, int kPolyEvery = 0, int kMaxChains = 1, int kMaxStale = 0,
-              int kRegs>
+    // O: SoftmaxOptions or a struct derived from it.
+    template <class O, int kRegs>
     __device__ __forceinline__ void online(float (&s)[kRegs], float sl2, float (&corr)[2]) {
+        constexpr int kLog2Offset = O::log2_offset, kPolyEvery = O::poly_every, kMaxChains = O::max_chains,
+                      kMaxStale = O::max_stale;
         static_assert((kMaxChains & (kMaxChains - 1)) == 0 && (kRegs / 4) % kMaxChains == 0,
                       "a power of two of chains of equal length");
 #pragma unroll
@@ -94,8 +109,8 @@ struct RowSoftmax {
             for (int j = 0; j < kRegs / 4; ++j) {
                 const float x0 = fmaf(s[4 * j + 2 * h], sl2, bias), x1 = fmaf(s[4 * j + 2 * h + 1], sl2, bias);
                 const bool poly = kPolyEvery > 0 && (j + 1) % (kPolyEvery > 0 ? kPolyEvery : 1) == 0;
-                const float p0 = kNoExp ? x0 : (poly ? exp2_fma(x0) : fast_exp2(x0));
-                const float p1 = kNoExp ? x1 : (poly ? exp2_fma(x1) : fast_exp2(x1));
+                const float p0 = O::exp2(x0, poly);
+                const float p1 = O::exp2(x1, poly);
                 s[4 * j + 2 * h] = p0;
                 s[4 * j + 2 * h + 1] = p1;
                 sum += p0 + p1;
@@ -116,9 +131,10 @@ struct RowSoftmax {
     }
 
     // 1/l (0 for a row that saw no key: O = 0) and LSE = m*scale + log(l) (-inf for such a row),
-    // with the accurate logf (SEMANTICS.md §8), less kLog2Offset * ln 2.
-    template <int kLog2Offset = 0>
+    // with the accurate logf (SEMANTICS.md §8), less O::log2_offset * ln 2.
+    template <class O>
     __device__ __forceinline__ void finalize(float sl2, float (&inv_l)[2], float (&lse)[2]) {
+        constexpr int kLog2Offset = O::log2_offset;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float l = row_sum[h];

@@ -1,0 +1,102 @@
+// The lab's FA3 backward builds (attn_lab.h AttnLabFa3BwdVariant): the main-loop alternatives the FA3 backward design
+// record measures against the shipped builds (hopper/bwd_defaults.cuh), each a named schedule (hopper/bwd_mainloop.cuh
+// Fa3BwdSchedule) run through the shipped host side (hopper/bwd_launch.cuh).
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "attn_lab.h"
+#include "hopper/bwd_defaults.cuh"
+#include "hopper/bwd_launch.cuh"
+#include "launch_common.cuh"
+
+namespace {
+
+using namespace attn::hopper;
+
+constexpr const char* kName = "attn_lab_fa3_bwd";
+
+// dQ added by the consumers' fp32 atomics, with or without the GEMM / element-wise overlap (the shipped builds until
+// the TMA reduce-add replaced them; the overlap paid at d = 64 only).
+template <bool kOverlap>
+struct AtomicDq : Fa3BwdSchedule {
+    static constexpr bool overlap = kOverlap;
+};
+// d = 64 with the TMA reduce-add and 64-row query tiles, each consumer adding a full-width partial over its own keys.
+struct Rows64 : Fa3BwdSchedule {
+    static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+};
+// The other way of sharing a tile's dQ: split by rows at d = 64 (128-row tiles), turns at d = 128.
+template <int D>
+struct OtherDqSplit : Fa3BwdDefault<D> {
+    static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
+};
+
+// f(schedule) with the schedule of `variant` for head dim D, deterministic or not; the reason it has none in *why.
+template <int D, bool kDeterministic, class F>
+int with_schedule(int variant, F&& f, const char** why) {
+    switch (variant) {
+        case ATTN_LAB_FA3_BWD_DEFAULT: return f(Fa3BwdDefault<D>{});
+        case ATTN_LAB_FA3_BWD_ATOMIC_DQ: return f(AtomicDq<D == 64>{});
+        case ATTN_LAB_FA3_BWD_OTHER_DQ_SPLIT: return f(OtherDqSplit<D>{});
+        default: break;
+    }
+    if constexpr (!kDeterministic) {
+        if (variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP) return f(AtomicDq<D != 64>{});
+    }
+    if constexpr (D == 64) {
+        if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
+    }
+    *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build"
+           : variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
+               ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
+               : "is not a variant (0 to 4)";
+    return -1;
+}
+
+// f(config, elem) with the build of variant for p as values of its Fa3BwdConfig and element types.
+template <class F>
+int with_build(const AttnBwdParams& p, int variant, bool deterministic, F&& f, const char** why) {
+    return bwd_by_head_dim(p, [&](auto dim, auto elem) {
+        constexpr int D = decltype(dim)::value;
+        using E = decltype(elem);
+        if (deterministic)
+            return with_schedule<D, true>(
+                variant, [&](auto s) { return f(Fa3BwdConfig<D, E, Deterministic<decltype(s)>>{}, elem); }, why);
+        return with_schedule<D, false>(variant, [&](auto s) { return f(Fa3BwdConfig<D, E, decltype(s)>{}, elem); },
+                                       why);
+    });
+}
+
+}  // namespace
+
+extern "C" int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic,
+                                const AttnLaunch* launch, char* err, int errlen) {
+    bool empty = false;
+    int rc = bwd_preflight(p, kName, &empty, err, errlen);
+    if (rc != ATTN_OK) return rc;
+    const char* why = nullptr;
+    if (empty) {  // still name an unknown variant
+        with_build(*p, variant, deterministic != 0, [](auto, auto) { return 0; }, &why);
+    } else {
+        rc = with_build(
+            *p, variant, deterministic != 0,
+            [&](auto c, auto elem) { return run_bwd<decltype(elem), decltype(c)>(*p, launch, kName, err, errlen); },
+            &why);
+    }
+    if (why != nullptr)
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d deterministic=%d: variant=%d %s", kName,
+                          p->fwd.head_dim, deterministic, variant, why);
+    return rc;
+}
+
+extern "C" int64_t attn_lab_fa3_bwd_workspace(const AttnBwdParams* p, int32_t variant, int32_t deterministic) {
+    if (p == nullptr || attn::check_bwd_params(p, kName, nullptr, 0, true) != ATTN_OK ||
+        (p->fwd.head_dim != 64 && p->fwd.head_dim != 128))
+        return -1;
+    const char* why = nullptr;
+    int64_t bytes = 0;
+    with_build(*p, variant, deterministic != 0, [&](auto c, auto) { bytes = bwd_workspace_bytes<decltype(c)>(*p); return 0; },
+               &why);
+    return why != nullptr ? -1 : bytes;
+}
