@@ -7,7 +7,7 @@ Per adapter:
   by outcome, with the bound (usage 1) drawn; cases with NaN/Inf where the oracle is finite sit in a
   band above the plot, NOT_SUPPORTED cases in a grey band below it, apart from the measured ones;
 - a heat map of the worst usage over (Lq, Lk), lengths grouped in powers of four (``1k-4k`` is
-  1024 < L <= 4096), red where a case failed (FAILING outcomes only), blue where a failure is expected (KNOWN).
+  1024 < L <= 4096), red where a case failed (FAILING outcomes only), dark grey where a failure is expected (KNOWN).
 
 And, when benchmark JSON is given (``reports/benchmarks/*.json``: records with ``N``, ``d`` and
 ``*_tflops`` keys), TFLOPs/s against N per head dim for every kernel timed, one panel per
@@ -33,6 +33,7 @@ __all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "l
 
 MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/outcomes.py
 _LOW = 1e-6  # usages below this are drawn on the bottom edge
+_KNOWN_FILL = "#6f6f6f"  # an expected failure: neither red (failing) nor on the white-to-blue usage scale
 _BELOW_BOUND = 0.999  # a cell that failed nothing is coloured as under the bound (red means a failure)
 _SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _DASHES = ("", "6,3", "2,2", "8,3,2,3")
@@ -154,7 +155,7 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" {_FONT} role="img" '
            f'aria-label="worst usage over (Lq, Lk), {_e(adapter)}">',
            f'<text x="{left}" y="12">worst usage over (Lq, Lk) groups;</text>'
-           f'<text x="{left}" y="26">red: a case failed; blue: an expected (KNOWN) failure</text>',
+           f'<text x="{left}" y="26">red: a case failed; dark grey: an expected (KNOWN) failure</text>',
            f'<text x="{left + cw * len(ks) / 2}" y="{h - 6}" text-anchor="middle">Lk</text>',
            f'<text x="12" y="{top + ch * len(qs) / 2}" transform="rotate(-90 12 {top + ch * len(qs) / 2})" '
            'text-anchor="middle">Lq</text>']
@@ -172,7 +173,7 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
                 worst = max(v[0] for v in vals)
                 bad = any(v[1] for v in vals)
                 known = not bad and any(v[3] for v in vals)  # an expected failure: its own colour, not red
-                fill = "#d62728" if bad else MARKER[KNOWN] if known else _heat_colour(min(worst, _BELOW_BOUND))
+                fill = "#d62728" if bad else _KNOWN_FILL if known else _heat_colour(min(worst, _BELOW_BOUND))
                 label = "0" if worst == 0 else f"{worst:.0e}".replace("e-0", "e-").replace("e+0", "e")
                 if bad and worst < 1.0:  # failed for another reason than the bound: say which
                     label = "NaN" if any(v[2] for v in vals) else "fail"

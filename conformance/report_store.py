@@ -9,6 +9,7 @@ attached again.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Callable
@@ -50,8 +51,10 @@ def stored_result(r: dict) -> dict:
 
 def load_report(path: str | os.PathLike) -> dict:
     """A report.json as `build_report` made it: each result's ``case`` attached again from the ``cases`` table
-    (`write_report` stores every case once, not once per adapter)."""
-    rep = json.loads(Path(path).read_text())
+    (`write_report` stores every case once, not once per adapter). A gzip-compressed file (``report.json.gz``, as
+    reports/ stores them) is read as well."""
+    raw = Path(path).read_bytes()
+    rep = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     cases = rep.pop("cases", None)
     if cases:
         for r in rep.get("results", []):

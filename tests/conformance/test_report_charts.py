@@ -46,6 +46,24 @@ def test_every_case_is_drawn_with_its_outcome():
     assert cell and cell.group(1) == "#d62728", "the failed (Lq, Lk) group is not drawn red"
 
 
+def test_findings_and_known_failures_are_not_drawn_as_failures():
+    """A FINDING (NaN where a dense mask masks out, not failing) and a KNOWN failure (an expectations entry expects it,
+    over the bound) are never red: the FINDING cell by its usage, the KNOWN one in its own colour; a FAIL still red."""
+    results = [_result("f", "x", "FINDING", 0.3, nonfinite=4, lq=33, lk=47),
+               _result("k", "x", "KNOWN", 5.0, nonfinite=2, lq=300, lk=300),
+               _result("bad", "x", "FAIL", 2.0, lq=3, lk=3)]
+    page = charts_html(_report(results))
+
+    def fill(cell: str) -> str:
+        found = re.search(r'<rect[^>]*fill="([^"]+)"[^>]*><title>' + re.escape(cell), page)
+        assert found, cell
+        return found.group(1)
+
+    assert fill("Lq 17-64, Lk 17-64: 1 cases") != "#d62728"
+    assert fill("Lq 257-1k, Lk 257-1k: 1 cases") not in ("#d62728",) and "known failure (expectations)" in page
+    assert fill("Lq 2-4, Lk 2-4: 1 cases") == "#d62728"
+
+
 def test_higher_usage_is_drawn_higher():
     page = charts_html(_report([_result("lo", "x", "PASS", 1e-4), _result("hi", "x", "PASS", 0.5)]))
     ys = {m.group(2): float(m.group(1)) for m in re.finditer(r'cy="([\d.]+)"[^>]*><title>(\w+): PASS', page)}
