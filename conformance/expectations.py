@@ -50,6 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from attention_conformance.case import Case
 from attention_conformance.outcomes import (
     FAILING,
@@ -64,8 +67,8 @@ from attention_conformance.outcomes import (
 )
 
 __all__ = ["DEFAULT_FILE", "EXPECTABLE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
-           "Decision", "RunExpectations", "load", "load_files", "version_in", "decide", "applicable", "apply",
-           "report_rows"]
+           "Decision", "RunExpectations", "load", "load_files", "specifier", "version_in", "version_of", "decide",
+           "applicable", "apply", "report_rows"]
 
 DEFAULT_FILE = Path(__file__).with_name("expectations.toml")
 #: verdicts that do not fail a run: in an entry's scope and not what it expects, they are UNEXPECTED_PASS
@@ -77,8 +80,8 @@ EXPECTABLE = tuple(o for o in OUTCOMES if o not in (PASS, NOT_SUPPORTED, HARNESS
 _CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
          "symptom", "finding", "reason", "link", "repro"}
-_VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|dev)\.?(\d*))?")
-_SPEC = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)?\s*([0-9][0-9a-z.*+-]*)\s*$")
+#: a version inside free text ("torch 2.13.0+cpu", "flash-attn-4 4.0.0b36"): release, pre / dev part, local label
+_VERSION = re.compile(r"\d+(?:\.\d+)*(?:[.-]?(?:a|b|rc|dev)\.?\d*)?(?:\+[0-9A-Za-z.]+)?")
 
 
 class ExpectationError(ValueError):
@@ -130,61 +133,42 @@ class Decision:
     note: str = ""
 
 
-# -- versions -------------------------------------------------------------------------------------
-def _version_key(text: str) -> tuple | None:
-    m = _VERSION.search(text or "")
-    if m is None:
-        return None
-    release = tuple(int(x) for x in m.group(1).split("."))
-    release = release + (0,) * (4 - len(release)) if len(release) < 4 else release
-    pre = m.group(2)
-    if pre is None:
-        return release, 1, 0
-    return release, 0, {"dev": 0, "a": 1, "b": 2, "rc": 3}[pre] * 10**6 + int(m.group(3) or 0)
+# -- versions (PEP 440, through `packaging`) ------------------------------------------------------
+def version_of(text: str) -> Version | None:
+    """The first PEP 440 version in ``text`` ("torch 2.13.0+cpu" -> 2.13.0+cpu, "4.0.0b36"), a dotted one before a
+    bare number (the 4 of "flash-attn-4 4.0.0b36" names the library), or None."""
+    found = [m.group(0) for m in _VERSION.finditer(text or "")]
+    for token in sorted(found, key=lambda t: "." not in t):  # stable: dotted ones first, each group in order
+        try:
+            return Version(token)
+        except InvalidVersion:
+            continue
+    return None
 
 
-def _clauses(spec: str) -> list[tuple[str, str]]:
-    """``">=2.13,<2.14"`` -> [(">=", "2.13"), ("<", "2.14")]; `ExpectationError` on a malformed clause."""
-    out = []
+def specifier(spec: str) -> SpecifierSet:
+    """``spec`` as a `packaging` specifier set; `ExpectationError` naming the clause that is not one."""
     for clause in spec.split(","):
-        m = _SPEC.match(clause)
-        if m is None:
-            raise ExpectationError(f"version clause {clause!r} of {spec!r}: expected e.g. '>=2.13' or '==2.13.*'")
-        op, text = m.group(1) or "==", m.group(2)
-        if text.endswith(".*"):
-            if op not in ("==", "!=") or not re.fullmatch(r"\d+(\.\d+)*", text[:-2]):
-                raise ExpectationError(f"version clause {clause!r}: a wildcard is '==X.Y.*' or '!=X.Y.*'")
-        elif _version_key(text) is None:
-            raise ExpectationError(f"version clause {clause!r}: no version number")
-        out.append((op, text))
-    return out
+        try:
+            SpecifierSet(clause)
+        except InvalidSpecifier:
+            raise ExpectationError(f"version clause {clause.strip()!r} of {spec!r}: expected a PEP 440 specifier, "
+                                   "e.g. '>=2.13', '<2.14' or '==2.13.*'") from None
+    return SpecifierSet(spec)
 
 
 def version_in(version: str, spec: str | None) -> bool:
-    """Whether ``version`` (any text holding x.y.z, e.g. "torch 2.13.0+cpu", "4.0.0b36") meets ``spec``.
+    """Whether ``version`` (any text holding a version, e.g. "torch 2.13.0+cpu", "4.0.0b36") meets ``spec``.
 
-    ``spec``: comma-separated clauses ``>=2.13``, ``<2.14``, ``==2.13.*``, ``!=2.13.1``, ``~=2.13``
-    (same major, at least 2.13); None or "" = any. A version that cannot be read meets no spec.
+    ``spec``: PEP 440 specifiers, comma-separated (``>=2.13,<2.14``, ``==2.13.*``, ``!=2.13.1``, ``~=2.13``: at
+    least 2.13, same major); pre-releases take part in comparisons (``>=4.0.0b30`` holds 4.0.0b36; ``<4.0.0`` does
+    not, PEP 440's exclusive ordering). None or "" = any. A version that cannot be read meets no spec.
     """
     if not spec:
         return True
-    clauses = _clauses(spec)
-    have = _version_key(version)
-    if have is None:
-        return False
-    for op, text in clauses:
-        if text.endswith(".*"):
-            prefix = tuple(int(x) for x in text[:-2].split("."))
-            same = have[0][: len(prefix)] == prefix
-            if same != (op == "=="):
-                return False
-            continue
-        want = _version_key(text)
-        ok = {"==": have == want, "!=": have != want, ">=": have >= want, "<=": have <= want, ">": have > want,
-              "<": have < want, "~=": have >= want and have[0][0] == want[0][0]}[op]
-        if not ok:
-            return False
-    return True
+    specs = specifier(spec)
+    have = version_of(version)
+    return have is not None and specs.contains(have, prereleases=True)
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -239,7 +223,7 @@ def _entry(raw: dict, source: str, index: int, base: Path | None = None) -> Expe
     versions = raw.get("versions")
     if versions is not None:
         try:
-            _clauses(str(versions))
+            specifier(str(versions))
         except ExpectationError as exc:
             raise ExpectationError(f"{where_}: versions: {exc}") from None
     cases = raw.get("cases")
@@ -407,11 +391,11 @@ class RunExpectations:
     @classmethod
     def for_run(cls, files: Sequence[str], *, default: bool, device: str, loaded: Sequence[Any]) -> RunExpectations:
         """`DEFAULT_FILE` (unless not ``default``) and ``files``, matched against the ``loaded`` adapters'
-        versions on ``device`` (GPU names from `conformance.report.environment`)."""
+        versions on ``device`` (GPU names from `conformance.environment`)."""
         entries = load_files(files, default=default)
         gpus: tuple[str, ...] = ()
         if any(e.gpu for e in entries):  # this machine's GPU names, which an entry's `gpu` field is matched against
-            from attention_conformance.report import environment
+            from attention_conformance.environment import environment
 
             gpus = tuple(g["name"] for g in environment().get("gpus", []))
         versions: dict[str, str] = {}

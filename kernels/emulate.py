@@ -15,41 +15,36 @@ Formats: "float64", "float32", "float16", "bfloat16", "float8_e4m3fn" / "e4m3fn"
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["FORMATS", "Format", "acc_dtype", "canonical", "fmt_max", "limit_blas_threads", "matmul", "round_exact",
+__all__ = ["FORMATS", "Format", "acc_dtype", "canonical", "fmt_max", "blas_threads", "matmul", "round_exact",
            "round_to"]
 
 
-def limit_blas_threads(n: int = 1) -> bool:
-    """Set NumPy's OpenBLAS thread count to ``n`` (best effort; True if it was set).
+_CONTROLLER = None
 
-    The reference kernels multiply many small tiles (64-128 wide); on a shared 2-core machine a
-    multi-threaded OpenBLAS spins its threads and runs such products 10-200x slower than one thread.
-    Called once at import unless $OPENBLAS_NUM_THREADS is set (then that setting stands).
+
+@contextlib.contextmanager
+def blas_threads(n: int = 1) -> Iterator[None]:
+    """Within the block NumPy's BLAS runs on ``n`` threads; the process's own setting is back afterwards.
+
+    The reference kernels multiply many small tiles (64-128 wide); on a shared 2-core machine a multi-threaded
+    OpenBLAS spins its threads and runs such products 10-200x slower than one thread. The reference adapters run
+    their kernels inside this block (`threadpoolctl`, one controller per process: ~15 us a block), so importing this
+    module changes nothing for the rest of the process.
     """
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
-    for path in libs:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            fn = getattr(lib, symbol, None)
-            if fn is not None:
-                fn(ctypes.c_int(n))
-                return True
-    return False
+    global _CONTROLLER
+    from threadpoolctl import ThreadpoolController
 
-
-if "OPENBLAS_NUM_THREADS" not in os.environ:
-    limit_blas_threads(1)
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    with _CONTROLLER.limit(limits=n, user_api="blas"):
+        yield
 
 
 @dataclass(frozen=True)

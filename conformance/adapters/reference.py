@@ -63,7 +63,9 @@ class _Reference(Adapter):
 
     def _kernel(self, fn_name: str, *args: Any, **kw: Any) -> Any:
         """``self.kernel.<fn_name>(*args, **kw)``: the code under test (its exceptions are its own)."""
-        with under_test():
+        from attention_conformance.kernels.emulate import blas_threads
+
+        with under_test(), blas_threads(1):  # many small tile products: one BLAS thread (kernels.emulate)
             return getattr(self.kernel, fn_name)(*args, **kw)
 
     def _forward_backward(self, inputs: CaseInputs, kw: dict[str, Any]) -> tuple[Any, ...]:

@@ -55,7 +55,9 @@ def test_shipped_file_loads_and_names_only_builtin_adapters():
 
 @pytest.mark.parametrize("version,spec,ok", [
     ("torch 2.13.0+cpu", "==2.13.*", True), ("torch 2.13.0+cpu", "==2.12.*", False),
-    ("2.13.1", ">=2.13,<2.14", True), ("2.14.0", ">=2.13,<2.14", False), ("4.0.0b36", "<4.0.0", True),
+    ("2.13.1", ">=2.13,<2.14", True), ("2.14.0", ">=2.13,<2.14", False), ("4.0.0b36", "<4.0.1", True),
+    ("4.0.0b36", "<4.0.0", False),  # PEP 440: "<V" holds no pre-release of V itself
+    ("2.11.0+cu130", "==2.11.*", True), ("flash-attn-4 4.0.0b36", "==4.0.0b36", True),
     ("4.0.0b36", ">=4.0.0b30", True), ("4.0.0", ">4.0.0b36", True), ("2.6.3", "!=2.6.3", False),
     ("unknown", ">=1", False), ("anything", None, True), ("2.13", "~=2.12", True), ("2.13", "==2.13.*", True),
 ])

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from attention_conformance import cli, report
+from attention_conformance import cli, environment, report
 from attention_conformance.outcomes import FINDING, KNOWN, NOT_SUPPORTED, PASS, UNEXPECTED_PASS
 from attention_conformance.pytest_plugin import OUTCOME_PROPERTY
 
@@ -52,14 +52,16 @@ reason = "inapplicable here: this machine has no A100, so nothing changes"
 
 @pytest.fixture
 def h200_machine(monkeypatch):
-    """`report.environment` says this machine has one NVIDIA H200 (the expectations' GPU lookup reads it)."""
-    real = report.environment
+    """`environment.environment` says this machine has one NVIDIA H200 (the expectations' GPU lookup reads it, and
+    the reports record it)."""
+    real = environment.environment
 
     def fake(*args, **kwargs):
         env = dict(real(*args, **kwargs))
         env["gpus"] = [{"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771}]
         return env
 
+    monkeypatch.setattr(environment, "environment", fake)
     monkeypatch.setattr(report, "environment", fake)
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("CONFORMANCE_DEVICE", "cpu")
