@@ -2,10 +2,11 @@
 
 One row per benchmark group (a shape) and implementation (ours, torch-flash, torch-cudnn, flash-attn-4; the FP8
 groups: ours-fp8-vt (V k-major) and ours-fp8 (V as rows) beside ours-bf16 and cuDNN's FP8 forward, cudnn-fp8):
-CUDA-event median in ms and the rate (TFLOPs/s or TB/s), then the speed of ours (ours-fp8-vt, else ours-fp8, in the
-FP8 groups) relative to each other implementation; where the benchmark also timed ours beside it in alternating
-rounds (``extra_info`` ``paired_ours_over_impl``: the FA3 forward's cuDNN and FA4 rows, cudnn-fp8), that paired
-ratio too.
+GPU time in ms (``extra_info`` ``gpu_ms``: `kernels.timing`, CUDA-graph replay; the method beside it) and the rate
+(TFLOPs/s or TB/s) from it, the host time of one call, the wall time the earlier timer reported, then the speed of
+ours (ours-fp8-vt, else ours-fp8, in the FP8 groups) relative to each other implementation; where the benchmark also
+timed ours beside it in alternating rounds (``extra_info`` ``paired_ours_over_impl``: the FA3 forward's cuDNN and
+FA4 rows, cudnn-fp8), that paired ratio too. A JSON from before the GPU timer gives its CUDA-event wall time, said so.
 
     python tools/bench_table.py reports/latest/pytest_bench.json > table.md
 """
@@ -34,24 +35,33 @@ def _impl(name: str) -> str:
 
 
 def rows_of(data: dict) -> dict[str, dict[str, dict]]:
-    """group -> implementation -> {"ms", "rate", "unit", "paired"} from a pytest-benchmark JSON ("paired": the
-    speed ratio ours / impl timed in alternating rounds, or None)."""
+    """group -> implementation -> {"ms", "rate", "unit", "host_us", "wall_ms", "method", "paired"} from a
+    pytest-benchmark JSON: GPU time and its rate where the run recorded them (``gpu_ms``), else (a run before the GPU
+    timer) the CUDA-event wall time, ``method`` saying which; "paired": the speed ratio ours / impl timed in
+    alternating rounds, or None."""
     out: dict[str, dict[str, dict]] = defaultdict(dict)
     for b in data["benchmarks"]:
         info = b.get("extra_info", {})
-        ms = info.get("cuda_event_median_ms", b["stats"]["median"] * 1e3)
-        unit = "TB/s" if "TBps_cuda_event" in info else "TFLOPs/s"
-        rate = info.get("TBps_cuda_event", info.get("tflops_cuda_event"))
-        out[b.get("group") or b["name"]][_impl(b["name"])] = {"ms": ms, "rate": rate, "unit": unit,
-                                                               "paired": info.get("paired_ours_over_impl")}
+        if "gpu_ms" in info:
+            ms, method = info["gpu_ms"], info.get("gpu_method", "gpu")
+            unit = "TB/s" if "TBps" in info else "TFLOPs/s"
+            rate = info.get("TBps", info.get("tflops"))
+        else:
+            ms, method = info.get("cuda_event_median_ms", b["stats"]["median"] * 1e3), "wall (events)"
+            unit = "TB/s" if "TBps_cuda_event" in info else "TFLOPs/s"
+            rate = info.get("TBps_cuda_event", info.get("tflops_cuda_event"))
+        out[b.get("group") or b["name"]][_impl(b["name"])] = {
+            "ms": ms, "rate": rate, "unit": unit, "host_us": info.get("host_us"), "wall_ms": info.get("wall_ms"),
+            "method": method, "paired": info.get("paired_ours_over_impl")}
     return out
 
 
 def markdown(data: dict) -> str:
     rows = rows_of(data)
     lines = [
-        "| shape | impl | ms (CUDA events) | rate | speed ours / impl | paired (alternating rounds) |",
-        "|---|---|---|---|---|---|",
+        "| shape | impl | GPU ms | rate | host us / call | wall ms | timed by | speed ours / impl | paired "
+        "(alternating rounds) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for group, impls in rows.items():
         ours = impls.get("ours") or impls.get("ours-fp8-vt") or impls.get("ours-fp8")
@@ -61,7 +71,10 @@ def markdown(data: dict) -> str:
                 ratio = f"{r['ms'] / ours['ms']:.2f}"  # time ratio = speed of ours relative to it
             rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else ""
             paired = f"{r['paired']:.2f}" if r.get("paired") is not None else ""
-            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {ratio} | {paired} |")
+            host = f"{r['host_us']:.0f}" if r.get("host_us") is not None else ""
+            wall = f"{r['wall_ms']:.3f}" if r.get("wall_ms") is not None else ""
+            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {host} | {wall} | {r['method']} | {ratio} "
+                         f"| {paired} |")
     info = data.get("machine_info", {})
     head = f"pytest-benchmark {data.get('version', '')}, {data.get('datetime', '')}, {info.get('node', '')}"
     return head + "\n\n" + "\n".join(lines) + "\n"

@@ -41,3 +41,20 @@ def test_fp8_groups_compare_ours_fp8_vt_with_cudnn_fp8():
     assert set(rows) == {"ours-fp8-vt", "ours-bf16", "cudnn-fp8"}
     line = next(x for x in markdown(doc).splitlines() if "| cudnn-fp8 |" in x)
     assert line.endswith("| 1.02 | 1.02 |"), line
+
+
+def test_gpu_time_is_the_headline_with_host_and_wall_time_beside_it():
+    """A run of the GPU timer (``gpu_ms``, ``tflops`` from it, ``host_us``, ``wall_ms``, ``gpu_method``): the table's
+    ms and rate are GPU time, the host time and the wall time stand beside them, and the method is named; a JSON from
+    before the GPU timer is labelled wall time."""
+    doc = dict(DOC, benchmarks=[
+        dict(name="test_fa3_fwd_8k[128-full-ours]", group="g", stats=dict(median=2.3e-3),
+             extra_info=dict(gpu_ms=2.0, tflops=50.0, host_us=7.1, wall_ms=2.3, gpu_method="cuda_graph",
+                             cuda_event_median_ms=2.3, tflops_cuda_event=43.5)),
+        _bench("test_fa3_fwd_8k[128-full-flash-attn-4]", "g", 2.6),
+    ])
+    rows = rows_of(doc)["g"]
+    assert rows["ours"]["ms"] == 2.0 and rows["ours"]["rate"] == 50.0 and rows["ours"]["method"] == "cuda_graph"
+    assert rows["flash-attn-4"]["method"] == "wall (events)"
+    ours = next(line for line in markdown(doc).splitlines() if "| ours |" in line)
+    assert "| 2.000 | 50.0 TFLOPs/s | 7 | 2.300 | cuda_graph |" in ours, ours
