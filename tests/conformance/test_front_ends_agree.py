@@ -105,3 +105,19 @@ def test_cli_and_plugin_give_the_same_outcome_for_every_pair(tmp_path, h200_mach
     assert code == 1 and rc == pytest.ExitCode.TESTS_FAILED  # the UNEXPECTED_PASS verdicts fail both
     broken = [o for (c, s), o in by_cli.items() if "broken_sdpa" in s and c.startswith("tile_edges")]
     assert KNOWN in broken and "FAIL" not in broken, broken
+
+
+def test_strictness_is_the_same_rule_in_both_front_ends(tmp_path, h200_machine, monkeypatch):
+    """``run --strict`` and the plugin's ``--conformance-strict`` (pytest owns ``--strict``): the named finding
+    masked_nan is FAIL in both, for the same pairs."""
+    out = tmp_path / "cli"
+    cli.main(["run", "--impl", "torch-sdpa-math", "--profile", "ci", "-k", "nan_padding", "--strict",
+              "--report-dir", str(out), "--quiet"])
+    rep = json.loads((out / "report.json").read_text())
+    by_cli = {(r["case_id"], r["spec"]): r["outcome"] for r in rep["results"]}
+    monkeypatch.chdir(tmp_path)
+    seen = _Outcomes()
+    pytest.main(["-q", "-p", "no:cacheprovider", "--pyargs", "attention_conformance", "--impl", "torch-sdpa-math",
+                 "--profile", "ci", "--cases", "nan_padding", "--conformance-strict"], plugins=[seen])
+    assert by_cli and seen.by_pair == by_cli
+    assert "FAIL" in by_cli.values() and FINDING not in by_cli.values(), by_cli
