@@ -44,6 +44,7 @@ from attention_conformance.report_digest import (
     failure_order,
     memory_table,
     named_findings,
+    partial_text,
     quantity_line,
     shape_of,
     smallest_failing,
@@ -52,7 +53,7 @@ from attention_conformance.report_html import render_html
 from attention_conformance.report_store import dump_report
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report",
-           "rebuild_report", "render_markdown", "partial_text",
+           "rebuild_report", "render_markdown",
            "exit_code"]
 
 SCHEMA_VERSION = 1
@@ -136,20 +137,6 @@ def _feature_columns(results: Sequence[CaseResult]) -> list[str]:
         for f in r.features:
             cols.setdefault(f, None)
     return list(cols)
-
-
-def partial_text(rep: dict) -> str | None:
-    """What makes a report partial, in one sentence (None when it is complete): a run that stopped early, or a
-    joined report (conformance/combine.py) some of whose adapters lack results for cases others have."""
-    if not rep.get("partial"):
-        return None
-    missing = rep.get("missing_results") or {}
-    done, planned = rep["summary"].get("cases"), rep.get("cases_planned")
-    if missing and done == planned:
-        per = ", ".join(f"{name} {n}" for name, n in missing.items())
-        return (f"{done} cases, but the joined runs lack results for some of them: {per} "
-                "(cases added after those adapters' runs, or a run that stopped early).")
-    return f"{done} of {planned} cases done (checkpoint of a run still in progress or stopped)."
 
 
 def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int = 200) -> str:

@@ -5,6 +5,7 @@
 - `size_of` / `failure_order`: results ordered by outcome severity, then adapter, then case size, so
   each adapter's smallest failing case comes first;
 - `smallest_failing`: per adapter and failing feature, the number of failing cases and the smallest one;
+- `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
 - `named_findings`: per adapter and named finding class (`conformance.judge.FINDING_CLASSES`, SEMANTICS.md
   §17), the number of cases and the smallest one.
 
@@ -21,8 +22,22 @@ from attention_conformance import numfmt
 from attention_conformance.judge import finding_class
 from attention_conformance.outcomes import FAILING, SEVERITY
 
-__all__ = ["failure_order", "memory_table", "named_findings", "quantity_line", "shape_of", "size_of",
+__all__ = ["failure_order", "memory_table", "named_findings", "partial_text", "quantity_line", "shape_of", "size_of",
            "smallest_failing"]
+
+
+def partial_text(rep: dict) -> str | None:
+    """What makes a report partial, in one sentence (None when it is complete): a run that stopped early, or a
+    joined report (conformance/combine.py) some of whose adapters lack results for cases others have."""
+    if not rep.get("partial"):
+        return None
+    missing = rep.get("missing_results") or {}
+    done, planned = rep["summary"].get("cases"), rep.get("cases_planned")
+    if missing and done == planned:
+        per = ", ".join(f"{name} {n}" for name, n in missing.items())
+        return (f"{done} cases, but the joined runs lack results for some of them: {per} "
+                "(cases added after those adapters' runs, or a run that stopped early).")
+    return f"{done} of {planned} cases done (checkpoint of a run still in progress or stopped)."
 
 
 def quantity_line(name: str, st: Mapping[str, Any]) -> str | None:

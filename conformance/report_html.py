@@ -30,6 +30,7 @@ from attention_conformance.report_digest import (
     failure_order,
     memory_table,
     named_findings,
+    partial_text,
     quantity_line,
     shape_of,
     smallest_failing,
@@ -79,7 +80,6 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
              f" / {_e(rep.get('device'))}</title><style>{_STYLE}</style></head><body>",
              f"<h1>Conformance report (profile <code>{_e(rep.get('profile'))}</code>, device "
              f"<code>{_e(rep.get('device'))}</code>)</h1>"]
-    from attention_conformance.report import partial_text  # report.py imports this module
 
     if (why := partial_text(rep)) is not None:
         parts.append(f"<p><b>Partial report</b>: {_e(why)}</p>")
