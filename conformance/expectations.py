@@ -380,13 +380,12 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
 
 
 class RunExpectations:
-    """The expectations of one ``conformance run``: the entries, the run's context, the usage summary."""
+    """The expectations of one run: the entries and the run's context (`run_context.ConformanceRun` counts which
+    entries its verdicts fell under)."""
 
     def __init__(self, entries: Sequence[Expectation], ctx: RunContext):
         self.entries = list(entries)
         self.ctx = ctx
-        self.summary: dict = {"files": sorted({e.source for e in self.entries}), "entries": len(self.entries),
-                              "used": {}, "unused": [], "known": 0, "unexpected_pass": 0}
 
     @classmethod
     def for_run(cls, files: Sequence[str], *, default: bool, device: str, loaded: Sequence[Any]) -> RunExpectations:
@@ -409,15 +408,10 @@ class RunExpectations:
         return cls(entries, RunContext(device, gpus, versions))
 
     def apply(self, results: Sequence[Any]) -> list:
-        """``results`` (`CaseResult`s, raw outcomes) with the entries applied; updates `summary`."""
+        """``results`` (`CaseResult`s, raw outcomes) with the entries applied (`apply`), in order."""
         if not self.entries:
             return list(results)
-        out, self.summary = apply(self.entries, [(Case.from_dict(r.case), r) for r in results], self.ctx)
-        return out
-
-    def warnings(self) -> list[str]:
-        """One line per entry that matched no result of the run (delete it, or it hides nothing)."""
-        return [f"warning: expectation {label} matched no result of this run" for label in self.summary["unused"]]
+        return apply(self.entries, [(Case.from_dict(r.case), r) for r in results], self.ctx)[0]
 
 
 def report_rows(results: Iterable[dict]) -> list[dict]:

@@ -159,14 +159,7 @@ class ConformanceRun:
         return out
 
     def _expect(self, results: Sequence[Any]) -> list:
-        from attention_conformance.case import Case
-        from attention_conformance.expectations import apply
-
-        if not self.expectations.entries:
-            return list(results)
-        out, _ = apply(self.expectations.entries, [(Case.from_dict(r.case), r) for r in results],
-                       self.expectations.ctx)
-        return out
+        return self.expectations.apply(results)
 
     @property
     def summary(self) -> dict[str, Any]:
