@@ -37,6 +37,7 @@ from attention_conformance.outcomes import (
     OUTCOMES,
     SEVERITY,
     TIMEOUT,
+    counts_line,
     worst,
 )
 from attention_conformance.registry import LoadedAdapter
@@ -232,8 +233,7 @@ class Runner:
             if progress is not None and (i % every == 0 or i == len(cases)):
                 el = time.perf_counter() - t0
                 eta = eta_model.remaining(costs[i:])
-                summary = " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
-                progress(f"[{i}/{len(cases)} cases] {summary} elapsed {el:.0f}s ETA {eta:.0f}s")
+                progress(f"[{i}/{len(cases)} cases] {counts_line(counts)} elapsed {el:.0f}s ETA {eta:.0f}s")
             if checkpoint is not None and i % every == 0 and i < len(cases):
                 checkpoint(results)
         return results

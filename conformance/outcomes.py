@@ -25,7 +25,7 @@ conformance/TOLERANCES.md how close is close enough):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "COLOUR",
@@ -46,6 +46,7 @@ __all__ = [
     "SHORT",
     "TIMEOUT",
     "UNEXPECTED_PASS",
+    "counts_line",
     "exit_code_of",
     "is_failing",
     "worst",
@@ -101,6 +102,11 @@ LEGEND = {
     TIMEOUT: "the call did not finish in time",
     HARNESS_ERROR: "the harness raised (not the adapter's fault)",
 }
+
+
+def counts_line(counts: Mapping[str, int]) -> str:
+    """``PASS=3 FAIL=1``: the non-zero counts of ``counts`` (outcome -> number) in report order (progress lines)."""
+    return " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
 
 
 def worst(outcomes: Iterable[str]) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 from attention_conformance.case import Case
 from attention_conformance.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
-from attention_conformance.outcomes import OUTCOMES
+from attention_conformance.outcomes import counts_line
 from attention_conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
@@ -98,6 +98,13 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     eta_model = EtaModel()  # per-case seconds in one worker; time left ~ remaining work / workers
     t0 = time.perf_counter()
 
+    counts: dict[str, int] = {}  # what the progress lines count: ``outcome_of`` each result, as it arrives
+
+    def count(rs: list) -> None:
+        for r in rs:
+            shown = outcome_of(r) if outcome_of is not None else r.outcome
+            counts[shown] = counts.get(shown, 0) + 1
+
     def lost(case: Case, outcome: str, message: str) -> list[CaseResult]:
         """One `outcome` result per adapter for a case whose worker did not send its results back."""
         return [CaseResult(case.id, la.name, la.spec, outcome, case.family, features_of(case), message=message,
@@ -125,9 +132,11 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                 try:
                     reply = _recv(fd, time.monotonic() + 60)
                     results[case.id] = reply
+                    count(reply)
                     eta_model.observe(estimated_cost(case), time.monotonic() - w.started)
                 except Exception as exc:  # the worker died: only this case is lost
                     results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
+                    count(results[case.id])
                     w = restart(w)
                 w.case = None
                 if pending:
@@ -136,13 +145,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     if progress is not None:
                         left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool
                                                                        if x.case is not None]
-                        counts: dict[str, int] = {}
-                        for rs in results.values():
-                            for r in rs:
-                                shown = outcome_of(r) if outcome_of is not None else r.outcome
-                                counts[shown] = counts.get(shown, 0) + 1
-                        summary = " ".join(f"{k}={counts[k]}" for k in OUTCOMES if counts.get(k))
-                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] {summary} "
+                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] {counts_line(counts)} "
                                  f"elapsed {time.perf_counter() - t0:.0f}s "
                                  f"ETA {eta_model.remaining(left) / workers:.0f}s")
                     if checkpoint is not None and len(results) < len(cases):
@@ -152,6 +155,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     case = w.case
                     results[case.id] = lost(case, "TIMEOUT",
                                             f"TIMEOUT: worker {w.index} exceeded {case_limit:g} s on this case")
+                    count(results[case.id])
                     nw = restart(w)
                     if pending:
                         nw.submit(pending.pop(0))
