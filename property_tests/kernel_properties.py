@@ -54,6 +54,7 @@ from attention_conformance.judge import Verdict
 from attention_conformance.outcomes import KNOWN, NOT_SUPPORTED
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.known import KnownFindings
+from attention_conformance.property_tests.profiles import build_per_shape_examples
 from attention_conformance.property_tests.strategies import (
     FP8_FORMATS,
     FP8_GRANULARITIES,
@@ -261,6 +262,7 @@ class PropertyRun:
     max_usage: float = 0.0
     known: list[KnownHit] = field(default_factory=list)  # failures an expectations entry expects (KNOWN)
     declined: list[tuple[Case, str]] = field(default_factory=list)  # claimed draws the library refused (rejected)
+    budget: str = ""  # why fewer examples than the profile's are drawn ("" when the profile's count is)
 
     def event(self, label: str) -> None:
         self.events[label] += 1
@@ -383,9 +385,7 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
                 target(min(verdict.usage, 1e6), label="fp8_offset tolerance usage")
 
         test = given(drawn=property_strategy(kind, adapter, device))(check_peaked)
-        if settings_obj is not None:
-            test = settings_obj(test)
-        run.test = test
+        run.test = _budgeted(run, test, settings_obj)
         return run
 
     test = given(case=property_strategy(kind, adapter, device))(check)
@@ -393,10 +393,22 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
         for case in reversed(PINNED.get(kind, ())):
             if capability_reason(caps, case, device) is None:  # what the declaration claims (a decline then fails)
                 test = example(case=case)(test)
-    if settings_obj is not None:
-        test = settings_obj(test)
+    test = _budgeted(run, test, settings_obj)
     run.test = test
     return run
+
+
+def _budgeted(run: PropertyRun, test, settings_obj: settings | None):
+    """``test`` under ``settings_obj``; for an adapter that builds a kernel per shape (``builds_per_shape``), with the
+    example count `profiles.build_per_shape_examples` gives, recorded in ``run.budget``."""
+    if getattr(run.adapter, "builds_per_shape", False):
+        profile = settings_obj.max_examples if settings_obj is not None else settings.default.max_examples
+        n = build_per_shape_examples(profile)
+        if n < profile:
+            run.budget = (f"{n} examples instead of the profile's {profile}: {run.adapter.name} builds a kernel for "
+                          f"each new shape (seconds per example)")
+            settings_obj = settings(settings_obj or settings.default, max_examples=n)
+    return settings_obj(test) if settings_obj is not None else test
 
 
 #: per test node: (examples run, worst tolerance usage seen, event counts); tests/property/test_kernel_properties.py

@@ -19,12 +19,22 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-__all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "register", "load", "active_profile"]
+__all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "build_per_shape_examples", "register", "load", "active_profile"]
 
 #: where failing examples are stored (dev, thorough, gpu): the repo root's .hypothesis/examples
 DATABASE_DIR = Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
 #: max_examples per property for each profile (oracle properties use this; kernel properties too)
 EXAMPLES = {"ci": 100, "dev": 200, "thorough": 2000, "gpu": 300}
+#: examples per property for an adapter that builds a kernel for each new shape (``Adapter.builds_per_shape``:
+#: compiled FlexAttention, flash-attn-4's DSL), where one example costs seconds: a 25th of the profile's, at least 8
+BUILD_PER_SHAPE_DIVISOR, BUILD_PER_SHAPE_MIN = 25, 8
+
+
+def build_per_shape_examples(profile_examples: int) -> int:
+    """The example count for a property of an adapter that builds per shape, given the profile's count."""
+    return min(profile_examples, max(BUILD_PER_SHAPE_MIN, profile_examples // BUILD_PER_SHAPE_DIVISOR))
+
+
 #: examples per property per mutant in the mutant runner (derandomized like ci)
 MUTANT_EXAMPLES = 25
 PROFILES = tuple(EXAMPLES)

@@ -237,6 +237,10 @@ class Adapter(abc.ABC):
     #: (the built-in ones): an exception raised outside those calls is then HARNESS_ERROR, not FAIL. False
     #: (third-party adapters): every exception of ``forward`` / ``backward`` is the adapter's.
     marks_code_under_test: ClassVar[bool] = False
+    #: True where each new shape (or mask) builds a kernel before it runs (torch.compile, a JIT DSL): seconds per
+    #: call instead of milliseconds. The property suite then draws `property_tests.profiles.BUILD_PER_SHAPE_EXAMPLES`
+    #: examples per property instead of the profile's count, and says so (the conformance catalog still runs every case)
+    builds_per_shape: ClassVar[bool] = False
 
     def unavailable_reason(self, device: str) -> str | None:
         """None when this adapter can run on `device` here; otherwise why not (shown by `list`)."""

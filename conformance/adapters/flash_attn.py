@@ -671,6 +671,8 @@ class FlashAttn4(_FlashAttnBase):
     (SplitKV is refused on sm90).
     """
 
+    builds_per_shape = True  # the CUTLASS DSL compiles a kernel for each new shape, mask and dtype
+
     name = "flash-attn-4"
     description = "FlashAttention-4 sm90 (flash_attn.cute.flash_attn_func / flash_attn_varlen_func, CuTe DSL)"
     module_names = ("flash_attn.cute",)

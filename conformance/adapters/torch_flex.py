@@ -186,6 +186,7 @@ class FlexAttention(Adapter):
         on_cuda = torch is not None and torch.cuda.is_available()
         self.capabilities = _CUDA_CAPS if on_cuda else _CPU_CAPS
         self.isolate = on_cuda  # compiled Triton kernels run in a worker process on CUDA
+        self.builds_per_shape = on_cuda  # torch.compile(dynamic=False): one Inductor build per shape and mask
 
     def version(self) -> str:
         return f"torch {torch.__version__}" if torch is not None else "torch missing"

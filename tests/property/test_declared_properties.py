@@ -208,3 +208,19 @@ def test_pytest_expect_turns_a_property_failure_into_known(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "1 passed" in out, out[-3000:]
     assert "known findings" in out and "KNOWN toy-bias" in out, out[-3000:]
+
+
+def test_an_adapter_that_builds_per_shape_draws_fewer_examples_and_says_so():
+    """Compiled FlexAttention and flash-attn-4 build a kernel per shape (seconds an example): their properties draw
+    `profiles.build_per_shape_examples` examples, not the profile's count, and the run records why."""
+    from attention_conformance.property_tests.profiles import build_per_shape_examples
+
+    adapter = load("reference-fa2").adapter
+    adapter.builds_per_shape = True
+    run = build_property("forward", adapter, settings_obj=settings(FEW, max_examples=300), pinned=False)
+    run.test()
+    assert build_per_shape_examples(300) == 12 and build_per_shape_examples(100) == 8
+    assert build_per_shape_examples(6) == 6
+    assert 0 < run.examples_run <= 12 and "12 examples instead of the profile's 300" in run.budget
+    plain = build_property("forward", load("reference-fa2").adapter, settings_obj=FEW, pinned=False)
+    assert plain.budget == ""

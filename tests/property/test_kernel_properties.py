@@ -77,6 +77,8 @@ def test_kernel_property(impl_kind, request):
             request.node.user_properties.append(
                 ("known", [f"{hit.expectation}: {hit.case.id}: {hit.message}" for hit in run.known[:5]]
                  + ([f"... {len(run.known) - 5} more"] if len(run.known) > 5 else [])))
+        if run.budget:
+            request.node.user_properties.append(("budget", run.budget))
         if run.declined:
             case, why = run.declined[0]
             request.node.user_properties.append(
