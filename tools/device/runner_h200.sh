@@ -49,15 +49,17 @@ collect)
     mkdir -p "$OUT/cli_$name" && cp /tmp/cli_$name/report.* /tmp/cli_$name/log "$OUT/cli_$name/" 2>/dev/null
     gzip -f "$OUT/cli_$name/report.json" 2>/dev/null; true ;;
 tox)
-    rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
+    rm -rf /tmp/tox_run failures.txt failures.txt.durations && mkdir -p /tmp/tox_run
     setsid bash -c "start=\$(date +%s); PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 \
-        PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly $* \
+        PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
+        -p tools.pytest_stream_failures --durations=40 $* \
         > /tmp/tox_run/tox_gpu.log 2>&1; echo \$? > /tmp/tox_run/rc; echo \$(( \$(date +%s) - start )) > /tmp/tox_run/seconds" \
         < /dev/null > /dev/null 2>&1 &
     echo "started tox -e gpu in /tmp/tox_run" ;;
 tox-collect)
     for _ in $(seq 1 "${WAIT_S:-540}"); do [ -f /tmp/tox_run/rc ] && break; sleep 1; done
     echo "tox -e gpu: exit $(cat /tmp/tox_run/rc 2>/dev/null || echo running) in $(cat /tmp/tox_run/seconds 2>/dev/null || echo '?') s"
-    tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml "$OUT/" 2>/dev/null; true ;;
+    tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml failures.txt failures.txt.durations "$OUT/" 2>/dev/null
+    true ;;
 *) echo "unknown stage $stage"; exit 2 ;;
 esac
