@@ -176,7 +176,8 @@ class CallResult:
     error_type: str | None = None
     mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
     seconds: float = 0.0
-    #: who raised `error`: "adapter" (the code under test) or "harness" (code around it)
+    #: who raised `error`: "adapter" (the code under test), "harness" (code around it) or "resources" (the device ran
+    #: out of memory: `worker.out_of_memory`; HARNESS_ERROR, not a verdict)
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
     memory: dict | None = None  # peak device memory of the call on CUDA (conformance.memory.MemoryRecord), else None

@@ -136,6 +136,9 @@ def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
     last = call.error.strip().splitlines()[-1] if call.error and call.error.strip() else str(call.error_type)
     if call.error_type == CallDeclined.__name__:
         return NOT_SUPPORTED, f"{kind} declined at call time by the library: {last.split(': ', 1)[-1]}"
+    if call.error_origin == "resources":
+        return HARNESS_ERROR, (f"out of device memory in {kind}, not a verdict of the kernel (the machine's memory: "
+                               f"other processes on the device, or too many workers; rerun the case alone): {last}")
     if call.error_origin == "harness":
         return HARNESS_ERROR, (f"harness error in {kind} (not the adapter's fault): {last}; raised at "
                                f"{call.error_site or 'an unknown frame'}, outside the code under test\n{call.error}")

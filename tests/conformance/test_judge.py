@@ -170,3 +170,37 @@ def test_fp8_offset_property_judges_like_the_engine(toy, toy_path):
     if toy != "OracleRaises":
         assert direct.tolerance_model["eta_p"] == pytest.approx(od.model.eta_p * 2.0**-8)
     assert direct.summary()["outcome"] == a["outcome"]
+
+
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.00 GiB",
+                                     "CUDA error: cudaErrorMemoryAllocation"])
+def test_out_of_device_memory_is_a_harness_error_not_a_fail(message):
+    """A kernel that raises because the device ran out of memory (another process on the GPU, too many workers)
+    says nothing about its answer: HARNESS_ERROR with the reason, never FAIL; any other exception it raises stays
+    FAIL."""
+    from attention_conformance.calldata import under_test
+
+    base = load("reference-fa2").adapter
+
+    class Starved(type(base)):
+        def forward(self, inputs, case, device):
+            with under_test():
+                raise RuntimeError(message)
+
+    class Wrong(type(base)):
+        def forward(self, inputs, case, device):
+            with under_test():
+                raise RuntimeError("an illegal instruction was encountered")
+
+    from attention_conformance.inputs import make_inputs
+
+    case = Case(family="judge", B=1, Hq=2, Hkv=2, Lq=8, Lk=9, d=8, dv=8, dtype="float32")
+    inputs = make_inputs(case)
+    od = compute_oracle(case, inputs)
+    outcomes = {}
+    for adapter in (Starved(), Wrong()):
+        res = collect_calls(lambda kind, a=adapter: call_adapter(a, kind, inputs, case, "cpu"), case, repeat=False)
+        outcomes[type(adapter).__name__] = judge(case, od, res, device="cpu", capabilities=base.capabilities)
+    assert outcomes["Starved"].outcome == "HARNESS_ERROR", outcomes["Starved"].message
+    assert "out of device memory" in outcomes["Starved"].message and "not a verdict" in outcomes["Starved"].message
+    assert outcomes["Wrong"].outcome == "FAIL"
