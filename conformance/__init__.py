@@ -9,11 +9,11 @@ the folders beside it are its subpackages (`attention_conformance.oracles`, `.ke
 (checks.py), the engine (engine.py, worker.py, parallel.py), adapters (adapters/, registry.py) and
 reports (report.py). See conformance/README.md.
 
-`claims` declares what a plain SDPA-signature function supports (conformance/declared.py); `CallDeclined`
-is what a function raises when the library it wraps refuses a call itself (NOT_SUPPORTED, conformance/calldata.py).
+`claims` declares what a plain SDPA-signature function supports (conformance/adapters/declared.py); `CallDeclined`
+is what a function raises when the library it wraps refuses a call itself (NOT_SUPPORTED, conformance/cases/calldata.py).
 """
 
-from attention_conformance.calldata import CallDeclined
-from attention_conformance.declared import Claims, claims
+from attention_conformance.adapters.declared import Claims, claims
+from attention_conformance.cases.calldata import CallDeclined
 
 __all__ = ["CallDeclined", "Claims", "claims"]

@@ -13,7 +13,7 @@
 Exit codes: 0 = no case failed; 1 = some case is FAIL, CRASH or TIMEOUT; 2 = usage or harness error.
 Every usage error (a malformed or empty ``-k`` selection, ``--workers`` < 1, ``--timeout`` <= 0, an unknown or
 unusable ``--impl``, a bad choice or a missing argument) is one line on stderr, ``error: ...``, no traceback,
-exit code 2. ``-k`` is the grammar of `conformance.selection` (names, and/or/not, parentheses; never evaluated).
+exit code 2. ``-k`` is the grammar of `conformance.cases.selection` (names, and/or/not, parentheses; never evaluated).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="apply no expectations (not even the shipped file): raw outcomes")
     run.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
                      help="what plain --impl functions support, e.g. 'dtypes=float16,bfloat16; head_dims=64,128; "
-                          "causal=only' (conformance/declared.py)")
+                          "causal=only' (conformance/adapters/declared.py)")
 
     mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N`, or of runs of one profile "
                                       "with other adapters (a later result for a (case, adapter) replaces an "
@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _select(profile: str, expr: str | None):
     """The cases of ``profile`` that ``-k expr`` selects; `UsageError` if it is malformed or selects none."""
-    from attention_conformance import catalog
-    from attention_conformance.selection import SelectorError
+    from attention_conformance.cases import catalog
+    from attention_conformance.cases.selection import SelectorError
 
     try:
         cases = catalog.select(catalog.cases(profile), expr)
@@ -147,7 +147,7 @@ def _select(profile: str, expr: str | None):
 
 
 def _cmd_list(args) -> int:
-    from attention_conformance.registry import builtin_names, load
+    from attention_conformance.adapters.registry import builtin_names, load
 
     check_specs(list(args.impl or []))
     specs = builtin_names() + [s for s in (args.impl or []) if s not in builtin_names()]
@@ -194,7 +194,7 @@ def _cmd_run(args) -> int:
         print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
     if args.claims:
-        from attention_conformance.declared import unclaimed_targets
+        from attention_conformance.adapters.declared import unclaimed_targets
 
         problems = unclaimed_targets(args.claims, loaded)
         if problems:
@@ -264,8 +264,8 @@ def _check_report_dir(path: str) -> None:
 def _repro_case(text: str):
     """A catalog case id, or a case as JSON (``Case.to_dict``: what a property failure prints, e.g. a drawn or
     pinned example of the property suite); `UsageError` naming what is wrong."""
-    from attention_conformance.case import Case
-    from attention_conformance.catalog import case_by_id
+    from attention_conformance.cases.case import Case
+    from attention_conformance.cases.catalog import case_by_id
 
     if not text.lstrip().startswith("{"):
         try:
@@ -281,7 +281,7 @@ def _repro_case(text: str):
 
 
 def _cmd_repro(args) -> int:
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
     from attention_conformance.repro import snippet
 
     case = _repro_case(args.case_id)
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
     handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
-    from attention_conformance.declared import ClaimsError, cli_claims
+    from attention_conformance.adapters.declared import ClaimsError, cli_claims
 
     try:
         with cli_claims(getattr(args, "claims", None) or []):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.engine import CaseResult
 from attention_conformance.expectations import Expectation, RunContext, apply
 from attention_conformance.shard import ShardError, results_of
@@ -27,7 +27,7 @@ __all__ = ["combine", "reexpect", "run_context"]
 
 
 def _catalog_order(profile: str) -> dict[str, int]:
-    from attention_conformance.catalog import cases
+    from attention_conformance.cases.catalog import cases
 
     try:
         return {c.id: i for i, c in enumerate(cases(profile))}

@@ -1,7 +1,7 @@
 """Pair coverage of a profile: which claimable pairs of feature values meet in at least one case.
 
-A *pair* is two values of two different features of `conformance.features.PAIRWISE` (e.g. window=left
-with heads=gqa). It is *claimable* when the two values may meet (no `conformance.features.CONSTRAINTS`
+A *pair* is two values of two different features of `conformance.cases.features.PAIRWISE` (e.g. window=left
+with heads=gqa). It is *claimable* when the two values may meet (no `conformance.cases.features.CONSTRAINTS`
 entry forbids them, directly or through a third feature) and the declared `Capabilities` of at least one
 built-in adapter (`conformance.adapters.BUILTIN`, on any device it declares, CUDA ones included: the
 declarations are static) claim a case holding both: `conformance.adapters.base.capability_reason` is
@@ -17,9 +17,9 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from attention_conformance import covering, features
 from attention_conformance.adapters.base import Capabilities, capability_reason
-from attention_conformance.case import Case
+from attention_conformance.cases import covering, features
+from attention_conformance.cases.case import Case
 
 __all__ = ["Coverage", "Pair", "declared_capabilities", "claimable_pairs", "case_pairs", "profile_coverage",
            "render_matrix", "pair_text"]
@@ -70,7 +70,7 @@ def declared_capabilities() -> tuple[tuple[str, Capabilities], ...]:
     contribute one entry per device. An adapter whose module cannot be imported here contributes nothing.
     """
     from attention_conformance.adapters import BUILTIN
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     out: list[tuple[str, Capabilities]] = []
     for name in BUILTIN:
@@ -131,7 +131,7 @@ def case_pairs(case: Case) -> set[Pair]:
 
 def profile_coverage(profile: str, cases: Sequence[Case] | None = None) -> Coverage:
     """Coverage of the claimable pairs by the cases of ``profile`` (or by ``cases``)."""
-    from attention_conformance import catalog
+    from attention_conformance.cases import catalog
 
     cases = catalog.cases(profile) if cases is None else list(cases)
     caps = [c for _, c in declared_capabilities()]

@@ -23,10 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attention_conformance import features, memory
-from attention_conformance.calldata import raise_site
-from attention_conformance.case import Case
-from attention_conformance.catalog import estimated_cost
+from attention_conformance import memory
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases import features
+from attention_conformance.cases.calldata import raise_site
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
 from attention_conformance.judge import Verdict, judge
 from attention_conformance.outcomes import (
@@ -40,7 +42,6 @@ from attention_conformance.outcomes import (
     counts_line,
     worst,
 )
-from attention_conformance.registry import LoadedAdapter
 from attention_conformance.tolerance import OracleData, compute_oracle
 from attention_conformance.worker import (
     CallResult,
@@ -65,7 +66,7 @@ __all__ = [
 
 
 def features_of(case: Case) -> list[str]:
-    """Feature labels of a case (the columns of the report's adapter x feature matrix): `conformance.features`."""
+    """Feature labels of a case (the columns of the report's adapter x feature matrix): `conformance.cases.features`."""
     return features.labels(case)
 
 
@@ -114,7 +115,7 @@ class OracleCache:
 
     def get(self, case: Case):
         if case.id not in self._data:
-            from attention_conformance.inputs import make_inputs
+            from attention_conformance.cases.inputs import make_inputs
 
             try:
                 inputs = make_inputs(case)

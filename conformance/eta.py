@@ -14,7 +14,7 @@ __all__ = ["EtaModel"]
 
 
 class EtaModel:
-    """Online fit of seconds per case against ``conformance.catalog.estimated_cost``."""
+    """Online fit of seconds per case against ``conformance.cases.catalog.estimated_cost``."""
 
     def __init__(self) -> None:
         self._n = 0

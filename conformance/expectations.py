@@ -53,7 +53,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.outcomes import (
     FAILING,
     FINDING,
@@ -228,7 +228,7 @@ def _entry(raw: dict, source: str, index: int, base: Path | None = None) -> Expe
             raise ExpectationError(f"{where_}: versions: {exc}") from None
     cases = raw.get("cases")
     if cases is not None:
-        from attention_conformance import catalog
+        from attention_conformance.cases import catalog
 
         try:
             catalog.select([], str(cases))
@@ -292,7 +292,7 @@ def _case_matches(e: Expectation, case: Case) -> bool:
         if not _field_matches(getattr(case, name), want):
             return False
     if e.cases:
-        from attention_conformance import catalog
+        from attention_conformance.cases import catalog
 
         return bool(catalog.select([case], e.cases))
     return True

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from attention_conformance import oracles
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import Case, FP8Spec
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import Case, FP8Spec
 from attention_conformance.kernels.reference import fa2, fa3, standard
 from attention_conformance.oracles import fp8
 
@@ -252,7 +252,7 @@ def _load_gpu_quantized(path: str, index: int, case: Case, meta: np.ndarray) -> 
 
 
 def _load_adapter(impl: str, device: str | None) -> tuple[Any, str]:
-    from attention_conformance import registry
+    from attention_conformance.adapters import registry
 
     err = registry.spec_error(impl)
     if err is not None:

@@ -9,7 +9,7 @@ made: forward, backward, a repeated forward for determinism) and the adapter's `
 Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
 
 1. a call that raised: FAIL when the code under test raised (a claimed feature that raises is a
-   FAIL), HARNESS_ERROR naming the frame when harness code around it raised (`conformance.calldata`);
+   FAIL), HARNESS_ERROR naming the frame when harness code around it raised (`conformance.cases.calldata`);
 2. ``out_dtype`` (the input dtype; FP8 cases may return bf16/fp16/fp32, or FP8 codes with a per-tensor
    output scale, ``ForwardOutput.out_scale``, judged with that output's precision model), ``device``;
 3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from attention_conformance import checks, numfmt
-from attention_conformance.calldata import AdapterResults, CallDeclined, CallResult
-from attention_conformance.case import Case
-from attention_conformance.inputs import planted_nan
+from attention_conformance.cases.calldata import AdapterResults, CallDeclined, CallResult
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import planted_nan
 from attention_conformance.lse_convention import to_contract
 from attention_conformance.outcomes import (
     FAIL,
@@ -92,7 +92,7 @@ class Verdict:
     tolerance_model: dict[str, Any] = field(default_factory=dict)
     kernels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.calldata.raise_site`)
+    raised_at: str = ""  # for a call that raised: the frame that raised (`conformance.cases.calldata.raise_site`)
     memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> CallResult.memory (CUDA)
     oracle_seconds: float = 0.0
     seconds: float = 0.0
@@ -132,7 +132,7 @@ def _dtype_name(x: str | None) -> str | None:
 
 def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
     """(outcome, message) for a call that raised: the adapter's exception is FAIL, the harness's HARNESS_ERROR,
-    the library's own refusal (`CallDeclined`, conformance/calldata.py) NOT_SUPPORTED with its reason."""
+    the library's own refusal (`CallDeclined`, conformance/cases/calldata.py) NOT_SUPPORTED with its reason."""
     last = call.error.strip().splitlines()[-1] if call.error and call.error.strip() else str(call.error_type)
     if call.error_type == CallDeclined.__name__:
         return NOT_SUPPORTED, f"{kind} declined at call time by the library: {last.split(': ', 1)[-1]}"

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 
 __all__ = ["LSE_BASES", "LSE_LAYOUTS", "packed_lengths", "to_contract"]
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attention_conformance.case import Case
-from attention_conformance.catalog import estimated_cost
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
 from attention_conformance.outcomes import counts_line
 from attention_conformance.worker import _recv, _send, _worker_channels
@@ -171,8 +171,8 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
 
 def main() -> int:
     out, inp = _worker_channels()
+    from attention_conformance.adapters.registry import load_many
     from attention_conformance.engine import Runner
-    from attention_conformance.registry import load_many
     from attention_conformance.worker import WorkerCrash
 
     cfg = _recv(inp, None)

@@ -117,7 +117,7 @@ def device_option(config: pytest.Config) -> str:
 
 
 def cases_option(config: pytest.Config) -> str | None:
-    """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.selection` grammar)."""
+    """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.cases.selection` grammar)."""
     return config.getoption(_DESTS["cases"])
 
 
@@ -157,7 +157,7 @@ def conformance_run(config: pytest.Config) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     expr = cases_option(config)
     if expr:
-        from attention_conformance.selection import SelectorError, parse
+        from attention_conformance.cases.selection import SelectorError, parse
 
         try:
             parse(expr)
@@ -181,8 +181,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"conformance_case", "conformance_spec"} <= set(metafunc.fixturenames):
         return
-    from attention_conformance import catalog
-    from attention_conformance.selection import SelectorError
+    from attention_conformance.cases import catalog
+    from attention_conformance.cases.selection import SelectorError
 
     config = metafunc.config
     device = device_option(config)
@@ -237,7 +237,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slots = [i for i, item in enumerate(items) if _case_of(item) is not None]
     if not slots:
         return
-    from attention_conformance.catalog import estimated_cost
+    from attention_conformance.cases.catalog import estimated_cost
 
     ordered = sorted((items[i] for i in slots), key=lambda it: (-estimated_cost(_case_of(it)), _case_of(it).id))
     for i, item in zip(slots, ordered):
@@ -295,7 +295,7 @@ class ConformanceSession:
 @pytest.fixture(scope="session")
 def conformance_session(request: pytest.FixtureRequest):
     """The session's `ConformanceSession` (closed at the end of the session)."""
-    from attention_conformance import catalog
+    from attention_conformance.cases import catalog
 
     config = request.config
     s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)))

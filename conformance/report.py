@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from attention_conformance import memory
+from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.engine import CaseResult
 from attention_conformance.environment import environment
 from attention_conformance.judge import FINDING_CLASSES, finding_class
 from attention_conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
-from attention_conformance.registry import LoadedAdapter
 from attention_conformance.report_digest import (
     failure_order,
     memory_table,

@@ -28,8 +28,8 @@ import numpy as np
 
 from attention_conformance.adapters.base import Adapter
 from attention_conformance.adapters.variants import split_variant
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import Case, page_size_of
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import Case, page_size_of
 from attention_conformance.repro_inputs import UnwritableCase
 
 __all__ = ["CallPlan", "FAMILIES", "Family", "claim_reason", "family_of", "plan_call"]

@@ -1,7 +1,7 @@
-"""The inputs of a standalone repro file: `conformance.inputs.make_inputs` written out for one case in plain NumPy.
+"""The inputs of a standalone repro file: `conformance.cases.inputs.make_inputs` written out for one case in plain NumPy.
 
 `inputs_source(case)` is the ``make_inputs()`` function of the file: the same random streams, in the same order,
-as conformance/inputs.py draws them (NumPy PCG64 seeded by ``case.seed``: q, k, v by the case's distribution, dout,
+as conformance/cases/inputs.py draws them (NumPy PCG64 seeded by ``case.seed``: q, k, v by the case's distribution, dout,
 the mask and bias recipes; paged storage, sinks and the LSE cotangent from streams of their own), rounded by the
 file's ``round_to`` (conformance/repro_source.py), only the lines the case needs. `harness_arrays` names the
 harness's own arrays the same way, so that `conformance.repro_source.input_digest` of both agree: the file checks
@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import Case, page_size_of
-from attention_conformance.inputs import WORKED, effective_scale
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import Case, page_size_of
+from attention_conformance.cases.inputs import WORKED, effective_scale
 
 __all__ = ["UnwritableCase", "harness_arrays", "inputs_helpers", "inputs_source"]
 
@@ -228,7 +228,7 @@ def inputs_source(case: Case) -> str:
     if page_size is not None:
         ret += " | pages"
     body.append(f"return {ret}")
-    doc = ('"""The inputs of the case, as attention-conformance makes them (conformance/inputs.py) from seed '
+    doc = ('"""The inputs of the case, as attention-conformance makes them (conformance/cases/inputs.py) from seed '
            f'{case.seed}:\n    float64 arrays whose values are exact in {dtype if case.fp8 is None else "FP8"}. '
            'The digest check in main() proves they are the harness\'s."""')
     return "def make_inputs():\n    " + doc + "\n" + "".join(f"    {line}\n" for line in body)

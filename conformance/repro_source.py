@@ -4,7 +4,7 @@ A standalone repro runs where only NumPy, torch and the library under test are i
 attention_conformance (tests/conformance/test_repro_standalone.py checks it): plain NumPy for the inputs, the
 float64 expected values and the comparison, torch imported inside the few functions that make tensors. The rules
 they implement are the harness's own, written out again because the file must stand alone; the harness's code is
-the authority and the tests hold each function to it (input digests equal `conformance.inputs.make_inputs`'s,
+the authority and the tests hold each function to it (input digests equal `conformance.cases.inputs.make_inputs`'s,
 expected values equal `oracles.attention` / `oracles.attention_backward`):
 
 - `round_to`: one round to nearest, ties to even, from float64 (SEMANTICS.md §1, §10), as ``ml_dtypes`` rounds

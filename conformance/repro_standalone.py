@@ -33,8 +33,8 @@ import textwrap
 import numpy as np
 
 from attention_conformance import repro_source
-from attention_conformance.case import Case
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.repro_calls import CallPlan, family_of, plan_call
 from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_helpers, inputs_source
 from attention_conformance.tolerance import (
@@ -242,7 +242,7 @@ def standalone(case: Case, spec: str, device: str | None = None, *, command: str
     """The standalone repro file of `case` on adapter `spec` (module docstring). `UnwritableCase` (one line) for a
     case or adapter it cannot write: no plan for the adapter, a device the adapter does not run on, a case the
     adapter declines, a case feature with no written form."""
-    from attention_conformance.registry import load, spec_error
+    from attention_conformance.adapters.registry import load, spec_error
 
     problem = spec_error(spec) if spec != "all" else "repro writes one adapter's call; name one adapter"
     if problem:

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.outcomes import KNOWN, UNEXPECTED_PASS
-from attention_conformance.registry import LoadedAdapter
 
 __all__ = ["UsageError", "check_specs", "RunSettings", "ConformanceRun", "resolve_adapters", "open_run",
            "default_device",
@@ -69,7 +69,7 @@ class RunSettings:
 
 def check_specs(specs: Iterable[str]) -> None:
     """`UsageError` for the first ``--impl`` spec that names no adapter (unknown name: the closest built-in)."""
-    from attention_conformance.registry import spec_error
+    from attention_conformance.adapters.registry import spec_error
 
     for spec in (part.strip() for s in specs for part in s.split(",")):  # "a,b" as `resolve_specs` reads it
         problem = spec_error(spec) if spec else None
@@ -79,7 +79,7 @@ def check_specs(specs: Iterable[str]) -> None:
 
 def resolve_adapters(impl: Sequence[str] | None, device: str) -> list[LoadedAdapter]:
     """The adapters a run uses, by the one set of ``--impl`` rules (module docstring); `UsageError` otherwise."""
-    from attention_conformance.registry import builtin_names, load_many, resolve_specs
+    from attention_conformance.adapters.registry import builtin_names, load_many, resolve_specs
 
     check_specs(list(impl or []))
     specs, explicit = resolve_specs(list(impl) if impl else None)

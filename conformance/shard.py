@@ -3,7 +3,7 @@
 A CI system that runs N jobs in parallel is the distributed engine; this module only makes the split
 deterministic and the join exact:
 
-- `plan(cases, n)` splits a case selection into ``n`` bins balanced by `conformance.catalog.estimated_cost`
+- `plan(cases, n)` splits a case selection into ``n`` bins balanced by `conformance.cases.catalog.estimated_cost`
   (greedy longest-processing-time: cases by decreasing cost, ties in catalog order, each into the bin with
   the least cost so far, ties to the lowest bin). The same selection gives the same split on every machine.
 - `select(cases, spec)` returns shard ``K`` of ``N`` (1-based, ``"2/3"``), in catalog order, and the
@@ -24,8 +24,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import fields
 
-from attention_conformance.case import Case
-from attention_conformance.catalog import estimated_cost
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.engine import CaseResult
 
 __all__ = ["ShardError", "parse_spec", "plan", "selection_digest", "select", "merge", "results_of"]

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attention_conformance.case import Case
-from attention_conformance.inputs import round_to_dtype
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import round_to_dtype
 
 __all__ = [
     "FP8_ACCUMULATOR_U",

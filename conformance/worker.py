@@ -8,7 +8,7 @@ and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to on
 
 `call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
 snapshots every input array (page pools, block tables and FP8 codes included), calls forward/backward,
-reports which inputs changed, records who raised an exception (`conformance.calldata`: the code
+reports which inputs changed, records who raised an exception (`conformance.cases.calldata`: the code
 under test, or the harness around it) and, on CUDA, the call's peak device memory
 (`conformance.memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
 sequence of calls made for a case (forward, backward for backward cases, a repeated forward for
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_conformance.calldata import AdapterResults, CallResult, raise_site, raised_under_test
+from attention_conformance.cases.calldata import AdapterResults, CallResult, raise_site, raised_under_test
 
 __all__ = ["CallResult", "call_adapter", "collect_calls", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
 
@@ -214,8 +214,8 @@ def _worker_channels() -> tuple[Any, int]:
 def main() -> int:
     """Worker loop: the real stdout carries replies only; prints from adapters go to stderr."""
     out, inp = _worker_channels()
-    from attention_conformance.case import Case
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
+    from attention_conformance.cases.case import Case
 
     adapter = None
     device = "cpu"

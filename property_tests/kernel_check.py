@@ -17,10 +17,10 @@ import atexit
 import copy
 
 from attention_conformance.adapters.base import Adapter
-from attention_conformance.case import Case
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases.case import Case
 from attention_conformance.engine import OracleCache, Runner
 from attention_conformance.judge import Verdict
-from attention_conformance.registry import LoadedAdapter
 
 __all__ = ["Verdict", "evaluate", "oracle_data", "clear_cache"]
 

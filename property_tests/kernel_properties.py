@@ -49,7 +49,7 @@ from hypothesis import event, example, given, reject, settings, target
 from hypothesis import strategies as st
 
 from attention_conformance.adapters.base import Adapter, Capabilities, capability_reason
-from attention_conformance.case import LAYOUTS, Case, FP8Spec
+from attention_conformance.cases.case import LAYOUTS, Case, FP8Spec
 from attention_conformance.judge import Verdict
 from attention_conformance.outcomes import KNOWN, NOT_SUPPORTED
 from attention_conformance.property_tests.kernel_check import evaluate

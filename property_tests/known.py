@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attention_conformance.case import Case
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases.case import Case
 from attention_conformance.expectations import Decision, Expectation, RunContext, decide
 from attention_conformance.judge import Verdict
-from attention_conformance.registry import LoadedAdapter
 from attention_conformance.run_context import ConformanceRun, RunSettings
 
 __all__ = ["KnownFindings", "known_findings", "known_in"]

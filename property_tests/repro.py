@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.property_tests.kernel_check import evaluate
 
 __all__ = ["main"]
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", required=True, help="the case as JSON (Case.to_dict())")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     loaded = load(args.impl, args.device)
     if not loaded.available:

@@ -15,7 +15,7 @@ if [ -z "${SKIP_HBM:-}" ]; then
     cp /tmp/hbm/hbm_traffic.json /tmp/hbm/hbm_traffic.md "$OUT/" 2>/dev/null
 fi
 IMPLS=$(python3 -c "
-from attention_conformance.registry import load
+from attention_conformance.adapters.registry import load
 names = ['torch-sdpa-math', 'torch-sdpa-flash', 'torch-sdpa-efficient', 'torch-sdpa-cudnn', 'cuda-fa1', 'cuda-fa2',
          'cuda-splitkv', 'cuda-fa3', 'flash-attn-2', 'flash-attn-3', 'flash-attn-4']
 print(' '.join(n for n in names if load(n, 'cuda').available))")

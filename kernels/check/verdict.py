@@ -15,14 +15,8 @@ from typing import Any
 import numpy as np
 
 from attention_conformance.adapters.base import Capabilities
-from attention_conformance.calldata import (
-    AdapterResults,
-    BackwardOutput,
-    CallResult,
-    CaseInputs,
-    ForwardOutput,
-)
-from attention_conformance.case import DTYPES, Case, FP8Spec
+from attention_conformance.cases.calldata import AdapterResults, BackwardOutput, CallResult, CaseInputs, ForwardOutput
+from attention_conformance.cases.case import DTYPES, Case, FP8Spec
 from attention_conformance.judge import Verdict, judge
 from attention_conformance.outcomes import PASS, QUALITY_WARNING
 from attention_conformance.tolerance import OracleData, compute_oracle

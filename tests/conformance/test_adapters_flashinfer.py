@@ -23,7 +23,7 @@ from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
 from attention_conformance.adapters.base import capability_reason
 from attention_conformance.adapters.spelling import causal_hides_nothing, equivalent_cases
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.engine import OracleCache
 from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
 
@@ -360,7 +360,7 @@ def test_paged_call_hands_over_pools_with_decoys_and_only_used_table_entries(sta
     assert r.outcome == PASS, r.message[:400]
     (kind, kw), = lib.calls
     qo_indptr, kv_indptr, kv_indices, last, Hq, Hkv, d, page = kw["args"]
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     paged = make_inputs(case).paged
     want = fi.page_table(paged["block_table"], [min(n, case.Lk) for n in case.seqlens_k], paged["page_size"])

@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance.adapters.base import Adapter, BackwardOutput, ForwardOutput
 from attention_conformance.adapters.reference import ReferenceFA2
-from attention_conformance.case import Case
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import Case
 from attention_conformance.engine import Runner
-from attention_conformance.registry import LoadedAdapter, load
 
 NEW_FAMILIES = ("sinks", "mla", "chunked", "kv_append")
 NEW_CI = [c for c in catalog.cases("ci") if c.family in NEW_FAMILIES]
@@ -128,7 +128,7 @@ def test_sink_and_chunk_fp8_constraints_match_the_adapters():
 
 
 def test_new_features_are_in_the_pair_model_and_labels():
-    from attention_conformance import features
+    from attention_conformance.cases import features
 
     names = [f.name for f in features.PAIRWISE]
     assert "sinks" in names and "chunk" in names

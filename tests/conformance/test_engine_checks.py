@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from engine_toys import EmulatedKernel
 
-from attention_conformance import catalog, oracles
+from attention_conformance import oracles
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import LoadedAdapter, load
 from attention_conformance.report import build_report, exit_code, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,7 +59,7 @@ def test_inputs_deterministic_and_representable():
         for name, arr in a.arrays().items():
             assert np.array_equal(arr, b.arrays()[name], equal_nan=True), (case.id, name)
         if case.fp8 is None:
-            from attention_conformance.inputs import round_to_dtype
+            from attention_conformance.cases.inputs import round_to_dtype
 
             for name in ("q", "k", "v"):
                 arr = getattr(a, name)

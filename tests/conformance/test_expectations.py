@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance import expectations as ex
 from attention_conformance.adapters import BUILTIN
+from attention_conformance.adapters.registry import entry_point_names
+from attention_conformance.cases import catalog
 from attention_conformance.engine import CaseResult
-from attention_conformance.registry import entry_point_names
 
 SCALE = next(c for c in catalog.cases("ci") if c.family == "scale" and c.causal and c.scale == 0.0)
 OTHER = next(c for c in catalog.cases("ci") if c.family == "tile_edges")

@@ -9,10 +9,11 @@ import json
 import pytest
 from engine_toys import EmulatedKernel
 
-from attention_conformance import catalog, memory
+from attention_conformance import memory
 from attention_conformance.adapters.base import Capabilities
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases import catalog
 from attention_conformance.engine import CaseResult, Runner
-from attention_conformance.registry import LoadedAdapter
 from attention_conformance.report import build_report, write_report
 from attention_conformance.worker import call_adapter
 
@@ -149,7 +150,7 @@ def test_builtin_claims():
 
 def test_cpu_call_records_no_memory_and_memory_cases_are_not_supported_on_cpu():
     small = catalog._seeded(catalog._mk("unit", Lq=9, Lk=9, d=16, dtype="float32"))
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     res = call_adapter(EmulatedKernel(), "forward", make_inputs(small), small, "cpu")
     assert res.error is None and res.memory is None

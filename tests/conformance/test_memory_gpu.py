@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from attention_conformance import catalog, memory
-from attention_conformance.inputs import make_inputs
+from attention_conformance import memory
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.worker import call_adapter
 
 torch = pytest.importorskip("torch")

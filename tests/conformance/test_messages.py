@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attention_conformance import checks, numfmt
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.engine import CaseResult
 from attention_conformance.report import build_report, render_markdown
 from attention_conformance.report_digest import quantity_line
@@ -72,8 +72,8 @@ def test_a_failure_on_a_fully_masked_row_says_so():
     """cuDNN on the H200 returns the unmasked softmax on rows with no visible key: the message must name the row
     as fully masked (SEMANTICS.md §8), not leave the reader with "oracle 0.0"."""
     from attention_conformance.adapters.base import Capabilities
-    from attention_conformance.calldata import AdapterResults, CallResult, ForwardOutput
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.calldata import AdapterResults, CallResult, ForwardOutput
+    from attention_conformance.cases.inputs import make_inputs
     from attention_conformance.judge import judge
     from attention_conformance.tolerance import compute_oracle
 

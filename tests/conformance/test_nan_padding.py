@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from attention_conformance import catalog, oracles
-from attention_conformance.case import DISTRIBUTIONS
+from attention_conformance import oracles
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import DISTRIBUTIONS
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import LoadedAdapter, load
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 FWD_CASES = [c for c in NAN_CASES if not c.backward]

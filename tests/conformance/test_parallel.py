@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from attention_conformance import catalog, parallel
-from attention_conformance.registry import load
+from attention_conformance import parallel
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))

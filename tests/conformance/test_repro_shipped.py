@@ -77,7 +77,7 @@ def test_cuda_repro_exits_2_without_cuda(entry):
 
 
 def _adapter_version(spec: str) -> str:
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     loaded = load(spec, "cuda")
     return str(loaded.adapter.version()) if loaded.adapter is not None else ""

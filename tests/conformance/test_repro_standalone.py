@@ -22,9 +22,10 @@ import types
 import numpy as np
 import pytest
 
-from attention_conformance import catalog, cli, oracles, repro_source
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import load
+from attention_conformance import cli, oracles, repro_source
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.repro_calls import claim_reason
 from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_source
 from attention_conformance.repro_standalone import standalone

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from attention_conformance import catalog, cli, shard
+from attention_conformance import cli, shard
+from attention_conformance.cases import catalog
 
 ADAPTERS = ["torch-sdpa-math", "torch-sdpa-flash", "reference-fa2",
             "attention_conformance.examples.broken_sdpa:attention"]

@@ -1,7 +1,7 @@
 """The ``-k`` selection language: names joined by ``and``, ``or``, ``not`` and parentheses, parsed, never evaluated.
 
 One grammar serves every selector of the project: ``python -m attention_conformance run -k`` and ``cases -k`` (case
-ids, through `conformance.catalog.select`), ``pytest conformance/ --cases EXPR`` (the same case ids), and
+ids, through `conformance.cases.catalog.select`), ``pytest conformance/ --cases EXPR`` (the same case ids), and
 ``python -m attention_conformance mutants -k`` (mutant names)::
 
     expr    := term ("or" term)*

@@ -3,7 +3,7 @@
 Every value is rounded to ``case.dtype`` first (SEMANTICS.md §1: the oracle is evaluated on the
 *same, already rounded* values the kernel sees), then widened to float64. The recipes:
 
-Distributions (``case.distribution``, see `conformance.case.DISTRIBUTIONS`):
+Distributions (``case.distribution``, see `conformance.cases.case.DISTRIBUTIONS`):
 
 - ``normal``: q, k, v, dout ~ N(0, 1).
 - ``outliers``: N(0, 1) plus, on 0.1% of the entries, an extra N(0, 10^2) (FA3 paper, Table 3).
@@ -35,7 +35,7 @@ Biases (``case.bias``): ``random`` N(0, 1) [B, Hq, Lq, Lk]; ``alibi`` -slope_h *
 FP8 cases (``case.fp8``): q, k, v are made in float32 from the distribution, quantized by
 `oracles.fp8.quantize_attention_inputs`, and `CaseInputs.q/k/v` are its dequantized values.
 
-Paged layouts (``case.layout`` in `conformance.case.PAGED_LAYOUTS`, SEMANTICS.md §16): q, k, v are made
+Paged layouts (``case.layout`` in `conformance.cases.case.PAGED_LAYOUTS`, SEMANTICS.md §16): q, k, v are made
 exactly as for ``contiguous`` (same values, so the oracle sees the dense logical K/V), and
 `paged_storage` also stores K and V in pages behind a block table (`CaseInputs.paged`), from a random
 stream of its own: a seeded page permutation (never the identity), extra decoy pages, and NaN in every
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attention_conformance.adapters.base import CaseInputs
-from attention_conformance.case import Case, page_size_of
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
            "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]

@@ -1,9 +1,9 @@
 """One conformance case: shapes, semantics and input recipe, hashable and reproducible from its id.
 
 A `Case` says *what* to compute (oracles/SEMANTICS.md §1-§9) and *how to make the inputs*
-(`distribution`, `seed`, `layout`); `conformance.inputs.make_inputs(case)` turns it into FP64 arrays
+(`distribution`, `seed`, `layout`); `conformance.cases.inputs.make_inputs(case)` turns it into FP64 arrays
 whose values are exactly representable in ``case.dtype`` so the oracle and the kernel see the same
-numbers. The catalog (`conformance.catalog`) builds lists of cases per profile.
+numbers. The catalog (`conformance.cases.catalog`) builds lists of cases per profile.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ PAGED_LAYOUTS = ("paged64", "paged128", "paged256")
 # k and v rows j >= seqlens_k[b]) are NaN: a kernel that reads them (P = 0 times V = NaN is NaN)
 # fails (SEMANTICS.md §7, §15; torch #101967, flash-attention #443, #752).
 DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")
-# Sink logits, one per query head (SEMANTICS.md §18; `conformance.inputs.make_sinks`): small ~ N(0, 1); large:
+# Sink logits, one per query head (SEMANTICS.md §18; `conformance.cases.inputs.make_sinks`): small ~ N(0, 1); large:
 # head 0 at 1e4 (an LSE of +inf when the sink is left out of the running max), the others 8..40; very_negative:
 # -1e4 and -60..-90 (the sink underflows, exactly no effect in FP32).
 SINK_RECIPES = ("small", "large", "very_negative")
@@ -80,7 +80,7 @@ class Case:
     causal: bool = False
     alignment: str = "bottom_right"
     window: tuple[int | None, int | None] | None = None
-    mask: str | None = None  # name of a mask recipe in conformance.inputs, e.g. "random", "full_rows"
+    mask: str | None = None  # name of a mask recipe in conformance.cases.inputs, e.g. "random", "full_rows"
     bias: str | None = None  # name of a bias recipe, e.g. "random", "alibi"
     softcap: float | None = None
     seqlens_q: tuple[int, ...] | None = None

@@ -55,7 +55,7 @@ class CaseInputs:
     None. For FP8 cases, `fp8` holds the quantized codes (as float64 values of the FP8 grid) and the
     descales; q/k/v are then the dequantized values the oracle sees (SEMANTICS.md §10).
 
-    For a paged layout (`conformance.case.PAGED_LAYOUTS`) `paged` holds the K/V *storage* a paged kernel
+    For a paged layout (`conformance.cases.case.PAGED_LAYOUTS`) `paged` holds the K/V *storage* a paged kernel
     reads (SEMANTICS.md §16): ``k_pool`` [num_pages, Hkv, page_size, d], ``v_pool`` [num_pages, Hkv,
     page_size, dv] (float64), ``block_table`` int32 [B, ceil(Lk / page_size)] and ``page_size``; logical key
     j of batch b is ``pool[block_table[b, j // page_size], :, j % page_size]``, and every page, slot or table
@@ -82,7 +82,7 @@ class CaseInputs:
 
     def fp8_codes(self, spec) -> dict[str, Any]:
         """The quantized inputs of an FP8 case: the engine's (`fp8`), else q/k/v quantized by `spec` (a
-        `conformance.case.FP8Spec`) exactly as the engine does (SEMANTICS.md §10-§11)."""
+        `conformance.cases.case.FP8Spec`) exactly as the engine does (SEMANTICS.md §10-§11)."""
         if self.fp8 is not None:
             return self.fp8
         from attention_conformance.oracles import fp8

@@ -5,7 +5,7 @@ adapter x feature matrix (``label``), and writes a value into the keyword argume
 (``apply``, used by the ``pairs`` catalog family). `FEATURES` lists them; `CONSTRAINTS` lists the value
 pairs no case may combine, each with its reason. The report labels (`labels`, what
 `conformance.engine.features_of` returns), the covering design of the catalog's ``pairs`` family
-(`conformance.catalog`) and the pair coverage of a profile (`conformance.coverage`) all read this module.
+(`conformance.cases.catalog`) and the pair coverage of a profile (`conformance.coverage`) all read this module.
 
 The pairwise features (SEMANTICS.md section in brackets): dtype [§1], FP8 granularity [§10], causal
 alignment none / top_left / bottom_right [§4], window left / right / both bounds [§5], boolean mask and
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attention_conformance.case import Case, FP8Spec, page_size_of
+from attention_conformance.cases.case import Case, FP8Spec, page_size_of
 
 __all__ = ["Feature", "Constraint", "FEATURES", "PAIRWISE", "CONSTRAINTS", "feature", "values_of", "labels",
            "forbidden", "consistent", "realize", "DECODE_MAX_LQ", "DECODE_MIN_LK"]

@@ -7,7 +7,7 @@ few candidate rows start from different uncovered pairs and visit the other fact
 orders, each factor taking the value that covers the most uncovered pairs and keeps the row completable;
 the candidate covering the most pairs is kept. No random numbers: the same factors give the same rows on
 every machine. The conformance catalog's ``pairs`` family is built with it over
-`conformance.features.PAIRWISE` and `conformance.features.CONSTRAINTS`.
+`conformance.cases.features.PAIRWISE` and `conformance.cases.features.CONSTRAINTS`.
 """
 
 from __future__ import annotations

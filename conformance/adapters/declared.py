@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from attention_conformance.case import ALIGNMENTS
+from attention_conformance.cases.case import ALIGNMENTS
 
 __all__ = ["Claims", "ClaimsError", "CLAIMS_ATTR", "CLAIMS_ENV", "SDPA_DTYPES", "claims", "claims_of",
            "claims_reason", "parse_spec", "cli_claims_for", "cli_claims_env", "cli_claims", "unclaimed_targets"]
