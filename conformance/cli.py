@@ -341,10 +341,10 @@ def _cmd_cases(args) -> int:
 
 def _cmd_merge(args) -> int:
     from attention_conformance.combine import combine, reexpect, run_context
-    from attention_conformance.expectations import ExpectationError, load_files
     from attention_conformance.report import rebuild_report, write_report
     from attention_conformance.report_store import load_report
     from attention_conformance.shard import ShardError, merge
+    from attention_conformance.verdict.expectations import ExpectationError, load_files
 
     loaded = []
     for path in args.reports:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from attention_conformance.cases.case import Case
 from attention_conformance.engine import CaseResult
-from attention_conformance.expectations import Expectation, RunContext, apply
 from attention_conformance.shard import ShardError, results_of
+from attention_conformance.verdict.expectations import Expectation, RunContext, apply
 
 __all__ = ["combine", "reexpect", "run_context"]
 

@@ -7,10 +7,10 @@ adapter, issue 3 item 8) and each adapter (inner loop):
 2. forward (in-process, or in a worker process for ``isolate`` adapters: CRASH / TIMEOUT);
 3. backward cases: the backward call; adapters that declare bitwise determinism: a second forward
    (every case with ``determinism="all"``, a fixed quarter of them with ``"sampled"``);
-4. the verdict: `conformance.judge.judge` on every call made (the engine decides nothing itself).
+4. the verdict: `conformance.verdict.judge.judge` on every call made (the engine decides nothing itself).
 
 The engine keeps iteration, the oracle cache and isolation; outcome names and severities live in
-`conformance.outcomes` (re-exported here).
+`conformance.verdict.outcomes` (re-exported here).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from attention_conformance.cases.calldata import raise_site
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
-from attention_conformance.judge import Verdict, judge
-from attention_conformance.outcomes import (
+from attention_conformance.verdict.bounds import OracleData, compute_oracle
+from attention_conformance.verdict.judge import Verdict, judge
+from attention_conformance.verdict.outcomes import (
     CRASH,
     FAILING,
     HARNESS_ERROR,
@@ -42,7 +43,6 @@ from attention_conformance.outcomes import (
     counts_line,
     worst,
 )
-from attention_conformance.tolerance import OracleData, compute_oracle
 from attention_conformance.worker import (
     CallResult,
     WorkerClient,
@@ -100,7 +100,7 @@ class CaseResult:
     case: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     repro: str = ""
-    expectation: dict[str, Any] | None = None  # the expectations entry applied (conformance/expectations.py)
+    expectation: dict[str, Any] | None = None  # the expectations entry applied (conformance/verdict/expectations.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attention_conformance.numfmt import mib
+from attention_conformance.verdict.numfmt import mib
 
 __all__ = [
     "FAMILY",

@@ -24,7 +24,7 @@ from typing import Any
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.eta import EtaModel
-from attention_conformance.outcomes import counts_line
+from attention_conformance.verdict.outcomes import counts_line
 from attention_conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]

@@ -307,7 +307,7 @@ def conformance_session(request: pytest.FixtureRequest):
 @pytest.fixture
 def conformance_result(conformance_session, conformance_case, conformance_spec, request):
     """The final verdict of (case, adapter), decided while the test is set up (`ConformanceSession.result`)."""
-    from attention_conformance.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
+    from attention_conformance.verdict.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
 
     result = conformance_session.result(conformance_case, conformance_spec)
     request.node.user_properties.append((OUTCOME_PROPERTY, result.outcome))

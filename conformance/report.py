@@ -38,8 +38,6 @@ from attention_conformance import memory
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.engine import CaseResult
 from attention_conformance.environment import environment
-from attention_conformance.judge import FINDING_CLASSES, finding_class
-from attention_conformance.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 from attention_conformance.report_digest import (
     failure_order,
     memory_table,
@@ -51,6 +49,8 @@ from attention_conformance.report_digest import (
 )
 from attention_conformance.report_html import render_html
 from attention_conformance.report_store import dump_report
+from attention_conformance.verdict.judge import FINDING_CLASSES, finding_class
+from attention_conformance.verdict.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report",
            "rebuild_report", "render_markdown",
@@ -76,7 +76,7 @@ def adapter_info(la: LoadedAdapter) -> dict:
 
 
 def exit_code(results: Sequence[CaseResult]) -> int:
-    """0 when nothing failed; 2 for a harness error; otherwise 1 for any failing outcome (`conformance.outcomes`)."""
+    """0 when nothing failed; 2 for a harness error; otherwise 1 for any failing outcome (`conformance.verdict.outcomes`)."""
     return exit_code_of(r.outcome for r in results)
 
 
@@ -254,8 +254,8 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
 
 def _expectation_lines(rep: dict, results: Sequence[CaseResult]) -> list[str]:
     """The expectations section: every entry verdicts fell under (KNOWN / UNEXPECTED_PASS / other), with its
-    reason, link and repro file, and the entries that matched nothing (conformance/expectations.py)."""
-    from attention_conformance.expectations import report_rows
+    reason, link and repro file, and the entries that matched nothing (conformance/verdict/expectations.py)."""
+    from attention_conformance.verdict.expectations import report_rows
 
     summary = rep.get("expectations") or {}
     rows = report_rows(r.to_dict() for r in results)

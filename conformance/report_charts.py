@@ -27,11 +27,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attention_conformance.outcomes import FAILING, KNOWN, MARKER
+from attention_conformance.verdict.outcomes import FAILING, KNOWN, MARKER
 
 __all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "load_benchmarks"]
 
-MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/outcomes.py
+MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/verdict/outcomes.py
 _LOW = 1e-6  # usages below this are drawn on the bottom edge
 _KNOWN_FILL = "#6f6f6f"  # an expected failure: neither red (failing) nor on the white-to-blue usage scale
 _BELOW_BOUND = 0.999  # a cell that failed nothing is coloured as under the bound (red means a failure)

@@ -6,10 +6,10 @@
   each adapter's smallest failing case comes first;
 - `smallest_failing`: per adapter and failing feature, the number of failing cases and the smallest one;
 - `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
-- `named_findings`: per adapter and named finding class (`conformance.judge.FINDING_CLASSES`, SEMANTICS.md
+- `named_findings`: per adapter and named finding class (`conformance.verdict.judge.FINDING_CLASSES`, SEMANTICS.md
   §17), the number of cases and the smallest one.
 
-Numbers print through `conformance.numfmt`.
+Numbers print through `conformance.verdict.numfmt`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from attention_conformance import numfmt
-from attention_conformance.judge import finding_class
-from attention_conformance.outcomes import FAILING, SEVERITY
+from attention_conformance.verdict import numfmt
+from attention_conformance.verdict.judge import finding_class
+from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
 __all__ = ["failure_order", "memory_table", "named_findings", "partial_text", "quantity_line", "shape_of", "size_of",
            "smallest_failing"]
@@ -115,7 +115,7 @@ def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str]
     rows): peak device memory per N (torch allocator; beyond inputs and outputs in parentheses), the fitted
     exponent per adapter and its verdict."""
     from attention_conformance import memory
-    from attention_conformance.numfmt import mib
+    from attention_conformance.verdict.numfmt import mib
 
     def exp(x: Any) -> str:
         return "n/a" if x is None else f"{x:.2f}"

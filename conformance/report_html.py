@@ -23,8 +23,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from attention_conformance.judge import FINDING_CLASSES
-from attention_conformance.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
 from attention_conformance.report_charts import charts_html, load_benchmarks
 from attention_conformance.report_digest import (
     failure_order,
@@ -36,6 +34,8 @@ from attention_conformance.report_digest import (
     smallest_failing,
 )
 from attention_conformance.report_store import load_report
+from attention_conformance.verdict.judge import FINDING_CLASSES
+from attention_conformance.verdict.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
 
 __all__ = ["render_html", "main"]
 
@@ -186,7 +186,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
 
 def _expectations_html(rep: dict) -> list[str]:
     """Every expectations entry the report's verdicts fell under, with reason, link and repro file; unused entries."""
-    from attention_conformance.expectations import report_rows
+    from attention_conformance.verdict.expectations import report_rows
 
     summary = rep.get("expectations") or {}
     rows = report_rows(rep.get("results", []))

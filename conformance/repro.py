@@ -5,7 +5,7 @@ the inputs from the case's seed, evaluates the FP64 oracle and its bound (confor
 makes the same calls the engine makes (`conformance.worker.collect_calls`: forward, backward for
 backward cases, a repeated forward when the adapter declares determinism; each call snapshots every
 input array it passes, page pools, block tables and FP8 codes included) and hands them to the same
-judge (`conformance.judge.judge`), so its verdict is the one ``python -m attention_conformance run`` gives.
+judge (`conformance.verdict.judge.judge`), so its verdict is the one ``python -m attention_conformance run`` gives.
 It prints the verdict, the message and the worst error of each quantity, then one ``VERDICT {json}``
 line (outcome, per-check states, findings), and exits 0 when the case does not fail, 1 when it
 does, 2 when the adapter cannot run here.
@@ -40,10 +40,10 @@ if os.path.isfile(os.path.join(ROOT, "conformance", "__init__.py")) and "attenti
 
 from attention_conformance.cases.case import Case  # noqa: E402
 from attention_conformance.cases.inputs import make_inputs  # noqa: E402
-from attention_conformance.judge import judge  # noqa: E402
-from attention_conformance.numfmt import approx, index  # noqa: E402
+from attention_conformance.verdict.judge import judge  # noqa: E402
+from attention_conformance.verdict.numfmt import approx, index  # noqa: E402
 from attention_conformance.adapters.registry import load  # noqa: E402
-from attention_conformance.tolerance import compute_oracle  # noqa: E402
+from attention_conformance.verdict.bounds import compute_oracle  # noqa: E402
 from attention_conformance.worker import call_adapter, collect_calls  # noqa: E402
 
 DEVICE = {device!r}

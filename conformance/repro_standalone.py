@@ -37,13 +37,8 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.repro_calls import CallPlan, family_of, plan_call
 from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_helpers, inputs_source
-from attention_conformance.tolerance import (
-    OracleData,
-    compute_oracle,
-    forward_tolerance,
-    lse_tolerance,
-    precision_model,
-)
+from attention_conformance.verdict.bounds import OracleData, compute_oracle, forward_tolerance, lse_tolerance
+from attention_conformance.verdict.precision import precision_model
 
 __all__ = ["UnwritableCase", "default_device", "standalone", "tolerances"]
 

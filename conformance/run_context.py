@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attention_conformance.adapters.registry import LoadedAdapter
-from attention_conformance.outcomes import KNOWN, UNEXPECTED_PASS
+from attention_conformance.verdict.outcomes import KNOWN, UNEXPECTED_PASS
 
 __all__ = ["UsageError", "check_specs", "RunSettings", "ConformanceRun", "resolve_adapters", "open_run",
            "default_device",
@@ -113,7 +113,7 @@ class ConformanceRun:
 
     def __post_init__(self) -> None:
         if self.expectations is None:
-            from attention_conformance.expectations import ExpectationError, RunExpectations
+            from attention_conformance.verdict.expectations import ExpectationError, RunExpectations
 
             try:
                 self.expectations = RunExpectations.for_run(list(self.settings.expect_files),
@@ -175,7 +175,7 @@ class ConformanceRun:
     def unused(self, ran: Iterable[LoadedAdapter] | None = None) -> list[str]:
         """Labels of entries applicable to an adapter that ran (default: every loaded one) under which no
         verdict fell: expectations that match nothing are deleted, not kept."""
-        from attention_conformance.expectations import applicable
+        from attention_conformance.verdict.expectations import applicable
 
         adapters = [la for la in (self.loaded if ran is None else ran) if la.adapter is not None]
         ctx = self.expectations.ctx

@@ -12,7 +12,7 @@ reports which inputs changed, records who raised an exception (`conformance.case
 under test, or the harness around it) and, on CUDA, the call's peak device memory
 (`conformance.memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
 sequence of calls made for a case (forward, backward for backward cases, a repeated forward for
-determinism); the engine and the repro snippets both use it, so `conformance.judge.judge` sees the same
+determinism); the engine and the repro snippets both use it, so `conformance.verdict.judge.judge` sees the same
 calls from either.
 """
 
@@ -57,8 +57,8 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
 
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
-    from attention_conformance.checks import changed_arrays
     from attention_conformance.memory import PeakMemory, io_bytes
+    from attention_conformance.verdict.checks import changed_arrays
 
     before = _snapshot(inputs)
     t0 = time.perf_counter()

@@ -50,8 +50,6 @@ from hypothesis import strategies as st
 
 from attention_conformance.adapters.base import Adapter, Capabilities, capability_reason
 from attention_conformance.cases.case import LAYOUTS, Case, FP8Spec
-from attention_conformance.judge import Verdict
-from attention_conformance.outcomes import KNOWN, NOT_SUPPORTED
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.known import KnownFindings
 from attention_conformance.property_tests.strategies import (
@@ -62,6 +60,8 @@ from attention_conformance.property_tests.strategies import (
     edge_cases,
     edge_kinds,
 )
+from attention_conformance.verdict.judge import Verdict
+from attention_conformance.verdict.outcomes import KNOWN, NOT_SUPPORTED
 
 __all__ = ["KINDS", "PINNED", "KnownHit", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset",
            "declaration", "offset_model", "peaked_fp8_cases", "peaked_inputs", "properties_for", "property_strategy",
@@ -122,7 +122,7 @@ PINNED: dict[str, tuple[Case, ...]] = {
         _pin("pinned", Hq=2, Hkv=1, Lq=2, Lk=2, backward=True),
         _pin("pinned", Lq=3, Lk=2, causal=True, backward=True),
         # torch 2.13 CPU SDPA flash backward, bf16, MQA 8:1: dv usage 1.04 under the backward bound of 15:25
-        # (2026-11-29), 0.47 under the revised bound of conformance/tolerance.py 15:44; kept as a regression case
+        # (2026-11-29), 0.47 under the revised bound of conformance/verdict/bounds.py 15:44; kept as a regression case
         _pin("pinned", Hq=8, Hkv=1, Lq=1, Lk=7, dtype="bfloat16", backward=True),
         # REAL BUG (gpu profile, H200, torch 2.11+cu130): torch-sdpa-flash (CUDA) returns NaN outputs for a
         # negative scale even without causal (row max taken before scaling, as if scale > 0)
@@ -220,9 +220,9 @@ def offset_model(model):
 
 
 def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
-    """Forward on peaked rows, judged by `conformance.judge.judge` with the P floor lowered (`offset_model`)."""
-    from attention_conformance.judge import judge
-    from attention_conformance.tolerance import compute_oracle
+    """Forward on peaked rows, judged by `conformance.verdict.judge.judge` with the P floor lowered (`offset_model`)."""
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
     from attention_conformance.worker import call_adapter, collect_calls
 
     reason = adapter.supports(case, device)

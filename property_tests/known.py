@@ -1,4 +1,4 @@
-"""Known findings for the kernel properties: the expectations entries (conformance/expectations.py) in force.
+"""Known findings for the kernel properties: the expectations entries (conformance/verdict/expectations.py) in force.
 
 A property's failing draw that an entry expects (its adapter, version, device, GPU and case fields match, and its
 outcome, symptom and finding match the verdict) is KNOWN: the property does not fail on it and records it
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases.case import Case
-from attention_conformance.expectations import Decision, Expectation, RunContext, decide
-from attention_conformance.judge import Verdict
 from attention_conformance.run_context import ConformanceRun, RunSettings
+from attention_conformance.verdict.expectations import Decision, Expectation, RunContext, decide
+from attention_conformance.verdict.judge import Verdict
 
 __all__ = ["KnownFindings", "known_findings", "known_in"]
 
@@ -36,7 +36,7 @@ class KnownFindings:
     spec: str  # what --impl named
 
     def decide(self, case: Case, verdict: Verdict) -> Decision:
-        """The outcome of ``verdict`` on ``case`` after the entries (`conformance.expectations.decide`)."""
+        """The outcome of ``verdict`` on ``case`` after the entries (`conformance.verdict.expectations.decide`)."""
         return decide(self.entries, case, self.adapter, self.spec, verdict.outcome, verdict.message,
                       verdict.findings, self.ctx)
 

@@ -3,7 +3,7 @@
 `CaseInputs` (the FP64 arrays of one case), `ForwardOutput` and `BackwardOutput` (what an adapter
 returns, conformance/adapters/base.py describes the protocol), `CallResult` (one call as the harness
 saw it: the output or the exception, which inputs changed, how long it took) and `AdapterResults`
-(every call the harness made for one case, the input of `conformance.judge.judge`).
+(every call the harness made for one case, the input of `conformance.verdict.judge.judge`).
 
 Where an exception came from decides its verdict (SEMANTICS.md §15 is about inputs, this is about
 code): an exception raised by the code under test is the adapter's (a claimed feature that raises is
@@ -184,7 +184,7 @@ class CallResult:
 
 @dataclass
 class AdapterResults:
-    """Every call the harness made for one (adapter, case): the input of `conformance.judge.judge`.
+    """Every call the harness made for one (adapter, case): the input of `conformance.verdict.judge.judge`.
 
     ``backward`` is set for backward cases, ``repeat`` (a second identical forward) when bitwise
     determinism is checked; a call that was not made is None.

@@ -117,7 +117,7 @@ def test_lse_convention_reported_by_name():
 def test_mapped_finite_lse_convention_keeps_its_name():
     """An adapter that maps its vendor's finite empty-row LSE (torch CPU flash: 0) to -inf is reported by
     that convention's name, not as the contract's -inf (issue 3 item 5: conventions reported by name)."""
-    from attention_conformance import checks
+    from attention_conformance.verdict import checks
 
     ref = np.array([[[-np.inf, 0.5, -np.inf]]])
     rows = np.ones(ref.shape, dtype=bool)

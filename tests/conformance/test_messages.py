@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_conformance import checks, numfmt
 from attention_conformance.cases.case import Case
 from attention_conformance.engine import CaseResult
 from attention_conformance.report import build_report, render_markdown
 from attention_conformance.report_digest import quantity_line
+from attention_conformance.verdict import checks, numfmt
 
 
 def test_numfmt_round_trips_and_never_prints_numpy_reprs():
@@ -74,8 +74,8 @@ def test_a_failure_on_a_fully_masked_row_says_so():
     from attention_conformance.adapters.base import Capabilities
     from attention_conformance.cases.calldata import AdapterResults, CallResult, ForwardOutput
     from attention_conformance.cases.inputs import make_inputs
-    from attention_conformance.judge import judge
-    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     case = Case(family="msg", B=1, Hq=1, Hkv=1, Lq=6, Lk=5, d=8, dv=8, dtype="float32", causal=True,
                 alignment="bottom_right", seed=1)  # row 0 is fully masked (c(0) = -1)

@@ -169,7 +169,7 @@ def test_torch_cpu_finding_is_recorded(spec):
     """torch 2.13 on CPU lets NaN at masked-out (padded) K/V through 0 x NaN (torch #101967 class): the named
     finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under --strict it is
     a FAIL the entry does not waive."""
-    from attention_conformance.expectations import RunExpectations
+    from attention_conformance.verdict.expectations import RunExpectations
 
     la = load(spec)
     expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])

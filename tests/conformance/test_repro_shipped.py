@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_conformance import expectations
-from attention_conformance.expectations import DEFAULT_FILE, ExpectationError, version_in
+from attention_conformance.verdict import expectations
+from attention_conformance.verdict.expectations import DEFAULT_FILE, ExpectationError, version_in
 
 ENTRIES = expectations.load(DEFAULT_FILE)
 CPU = [e for e in ENTRIES if e.devices == ("cpu",)]

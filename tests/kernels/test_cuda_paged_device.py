@@ -194,9 +194,9 @@ def test_adapter_runs_paged_cases_against_the_oracle():
     from attention_conformance.cases.calldata import AdapterResults, CallResult
     from attention_conformance.cases.case import Case
     from attention_conformance.cases.inputs import make_inputs
-    from attention_conformance.judge import judge
     from attention_conformance.kernels.check.verdict import passed, real_rows
-    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     _lib_or_skip()
     adapter = CudaSplitKV()

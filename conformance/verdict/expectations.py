@@ -23,7 +23,7 @@ A result is *in scope* of an entry when adapter, version, device, GPU and case m
 - the expected outcome (and symptom, and finding), when it is a failing one (FAIL, CRASH, TIMEOUT)
   -> KNOWN: not failing, shown in every report with the entry's reason and link, the raw outcome kept
   in ``expectation.raw_outcome``; an expected FINDING or QUALITY_WARNING (not failing anyway) stays
-  what it is, the entry named beside it (a named finding keeps its own count, conformance/outcomes.py);
+  what it is, the entry named beside it (a named finding keeps its own count, conformance/verdict/outcomes.py);
 - PASS, or a QUALITY_WARNING or FINDING the entry does not expect -> UNEXPECTED_PASS: failing (the
   kernel or the harness changed; remove or narrow the entry);
 - another failure (other outcome or symptom) -> unchanged, with a note naming the entry;
@@ -54,7 +54,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from attention_conformance.cases.case import Case
-from attention_conformance.outcomes import (
+from attention_conformance.verdict.outcomes import (
     FAILING,
     FINDING,
     HARNESS_ERROR,
@@ -70,7 +70,7 @@ __all__ = ["DEFAULT_FILE", "EXPECTABLE", "KNOWN", "UNEXPECTED_PASS", "Expectatio
            "Decision", "RunExpectations", "load", "load_files", "specifier", "version_in", "version_of", "decide",
            "applicable", "apply", "report_rows"]
 
-DEFAULT_FILE = Path(__file__).with_name("expectations.toml")
+DEFAULT_FILE = Path(__file__).parents[1] / "expectations.toml"
 #: verdicts that do not fail a run: in an entry's scope and not what it expects, they are UNEXPECTED_PASS
 _PASSING = (PASS, QUALITY_WARNING, FINDING)
 #: verdicts an entry never changes (the adapter declined the case; the harness itself raised)

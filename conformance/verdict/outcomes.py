@@ -7,7 +7,7 @@ conformance/TOLERANCES.md how close is close enough):
 - ``QUALITY_WARNING``: passed, but more than 2x the error of a naive same-precision implementation
   (TOLERANCES.md §5).
 - ``FINDING``: the only deviation is a *named finding* whose class is not failing on this run
-  (`conformance.judge.FINDING_CLASSES`; e.g. ``masked_nan``: NaN planted at masked-out positions of a
+  (`conformance.verdict.judge.FINDING_CLASSES`; e.g. ``masked_nan``: NaN planted at masked-out positions of a
   dense mask reached the output through 0 x NaN, SEMANTICS.md §6, §7). Never hidden: counted on its
   own and listed in every report. ``--strict`` (or an adapter claiming NaN-safe masking) makes it FAIL.
 - ``KNOWN``: a failure matched by an expectations entry (an upstream bug this harness reproduces).

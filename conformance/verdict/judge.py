@@ -15,7 +15,7 @@ Checks, in order (each recorded in `Verdict.checks` as "pass" / "fail"):
 3. ``out`` within the per-element bound of conformance/TOLERANCES.md on compared rows (padded query
    rows are not compared, SEMANTICS.md §7); NaN/Inf where the oracle is finite always fails;
 4. ``lse`` when declared or returned (SEMANTICS.md §12), first converted from the adapter's declared
-   ``Capabilities.lse_base`` / ``lse_layout`` (§21, `conformance.lse_convention`), with the fully-masked-row
+   ``Capabilities.lse_base`` / ``lse_layout`` (§21, `conformance.verdict.lse_convention`), with the fully-masked-row
    convention of §8,
    reported by name (``lse_convention:+inf`` etc.): +inf passes only where the adapter's
    `ForwardOutput.lse_convention` declares it, whether the adapter runs in-process or isolated;
@@ -38,12 +38,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attention_conformance import checks, numfmt
 from attention_conformance.cases.calldata import AdapterResults, CallDeclined, CallResult
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import planted_nan
-from attention_conformance.lse_convention import to_contract
-from attention_conformance.outcomes import (
+from attention_conformance.verdict import checks, numfmt
+from attention_conformance.verdict.bounds import OracleData, forward_tolerance, lse_tolerance
+from attention_conformance.verdict.lse_convention import to_contract
+from attention_conformance.verdict.outcomes import (
     FAIL,
     FAILING,
     FINDING,
@@ -52,14 +53,7 @@ from attention_conformance.outcomes import (
     PASS,
     QUALITY_WARNING,
 )
-from attention_conformance.tolerance import (
-    FP8_CASE_OUTPUT_DTYPES,
-    OracleData,
-    PrecisionModel,
-    forward_tolerance,
-    lse_tolerance,
-    precision_model,
-)
+from attention_conformance.verdict.precision import FP8_CASE_OUTPUT_DTYPES, PrecisionModel, precision_model
 
 __all__ = ["FINDING_CLASSES", "Verdict", "finding_class", "judge"]
 

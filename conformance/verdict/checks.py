@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from attention_conformance import numfmt
+from attention_conformance.verdict import numfmt
 
 __all__ = [
     "QuantityStats",
@@ -104,7 +104,7 @@ def compare_values(
     ``rows`` (bool, broadcastable to ref) selects the compared elements (padded query rows are not
     compared, SEMANTICS.md §7). NaN/Inf where the oracle is finite always fails; the message then says
     so first ("all 5760 compared values are NaN"), then what the finite values do. Values print with
-    `conformance.numfmt.value` (round-trip repr), so got and oracle never print alike when they differ.
+    `conformance.verdict.numfmt.value` (round-trip repr), so got and oracle never print alike when they differ.
     """
     stats = QuantityStats(name=name, shape=tuple(ref.shape))
     if got is None:

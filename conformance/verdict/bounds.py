@@ -1,5 +1,9 @@
 """Tolerance policy: a-priori error bounds per output element (conformance/TOLERANCES.md).
 
+`compute_oracle(case, inputs)` is the one pass per case: the FP64 oracle's values (`conformance.verdict.oracle_values`),
+the bounds below, and, in the same blocks, the naive same-precision implementation (`conformance.verdict.naive`).
+The precision model the bounds take is `conformance.verdict.precision`.
+
 The bound is evaluated from the FP64 oracle's own quantities, one query block at a time (memory
 bounded like the oracle, SEMANTICS.md §3): for every (batch, query head, query block) the scores
 are rebuilt with `oracles.scores.score_block` (the oracle's own score pipeline, so the semantics
@@ -20,130 +24,28 @@ the naive implementation puts the sink in its max and sum, and sink backward cas
 (the P_sink error from the kernel's LSE, the D error from its O, the accumulation over rows). ``lse_grad``
 cases add the LSE cotangent to dS (``dS = P (dP - D + dlse)``) in the bound and the naive backward.
 
-The same pass evaluates the *naive same-precision implementation* (inputs in the case dtype,
-scores and softmax in fp32, P rounded to the input dtype, PV accumulated in fp32, output rounded),
-whose error is the secondary criterion (QUALITY_WARNING at more than 2x).
+The same pass evaluates the *naive same-precision implementation* (`conformance.verdict.naive`), whose error is
+the secondary criterion (QUALITY_WARNING at more than 2x).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import round_to_dtype
+from attention_conformance.verdict import naive
+from attention_conformance.verdict.oracle_values import oracle_values
+from attention_conformance.verdict.precision import LAMBDA, PrecisionModel, gamma, precision_model, unit_roundoff
 
 __all__ = [
-    "FP8_ACCUMULATOR_U",
-    "FP8_CASE_OUTPUT_DTYPES",
-    "LAMBDA",
-    "PrecisionModel",
     "OracleData",
-    "gamma",
-    "precision_model",
-    "unit_roundoff",
     "compute_oracle",
     "forward_tolerance",
     "lse_tolerance",
 ]
-
-#: Higham-Mary probabilistic rounding-error constant: sum of n terms has error <= LAMBDA sqrt(n) u
-#: sum |terms| except with probability <= 2 exp(-LAMBDA^2 / 2) (~7.5e-6 for LAMBDA = 5).
-LAMBDA = 5.0
-_FORMAT_BITS = {  # (mantissa bits, smallest normal exponent)
-    "float64": (52, -1022),
-    "float32": (23, -126),
-    "float16": (10, -14),
-    "bfloat16": (7, -126),
-    "float8_e4m3fn": (3, -6),
-    "float8_e5m2": (2, -14),
-}
-#: Accumulation precision assumed for FP8 tensor-core GEMMs: Hopper FP8 MMA keeps ~14 bits in its
-#: accumulator (DeepSeek-V3 report, section 3.3.2), so u = 2^-13 covers it.
-FP8_ACCUMULATOR_U = 2.0**-13
-
-
-def unit_roundoff(dtype: str) -> float:
-    """u = 2^-(p) for a format with p-1 stored mantissa bits (round to nearest)."""
-    mbits, _ = _FORMAT_BITS[dtype]
-    return 2.0 ** (-(mbits + 1))
-
-
-def subnormal_half_spacing(dtype: str) -> float:
-    """Largest absolute rounding error in the subnormal range: half the subnormal spacing."""
-    mbits, emin = _FORMAT_BITS[dtype]
-    return 2.0 ** (emin - mbits - 1)
-
-
-def smallest_normal(dtype: str) -> float:
-    _, emin = _FORMAT_BITS[dtype]
-    return 2.0**emin
-
-
-def gamma(n: int | np.ndarray) -> np.ndarray | float:
-    """Growth factor of an n-term fp sum / dot product: min(n, LAMBDA sqrt(n)) (TOLERANCES.md §2)."""
-    n = np.asarray(n, dtype=np.float64)
-    out = np.minimum(n, LAMBDA * np.sqrt(n))
-    return float(out) if out.ndim == 0 else out
-
-
-@dataclass(frozen=True)
-class PrecisionModel:
-    """Unit roundoffs of a correct kernel for one case (TOLERANCES.md §1).
-
-    u_out: output dtype; u_p: P for the PV product (the input dtype, FP8 format for FP8 cases);
-    u_s: score GEMM accumulation; u_a: softmax / PV / gradient accumulation; eta_p: absolute
-    rounding error of a subnormal P; floor: smallest normal of the output dtype (flush-to-zero), over
-    out_scale for an FP8 output written as codes of O * out_scale (SEMANTICS.md §10).
-    """
-
-    in_dtype: str
-    out_dtype: str
-    p_dtype: str
-    u_out: float
-    u_p: float
-    u_s: float
-    u_a: float
-    eta_p: float
-    floor: float
-    out_scale: float = 1.0
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-#: output dtypes an FP8 case may return (SEMANTICS.md §10): bf16 (the FA3 API), fp16 / fp32, and FP8 codes with a
-#: per-tensor output scale (cuDNN's API)
-FP8_CASE_OUTPUT_DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
-
-
-def precision_model(case: Case, out_dtype: str | None = None, out_scale: float = 1.0) -> PrecisionModel:
-    """The precision model of a correct kernel for `case` (optionally with a different output dtype); `out_scale`:
-    an FP8 output's scale (its codes hold O * out_scale, SEMANTICS.md §10), which divides the floor."""
-    if not (math.isfinite(out_scale) and out_scale > 0):
-        raise ValueError(f"precision_model: out_scale must be finite and > 0, got {out_scale!r}")
-    if out_scale != 1.0 and not (out_dtype or "").startswith("float8_"):
-        raise ValueError(f"precision_model: out_scale {out_scale!r} applies to an FP8 output only, "
-                         f"not to out_dtype {out_dtype!r}")
-    if case.fp8 is not None:
-        in_dt = "float8_" + case.fp8.format
-        p_dt = in_dt
-        out_dt = out_dtype or "bfloat16"
-        u_s = u_a = FP8_ACCUMULATOR_U
-    else:
-        in_dt = case.dtype
-        p_dt = in_dt
-        out_dt = out_dtype or in_dt
-        u_s = u_a = unit_roundoff("float64") if in_dt == "float64" else unit_roundoff("float32")
-    if out_dt not in _FORMAT_BITS:
-        out_dt = "float32"
-    return PrecisionModel(
-        in_dtype=in_dt, out_dtype=out_dt, p_dtype=p_dt, u_out=unit_roundoff(out_dt), u_p=unit_roundoff(p_dt),
-        u_s=u_s, u_a=u_a, eta_p=subnormal_half_spacing(p_dt), floor=smallest_normal(out_dt) / out_scale,
-        out_scale=out_scale,
-    )
 
 
 @dataclass
@@ -224,25 +126,10 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     """Oracle O/LSE (and gradients), magnitudes, bounds and the naive implementation for `case`."""
     import time
 
-    from attention_conformance import oracles
     from attention_conformance.oracles.scores import row_blocks
-    from attention_conformance.oracles.validate import validate
 
     t0 = time.perf_counter()
-    kw = dict(case.oracle_kwargs)
-    kw.update(mask=inputs.mask, bias=inputs.bias)
-    sinks = getattr(inputs, "sinks", None)
-    if sinks is not None:
-        kw["sinks"] = sinks
-    out, lse = oracles.attention(inputs.q, inputs.k, inputs.v, **kw)
-    grads: dict[str, np.ndarray] = {}
-    dlse = getattr(inputs, "dlse", None) if case.backward else None
-    if case.backward:
-        g = oracles.attention_backward(inputs.q, inputs.k, inputs.v, inputs.dout, dlse=dlse, **kw)
-        grads = {"dq": g[0], "dk": g[1], "dv": g[2]}
-        if sinks is not None:
-            grads["dsinks"] = g[3]
-    p = validate(inputs.q, inputs.k, inputs.v, inputs.dout if case.backward else None, dlse=dlse, **kw)
+    out, lse, grads, p = oracle_values(case, inputs)
     model = precision_model(case)
 
     B, Hq, Lq, dvdim = out.shape
@@ -256,7 +143,7 @@ def compute_oracle(case: Case, inputs) -> OracleData:
     P2 = np.zeros(lse.shape, dtype=np.float64)
     valid = np.zeros(lse.shape, dtype=bool)
     valid_k = np.zeros(p.k.shape[:3], dtype=bool)  # key rows of dk, dv compared (§7)
-    naive = np.zeros_like(out)
+    naive_out = np.zeros_like(out)
     in_dt = model.in_dtype
     out_dt = model.out_dtype
     p_dt = model.p_dtype
@@ -326,24 +213,9 @@ def compute_oracle(case: Case, inputs) -> OracleData:
                 inv_l = np.where(np.isfinite(L), np.exp(np.minimum(m - Lf, 0.0)), 0.0)
                 W[b, h, r0:r1] = (n * inv_l)[:, None] * (vmax[None, :] + absO)
                 # naive same-precision implementation (secondary criterion)
-                s32 = (q32[r0:r1] @ k32.T) * acc(p.scale)
-                if p.softcap is not None:
-                    c = acc(p.softcap)
-                    s32 = c * np.tanh(s32 / c)
-                if p.bias is not None:
-                    s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
-                s32 = np.where(vis, s32, -np.inf).astype(acc)
-                m32 = np.max(s32, axis=1, initial=-np.inf) if sk else np.full(r1 - r0, -np.inf, dtype=acc)
-                m32 = np.maximum(m32, acc(sink))  # the sink is in the naive max and sum too (§18)
-                m32 = np.where(np.isfinite(m32), m32, 0).astype(acc)
-                e32 = np.exp(s32 - m32[:, None])
-                l32 = e32.sum(axis=1, dtype=acc) + np.exp(acc(sink) - m32)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    P32 = np.where(l32[:, None] > 0, e32 / l32[:, None], 0).astype(acc)
-                Pr = round_to_dtype(P32, p_dt).astype(acc)
-                o32 = Pr @ v32
-                naive[b, h, r0:r1] = round_to_dtype(o32, out_dt)
-    od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive, grads=grads, P2=P2,
+                naive_out[b, h, r0:r1] = naive.forward_rows(p, b, h, r0, r1, q32, k32, v32, vis, sink, acc, p_dt,
+                                                            out_dt)
+    od = OracleData(case.id, out, lse, valid, A, G, gb, W, nkeys, model, naive_out, grads=grads, P2=P2,
                     valid_k=valid_k)
     if bwd:
         tol_o = forward_tolerance(od)
@@ -435,30 +307,11 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 dk_t[b, hk, :sk] += absscale * (e.T @ absq[r0:r1] + gk * u_a * (adS.T @ absq[r0:r1]))
                 dv_t[b, hk, :sk] += (dP_err + (u_p + 4 * u_a) * P).T @ absdo[r0:r1] + gk * u_a * (P.T @ absdo[r0:r1])
                 # naive same-precision backward
-                s32 = (q32[r0:r1] @ k32.T) * acc(p.scale)
-                tt = None
-                if p.softcap is not None:
-                    c = acc(p.softcap)
-                    tt = np.tanh(s32 / c)
-                    s32 = c * tt
-                if p.bias is not None:
-                    s32 = s32 + p.bias[b, h, r0:r1, :sk].astype(acc)
-                s32 = np.where(vis, s32, -np.inf).astype(acc)
-                L32 = acc(1) * Lf.astype(acc)
-                P32 = np.where(vis, np.exp(np.where(vis, s32, L32[:, None]) - L32[:, None]), 0).astype(acc)
-                O_r = round_to_dtype(O, out_dt).astype(acc)
-                dP32 = do32[r0:r1] @ v32.T
-                D32 = (do32[r0:r1] * O_r).sum(axis=1, dtype=acc)
-                if p.dlse is not None:
-                    D32 = (D32 - np.where(np.isfinite(L), p.dlse[b, h, r0:r1], 0.0)).astype(acc)
-                dS32 = P32 * (dP32 - D32[:, None])
-                if tt is not None:
-                    dS32 = dS32 * (1 - tt * tt)
-                dSr = round_to_dtype(dS32, p_dt).astype(acc)
-                Pr = round_to_dtype(P32, p_dt).astype(acc)
-                ndq[b, h, r0:r1] += acc(p.scale) * (dSr @ k32)
-                ndk[b, hk, :sk] += acc(p.scale) * (dSr.T @ q32[r0:r1])
-                ndv[b, hk, :sk] += Pr.T @ do32[r0:r1]
+                gq_rows, gk_rows, gv_rows = naive.backward_rows(p, b, h, r0, r1, q32, k32, v32, do32, vis, L, O, acc,
+                                                                p_dt, out_dt)
+                ndq[b, h, r0:r1] += gq_rows
+                ndk[b, hk, :sk] += gk_rows
+                ndv[b, hk, :sk] += gv_rows
     grads = od.grads
     dq_t += u_out * np.abs(grads["dq"]) + model.floor
     dk_t += u_out * np.abs(grads["dk"]) + model.floor
@@ -489,8 +342,4 @@ def _sink_bound(p, od: OracleData, tol_o, tol_lse, b: int, sq: int, acc, sink_ac
         dD = (np.abs(dO) * tol_o[b, h, :sq]).sum(axis=1) + u_a * gdv * (np.abs(dO) * np.abs(O)).sum(axis=1)
         bound[h] += float(np.sum(p_sink * ((tol_lse[b, h, :sq] + u_a) * np.abs(Dm) + dD)))
         terms[h] += float(np.sum(p_sink * np.abs(Dm)))
-        # naive: fp32 P_sink from the LSE, D from the output rounded to the output dtype
-        O_r = round_to_dtype(O, od.model.out_dtype).astype(acc)
-        D32 = (dO.astype(acc) * O_r).sum(axis=1, dtype=acc) - dl.astype(acc)
-        ps32 = np.exp(acc(sink) - L.astype(acc))
-        naive_ds[h] += float(-np.sum(ps32 * D32, dtype=acc))
+        naive_ds[h] += naive.sink_grad(sink, L, O, dO, dl, acc, od.model.out_dtype)
