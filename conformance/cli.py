@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from attention_conformance.run_context import DETERMINISM, UsageError, check_specs, default_device, one_line
+from attention_conformance.running.run_context import DETERMINISM, UsageError, check_specs, default_device, one_line
 
 __all__ = ["main", "build_parser", "UsageParser", "UsageError", "positive_int", "positive_float", "one_line"]
 
@@ -179,9 +179,9 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from attention_conformance.engine import stderr_progress
     from attention_conformance.report import build_report, exit_code, write_report
-    from attention_conformance.run_context import RunSettings, open_run
+    from attention_conformance.running.engine import stderr_progress
+    from attention_conformance.running.run_context import RunSettings, open_run
 
     device = args.device or default_device()
     cases = _select(args.profile, args.keyword)
@@ -201,7 +201,7 @@ def _cmd_run(args) -> int:
             raise UsageError(f"--claims {problems[0]}")
     shard_extra: dict = {}
     if args.shard is not None:
-        from attention_conformance.shard import ShardError, select
+        from attention_conformance.running.shard import ShardError, select
 
         try:
             cases, shard_extra["shard"] = select(cases, args.shard)
@@ -225,7 +225,7 @@ def _cmd_run(args) -> int:
         write_report(args.report_dir, report_of(partial, time.perf_counter() - t0, True), partial)
 
     if args.workers > 1:
-        from attention_conformance.parallel import run_parallel
+        from attention_conformance.running.parallel import run_parallel
 
         raw = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
                            determinism=args.determinism, progress=progress, checkpoint=checkpoint,
@@ -343,7 +343,7 @@ def _cmd_merge(args) -> int:
     from attention_conformance.combine import combine, reexpect, run_context
     from attention_conformance.report import rebuild_report, write_report
     from attention_conformance.report_store import load_report
-    from attention_conformance.shard import ShardError, merge
+    from attention_conformance.running.shard import ShardError, merge
     from attention_conformance.verdict.expectations import ExpectationError, load_files
 
     loaded = []

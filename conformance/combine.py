@@ -1,6 +1,6 @@
 """Join reports of one profile and device that ran different adapters (or re-ran some cases) into one report.
 
-`conformance.shard` joins the N shards of *one* run (same adapters, disjoint cases). A device report is
+`conformance.running.shard` joins the N shards of *one* run (same adapters, disjoint cases). A device report is
 often assembled from several runs instead: the torch backends and our CUDA kernels in one call, a vendor
 library that must be installed first in another, a re-run of a few cases after a fix. `combine` keys every
 result by (case id, adapter spec): a later report's result replaces an earlier one's for the same key (the
@@ -19,8 +19,8 @@ import copy
 from collections.abc import Sequence
 
 from attention_conformance.cases.case import Case
-from attention_conformance.engine import CaseResult
-from attention_conformance.shard import ShardError, results_of
+from attention_conformance.running.engine import CaseResult
+from attention_conformance.running.shard import ShardError, results_of
 from attention_conformance.verdict.expectations import Expectation, RunContext, apply
 
 __all__ = ["combine", "reexpect", "run_context"]

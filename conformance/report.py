@@ -10,7 +10,7 @@ report.json, ``"schema_version": 1``::
       "summary": {"total": n, "by_outcome": {...}, "by_adapter": {name: {...}}, "exit_code": 0|1},
       "results": [CaseResult.to_dict(): case_id, adapter, outcome, message, stats{out,lse,dq,dk,dv:
                   max_err, max_err_index, tol_at_max_err, max_ratio, ...}, checks, findings, kernels,
-                  memory {forward, backward: peak bytes of the call on CUDA, conformance/memory.py},
+                  memory {forward, backward: peak bytes of the call on CUDA, conformance/running/peak_memory.py},
                   tolerance_model, case (all fields), seed, repro],
       "memory_growth": [GrowthRow.to_dict(): adapter, shape, claim, ns, peak_bytes, extra_bytes,
                         driver_bytes, exponent, driver_exponent, verdict, message]
@@ -34,10 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attention_conformance import memory
 from attention_conformance.adapters.registry import LoadedAdapter
-from attention_conformance.engine import CaseResult
-from attention_conformance.environment import environment
 from attention_conformance.report_digest import (
     failure_order,
     memory_table,
@@ -49,6 +46,9 @@ from attention_conformance.report_digest import (
 )
 from attention_conformance.report_html import render_html
 from attention_conformance.report_store import dump_report
+from attention_conformance.running.engine import CaseResult
+from attention_conformance.running.environment import environment
+from attention_conformance.verdict import growth
 from attention_conformance.verdict.judge import FINDING_CLASSES, finding_class
 from attention_conformance.verdict.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 
@@ -109,7 +109,7 @@ def build_report(results: Sequence[CaseResult], adapters: Sequence[LoadedAdapter
             "exit_code": exit_code(results),
         },
         "results": [r.to_dict() for r in results],
-        "memory_growth": [row.to_dict() for row in memory.growth_rows(results, memory.claims_of(adapters))],
+        "memory_growth": [row.to_dict() for row in growth.growth_rows(results, growth.claims_of(adapters))],
     }
     if extra:
         rep.update(extra)

@@ -86,7 +86,7 @@ def failure_order(results: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
 
 def smallest_failing(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, int, Mapping[str, Any]]]:
     """(adapter, feature, failing cases, smallest failing result) per adapter and feature with a failing outcome;
-    features are the case's family and its feature labels (`conformance.engine.features_of`)."""
+    features are the case's family and its feature labels (`conformance.running.engine.features_of`)."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in results:
         if r["outcome"] not in FAILING:
@@ -111,17 +111,17 @@ def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
 
 
 def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str], list[list[str]]]:
-    """The ``memory`` family (report.json ``memory_growth``, conformance/memory.py) as (title, intro, header,
+    """The ``memory`` family (report.json ``memory_growth``, conformance/running/peak_memory.py) as (title, intro, header,
     rows): peak device memory per N (torch allocator; beyond inputs and outputs in parentheses), the fitted
     exponent per adapter and its verdict."""
-    from attention_conformance import memory
+    from attention_conformance.verdict import growth
     from attention_conformance.verdict.numfmt import mib
 
     def exp(x: Any) -> str:
         return "n/a" if x is None else f"{x:.2f}"
 
     intro = (f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent "
-             f"= log-log slope over N; an adapter claiming linear memory fails above {memory.LINEAR_MAX_EXPONENT}; "
+             f"= log-log slope over N; an adapter claiming linear memory fails above {growth.LINEAR_MAX_EXPONENT}; "
              "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
              "torch's already reserved pool; memory allocated outside torch shows there).")
     header = ["adapter", "claim", "shape", "peak MiB per N (beyond I/O)", "exponent", "driver exponent", "verdict"]

@@ -2,7 +2,7 @@
 
 The snippet spells the case out field by field (so it still works if the catalog changes), makes
 the inputs from the case's seed, evaluates the FP64 oracle and its bound (conformance/TOLERANCES.md),
-makes the same calls the engine makes (`conformance.worker.collect_calls`: forward, backward for
+makes the same calls the engine makes (`conformance.running.worker.collect_calls`: forward, backward for
 backward cases, a repeated forward when the adapter declares determinism; each call snapshots every
 input array it passes, page pools, block tables and FP8 codes included) and hands them to the same
 judge (`conformance.verdict.judge.judge`), so its verdict is the one ``python -m attention_conformance run`` gives.
@@ -44,7 +44,7 @@ from attention_conformance.verdict.judge import judge  # noqa: E402
 from attention_conformance.verdict.numfmt import approx, index  # noqa: E402
 from attention_conformance.adapters.registry import load  # noqa: E402
 from attention_conformance.verdict.bounds import compute_oracle  # noqa: E402
-from attention_conformance.worker import call_adapter, collect_calls  # noqa: E402
+from attention_conformance.running.worker import call_adapter, collect_calls  # noqa: E402
 
 DEVICE = {device!r}
 STRICT = {strict!r}  # True: named findings (SEMANTICS.md §17) are FAIL, as with `run --strict`

@@ -221,9 +221,9 @@ def offset_model(model):
 
 def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
     """Forward on peaked rows, judged by `conformance.verdict.judge.judge` with the P floor lowered (`offset_model`)."""
+    from attention_conformance.running.worker import call_adapter, collect_calls
     from attention_conformance.verdict.bounds import compute_oracle
     from attention_conformance.verdict.judge import judge
-    from attention_conformance.worker import call_adapter, collect_calls
 
     reason = adapter.supports(case, device)
     if reason is not None:  # as the engine: a declined case is NOT_SUPPORTED, the adapter is never called

@@ -8,7 +8,7 @@ draws are random, so a pass among them says nothing about whether the entry is s
 by ``python -m attention_conformance run`` and ``pytest conformance/``, say that).
 
 The expectations context (device, GPU names, adapter versions, the shipped file and ``--expect`` files) is the
-run's, built where every front end builds it (`conformance.run_context`): `known_in` reads it off a
+run's, built where every front end builds it (`conformance.running.run_context`): `known_in` reads it off a
 `ConformanceRun`, `known_findings` opens one for a single adapter.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases.case import Case
-from attention_conformance.run_context import ConformanceRun, RunSettings
+from attention_conformance.running.run_context import ConformanceRun, RunSettings
 from attention_conformance.verdict.expectations import Decision, Expectation, RunContext, decide
 from attention_conformance.verdict.judge import Verdict
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for peak memory and HBM traffic: the ncu traffic table (tools/hbm_traffic.py),
 # the conformance `memory` family (N, 2N, 4N) on every available CUDA adapter that claims linear memory plus
-# torch's math backend, and the GPU tests of conformance/memory.py. Needs the kernel library built beforehand
+# torch's math backend, and the GPU tests of conformance/running/peak_memory.py. Needs the kernel library built beforehand
 # (python -m attention_conformance.kernels.build) and $OUT set; writes 8 files under $OUT. SKIP_HBM=1 / SKIP_PYTEST=1 leave parts out.
 #   OUT=/tmp/out bash tools/run_memory_h200.sh
 set -u

@@ -169,7 +169,7 @@ def raise_site(exc: BaseException) -> str:
 
 @dataclass
 class CallResult:
-    """What one adapter call produced, as the harness saw it (`conformance.worker.call_adapter`)."""
+    """What one adapter call produced, as the harness saw it (`conformance.running.worker.call_adapter`)."""
 
     output: Any = None  # ForwardOutput | BackwardOutput
     error: str | None = None  # formatted traceback when the call raised
@@ -179,7 +179,7 @@ class CallResult:
     #: who raised `error`: "adapter" (the code under test) or "harness" (code around it)
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
-    memory: dict | None = None  # peak device memory of the call on CUDA (conformance.memory.MemoryRecord), else None
+    memory: dict | None = None  # peak device memory of the call on CUDA (conformance.running.peak_memory.MemoryRecord), else None
 
 
 @dataclass

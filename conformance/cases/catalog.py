@@ -379,7 +379,7 @@ def _large(profile: str) -> Iterator[Case]:
 
 
 def _memory(profile: str) -> Iterator[Case]:
-    """One shape at N, 2N, 4N: the growth exponent of peak device memory (conformance/memory.py, CUDA only)."""
+    """One shape at N, 2N, 4N: the growth exponent of peak device memory (conformance/running/peak_memory.py, CUDA only)."""
     if profile != "gpu":
         return
     for n in (1024, 2048, 4096):

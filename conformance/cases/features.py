@@ -4,7 +4,7 @@ Each `Feature` reads one aspect of a `Case` as a value (``value_of``), names it 
 adapter x feature matrix (``label``), and writes a value into the keyword arguments of a generated case
 (``apply``, used by the ``pairs`` catalog family). `FEATURES` lists them; `CONSTRAINTS` lists the value
 pairs no case may combine, each with its reason. The report labels (`labels`, what
-`conformance.engine.features_of` returns), the covering design of the catalog's ``pairs`` family
+`conformance.running.engine.features_of` returns), the covering design of the catalog's ``pairs`` family
 (`conformance.cases.catalog`) and the pair coverage of a profile (`conformance.coverage`) all read this module.
 
 The pairwise features (SEMANTICS.md section in brackets): dtype [§1], FP8 granularity [§10], causal

@@ -348,7 +348,7 @@ def decide(entries: Sequence[Expectation], case: Case, adapter: str, spec: str, 
 
 def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx: RunContext) -> tuple[list, dict]:
     """``entries`` applied to ``(case, result)`` pairs (results with ``outcome``, ``message``, ``findings``,
-    ``adapter``, ``spec``, ``expectation`` attributes, e.g. `conformance.engine.CaseResult`).
+    ``adapter``, ``spec``, ``expectation`` attributes, e.g. `conformance.running.engine.CaseResult`).
 
     Returns (new results: shallow copies where an entry applied, the others as they were, in order; usage
     summary ``{"files", "entries", "used": {label: results in scope}, "unused": [labels], "known",
@@ -390,11 +390,11 @@ class RunExpectations:
     @classmethod
     def for_run(cls, files: Sequence[str], *, default: bool, device: str, loaded: Sequence[Any]) -> RunExpectations:
         """`DEFAULT_FILE` (unless not ``default``) and ``files``, matched against the ``loaded`` adapters'
-        versions on ``device`` (GPU names from `conformance.environment`)."""
+        versions on ``device`` (GPU names from `conformance.running.environment`)."""
         entries = load_files(files, default=default)
         gpus: tuple[str, ...] = ()
         if any(e.gpu for e in entries):  # this machine's GPU names, which an entry's `gpu` field is matched against
-            from attention_conformance.environment import environment
+            from attention_conformance.running.environment import environment
 
             gpus = tuple(g["name"] for g in environment().get("gpus", []))
         versions: dict[str, str] = {}

@@ -92,7 +92,7 @@ def in_process_runner(adapter, cache=None):
     """(Runner, LoadedAdapter) running `adapter` in this interpreter (a stand-in library installed in
     ``sys.modules`` is seen; isolated workers would not see it), sharing the oracle `cache` when given."""
     from attention_conformance.adapters.registry import LoadedAdapter
-    from attention_conformance.engine import Runner
+    from attention_conformance.running.engine import Runner
 
     adapter.isolate = False
     la = LoadedAdapter(adapter.name, adapter.name, adapter, None)

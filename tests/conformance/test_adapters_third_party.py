@@ -123,7 +123,7 @@ def test_paged_layouts_are_declined_not_failed(good):
     """An SDPA-signature function takes dense K/V: a paged case (SEMANTICS.md §16) is NOT_SUPPORTED, never a
     FAIL of a correct function (the engine judges a claimed case that raises as FAIL)."""
     from attention_conformance.cases import catalog
-    from attention_conformance.engine import Runner
+    from attention_conformance.running.engine import Runner
 
     paged = [c for c in catalog.cases("ci") if c.family == "paged"][:2]
     assert paged, "the ci profile has no paged case"

@@ -158,8 +158,8 @@ def test_varlen_padded_rows_are_fully_masked_rows():
     passes forward and backward; a naive softmax (NaN on fully masked rows) fails dk with a message saying why."""
     from attention_conformance.adapters.registry import LoadedAdapter
     from attention_conformance.adapters.third_party import wrap_sdpa_function
-    from attention_conformance.engine import Runner
     from attention_conformance.examples.good_sdpa import attention as good
+    from attention_conformance.running.engine import Runner
 
     def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)

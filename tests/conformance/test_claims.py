@@ -16,7 +16,7 @@ from attention_conformance import cli
 from attention_conformance.adapters import declared
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases import catalog
-from attention_conformance.engine import Runner
+from attention_conformance.running.engine import Runner
 
 pytest.importorskip("torch")
 

@@ -18,7 +18,7 @@ from attention_conformance.adapters.reference import ReferenceFA2
 from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.case import Case
-from attention_conformance.engine import Runner
+from attention_conformance.running.engine import Runner
 
 NEW_FAMILIES = ("sinks", "mla", "chunked", "kv_append")
 NEW_CI = [c for c in catalog.cases("ci") if c.family in NEW_FAMILIES]

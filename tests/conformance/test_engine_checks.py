@@ -15,8 +15,8 @@ from attention_conformance import oracles
 from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.engine import Runner
 from attention_conformance.report import build_report, exit_code, write_report
+from attention_conformance.running.engine import Runner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))

@@ -15,7 +15,7 @@ from engine_toys import EmulatedKernel
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases import catalog
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.engine import Runner
+from attention_conformance.running.engine import Runner
 from attention_conformance.verdict.bounds import compute_oracle, forward_tolerance
 from attention_conformance.verdict.precision import gamma, precision_model, unit_roundoff
 

@@ -9,7 +9,7 @@ import pytest
 from attention_conformance.adapters import BUILTIN
 from attention_conformance.adapters.registry import entry_point_names
 from attention_conformance.cases import catalog
-from attention_conformance.engine import CaseResult
+from attention_conformance.running.engine import CaseResult
 from attention_conformance.verdict import expectations as ex
 
 SCALE = next(c for c in catalog.cases("ci") if c.family == "scale" and c.causal and c.scale == 0.0)

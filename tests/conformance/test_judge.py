@@ -24,13 +24,13 @@ import pytest
 
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases.case import Case, FP8Spec
-from attention_conformance.engine import Runner
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.kernel_properties import check_fp8_offset, offset_model, peaked_inputs
 from attention_conformance.repro import snippet
+from attention_conformance.running.engine import Runner
+from attention_conformance.running.worker import call_adapter, collect_calls
 from attention_conformance.verdict.bounds import compute_oracle
 from attention_conformance.verdict.judge import judge
-from attention_conformance.worker import call_adapter, collect_calls
 
 
 def _sampled(**kw) -> Case:

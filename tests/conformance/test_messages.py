@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from attention_conformance.cases.case import Case
-from attention_conformance.engine import CaseResult
 from attention_conformance.report import build_report, render_markdown
 from attention_conformance.report_digest import quantity_line
+from attention_conformance.running.engine import CaseResult
 from attention_conformance.verdict import checks, numfmt
 
 

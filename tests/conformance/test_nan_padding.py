@@ -22,7 +22,7 @@ from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.case import DISTRIBUTIONS
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.engine import Runner
+from attention_conformance.running.engine import Runner
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 FWD_CASES = [c for c in NAN_CASES if not c.backward]

@@ -19,7 +19,7 @@ from attention_conformance.adapters.registry import BUILTIN, load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.case import LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec, page_size_of
 from attention_conformance.cases.inputs import make_inputs, paged_storage
-from attention_conformance.worker import call_adapter
+from attention_conformance.running.worker import call_adapter
 
 PAGED_CI = [c for c in catalog.cases("ci") if c.family == "paged"]
 PAGED_FULL = [c for c in catalog.cases("full") if c.family == "paged"]

@@ -25,7 +25,7 @@ from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.adapters.third_party import wrap_sdpa_function
 from attention_conformance.cases import catalog
 from attention_conformance.cases.inputs import planted_nan
-from attention_conformance.engine import Runner
+from attention_conformance.running.engine import Runner
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 

@@ -124,9 +124,9 @@ def test_repro_key_names_a_file_beside_the_expectations_file(tmp_path):
 
 
 def test_reports_show_the_repro_beside_the_link():
-    from attention_conformance.engine import CaseResult
     from attention_conformance.report import _expectation_lines
     from attention_conformance.report_html import _expectations_html
+    from attention_conformance.running.engine import CaseResult
 
     e = ENTRIES[0]
     result = CaseResult("c", e.adapters[0], e.adapters[0], "KNOWN", "scale", [],

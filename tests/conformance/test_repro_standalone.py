@@ -254,9 +254,9 @@ def test_cuda_file_makes_its_inputs_and_exits_2_without_cuda(spec, case, gpu_fil
 
 def _verdict(spec, case, device):
     """The harness's verdict on (`spec`, `case`) on `device`, in this process (the engine's calls, the judge)."""
+    from attention_conformance.running.worker import call_adapter, collect_calls
     from attention_conformance.verdict.bounds import compute_oracle
     from attention_conformance.verdict.judge import judge
-    from attention_conformance.worker import call_adapter, collect_calls
 
     adapter = load(spec, device).adapter
     inputs = make_inputs(case)

@@ -26,7 +26,7 @@ from dataclasses import fields
 
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
-from attention_conformance.engine import CaseResult
+from attention_conformance.running.engine import CaseResult
 
 __all__ = ["ShardError", "parse_spec", "plan", "selection_digest", "select", "merge", "results_of"]
 

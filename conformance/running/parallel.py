@@ -1,7 +1,7 @@
 """``run --workers N``: spread cases over N worker processes, one GPU each, into one report (issue 7).
 
 The parent sorts the cases by estimated cost (largest first) and hands each idle worker the next
-case; a worker (``python -m attention_conformance.parallel``) loads the adapters once, keeps its own oracle
+case; a worker (``python -m attention_conformance.running.parallel``) loads the adapters once, keeps its own oracle
 cache, runs every adapter on the case with the same `Runner` as a single-process run, and sends the
 `CaseResult`s back. Worker i gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker
 that dies costs only the case it was running (CRASH for each adapter) and is restarted.
@@ -23,9 +23,9 @@ from typing import Any
 
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
-from attention_conformance.eta import EtaModel
+from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.worker import _recv, _send, _worker_channels
 from attention_conformance.verdict.outcomes import counts_line
-from attention_conformance.worker import _recv, _send, _worker_channels
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
 
@@ -53,13 +53,13 @@ class _Worker:
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         threads = str(max(1, (os.cpu_count() or 1) // max(workers, 1)))
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)  # N workers share the cores instead of oversubscribing them
         self.index = index
-        self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.parallel"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.running.parallel"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, start_new_session=True)
         _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism,
                                 "strict": strict})
@@ -84,7 +84,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                  outcome_of: Callable[[Any], str] | None = None) -> list:
     """Run `cases` on the `loaded` adapters with `workers` processes; raw results in catalog order. Progress lines
     count ``outcome_of(result)`` (as `engine.Runner.run` does: the outcome the final line will report)."""
-    from attention_conformance.engine import CaseResult, features_of, repro_command
+    from attention_conformance.running.engine import CaseResult, features_of, repro_command
 
     specs = [la.spec for la in loaded]
     order = sorted(cases, key=lambda c: -estimated_cost(c))
@@ -172,8 +172,8 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
 def main() -> int:
     out, inp = _worker_channels()
     from attention_conformance.adapters.registry import load_many
-    from attention_conformance.engine import Runner
-    from attention_conformance.worker import WorkerCrash
+    from attention_conformance.running.engine import Runner
+    from attention_conformance.running.worker import WorkerCrash
 
     cfg = _recv(inp, None)
     runner = Runner(load_many(cfg["specs"], cfg["device"]), cfg["device"], timeout=cfg["timeout"],
@@ -194,6 +194,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     # run from the importable module, so pickled results name it (not __main__)
-    from attention_conformance.parallel import main as _main
+    from attention_conformance.running.parallel import main as _main
 
     sys.exit(_main())

@@ -23,13 +23,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attention_conformance import memory
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases import features
 from attention_conformance.cases.calldata import raise_site
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
-from attention_conformance.eta import EtaModel
+from attention_conformance.running import memory_policy
+from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.worker import (
+    CallResult,
+    WorkerClient,
+    WorkerCrash,
+    WorkerTimeout,
+    call_adapter,
+    collect_calls,
+)
 from attention_conformance.verdict.bounds import OracleData, compute_oracle
 from attention_conformance.verdict.judge import Verdict, judge
 from attention_conformance.verdict.outcomes import (
@@ -42,14 +50,6 @@ from attention_conformance.verdict.outcomes import (
     TIMEOUT,
     counts_line,
     worst,
-)
-from attention_conformance.worker import (
-    CallResult,
-    WorkerClient,
-    WorkerCrash,
-    WorkerTimeout,
-    call_adapter,
-    collect_calls,
 )
 
 __all__ = [
@@ -188,14 +188,14 @@ class Runner:
     def _verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
         if not la.available:
             return Verdict(outcome=NOT_SUPPORTED, message=f"adapter unavailable: {la.reason}")
-        reason = la.adapter.supports(case, self.device) or memory.unsupported_reason(case, self.device)
+        reason = la.adapter.supports(case, self.device) or memory_policy.unsupported_reason(case, self.device)
         if reason is not None:
             return Verdict(outcome=NOT_SUPPORTED, message=reason)
         inputs, od, err = self.cache.get(case)
         if err is not None:
             return Verdict(outcome=HARNESS_ERROR, message=f"oracle / inputs failed for {case.id}:\n{err}")
         caps = la.adapter.capabilities
-        if memory.needs_warmup(case, self.device):  # one-time workspaces fall into the measured call's baseline
+        if memory_policy.needs_warmup(case, self.device):  # one-time workspaces fall into the measured call's baseline
             self._call(la, "forward", inputs, case)
         results = collect_calls(lambda kind: self._call(la, kind, inputs, case), case,
                                 repeat=caps.deterministic and self._check_determinism(case))

@@ -1,6 +1,6 @@
 """Isolation: run an adapter's calls in a worker process (issue 3, item 6; issue 7).
 
-The parent (`WorkerClient`) starts ``python -m attention_conformance.worker`` and speaks length-prefixed
+The parent (`WorkerClient`) starts ``python -m attention_conformance.running.worker`` and speaks length-prefixed
 pickles over its stdin/stdout. An illegal memory access, abort or segfault kills only the worker:
 the parent sees EOF and reports CRASH (with the tail of the worker's stderr); a call that takes
 longer than ``timeout`` seconds is killed and reported TIMEOUT. The next call starts a fresh worker,
@@ -10,7 +10,7 @@ and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to on
 snapshots every input array (page pools, block tables and FP8 codes included), calls forward/backward,
 reports which inputs changed, records who raised an exception (`conformance.cases.calldata`: the code
 under test, or the harness around it) and, on CUDA, the call's peak device memory
-(`conformance.memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
+(`conformance.running.peak_memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
 sequence of calls made for a case (forward, backward for backward cases, a repeated forward for
 determinism); the engine and the repro snippets both use it, so `conformance.verdict.judge.judge` sees the same
 calls from either.
@@ -57,7 +57,7 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
 
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
-    from attention_conformance.memory import PeakMemory, io_bytes
+    from attention_conformance.running.peak_memory import PeakMemory, io_bytes
     from attention_conformance.verdict.checks import changed_arrays
 
     before = _snapshot(inputs)
@@ -143,11 +143,11 @@ class WorkerClient:
     def _start(self) -> None:
         env = dict(os.environ)
         env.update(self.env)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attention_conformance.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "attention_conformance.running.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=env, start_new_session=True,
         )
         _send(self.proc.stdin, {"op": "load", "spec": self.spec, "device": self.device})
@@ -245,6 +245,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     # run from the importable module, so pickled results name it (not __main__)
-    from attention_conformance.worker import main as _main
+    from attention_conformance.running.worker import main as _main
 
     sys.exit(_main())

@@ -133,7 +133,7 @@ class ConformanceRun:
 
     def runner(self, adapters: Sequence[LoadedAdapter] | None = None, **kw: Any):
         """An `engine.Runner` over ``adapters`` (default: the run's) with the run's settings."""
-        from attention_conformance.engine import Runner
+        from attention_conformance.running.engine import Runner
 
         s = self.settings
         return Runner(self.loaded if adapters is None else list(adapters), s.device, timeout=s.timeout,
@@ -145,10 +145,10 @@ class ConformanceRun:
         ``record``: count the entries used (`summary`, `unused`); a partial report of a run passes False."""
         import copy
 
-        from attention_conformance import memory
+        from attention_conformance.verdict import growth
 
         results = [copy.deepcopy(r) for r in results]
-        memory.apply_growth(results, memory.claims_of(self.loaded))
+        growth.apply_growth(results, growth.claims_of(self.loaded))
         out = self._expect(results)
         for r in out if record else ():
             if r.expectation:
