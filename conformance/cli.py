@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
     cs.add_argument("-k", dest="keyword", default=None, help="names (substrings of the id) with and/or/not")
     cs.add_argument("--coverage", action="store_true",
-                    help="print the profile's pair coverage matrix (conformance.coverage) instead of the ids")
+                    help="print the profile's pair coverage matrix (conformance.reporting.coverage) instead of the ids")
 
     mu = sub.add_parser("mutants", help="run the mutant catalog (property_tests.mutants.cli)", add_help=False)
     mu.add_argument("rest", nargs=argparse.REMAINDER)
@@ -179,7 +179,7 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from attention_conformance.report import build_report, exit_code, write_report
+    from attention_conformance.reporting.report import build_report, exit_code, write_report
     from attention_conformance.running.engine import stderr_progress
     from attention_conformance.running.run_context import RunSettings, open_run
 
@@ -330,7 +330,7 @@ def _cmd_repro(args) -> int:
 def _cmd_cases(args) -> int:
     cases = _select(args.profile, args.keyword)
     if args.coverage:
-        from attention_conformance.coverage import profile_coverage, render_matrix
+        from attention_conformance.reporting.coverage import profile_coverage, render_matrix
 
         print(render_matrix(profile_coverage(args.profile, cases)))
         return 0
@@ -340,10 +340,10 @@ def _cmd_cases(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from attention_conformance.combine import combine, reexpect, run_context
-    from attention_conformance.report import rebuild_report, write_report
-    from attention_conformance.report_store import load_report
-    from attention_conformance.running.shard import ShardError, merge
+    from attention_conformance.reporting.merge import MergeError, combine, merge_shards
+    from attention_conformance.reporting.reexpect import reexpect, run_context
+    from attention_conformance.reporting.report import rebuild_report, write_report
+    from attention_conformance.reporting.store import load_report
     from attention_conformance.verdict.expectations import ExpectationError, load_files
 
     loaded = []
@@ -360,8 +360,8 @@ def _cmd_merge(args) -> int:
         raise UsageError("merge: the reports mix shards of a run (--shard K/N) with whole runs; merge the shards "
                          "first, then join the result with the other runs")
     try:
-        rep, results = merge(loaded) if shards else combine(loaded)
-    except ShardError as exc:
+        rep, results = merge_shards(loaded) if shards else combine(loaded)
+    except MergeError as exc:
         raise UsageError(one_line(exc)) from None
     if args.reexpect:
         try:

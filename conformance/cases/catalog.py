@@ -9,7 +9,7 @@ Profiles:
   full paged-K/V decoding set plus two long paged caches.
 
 The ``pairs`` group is generated, not listed: a pairwise covering design over `conformance.cases.features`, so
-every pair of feature values some adapter can claim meets in a case (`conformance.coverage` checks it).
+every pair of feature values some adapter can claim meets in a case (`conformance.reporting.coverage` checks it).
 Each group below is one generator of cases; `cases(profile)` concatenates them, gives each case a
 seed derived from its semantic fields (stable across runs and machines) and drops duplicates.
 `select(cases, expr)` filters by a ``-k`` expression over the case ids (`conformance.cases.selection`).
@@ -347,7 +347,7 @@ def _pairs(profile: str) -> Iterator[Case]:
     layout incl. paged, backward, split-KV decoding shape) under `conformance.cases.features.CONSTRAINTS`, each
     row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24, 2 x 160 or, paged, 24 x 100).
     Bugs that live in a combination of two features (a window ignored only with GQA, softcap skipped only with
-    a bias) meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
+    a bias) meet one of these cases; `conformance.reporting.coverage` checks that every claimable pair is covered.
     """
     for n, row in enumerate(_pair_rows()):
         yield features.realize("pairs", dict(row), index=n)

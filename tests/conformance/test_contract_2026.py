@@ -121,7 +121,7 @@ def test_flex_claims_chunk_and_passes():
 def test_sink_and_chunk_fp8_constraints_match_the_adapters():
     """`features.CONSTRAINTS` keeps sinks and chunks away from FP8 because no built-in adapter claims both; when
     one does, this fails: drop the constraint so the pairs family covers the pair."""
-    from attention_conformance import coverage
+    from attention_conformance.reporting import coverage
 
     for name, caps in coverage.declared_capabilities():
         assert not (caps.fp8 and (caps.sinks or caps.chunk)), f"{name} claims FP8 with sinks or chunks"

@@ -1,12 +1,12 @@
-"""Pair coverage (conformance/coverage.py) and the feature model and covering design behind the ``pairs`` family."""
+"""Pair coverage (conformance/reporting/coverage.py) and the feature model and covering design behind the ``pairs`` family."""
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance import coverage
 from attention_conformance.cases import catalog, covering, features
 from attention_conformance.cases.case import PAGED_LAYOUTS, Case
+from attention_conformance.reporting import coverage
 
 
 @pytest.mark.parametrize("profile", catalog.PROFILES)

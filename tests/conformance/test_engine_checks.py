@@ -15,7 +15,7 @@ from attention_conformance import oracles
 from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.report import build_report, exit_code, write_report
+from attention_conformance.reporting.report import build_report, exit_code, write_report
 from attention_conformance.running.engine import Runner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -213,8 +213,8 @@ def test_report_files(tmp_path):
     assert {"python", "cpu", "torch", "cuda", "cudnn", "gpus", "driver"} <= set(data["environment"])
     r0 = data["results"][0]
     assert {"outcome", "stats", "seed", "repro", "tolerance_model"} <= set(r0)
-    assert data["cases"][r0["case_id"]] == results[0].case  # each case stored once (conformance/report_store.py)
-    from attention_conformance.report_store import load_report
+    assert data["cases"][r0["case_id"]] == results[0].case  # each case stored once (conformance/reporting/store.py)
+    from attention_conformance.reporting.store import load_report
 
     assert [r["case"] for r in load_report(jp)["results"]] == [r.case for r in results]
     md = mp.read_text()
@@ -227,7 +227,7 @@ def test_report_files(tmp_path):
 
 
 def test_report_html_escapes_adapter_text():
-    from attention_conformance.report_html import render_html
+    from attention_conformance.reporting.page import render_html
 
     rep = {"profile": "ci", "device": "cpu", "summary": {"cases": 1, "by_adapter": {}}, "environment": {},
            "adapters": [{"name": "<img src=x>", "available": False, "reason": "a & b"}],

@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-from attention_conformance import cli, report
+from attention_conformance import cli
 from attention_conformance.pytest_plugin import OUTCOME_PROPERTY
+from attention_conformance.reporting import report
 from attention_conformance.running import environment
 from attention_conformance.verdict.outcomes import FINDING, KNOWN, NOT_SUPPORTED, PASS, UNEXPECTED_PASS
 

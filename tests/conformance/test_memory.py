@@ -12,7 +12,7 @@ from engine_toys import EmulatedKernel
 from attention_conformance.adapters.base import Capabilities
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases import catalog
-from attention_conformance.report import build_report, write_report
+from attention_conformance.reporting.report import build_report, write_report
 from attention_conformance.running import memory_policy, peak_memory
 from attention_conformance.running.engine import CaseResult, Runner
 from attention_conformance.running.worker import call_adapter

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from attention_conformance.cases.case import Case
-from attention_conformance.report import build_report, render_markdown
-from attention_conformance.report_digest import quantity_line
+from attention_conformance.reporting.digest import quantity_line
+from attention_conformance.reporting.report import build_report, render_markdown
 from attention_conformance.running.engine import CaseResult
 from attention_conformance.verdict import checks, numfmt
 
@@ -96,7 +96,7 @@ def test_a_failure_on_a_fully_masked_row_says_so():
 def test_stored_kernel_names_keep_the_template_and_drop_the_parameters():
     import doctest
 
-    from attention_conformance import report_store
+    from attention_conformance.reporting import store as report_store
 
     assert doctest.testmod(report_store).failed == 0
     fa4 = "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_object_at__tensor"

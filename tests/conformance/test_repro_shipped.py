@@ -124,8 +124,8 @@ def test_repro_key_names_a_file_beside_the_expectations_file(tmp_path):
 
 
 def test_reports_show_the_repro_beside_the_link():
-    from attention_conformance.report import _expectation_lines
-    from attention_conformance.report_html import _expectations_html
+    from attention_conformance.reporting.page import _expectations_html
+    from attention_conformance.reporting.report import _expectation_lines
     from attention_conformance.running.engine import CaseResult
 
     e = ENTRIES[0]

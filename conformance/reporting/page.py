@@ -1,16 +1,16 @@
 """``report.html``: the conformance report as one self-contained page (no scripts, no external files).
 
-Rendered from the report.json dictionary alone (schema_version 1, see `conformance.report`), so it
+Rendered from the report.json dictionary alone (schema_version 1, see `conformance.reporting.report`), so it
 also renders reports written by earlier runs or on other machines:
 
-    python -m attention_conformance.report_html reports/latest/report.json [-o report.html] [--bench reports/benchmarks]
+    python -m attention_conformance.reporting.page reports/latest/report.json [-o report.html] [--bench reports/benchmarks]
 
 Sections: run and environment, summary per adapter, pictures
-(`conformance.report_charts`), named findings per adapter and class (SEMANTICS.md
+(`conformance.reporting.charts`), named findings per adapter and class (SEMANTICS.md
 §17), the adapter x feature matrix coloured by worst outcome (hover a cell for its counts), the smallest
 failing case per adapter and feature, every failure, finding and warning as a collapsible entry (per
 adapter, smallest case first; non-finite values first, then the error at the worst element) with the
-repro command, and the NOT_SUPPORTED reasons. The content is computed by `conformance.report_digest`,
+repro command, and the NOT_SUPPORTED reasons. The content is computed by `conformance.reporting.digest`,
 shared with report.md.
 """
 
@@ -23,8 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from attention_conformance.report_charts import charts_html, load_benchmarks
-from attention_conformance.report_digest import (
+from attention_conformance.reporting.charts import charts_html, load_benchmarks
+from attention_conformance.reporting.digest import (
     failure_order,
     memory_table,
     named_findings,
@@ -33,7 +33,7 @@ from attention_conformance.report_digest import (
     shape_of,
     smallest_failing,
 )
-from attention_conformance.report_store import load_report
+from attention_conformance.reporting.store import load_report
 from attention_conformance.verdict.judge import FINDING_CLASSES
 from attention_conformance.verdict.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
 

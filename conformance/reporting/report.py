@@ -19,7 +19,7 @@ report.json, ``"schema_version": 1``::
 report.md: a summary table, the named findings per adapter and class (SEMANTICS.md §17), the adapter
 x feature matrix of worst outcomes, conventions seen (LSE) and kernels that ran, the smallest failing
 case per adapter and feature, then every failure, finding and warning (per adapter, smallest case
-first) with its message and repro command (`conformance.report_digest`, shared with report.html).
+first) with its message and repro command (`conformance.reporting.digest`, shared with report.html).
 ``summary.findings_by_class`` counts the named findings per adapter and class.
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_conformance.adapters.registry import LoadedAdapter
-from attention_conformance.report_digest import (
+from attention_conformance.reporting.digest import (
     failure_order,
     memory_table,
     named_findings,
@@ -44,8 +44,8 @@ from attention_conformance.report_digest import (
     shape_of,
     smallest_failing,
 )
-from attention_conformance.report_html import render_html
-from attention_conformance.report_store import dump_report
+from attention_conformance.reporting.page import render_html
+from attention_conformance.reporting.store import dump_report
 from attention_conformance.running.engine import CaseResult
 from attention_conformance.running.environment import environment
 from attention_conformance.verdict import growth

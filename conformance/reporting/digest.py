@@ -28,7 +28,7 @@ __all__ = ["failure_order", "memory_table", "named_findings", "partial_text", "q
 
 def partial_text(rep: dict) -> str | None:
     """What makes a report partial, in one sentence (None when it is complete): a run that stopped early, or a
-    joined report (conformance/combine.py) some of whose adapters lack results for cases others have."""
+    joined report (conformance/reporting/merge.py) some of whose adapters lack results for cases others have."""
     if not rep.get("partial"):
         return None
     missing = rep.get("missing_results") or {}

@@ -1,9 +1,9 @@
-"""report.json on disk: what `conformance.report.write_report` writes and every reader loads.
+"""report.json on disk: what `conformance.reporting.report.write_report` writes and every reader loads.
 
 The summary comes first, indented; then ``cases`` (each case's parameters once, keyed by case id, not once per
 adapter); then ``results``, one compact result per line, so a diff of two reports shows which verdicts changed.
 A stored result has no ``case`` (it is in ``cases``) and its kernel names are shortened (`short_kernel_name`);
-`load_report` gives back the dictionary `conformance.report.build_report` made, each result's ``case``
+`load_report` gives back the dictionary `conformance.reporting.report.build_report` made, each result's ``case``
 attached again.
 """
 
