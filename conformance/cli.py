@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--standalone", action="store_true",
                     help="write a file that imports nothing from this package: the inputs from the case's seed, "
                          "float64 expected values, the library's call, exit 1 while the defect stands "
-                         "(conformance/repro_standalone.py)")
+                         "(conformance/reproduce/standalone.py)")
     rp.add_argument("--out", default=None, metavar="FILE", help="with --standalone: write the file here, not to stdout")
 
     cs = sub.add_parser("cases", help="print the case ids of a profile")
@@ -282,7 +282,7 @@ def _repro_case(text: str):
 
 def _cmd_repro(args) -> int:
     from attention_conformance.adapters.registry import load
-    from attention_conformance.repro import snippet
+    from attention_conformance.reproduce.snippet import snippet
 
     case = _repro_case(args.case_id)
     if args.impl == "all":
@@ -293,7 +293,7 @@ def _cmd_repro(args) -> int:
     if args.standalone:  # written here for a device it may not have: the writer checks the adapter's claims itself
         import shlex
 
-        from attention_conformance.repro_standalone import UnwritableCase, standalone
+        from attention_conformance.reproduce.standalone import UnwritableCase, standalone
 
         try:
             text = standalone(case, args.impl, args.device, command=" ".join(

@@ -84,7 +84,7 @@ class PropertyFailure(AssertionError):
 def repro_command(adapter_name: str, case: Case) -> str:
     """A one-line shell command that re-runs ``case`` on ``adapter_name`` and prints the verdict."""
     payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
-    return (f"python -m attention_conformance.property_tests.repro --impl {shlex.quote(adapter_name)} "
+    return (f"python -m attention_conformance.property_tests.rerun --impl {shlex.quote(adapter_name)} "
             f"--case {shlex.quote(payload)}")
 
 

@@ -2,7 +2,7 @@
 
 Every entry point calls `judge` and nothing else decides a verdict: the engine (`python -m attention_conformance
 run`, pytest ``conformance/``), the property suite (`property_tests.kernel_check.evaluate`), the FP8
-offset property (`property_tests.kernel_properties`) and the repro snippets (`conformance.repro`). The
+offset property (`property_tests.kernel_properties`) and the repro snippets (`conformance.reproduce.snippet`). The
 engine keeps iteration, caching and isolation; it hands the judge an `AdapterResults` (every call it
 made: forward, backward, a repeated forward for determinism) and the adapter's `Capabilities`.
 

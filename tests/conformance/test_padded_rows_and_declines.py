@@ -17,7 +17,7 @@ import pytest
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases.case import Case
 from attention_conformance.property_tests.kernel_check import evaluate
-from attention_conformance.repro import snippet
+from attention_conformance.reproduce.snippet import snippet
 from attention_conformance.running.engine import Runner
 
 VARLEN_BWD = Case(family="judge", seed=5, B=2, Hq=2, Hkv=1, Lq=9, Lk=12, d=8, dv=8, dtype="float32",

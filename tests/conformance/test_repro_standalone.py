@@ -22,13 +22,14 @@ import types
 import numpy as np
 import pytest
 
-from attention_conformance import cli, oracles, repro_source
+from attention_conformance import cli, oracles
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.repro_calls import claim_reason
-from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_source
-from attention_conformance.repro_standalone import standalone
+from attention_conformance.reproduce import source as repro_source
+from attention_conformance.reproduce.calls import claim_reason
+from attention_conformance.reproduce.inputs import UnwritableCase, harness_arrays, inputs_source
+from attention_conformance.reproduce.standalone import standalone
 
 torch = pytest.importorskip("torch")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -129,7 +129,7 @@ def test_repro_command_round_trips(tmp_path):
     args = shlex.split(cmd)
     payload = json.loads(args[args.index("--case") + 1])
     assert Case.from_dict(payload) == case
-    from attention_conformance.property_tests.repro import main
+    from attention_conformance.property_tests.rerun import main
 
     assert main(["--impl", "reference-fa2", "--case", json.dumps(payload)]) == 0
 

@@ -1,4 +1,4 @@
-"""Re-run one property-test counterexample: ``python -m attention_conformance.property_tests.repro --impl NAME --case
+"""Re-run one property-test counterexample: ``python -m attention_conformance.property_tests.rerun --impl NAME --case
 JSON``.
 
 The JSON is `Case.to_dict()` (what a failing kernel property prints). Prints the verdict of
@@ -18,7 +18,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attention_conformance.property_tests.repro", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.property_tests.rerun", description=__doc__)
     ap.add_argument("--impl", required=True, help="adapter name or module:attr")
     ap.add_argument("--case", required=True, help="the case as JSON (Case.to_dict())")
     ap.add_argument("--device", default="cpu")

@@ -3,8 +3,8 @@
 `inputs_source(case)` is the ``make_inputs()`` function of the file: the same random streams, in the same order,
 as conformance/cases/inputs.py draws them (NumPy PCG64 seeded by ``case.seed``: q, k, v by the case's distribution, dout,
 the mask and bias recipes; paged storage, sinks and the LSE cotangent from streams of their own), rounded by the
-file's ``round_to`` (conformance/repro_source.py), only the lines the case needs. `harness_arrays` names the
-harness's own arrays the same way, so that `conformance.repro_source.input_digest` of both agree: the file checks
+file's ``round_to`` (conformance/reproduce/source.py), only the lines the case needs. `harness_arrays` names the
+harness's own arrays the same way, so that `conformance.reproduce.source.input_digest` of both agree: the file checks
 that digest before it calls the library. `UnwritableCase` says which part of a case has no written form.
 """
 
@@ -39,7 +39,7 @@ def harness_arrays(inputs: CaseInputs) -> dict[str, np.ndarray]:
 
 
 def inputs_helpers(case: Case) -> list[str]:
-    """Names of the `conformance.repro_source` functions ``make_inputs()`` calls for `case`."""
+    """Names of the `conformance.reproduce.source` functions ``make_inputs()`` calls for `case`."""
     names = ["round_to"]
     if page_size_of(case.layout) is not None:
         names += ["_page_permutation", "paged_storage"]

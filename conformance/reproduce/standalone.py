@@ -1,12 +1,12 @@
 """``python -m attention_conformance repro CASE_ID --impl NAME --standalone``: a repro file that needs only the library.
 
-The plain ``repro`` snippet (`conformance.repro`) imports this package and hands its verdict to the judge; a report
+The plain ``repro`` snippet (`conformance.reproduce.snippet`) imports this package and hands its verdict to the judge; a report
 to a library's maintainers needs a file they can run with nothing but NumPy, torch and their library. `standalone`
-writes one for any (case, built-in adapter) the writer has a plan for (`conformance.repro_calls`):
+writes one for any (case, built-in adapter) the writer has a plan for (`conformance.reproduce.calls`):
 
-- the case's inputs regenerated from its seed by plain NumPy code (`conformance.repro_inputs`), checked against the
+- the case's inputs regenerated from its seed by plain NumPy code (`conformance.reproduce.inputs`), checked against the
   SHA-256 of the harness's own inputs before anything is called (a mismatch exits 2: not a faithful repro);
-- the expected values in float64, computed in the file (`conformance.repro_source.reference_attention`: the
+- the expected values in float64, computed in the file (`conformance.reproduce.source.reference_attention`: the
   contract of oracles/SEMANTICS.md with the case's mask, causal alignment, scale, softcap, sinks);
 - the call the adapter makes (spelling, dtype, layout, flags), written out with torch and the library;
 - the tolerances, computed here by the harness (conformance/TOLERANCES.md): for a quantity of at most
@@ -32,17 +32,17 @@ import textwrap
 
 import numpy as np
 
-from attention_conformance import repro_source
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import make_inputs
-from attention_conformance.repro_calls import CallPlan, family_of, plan_call
-from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_helpers, inputs_source
+from attention_conformance.reproduce import source as repro_source
+from attention_conformance.reproduce.calls import CallPlan, family_of, plan_call
+from attention_conformance.reproduce.inputs import UnwritableCase, harness_arrays, inputs_helpers, inputs_source
 from attention_conformance.verdict.bounds import OracleData, compute_oracle, forward_tolerance, lse_tolerance
 from attention_conformance.verdict.precision import precision_model
 
 __all__ = ["UnwritableCase", "default_device", "standalone", "tolerances"]
 
-#: `conformance.repro_source` names every file carries (its main() calls them)
+#: `conformance.reproduce.source` names every file carries (its main() calls them)
 _ALWAYS = ("LibraryDeclined", "round_to", "input_digest", "visible", "_plane", "reference_attention", "compared",
            "_where", "check_values", "check_lse")
 
@@ -222,13 +222,13 @@ if __name__ == "__main__":
 
 
 def _helpers(names: set[str]) -> str:
-    """The source of the named `conformance.repro_source` functions, in that module's order."""
+    """The source of the named `conformance.reproduce.source` functions, in that module's order."""
     chosen = [obj for name, obj in vars(repro_source).items()
               if name in names and (inspect.isfunction(obj) or inspect.isclass(obj))
               and obj.__module__ == repro_source.__name__]
     missing = names - {obj.__name__ for obj in chosen}
     if missing:
-        raise RuntimeError(f"conformance.repro_source has no {sorted(missing)}")
+        raise RuntimeError(f"conformance.reproduce.source has no {sorted(missing)}")
     chosen.sort(key=lambda obj: inspect.getsourcelines(obj)[1])
     return "\n\n".join(inspect.getsource(obj).rstrip() + "\n" for obj in chosen)
 

@@ -1,4 +1,4 @@
-"""The functions a standalone repro file carries (`conformance.repro_standalone` copies their source verbatim).
+"""The functions a standalone repro file carries (`conformance.reproduce.standalone` copies their source verbatim).
 
 A standalone repro runs where only NumPy, torch and the library under test are installed, so nothing here imports
 attention_conformance (tests/conformance/test_repro_standalone.py checks it): plain NumPy for the inputs, the

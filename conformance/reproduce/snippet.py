@@ -38,13 +38,13 @@ if os.path.isfile(os.path.join(ROOT, "conformance", "__init__.py")) and "attenti
     sys.modules["attention_conformance"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["attention_conformance"])
 
+from attention_conformance.adapters.registry import load  # noqa: E402
 from attention_conformance.cases.case import Case  # noqa: E402
 from attention_conformance.cases.inputs import make_inputs  # noqa: E402
+from attention_conformance.running.worker import call_adapter, collect_calls  # noqa: E402
+from attention_conformance.verdict.bounds import compute_oracle  # noqa: E402
 from attention_conformance.verdict.judge import judge  # noqa: E402
 from attention_conformance.verdict.numfmt import approx, index  # noqa: E402
-from attention_conformance.adapters.registry import load  # noqa: E402
-from attention_conformance.verdict.bounds import compute_oracle  # noqa: E402
-from attention_conformance.running.worker import call_adapter, collect_calls  # noqa: E402
 
 DEVICE = {device!r}
 STRICT = {strict!r}  # True: named findings (SEMANTICS.md §17) are FAIL, as with `run --strict`
@@ -86,6 +86,6 @@ def snippet(case: Case, spec: str = "torch-sdpa-math", device: str = "cpu", *, s
     """The repro snippet for `case` on the adapter `spec`."""
     d = case.to_dict()
     d.pop("id", None)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     return _TEMPLATE.format(case_id=case.id, spec=spec, device=device, seed=case.seed, case_dict=d, root=root,
                             strict=strict)

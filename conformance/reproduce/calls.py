@@ -1,7 +1,7 @@
 """How a standalone repro file calls the library under test: one plan per adapter family, from the adapter's own
 translation of the case.
 
-A `CallPlan` is the library side of a standalone repro (`conformance.repro_standalone`): the file's
+A `CallPlan` is the library side of a standalone repro (`conformance.reproduce.standalone`): the file's
 ``run_library(inp)`` function (the call the adapter makes for this case, written out with plain torch and the
 library: the same spelling, dtype, layout, mask, flags and keyword arguments), ``cannot_run_here()`` (torch, a CUDA
 device, the library), ``versions()``, the quantities the call returns, and the precision of its output (which sets
@@ -30,7 +30,7 @@ from attention_conformance.adapters.base import Adapter
 from attention_conformance.adapters.variants import split_variant
 from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.cases.case import Case, page_size_of
-from attention_conformance.repro_inputs import UnwritableCase
+from attention_conformance.reproduce.inputs import UnwritableCase
 
 __all__ = ["CallPlan", "FAMILIES", "Family", "claim_reason", "family_of", "plan_call"]
 
@@ -48,7 +48,7 @@ class CallPlan:
     cannot_run_here: str  # source of ``cannot_run_here()``
     versions: str  # source of ``versions()``
     observed: tuple[str, ...]  # what run_library returns: out, lse, dq, dk, dv, dsinks
-    helpers: list[str] = field(default_factory=list)  # `conformance.repro_source` functions run_library calls
+    helpers: list[str] = field(default_factory=list)  # `conformance.reproduce.source` functions run_library calls
     out_dtype: str | None = None  # the output's precision when not the input dtype (FP8 output), and its scale
     out_scale: float = 1.0
     lse_plus_inf_ok: bool = False  # +inf on rows with no visible key passes (the harness's reading of the adapter)
