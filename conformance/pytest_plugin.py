@@ -282,7 +282,7 @@ class ConformanceSession:
 
     def result(self, case: Any, spec: str) -> Any:
         """The final `engine.CaseResult` of ``spec`` on ``case``: `ConformanceRun.decide` over the case's result,
-        with the other cases of its memory-growth series (`memory.series_of`) when it has one."""
+        with the other cases of its memory-growth series (`growth.series_of`) when it has one."""
         from attention_conformance.verdict import growth
 
         la = self.by_spec[spec]

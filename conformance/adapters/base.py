@@ -105,7 +105,7 @@ class Capabilities:
     #: them is then a FAIL, not the named finding masked_nan
     nan_safe_masking: bool = False
     #: "linear": peak device memory grows as O(N) (no N x N score / probability matrix is stored); judged on
-    #: CUDA by the ``memory`` family (conformance/running/peak_memory.py), which fails a claim that grows quadratically
+    #: CUDA by the ``memory`` family (conformance/verdict/growth.py), which fails a claim that grows quadratically
     memory: str | None = None
     #: combinations declined although each part is claimed (`Exclusion`)
     excludes: tuple[Exclusion, ...] = ()

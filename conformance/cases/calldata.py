@@ -179,7 +179,7 @@ class CallResult:
     #: who raised `error`: "adapter" (the code under test) or "harness" (code around it)
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
-    memory: dict | None = None  # peak device memory of the call on CUDA (conformance.running.peak_memory.MemoryRecord), else None
+    memory: dict | None = None  # peak device memory of the call on CUDA (running.peak_memory.MemoryRecord), else None
 
 
 @dataclass

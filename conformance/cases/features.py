@@ -5,7 +5,8 @@ adapter x feature matrix (``label``), and writes a value into the keyword argume
 (``apply``, used by the ``pairs`` catalog family). `FEATURES` lists them; `CONSTRAINTS` lists the value
 pairs no case may combine, each with its reason. The report labels (`labels`, what
 `conformance.running.engine.features_of` returns), the covering design of the catalog's ``pairs`` family
-(`conformance.cases.catalog`) and the pair coverage of a profile (`conformance.reporting.coverage`) all read this module.
+(`conformance.cases.catalog`) and the pair coverage of a profile (`conformance.reporting.coverage`) all read this
+module.
 
 The pairwise features (SEMANTICS.md section in brackets): dtype [§1], FP8 granularity [§10], causal
 alignment none / top_left / bottom_right [§4], window left / right / both bounds [§5], boolean mask and

@@ -111,7 +111,7 @@ def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
 
 
 def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str], list[list[str]]]:
-    """The ``memory`` family (report.json ``memory_growth``, conformance/running/peak_memory.py) as (title, intro, header,
+    """The ``memory`` family (report.json ``memory_growth``, conformance/verdict/growth.py) as (title, intro, header,
     rows): peak device memory per N (torch allocator; beyond inputs and outputs in parentheses), the fitted
     exponent per adapter and its verdict."""
     from attention_conformance.verdict import growth

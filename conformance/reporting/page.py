@@ -3,7 +3,8 @@
 Rendered from the report.json dictionary alone (schema_version 1, see `conformance.reporting.report`), so it
 also renders reports written by earlier runs or on other machines:
 
-    python -m attention_conformance.reporting.page reports/latest/report.json [-o report.html] [--bench reports/benchmarks]
+    python -m attention_conformance.reporting.page reports/latest/report.json [-o report.html] \
+        [--bench reports/benchmarks]
 
 Sections: run and environment, summary per adapter, pictures
 (`conformance.reporting.charts`), named findings per adapter and class (SEMANTICS.md

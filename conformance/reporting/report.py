@@ -76,7 +76,7 @@ def adapter_info(la: LoadedAdapter) -> dict:
 
 
 def exit_code(results: Sequence[CaseResult]) -> int:
-    """0 when nothing failed; 2 for a harness error; otherwise 1 for any failing outcome (`conformance.verdict.outcomes`)."""
+    """0 when nothing failed; 2 for a harness error; otherwise 1 for any failing outcome (`verdict.outcomes`)."""
     return exit_code_of(r.outcome for r in results)
 
 

@@ -1,8 +1,8 @@
-"""The inputs of a standalone repro file: `conformance.cases.inputs.make_inputs` written out for one case in plain NumPy.
+"""The inputs of a standalone repro file: `conformance.cases.inputs.make_inputs` written out in plain NumPy.
 
 `inputs_source(case)` is the ``make_inputs()`` function of the file: the same random streams, in the same order,
-as conformance/cases/inputs.py draws them (NumPy PCG64 seeded by ``case.seed``: q, k, v by the case's distribution, dout,
-the mask and bias recipes; paged storage, sinks and the LSE cotangent from streams of their own), rounded by the
+as conformance/cases/inputs.py draws them (NumPy PCG64 seeded by ``case.seed``: q, k, v by the case's distribution,
+dout, the mask and bias recipes; paged storage, sinks and the LSE cotangent from streams of their own), rounded by the
 file's ``round_to`` (conformance/reproduce/source.py), only the lines the case needs. `harness_arrays` names the
 harness's own arrays the same way, so that `conformance.reproduce.source.input_digest` of both agree: the file checks
 that digest before it calls the library. `UnwritableCase` says which part of a case has no written form.

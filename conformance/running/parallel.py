@@ -59,8 +59,8 @@ class _Worker:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, threads)  # N workers share the cores instead of oversubscribing them
         self.index = index
-        self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.running.parallel"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.running.parallel"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism,
                                 "strict": strict})
         self.case: Case | None = None

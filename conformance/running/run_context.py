@@ -11,7 +11,7 @@ Every front end goes through `open_run`:
   of this machine, each adapter's version: `expectations.RunContext`) and the settings the engine needs
   (strictness, determinism sampling, timeout);
 - `ConformanceRun.decide` is the one decision: the memory family's cross-case growth verdict
-  (`memory.apply_growth`), then the expectations (KNOWN / UNEXPECTED_PASS), on raw `engine.CaseResult`s.
+  (`growth.apply_growth`), then the expectations (KNOWN / UNEXPECTED_PASS), on raw `engine.CaseResult`s.
   The CLI applies it to the whole run; the pytest plugin to each test's results (with the memory series the
   test belongs to); the property suite to each drawn case.
 """

@@ -1,4 +1,4 @@
-"""Sharded runs: ``run --shard K/N`` runs one part of a profile (``merge`` joins the parts, conformance.reporting.merge).
+"""Sharded runs: ``run --shard K/N`` runs one part of a profile (``merge`` joins the parts: reporting.merge).
 
 A CI system that runs N jobs in parallel is the distributed engine; this module only makes the split
 deterministic (the join, `conformance.reporting.merge.merge_shards`, is exact):

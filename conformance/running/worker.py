@@ -147,8 +147,8 @@ class WorkerClient:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attention_conformance.running.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=env, start_new_session=True,
+            [sys.executable, "-m", "attention_conformance.running.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr, env=env, start_new_session=True,
         )
         _send(self.proc.stdin, {"op": "load", "spec": self.spec, "device": self.device})
         reply = _recv(self.proc.stdout.fileno(), time.monotonic() + max(self.timeout, 120.0))

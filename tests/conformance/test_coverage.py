@@ -1,4 +1,5 @@
-"""Pair coverage (conformance/reporting/coverage.py) and the feature model and covering design behind the ``pairs`` family."""
+"""Pair coverage (conformance/reporting/coverage.py) and the feature model and covering design behind the ``pairs``
+family."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Peak memory as a conformance check (conformance/running/peak_memory.py): the exponent fit, the FAIL rule, the
+"""Peak memory as a conformance check (running/peak_memory.py, verdict/growth.py): the exponent fit, the FAIL rule, the
 engine and report wiring. CPU only: the peaks here are synthetic; the CUDA measurement is in
 test_memory_gpu.py."""
 

@@ -1,4 +1,5 @@
-"""``run --shard K/N`` and ``merge`` (conformance/running/shard.py): a deterministic cost-balanced split, an exact join."""
+"""``run --shard K/N`` and ``merge`` (conformance/running/shard.py, conformance/reporting/merge.py): a deterministic
+cost-balanced split, an exact join."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_fp8_fully_masked_rows_and_errors():
 
 @pytest.mark.fp8
 def test_incoherent_processing_reduces_error_on_outliers():
-    """FA3 Table 3's qualitative findings at a CI-sized shape (conformance/reporting/fp8_accuracy.py has the full table).
+    """FA3 Table 3's qualitative findings at a CI-sized shape (conformance/reporting/fp8_accuracy.py: the full table).
 
     Incoherent processing lowers the RMSE >= 2x on the paper's outlier distribution; block
     quantization on top of it changes little (within 20%).

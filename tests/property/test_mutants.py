@@ -98,8 +98,8 @@ def test_mutant_patches_apply(mutant):
 
 @pytest.mark.parametrize("name", COMBINATIONS)
 def test_combination_mutant_is_killed_by_the_pairs_family(name):
-    """The catalog's ``pairs`` family (conformance.cases.features, conformance.cases.covering) kills each combination mutant
-    on its own, and only through cases that hold its two features together: on every claimed pairs case
+    """The catalog's ``pairs`` family (conformance.cases.features, conformance.cases.covering) kills each combination
+    mutant on its own, and only through cases that hold its two features together: on every claimed pairs case
     without the combination the mutant passes, as the correct kernel does."""
     from attention_conformance.cases import catalog, features
     from attention_conformance.property_tests.kernel_check import evaluate
