@@ -210,7 +210,8 @@ def _expectations_html(rep: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m attention_conformance.reporting.page",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path, help="a report.json")
     ap.add_argument("-o", "--output", type=Path, help="where to write (default: report.html beside the JSON)")
     ap.add_argument("--bench", type=Path, help="a folder of benchmark JSON (e.g. reports/benchmarks) to plot")
