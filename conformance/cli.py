@@ -13,7 +13,7 @@
 Exit codes: 0 = no case failed; 1 = some case is FAIL, CRASH or TIMEOUT; 2 = usage or harness error.
 Every usage error (a malformed or empty ``-k`` selection, ``--workers`` < 1, ``--timeout`` <= 0, an unknown or
 unusable ``--impl``, a bad choice or a missing argument) is one line on stderr, ``error: ...``, no traceback,
-exit code 2. ``-k`` is the grammar of `conformance.selection` (names, and/or/not, parentheses; never evaluated).
+exit code 2. ``-k`` is the grammar of `conformance.cases.selection` (names, and/or/not, parentheses; never evaluated).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from attention_conformance.run_context import DETERMINISM, UsageError, check_specs, default_device, one_line
+from attention_conformance.running.run_context import DETERMINISM, UsageError, check_specs, default_device, one_line
 
 __all__ = ["main", "build_parser", "UsageParser", "UsageError", "positive_int", "positive_float", "one_line"]
 
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="apply no expectations (not even the shipped file): raw outcomes")
     run.add_argument("--claims", action="append", default=[], metavar="[MODULE:ATTR=]SPEC",
                      help="what plain --impl functions support, e.g. 'dtypes=float16,bfloat16; head_dims=64,128; "
-                          "causal=only' (conformance/declared.py)")
+                          "causal=only' (conformance/adapters/declared.py)")
 
     mg = sub.add_parser("merge", help="join the report.json files of `run --shard K/N`, or of runs of one profile "
                                       "with other adapters (a later result for a (case, adapter) replaces an "
@@ -118,14 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--standalone", action="store_true",
                     help="write a file that imports nothing from this package: the inputs from the case's seed, "
                          "float64 expected values, the library's call, exit 1 while the defect stands "
-                         "(conformance/repro_standalone.py)")
+                         "(conformance/reproduce/standalone.py)")
     rp.add_argument("--out", default=None, metavar="FILE", help="with --standalone: write the file here, not to stdout")
 
     cs = sub.add_parser("cases", help="print the case ids of a profile")
     cs.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
     cs.add_argument("-k", dest="keyword", default=None, help="names (substrings of the id) with and/or/not")
     cs.add_argument("--coverage", action="store_true",
-                    help="print the profile's pair coverage matrix (conformance.coverage) instead of the ids")
+                    help="print the profile's pair coverage matrix (conformance.reporting.coverage) instead of the ids")
 
     mu = sub.add_parser("mutants", help="run the mutant catalog (property_tests.mutants.cli)", add_help=False)
     mu.add_argument("rest", nargs=argparse.REMAINDER)
@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _select(profile: str, expr: str | None):
     """The cases of ``profile`` that ``-k expr`` selects; `UsageError` if it is malformed or selects none."""
-    from attention_conformance import catalog
-    from attention_conformance.selection import SelectorError
+    from attention_conformance.cases import catalog
+    from attention_conformance.cases.selection import SelectorError
 
     try:
         cases = catalog.select(catalog.cases(profile), expr)
@@ -147,7 +147,7 @@ def _select(profile: str, expr: str | None):
 
 
 def _cmd_list(args) -> int:
-    from attention_conformance.registry import builtin_names, load
+    from attention_conformance.adapters.registry import builtin_names, load
 
     check_specs(list(args.impl or []))
     specs = builtin_names() + [s for s in (args.impl or []) if s not in builtin_names()]
@@ -179,9 +179,9 @@ def _safe_version(adapter) -> str:
 
 
 def _cmd_run(args) -> int:
-    from attention_conformance.engine import stderr_progress
-    from attention_conformance.report import build_report, exit_code, write_report
-    from attention_conformance.run_context import RunSettings, open_run
+    from attention_conformance.reporting.report import build_report, exit_code, write_report
+    from attention_conformance.running.engine import stderr_progress
+    from attention_conformance.running.run_context import RunSettings, open_run
 
     device = args.device or default_device()
     cases = _select(args.profile, args.keyword)
@@ -194,14 +194,14 @@ def _cmd_run(args) -> int:
         print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
     if args.claims:
-        from attention_conformance.declared import unclaimed_targets
+        from attention_conformance.adapters.declared import unclaimed_targets
 
         problems = unclaimed_targets(args.claims, loaded)
         if problems:
             raise UsageError(f"--claims {problems[0]}")
     shard_extra: dict = {}
     if args.shard is not None:
-        from attention_conformance.shard import ShardError, select
+        from attention_conformance.running.shard import ShardError, select
 
         try:
             cases, shard_extra["shard"] = select(cases, args.shard)
@@ -225,7 +225,7 @@ def _cmd_run(args) -> int:
         write_report(args.report_dir, report_of(partial, time.perf_counter() - t0, True), partial)
 
     if args.workers > 1:
-        from attention_conformance.parallel import run_parallel
+        from attention_conformance.running.parallel import run_parallel
 
         raw = run_parallel(loaded, cases, device, workers=args.workers, timeout=args.timeout,
                            determinism=args.determinism, progress=progress, checkpoint=checkpoint,
@@ -264,8 +264,8 @@ def _check_report_dir(path: str) -> None:
 def _repro_case(text: str):
     """A catalog case id, or a case as JSON (``Case.to_dict``: what a property failure prints, e.g. a drawn or
     pinned example of the property suite); `UsageError` naming what is wrong."""
-    from attention_conformance.case import Case
-    from attention_conformance.catalog import case_by_id
+    from attention_conformance.cases.case import Case
+    from attention_conformance.cases.catalog import case_by_id
 
     if not text.lstrip().startswith("{"):
         try:
@@ -281,8 +281,8 @@ def _repro_case(text: str):
 
 
 def _cmd_repro(args) -> int:
-    from attention_conformance.registry import load
-    from attention_conformance.repro import snippet
+    from attention_conformance.adapters.registry import load
+    from attention_conformance.reproduce.snippet import snippet
 
     case = _repro_case(args.case_id)
     if args.impl == "all":
@@ -293,7 +293,7 @@ def _cmd_repro(args) -> int:
     if args.standalone:  # written here for a device it may not have: the writer checks the adapter's claims itself
         import shlex
 
-        from attention_conformance.repro_standalone import UnwritableCase, standalone
+        from attention_conformance.reproduce.standalone import UnwritableCase, standalone
 
         try:
             text = standalone(case, args.impl, args.device, command=" ".join(
@@ -330,7 +330,7 @@ def _cmd_repro(args) -> int:
 def _cmd_cases(args) -> int:
     cases = _select(args.profile, args.keyword)
     if args.coverage:
-        from attention_conformance.coverage import profile_coverage, render_matrix
+        from attention_conformance.reporting.coverage import profile_coverage, render_matrix
 
         print(render_matrix(profile_coverage(args.profile, cases)))
         return 0
@@ -340,11 +340,11 @@ def _cmd_cases(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from attention_conformance.combine import combine, reexpect, run_context
-    from attention_conformance.expectations import ExpectationError, load_files
-    from attention_conformance.report import rebuild_report, write_report
-    from attention_conformance.report_store import load_report
-    from attention_conformance.shard import ShardError, merge
+    from attention_conformance.reporting.merge import MergeError, combine, merge_shards
+    from attention_conformance.reporting.reexpect import reexpect, run_context
+    from attention_conformance.reporting.report import rebuild_report, write_report
+    from attention_conformance.reporting.store import load_report
+    from attention_conformance.verdict.expectations import ExpectationError, load_files
 
     loaded = []
     for path in args.reports:
@@ -360,8 +360,8 @@ def _cmd_merge(args) -> int:
         raise UsageError("merge: the reports mix shards of a run (--shard K/N) with whole runs; merge the shards "
                          "first, then join the result with the other runs")
     try:
-        rep, results = merge(loaded) if shards else combine(loaded)
-    except ShardError as exc:
+        rep, results = merge_shards(loaded) if shards else combine(loaded)
+    except MergeError as exc:
         raise UsageError(one_line(exc)) from None
     if args.reexpect:
         try:
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in report.json as the command that produced it
     handlers = {"list": _cmd_list, "run": _cmd_run, "repro": _cmd_repro, "cases": _cmd_cases, "merge": _cmd_merge}
-    from attention_conformance.declared import ClaimsError, cli_claims
+    from attention_conformance.adapters.declared import ClaimsError, cli_claims
 
     try:
         with cli_claims(getattr(args, "claims", None) or []):

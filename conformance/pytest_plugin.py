@@ -15,14 +15,14 @@ with ``-p no:attention_conformance``). It provides:
 - the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
 - ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
-  ``CUDA_VISIBLE_DEVICES`` (`conformance.parallel.gpu_for_worker`), and the conformance tests ordered
+  ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`), and the conformance tests ordered
   largest estimated cost first (other tests keep their places);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
 
 One verdict whatever the front end: the adapters, the expectations with this machine's context (device, GPU
-names, adapter versions), strictness and determinism come from `conformance.run_context.open_run`, and the
+names, adapter versions), strictness and determinism come from `conformance.running.run_context.open_run`, and the
 final outcome of each test from `ConformanceRun.decide` (the memory family's growth verdict over the series the
 case belongs to, then the expectations), exactly as ``python -m attention_conformance run`` decides. Without
 ``--impl`` both run every built-in adapter available on the device. An adapter named with ``--impl`` that cannot
@@ -77,7 +77,7 @@ def _add(group: Any, name: str, **kw: Any) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from attention_conformance.run_context import DETERMINISM
+    from attention_conformance.running.run_context import DETERMINISM
 
     group = parser.getgroup("conformance", "attention-conformance")
     _add(group, "impl", action="extend", nargs="+", default=None, metavar="NAME_OR_MODULE:ATTR",
@@ -111,19 +111,19 @@ def profile_option(config: pytest.Config) -> str:
 
 def device_option(config: pytest.Config) -> str:
     """``--device``, else ``$CONFORMANCE_DEVICE``, else ``cpu``."""
-    from attention_conformance.run_context import default_device
+    from attention_conformance.running.run_context import default_device
 
     return config.getoption(_DESTS["device"]) or default_device()
 
 
 def cases_option(config: pytest.Config) -> str | None:
-    """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.selection` grammar)."""
+    """``--cases EXPR``: the conformance cases whose id EXPR selects (`conformance.cases.selection` grammar)."""
     return config.getoption(_DESTS["cases"])
 
 
 def run_settings(config: pytest.Config) -> Any:
     """The `run_context.RunSettings` the options say (the CLI builds the same from its options of the same names)."""
-    from attention_conformance.run_context import RunSettings, UsageError
+    from attention_conformance.running.run_context import RunSettings, UsageError
 
     try:
         return RunSettings(device=device_option(config), profile=profile_option(config),
@@ -144,7 +144,7 @@ def conformance_run(config: pytest.Config) -> Any:
     ``--expect`` is pytest's usage error with the CLI's message."""
     run = config.stash.get(_RUN, None)
     if run is None:
-        from attention_conformance.run_context import UsageError, open_run
+        from attention_conformance.running.run_context import UsageError, open_run
 
         try:
             run = open_run(run_settings(config), impl_option(config))
@@ -157,7 +157,7 @@ def conformance_run(config: pytest.Config) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     expr = cases_option(config)
     if expr:
-        from attention_conformance.selection import SelectorError, parse
+        from attention_conformance.cases.selection import SelectorError, parse
 
         try:
             parse(expr)
@@ -168,7 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
-        from attention_conformance.parallel import gpu_for_worker
+        from attention_conformance.running.parallel import gpu_for_worker
 
         gpu = gpu_for_worker(int(worker.removeprefix("gw") or 0))
         if gpu is not None:
@@ -181,8 +181,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"conformance_case", "conformance_spec"} <= set(metafunc.fixturenames):
         return
-    from attention_conformance import catalog
-    from attention_conformance.selection import SelectorError
+    from attention_conformance.cases import catalog
+    from attention_conformance.cases.selection import SelectorError
 
     config = metafunc.config
     device = device_option(config)
@@ -237,7 +237,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slots = [i for i, item in enumerate(items) if _case_of(item) is not None]
     if not slots:
         return
-    from attention_conformance.catalog import estimated_cost
+    from attention_conformance.cases.catalog import estimated_cost
 
     ordered = sorted((items[i] for i in slots), key=lambda it: (-estimated_cost(_case_of(it)), _case_of(it).id))
     for i, item in zip(slots, ordered):
@@ -269,9 +269,9 @@ class ConformanceSession:
             self.runner.cache.evict(old)
 
     def _raw(self, la: Any, case: Any) -> Any:
-        from attention_conformance import memory
+        from attention_conformance.verdict import growth
 
-        if case.family != memory.FAMILY:
+        if case.family != growth.FAMILY:
             self.touch(case.id)
             return self.runner.run_case(la, case)
         key = (case.id, la.spec)
@@ -282,12 +282,12 @@ class ConformanceSession:
 
     def result(self, case: Any, spec: str) -> Any:
         """The final `engine.CaseResult` of ``spec`` on ``case``: `ConformanceRun.decide` over the case's result,
-        with the other cases of its memory-growth series (`memory.series_of`) when it has one."""
-        from attention_conformance import memory
+        with the other cases of its memory-growth series (`growth.series_of`) when it has one."""
+        from attention_conformance.verdict import growth
 
         la = self.by_spec[spec]
         self.ran[spec] = la
-        series = memory.series_of(case, self.cases)
+        series = growth.series_of(case, self.cases)
         raw = [self._raw(la, c) for c in series]
         return next(r for r in self.run.decide(raw) if r.case_id == case.id)
 
@@ -295,7 +295,7 @@ class ConformanceSession:
 @pytest.fixture(scope="session")
 def conformance_session(request: pytest.FixtureRequest):
     """The session's `ConformanceSession` (closed at the end of the session)."""
-    from attention_conformance import catalog
+    from attention_conformance.cases import catalog
 
     config = request.config
     s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)))
@@ -307,7 +307,7 @@ def conformance_session(request: pytest.FixtureRequest):
 @pytest.fixture
 def conformance_result(conformance_session, conformance_case, conformance_spec, request):
     """The final verdict of (case, adapter), decided while the test is set up (`ConformanceSession.result`)."""
-    from attention_conformance.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
+    from attention_conformance.verdict.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
 
     result = conformance_session.result(conformance_case, conformance_spec)
     request.node.user_properties.append((OUTCOME_PROPERTY, result.outcome))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from attention_conformance.outcomes import FAILING, FINDING, KNOWN, QUALITY_WARNING
+from attention_conformance.verdict.outcomes import FAILING, FINDING, KNOWN, QUALITY_WARNING
 
 
 def test_case(conformance_result, conformance_session, conformance_case, conformance_spec):

@@ -1,9 +1,9 @@
 """Judge one (adapter, case) pair against the FP64 oracle for the property suite: the engine's verdict.
 
 The property suite and the mutant runner call `evaluate`, which runs the engine's own per-case
-evaluation (`conformance.engine.Runner.verdict`: NOT_SUPPORTED, the calls, in-process or in a worker
-for isolated adapters, then `conformance.judge.judge`), so a verdict here is the verdict ``python -m
-attention_conformance run`` gives: the same `conformance.judge.Verdict`, the same checks and the same LSE
+evaluation (`conformance.running.engine.Runner.verdict`: NOT_SUPPORTED, the calls, in-process or in a worker
+for isolated adapters, then `conformance.verdict.judge.judge`), so a verdict here is the verdict ``python -m
+attention_conformance run`` gives: the same `conformance.verdict.judge.Verdict`, the same checks and the same LSE
 convention rules (SEMANTICS.md §8: +inf on fully masked rows passes where the adapter's
 `ForwardOutput.lse_convention` declares it, in-process and isolated alike).
 
@@ -17,10 +17,10 @@ import atexit
 import copy
 
 from attention_conformance.adapters.base import Adapter
-from attention_conformance.case import Case
-from attention_conformance.engine import OracleCache, Runner
-from attention_conformance.judge import Verdict
-from attention_conformance.registry import LoadedAdapter
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases.case import Case
+from attention_conformance.running.engine import OracleCache, Runner
+from attention_conformance.verdict.judge import Verdict
 
 __all__ = ["Verdict", "evaluate", "oracle_data", "clear_cache"]
 

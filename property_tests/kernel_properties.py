@@ -49,9 +49,7 @@ from hypothesis import event, example, given, reject, settings, target
 from hypothesis import strategies as st
 
 from attention_conformance.adapters.base import Adapter, Capabilities, capability_reason
-from attention_conformance.case import LAYOUTS, Case, FP8Spec
-from attention_conformance.judge import Verdict
-from attention_conformance.outcomes import KNOWN, NOT_SUPPORTED
+from attention_conformance.cases.case import LAYOUTS, Case, FP8Spec
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.known import KnownFindings
 from attention_conformance.property_tests.profiles import build_per_shape_examples
@@ -63,6 +61,8 @@ from attention_conformance.property_tests.strategies import (
     edge_cases,
     edge_kinds,
 )
+from attention_conformance.verdict.judge import Verdict
+from attention_conformance.verdict.outcomes import KNOWN, NOT_SUPPORTED
 
 __all__ = ["KINDS", "PINNED", "KnownHit", "PropertyFailure", "PropertyRun", "build_property", "check_fp8_offset",
            "declaration", "offset_model", "peaked_fp8_cases", "peaked_inputs", "properties_for", "property_strategy",
@@ -85,7 +85,7 @@ class PropertyFailure(AssertionError):
 def repro_command(adapter_name: str, case: Case) -> str:
     """A one-line shell command that re-runs ``case`` on ``adapter_name`` and prints the verdict."""
     payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
-    return (f"python -m attention_conformance.property_tests.repro --impl {shlex.quote(adapter_name)} "
+    return (f"python -m attention_conformance.property_tests.rerun --impl {shlex.quote(adapter_name)} "
             f"--case {shlex.quote(payload)}")
 
 
@@ -123,7 +123,7 @@ PINNED: dict[str, tuple[Case, ...]] = {
         _pin("pinned", Hq=2, Hkv=1, Lq=2, Lk=2, backward=True),
         _pin("pinned", Lq=3, Lk=2, causal=True, backward=True),
         # torch 2.13 CPU SDPA flash backward, bf16, MQA 8:1: dv usage 1.04 under the backward bound of 15:25
-        # (2026-11-29), 0.47 under the revised bound of conformance/tolerance.py 15:44; kept as a regression case
+        # (2026-11-29), 0.47 under the revised bound of conformance/verdict/bounds.py 15:44; kept as a regression case
         _pin("pinned", Hq=8, Hkv=1, Lq=1, Lk=7, dtype="bfloat16", backward=True),
         # REAL BUG (gpu profile, H200, torch 2.11+cu130): torch-sdpa-flash (CUDA) returns NaN outputs for a
         # negative scale even without causal (row max taken before scaling, as if scale > 0)
@@ -221,10 +221,10 @@ def offset_model(model):
 
 
 def check_fp8_offset(adapter: Adapter, case: Case, peak: float, seed: int, device: str) -> Verdict:
-    """Forward on peaked rows, judged by `conformance.judge.judge` with the P floor lowered (`offset_model`)."""
-    from attention_conformance.judge import judge
-    from attention_conformance.tolerance import compute_oracle
-    from attention_conformance.worker import call_adapter, collect_calls
+    """Forward on peaked rows, judged by `conformance.verdict.judge.judge` with the P floor lowered (`offset_model`)."""
+    from attention_conformance.running.worker import call_adapter, collect_calls
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     reason = adapter.supports(case, device)
     if reason is not None:  # as the engine: a declined case is NOT_SUPPORTED, the adapter is never called

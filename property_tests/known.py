@@ -1,4 +1,4 @@
-"""Known findings for the kernel properties: the expectations entries (conformance/expectations.py) in force.
+"""Known findings for the kernel properties: the expectations entries (conformance/verdict/expectations.py) in force.
 
 A property's failing draw that an entry expects (its adapter, version, device, GPU and case fields match, and its
 outcome, symptom and finding match the verdict) is KNOWN: the property does not fail on it and records it
@@ -8,7 +8,7 @@ draws are random, so a pass among them says nothing about whether the entry is s
 by ``python -m attention_conformance run`` and ``pytest conformance/``, say that).
 
 The expectations context (device, GPU names, adapter versions, the shipped file and ``--expect`` files) is the
-run's, built where every front end builds it (`conformance.run_context`): `known_in` reads it off a
+run's, built where every front end builds it (`conformance.running.run_context`): `known_in` reads it off a
 `ConformanceRun`, `known_findings` opens one for a single adapter.
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attention_conformance.case import Case
-from attention_conformance.expectations import Decision, Expectation, RunContext, decide
-from attention_conformance.judge import Verdict
-from attention_conformance.registry import LoadedAdapter
-from attention_conformance.run_context import ConformanceRun, RunSettings
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases.case import Case
+from attention_conformance.running.run_context import ConformanceRun, RunSettings
+from attention_conformance.verdict.expectations import Decision, Expectation, RunContext, decide
+from attention_conformance.verdict.judge import Verdict
 
 __all__ = ["KnownFindings", "known_findings", "known_in"]
 
@@ -36,7 +36,7 @@ class KnownFindings:
     spec: str  # what --impl named
 
     def decide(self, case: Case, verdict: Verdict) -> Decision:
-        """The outcome of ``verdict`` on ``case`` after the entries (`conformance.expectations.decide`)."""
+        """The outcome of ``verdict`` on ``case`` after the entries (`conformance.verdict.expectations.decide`)."""
         return decide(self.entries, case, self.adapter, self.spec, verdict.outcome, verdict.message,
                       verdict.findings, self.ctx)
 

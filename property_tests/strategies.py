@@ -4,8 +4,8 @@ Two levels, both public and usable from other projects::
 
     from attention_conformance.property_tests.strategies import attention_cases, attention_arrays
 
-- `attention_cases` draws `conformance.case.Case` objects (what to compute plus the input recipe:
-  distribution, layout, seed). `conformance.inputs.make_inputs(case)` turns one into arrays. Pass an
+- `attention_cases` draws `conformance.cases.case.Case` objects (what to compute plus the input recipe:
+  distribution, layout, seed). `conformance.cases.inputs.make_inputs(case)` turns one into arrays. Pass an
   adapter's `Capabilities` to draw only cases it claims: the strategy is built from the declaration (its dtypes,
   head dims up to 256 and its backward head dims, FP8 granularities, formats and tile shapes, sequence-length
   multiple and maximum, features, layouts), so a draw outside it is not made at all; only an `Exclusion` (a
@@ -31,8 +31,16 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from attention_conformance.adapters.base import Capabilities, capability_reason
-from attention_conformance.case import ALIGNMENTS, DISTRIBUTIONS, LAYOUTS, PAGED_LAYOUTS, SINK_RECIPES, Case, FP8Spec
-from attention_conformance.inputs import BIASES, MASKS
+from attention_conformance.cases.case import (
+    ALIGNMENTS,
+    DISTRIBUTIONS,
+    LAYOUTS,
+    PAGED_LAYOUTS,
+    SINK_RECIPES,
+    Case,
+    FP8Spec,
+)
+from attention_conformance.cases.inputs import BIASES, MASKS
 
 __all__ = [
     "DEFAULT_MAX_WORK",
@@ -78,9 +86,9 @@ __all__ = [
 DEFAULT_MAX_WORK = 1 << 19
 #: tile sizes whose edges (tile - 1, tile, tile + 1) the length strategy favours
 DEFAULT_TILE_SIZES = (16, 32, 64, 128)
-#: mask recipe names of `conformance.inputs.MASKS` (SEMANTICS.md §6); "full_rows" forces fully masked rows
+#: mask recipe names of `conformance.cases.inputs.MASKS` (SEMANTICS.md §6); "full_rows" forces fully masked rows
 MASK_RECIPES = tuple(MASKS)
-#: bias recipe names of `conformance.inputs.BIASES` (SEMANTICS.md §6); "neg_inf_rows" masks rows through -inf
+#: bias recipe names of `conformance.cases.inputs.BIASES` (SEMANTICS.md §6); "neg_inf_rows" masks rows through -inf
 BIAS_RECIPES = tuple(BIASES)
 FP8_GRANULARITIES = ("per_tensor", "per_head", "per_tile")
 FP8_FORMATS = ("e4m3fn", "e5m2")
@@ -303,7 +311,7 @@ def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True) -> st.
 # arrays
 # ---------------------------------------------------------------------------------------------
 def sample_values(rng: np.random.Generator, shape: tuple[int, ...], distribution: str = "normal") -> np.ndarray:
-    """FP64 values of one input tensor for the named distribution (see conformance.case.DISTRIBUTIONS).
+    """FP64 values of one input tensor for the named distribution (see conformance.cases.case.DISTRIBUTIONS).
 
     normal: N(0, 1); outliers: N(0, 1) plus N(0, 10^2) on 0.1% of entries (at least one); large_logits:
     N(0, 1) * 30 (|q.k| reaches ~1e3-1e4); ties: a few distinct values, repeated; tiny_lse: N(0, 1)

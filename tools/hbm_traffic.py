@@ -18,7 +18,7 @@ What is missing here is skipped with its reason. The parent process runs one chi
 ``ncu --clock-control none --profile-from-start off --cache-control all --print-units base --metrics
 dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv``; the child times each measurement
 with CUDA events (outside the profiled ranges, `kernels.timing`), records its peak device memory
-(`conformance.memory.PeakMemory`), then runs it once more inside ``cudaProfilerStart/Stop`` preceded by a
+(`conformance.running.peak_memory.PeakMemory`), then runs it once more inside ``cudaProfilerStart/Stop`` preceded by a
 marker kernel (``torch.cuda._sleep``: ``spin_kernel``), so each measurement's kernels are the ones between
 two markers. ncu flushes the caches before every kernel (``--cache-control all``): bytes an earlier kernel
 left in L2 are read from DRAM again, so the figures are per-kernel cold-cache DRAM traffic. Where ncu is
@@ -296,7 +296,7 @@ def _child(plan_path: str, log_path: str, reps: int) -> int:
     import torch
 
     from attention_conformance.kernels.timing import cuda_event_times_ms
-    from attention_conformance.memory import PeakMemory
+    from attention_conformance.running.peak_memory import PeakMemory
 
     plan = json.loads(Path(plan_path).read_text())
     with open(log_path, "w") as log:

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from attention_conformance.outcomes import OUTCOMES, SHORT
+from attention_conformance.verdict.outcomes import OUTCOMES, SHORT
 
 __all__ = ["BLOCKS", "README", "render_block", "rewrite", "main"]
 
@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REPORTS_DIR = REPO_ROOT / "reports"
 README = REPO_ROOT / "README.md"
 _BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
-_COLS = OUTCOMES  # every outcome, in the order and with the short names of conformance/outcomes.py
+_COLS = OUTCOMES  # every outcome, in the order and with the short names of conformance/verdict/outcomes.py
 _SHORT = tuple(SHORT[o] for o in OUTCOMES)
 
 

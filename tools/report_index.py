@@ -186,7 +186,8 @@ def render_index(root: Path = REPORTS_DIR) -> str:
              "device and the current benchmark set. A run writes to `reports/latest/` (git-ignored); a file here is",
              "replaced by the run that supersedes it, and older runs are in git history.", "",
              "To make a conformance run current: render its page first",
-             "(`python -m attention_conformance.report_html reports/latest/report.json --bench reports/benchmarks`),",
+             "(`python -m attention_conformance.reporting.page reports/latest/report.json "
+             "--bench reports/benchmarks`),",
              "copy report.md / .html (and a .png screenshot of the page) to `reports/<cpu|gpu>/`, store the JSON as",
              "`gzip -9 -n -c reports/latest/report.json > reports/<cpu|gpu>/report.json.gz`, then run",
              "`python tools/report_index.py` and `python tools/readme_figures.py`, and `git add -f` the files",

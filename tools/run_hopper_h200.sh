@@ -6,7 +6,7 @@
 # Steps (in the order given):
 #   fp8      FP8 device check, the gpu profile's FP8 cases through cuda-fa3-fp8 and -vt, the FP8 bench with timing probes
 #   fp8san   compute-sanitizer memcheck and racecheck on the FP8 sanitizer cases
-#   table3   FA3 Table 3 through cuda-fa3-fp8 (conformance/fp8_accuracy.py) and the quantizer timings (quant_bench)
+#   table3   FA3 Table 3 through cuda-fa3-fp8 (conformance/reporting/fp8_accuracy.py) and the quantizer timings (quant_bench)
 #   fwd      FA3 forward: correctness of the variant builds in $FWD_VARIANTS, the d = 64/128/256 table with those
 #            builds beside torch-flash and cuDNN (and FA4 when installed), the ablation and probe table
 #            (FWD_BENCH_ONLY=1: the table alone; FWD_NO_ABLATION=1: checks and the table)
@@ -76,7 +76,7 @@ for step in ${STEPS:-fp8 fwd}; do
             echo "$step $tool rc=$?"; grep -E "FAIL|SUMMARY|sanitize_cases:" "$D/$tool.txt" | tail -4
         done ;;
     table3)
-        timeout "${TABLE3_S:-90}" python3 -m attention_conformance.fp8_accuracy --impl cuda-fa3-fp8 \
+        timeout "${TABLE3_S:-90}" python3 -m attention_conformance.reporting.fp8_accuracy --impl cuda-fa3-fp8 \
             --out "$D/fp8_accuracy_cuda-fa3-fp8.md" > "$D/table3.txt" 2>&1
         echo "table3 rc=$?"; tail -14 "$D/table3.txt"
         timeout "${QUANT_S:-60}" python3 tools/quant_bench.py --out "$D/quant" > "$D/quant.txt" 2>&1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for peak memory and HBM traffic: the ncu traffic table (tools/hbm_traffic.py),
 # the conformance `memory` family (N, 2N, 4N) on every available CUDA adapter that claims linear memory plus
-# torch's math backend, and the GPU tests of conformance/memory.py. Needs the kernel library built beforehand
+# torch's math backend, and the GPU tests of conformance/running/peak_memory.py. Needs the kernel library built beforehand
 # (python -m attention_conformance.kernels.build) and $OUT set; writes 8 files under $OUT. SKIP_HBM=1 / SKIP_PYTEST=1 leave parts out.
 #   OUT=/tmp/out bash tools/run_memory_h200.sh
 set -u
@@ -15,7 +15,7 @@ if [ -z "${SKIP_HBM:-}" ]; then
     cp /tmp/hbm/hbm_traffic.json /tmp/hbm/hbm_traffic.md "$OUT/" 2>/dev/null
 fi
 IMPLS=$(python3 -c "
-from attention_conformance.registry import load
+from attention_conformance.adapters.registry import load
 names = ['torch-sdpa-math', 'torch-sdpa-flash', 'torch-sdpa-efficient', 'torch-sdpa-cudnn', 'cuda-fa1', 'cuda-fa2',
          'cuda-splitkv', 'cuda-fa3', 'flash-attn-2', 'flash-attn-3', 'flash-attn-4']
 print(' '.join(n for n in names if load(n, 'cuda').available))")

@@ -29,9 +29,9 @@ timeout 100 python3 -m pytest tests/kernels/test_cuda_quant_device.py tests/kern
 echo "tests rc=$?"; tail -4 "$OUT/tests.txt"
 timeout 60 python3 tools/quant_bench.py --out "$OUT/bench" >> "$OUT/log.txt" 2>&1
 echo "bench rc=$?"; cat "$OUT/bench/quant_time.md" 2>/dev/null | tail -9
-timeout 60 python3 -m attention_conformance.fp8_accuracy --dump-gpu-quantizer "$OUT/gpu_quant.npz" 2>&1
+timeout 60 python3 -m attention_conformance.reporting.fp8_accuracy --dump-gpu-quantizer "$OUT/gpu_quant.npz" 2>&1
 echo "dump rc=$?"
-timeout 40 python3 -m attention_conformance.fp8_accuracy --impl reference-fa3-fp8 --seqlen 2048 \
+timeout 40 python3 -m attention_conformance.reporting.fp8_accuracy --impl reference-fa3-fp8 --seqlen 2048 \
     --out "$OUT/fp8_accuracy_2048.md" 2>&1 | tail -9
 cat > /tmp/sanitize_quant.py <<'PY'
 import torch

@@ -4,7 +4,7 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
 
 - `to_torch` / `materialize`: the engine's FP64 arrays (exactly representable in the case dtype) become
   tensors of the case dtype on the device, laid out per ``case.layout`` (SEMANTICS.md §1 layout;
-  conformance/case.py `LAYOUTS`): ``contiguous`` [B, H, L, D]; ``bshd`` a contiguous [B, L, H, D]
+  conformance/cases/case.py `LAYOUTS`): ``contiguous`` [B, H, L, D]; ``bshd`` a contiguous [B, L, H, D]
   tensor transposed to [B, H, L, D] (non-contiguous strides); ``kv_broadcast`` K and V one
   [1, Hkv, Lk, D] tensor ``expand``-ed to B with batch stride 0 (the inputs must then be identical
   across the batch; otherwise a ValueError says which array and which batch differs).
@@ -18,7 +18,7 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
 - `KernelRecorder`: on CUDA, the names of the device kernels that actually ran (torch.profiler,
   CUDA activity); on CPU it records nothing and claims nothing.
 - `autograd_output`: the `BackwardOutput` of a backward taken through torch autograd (§13).
-- `code_under_test`: `conformance.calldata.under_test` for a torch call, waiting for the device at the end
+- `code_under_test`: `conformance.cases.calldata.under_test` for a torch call, waiting for the device at the end
   of the block, so an asynchronous CUDA error of the kernel surfaces inside it (the kernel's, not the
   harness's next synchronisation).
 """
@@ -38,8 +38,8 @@ except ImportError:  # pragma: no cover - exercised only on machines without tor
     torch = None  # type: ignore[assignment]
 
 from attention_conformance.adapters.base import BackwardOutput, CaseInputs, ForwardOutput
-from attention_conformance.calldata import under_test
-from attention_conformance.case import Case
+from attention_conformance.cases.calldata import under_test
+from attention_conformance.cases.case import Case
 
 __all__ = [
     "TORCH_DTYPES",
@@ -83,7 +83,7 @@ def torch_import_error() -> str | None:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a case dtype name (conformance/case.py `DTYPES`)."""
+    """The torch dtype of a case dtype name (conformance/cases/case.py `DTYPES`)."""
     if name not in TORCH_DTYPES:
         raise ValueError(f"dtype {name!r} is not one of {sorted(TORCH_DTYPES)}")
     return getattr(torch, TORCH_DTYPES[name])

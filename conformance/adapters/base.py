@@ -3,7 +3,7 @@
 An adapter declares `Capabilities`, says why it cannot run a case (`unavailable_reason`,
 `supports`), and computes `forward` (and optionally `backward`) on the FP64 inputs the engine made
 for the case. The call data (`CaseInputs`, `ForwardOutput`, `BackwardOutput`) live in
-`conformance.calldata` and are re-exported here, so ``from conformance.adapters.base import
+`conformance.cases.calldata` and are re-exported here, so ``from conformance.adapters.base import
 CaseInputs`` keeps working. The adapter converts those inputs to its own dtype, device and layout (``case.layout``)
 and returns float64 NumPy arrays; the engine compares them with the oracle under the tolerance
 policy (conformance/TOLERANCES.md). Semantics: oracles/SEMANTICS.md.
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from attention_conformance.calldata import BackwardOutput, CallDeclined, CaseInputs, ForwardOutput
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
+from attention_conformance.cases.calldata import BackwardOutput, CallDeclined, CaseInputs, ForwardOutput
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = [
     "Adapter",
@@ -105,7 +105,7 @@ class Capabilities:
     #: them is then a FAIL, not the named finding masked_nan
     nan_safe_masking: bool = False
     #: "linear": peak device memory grows as O(N) (no N x N score / probability matrix is stored); judged on
-    #: CUDA by the ``memory`` family (conformance/memory.py), which fails a claim that grows quadratically
+    #: CUDA by the ``memory`` family (conformance/verdict/growth.py), which fails a claim that grows quadratically
     memory: str | None = None
     #: combinations declined although each part is claimed (`Exclusion`)
     excludes: tuple[Exclusion, ...] = ()
@@ -233,7 +233,7 @@ class Adapter(abc.ABC):
     capabilities: Capabilities
     #: run in a worker process so a crash or hang costs one case (CUDA adapters)
     isolate: ClassVar[bool] = False
-    #: True for adapters that mark their calls into the code under test with `conformance.calldata.under_test`
+    #: True for adapters that mark their calls into the code under test with `conformance.cases.calldata.under_test`
     #: (the built-in ones): an exception raised outside those calls is then HARNESS_ERROR, not FAIL. False
     #: (third-party adapters): every exception of ``forward`` / ``backward`` is the adapter's.
     marks_code_under_test: ClassVar[bool] = False

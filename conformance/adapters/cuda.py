@@ -52,7 +52,7 @@ from attention_conformance.adapters.base import (
     CaseInputs,
     ForwardOutput,
 )
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["CudaFA1", "CudaFA2", "CudaFA3", "CudaFA3FP8", "CudaFA3FP8KMajor", "CudaSplitKV", "GUARD_ELEMS",
            "GuardedBuffer"]

@@ -37,7 +37,7 @@ from attention_conformance.adapters.base import (
     capability_reason,
 )
 from attention_conformance.adapters.cuda import GuardedBuffer
-from attention_conformance.case import ALIGNMENTS, Case
+from attention_conformance.cases.case import ALIGNMENTS, Case
 
 __all__ = ["OUTPUT_TOP", "SCALE_S", "CudnnFP8", "SdpaFp8Graph", "cudnn_frontend", "cudnn_handle", "output_scale",
            "sdpa_fp8_graph"]

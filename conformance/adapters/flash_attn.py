@@ -65,7 +65,7 @@ from attention_conformance.adapters.variants import (
     spelling_reason,
     variant_name,
 )
-from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.cases.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
     "FA23_SPELLINGS",

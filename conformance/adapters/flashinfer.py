@@ -68,7 +68,7 @@ from attention_conformance.adapters.spelling import (
     sequence_lengths,
     union_capabilities,
 )
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = [
     "DENSE_PAGE_SIZE",

@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attention_conformance.adapters.base import Adapter, BackwardOutput, Capabilities, CaseInputs, ForwardOutput
-from attention_conformance.calldata import under_test
-from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
+from attention_conformance.cases.calldata import under_test
+from attention_conformance.cases.case import LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
 
 __all__ = ["ReferenceFA1", "ReferenceFA2", "ReferenceFA3", "ReferenceFA3FP8", "ReferenceSplitKV"]
 
@@ -146,7 +146,7 @@ class ReferenceSplitKV(_Reference):
         if case.kv_append is not None:
             if inputs.kv_append is None:
                 raise ValueError(f"{self.name}: case {case.id} is a KV-append case but inputs.kv_append is missing "
-                                 f"(conformance.inputs.make_inputs builds it)")
+                                 f"(conformance.cases.inputs.make_inputs builds it)")
             kv = inputs.kv_append
             kw = self._kwargs(inputs, case)
             kw["seqlens_k"] = None  # the kernel derives the lengths from cache_seqlens (§20)
@@ -161,7 +161,7 @@ class ReferenceSplitKV(_Reference):
             got = None if paged is None else paged.get("page_size")
             raise ValueError(f"{self.name}: case {case.id} has layout {case.layout} but inputs.paged is "
                              f"{'missing' if paged is None else f'for page_size {got}'} "
-                             f"(conformance.inputs.make_inputs builds it)")
+                             f"(conformance.cases.inputs.make_inputs builds it)")
         out, lse = self._kernel("forward", inputs.q, paged["k_pool"], paged["v_pool"],
                                 block_table=paged["block_table"], page_size=page_size, seqlen_k=case.Lk,
                                 **self._kwargs(inputs, case))

@@ -27,7 +27,7 @@ from typing import Any
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters._torch_common import torch
-from attention_conformance.declared import SDPA_DTYPES, Claims
+from attention_conformance.adapters.declared import SDPA_DTYPES, Claims
 
 __all__ = ["FEATURES", "PROBE_DTYPES", "ProbeShape", "ProbeReport", "candidate_shapes", "probe", "head_dim_reason",
            "sdpa_kwargs", "first_tensor"]

@@ -30,7 +30,7 @@ import numpy as np
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters.base import Adapter, Capabilities, Exclusion, capability_reason
 from attention_conformance.adapters.variants import checked_entry_point, variant_name
-from attention_conformance.case import ALIGNMENTS, Case
+from attention_conformance.cases.case import ALIGNMENTS, Case
 
 __all__ = [
     "LibraryAdapter",
@@ -94,7 +94,7 @@ def mask_varies_over_heads(case: Case) -> bool:
     """Whether the case's mask recipe gives each head its own pattern (the recipe's own output shape says so)."""
     if case.mask is None:
         return False
-    from attention_conformance.inputs import make_mask
+    from attention_conformance.cases.inputs import make_mask
 
     tiny = case.replace(B=1, Lq=1, Lk=1, seqlens_q=None, seqlens_k=None, kv_append=None)
     return make_mask(tiny, np.random.default_rng(0)).shape[1] > 1

@@ -23,7 +23,7 @@
    float mask added to the scores, §6). `wrap_sdpa_function` turns it into an adapter that:
 
    - takes what the function **declares** (``@conformance.claims(...)``, or ``--claims SPEC`` for a
-     function one cannot edit; conformance/declared.py): dtypes, head dims, causal-only, alignments,
+     function one cannot edit; conformance/adapters/declared.py): dtypes, head dims, causal-only, alignments,
      sequence-length multiple, masks, GQA, backward. A case outside the declaration is NOT_SUPPORTED
      with the declaration named; a declared feature is claimed, so if it raises, that is a FAIL;
    - **probes** what is not declared, once per process and device (conformance/adapters/sdpa_probes.py):
@@ -40,7 +40,7 @@
      masked rows, additive biases, non-contiguous (``bshd``) and stride-0 (``kv_broadcast``) inputs,
      backward. Softcap, FP8 and paged K/V (a block table) cannot be expressed: `supports` checks the
      declared capabilities, so those cases are NOT_SUPPORTED with the reason;
-   - calls the function inside `conformance.calldata.under_test`: an exception raised by the function
+   - calls the function inside `conformance.cases.calldata.under_test`: an exception raised by the function
      (or by autograd through it) is the function's, a FAIL for a claimed case; an exception raised by
      the harness around it (translating the case, preparing tensors, reading the result) is
      HARNESS_ERROR, naming the harness frame.
@@ -65,9 +65,9 @@ from attention_conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
+from attention_conformance.adapters.declared import Claims, claims_of, claims_reason, cli_claims_for
 from attention_conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
-from attention_conformance.declared import Claims, claims_of, claims_reason, cli_claims_for
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
 
@@ -130,7 +130,7 @@ class SdpaFunctionAdapter(Adapter):
             padding_as_mask=True,
             seqlen_multiple=c.seqlen_multiple,
             library_check="the probes of the function (conformance/adapters/sdpa_probes.py) and its declaration's "
-                          "limits the fields here cannot state (conformance/declared.py)",
+                          "limits the fields here cannot state (conformance/adapters/declared.py)",
         )
 
     @property
@@ -241,7 +241,7 @@ class SdpaFunctionAdapter(Adapter):
 
 def wrap_sdpa_function(fn, name: str | None = None, claims: Claims | None = None) -> SdpaFunctionAdapter:
     """An adapter for `fn`, a function with torch SDPA's signature (see the module docstring); ``claims``
-    adds to what `fn` declares (conformance/declared.py)."""
+    adds to what `fn` declares (conformance/adapters/declared.py)."""
     return SdpaFunctionAdapter(fn, name or getattr(fn, "__qualname__", repr(fn)), claims)
 
 

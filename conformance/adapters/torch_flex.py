@@ -45,7 +45,7 @@ from attention_conformance.adapters.base import (
     ForwardOutput,
     capability_reason,
 )
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["CUDA_MIN_HEAD_DIM", "FlexArgs", "FlexAttention", "flex_args", "flex_mods"]
 

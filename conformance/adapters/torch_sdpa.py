@@ -67,7 +67,7 @@ from attention_conformance.adapters.variants import (
     spelling_reason,
     variant_name,
 )
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["SDPA_ENTRY_POINTS", "SDPA_SPELLINGS", "SdpaAdapter", "SdpaArgs", "SdpaCall", "SdpaCudnn", "SdpaEfficient",
            "SdpaFlash", "SdpaMath", "prepare_sdpa_call", "sdpa_args", "sdpa_plan"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from attention_conformance.adapters.base import Capabilities, capability_reason
-from attention_conformance.case import ALIGNMENTS, Case, page_size_of
+from attention_conformance.cases.case import ALIGNMENTS, Case, page_size_of
 
 __all__ = ["CARRIED", "SEPARATOR", "Spelling", "checked_entry_point", "spelled_capabilities", "spelling_reason",
            "split_variant", "square_alignment", "variant_name"]

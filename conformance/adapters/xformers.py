@@ -64,7 +64,7 @@ from attention_conformance.adapters.spelling import (
     sequence_lengths,
     union_capabilities,
 )
-from attention_conformance.case import ALIGNMENTS, LAYOUTS, Case
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["BIASES", "LIBRARY_CHECK", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers",
            "op_capabilities", "translate", "window_size"]

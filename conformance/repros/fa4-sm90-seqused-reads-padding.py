@@ -332,7 +332,7 @@ def as_tensor(array, dtype, device, layout="contiguous", requires_grad=False):
 
 
 def make_inputs():
-    """The inputs of the case, as attention-conformance makes them (conformance/inputs.py) from seed 1637511755:
+    """The inputs of the case, as attention-conformance makes them (conformance/cases/inputs.py) from seed 1637511755:
     float64 arrays whose values are exact in float16. The digest check in main() proves they are the harness's."""
     rng = np.random.default_rng(1637511755)
     q = rng.standard_normal((3, 2, 64, 32))

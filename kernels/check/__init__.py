@@ -1,8 +1,8 @@
 """Device checks of the CUDA kernels, judged by the conformance judge.
 
 A device check draws random inputs on the GPU, runs one launcher into outputs poisoned with NaN between sentinel
-guard bands, and hands what the launcher wrote to `conformance.judge.judge` against the FP64 oracle, under the
-a-priori bounds of conformance/TOLERANCES.md (`conformance.tolerance`): the verdict the conformance engine gives an
+guard bands, and hands what the launcher wrote to `conformance.verdict.judge.judge` against the FP64 oracle, under the
+a-priori bounds of conformance/TOLERANCES.md (`conformance.verdict.bounds`): the verdict the conformance engine gives an
 adapter, with no tolerance of its own. What the judge does not see is checked beside it: writes past the output
 (the guard bands), padded query rows written (attn_params.h: a launcher leaves them), inputs the launcher changed.
 

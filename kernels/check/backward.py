@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_conformance.calldata import CaseInputs
+from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.kernels.check.verdict import (
     device_case,
     dtype_name,

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import FP8Spec
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import FP8Spec
 from attention_conformance.kernels.check.guard import guard_ok, guarded
 from attention_conformance.kernels.check.verdict import (
     device_case,

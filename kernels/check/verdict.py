@@ -1,8 +1,8 @@
-"""A device check's case and outputs, judged by `conformance.judge.judge` (the conformance engine's judge).
+"""A device check's case and outputs, judged by `conformance.verdict.judge.judge` (the conformance engine's judge).
 
 `device_case` states a device check's problem as a conformance `Case` (shape, dtype or FP8 spec, the semantics of
 SEMANTICS.md §2-§11); `oracle` computes the FP64 oracle and the a-priori bounds of conformance/TOLERANCES.md for it
-(`conformance.tolerance.compute_oracle`, with the case's precision model); `judge_outputs` hands the launcher's
+(`conformance.verdict.bounds.compute_oracle`, with the case's precision model); `judge_outputs` hands the launcher's
 outputs to the judge as an adapter's call would reach it, so the verdict is the one the engine gives, with no
 tolerance of the device check's own. `to_numpy` turns a launcher's torch output into the float64 array the judge
 compares; `real_rows` marks the query rows that are not padding (SEMANTICS.md §7).
@@ -15,17 +15,11 @@ from typing import Any
 import numpy as np
 
 from attention_conformance.adapters.base import Capabilities
-from attention_conformance.calldata import (
-    AdapterResults,
-    BackwardOutput,
-    CallResult,
-    CaseInputs,
-    ForwardOutput,
-)
-from attention_conformance.case import DTYPES, Case, FP8Spec
-from attention_conformance.judge import Verdict, judge
-from attention_conformance.outcomes import PASS, QUALITY_WARNING
-from attention_conformance.tolerance import OracleData, compute_oracle
+from attention_conformance.cases.calldata import AdapterResults, BackwardOutput, CallResult, CaseInputs, ForwardOutput
+from attention_conformance.cases.case import DTYPES, Case, FP8Spec
+from attention_conformance.verdict.bounds import OracleData, compute_oracle
+from attention_conformance.verdict.judge import Verdict, judge
+from attention_conformance.verdict.outcomes import PASS, QUALITY_WARNING
 
 __all__ = ["LAUNCHER_CAPABILITIES", "device_case", "dtype_name", "judge_outputs", "oracle", "passed", "real_rows",
            "rel_err", "to_numpy"]

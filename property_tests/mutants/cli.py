@@ -15,10 +15,10 @@ import json
 import sys
 import time
 
+from attention_conformance.cases.selection import SelectorError, select
 from attention_conformance.cli import UsageParser, positive_float
 from attention_conformance.property_tests.mutants.catalog import MUTANTS
 from attention_conformance.property_tests.mutants.runner import ORDERS, STEPS, format_table, run_all, score_line
-from attention_conformance.selection import SelectorError, select
 
 __all__ = ["main"]
 

@@ -7,7 +7,7 @@ others, e.g. ``generated`` alone to measure what Hypothesis finds with no help):
 1. ``pinned``: the property suite's pinned ``@example`` cases (`kernel_properties.PINNED`, tiny shapes,
    one per bug found so far) that the adapter claims, judged by the engine;
 2. ``conformance:<profile>``: the engine's catalog cases of the profile that the adapter claims,
-   cheapest first (`conformance.catalog.estimated_cost`), each judged by the engine
+   cheapest first (`conformance.cases.catalog.estimated_cost`), each judged by the engine
    (`property_tests.kernel_check.evaluate`);
 3. ``property:<kind>``: the Hypothesis kernel properties the adapter declares
    (`property_tests.kernel_properties`), derandomized, shrinking on failure (``properties`` replays the
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from hypothesis import settings
 
 from attention_conformance.adapters.base import Adapter
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.property_tests import profiles
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.kernel_properties import PropertyFailure, build_property, properties_for
@@ -62,7 +62,7 @@ class KillResult:
 
 def build_adapter(mutant: Mutant) -> Adapter:
     """The reference adapter of ``mutant.adapter`` built on the mutated kernel (or wrapped by the bug)."""
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     loaded = load(mutant.adapter)
     if loaded.adapter is None:
@@ -87,7 +87,7 @@ def _shape(case: Case) -> str:
 
 
 def _conformance(adapter: Adapter, profile: str, deadline: float, res: KillResult) -> bool:
-    from attention_conformance.catalog import cases, estimated_cost
+    from attention_conformance.cases.catalog import cases, estimated_cost
 
     todo = sorted((c for c in cases(profile) if adapter.supports(c, "cpu") is None), key=estimated_cost)
     for case in todo:

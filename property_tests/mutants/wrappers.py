@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from attention_conformance.adapters.base import Adapter, BackwardOutput, CaseInputs, ForwardOutput
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 
 __all__ = ["WRAPPERS", "WrappedAdapter", "bshd_dout_as_contiguous", "causal_mask_bottom_right", "hadamard_q_only",
            "identity", "input_mutated_in_place", "noncontiguous_as_contiguous", "varlen_drops_softcap"]

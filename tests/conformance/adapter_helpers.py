@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from attention_conformance import oracles
-from attention_conformance.case import Case
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 
 __all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "in_process_runner", "reference", "small_cases"]
 
@@ -79,7 +79,7 @@ def check_backward(adapter, case: Case, *, device: str = "cpu"):
 def small_cases(families: tuple[str, ...], per_family: int = 5, cells: int = 40000) -> list[Case]:
     """Up to `per_family` cases of each of `families` of the CI catalog with B * Hq * Lq * Lk <= `cells`, in
     catalog order (the stand-in adapter tests: every feature a spelling translates, in seconds)."""
-    from attention_conformance import catalog
+    from attention_conformance.cases import catalog
 
     picked: dict[str, list[Case]] = {f: [] for f in families}
     for c in catalog.cases("ci"):
@@ -91,8 +91,8 @@ def small_cases(families: tuple[str, ...], per_family: int = 5, cells: int = 400
 def in_process_runner(adapter, cache=None):
     """(Runner, LoadedAdapter) running `adapter` in this interpreter (a stand-in library installed in
     ``sys.modules`` is seen; isolated workers would not see it), sharing the oracle `cache` when given."""
-    from attention_conformance.engine import Runner
-    from attention_conformance.registry import LoadedAdapter
+    from attention_conformance.adapters.registry import LoadedAdapter
+    from attention_conformance.running.engine import Runner
 
     adapter.isolate = False
     la = LoadedAdapter(adapter.name, adapter.name, adapter, None)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from attention_conformance.adapters.base import Adapter, BackwardOutput, Capabilities, ForwardOutput
-from attention_conformance.inputs import round_to_dtype
+from attention_conformance.cases.inputs import round_to_dtype
 
 ALL_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 

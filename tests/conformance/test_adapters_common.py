@@ -10,8 +10,8 @@ import pytest
 from attention_conformance import oracles
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters.base import CaseInputs
-from attention_conformance.case import Case
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 

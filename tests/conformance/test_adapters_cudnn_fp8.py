@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance.adapters.cudnn_fp8 import CudnnFP8, cudnn_frontend
-from attention_conformance.case import FP8Spec
-from attention_conformance.registry import load
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import FP8Spec
 
 
 def _fp8_case(**match):

@@ -22,8 +22,8 @@ from attention_conformance.adapters.flash_attn import (
     unpack_varlen,
     unpack_varlen_lse,
 )
-from attention_conformance.case import Case, FP8Spec
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases.case import Case, FP8Spec
+from attention_conformance.cases.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 

@@ -18,8 +18,8 @@ from adapter_helpers import BOUND, real_rows
 
 from attention_conformance import oracles
 from attention_conformance.adapters.flash_attn import FlashAttn4
-from attention_conformance.case import Case
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 

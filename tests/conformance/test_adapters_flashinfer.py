@@ -23,9 +23,9 @@ from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
 from attention_conformance.adapters.base import capability_reason
 from attention_conformance.adapters.spelling import causal_hides_nothing, equivalent_cases
-from attention_conformance.case import Case
-from attention_conformance.engine import OracleCache
-from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
+from attention_conformance.cases.case import Case
+from attention_conformance.running.engine import OracleCache
+from attention_conformance.verdict.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
 
 torch = pytest.importorskip("torch")
 
@@ -360,7 +360,7 @@ def test_paged_call_hands_over_pools_with_decoys_and_only_used_table_entries(sta
     assert r.outcome == PASS, r.message[:400]
     (kind, kw), = lib.calls
     qo_indptr, kv_indptr, kv_indices, last, Hq, Hkv, d, page = kw["args"]
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     paged = make_inputs(case).paged
     want = fi.page_table(paged["block_table"], [min(n, case.Lk) for n in case.seqlens_k], paged["page_size"])
@@ -373,7 +373,7 @@ def test_paged_call_hands_over_pools_with_decoys_and_only_used_table_entries(sta
 
 def test_lse_is_declared_base_2_per_token():
     """The adapter hands the LSE over as FlashInfer returns it; the judge's conversion is the declared one."""
-    from attention_conformance.lse_convention import to_contract
+    from attention_conformance.verdict.lse_convention import to_contract
 
     case = Case("t", 2, 2, 1, 3, 5, 64, 64, seqlens_q=(3, 1))
     lse2 = np.arange(8, dtype=np.float64).reshape(4, 2)  # [total_q, Hq]

@@ -12,7 +12,7 @@ from adapter_helpers import check_backward, check_forward
 
 from attention_conformance.adapters.torch_flex import FlexAttention
 from attention_conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,

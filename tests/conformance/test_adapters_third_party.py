@@ -13,9 +13,9 @@ from adapter_helpers import check_backward, check_forward, reference
 
 from attention_conformance.adapters.base import Adapter, Capabilities, ForwardOutput
 from attention_conformance.adapters.third_party import SdpaFunctionAdapter, load_impl, wrap_sdpa_function
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.examples import broken_sdpa, good_sdpa
-from attention_conformance.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 
@@ -122,15 +122,15 @@ def test_softcap_and_fp8_are_not_expressible(good):
 def test_paged_layouts_are_declined_not_failed(good):
     """An SDPA-signature function takes dense K/V: a paged case (SEMANTICS.md §16) is NOT_SUPPORTED, never a
     FAIL of a correct function (the engine judges a claimed case that raises as FAIL)."""
-    from attention_conformance import catalog
-    from attention_conformance.engine import Runner
+    from attention_conformance.cases import catalog
+    from attention_conformance.running.engine import Runner
 
     paged = [c for c in catalog.cases("ci") if c.family == "paged"][:2]
     assert paged, "the ci profile has no paged case"
     for case in paged:
         reason = good.supports(case, "cpu")
         assert reason and "paged" in reason and "§16" in reason, (case.id, reason)
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     runner = Runner([], "cpu")
     try:

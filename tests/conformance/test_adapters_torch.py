@@ -14,7 +14,7 @@ from adapter_helpers import check_backward, check_forward
 
 from attention_conformance.adapters.torch_flex import FlexAttention
 from attention_conformance.adapters.torch_sdpa import SdpaCudnn, SdpaEfficient, SdpaFlash, SdpaMath, sdpa_plan
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 
 torch = pytest.importorskip("torch")
 
@@ -112,7 +112,7 @@ def test_mutation_is_reported():
         return out
 
     adapter._call = mutating_call
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     fo = adapter.forward(make_inputs(case), case, "cpu")
     assert fo.mutated_inputs == ("k",)
@@ -156,10 +156,10 @@ def test_varlen_padded_rows_are_fully_masked_rows():
     """Padded query rows reach an SDPA-signature function as fully masked rows (SEMANTICS.md §17), whatever their
     bias (a -inf bias row here: rows 1 and 4, padded since seqlens_q = 1): a function that returns 0 there (§8)
     passes forward and backward; a naive softmax (NaN on fully masked rows) fails dk with a message saying why."""
+    from attention_conformance.adapters.registry import LoadedAdapter
     from attention_conformance.adapters.third_party import wrap_sdpa_function
-    from attention_conformance.engine import Runner
     from attention_conformance.examples.good_sdpa import attention as good
-    from attention_conformance.registry import LoadedAdapter
+    from attention_conformance.running.engine import Runner
 
     def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
@@ -243,7 +243,7 @@ def test_sdpa_spellings_backward(entry):
 
 
 def test_sdpa_entry_point_names_load_through_the_registry():
-    from attention_conformance.registry import entry_point_names, load
+    from attention_conformance.adapters.registry import entry_point_names, load
 
     assert entry_point_names("torch-sdpa-math") == [f"torch-sdpa-math@{e}" for e in SPELLINGS]
     la = load("torch-sdpa-flash@causal_upper_left", "cpu")

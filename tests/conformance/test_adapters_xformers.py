@@ -23,9 +23,9 @@ from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import xformers as xf
 from attention_conformance.adapters.base import capability_reason
 from attention_conformance.adapters.spelling import causal_hides_nothing, equivalent_cases
-from attention_conformance.case import Case
-from attention_conformance.engine import OracleCache
-from attention_conformance.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
+from attention_conformance.cases.case import Case
+from attention_conformance.running.engine import OracleCache
+from attention_conformance.verdict.outcomes import FAIL, FINDING, NOT_SUPPORTED, PASS, QUALITY_WARNING
 
 torch = pytest.importorskip("torch")
 

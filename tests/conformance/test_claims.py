@@ -1,4 +1,4 @@
-"""Plain functions that declare what they support (conformance/declared.py) or leave it to the probes.
+"""Plain functions that declare what they support (conformance/adapters/declared.py) or leave it to the probes.
 
 Three correct functions with the limits real third-party kernels have (tests/conformance/claims_toys.py):
 causal-only, head dims {64, 128}, fp16 only. Declared or not, each must get exactly its supported cases
@@ -12,9 +12,11 @@ import os
 
 import pytest
 
-from attention_conformance import catalog, cli, declared
-from attention_conformance.engine import Runner
-from attention_conformance.registry import load
+from attention_conformance import cli
+from attention_conformance.adapters import declared
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
+from attention_conformance.running.engine import Runner
 
 pytest.importorskip("torch")
 

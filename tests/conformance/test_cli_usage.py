@@ -19,7 +19,7 @@ CASE = "tile_edges-b1h2x2-q1k129"
 
 
 def _case_id() -> str:
-    from attention_conformance import catalog
+    from attention_conformance.cases import catalog
 
     return catalog.select(catalog.cases("ci"), CASE)[0].id
 

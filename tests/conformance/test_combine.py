@@ -1,4 +1,4 @@
-"""``merge`` of runs over other adapters (conformance/combine.py) and ``merge --reexpect``.
+"""``merge`` of runs over other adapters (conformance/reporting/merge.py) and ``merge --reexpect``.
 
 A device report is assembled from several runs (the torch backends in one, a vendor library installed in another,
 a re-run of some cases after a fix): joined, it must say what one run with every adapter would have said, a later
@@ -70,7 +70,7 @@ def test_a_later_report_replaces_earlier_results_and_a_missing_adapter_case_is_p
     _, only_rerun = _merge(tmp_path, "r_plus_b", prerun, pb)
     assert only_rerun["partial"] and only_rerun["missing_results"]["reference-fa2"] > 0
     # the report says which adapter lacks how many results, not that a run stopped
-    from attention_conformance.report_digest import partial_text
+    from attention_conformance.reporting.digest import partial_text
 
     why = partial_text(only_rerun)
     assert f"reference-fa2 {only_rerun['missing_results']['reference-fa2']}" in why and "lack results" in why

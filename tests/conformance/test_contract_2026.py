@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance.adapters.base import Adapter, BackwardOutput, ForwardOutput
 from attention_conformance.adapters.reference import ReferenceFA2
-from attention_conformance.case import Case
-from attention_conformance.engine import Runner
-from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import Case
+from attention_conformance.running.engine import Runner
 
 NEW_FAMILIES = ("sinks", "mla", "chunked", "kv_append")
 NEW_CI = [c for c in catalog.cases("ci") if c.family in NEW_FAMILIES]
@@ -121,14 +121,14 @@ def test_flex_claims_chunk_and_passes():
 def test_sink_and_chunk_fp8_constraints_match_the_adapters():
     """`features.CONSTRAINTS` keeps sinks and chunks away from FP8 because no built-in adapter claims both; when
     one does, this fails: drop the constraint so the pairs family covers the pair."""
-    from attention_conformance import coverage
+    from attention_conformance.reporting import coverage
 
     for name, caps in coverage.declared_capabilities():
         assert not (caps.fp8 and (caps.sinks or caps.chunk)), f"{name} claims FP8 with sinks or chunks"
 
 
 def test_new_features_are_in_the_pair_model_and_labels():
-    from attention_conformance import features
+    from attention_conformance.cases import features
 
     names = [f.name for f in features.PAIRWISE]
     assert "sinks" in names and "chunk" in names

@@ -1,11 +1,13 @@
-"""Pair coverage (conformance/coverage.py) and the feature model and covering design behind the ``pairs`` family."""
+"""Pair coverage (conformance/reporting/coverage.py) and the feature model and covering design behind the ``pairs``
+family."""
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance import catalog, coverage, covering, features
-from attention_conformance.case import PAGED_LAYOUTS, Case
+from attention_conformance.cases import catalog, covering, features
+from attention_conformance.cases.case import PAGED_LAYOUTS, Case
+from attention_conformance.reporting import coverage
 
 
 @pytest.mark.parametrize("profile", catalog.PROFILES)
@@ -41,7 +43,7 @@ def test_paged_backward_constraint_matches_the_adapters():
     """`features.CONSTRAINTS` excludes paged x backward because no built-in adapter runs it (flash-attn's paged
     spellings are forward only); when one does, this fails: drop the constraint so the pairs family covers the
     pair. Adapters whose capabilities list a paged layout and backward must decline a paged backward case."""
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     probe = Case("probe", B=1, Hq=2, Hkv=2, Lq=8, Lk=512, d=64, dv=64, dtype="bfloat16", causal=True, layout="paged256",
                  backward=True)

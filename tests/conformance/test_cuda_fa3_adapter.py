@@ -5,7 +5,7 @@ not claim with a reason (the backward: head dims 64 and 128 only), and is unavai
 from __future__ import annotations
 
 from attention_conformance.adapters import BUILTIN
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 
 
 def _case(**kw):

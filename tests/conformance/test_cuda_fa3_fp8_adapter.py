@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attention_conformance.adapters import BUILTIN
-from attention_conformance.case import Case, FP8Spec
+from attention_conformance.cases.case import Case, FP8Spec
 
 _DEFAULT = FP8Spec()
 

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from engine_toys import EmulatedKernel
 
-from attention_conformance import catalog, oracles
-from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import LoadedAdapter, load
-from attention_conformance.report import build_report, exit_code, write_report
+from attention_conformance import oracles
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.reporting.report import build_report, exit_code, write_report
+from attention_conformance.running.engine import Runner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
@@ -58,7 +59,7 @@ def test_inputs_deterministic_and_representable():
         for name, arr in a.arrays().items():
             assert np.array_equal(arr, b.arrays()[name], equal_nan=True), (case.id, name)
         if case.fp8 is None:
-            from attention_conformance.inputs import round_to_dtype
+            from attention_conformance.cases.inputs import round_to_dtype
 
             for name in ("q", "k", "v"):
                 arr = getattr(a, name)
@@ -116,7 +117,7 @@ def test_lse_convention_reported_by_name():
 def test_mapped_finite_lse_convention_keeps_its_name():
     """An adapter that maps its vendor's finite empty-row LSE (torch CPU flash: 0) to -inf is reported by
     that convention's name, not as the contract's -inf (issue 3 item 5: conventions reported by name)."""
-    from attention_conformance import checks
+    from attention_conformance.verdict import checks
 
     ref = np.array([[[-np.inf, 0.5, -np.inf]]])
     rows = np.ones(ref.shape, dtype=bool)
@@ -212,8 +213,8 @@ def test_report_files(tmp_path):
     assert {"python", "cpu", "torch", "cuda", "cudnn", "gpus", "driver"} <= set(data["environment"])
     r0 = data["results"][0]
     assert {"outcome", "stats", "seed", "repro", "tolerance_model"} <= set(r0)
-    assert data["cases"][r0["case_id"]] == results[0].case  # each case stored once (conformance/report_store.py)
-    from attention_conformance.report_store import load_report
+    assert data["cases"][r0["case_id"]] == results[0].case  # each case stored once (conformance/reporting/store.py)
+    from attention_conformance.reporting.store import load_report
 
     assert [r["case"] for r in load_report(jp)["results"]] == [r.case for r in results]
     md = mp.read_text()
@@ -226,7 +227,7 @@ def test_report_files(tmp_path):
 
 
 def test_report_html_escapes_adapter_text():
-    from attention_conformance.report_html import render_html
+    from attention_conformance.reporting.page import render_html
 
     rep = {"profile": "ci", "device": "cpu", "summary": {"cases": 1, "by_adapter": {}}, "environment": {},
            "adapters": [{"name": "<img src=x>", "available": False, "reason": "a & b"}],

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from engine_toys import EmulatedKernel
 
-from attention_conformance import catalog
-from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import LoadedAdapter
-from attention_conformance.tolerance import compute_oracle, forward_tolerance, gamma, precision_model, unit_roundoff
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.running.engine import Runner
+from attention_conformance.verdict.bounds import compute_oracle, forward_tolerance
+from attention_conformance.verdict.precision import gamma, precision_model, unit_roundoff
 
 
 def _run(adapter, case):
@@ -62,7 +63,7 @@ def test_tiled_fp32_accumulating_kernel_passes(case):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_torch_math_backend_passes(dtype):
     pytest.importorskip("torch")
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     la = load("torch-sdpa-math", "cpu")
     if not la.available:

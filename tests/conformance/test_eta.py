@@ -1,10 +1,10 @@
-"""The progress line's time-left model (conformance/eta.py)."""
+"""The progress line's time-left model (conformance/running/eta.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance.eta import EtaModel
+from attention_conformance.running.eta import EtaModel
 
 
 def test_recovers_overhead_and_rate():

@@ -1,4 +1,4 @@
-"""Expectations (conformance/expectations.py): the file format, version ranges, KNOWN / UNEXPECTED_PASS."""
+"""Expectations (conformance/verdict/expectations.py): the file format, version ranges, KNOWN / UNEXPECTED_PASS."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from attention_conformance import catalog
-from attention_conformance import expectations as ex
 from attention_conformance.adapters import BUILTIN
-from attention_conformance.engine import CaseResult
-from attention_conformance.registry import entry_point_names
+from attention_conformance.adapters.registry import entry_point_names
+from attention_conformance.cases import catalog
+from attention_conformance.running.engine import CaseResult
+from attention_conformance.verdict import expectations as ex
 
 SCALE = next(c for c in catalog.cases("ci") if c.family == "scale" and c.causal and c.scale == 0.0)
 OTHER = next(c for c in catalog.cases("ci") if c.family == "tile_edges")

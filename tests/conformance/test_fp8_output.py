@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance.adapters.base import Capabilities
 from attention_conformance.adapters.cudnn_fp8 import OUTPUT_TOP, output_scale
-from attention_conformance.calldata import AdapterResults, CallResult, ForwardOutput
-from attention_conformance.inputs import make_inputs
-from attention_conformance.judge import judge
+from attention_conformance.cases import catalog
+from attention_conformance.cases.calldata import AdapterResults, CallResult, ForwardOutput
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.oracles.fp8 import round_fp8
-from attention_conformance.tolerance import compute_oracle, forward_tolerance, precision_model
+from attention_conformance.verdict.bounds import compute_oracle, forward_tolerance
+from attention_conformance.verdict.judge import judge
+from attention_conformance.verdict.precision import precision_model
 
 CAPS = Capabilities(dtypes=frozenset(), lse=True, fp8=frozenset({"per_tensor"}), fp8_formats=frozenset({"e4m3fn"}))
 

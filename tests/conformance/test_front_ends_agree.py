@@ -14,9 +14,11 @@ import json
 
 import pytest
 
-from attention_conformance import cli, environment, report
-from attention_conformance.outcomes import FINDING, KNOWN, NOT_SUPPORTED, PASS, UNEXPECTED_PASS
+from attention_conformance import cli
 from attention_conformance.pytest_plugin import OUTCOME_PROPERTY
+from attention_conformance.reporting import report
+from attention_conformance.running import environment
+from attention_conformance.verdict.outcomes import FINDING, KNOWN, NOT_SUPPORTED, PASS, UNEXPECTED_PASS
 
 IMPLS = ["torch-sdpa-math", "reference-fa2", "attention_conformance.examples.broken_sdpa:attention"]
 CASES = "worked or tile_edges or nan_padding or (fp8 and q64k96)"

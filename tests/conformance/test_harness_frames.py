@@ -21,11 +21,11 @@ import pytest
 
 import attention_conformance as conformance
 import conformance.examples
-from attention_conformance import catalog
+from attention_conformance.adapters.registry import builtin_names, load
 from attention_conformance.adapters.third_party import wrap_sdpa_function
-from attention_conformance.engine import Runner, features_of
+from attention_conformance.cases import catalog
 from attention_conformance.examples.good_sdpa import attention as good_attention
-from attention_conformance.registry import builtin_names, load
+from attention_conformance.running.engine import Runner, features_of
 
 ROOT = os.path.dirname(os.path.abspath(conformance.__file__))
 EXAMPLES = os.path.dirname(os.path.abspath(conformance.examples.__file__))

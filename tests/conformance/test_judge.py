@@ -1,8 +1,8 @@
 """One judge: the same (case, adapter result) pairs give the same verdict through every entry point.
 
-Entry points (conformance/judge.py): the engine (`Runner.run_case`, what ``python -m attention_conformance run``
+Entry points (conformance/verdict/judge.py): the engine (`Runner.run_case`, what ``python -m attention_conformance run``
 and pytest ``conformance/`` use), the property suite (`property_tests.kernel_check.evaluate`), the repro
-snippet (`conformance.repro.snippet`, executed in a subprocess), and the FP8 offset property
+snippet (`conformance.reproduce.snippet.snippet`, executed in a subprocess), and the FP8 offset property
 (`property_tests.kernel_properties.check_fp8_offset`). The adapters are `engine_toys.OracleToy` and its
 variants: correct, +inf LSE declared (in-process and isolated), +inf undeclared, input mutation, raising,
 nondeterministic, NaN output, wrong dQ, plus the SDPA-signature example `good_sdpa` (padding as a dense
@@ -22,15 +22,15 @@ import zlib
 
 import pytest
 
-from attention_conformance.case import Case, FP8Spec
-from attention_conformance.engine import Runner
-from attention_conformance.judge import judge
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases.case import Case, FP8Spec
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.kernel_properties import check_fp8_offset, offset_model, peaked_inputs
-from attention_conformance.registry import load
-from attention_conformance.repro import snippet
-from attention_conformance.tolerance import compute_oracle
-from attention_conformance.worker import call_adapter, collect_calls
+from attention_conformance.reproduce.snippet import snippet
+from attention_conformance.running.engine import Runner
+from attention_conformance.running.worker import call_adapter, collect_calls
+from attention_conformance.verdict.bounds import compute_oracle
+from attention_conformance.verdict.judge import judge
 
 
 def _sampled(**kw) -> Case:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from attention_conformance.case import Case
-from attention_conformance.lse_convention import to_contract
+from attention_conformance.cases.case import Case
+from attention_conformance.verdict.lse_convention import to_contract
 
 CASE = Case(family="t", B=3, Hq=2, Hkv=1, Lq=5, Lk=7, d=4, dv=4, seqlens_q=(5, 0, 2), seqlens_k=(7, 7, 3))
 

@@ -1,4 +1,4 @@
-"""Peak memory as a conformance check (conformance/memory.py): the exponent fit, the FAIL rule, the
+"""Peak memory as a conformance check (running/peak_memory.py, verdict/growth.py): the exponent fit, the FAIL rule, the
 engine and report wiring. CPU only: the peaks here are synthetic; the CUDA measurement is in
 test_memory_gpu.py."""
 
@@ -9,20 +9,22 @@ import json
 import pytest
 from engine_toys import EmulatedKernel
 
-from attention_conformance import catalog, memory
 from attention_conformance.adapters.base import Capabilities
-from attention_conformance.engine import CaseResult, Runner
-from attention_conformance.registry import LoadedAdapter
-from attention_conformance.report import build_report, write_report
-from attention_conformance.worker import call_adapter
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases import catalog
+from attention_conformance.reporting.report import build_report, write_report
+from attention_conformance.running import memory_policy, peak_memory
+from attention_conformance.running.engine import CaseResult, Runner
+from attention_conformance.running.worker import call_adapter
+from attention_conformance.verdict import growth
 
 NS = (1024, 2048, 4096)
-MEMORY_CASES = [c for c in catalog.cases("gpu") if c.family == memory.FAMILY]
+MEMORY_CASES = [c for c in catalog.cases("gpu") if c.family == growth.FAMILY]
 
 
 def _result(adapter: str, case, peak: int, outcome: str = "PASS") -> CaseResult:
-    rec = memory.MemoryRecord(device="cuda:0", torch_peak_bytes=peak, torch_reserved_bytes=peak,
-                              torch_baseline_bytes=0, io_bytes=memory.io_bytes(case))
+    rec = peak_memory.MemoryRecord(device="cuda:0", torch_peak_bytes=peak, torch_reserved_bytes=peak,
+                              torch_baseline_bytes=0, io_bytes=peak_memory.io_bytes(case))
     rec.extra_bytes = peak - rec.io_bytes
     return CaseResult(case_id=case.id, adapter=adapter, spec=adapter, outcome=outcome, family=case.family,
                       features=[], case=case.to_dict(), memory={"forward": rec.to_dict()})
@@ -39,24 +41,25 @@ def _quadratic(n: int) -> int:
 # -- the fit ----------------------------------------------------------------------------------------------
 
 def test_exponent_of_synthetic_peaks():
-    assert memory.growth_exponent(NS, [5 * n for n in NS]) == pytest.approx(1.0)
-    assert memory.growth_exponent(NS, [7 * n * n for n in NS]) == pytest.approx(2.0)
-    assert 0.8 < memory.growth_exponent(NS, [_linear(n) for n in NS]) <= 1.0
-    assert 1.7 < memory.growth_exponent(NS, [_quadratic(n) for n in NS]) < 2.0
-    assert memory.growth_exponent(NS, [1, 1, 1]) == pytest.approx(0.0)
+    assert growth.growth_exponent(NS, [5 * n for n in NS]) == pytest.approx(1.0)
+    assert growth.growth_exponent(NS, [7 * n * n for n in NS]) == pytest.approx(2.0)
+    assert 0.8 < growth.growth_exponent(NS, [_linear(n) for n in NS]) <= 1.0
+    assert 1.7 < growth.growth_exponent(NS, [_quadratic(n) for n in NS]) < 2.0
+    assert growth.growth_exponent(NS, [1, 1, 1]) == pytest.approx(0.0)
 
 
 def test_memory_doctests_run():
     import doctest
 
-    res = doctest.testmod(memory)
-    assert res.failed == 0 and res.attempted >= 4
+    for module in (growth, peak_memory):
+        res = doctest.testmod(module)
+        assert res.failed == 0 and res.attempted >= 2, module.__name__
 
 
 def test_exponent_needs_two_sizes():
-    assert memory.growth_exponent([1024], [10]) is None
-    assert memory.growth_exponent([1024, 1024], [10, 20]) is None
-    assert memory.growth_exponent([1024, 2048], [0, 20]) is None  # a zero peak is no data point
+    assert growth.growth_exponent([1024], [10]) is None
+    assert growth.growth_exponent([1024, 1024], [10, 20]) is None
+    assert growth.growth_exponent([1024, 2048], [0, 20]) is None  # a zero peak is no data point
 
 
 # -- the rule ---------------------------------------------------------------------------------------------
@@ -65,13 +68,13 @@ def test_memory_family_is_one_shape_at_n_2n_4n_on_the_gpu_profile_only():
     assert sorted(c.Lk for c in MEMORY_CASES) == [1024, 2048, 4096]
     assert all(c.Lq == c.Lk for c in MEMORY_CASES)
     assert len({(c.B, c.Hq, c.d, c.dtype) for c in MEMORY_CASES}) == 1
-    assert not [c for c in catalog.cases("ci") + catalog.cases("full") if c.family == memory.FAMILY]
+    assert not [c for c in catalog.cases("ci") + catalog.cases("full") if c.family == growth.FAMILY]
     assert all("gpu" in catalog.case_marks(c) for c in MEMORY_CASES)
 
 
 def _rows(peak_fn, adapter="fake", claim="linear"):
     results = [_result(adapter, c, peak_fn(c.Lk)) for c in MEMORY_CASES]
-    return results, memory.apply_growth(results, {adapter: claim})
+    return results, growth.apply_growth(results, {adapter: claim})
 
 
 def test_claimed_linear_that_grows_quadratically_fails_with_its_exponent():
@@ -93,7 +96,7 @@ def test_claimed_linear_that_grows_linearly_passes():
 
 def test_math_backend_is_named_known_quadratic_not_failed():
     results, (row,) = _rows(_quadratic, adapter="torch-sdpa-math", claim=None)
-    assert row.verdict == "known quadratic" and row.exponent > memory.LINEAR_MAX_EXPONENT
+    assert row.verdict == "known quadratic" and row.exponent > growth.LINEAR_MAX_EXPONENT
     assert "math backend" in row.message
     assert all(r.outcome == "PASS" for r in results)
 
@@ -106,7 +109,7 @@ def test_unclaimed_quadratic_is_reported_not_failed():
 def test_apply_growth_twice_changes_nothing_more():
     results, _ = _rows(_quadratic)
     before = [(r.outcome, r.message, list(r.notes)) for r in results]
-    memory.apply_growth(results, {"fake": "linear"})
+    growth.apply_growth(results, {"fake": "linear"})
     assert [(r.outcome, r.message, list(r.notes)) for r in results] == before
 
 
@@ -114,18 +117,18 @@ def test_results_without_memory_records_are_left_out():
     results = [_result("fake", c, _quadratic(c.Lk)) for c in MEMORY_CASES]
     for r in results[:2]:
         r.memory = {}
-    (row,) = memory.growth_rows(results, {"fake": "linear"})
+    (row,) = growth.growth_rows(results, {"fake": "linear"})
     assert row.verdict == "insufficient data"
-    assert memory.growth_failures([row]) == {}
+    assert growth.growth_failures([row]) == {}
 
 
 def test_io_bytes_counts_inputs_and_outputs():
     c = MEMORY_CASES[0]
     nd = c.B * c.Hq * c.Lq * c.d
-    assert memory.io_bytes(c) == 4 * nd * 2 + 4 * c.B * c.Hq * c.Lq
-    assert memory.io_bytes(c, "backward") == memory.io_bytes(c) + 4 * nd * 2
+    assert peak_memory.io_bytes(c) == 4 * nd * 2 + 4 * c.B * c.Hq * c.Lq
+    assert peak_memory.io_bytes(c, "backward") == peak_memory.io_bytes(c) + 4 * nd * 2
     with pytest.raises(ValueError, match="kind"):
-        memory.io_bytes(c, "sideways")
+        peak_memory.io_bytes(c, "sideways")
 
 
 # -- wiring -----------------------------------------------------------------------------------------------
@@ -144,12 +147,12 @@ def test_builtin_claims():
         assert cls.capabilities.memory == "linear", cls.name
     for cls in (SdpaFlash, SdpaEfficient, SdpaCudnn):
         assert cls.cuda_caps.memory == "linear", cls.name
-    assert SdpaMath.cuda_caps.memory is None and SdpaMath.name in memory.KNOWN_QUADRATIC
+    assert SdpaMath.cuda_caps.memory is None and SdpaMath.name in growth.KNOWN_QUADRATIC
 
 
 def test_cpu_call_records_no_memory_and_memory_cases_are_not_supported_on_cpu():
     small = catalog._seeded(catalog._mk("unit", Lq=9, Lk=9, d=16, dtype="float32"))
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     res = call_adapter(EmulatedKernel(), "forward", make_inputs(small), small, "cpu")
     assert res.error is None and res.memory is None
@@ -157,12 +160,12 @@ def test_cpu_call_records_no_memory_and_memory_cases_are_not_supported_on_cpu():
     runner = Runner([LoadedAdapter(toy.name, toy.name, toy)], "cpu", determinism="none")
     r = runner.run_case(runner.adapters[0], MEMORY_CASES[0])
     assert r.outcome == "NOT_SUPPORTED" and "CUDA only" in r.message and toy.calls == 0
-    assert memory.unsupported_reason(MEMORY_CASES[0], "cuda:0") is None
-    assert memory.unsupported_reason(small, "cpu") is None
+    assert memory_policy.unsupported_reason(MEMORY_CASES[0], "cuda:0") is None
+    assert memory_policy.unsupported_reason(small, "cpu") is None
 
 
 def test_peak_memory_on_cpu_records_nothing():
-    with memory.PeakMemory("cpu") as pm:
+    with peak_memory.PeakMemory("cpu") as pm:
         pass
     assert pm.record is None and pm.error is None
 
@@ -176,21 +179,21 @@ def test_report_has_peak_bytes_per_case_and_exponent_per_adapter(tmp_path):
                 LoadedAdapter("torch-sdpa-math", "torch-sdpa-math", EmulatedKernel())]
     results = [_result("toy-linear", c, _quadratic(c.Lk)) for c in MEMORY_CASES]
     results += [_result("torch-sdpa-math", c, _quadratic(c.Lk)) for c in MEMORY_CASES]
-    memory.apply_growth(results, memory.claims_of(adapters))
+    growth.apply_growth(results, growth.claims_of(adapters))
     rep = build_report(results, adapters, profile="gpu", device="cuda", wall_seconds=1.0)
     jp, mp = write_report(tmp_path, rep, results)
     data = json.loads(jp.read_text())
     assert data["summary"]["by_outcome"]["FAIL"] == 1
-    growth = {g["adapter"]: g for g in data["memory_growth"]}
-    assert growth["toy-linear"]["verdict"] == "FAIL" and growth["torch-sdpa-math"]["verdict"] == "known quadratic"
-    assert growth["toy-linear"]["peak_bytes"] == [_quadratic(n) for n in NS]
+    rows = {g["adapter"]: g for g in data["memory_growth"]}
+    assert rows["toy-linear"]["verdict"] == "FAIL" and rows["torch-sdpa-math"]["verdict"] == "known quadratic"
+    assert rows["toy-linear"]["peak_bytes"] == [_quadratic(n) for n in NS]
     assert all(r["memory"]["forward"]["torch_peak_bytes"] > 0 for r in data["results"])
     md = mp.read_text()
     assert "## Peak device memory" in md
     table = md.split("## Peak device memory", 1)[1]
     line = next(x for x in table.splitlines() if x.startswith("| toy-linear |"))
-    assert f"{growth['toy-linear']['exponent']:.2f}" in line and "FAIL" in line
+    assert f"{rows['toy-linear']['exponent']:.2f}" in line and "FAIL" in line
     page = (tmp_path / "report.html").read_text()
     assert "Peak device memory" in page
     row = page.split("Peak device memory", 1)[1].split("<tr><td>toy-linear</td>", 1)[1].split("</tr>", 1)[0]
-    assert f"{growth['toy-linear']['exponent']:.2f}" in row and "FAIL" in row
+    assert f"{rows['toy-linear']['exponent']:.2f}" in row and "FAIL" in row

@@ -1,4 +1,4 @@
-"""The CUDA side of conformance/memory.py (``pytest -m gpu tests/conformance/test_memory_gpu.py``).
+"""The CUDA side of conformance/running/peak_memory.py (``pytest -m gpu tests/conformance/test_memory_gpu.py``).
 
 Skipped cleanly without a CUDA device: torch's allocator peak of a known allocation, the driver's view
 of an allocation made outside torch (CuPy's own pool), and the peaks the math and flash backends record
@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from attention_conformance import catalog, memory
-from attention_conformance.inputs import make_inputs
-from attention_conformance.worker import call_adapter
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.running import peak_memory
+from attention_conformance.running.worker import call_adapter
+from attention_conformance.verdict import growth
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -22,7 +24,7 @@ MIB = 2**20
 
 
 def test_torch_allocator_peak_of_a_known_allocation():
-    with memory.PeakMemory("cuda") as pm:
+    with peak_memory.PeakMemory("cuda") as pm:
         x = torch.empty(64 * MIB, dtype=torch.uint8, device="cuda")
         del x
     rec = pm.record
@@ -32,7 +34,7 @@ def test_torch_allocator_peak_of_a_known_allocation():
 
 def test_driver_view_sees_memory_allocated_outside_torch():
     cupy = pytest.importorskip("cupy")
-    with memory.PeakMemory("cuda") as pm:
+    with peak_memory.PeakMemory("cuda") as pm:
         buf = cupy.empty(512 * MIB, dtype=cupy.uint8)
         buf.fill(1)
         cupy.cuda.runtime.deviceSynchronize()
@@ -56,6 +58,6 @@ def test_math_backend_peak_grows_faster_than_flash():
             res = call_adapter(adapter, "forward", make_inputs(case), case, "cuda")
             assert res.error is None, res.error
             got.append(res.memory["torch_peak_bytes"])
-            assert res.memory["io_bytes"] == memory.io_bytes(case)
-        peaks[adapter.name] = memory.growth_exponent([1024, 4096], got)
-    assert peaks["torch-sdpa-math"] > memory.LINEAR_MAX_EXPONENT > peaks["torch-sdpa-flash"], peaks
+            assert res.memory["io_bytes"] == peak_memory.io_bytes(case)
+        peaks[adapter.name] = growth.growth_exponent([1024, 4096], got)
+    assert peaks["torch-sdpa-math"] > growth.LINEAR_MAX_EXPONENT > peaks["torch-sdpa-flash"], peaks

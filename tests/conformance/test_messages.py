@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_conformance import checks, numfmt
-from attention_conformance.case import Case
-from attention_conformance.engine import CaseResult
-from attention_conformance.report import build_report, render_markdown
-from attention_conformance.report_digest import quantity_line
+from attention_conformance.cases.case import Case
+from attention_conformance.reporting.digest import quantity_line
+from attention_conformance.reporting.report import build_report, render_markdown
+from attention_conformance.running.engine import CaseResult
+from attention_conformance.verdict import checks, numfmt
 
 
 def test_numfmt_round_trips_and_never_prints_numpy_reprs():
@@ -72,10 +72,10 @@ def test_a_failure_on_a_fully_masked_row_says_so():
     """cuDNN on the H200 returns the unmasked softmax on rows with no visible key: the message must name the row
     as fully masked (SEMANTICS.md §8), not leave the reader with "oracle 0.0"."""
     from attention_conformance.adapters.base import Capabilities
-    from attention_conformance.calldata import AdapterResults, CallResult, ForwardOutput
-    from attention_conformance.inputs import make_inputs
-    from attention_conformance.judge import judge
-    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.cases.calldata import AdapterResults, CallResult, ForwardOutput
+    from attention_conformance.cases.inputs import make_inputs
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     case = Case(family="msg", B=1, Hq=1, Hkv=1, Lq=6, Lk=5, d=8, dv=8, dtype="float32", causal=True,
                 alignment="bottom_right", seed=1)  # row 0 is fully masked (c(0) = -1)
@@ -96,7 +96,7 @@ def test_a_failure_on_a_fully_masked_row_says_so():
 def test_stored_kernel_names_keep_the_template_and_drop_the_parameters():
     import doctest
 
-    from attention_conformance import report_store
+    from attention_conformance.reporting import store as report_store
 
     assert doctest.testmod(report_store).failed == 0
     fa4 = "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_object_at__tensor"

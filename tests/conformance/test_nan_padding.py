@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from attention_conformance import catalog, oracles
-from attention_conformance.case import DISTRIBUTIONS
-from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance import oracles
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import DISTRIBUTIONS
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.running.engine import Runner
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 FWD_CASES = [c for c in NAN_CASES if not c.backward]
@@ -168,7 +169,7 @@ def test_torch_cpu_finding_is_recorded(spec):
     """torch 2.13 on CPU lets NaN at masked-out (padded) K/V through 0 x NaN (torch #101967 class): the named
     finding masked_nan, confirmed by the shipped expectations entry (it stays FINDING); under --strict it is
     a FAIL the entry does not waive."""
-    from attention_conformance.expectations import RunExpectations
+    from attention_conformance.verdict.expectations import RunExpectations
 
     la = load(spec)
     expect = RunExpectations.for_run([], default=True, device="cpu", loaded=[la])

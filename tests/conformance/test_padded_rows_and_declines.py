@@ -2,7 +2,7 @@
 
 SEMANTICS.md §7: an API told the lengths may leave the padded rows of the buffers it returns unwritten, so the
 engine compares neither padded query rows (out, lse, dq) nor padded key rows (dk, dv); a wrong value in the
-last valid row still fails. `CallDeclined` (conformance/calldata.py): the library refused the call itself, so
+last valid row still fails. `CallDeclined` (conformance/cases/calldata.py): the library refused the call itself, so
 the verdict is NOT_SUPPORTED with its words, from the engine, the property suite and the repro snippet alike.
 """
 
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from attention_conformance.case import Case
-from attention_conformance.engine import Runner
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases.case import Case
 from attention_conformance.property_tests.kernel_check import evaluate
-from attention_conformance.registry import load
-from attention_conformance.repro import snippet
+from attention_conformance.reproduce.snippet import snippet
+from attention_conformance.running.engine import Runner
 
 VARLEN_BWD = Case(family="judge", seed=5, B=2, Hq=2, Hkv=1, Lq=9, Lk=12, d=8, dv=8, dtype="float32",
                   seqlens_q=(9, 4), seqlens_k=(12, 7), causal=True, alignment="bottom_right", backward=True)

@@ -1,4 +1,4 @@
-"""Paged K/V inputs and capabilities (oracles/SEMANTICS.md §16; conformance/inputs.py `paged_storage`).
+"""Paged K/V inputs and capabilities (oracles/SEMANTICS.md §16; conformance/cases/inputs.py `paged_storage`).
 
 Bug class: "paged-KV block table out-of-bounds read" (flash-attention
 #2709). A paged case stores K/V in permuted pages behind a block table, with NaN in every page, slot and
@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attention_conformance import catalog
 from attention_conformance.adapters.base import Adapter, Capabilities, CaseInputs, ForwardOutput, capability_reason
 from attention_conformance.adapters.reference import ReferenceFA2, ReferenceSplitKV
-from attention_conformance.case import LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec, page_size_of
-from attention_conformance.inputs import make_inputs, paged_storage
-from attention_conformance.registry import BUILTIN, load
-from attention_conformance.worker import call_adapter
+from attention_conformance.adapters.registry import BUILTIN, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import LAYOUTS, PAGED_LAYOUTS, Case, FP8Spec, page_size_of
+from attention_conformance.cases.inputs import make_inputs, paged_storage
+from attention_conformance.running.worker import call_adapter
 
 PAGED_CI = [c for c in catalog.cases("ci") if c.family == "paged"]
 PAGED_FULL = [c for c in catalog.cases("full") if c.family == "paged"]

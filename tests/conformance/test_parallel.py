@@ -1,4 +1,4 @@
-"""``run --workers N`` (conformance/parallel.py, issue 7): GPU pinning, largest-first order, crash isolation.
+"""``run --workers N`` (conformance/running/parallel.py, issue 7): GPU pinning, largest-first order, crash isolation.
 
 The end-to-end comparison of 1 and 2 workers through the CLI is in test_cli.py.
 """
@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from attention_conformance import catalog, parallel
-from attention_conformance.registry import load
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
+from attention_conformance.running import parallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))

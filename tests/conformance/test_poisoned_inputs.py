@@ -20,12 +20,12 @@ import math
 import numpy as np
 import torch
 
-from attention_conformance import catalog
 from attention_conformance.adapters.base import Adapter
+from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.adapters.third_party import wrap_sdpa_function
-from attention_conformance.engine import Runner
-from attention_conformance.inputs import planted_nan
-from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import planted_nan
+from attention_conformance.running.engine import Runner
 
 NAN_CASES = catalog.select(catalog.cases("ci"), "nan_padding")
 

@@ -1,4 +1,4 @@
-"""The pictures of report.html (conformance/report_charts.py): inline SVG only, one scatter and one heat map
+"""The pictures of report.html (conformance/reporting/charts.py): inline SVG only, one scatter and one heat map
 per adapter with every case placed by its outcome, and TFLOPs/s against N from the benchmark JSON."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from attention_conformance.report_charts import benchmark_series, case_usage, charts_html, load_benchmarks
-from attention_conformance.report_html import render_html
-from attention_conformance.report_store import load_report
+from attention_conformance.reporting.charts import benchmark_series, case_usage, charts_html, load_benchmarks
+from attention_conformance.reporting.page import render_html
+from attention_conformance.reporting.store import load_report
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_conformance import expectations
-from attention_conformance.expectations import DEFAULT_FILE, ExpectationError, version_in
+from attention_conformance.verdict import expectations
+from attention_conformance.verdict.expectations import DEFAULT_FILE, ExpectationError, version_in
 
 ENTRIES = expectations.load(DEFAULT_FILE)
 CPU = [e for e in ENTRIES if e.devices == ("cpu",)]
@@ -77,7 +77,7 @@ def test_cuda_repro_exits_2_without_cuda(entry):
 
 
 def _adapter_version(spec: str) -> str:
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     loaded = load(spec, "cuda")
     return str(loaded.adapter.version()) if loaded.adapter is not None else ""
@@ -124,9 +124,9 @@ def test_repro_key_names_a_file_beside_the_expectations_file(tmp_path):
 
 
 def test_reports_show_the_repro_beside_the_link():
-    from attention_conformance.engine import CaseResult
-    from attention_conformance.report import _expectation_lines
-    from attention_conformance.report_html import _expectations_html
+    from attention_conformance.reporting.page import _expectations_html
+    from attention_conformance.reporting.report import _expectation_lines
+    from attention_conformance.running.engine import CaseResult
 
     e = ENTRIES[0]
     result = CaseResult("c", e.adapters[0], e.adapters[0], "KNOWN", "scale", [],

@@ -22,12 +22,14 @@ import types
 import numpy as np
 import pytest
 
-from attention_conformance import catalog, cli, oracles, repro_source
-from attention_conformance.inputs import make_inputs
-from attention_conformance.registry import load
-from attention_conformance.repro_calls import claim_reason
-from attention_conformance.repro_inputs import UnwritableCase, harness_arrays, inputs_source
-from attention_conformance.repro_standalone import standalone
+from attention_conformance import cli, oracles
+from attention_conformance.adapters.registry import load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.reproduce import source as repro_source
+from attention_conformance.reproduce.calls import claim_reason
+from attention_conformance.reproduce.inputs import UnwritableCase, harness_arrays, inputs_source
+from attention_conformance.reproduce.standalone import standalone
 
 torch = pytest.importorskip("torch")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -253,9 +255,9 @@ def test_cuda_file_makes_its_inputs_and_exits_2_without_cuda(spec, case, gpu_fil
 
 def _verdict(spec, case, device):
     """The harness's verdict on (`spec`, `case`) on `device`, in this process (the engine's calls, the judge)."""
-    from attention_conformance.judge import judge
-    from attention_conformance.tolerance import compute_oracle
-    from attention_conformance.worker import call_adapter, collect_calls
+    from attention_conformance.running.worker import call_adapter, collect_calls
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     adapter = load(spec, device).adapter
     inputs = make_inputs(case)

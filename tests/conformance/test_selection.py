@@ -1,11 +1,11 @@
-"""The ``-k`` grammar (conformance/selection.py): precedence, parentheses, substring names, one-line errors."""
+"""The ``-k`` grammar (conformance/cases/selection.py): precedence, parentheses, substring names, one-line errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from attention_conformance import catalog
-from attention_conformance.selection import MAX_DEPTH, SelectorError, parse, select
+from attention_conformance.cases import catalog
+from attention_conformance.cases.selection import MAX_DEPTH, SelectorError, parse, select
 
 IDS = ["tile_edges-b1h2x2-q1k129-d32-f16-causal_br-aaaaaa", "gqa-b1h4x1-q1k65-d32-bf16-bbbbbb",
        "fp8-b1h2x2-q64k96-d64-f8_e4m3fn-fp8-e4m3fn-per_tensor-cccccc", "window-b1h2x2-q70k70-d64-f16-win16_0-dddddd"]

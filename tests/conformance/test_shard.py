@@ -1,4 +1,5 @@
-"""``run --shard K/N`` and ``merge`` (conformance/shard.py): a deterministic cost-balanced split, an exact join."""
+"""``run --shard K/N`` and ``merge`` (conformance/running/shard.py, conformance/reporting/merge.py): a deterministic
+cost-balanced split, an exact join."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 
 import pytest
 
-from attention_conformance import catalog, cli, shard
+from attention_conformance import cli
+from attention_conformance.cases import catalog
+from attention_conformance.running import shard
 
 ADAPTERS = ["torch-sdpa-math", "torch-sdpa-flash", "reference-fa2",
             "attention_conformance.examples.broken_sdpa:attention"]

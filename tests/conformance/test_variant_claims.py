@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from call_meaning import Meaning, read_flash_attn, read_flex, read_sdpa
 
-from attention_conformance import catalog, oracles
+from attention_conformance import oracles
 from attention_conformance.adapters import BUILTIN
 from attention_conformance.adapters.flash_attn import FlashAttn2, FlashAttn3, FlashAttn4
 from attention_conformance.adapters.torch_flex import FlexAttention, flex_args
@@ -34,9 +34,10 @@ from attention_conformance.adapters.torch_sdpa import (
     SdpaMath,
     sdpa_args,
 )
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import Case, page_size_of
-from attention_conformance.inputs import effective_scale, make_bias, make_inputs, make_mask, make_sinks
+from attention_conformance.cases import catalog
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import Case, page_size_of
+from attention_conformance.cases.inputs import effective_scale, make_bias, make_inputs, make_mask, make_sinks
 
 torch = pytest.importorskip("torch")
 

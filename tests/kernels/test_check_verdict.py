@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from attention_conformance import oracles
-from attention_conformance.calldata import CaseInputs
-from attention_conformance.case import FP8Spec
-from attention_conformance.inputs import round_to_dtype
+from attention_conformance.cases.calldata import CaseInputs
+from attention_conformance.cases.case import FP8Spec
+from attention_conformance.cases.inputs import round_to_dtype
 from attention_conformance.kernels.check import cases
 from attention_conformance.kernels.check.verdict import (
     device_case,

@@ -158,7 +158,7 @@ def test_a_build_opened_on_its_own_handle_runs_the_same_validation():
 
 def test_adapters_unavailable_or_declining_cleanly_without_gpu():
     from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
-    from attention_conformance.case import Case
+    from attention_conformance.cases.case import Case
 
     for cls in (CudaFA1, CudaFA2, CudaSplitKV):
         a = cls()

@@ -11,7 +11,7 @@ length, and table entries past a sequence's pages pointing at decoys. Checks per
   unwritten (§7), guard bands intact, inputs unchanged;
 - the poison is live: asking the kernel for one key more than a sequence really has (legal for the
   kernel, wrong for the data) puts NaN into that sequence's rows, so a read past the end cannot hide;
-- the cuda-splitkv adapter runs paged catalog-style cases (`conformance.inputs.make_inputs`) against
+- the cuda-splitkv adapter runs paged catalog-style cases (`conformance.cases.inputs.make_inputs`) against
   the float64 oracle, judged by the conformance judge.
 Marked ``gpu``; skipped without CUDA or without the kernel library.
 
@@ -105,7 +105,7 @@ def _sem(spec: dict) -> dict:
 
 @pytest.mark.parametrize("spec, lens, lens_q", CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_paged_splitkv_equals_dense_and_float64_reference(spec, lens, lens_q):
-    from attention_conformance.calldata import CaseInputs
+    from attention_conformance.cases.calldata import CaseInputs
     from attention_conformance.kernels import cuda_lib
     from attention_conformance.kernels.check.verdict import (
         device_case,
@@ -186,17 +186,17 @@ def test_poison_is_observable(what):
 
 
 def test_adapter_runs_paged_cases_against_the_oracle():
-    """cuda-splitkv end to end on paged cases built by conformance.inputs (CaseInputs.paged), judged by the
+    """cuda-splitkv end to end on paged cases built by conformance.cases.inputs (CaseInputs.paged), judged by the
     conformance judge against the FP64 oracle (the a-priori bounds of conformance/TOLERANCES.md)."""
     import numpy as np
 
     from attention_conformance.adapters.cuda import CudaSplitKV
-    from attention_conformance.calldata import AdapterResults, CallResult
-    from attention_conformance.case import Case
-    from attention_conformance.inputs import make_inputs
-    from attention_conformance.judge import judge
+    from attention_conformance.cases.calldata import AdapterResults, CallResult
+    from attention_conformance.cases.case import Case
+    from attention_conformance.cases.inputs import make_inputs
     from attention_conformance.kernels.check.verdict import passed, real_rows
-    from attention_conformance.tolerance import compute_oracle
+    from attention_conformance.verdict.bounds import compute_oracle
+    from attention_conformance.verdict.judge import judge
 
     _lib_or_skip()
     adapter = CudaSplitKV()

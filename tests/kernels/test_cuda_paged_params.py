@@ -190,7 +190,7 @@ def test_backward_launchers_refuse_a_block_table(lib, launcher):
 
 # -- adapter -------------------------------------------------------------------------------------------------
 def _paged_case(layout="paged64", **kw):
-    from attention_conformance.case import Case
+    from attention_conformance.cases.case import Case
 
     base = dict(family="paged_test", B=3, Hq=4, Hkv=2, Lq=2, Lk=300, d=64, dv=64, dtype="bfloat16", causal=True,
                 seqlens_k=(300, 65, 0), layout=layout, seed=5)
@@ -200,7 +200,7 @@ def _paged_case(layout="paged64", **kw):
 
 def test_adapters_claim_paged_layouts_only_for_splitkv():
     from attention_conformance.adapters.cuda import CudaFA1, CudaFA2, CudaSplitKV
-    from attention_conformance.case import PAGED_LAYOUTS
+    from attention_conformance.cases.case import PAGED_LAYOUTS
 
     for layout in PAGED_LAYOUTS:
         case = _paged_case(layout)
@@ -214,7 +214,7 @@ def test_adapters_claim_paged_layouts_only_for_splitkv():
 def test_adapter_paged_tensors_address_the_dense_kv(layout):
     """_materialize hands the kernel pools + table whose (table, page, slot) addressing gives the dense K/V."""
     from attention_conformance.adapters.cuda import CudaSplitKV
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     case = _paged_case(layout)
     inputs = make_inputs(case)

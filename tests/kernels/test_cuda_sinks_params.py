@@ -133,7 +133,7 @@ def test_fa2_backward_refuses_sinks_without_a_dsinks_output(lib):
 
 # -- adapter claims ------------------------------------------------------------------------------------------
 def _case(**kw):
-    from attention_conformance.case import Case
+    from attention_conformance.cases.case import Case
 
     base = dict(family="sinks_test", B=2, Hq=4, Hkv=2, Lq=40, Lk=24, d=64, dv=64, dtype="bfloat16", causal=True,
                 sinks="small")

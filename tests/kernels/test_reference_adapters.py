@@ -10,7 +10,7 @@ import pytest
 from attention_conformance import oracles
 from attention_conformance.adapters import BUILTIN
 from attention_conformance.adapters.base import Adapter, CaseInputs
-from attention_conformance.case import Case, FP8Spec
+from attention_conformance.cases.case import Case, FP8Spec
 
 NAMES = ["reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv"]
 
@@ -103,7 +103,7 @@ def test_capabilities_are_honest():
 def test_reference_adapters_are_unavailable_off_the_cpu():
     """On --device cuda the NumPy adapters are unavailable with a reason, so a CUDA run never 'passes'
     by reporting every case of a CPU-only kernel NOT_SUPPORTED."""
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     for name in NAMES:
         assert load(name, "cpu").available

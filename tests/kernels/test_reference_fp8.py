@@ -105,12 +105,12 @@ def test_fp8_fully_masked_rows_and_errors():
 
 @pytest.mark.fp8
 def test_incoherent_processing_reduces_error_on_outliers():
-    """FA3 Table 3's qualitative findings at a CI-sized shape (conformance/fp8_accuracy.py has the full table).
+    """FA3 Table 3's qualitative findings at a CI-sized shape (conformance/reporting/fp8_accuracy.py: the full table).
 
     Incoherent processing lowers the RMSE >= 2x on the paper's outlier distribution; block
     quantization on top of it changes little (within 20%).
     """
-    from attention_conformance.fp8_accuracy import table3
+    from attention_conformance.reporting.fp8_accuracy import table3
 
     names = ["FlashAttention-3 (FP8)", "No block quantization", "No incoherent processing"]
     r = table3(B=1, H=1, N=8192, d=128, seed=0, methods=names)

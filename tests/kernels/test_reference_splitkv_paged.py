@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attention_conformance import catalog
-from attention_conformance.case import Case
-from attention_conformance.engine import Runner
-from attention_conformance.inputs import make_inputs
+from attention_conformance.adapters.registry import LoadedAdapter, load
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.kernels.reference import splitkv
 from attention_conformance.property_tests.mutants.catalog import MUTANTS
 from attention_conformance.property_tests.mutants.runner import build_adapter
-from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance.running.engine import Runner
 
 PAGED_CI = [c for c in catalog.cases("ci") if c.family == "paged"]
 PAGED_MORE = [c for c in catalog.cases("full") if c.family == "paged" and c not in PAGED_CI]

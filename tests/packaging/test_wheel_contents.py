@@ -42,7 +42,7 @@ def test_every_file_is_code_a_contract_document_or_a_kernel_source(names):
 
 def test_what_the_product_needs_is_in_it(names):
     for module in ("kernels/check/forward.py", "kernels/check/backward.py", "kernels/check/fp8.py",
-                   "kernels/check/verdict.py", "adapters/cudnn_fp8_timed.py", "fp8_accuracy.py",
+                   "kernels/check/verdict.py", "adapters/cudnn_fp8_timed.py", "reporting/fp8_accuracy.py",
                    "kernels/cuda/include/attn_params.h", "kernels/cuda/fa3_fwd.cu"):
         assert PKG + module in names, module
 

@@ -8,8 +8,8 @@ import dataclasses
 
 from attention_conformance.adapters.base import CallDeclined, Capabilities
 from attention_conformance.adapters.reference import ReferenceFA2
-from attention_conformance.calldata import under_test
-from attention_conformance.case import Case
+from attention_conformance.cases.calldata import under_test
+from attention_conformance.cases.case import Case
 
 #: forward only, float32, d = dv = 64, no masks or varlen (so every draw is cheap)
 D64 = dataclasses.replace(

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
 from attention_conformance.adapters.base import Capabilities, capability_reason
-from attention_conformance.expectations import Expectation, RunContext
+from attention_conformance.adapters.registry import LoadedAdapter, load
 from attention_conformance.property_tests.kernel_properties import (
     PropertyFailure,
     build_property,
@@ -31,7 +31,7 @@ from attention_conformance.property_tests.kernel_properties import (
     property_strategy,
 )
 from attention_conformance.property_tests.known import KnownFindings, known_findings
-from attention_conformance.registry import LoadedAdapter, load
+from attention_conformance.verdict.expectations import Expectation, RunContext
 
 HERE = Path(__file__).resolve().parent
 CPU_BUILTINS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv",

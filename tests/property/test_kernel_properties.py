@@ -24,11 +24,11 @@ DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-f
 
 
 def _run(config):
-    """The run context (`conformance.run_context`): ``--impl`` resolved by the same rules as the conformance tests
-    and the CLI (an adapter named that cannot run here stops the session), default the reference kernels; the
+    """The run context (`conformance.running.run_context`): ``--impl`` resolved by the same rules as the conformance
+    tests and the CLI (an adapter named that cannot run here stops the session), default the reference kernels; the
     expectations in this machine's context (``--expect`` / ``--no-expect``)."""
     from attention_conformance.pytest_plugin import conformance_run, run_settings
-    from attention_conformance.run_context import UsageError, open_run
+    from attention_conformance.running.run_context import UsageError, open_run
 
     if impl_option(config):
         return conformance_run(config)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from attention_conformance.adapters.base import Capabilities, capability_reason
-from attention_conformance.case import Case
+from attention_conformance.cases.case import Case
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.kernel_properties import repro_command
 from attention_conformance.property_tests.mutants.apply import (
@@ -111,7 +111,7 @@ class _Broken:
 
 
 def test_evaluate_fails_a_wrong_output_and_passes_a_correct_one():
-    from attention_conformance.registry import load
+    from attention_conformance.adapters.registry import load
 
     base = load("reference-fa2").adapter
     case = Case(family="unit", B=1, Hq=2, Hkv=1, Lq=5, Lk=7, d=8, dv=8, dtype="float32", causal=True, seed=3)
@@ -129,7 +129,7 @@ def test_repro_command_round_trips(tmp_path):
     args = shlex.split(cmd)
     payload = json.loads(args[args.index("--case") + 1])
     assert Case.from_dict(payload) == case
-    from attention_conformance.property_tests.repro import main
+    from attention_conformance.property_tests.rerun import main
 
     assert main(["--impl", "reference-fa2", "--case", json.dumps(payload)]) == 0
 

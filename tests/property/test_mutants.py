@@ -23,7 +23,7 @@ from attention_conformance.property_tests.mutants.runner import (
 TIME_LIMIT = 60.0
 
 #: mutants whose bug needs two features together (each survived the ci catalog before its "pairs" family), with
-#: the combination of feature values (conformance.features) where the bug shows
+#: the combination of feature values (conformance.cases.features) where the bug shows
 COMBINATION_OF = {
     "combo_softcap_skipped_with_bias": lambda v: v["softcap"] == "on" and v["bias"] == "on",
     "combo_window_left_dropped_mqa": lambda v: v["window"] in ("left", "both") and v["heads"] == "mqa",
@@ -98,10 +98,10 @@ def test_mutant_patches_apply(mutant):
 
 @pytest.mark.parametrize("name", COMBINATIONS)
 def test_combination_mutant_is_killed_by_the_pairs_family(name):
-    """The catalog's ``pairs`` family (conformance.features, conformance.covering) kills each combination mutant
-    on its own, and only through cases that hold its two features together: on every claimed pairs case
+    """The catalog's ``pairs`` family (conformance.cases.features, conformance.cases.covering) kills each combination
+    mutant on its own, and only through cases that hold its two features together: on every claimed pairs case
     without the combination the mutant passes, as the correct kernel does."""
-    from attention_conformance import catalog, features
+    from attention_conformance.cases import catalog, features
     from attention_conformance.property_tests.kernel_check import evaluate
     from attention_conformance.property_tests.mutants.catalog import by_name
 

@@ -1,4 +1,4 @@
-"""``python -m attention_conformance.fp8_accuracy --impl NAME`` (FA3 Table 3 through an adapter), on the CPU
+"""``python -m attention_conformance.reporting.fp8_accuracy --impl NAME`` (FA3 Table 3 through an adapter), on the CPU
 at a small N: the adapter path, the CUDA-quantizer column read from a file, and the usage errors (exit 2)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attention_conformance import fp8_accuracy as fa
 from attention_conformance.oracles import fp8
+from attention_conformance.reporting import fp8_accuracy as fa
 
 torch = pytest.importorskip("torch")
 

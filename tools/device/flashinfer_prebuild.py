@@ -25,10 +25,10 @@ import argparse
 import sys
 import time
 
-from attention_conformance import catalog
 from attention_conformance.adapters import flashinfer as fi
-from attention_conformance.case import page_size_of
-from attention_conformance.inputs import make_inputs
+from attention_conformance.cases import catalog
+from attention_conformance.cases.case import page_size_of
+from attention_conformance.cases.inputs import make_inputs
 
 
 class _Recorded(Exception):

@@ -1,0 +1,136 @@
+"""What report.md and report.html both say about a run, computed once from report.json's result dicts.
+
+- `quantity_line`: one line per compared quantity, non-finite values first ("out: all 5760 compared
+  values are non-finite where the oracle is finite"), never "max error 0" for an all-NaN output;
+- `size_of` / `failure_order`: results ordered by outcome severity, then adapter, then case size, so
+  each adapter's smallest failing case comes first;
+- `smallest_failing`: per adapter and failing feature, the number of failing cases and the smallest one;
+- `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
+- `named_findings`: per adapter and named finding class (`conformance.verdict.judge.FINDING_CLASSES`, SEMANTICS.md
+  §17), the number of cases and the smallest one.
+
+Numbers print through `conformance.verdict.numfmt`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from attention_conformance.verdict import numfmt
+from attention_conformance.verdict.judge import finding_class
+from attention_conformance.verdict.outcomes import FAILING, SEVERITY
+
+__all__ = ["failure_order", "memory_table", "named_findings", "partial_text", "quantity_line", "shape_of", "size_of",
+           "smallest_failing"]
+
+
+def partial_text(rep: dict) -> str | None:
+    """What makes a report partial, in one sentence (None when it is complete): a run that stopped early, or a
+    joined report (conformance/reporting/merge.py) some of whose adapters lack results for cases others have."""
+    if not rep.get("partial"):
+        return None
+    missing = rep.get("missing_results") or {}
+    done, planned = rep["summary"].get("cases"), rep.get("cases_planned")
+    if missing and done == planned:
+        per = ", ".join(f"{name} {n}" for name, n in missing.items())
+        return (f"{done} cases, but the joined runs lack results for some of them: {per} "
+                "(cases added after those adapters' runs, or a run that stopped early).")
+    return f"{done} of {planned} cases done (checkpoint of a run still in progress or stopped)."
+
+
+def quantity_line(name: str, st: Mapping[str, Any]) -> str | None:
+    """One line about quantity `name` from its stats dict (`checks.QuantityStats.to_dict`), or None."""
+    if not st:
+        return None
+    compared, bad = int(st.get("compared") or 0), int(st.get("nonfinite") or 0)
+    if bad:
+        head = (f"{name}: all {bad} compared values are non-finite" if bad == compared else
+                f"{name}: {bad} of {compared} compared values are non-finite")
+        first = st.get("nonfinite_index")
+        where = f", first {name}{numfmt.index(first)} = {numfmt.value(st.get('nonfinite_value'))}" if first else ""
+        rest = "" if bad == compared else f"; the finite values: usage {numfmt.approx(st.get('max_ratio'))}"
+        return f"{head} where the oracle is finite{where}{rest}"
+    if st.get("max_ratio_index") is None:
+        return None
+    return (f"{name}: max error {numfmt.approx(st.get('max_err'))}, usage {numfmt.approx(st.get('max_ratio'))} "
+            f"(error {numfmt.approx(st.get('err_at_max_ratio'))} vs tolerance "
+            f"{numfmt.approx(st.get('tol_at_max_ratio'))} at {numfmt.index(st.get('max_ratio_index'))}); naive "
+            f"same-precision error {numfmt.approx(st.get('naive_max_err'))}")
+
+
+def size_of(r: Mapping[str, Any]) -> float:
+    """The size of a result's case: the catalog's cost estimate (B Hq Lq Lk (d + dv), times 3 for backward)."""
+    c = r.get("case") or {}
+    try:
+        work = float(c["B"]) * float(c["Hq"]) * float(c["Lq"]) * float(c["Lk"]) * (float(c["d"]) + float(c["dv"]))
+    except (KeyError, TypeError, ValueError):
+        return float("inf")
+    return work * (3.0 if c.get("backward") else 1.0)
+
+
+def shape_of(r: Mapping[str, Any]) -> str:
+    """``B=1 Hq=2 Hkv=2 Lq=127 Lk=65 d=64 float16`` for a result's case."""
+    c = r.get("case") or {}
+    keys = ("B", "Hq", "Hkv", "Lq", "Lk", "d")
+    dv = f" dv={c['dv']}" if c.get("dv") not in (None, c.get("d")) else ""
+    return " ".join(f"{k}={c.get(k)}" for k in keys) + dv + f" {c.get('dtype')}" + (" bwd" if c.get("backward") else "")
+
+
+def failure_order(results: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Results at or above QUALITY_WARNING severity: most severe first, then by adapter, smallest case first."""
+    bad = [r for r in results if SEVERITY[r["outcome"]] >= SEVERITY["QUALITY_WARNING"]]
+    return sorted(bad, key=lambda r: (-SEVERITY[r["outcome"]], r["adapter"], size_of(r), r["case_id"]))
+
+
+def smallest_failing(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, int, Mapping[str, Any]]]:
+    """(adapter, feature, failing cases, smallest failing result) per adapter and feature with a failing outcome;
+    features are the case's family and its feature labels (`conformance.running.engine.features_of`)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in results:
+        if r["outcome"] not in FAILING:
+            continue
+        for f in ("family:" + r["family"], *r.get("features", [])):
+            groups[(r["adapter"], f)].append(r)
+    rows = []
+    for (adapter, feature), rs in groups.items():
+        smallest = min(rs, key=lambda r: (size_of(r), r["case_id"]))
+        rows.append((adapter, feature, len(rs), smallest))
+    return sorted(rows, key=lambda row: (row[0], size_of(row[3]), row[1]))
+
+
+def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[int, Mapping[str, Any]]]]:
+    """{adapter: {finding class: (cases, smallest result)}} over every result that names a finding class."""
+    seen: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        for cls in sorted({finding_class(f) for f in r.get("findings", [])} - {None}):
+            seen[r["adapter"]][cls].append(r)
+    return {a: {c: (len(rs), min(rs, key=lambda r: (size_of(r), r["case_id"]))) for c, rs in by.items()}
+            for a, by in seen.items()}
+
+
+def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str], list[list[str]]]:
+    """The ``memory`` family (report.json ``memory_growth``, conformance/verdict/growth.py) as (title, intro, header,
+    rows): peak device memory per N (torch allocator; beyond inputs and outputs in parentheses), the fitted
+    exponent per adapter and its verdict."""
+    from attention_conformance.verdict import growth
+    from attention_conformance.verdict.numfmt import mib
+
+    def exp(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.2f}"
+
+    intro = (f"Peak above the allocation before the call, torch allocator, MiB (beyond inputs and outputs); exponent "
+             f"= log-log slope over N; an adapter claiming linear memory fails above {growth.LINEAR_MAX_EXPONENT}; "
+             "driver exponent: the same fit on the driver's sampled rise (\"no rise\": the call's memory came from "
+             "torch's already reserved pool; memory allocated outside torch shows there).")
+    header = ["adapter", "claim", "shape", "peak MiB per N (beyond I/O)", "exponent", "driver exponent", "verdict"]
+    body = []
+    for r in rows:
+        per_n = "; ".join(f"{n}: {mib(p)} ({mib(x)})" for n, p, x in zip(r["ns"], r["peak_bytes"], r["extra_bytes"]))
+        drv = exp(r["driver_exponent"])
+        if r["driver_exponent"] is None and r["driver_bytes"] and all(b == 0 for b in r["driver_bytes"]):
+            drv = "no rise"  # everything came from torch's already reserved pool
+        body.append([str(r["adapter"]), str(r["claim"] or "-"), str(r["shape"]), per_n, exp(r["exponent"]), drv,
+                     str(r["verdict"])])
+    return "Peak device memory (family `memory`, CUDA)", intro, header, body

@@ -1,0 +1,247 @@
+"""The conformance engine: run cases on adapters, judge them against the FP64 oracle.
+
+For each case (outer loop, so the oracle result is computed once per run and shared by every
+adapter, issue 3 item 8) and each adapter (inner loop):
+
+1. ``adapter.supports(case, device)`` -> NOT_SUPPORTED with its reason;
+2. forward (in-process, or in a worker process for ``isolate`` adapters: CRASH / TIMEOUT);
+3. backward cases: the backward call; adapters that declare bitwise determinism: a second forward
+   (every case with ``determinism="all"``, a fixed quarter of them with ``"sampled"``);
+4. the verdict: `conformance.verdict.judge.judge` on every call made (the engine decides nothing itself).
+
+The engine keeps iteration, the oracle cache and isolation; outcome names and severities live in
+`conformance.verdict.outcomes` (re-exported here).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attention_conformance.adapters.registry import LoadedAdapter
+from attention_conformance.cases import features
+from attention_conformance.cases.calldata import raise_site
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
+from attention_conformance.running import memory_policy
+from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.worker import (
+    CallResult,
+    WorkerClient,
+    WorkerCrash,
+    WorkerTimeout,
+    call_adapter,
+    collect_calls,
+)
+from attention_conformance.verdict.bounds import OracleData, compute_oracle
+from attention_conformance.verdict.judge import Verdict, judge
+from attention_conformance.verdict.outcomes import (
+    CRASH,
+    FAILING,
+    HARNESS_ERROR,
+    NOT_SUPPORTED,
+    OUTCOMES,
+    SEVERITY,
+    TIMEOUT,
+    counts_line,
+    worst,
+)
+
+__all__ = [
+    "FAILING",
+    "OUTCOMES",
+    "SEVERITY",
+    "CaseResult",
+    "OracleCache",
+    "Runner",
+    "features_of",
+    "repro_command",
+    "worst",
+]
+
+
+def features_of(case: Case) -> list[str]:
+    """Feature labels of a case (the columns of the report's adapter x feature matrix): `conformance.cases.features`."""
+    return features.labels(case)
+
+
+def repro_command(case_id: str, spec: str, device: str = "cpu") -> str:
+    dev = "" if device == "cpu" else f" --device {device}"
+    return f"python -m attention_conformance repro {case_id} --impl {spec}{dev}"
+
+
+@dataclass
+class CaseResult:
+    """The verdict of one (adapter, case) pair, as stored in report.json."""
+
+    case_id: str
+    adapter: str
+    spec: str
+    outcome: str
+    family: str
+    features: list[str]
+    message: str = ""  # why (failure messages, NOT_SUPPORTED reason, crash tail)
+    stats: dict[str, dict] = field(default_factory=dict)  # out / lse / dq / dk / dv -> QuantityStats
+    checks: dict[str, str] = field(default_factory=dict)  # check name -> "pass" | "fail" | "skip"
+    findings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    raised_at: str = ""  # for a call that raised: the frame that raised it (file:line in function)
+    memory: dict[str, dict] = field(default_factory=dict)  # "forward" / "backward" -> MemoryRecord (CUDA only)
+    seconds: float = 0.0
+    oracle_seconds: float = 0.0
+    tolerance_model: dict[str, Any] = field(default_factory=dict)
+    case: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    repro: str = ""
+    expectation: dict[str, Any] | None = None  # the expectations entry applied (conformance/verdict/expectations.py)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class OracleCache:
+    """Inputs and oracle data per case id, computed once per run and shared by all adapters."""
+
+    def __init__(self):
+        self._data: dict[str, tuple[Any, OracleData | None, str | None]] = {}
+        self.computed = 0
+
+    def get(self, case: Case):
+        if case.id not in self._data:
+            from attention_conformance.cases.inputs import make_inputs
+
+            try:
+                inputs = make_inputs(case)
+                od = compute_oracle(case, inputs)
+                self._data[case.id] = (inputs, od, None)
+            except Exception:
+                self._data[case.id] = (None, None, traceback.format_exc(limit=6))
+            self.computed += 1
+        return self._data[case.id]
+
+    def evict(self, case_id: str) -> None:
+        self._data.pop(case_id, None)
+
+
+class Runner:
+    """Runs cases on loaded adapters. ``timeout`` applies to isolated (worker) adapters."""
+
+    def __init__(self, adapters: Sequence[LoadedAdapter], device: str = "cpu", *, timeout: float = 300.0,
+                 determinism: str = "sampled", worker_env: dict[str, str] | None = None, strict: bool = False):
+        self.adapters = list(adapters)
+        self.strict = strict  # named findings are FAIL (SEMANTICS.md §17)
+        self.device = device
+        self.timeout = timeout
+        self.determinism = determinism
+        self.cache = OracleCache()
+        self._workers: dict[str, WorkerClient] = {}
+        self.worker_env = worker_env or {}
+
+    # -- calling ----------------------------------------------------------------------------------
+    def _call(self, la: LoadedAdapter, kind: str, inputs, case: Case) -> CallResult:
+        if not la.isolate:
+            return call_adapter(la.adapter, kind, inputs, case, self.device)
+        client = self._workers.get(la.spec)
+        if client is None:
+            client = self._workers[la.spec] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)
+        return client.call(kind, inputs, case)
+
+    def close(self) -> None:
+        for c in self._workers.values():
+            c.close()
+        self._workers.clear()
+
+    # -- one case ---------------------------------------------------------------------------------
+    def run_case(self, la: LoadedAdapter, case: Case) -> CaseResult:
+        """The `CaseResult` of `la` on `case` (the verdict of `verdict`, with the case's identity)."""
+        v = self.verdict(la, case)
+        return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
+                          features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
+                          findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,
+                          raised_at=v.raised_at, seconds=v.seconds, oracle_seconds=v.oracle_seconds,
+                          tolerance_model=v.tolerance_model,
+                          case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, self.device))
+
+    def verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
+        """NOT_SUPPORTED, CRASH / TIMEOUT (isolated adapters), HARNESS_ERROR, or `judge` on every call made."""
+        t0 = time.perf_counter()
+        try:
+            v = self._verdict(la, case)
+        except (WorkerCrash, WorkerTimeout) as exc:
+            outcome = TIMEOUT if isinstance(exc, WorkerTimeout) else CRASH
+            v = Verdict(outcome=outcome, message=f"{outcome}: {exc}")
+        except Exception as exc:
+            site = raise_site(exc)
+            v = Verdict(outcome=HARNESS_ERROR, raised_at=site,
+                        message=f"harness error: {type(exc).__name__}: {exc}; raised at {site}\n"
+                                + traceback.format_exc(limit=8))
+        v.seconds = time.perf_counter() - t0
+        return v
+
+    def _verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
+        if not la.available:
+            return Verdict(outcome=NOT_SUPPORTED, message=f"adapter unavailable: {la.reason}")
+        reason = la.adapter.supports(case, self.device) or memory_policy.unsupported_reason(case, self.device)
+        if reason is not None:
+            return Verdict(outcome=NOT_SUPPORTED, message=reason)
+        inputs, od, err = self.cache.get(case)
+        if err is not None:
+            return Verdict(outcome=HARNESS_ERROR, message=f"oracle / inputs failed for {case.id}:\n{err}")
+        caps = la.adapter.capabilities
+        if memory_policy.needs_warmup(case, self.device):  # one-time workspaces fall into the measured call's baseline
+            self._call(la, "forward", inputs, case)
+        results = collect_calls(lambda kind: self._call(la, kind, inputs, case), case,
+                                repeat=caps.deterministic and self._check_determinism(case))
+        return judge(case, od, results, device=self.device, capabilities=caps, strict=self.strict)
+
+    def _check_determinism(self, case: Case) -> bool:
+        if self.determinism == "all":
+            return True
+        if self.determinism == "none":
+            return False
+        return zlib.crc32(case.id.encode()) % 4 == 0
+
+    # -- a suite ---------------------------------------------------------------------------------
+    def run(self, cases: Sequence[Case], progress: Callable[[str], None] | None = None,
+            every: int = 25, checkpoint: Callable[[list[CaseResult]], None] | None = None,
+            outcome_of: Callable[[CaseResult], str] | None = None) -> list[CaseResult]:
+        """Case-major loop; one progress line (counts, ETA) and one ``checkpoint(results)`` every ``every`` cases.
+
+        The progress counts are of ``outcome_of(result)`` (default: the raw outcome); a front end passes the
+        outcome its final line will report (`run_context.ConformanceRun.progress_outcome`: a failure an
+        expectations entry expects counts as KNOWN). The results returned are the raw ones."""
+        results: list[CaseResult] = []
+        counts: dict[str, int] = {}
+        costs = [estimated_cost(c) for c in cases]
+        eta_model = EtaModel()
+        t0 = time.perf_counter()
+        for i, case in enumerate(cases, 1):
+            t_case = time.perf_counter()
+            for la in self.adapters:
+                r = self.run_case(la, case)
+                results.append(r)
+                shown = outcome_of(r) if outcome_of is not None else r.outcome
+                counts[shown] = counts.get(shown, 0) + 1
+            self.cache.evict(case.id)
+            eta_model.observe(costs[i - 1], time.perf_counter() - t_case)
+            if progress is not None and (i % every == 0 or i == len(cases)):
+                el = time.perf_counter() - t0
+                eta = eta_model.remaining(costs[i:])
+                progress(f"[{i}/{len(cases)} cases] {counts_line(counts)} elapsed {el:.0f}s ETA {eta:.0f}s")
+            if checkpoint is not None and i % every == 0 and i < len(cases):
+                checkpoint(results)
+        return results
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+

@@ -1,0 +1,199 @@
+"""``run --workers N``: spread cases over N worker processes, one GPU each, into one report (issue 7).
+
+The parent sorts the cases by estimated cost (largest first) and hands each idle worker the next
+case; a worker (``python -m attention_conformance.running.parallel``) loads the adapters once, keeps its own oracle
+cache, runs every adapter on the case with the same `Runner` as a single-process run, and sends the
+`CaseResult`s back. Worker i gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker
+that dies costs only the case it was running (CRASH for each adapter) and is restarted.
+
+Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the
+pytest plugin (`conformance.pytest_plugin`) pins each xdist worker to a GPU with `gpu_for_worker` and
+orders the tests largest first.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
+from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.worker import _recv, _send, _worker_channels
+from attention_conformance.verdict.outcomes import counts_line
+
+__all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use, without initialising CUDA (CUDA_VISIBLE_DEVICES or nvidia-smi)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_for_worker(index: int, gpus: Sequence[str] | None = None) -> str | None:
+    gpus = list(visible_gpus() if gpus is None else gpus)
+    return gpus[index % len(gpus)] if gpus else None
+
+
+class _Worker:
+    def __init__(self, index: int, specs: list[str], device: str, timeout: float, determinism: str,
+                 gpu: str | None, workers: int = 1, strict: bool = False):
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        threads = str(max(1, (os.cpu_count() or 1) // max(workers, 1)))
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(var, threads)  # N workers share the cores instead of oversubscribing them
+        self.index = index
+        self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.running.parallel"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        _send(self.proc.stdin, {"specs": specs, "device": device, "timeout": timeout, "determinism": determinism,
+                                "strict": strict})
+        self.case: Case | None = None
+        self.started = 0.0
+
+    def submit(self, case: Case) -> None:
+        self.case, self.started = case, time.monotonic()
+        _send(self.proc.stdin, case.to_dict())
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
+                 determinism: str = "sampled", progress: Callable[[str], None] | None = None,
+                 checkpoint: Callable[[list], None] | None = None, every: int = 25, strict: bool = False,
+                 outcome_of: Callable[[Any], str] | None = None) -> list:
+    """Run `cases` on the `loaded` adapters with `workers` processes; raw results in catalog order. Progress lines
+    count ``outcome_of(result)`` (as `engine.Runner.run` does: the outcome the final line will report)."""
+    from attention_conformance.running.engine import CaseResult, features_of, repro_command
+
+    specs = [la.spec for la in loaded]
+    order = sorted(cases, key=lambda c: -estimated_cost(c))
+    gpus = visible_gpus() if device == "cuda" else []
+    pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None,
+                    workers, strict)
+            for i in range(workers)]
+    pending = list(order)
+    results: dict[str, list[CaseResult]] = {}
+    case_limit = timeout * (len(specs) + 1) * 3
+    eta_model = EtaModel()  # per-case seconds in one worker; time left ~ remaining work / workers
+    t0 = time.perf_counter()
+
+    counts: dict[str, int] = {}  # what the progress lines count: ``outcome_of`` each result, as it arrives
+
+    def count(rs: list) -> None:
+        for r in rs:
+            shown = outcome_of(r) if outcome_of is not None else r.outcome
+            counts[shown] = counts.get(shown, 0) + 1
+
+    def lost(case: Case, outcome: str, message: str) -> list[CaseResult]:
+        """One `outcome` result per adapter for a case whose worker did not send its results back."""
+        return [CaseResult(case.id, la.name, la.spec, outcome, case.family, features_of(case), message=message,
+                           case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
+                for la in loaded]
+
+    def restart(w: _Worker) -> _Worker:
+        """Kill `w`; a fresh worker with its index (and GPU) takes its place in the pool and is returned."""
+        w.kill()
+        nw = _Worker(w.index, specs, device, timeout, determinism, gpu_for_worker(w.index, gpus) if gpus else None,
+                     workers, strict)
+        pool[pool.index(w)] = nw
+        return nw
+
+    try:
+        for w in pool:
+            if pending:
+                w.submit(pending.pop(0))
+        while any(w.case is not None for w in pool):
+            busy = {w.proc.stdout.fileno(): w for w in pool if w.case is not None}
+            ready, _, _ = select.select(list(busy), [], [], 1.0)
+            for fd in ready:
+                w = busy[fd]
+                case = w.case
+                try:
+                    reply = _recv(fd, time.monotonic() + 60)
+                    results[case.id] = reply
+                    count(reply)
+                    eta_model.observe(estimated_cost(case), time.monotonic() - w.started)
+                except Exception as exc:  # the worker died: only this case is lost
+                    results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
+                    count(results[case.id])
+                    w = restart(w)
+                w.case = None
+                if pending:
+                    w.submit(pending.pop(0))
+                if len(results) % every == 0:
+                    if progress is not None:
+                        left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool
+                                                                       if x.case is not None]
+                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] {counts_line(counts)} "
+                                 f"elapsed {time.perf_counter() - t0:.0f}s "
+                                 f"ETA {eta_model.remaining(left) / workers:.0f}s")
+                    if checkpoint is not None and len(results) < len(cases):
+                        checkpoint([r for c in cases for r in results.get(c.id, [])])
+            for w in pool:
+                if w.case is not None and time.monotonic() - w.started > case_limit:
+                    case = w.case
+                    results[case.id] = lost(case, "TIMEOUT",
+                                            f"TIMEOUT: worker {w.index} exceeded {case_limit:g} s on this case")
+                    count(results[case.id])
+                    nw = restart(w)
+                    if pending:
+                        nw.submit(pending.pop(0))
+    finally:
+        for w in pool:
+            try:
+                w.proc.stdin.close()
+            except OSError:
+                pass
+            w.kill()
+    return [r for c in cases for r in results.get(c.id, [])]
+
+
+def main() -> int:
+    out, inp = _worker_channels()
+    from attention_conformance.adapters.registry import load_many
+    from attention_conformance.running.engine import Runner
+    from attention_conformance.running.worker import WorkerCrash
+
+    cfg = _recv(inp, None)
+    runner = Runner(load_many(cfg["specs"], cfg["device"]), cfg["device"], timeout=cfg["timeout"],
+                    determinism=cfg["determinism"], strict=cfg.get("strict", False))
+    try:
+        while True:
+            try:
+                data = _recv(inp, None)
+            except WorkerCrash:
+                return 0
+            case = Case.from_dict(data)
+            results = [runner.run_case(la, case) for la in runner.adapters]
+            runner.cache.evict(case.id)
+            _send(out, results)
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":
+    # run from the importable module, so pickled results name it (not __main__)
+    from attention_conformance.running.parallel import main as _main
+
+    sys.exit(_main())
