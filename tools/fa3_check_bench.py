@@ -225,20 +225,53 @@ def curves_svg(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def markdown(env, rows, abl) -> str:
+REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"))
+
+
+def _key(r: dict) -> tuple:
+    return r["B"], r["H"], r["N"], r["d"], bool(r["causal"])
+
+
+def markdown(env, rows, abl, previous: list[dict] | None = None) -> str:
+    """The tables: TFLOPs/s and ratios by GPU time (the headline), then host and wall time per call beside them;
+    with `previous` (an earlier run's rows, e.g. the wall-timer figures this set replaces), each ratio's change."""
     nan = float("nan")
+    before = {_key(r): r for r in previous or []}
     out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
-           "python tools/fa3_check_bench.py --out DIR`", "",
-           "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "python tools/fa3_check_bench.py --skip-check --out DIR`", "",
+           "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured "
+           "call, or back-to-back launches where a call cannot be captured; the method is in the second table), "
+           "the candidates of a row timed in turn in alternating rounds in one process, the median of 3 rounds of "
+           "25 calls; bf16, TFLOPs/s = 4*B*H*N*N*d (halved for causal). Ratios are the reference's time over "
+           "ours (> 1: ours is faster).", "",
+           "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |"
+           + (" /FA4 before | change |" if before else ""),
+           "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if before else "")]
     for r in rows:
-        out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
-                   f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
-                   f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
-                   f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+        line = (f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+                f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
+                f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
+                f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+        if before:
+            old = before.get(_key(r), {}).get("ratio_vs_fa4", nan)
+            line += f" {old:.2f} | {r.get('ratio_vs_fa4', nan) - old:+.2f} |"
+        out.append(line)
+    if before:
+        out += ["", "*/FA4 before*: the set this one replaces, timed per call with the call's host time included "
+                    "(event, call, event, synchronize), which charged FA4's Python entry (0.4-0.56 ms a call) to FA4."]
+    out += ["", "Host time per call (us: the CPU time of issuing one call) and wall time per call (ms: event, call, "
+                "event, synchronize: what the earlier timer measured), and how the GPU time was taken:", "",
+            "| B, H, N, d | causal | FA3 host us | flash | cuDNN | FA4 | FA3 wall ms | flash | cuDNN | FA4 | method |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        methods = sorted({r[k] for k in r if k.endswith("_method")})
+        out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | "
+                   + " | ".join(f"{r.get(n + '_host_us', nan):.1f}" for n in ("fa3", "flash", "cudnn", "fa4"))
+                   + " | " + " | ".join(f"{r.get(n + '_wall_ms', nan):.3f}" for n in ("fa3", "flash", "cudnn", "fa4"))
+                   + f" | {', '.join(methods) or '?'} |")
     extra = sorted({k[4:-7] for r in rows for k in r
                     if k.startswith("fa3_") and k.endswith("_tflops") and k != "fa3_tflops"})
     if extra:
@@ -267,6 +300,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--curves", action="store_true")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--previous", default="", help="an earlier fa3.json: each FA4 ratio's change is shown beside it")
     ap.add_argument("--curves-only", action="store_true", help="skip the N=8192 table")
     ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
     ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
@@ -305,7 +339,8 @@ def main(argv=None) -> int:
         (out / f"fa3_curves{args.tag}.svg").write_text(curves_svg(curves))
     (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
                                                              curves=curves), indent=1))
-    md = markdown(env, rows, abl)
+    previous = json.loads(Path(args.previous).read_text())["bench"] if args.previous else None
+    md = markdown(env, rows, abl, previous)
     (out / f"fa3{args.tag}.md").write_text(md)
     print(md)
     return 1 if nbad else 0

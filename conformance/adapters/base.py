@@ -238,7 +238,7 @@ class Adapter(abc.ABC):
     #: (third-party adapters): every exception of ``forward`` / ``backward`` is the adapter's.
     marks_code_under_test: ClassVar[bool] = False
     #: True where each new shape (or mask) builds a kernel before it runs (torch.compile, a JIT DSL): seconds per
-    #: call instead of milliseconds. The property suite then draws `property_tests.profiles.BUILD_PER_SHAPE_EXAMPLES`
+    #: call instead of milliseconds. The property suite then draws `property_tests.profiles.build_per_shape_examples`
     #: examples per property instead of the profile's count, and says so (the conformance catalog still runs every case)
     builds_per_shape: ClassVar[bool] = False
 

@@ -178,7 +178,7 @@ def test_out_of_device_memory_is_a_harness_error_not_a_fail(message):
     """A kernel that raises because the device ran out of memory (another process on the GPU, too many workers)
     says nothing about its answer: HARNESS_ERROR with the reason, never FAIL; any other exception it raises stays
     FAIL."""
-    from attention_conformance.calldata import under_test
+    from attention_conformance.cases.calldata import under_test
 
     base = load("reference-fa2").adapter
 
@@ -192,7 +192,7 @@ def test_out_of_device_memory_is_a_harness_error_not_a_fail(message):
             with under_test():
                 raise RuntimeError("an illegal instruction was encountered")
 
-    from attention_conformance.inputs import make_inputs
+    from attention_conformance.cases.inputs import make_inputs
 
     case = Case(family="judge", B=1, Hq=2, Hkv=2, Lq=8, Lk=9, d=8, dv=8, dtype="float32")
     inputs = make_inputs(case)
