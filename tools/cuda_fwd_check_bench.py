@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -74,10 +73,12 @@ def correctness(quick):
 
 
 def time_fn(fn, warmup=5, reps=25):
-    from attention_conformance.kernels.timing import cuda_event_times_ms
+    """(median, min, max) GPU time per call in ms (`kernels.timing.measure`: graph replay, or back-to-back launches
+    where the call cannot be captured), over the samples."""
+    from attention_conformance.kernels.timing import measure
 
-    ts = cuda_event_times_ms(fn, reps, warmup)
-    return statistics.median(ts), min(ts), max(ts)
+    t = measure(fn, reps=reps, warmup=warmup)
+    return t.gpu_ms, min(t.gpu_samples_ms), max(t.gpu_samples_ms)
 
 
 def sdpa_fn(backend, q, k, v, causal, gqa=False):

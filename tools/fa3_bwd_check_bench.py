@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from cuda_fwd_check_bench import env_info
+from timing_md import TIMING_NOTE, host_table
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.check.backward import check_backward, check_determinism
@@ -171,6 +172,8 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 f"{d['max_diff_vs_atomic']:.2e}" for d in dets]
         out.append("")
     if rows:
+        out += [TIMING_NOTE, ""]
+        out += host_table(rows, lambda r: f"B{r['B']} H{r['H']} N{r['N']} d{r['d']} {'causal' if r['causal'] else ''}")
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "

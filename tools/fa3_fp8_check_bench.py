@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from cuda_fwd_check_bench import env_info, time_fn
+from timing_md import TIMING_NOTE, host_table
 
 from attention_conformance.adapters.cudnn_fp8_timed import CudnnFp8Unavailable, cudnn_fp8
 from attention_conformance.kernels import cuda_lib
@@ -129,6 +130,8 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
         out.append("")
     att = [r for r in rows if r["kind"] == "attention"]
     if att:
+        out += [TIMING_NOTE, ""]
+        out += host_table(att, lambda r: f"d{r['d']} {'causal' if r['causal'] else ''}")
         out += ["TFLOPs/s (e4m3 codes; the FLOP count is 4 B H N^2 d, halved when causal). V as rows: the kernel "
                 "transposes V in shared memory; V k-major: `pack_vt` wrote it transposed beforehand (its time, one "
                 "pass over V, in the pack_vt column, not in the kernel's figure):", "",

@@ -1,0 +1,40 @@
+"""Markdown for the lab benchmarks' timing (tools/fa3_*_check_bench.py): what every figure is, and the host and wall
+time per call beside the GPU time, from the rows `attention_conformance.kernels.timing.time_round_robin` fills."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["TIMING_NOTE", "host_table"]
+
+TIMING_NOTE = (
+    "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured call, "
+    "or back-to-back launches where a call cannot be captured; the method of each row is in the host table), the "
+    "candidates of a row timed in turn in alternating rounds in one process, the median of the rounds. Ratios are "
+    "the other's time over ours (> 1: ours is faster).")
+
+
+def _candidates(rows: list[dict]) -> list[str]:
+    seen: list[str] = []
+    for r in rows:
+        for k in r:
+            if k.endswith("_host_us") and k[: -len("_host_us")] not in seen:
+                seen.append(k[: -len("_host_us")])
+    return seen
+
+
+def host_table(rows: list[dict], label) -> list[str]:
+    """Lines of a table: per row (``label(row)``), each candidate's host time per call (us), wall time per call (ms:
+    event, call, event, synchronize: the timer before GPU time) and the GPU timing method; [] when no row has them."""
+    names = _candidates(rows)
+    if not names:
+        return []
+    out = ["Host time per call (us: the CPU time of issuing one call), wall time per call (ms: event, call, event, "
+           "synchronize: what the earlier timer measured) and how the GPU time was taken:", "",
+           "| row | " + " | ".join(f"{n} host us / wall ms" for n in names) + " | method |",
+           "|---|" + "---|" * (len(names) + 1)]
+    for r in rows:
+        cells = [f"{r.get(n + '_host_us', math.nan):.1f} / {r.get(n + '_wall_ms', math.nan):.3f}" for n in names]
+        methods = sorted({str(r[k]) for k in r if k.endswith("_method")})
+        out.append(f"| {label(r)} | " + " | ".join(cells) + f" | {', '.join(methods) or '?'} |")
+    return out + [""]
