@@ -11,6 +11,10 @@
 #                  (setsid: it outlasts one call's 10 minutes; measured 2026-12-04: ~9.5 min with FA4 installed)
 #   tox-collect    wait for it (WAIT_S, default 540), copy its log and junit XML to $OUT
 #   collect NAME   wait for the background CLI run NAME, copy its reports to $OUT
+#   validate       in the background (/tmp/val, a log per step, steps in order of need): the kernel device tests
+#                  selected by VALIDATE_K (pytest -k) beside the gpu profile through the CUDA adapters, then the
+#                  sanitizers on the kernels' case set, then the GPU-time benchmarks (FA3 forward with FA4 and cuDNN,
+#                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
 stage=${1:?stage}
@@ -61,5 +65,27 @@ tox-collect)
     echo "tox -e gpu: exit $(cat /tmp/tox_run/rc 2>/dev/null || echo running) in $(cat /tmp/tox_run/seconds 2>/dev/null || echo '?') s"
     tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml failures.txt failures.txt.durations "$OUT/" 2>/dev/null
     true ;;
+validate)
+    rm -rf /tmp/val && mkdir -p /tmp/val
+    setsid bash -c '
+        step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout "$lim" "$@" > /tmp/val/$name.log 2>&1
+                 echo "$name: exit $? in $(( $(date +%s) - s )) s" >> /tmp/val/steps; }
+        export PYTHONPATH=tools
+        python3 -m pytest -q -p no:randomly -m gpu tests/kernels -k "${VALIDATE_K:-fa3}" > /tmp/val/kernels.log 2>&1 &
+        step cuda 240 python3 -m attention_conformance run --profile gpu --device cuda --workers 8 --report-dir /tmp/val/cuda \
+            --impl cuda-fa1 cuda-fa2 cuda-splitkv cuda-fa3 cuda-fa3-fp8 cuda-fa3-fp8-vt --quiet
+        wait; echo "kernels: $(tail -1 /tmp/val/kernels.log)" >> /tmp/val/steps
+        step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json --out /tmp/val/fa3
+        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/val/fp8
+        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 --head-dims ${BWD_DIMS:-64,128} --out /tmp/val/bwd
+        step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/val/fwd
+        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        echo done >> /tmp/val/steps' < /dev/null > /dev/null 2>&1 &
+    echo "started validate in /tmp/val" ;;
+val-collect)
+    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" /tmp/val/steps 2>/dev/null && break; sleep 1; done
+    cat /tmp/val/steps 2>/dev/null; mkdir -p "$OUT/val" && cp -r /tmp/val/. "$OUT/val/" 2>/dev/null
+    gzip -f "$OUT"/val/cuda/report.json 2>/dev/null; true ;;
 *) echo "unknown stage $stage"; exit 2 ;;
 esac
