@@ -3,6 +3,7 @@
 // Semantics: oracles/SEMANTICS.md (causal alignments, window, GQA, varlen, softcap, LSE, §8 fully
 // masked rows, §18 attention sinks). The kernel body is include/fwd_kernel.cuh; this file validates and dispatches.
 #include "attn_params.h"
+#include "fwd_defaults.cuh"
 #include "fwd_kernel.cuh"
 #include "launch_common.cuh"
 
@@ -22,9 +23,9 @@ int max_block_smem() {
 
 template <int D, typename Elem>
 cudaError_t run_fa2(const AttnFwdParams& p, cudaStream_t stream) {
-    using Tr = typename attn::Fa2Config<D, Elem>::T;
+    using Tr = attn::FwdTraits<D, attn::Fa2FwdDefault<D>, Elem>;
     if constexpr (D == 256) {
-        using Small = typename attn::Fa2ConfigSmallSmem<Elem>::T;
+        using Small = attn::FwdTraits<256, attn::Fa2FwdSmallSmem, Elem>;
         const int avail = max_block_smem();
         if (avail > 0 && avail < Tr::kSmemBytes && avail >= Small::kSmemBytes) return launch_tiles<Small>(p, stream);
     }
