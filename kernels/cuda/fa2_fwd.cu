@@ -12,7 +12,7 @@ namespace {
 template <class Tr>
 cudaError_t launch_tiles(const AttnFwdParams& p, cudaStream_t stream) {
     const dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
-    return attn::launch_fwd<Tr, false>(p, grid, 1, stream);
+    return attn::launch_fwd<Tr, attn::FwdMode::kFa2>(p, grid, 1, stream);
 }
 
 // Largest dynamic shared memory a block may opt into on the current device (0 if unknown).

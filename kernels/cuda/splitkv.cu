@@ -24,7 +24,9 @@ constexpr int kMaxSplits = 1024;
 
 int block_n_for(int d) {
     using attn::SplitKvDefault;
-    return d == 64 ? SplitKvDefault<64>::block_n : d == 128 ? SplitKvDefault<128>::block_n : SplitKvDefault<256>::block_n;
+    return d == 64    ? SplitKvDefault<64>::block_n
+           : d == 128 ? SplitKvDefault<128>::block_n
+                      : SplitKvDefault<256>::block_n;
 }
 int block_m_for(int) { return attn::SplitKvDefault<128>::block_m; }
 
@@ -37,7 +39,7 @@ int num_m_blocks(const AttnFwdParams& p) {
 template <int D, typename Elem>
 int resident_ctas_per_sm(const AttnFwdParams& p) {
     using Tr = attn::FwdTraits<D, attn::SplitKvDefault<D>, Elem>;
-    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, true>(p));
+    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, attn::FwdMode::kSplitKv>(p));
     if (Tr::kSmemBytes > 48 * 1024) attn::smem_opt_in(kernel, Tr::kSmemBytes);
     return attn::resident_blocks(kernel, Tr::kThreads, Tr::kSmemBytes);
 }
@@ -123,7 +125,7 @@ template <int D, typename Elem>
 cudaError_t run_split(const AttnFwdParams& p, int num_splits, cudaStream_t stream) {
     using Tr = attn::FwdTraits<D, attn::SplitKvDefault<D>, Elem>;
     const dim3 grid(num_m_blocks(p), num_splits, p.batch * p.heads_kv);
-    cudaError_t e = attn::launch_fwd<Tr, true>(p, grid, num_splits, stream);
+    cudaError_t e = attn::launch_fwd<Tr, attn::FwdMode::kSplitKv>(p, grid, num_splits, stream);
     if (e != cudaSuccess) return e;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
     if (rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
