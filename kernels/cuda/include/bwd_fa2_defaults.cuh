@@ -15,58 +15,44 @@ struct Fa2BwdDefault;
 template <int D>
 struct Fa2BwdSmall;
 
-// d = 64: FA2's shape, 128 x 128, pipelined fragment loads, 178 KB.
+// d = 64: FA2's shape, 128 keys x 128 rows, 8 warps (GEMM A, B, C split 4 x 2), pipelined fragment loads, 178 KB.
 template <>
 struct Fa2BwdDefault<64> : Fa2BwdTile {
-    static constexpr int block_n = 128, block_m = 128, warps = 8;
-    static constexpr int sdp_warps_m = 4, dkdv_warps_m = 4, dq_warps_m = 4;
-    static constexpr int q_stages = 2, min_ctas_per_sm = 1;
+    static constexpr int block_m = 128, dq_warps_m = 4;
     static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
 };
 
-// d = 64 fallback: 64 x 64 tiles, two CTAs per SM, 75 KB.
+// d = 64 fallback: 64 x 64, 8 warps (2 x 4 each GEMM), two CTAs per SM, 75 KB.
 template <>
 struct Fa2BwdSmall<64> : Fa2BwdTile {
-    static constexpr int block_n = 64, block_m = 64, warps = 8;
+    static constexpr int block_n = 64;
     static constexpr int sdp_warps_m = 2, dkdv_warps_m = 2, dq_warps_m = 2;
-    static constexpr int q_stages = 2, min_ctas_per_sm = 2;
-    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+    static constexpr int min_ctas_per_sm = 2;
 };
 
-// d = 128: FA2's shape, 128 keys x 64 rows, pipelined fragment loads, 173 KB.
+// d = 128: FA2's shape, 128 keys x 64 rows, 8 warps (GEMM A, B 4 x 2, C 2 x 4), pipelined fragment loads, 173 KB.
 template <>
 struct Fa2BwdDefault<128> : Fa2BwdTile {
-    static constexpr int block_n = 128, block_m = 64, warps = 8;
-    static constexpr int sdp_warps_m = 4, dkdv_warps_m = 4, dq_warps_m = 2;
-    static constexpr int q_stages = 2, min_ctas_per_sm = 1;
     static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
 };
 
-// d = 128 fallback: 64 x 64 tiles, two CTAs per SM, one Q / dO buffer (the next copy overlapping GEMM C), 87 KB.
+// d = 128 fallback: d = 64's, with one Q / dO buffer (the next copy overlapping GEMM C), 87 KB.
 template <>
-struct Fa2BwdSmall<128> : Fa2BwdTile {
-    static constexpr int block_n = 64, block_m = 64, warps = 8;
-    static constexpr int sdp_warps_m = 2, dkdv_warps_m = 2, dq_warps_m = 2;
-    static constexpr int q_stages = 1, min_ctas_per_sm = 2;
-    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+struct Fa2BwdSmall<128> : Fa2BwdSmall<64> {
+    static constexpr int q_stages = 1;
 };
 
-// d = 256: 64 x 64 tiles, one CTA of 16 warps per SM, 217 KB.
+// d = 256: 64 x 64, one CTA of 16 warps per SM (GEMM A 4 x 4, B, C 2 x 8), 217 KB.
 template <>
 struct Fa2BwdDefault<256> : Fa2BwdTile {
-    static constexpr int block_n = 64, block_m = 64, warps = 16;
-    static constexpr int sdp_warps_m = 4, dkdv_warps_m = 2, dq_warps_m = 2;
-    static constexpr int q_stages = 2, min_ctas_per_sm = 1;
-    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+    static constexpr int block_n = 64, warps = 16;
+    static constexpr int dkdv_warps_m = 2;
 };
 
-// d = 256 fallback: 64 keys x 32 rows, 8 warps, 143 KB.
+// d = 256 fallback: 64 keys x 32 rows, 8 warps (GEMM A, B 4 x 2, C 2 x 4), 143 KB.
 template <>
 struct Fa2BwdSmall<256> : Fa2BwdTile {
-    static constexpr int block_n = 64, block_m = 32, warps = 8;
-    static constexpr int sdp_warps_m = 4, dkdv_warps_m = 4, dq_warps_m = 2;
-    static constexpr int q_stages = 2, min_ctas_per_sm = 1;
-    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+    static constexpr int block_n = 64, block_m = 32;
 };
 
 }  // namespace attn::bwd

@@ -17,28 +17,20 @@ namespace attn {
 template <int D>
 struct Fa2FwdDefault;
 
+// d = 64: 128 x 128, 4 warps.
 template <>
 struct Fa2FwdDefault<64> : FwdTile {
-    static constexpr int block_m = 128;
     static constexpr int block_n = 128;
-    static constexpr int warps = 4;
-    static constexpr int kv_stages = 1;
 };
 
+// d = 128: 128 x 64, 4 warps (FwdTile as it is).
 template <>
-struct Fa2FwdDefault<128> : FwdTile {
-    static constexpr int block_m = 128;
-    static constexpr int block_n = 64;
-    static constexpr int warps = 4;
-    static constexpr int kv_stages = 1;
-};
+struct Fa2FwdDefault<128> : FwdTile {};
 
+// d = 256: 128 x 64, 8 warps.
 template <>
 struct Fa2FwdDefault<256> : FwdTile {
-    static constexpr int block_m = 128;
-    static constexpr int block_n = 64;
     static constexpr int warps = 8;
-    static constexpr int kv_stages = 1;
 };
 
 // d = 256 on devices that grant a block less shared memory than Fa2FwdDefault<256>'s 128 KB (sm_86 /
@@ -58,7 +50,6 @@ struct SplitKvDefault;
 template <>
 struct SplitKvDefault<64> : FwdTile {
     static constexpr int block_m = 16;
-    static constexpr int block_n = 64;
     static constexpr int warps = 1;
     static constexpr int kv_stages = 2;
 };
