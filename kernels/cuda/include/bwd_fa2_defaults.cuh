@@ -4,7 +4,8 @@
 // shapes (kernels/cuda/lab/fa2_bwd_lab.cu) derive from these. Measured on the H200 (docs/fa1_fa2.md, the table of
 // alternatives): FA2's shapes for d = 64 / 128 (128 keys, 8 warps, one CTA per SM) ran 1.30x the 64 x 64 tiles
 // with two CTAs per SM; one 16-warp CTA 1.17x two 8-warp CTAs at d = 256 (noise, 1.02x, at d = 128); the
-// pipelined fragment loads 1.00x (ptxas interleaves LDSM and HMMA either way: kept where they were measured on).
+// pipelined fragment loads 1.00x (ptxas interleaves LDSM and HMMA either way; left on in the shapes measured
+// with them).
 #pragma once
 #include "bwd_fa2_kernel.cuh"
 
