@@ -3,6 +3,7 @@
 // Semantics: oracles/SEMANTICS.md (causal alignments, window, GQA, varlen, softcap, LSE, §8 fully
 // masked rows, §18 attention sinks). The kernel body is include/fwd_kernel.cuh; this file validates and dispatches.
 #include "attn_params.h"
+#include "fwd_defaults.cuh"
 #include "fwd_kernel.cuh"
 #include "launch_common.cuh"
 
@@ -11,7 +12,7 @@ namespace {
 template <class Tr>
 cudaError_t launch_tiles(const AttnFwdParams& p, cudaStream_t stream) {
     const dim3 grid((p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM, p.heads_q, p.batch);
-    return attn::launch_fwd<Tr, false>(p, grid, 1, stream);
+    return attn::launch_fwd<Tr, attn::FwdMode::kFa2>(p, grid, 1, stream);
 }
 
 // Largest dynamic shared memory a block may opt into on the current device (0 if unknown).
@@ -22,9 +23,9 @@ int max_block_smem() {
 
 template <int D, typename Elem>
 cudaError_t run_fa2(const AttnFwdParams& p, cudaStream_t stream) {
-    using Tr = typename attn::Fa2Config<D, Elem>::T;
+    using Tr = attn::FwdTraits<D, attn::Fa2FwdDefault<D>, Elem>;
     if constexpr (D == 256) {
-        using Small = typename attn::Fa2ConfigSmallSmem<Elem>::T;
+        using Small = attn::FwdTraits<256, attn::Fa2FwdSmallSmem, Elem>;
         const int avail = max_block_smem();
         if (avail > 0 && avail < Tr::kSmemBytes && avail >= Small::kSmemBytes) return launch_tiles<Small>(p, stream);
     }

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "attn_params.h"
+#include "fwd_defaults.cuh"
 #include "fwd_kernel.cuh"
 #include "launch_common.cuh"
 
@@ -21,13 +22,13 @@ namespace {
 
 constexpr int kMaxSplits = 1024;
 
-template <int D>
-struct SplitBlockN {
-    static constexpr int value = attn::SplitConfig<D, __half>::T::kBlockN;
-};
-
-int block_n_for(int d) { return d == 64 ? SplitBlockN<64>::value : d == 128 ? SplitBlockN<128>::value : SplitBlockN<256>::value; }
-int block_m_for(int) { return attn::SplitConfig<128, __half>::T::kBlockM; }
+int block_n_for(int d) {
+    using attn::SplitKvDefault;
+    return d == 64    ? SplitKvDefault<64>::block_n
+           : d == 128 ? SplitKvDefault<128>::block_n
+                      : SplitKvDefault<256>::block_n;
+}
+int block_m_for(int) { return attn::SplitKvDefault<128>::block_m; }
 
 int num_m_blocks(const AttnFwdParams& p) {
     const int group = p.heads_q / p.heads_kv;
@@ -37,8 +38,8 @@ int num_m_blocks(const AttnFwdParams& p) {
 
 template <int D, typename Elem>
 int resident_ctas_per_sm(const AttnFwdParams& p) {
-    using Tr = typename attn::SplitConfig<D, Elem>::T;
-    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, true>(p));
+    using Tr = attn::FwdTraits<D, attn::SplitKvDefault<D>, Elem>;
+    const void* kernel = reinterpret_cast<const void*>(attn::fwd_kernel_for<Tr, attn::FwdMode::kSplitKv>(p));
     if (Tr::kSmemBytes > 48 * 1024) attn::smem_opt_in(kernel, Tr::kSmemBytes);
     return attn::resident_blocks(kernel, Tr::kThreads, Tr::kSmemBytes);
 }
@@ -122,9 +123,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
 
 template <int D, typename Elem>
 cudaError_t run_split(const AttnFwdParams& p, int num_splits, cudaStream_t stream) {
-    using Tr = typename attn::SplitConfig<D, Elem>::T;
+    using Tr = attn::FwdTraits<D, attn::SplitKvDefault<D>, Elem>;
     const dim3 grid(num_m_blocks(p), num_splits, p.batch * p.heads_kv);
-    cudaError_t e = attn::launch_fwd<Tr, true>(p, grid, num_splits, stream);
+    cudaError_t e = attn::launch_fwd<Tr, attn::FwdMode::kSplitKv>(p, grid, num_splits, stream);
     if (e != cudaSuccess) return e;
     const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
     if (rows > 0x7fffffffLL) return cudaErrorInvalidConfiguration;

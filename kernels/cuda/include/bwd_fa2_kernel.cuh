@@ -13,7 +13,9 @@
 //            added into the fp32 dq_accum with atomics (other CTAs own the other K/V tiles)
 // Working on S^T rather than S lets every GEMM read its operands with one ldmatrix flavour and
 // keeps LSE_i / D_i indexed by the fragment column. Each GEMM partitions its output over the NW
-// warps as WM x (NW / WM) warp tiles (traits below), so one kernel body serves d = 64, 128, 256.
+// warps as WM x (NW / WM) warp tiles (Fa2BwdTile below), so one kernel body serves d = 64, 128, 256.
+// A tile shape is a struct naming each choice (as hopper/config.cuh's schedules); Fa2BwdTraits<D, Tile>
+// derives the constants the kernel reads from it. The shipped shapes, and why, are bwd_fa2_defaults.cuh's.
 // Shared-memory rows are padded by 8 elements (16 bytes): ldmatrix's 8 row addresses then fall
 // in distinct bank groups without a swizzle.
 #pragma once
@@ -29,17 +31,37 @@
 
 namespace attn::bwd {
 
-// QSTAGES: Q/dO buffers (2 = prefetch the next tile during this one, 1 = load then compute);
-// MINB: CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one
-// CTA's barrier phases with the other's work, at the price of 128 registers per thread.
-// NW: warps per CTA (8, or 16 for one large CTA per SM with small warp tiles).
-// PIPE: software-pipelined fragment loads in every warp GEMM (warp_gemm, bwd_mma.cuh).
-template <int D_, int BC_, int BR_, int WMA, int WMB, int WMC, int QSTAGES_ = 2, int MINB_ = 1, int NW_ = 8,
-          bool PIPE_ = false>
+// A backward tile shape: derive from it and override the members that differ (C++ name hiding), e.g.
+//     struct Sixteen : Fa2BwdDefault<128> { static constexpr int warps = 16; };
+// The values here are the d = 128 shape without pipelining (the lab's bc128); bwd_fa2_defaults.cuh names every
+// shipped shape.
+struct Fa2BwdTile {
+    // Keys per CTA (BC: the K_j / V_j tile, dK_j / dV_j in registers) and query rows per step (BR: the Q_i tile).
+    static constexpr int block_n = 128;
+    static constexpr int block_m = 64;
+    // Warps per CTA (NW): 8, or 16 for one large CTA per SM with small warp tiles.
+    static constexpr int warps = 8;
+    // Each GEMM's output is split over the warps as WM x (warps / WM) warp tiles; these are its WM (warps along M):
+    // GEMM A, S^T and dP^T [block_n x block_m]; GEMM B, dV_j and dK_j [block_n x D]; GEMM C, dQ_i [block_m x D].
+    static constexpr int sdp_warps_m = 4;
+    static constexpr int dkdv_warps_m = 4;
+    static constexpr int dq_warps_m = 2;
+    // Q/dO buffers: 2 prefetch the next tile during this one, 1 loads then computes (the next copy overlapping GEMM C).
+    static constexpr int q_stages = 2;
+    // CTAs per SM the register allocation must allow (__launch_bounds__): 2 CTAs overlap one CTA's barrier phases with
+    // the other's work, at the price of 128 registers per thread.
+    static constexpr int min_ctas_per_sm = 1;
+    // The fragment loads of every warp GEMM (bwd_mma.cuh warp_gemm).
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+};
+
+template <int D_, class Tile>
 struct Fa2BwdTraits {
-    static constexpr int D = D_, BC = BC_, BR = BR_, NW = NW_, THREADS = 32 * NW;
-    static constexpr int QSTAGES = QSTAGES_, MINB = MINB_;
-    static constexpr bool PIPE = PIPE_;
+    static constexpr int D = D_, BC = Tile::block_n, BR = Tile::block_m, NW = Tile::warps, THREADS = 32 * NW;
+    static constexpr int QSTAGES = Tile::q_stages, MINB = Tile::min_ctas_per_sm;
+    static constexpr FragmentLoads LOADS = Tile::fragment_loads;
+    static constexpr int WMA = Tile::sdp_warps_m, WMB = Tile::dkdv_warps_m, WMC = Tile::dq_warps_m;
+    static_assert(QSTAGES == 1 || QSTAGES == 2, "Q/dO: one or two buffers");
     static constexpr int SROW = D + 8;   // pitch of K, V, Q, dO tiles (elements)
     static constexpr int PROW = BR + 8;  // pitch of the P^T and dS^T tiles [BC][BR]
     // GEMM A: [BC x BR] split WMA x (NW / WMA)
@@ -167,8 +189,8 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
             float acc_s[Tr::A_MT][Tr::A_NT][4], acc_p[Tr::A_MT][Tr::A_NT][4];
             zero_acc(acc_s);
             zero_acc(acc_p);
-            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::PIPE>(acc_s, sK, SROW, cQ, SROW, wa_m, wa_n);
-            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::PIPE>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::LOADS>(acc_s, sK, SROW, cQ, SROW, wa_m, wa_n);
+            warp_gemm<T, Tr::A_MT, Tr::A_NT, D, false, false, Tr::LOADS>(acc_p, sV, SROW, cdO, SROW, wa_m, wa_n);
             // Per query column of this thread: LSE * log2 e (-inf, a row with no visible key, -> +inf
             // so that P = 2^(-inf) = 0 rather than NaN) and D. Masking only on tiles that need it.
             float lse2[Tr::A_NT][2], dd[Tr::A_NT][2];
@@ -237,8 +259,8 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
         __syncthreads();  // P^T, dS^T complete
 
         // GEMM B: dV += P^T dO, dK += dS^T Q.
-        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::PIPE>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
-        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::PIPE>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::LOADS>(acc_dv, sPt, PROW, cdO, SROW, wb_m, wb_n);
+        warp_gemm<T, Tr::B_MT, Tr::B_NT, BR, false, true, Tr::LOADS>(acc_dk, sdSt, PROW, cQ, SROW, wb_m, wb_n);
 
         // Single buffer: once every warp is past GEMM B, Q_i / dO_i are dead; the next tile's
         // copy then overlaps GEMM C and its atomics.
@@ -252,7 +274,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
         {
             float acc_q[Tr::C_MT][Tr::C_NT][4];
             zero_acc(acc_q);
-            warp_gemm<T, Tr::C_MT, Tr::C_NT, BC, true, true, Tr::PIPE>(acc_q, sdSt, PROW, sK, SROW, wc_m, wc_n);
+            warp_gemm<T, Tr::C_MT, Tr::C_NT, BC, true, true, Tr::LOADS>(acc_q, sdSt, PROW, sK, SROW, wc_m, wc_n);
 #pragma unroll
             for (int mt = 0; mt < Tr::C_MT; ++mt)
 #pragma unroll

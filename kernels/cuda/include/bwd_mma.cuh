@@ -77,17 +77,21 @@ __device__ __forceinline__ void mma_frags(float (&acc)[MT][NT][4], const uint32_
         }
 }
 
+// The order of a warp GEMM's fragment loads: each k-step's ldmatrix right before its mma, or software-pipelined
+// (warp_gemm below).
+enum class FragmentLoads { kInOrder, kPipelined };
+
 // acc[MT][NT] += A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over k in [0, K), one warp (operand
-// layouts as in load_frags). PIPE = true software-pipelines the fragment loads: the ldmatrix of
+// layouts as in load_frags). FragmentLoads::kPipelined software-pipelines the fragment loads: the ldmatrix of
 // k-step ks + 1 are issued before the mma of k-step ks (two fragment buffers, 4 (MT + NT / 2) more
 // registers). On the H200 it measured within 2 % of the plain order (ptxas interleaves LDSM and
 // HMMA either way; NOTES_BWD.md, history row 5).
-template <typename T, int MT, int NT, int K, bool A_T, bool B_T, bool PIPE = false>
+template <typename T, int MT, int NT, int K, bool A_T, bool B_T, FragmentLoads kLoads = FragmentLoads::kInOrder>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, const T* sB, int ldb,
                                           int m0, int n0) {
     static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
     const int lane = threadIdx.x % 32;
-    if constexpr (PIPE) {
+    if constexpr (kLoads == FragmentLoads::kPipelined) {
         uint32_t a[2][MT][4], b[2][NT / 2][4];
         load_frags<T, MT, NT, A_T, B_T>(a[0], b[0], sA, lda, sB, ldb, m0, n0, 0, lane);
 #pragma unroll

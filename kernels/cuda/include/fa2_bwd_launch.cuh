@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "attn_params.h"
+#include "bwd_fa2_defaults.cuh"
 #include "bwd_fa2_kernel.cuh"
 #include "bwd_prepost.cuh"
 #include "fa1_bwd_kernel.cuh"
@@ -13,16 +14,12 @@
 
 namespace attn::bwd {
 
-// Tile configurations: Fa2BwdTraits<D, BC keys per CTA, BR query rows per step, warp rows of
-// GEMM A / B / C, Q/dO stages, min CTAs per SM, warps per CTA (default 8), pipelined fragment
-// loads>. The defaults measured fastest on the H200 (NOTES_BWD.md); each large one has a smaller
-// fallback for devices with less shared memory per block (A100: 163 KB, sm_86/89: 99 KB).
-using Cfg64 = Fa2BwdTraits<64, 128, 128, 4, 4, 4, 2, 1, 8, true>;  // FA2's d=64 shape, 1 CTA/SM, 178 KB
-using Cfg64Small = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2>;         // 2 CTAs/SM, 75 KB
-using Cfg128 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 8, true>;  // FA2's d=128 shape, 1 CTA/SM, 173 KB
-using Cfg128Small = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2>;       // 2 CTAs/SM, single buffer, 87 KB
-using Cfg256 = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16>;        // 1 CTA of 16 warps/SM, 217 KB
-using Cfg256Small = Fa2BwdTraits<256, 64, 32, 4, 4, 2, 2, 1>;       // 8 warps, 143 KB
+// The shipped tile shapes (bwd_fa2_defaults.cuh): Fa2BwdDefault<D>, measured fastest on the H200, and Fa2BwdSmall<D>,
+// the fallback of devices with less shared memory per block (A100: 163 KB, sm_86/89: 99 KB).
+template <int D>
+using Cfg = Fa2BwdTraits<D, Fa2BwdDefault<D>>;
+template <int D>
+using CfgSmall = Fa2BwdTraits<D, Fa2BwdSmall<D>>;
 
 inline bool aligned4(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return ((uintptr_t)ptr % 4 == 0) && s0 % 2 == 0 && s1 % 2 == 0 && s2 % 2 == 0;
@@ -67,15 +64,15 @@ int launch_default_tc(const AttnBwdParams& p, cudaStream_t s, char* err, int err
     const DeviceInfo* dev = device_info();
     const size_t optin = dev != nullptr ? static_cast<size_t>(dev->smem_optin) : 0;
     if (d == 64) {
-        if (optin < Cfg64::smem_bytes<T>()) return launch_tc<T, Cfg64Small>(p, s, err, errlen);
-        return launch_tc<T, Cfg64>(p, s, err, errlen);
+        if (optin < Cfg<64>::smem_bytes<T>()) return launch_tc<T, CfgSmall<64>>(p, s, err, errlen);
+        return launch_tc<T, Cfg<64>>(p, s, err, errlen);
     }
     if (d == 128) {
-        if (optin < Cfg128::smem_bytes<T>()) return launch_tc<T, Cfg128Small>(p, s, err, errlen);
-        return launch_tc<T, Cfg128>(p, s, err, errlen);
+        if (optin < Cfg<128>::smem_bytes<T>()) return launch_tc<T, CfgSmall<128>>(p, s, err, errlen);
+        return launch_tc<T, Cfg<128>>(p, s, err, errlen);
     }
-    if (optin < Cfg256::smem_bytes<T>()) return launch_tc<T, Cfg256Small>(p, s, err, errlen);
-    return launch_tc<T, Cfg256>(p, s, err, errlen);
+    if (optin < Cfg<256>::smem_bytes<T>()) return launch_tc<T, CfgSmall<256>>(p, s, err, errlen);
+    return launch_tc<T, Cfg<256>>(p, s, err, errlen);
 }
 
 // The three stages with the main loop `tc(p, s, err, errlen)` where the tensor cores can read the tensors (else the

@@ -10,14 +10,15 @@
 
 namespace attn {
 
-template <class Tr, bool kSplit>
+template <class Tr, FwdMode kMode>
 __device__ __forceinline__ void store_output(const AttnFwdParams& p, const WorkTile& w, int lq,
                                              float (&acc_o)[Tr::kMTiles][Tr::kNTilesO][4],
                                              const float (&inv_l)[Tr::kMTiles][2], const float (&lse)[Tr::kMTiles][2],
                                              typename Tr::Elem* sQ, int warp_row0, int lane) {
     using Elem = typename Tr::Elem;
     using Mma = MmaOp<Elem>;
-    using Sched = TileScheduler<kSplit>;
+    using Sched = TileScheduler<kMode>;
+    constexpr bool kSplit = kMode == FwdMode::kSplitKv;
     const int g = lane >> 2, t = lane & 3;
 
     // LSE: one thread per quad writes the two rows it holds.

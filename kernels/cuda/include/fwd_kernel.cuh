@@ -13,24 +13,28 @@
 //         wait V(n); barrier          -- V(n) landed; every warp is done reading K(n)
 //         issue K(n - 1)              -- lands while O += P V(n) runs
 //         O += P V(n)
-// Split-KV configurations use kStages >= 2 instead: a ring of (K, V) tile pairs with kStages - 1 pairs
+// Split-KV tile shapes use kv_stages >= 2 instead (fwd_traits.cuh FwdTile): a ring of (K, V) tile pairs with kStages - 1 pairs
 // in flight (see the loop below), since one warp per CTA cannot hide a round trip per tile.
 // Key tiles run from the last to the first so the tiles that need per-element masking (the
 // sequence tail and the causal diagonal) come first and the rest take the unmasked path.
 //
-// Paged K/V (kPaged, split-KV only; attn_params.h v3): K/V live in page pools and key tile n starts
+// Paged K/V (KvLayout::kPaged, split-KV only; attn_params.h v3): K/V live in page pools and key tile n starts
 // at slot (n * kBlockN) % page_size of page block_table[b][(n * kBlockN) / page_size]. The launcher
 // guarantees page_size % kBlockN == 0, so a tile never straddles two pages and its rows are the
 // usual row-strided block. Only tiles n < ceil(lk / kBlockN) are ever loaded (tile_range clamps to
 // the real length lk), hence only table entries < ceil(lk / page_size) are read, and rows j >= lk of
 // the last tile are zero-filled by load_tile without a global read: table entries and slots past
 // the sequence may hold anything (the conformance inputs poison them with NaN / decoy pages).
-// A template flag, so the non-paged kernels are compiled exactly as before (same registers).
+// A template parameter, so the non-paged kernels are compiled exactly as before (same registers).
 //
-// Attention sinks (kSink, FA2 mode only; attn_params.h v4, SEMANTICS.md §18): the softmax state starts
+// Attention sinks (Sinks::kPerHead, FA2 mode only; attn_params.h v4, SEMANTICS.md §18): the softmax state starts
 // at (max, sum) = (sink, 1) instead of (-inf, 0) (OnlineSoftmax::init_sink), so the sink is in the
 // running max and the denominator and nowhere else. Split-KV partials stay sink-free: the combine
-// kernel (splitkv.cu) adds the sink once. Also a template flag: the sink-free kernels are unchanged.
+// kernel (splitkv.cu) adds the sink once. Also a template parameter: the sink-free kernels are unchanged.
+//
+// The kernel's template parameters name each choice (FwdMode, tile_scheduler.cuh; ScoreScale, KvLayout,
+// Sinks below): fwd_kernel<Tr, FwdMode::kFa2, ScoreScale::kFolded> is the common FA2 kernel, and
+// fwd_kernel_for picks the instantiation a call's parameters need.
 #pragma once
 #include "launch_common.cuh"
 #include "fwd_epilogue.cuh"
@@ -42,12 +46,24 @@
 
 namespace attn {
 
-template <class Tr, bool kSplit, bool kPrescale, bool kPaged = false, bool kSink = false>
+// How the score scale reaches the softmax: folded into the exponent's FFMA (scale > 0, no softcap), or
+// applied to every score before it (a softcap: tanh needs the scores in natural units; or a scale <= 0,
+// whose sign would turn the running maximum into a minimum).
+enum class ScoreScale { kFolded, kPrescaled };
+// Where key tile n of a batch is: a strided block of the batch's K / V, or the page block_table names.
+enum class KvLayout { kContiguous, kPaged };
+// Attention sinks: none, or one logit per query head in every row's softmax (p.sinks).
+enum class Sinks { kNone, kPerHead };
+
+template <class Tr, FwdMode kMode, ScoreScale kScale, KvLayout kKv = KvLayout::kContiguous,
+          Sinks kSinks = Sinks::kNone>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant__ AttnFwdParams p, int num_splits) {
+    constexpr bool kSplit = kMode == FwdMode::kSplitKv, kPrescale = kScale == ScoreScale::kPrescaled;
+    constexpr bool kPaged = kKv == KvLayout::kPaged, kSink = kSinks == Sinks::kPerHead;
     static_assert(!kPaged || (kSplit && Tr::kStages >= 2), "paged K/V: split-KV ring configurations only");
     static_assert(!kSink || !kSplit, "sinks: split-KV partials are sink-free, the combine adds the sink");
     using Elem = typename Tr::Elem;
-    using Sched = TileScheduler<kSplit>;
+    using Sched = TileScheduler<kMode>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
     Elem* sK = sQ + Tr::kSmemQ;  // with kStages > 1: stage t's K at sK + 2t * kSmemKV, its V right after
@@ -91,9 +107,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
         for (int nt = 0; nt < Tr::kNTilesO; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
-    // kPrescale: scores are pre-multiplied when a softcap is on (tanh needs them in natural units)
-    // or the scale is not positive (the running max must be taken over scaled scores); otherwise
-    // the scale is folded into the exponent's FFMA. A template flag, so the common path carries no
+    // ScoreScale::kPrescaled: scores are pre-multiplied when a softcap is on (tanh needs them in natural
+    // units) or the scale is not positive (the running max must be taken over scaled scores); otherwise
+    // the scale is folded into the exponent's FFMA. A template parameter, so the common path carries no
     // tanh code and no extra registers.
     const float sl2 = kPrescale ? 1.f : p.scale * kLog2e;
 
@@ -246,29 +262,32 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_kernel(const __grid_constant
         softmax.finalize_sink(sl2, sink, sink_units, inv_l, lse);
     else
         softmax.finalize(sl2, inv_l, lse);
-    store_output<Tr, kSplit>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
+    store_output<Tr, kMode>(p, w, lq, acc_o, inv_l, lse, sQ, warp_row0, lane);
 }
 
-// The instantiation for p: prescale (softcap on or scale <= 0), for split-KV paged K/V (block_table !=
-// NULL; the FA2 launcher rejects a block table before it gets here), for FA2 sinks (sinks != NULL; the
-// split-KV kernel ignores them, its combine adds them).
-template <class Tr, bool kSplit>
+// The instantiation for p: ScoreScale::kPrescaled where a softcap is on or scale <= 0, for split-KV
+// KvLayout::kPaged where block_table != NULL (the FA2 launcher rejects a block table before it gets here),
+// for FA2 Sinks::kPerHead where sinks != NULL (the split-KV kernel ignores them, its combine adds them).
+template <class Tr, FwdMode kMode>
 inline auto fwd_kernel_for(const AttnFwdParams& p) {
+    constexpr ScoreScale kFolded = ScoreScale::kFolded, kPrescaled = ScoreScale::kPrescaled;
     const bool prescale = p.softcap > 0.f || !(p.scale > 0.f);
-    if constexpr (kSplit) {
+    if constexpr (kMode == FwdMode::kSplitKv) {
         if (p.block_table != nullptr)
-            return prescale ? fwd_kernel<Tr, true, true, true> : fwd_kernel<Tr, true, false, true>;
+            return prescale ? fwd_kernel<Tr, kMode, kPrescaled, KvLayout::kPaged>
+                            : fwd_kernel<Tr, kMode, kFolded, KvLayout::kPaged>;
     } else {
         if (p.sinks != nullptr)
-            return prescale ? fwd_kernel<Tr, false, true, false, true> : fwd_kernel<Tr, false, false, false, true>;
+            return prescale ? fwd_kernel<Tr, kMode, kPrescaled, KvLayout::kContiguous, Sinks::kPerHead>
+                            : fwd_kernel<Tr, kMode, kFolded, KvLayout::kContiguous, Sinks::kPerHead>;
     }
-    return prescale ? fwd_kernel<Tr, kSplit, true> : fwd_kernel<Tr, kSplit, false>;
+    return prescale ? fwd_kernel<Tr, kMode, kPrescaled> : fwd_kernel<Tr, kMode, kFolded>;
 }
 
-// Host side: launch fwd_kernel<Tr, kSplit, prescale?, paged?> with the dynamic shared memory it needs.
-template <class Tr, bool kSplit>
+// Host side: launch fwd_kernel_for's kernel with the dynamic shared memory it needs.
+template <class Tr, FwdMode kMode>
 inline cudaError_t launch_fwd(const AttnFwdParams& p, dim3 grid, int num_splits, cudaStream_t stream) {
-    auto kernel = fwd_kernel_for<Tr, kSplit>(p);
+    auto kernel = fwd_kernel_for<Tr, kMode>(p);
     if (Tr::kSmemBytes > 48 * 1024) {  // once per kernel and device (launch_common.cuh smem_opt_in)
         cudaError_t e = smem_opt_in(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
         if (e != cudaSuccess) return e;

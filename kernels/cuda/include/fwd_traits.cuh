@@ -5,22 +5,39 @@
 // shared memory in kBlockN-key tiles. Rows are kHeadDim elements; the 16-byte chunks of each row
 // are XOR-swizzled with the row index (chunk ^= row % 8 inside every 64-element group) so the eight
 // row addresses of one ldmatrix phase, and the cp.async writes, hit eight distinct bank groups.
+//
+// A tile shape is a struct naming each choice (FwdTile below; as hopper/config.cuh's schedules), and
+// FwdTraits<D, Tile, Elem> derives every constant the kernel reads from it. The shipped shapes of
+// each head dim, and why, are fwd_defaults.cuh's.
 #pragma once
 #include "fa_ptx.cuh"
 
 namespace attn {
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, typename Elem_>
+// A forward tile shape: derive from it and override the members that differ (C++ name hiding), e.g.
+//     struct Keys128 : Fa2FwdDefault<64> { static constexpr int block_n = 128; };
+// The values here are FA2's d = 128 shape; fwd_defaults.cuh names every shipped shape.
+struct FwdTile {
+    // Query rows per CTA: block_m / warps per warp, a multiple of 16 (whole m16 tiles).
+    static constexpr int block_m = 128;
+    // Keys per K / V tile (a multiple of 16).
+    static constexpr int block_n = 64;
+    static constexpr int warps = 4;
+    // 1: FA2's K/V ping-pong (one K and one V buffer, each filled while the other is used).
+    // >= 2: a ring of kv_stages (K, V) tile pairs with kv_stages - 1 pairs in flight (split-KV,
+    // where one warp per CTA cannot hide a memory round trip per tile behind its own arithmetic).
+    static constexpr int kv_stages = 1;
+};
+
+template <int D, class Tile, typename Elem_>
 struct FwdTraits {
     using Elem = Elem_;
-    static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kBlockM = kBlockM_;
-    static constexpr int kBlockN = kBlockN_;
-    static constexpr int kNWarps = kNWarps_;
-    // kStages = 1: FA2's K/V ping-pong (one K and one V buffer, each filled while the other is used).
-    // kStages >= 2: a ring of kStages (K, V) tile pairs with kStages - 1 pairs in flight (split-KV,
-    // where one warp per CTA cannot hide a memory round trip per tile behind its own arithmetic).
-    static constexpr int kStages = kStages_;
+    static constexpr int kHeadDim = D;
+    static constexpr int kBlockM = Tile::block_m;
+    static constexpr int kBlockN = Tile::block_n;
+    static constexpr int kNWarps = Tile::warps;
+    static constexpr int kStages = Tile::kv_stages;  // FwdTile::kv_stages
+    static_assert(kStages >= 1, "one K / V ping-pong, or a ring of two or more stages");
     static constexpr int kThreads = 32 * kNWarps;
     static constexpr int kWarpRows = kBlockM / kNWarps;
     static constexpr int kMTiles = kWarpRows / 16;     // m16 tiles per warp
@@ -93,45 +110,5 @@ struct FwdTraits {
         }
     }
 };
-
-// The configurations that are compiled (few, to keep the CI build short; see docs/fa1_fa2.md).
-// Each is "kBlockM, kBlockN, kNWarps, kStages" and can be overridden at build time with -D for tuning runs.
-// FA2 forward: 4 warps x 32 rows for d <= 128 (each K/V fragment read from shared memory feeds two
-// MMAs), 8 warps x 16 rows for d = 256 (the O accumulator of 32 rows x 256 would not fit registers;
-// 8 warps share each K/V tile, half the global->shared copies per FLOP of the 4-warp 64-row tile).
-// Chosen by measurement on the H200 (docs/fa1_fa2.md, tuning table and v6).
-#ifndef ATTN_FA2_D64
-#define ATTN_FA2_D64 128, 128, 4, 1
-#endif
-#ifndef ATTN_FA2_D128
-#define ATTN_FA2_D128 128, 64, 4, 1
-#endif
-#ifndef ATTN_FA2_D256
-#define ATTN_FA2_D256 128, 64, 8, 1
-#endif
-template <int D, typename Elem> struct Fa2Config;
-template <typename Elem> struct Fa2Config<64, Elem> { using T = FwdTraits<64, ATTN_FA2_D64, Elem>; };
-template <typename Elem> struct Fa2Config<128, Elem> { using T = FwdTraits<128, ATTN_FA2_D128, Elem>; };
-template <typename Elem> struct Fa2Config<256, Elem> { using T = FwdTraits<256, ATTN_FA2_D256, Elem>; };
-// d = 256 on devices that grant a block less shared memory than the default tile's 128 KB (sm_86 /
-// sm_89 parts run the sm_80 code with ~100 KB): the previous 4-warp 64-row tile, 96 KB.
-template <typename Elem> struct Fa2ConfigSmallSmem { using T = FwdTraits<256, 64, 64, 4, 1, Elem>; };
-
-// Split-KV (decoding): one warp and 16 packed rows per CTA (queries of one GQA group), small shared
-// memory so many CTAs (and their cp.async loads) are resident per SM: decoding is bound by reading
-// K and V, and bytes in flight are what hides the memory latency.
-#ifndef ATTN_SPLIT_D64
-#define ATTN_SPLIT_D64 16, 64, 1, 2
-#endif
-#ifndef ATTN_SPLIT_D128
-#define ATTN_SPLIT_D128 16, 64, 1, 2
-#endif
-#ifndef ATTN_SPLIT_D256
-#define ATTN_SPLIT_D256 16, 32, 1, 2
-#endif
-template <int D, typename Elem> struct SplitConfig;
-template <typename Elem> struct SplitConfig<64, Elem> { using T = FwdTraits<64, ATTN_SPLIT_D64, Elem>; };
-template <typename Elem> struct SplitConfig<128, Elem> { using T = FwdTraits<128, ATTN_SPLIT_D128, Elem>; };
-template <typename Elem> struct SplitConfig<256, Elem> { using T = FwdTraits<256, ATTN_SPLIT_D256, Elem>; };
 
 }  // namespace attn

@@ -1,10 +1,10 @@
 // Which rows, heads and keys a CTA works on (grid <-> work mapping).
 //
-// FA2 forward (kSplit = false): grid (m_blocks, Hq, B). Query tiles are visited in reverse so the
+// FA2 forward (FwdMode::kFa2): grid (m_blocks, Hq, B). Query tiles are visited in reverse so the
 // CTAs with the most key tiles under causal / window masks start first and the short ones fill the
 // tail of the last wave. Row r of the CTA is query row m_block * kBlockM + r of head blockIdx.y.
 //
-// Split-KV (kSplit = true): grid (m_blocks, num_splits, B * Hkv). The G = Hq / Hkv query heads that
+// Split-KV (FwdMode::kSplitKv): grid (m_blocks, num_splits, B * Hkv). The G = Hq / Hkv query heads that
 // share one KV head are packed into the M dimension (packed row = g * lq + i), so one CTA reads each
 // K/V tile once for the whole group; split s takes key tiles [s * per, (s + 1) * per).
 #pragma once
@@ -12,13 +12,19 @@
 
 namespace attn {
 
+// What one forward CTA computes: FA2 (a query tile of one head, every key it sees, the final O and LSE), or split-KV
+// decoding (a packed tile of one GQA group's queries, one range of key tiles, an fp32 partial the combine merges).
+enum class FwdMode { kFa2, kSplitKv };
+
 struct WorkTile {
     int b, hkv, m_block, split;
     int h;  // query head (FA2 mode); group base head hkv * G (split mode)
 };
 
-template <bool kSplit>
+template <FwdMode kMode>
 struct TileScheduler {
+    static constexpr bool kSplit = kMode == FwdMode::kSplitKv;
+
     static __device__ __forceinline__ WorkTile get(const AttnFwdParams& p) {
         WorkTile w;
         const int group = p.heads_q / p.heads_kv;

@@ -97,8 +97,8 @@ int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t determinis
                      char* err, int errlen);
 int64_t attn_lab_fa3_bwd_workspace(const AttnBwdParams* p, int32_t variant, int32_t deterministic);
 
-// FA2 backward tile shapes (kernels/cuda/lab/fa2_bwd_lab.cu; bwd_fa2_kernel.cuh Fa2BwdTraits), the alternatives of the
-// shipped ones (include/fa2_bwd_launch.cuh): SMALL (the fallbacks of devices with less shared memory, the shipped
+// FA2 backward tile shapes (kernels/cuda/lab/fa2_bwd_lab.cu; bwd_fa2_kernel.cuh Fa2BwdTile), the alternatives of the
+// shipped ones (include/bwd_fa2_defaults.cuh): SMALL (the fallbacks of devices with less shared memory, the shipped
 // shapes before), DB (one CTA per SM, 128 keys at d = 64, double buffer at d = 128), DBP (DB pipelined, d = 64), W16
 // (16 warps, 128 keys), W16P (W16 pipelined; at d = 256 the pipelined 16-warp shape), P2 (SMALL pipelined), BC128
 // (d = 128: the shipped shape without pipelining), FA2P (d = 256: pipelined). A shape the head dim lacks is

@@ -11,19 +11,61 @@ namespace {
 using namespace attn;
 using namespace attn::bwd;
 
-// Fa2BwdTraits<D, keys per CTA, query rows per step, warp rows of GEMM A / B / C, Q/dO stages, min CTAs per SM,
-// warps per CTA, pipelined fragment loads> (bwd_fa2_kernel.cuh).
-using Cfg64Db = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1>;                // db: 1 CTA/SM, 128 keys
-using Cfg64DbP = Fa2BwdTraits<64, 128, 64, 4, 4, 2, 2, 1, 8, true>;      // dbp: db pipelined
-using Cfg64W16 = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16>;           // w16: 16 warps, 128 keys
-using Cfg64W16P = Fa2BwdTraits<64, 128, 64, 4, 4, 4, 2, 1, 16, true>;    // w16p
-using Cfg64P2 = Fa2BwdTraits<64, 64, 64, 2, 2, 2, 2, 2, 8, true>;        // p2: small pipelined
-using Cfg128Db = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 2, 1>;               // db: 1 CTA/SM, double buffer
-using Cfg128Wide = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1>;            // bc128: the shipped shape, not pipelined
-using Cfg128W16 = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16>;         // w16: 16 warps, 128 keys
-using Cfg128W16P = Fa2BwdTraits<128, 128, 64, 4, 4, 2, 2, 1, 16, true>;  // w16p
-using Cfg128P2 = Fa2BwdTraits<128, 64, 64, 2, 2, 2, 1, 2, 8, true>;      // p2: small pipelined
-using Cfg256P = Fa2BwdTraits<256, 64, 64, 4, 2, 2, 2, 1, 16, true>;      // fa2p / w16p at d = 256
+// Each shape is the shipped shape of its head dim (bwd_fa2_defaults.cuh) or the fallback, with the members it changes
+// named (bwd_fa2_kernel.cuh Fa2BwdTile).
+// db: one CTA per SM, 128 keys (d = 64); a double buffer (d = 128).
+struct Db64 : Fa2BwdDefault<64> {
+    static constexpr int block_m = 64, dq_warps_m = 2;
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+};
+struct Db128 : Fa2BwdSmall<128> {
+    static constexpr int q_stages = 2, min_ctas_per_sm = 1;
+};
+// dbp: db with pipelined fragment loads (d = 64).
+struct DbP64 : Db64 {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+// w16: 16 warps, 128 keys; w16p: pipelined.
+struct W16_64 : Db64 {
+    static constexpr int warps = 16, dq_warps_m = 4;
+};
+struct W16P64 : W16_64 {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+struct W16_128 : Fa2BwdDefault<128> {
+    static constexpr int warps = 16;
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+};
+struct W16P128 : W16_128 {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+// p2: the small shapes pipelined.
+struct P2_64 : Fa2BwdSmall<64> {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+struct P2_128 : Fa2BwdSmall<128> {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+// bc128: the shipped d = 128 shape without pipelining.
+struct Bc128 : Fa2BwdDefault<128> {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kInOrder;
+};
+// fa2p / w16p at d = 256: the shipped shape pipelined.
+struct P256 : Fa2BwdDefault<256> {
+    static constexpr FragmentLoads fragment_loads = FragmentLoads::kPipelined;
+};
+
+using Cfg64Db = Fa2BwdTraits<64, Db64>;
+using Cfg64DbP = Fa2BwdTraits<64, DbP64>;
+using Cfg64W16 = Fa2BwdTraits<64, W16_64>;
+using Cfg64W16P = Fa2BwdTraits<64, W16P64>;
+using Cfg64P2 = Fa2BwdTraits<64, P2_64>;
+using Cfg128Db = Fa2BwdTraits<128, Db128>;
+using Cfg128Wide = Fa2BwdTraits<128, Bc128>;
+using Cfg128W16 = Fa2BwdTraits<128, W16_128>;
+using Cfg128W16P = Fa2BwdTraits<128, W16P128>;
+using Cfg128P2 = Fa2BwdTraits<128, P2_128>;
+using Cfg256P = Fa2BwdTraits<256, P256>;
 
 // The tensor-core main loop of `variant` (ATTN_ERR_UNSUPPORTED naming it where the head dim has no such shape).
 template <typename T>
@@ -32,7 +74,7 @@ int variant_tc(const AttnBwdParams& p, int variant, cudaStream_t s, char* err, i
     if (variant == ATTN_LAB_FA2_BWD_DEFAULT) return launch_default_tc<T>(p, s, err, errlen);
     if (d == 64) {
         switch (variant) {
-            case ATTN_LAB_FA2_BWD_SMALL: return launch_tc<T, Cfg64Small>(p, s, err, errlen);
+            case ATTN_LAB_FA2_BWD_SMALL: return launch_tc<T, CfgSmall<64>>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_DB: return launch_tc<T, Cfg64Db>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_DBP: return launch_tc<T, Cfg64DbP>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_W16: return launch_tc<T, Cfg64W16>(p, s, err, errlen);
@@ -42,7 +84,7 @@ int variant_tc(const AttnBwdParams& p, int variant, cudaStream_t s, char* err, i
         }
     } else if (d == 128) {
         switch (variant) {
-            case ATTN_LAB_FA2_BWD_SMALL: return launch_tc<T, Cfg128Small>(p, s, err, errlen);
+            case ATTN_LAB_FA2_BWD_SMALL: return launch_tc<T, CfgSmall<128>>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_DB: return launch_tc<T, Cfg128Db>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_BC128: return launch_tc<T, Cfg128Wide>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_W16: return launch_tc<T, Cfg128W16>(p, s, err, errlen);
@@ -53,7 +95,7 @@ int variant_tc(const AttnBwdParams& p, int variant, cudaStream_t s, char* err, i
     } else {
         switch (variant) {
             case ATTN_LAB_FA2_BWD_SMALL:
-            case ATTN_LAB_FA2_BWD_DB: return launch_tc<T, Cfg256Small>(p, s, err, errlen);
+            case ATTN_LAB_FA2_BWD_DB: return launch_tc<T, CfgSmall<256>>(p, s, err, errlen);
             case ATTN_LAB_FA2_BWD_FA2P:
             case ATTN_LAB_FA2_BWD_W16P: return launch_tc<T, Cfg256P>(p, s, err, errlen);
             default: break;
