@@ -121,11 +121,12 @@ def _gqa(profile: str) -> Iterator[Case]:
 def _head_dims(profile: str) -> Iterator[Case]:
     for d in HEAD_DIMS:
         yield _mk("head_dims", Lq=33, Lk=47, d=d)
-    for d, dv in ((64, 32), (32, 64), (128, 96), (96, 128)):
+    for d, dv in ((64, 32), (32, 64), (128, 96), (96, 128), (192, 128)):
         yield _mk("head_dims", Lq=33, Lk=47, d=d, dv=dv, causal=True)
-    if profile != "ci":
+    if profile != "ci":  # the family has its own profile (_OWN_PROFILE): these run in full and gpu
         for d in HEAD_DIMS:
             yield _mk("head_dims", Lq=129, Lk=255, d=d, dtype="bfloat16", causal=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=192, dv=128, dtype="bfloat16", causal=True)
 
 
 def _scales(profile: str) -> Iterator[Case]:
@@ -490,7 +491,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
 
 
 #: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
-_OWN_PROFILE = ("large", "paged", "memory", "fp8")
+_OWN_PROFILE = ("large", "paged", "memory", "fp8", "head_dims")
 
 
 def _seeded(case: Case) -> Case:

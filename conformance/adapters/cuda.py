@@ -1,10 +1,10 @@
 """Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
 
 ``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
-(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only; backward for head dims
-64 and 128, kernels/cuda/fa3_bwd.cu), ``cuda-fa3-fp8`` (FA3 FP8 forward, sm_90a only) and ``cuda-fa3-fp8-vt``
-(the same kernel with V packed k-major by ``attn_fp8_pack_vt`` first). Each call runs in a
-worker process (``isolate = True``) so a crash or hang costs one case.
+(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only, head dims `FA3_HEAD_DIMS` and
+(d, dv) `FA3_DV_PAIRS`; backward for head dims 64 and 128, kernels/cuda/fa3_bwd.cu), ``cuda-fa3-fp8`` (FA3 FP8
+forward, sm_90a only) and ``cuda-fa3-fp8-vt`` (the same kernel with V packed k-major by ``attn_fp8_pack_vt``
+first). Each call runs in a worker process (``isolate = True``) so a crash or hang costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
 - §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
@@ -50,6 +50,7 @@ from attention_conformance.adapters.base import (
     BackwardOutput,
     Capabilities,
     CaseInputs,
+    Exclusion,
     ForwardOutput,
 )
 from attention_conformance.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
@@ -332,6 +333,13 @@ class CudaSplitKV(_CudaAdapter):
                                        sinks=True)
 
 
+#: The head dims the FA3 forward is built for (kernels/cuda/include/hopper/fwd_launch.cuh fa3_fwd_head_dims,
+#: schedules in fwd_defaults.cuh): d = dv in FA3_HEAD_DIMS, and the (d, dv) pairs with dv != d of FA3_DV_PAIRS. 96, 192
+#: and (192, 128) are the newest builds: a claim the H200 contradicts is withdrawn here, and nowhere else.
+FA3_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
+FA3_DV_PAIRS = frozenset({(192, 128)})
+
+
 class CudaFA3(_CudaAdapter):
     name = "cuda-fa3"
     description = ("FlashAttention-3 CUDA forward for Hopper (kernels/cuda/fa3_fwd.cu, sm_90a): TMA + mbarrier K/V "
@@ -340,12 +348,15 @@ class CudaFA3(_CudaAdapter):
                    "at d = 64")
     fwd_launcher = "attn_fa3_fwd"
     bwd_launcher = "attn_fa3_bwd"
-    # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (the instantiations of attn_fa3_bwd; the forward
-    # also covers 256); the LSE cotangent enters as D - dlse in the shared preprocess (include/bwd_prepost.cuh,
-    # SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, lse_grad=True,
-                                       backward_head_dims=frozenset({64, 128}))
-    # Every catalog layout is expressible as a TMA tensor map: head dims 64/128/256 make every stride of
+    # Forward: FA3_HEAD_DIMS, dv != d only as FA3_DV_PAIRS. Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128
+    # only (the instantiations of attn_fa3_bwd); the LSE cotangent enters as D - dlse in the shared preprocess
+    # (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
+    capabilities = dataclasses.replace(
+        _CudaAdapter.capabilities, head_dims=FA3_HEAD_DIMS, dv_ne_d=True, backward=True, lse_grad=True,
+        backward_head_dims=frozenset({64, 128}),
+        excludes=(Exclusion(f"dv != d: the FA3 forward is built for (d, dv) in {sorted(FA3_DV_PAIRS)} only",
+                            lambda c: c.dv != c.d and (c.d, c.dv) not in FA3_DV_PAIRS),))
+    # Every catalog layout is expressible as a TMA tensor map: head dims that are multiples of 32 make every stride of
     # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an
     # extent-1 map dimension (kernels/cuda/include/hopper/tma_host.cuh). Strides TMA cannot express would be
     # answered ATTN_ERR_UNSUPPORTED naming the argument; no catalog case produces one.

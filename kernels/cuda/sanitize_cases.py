@@ -56,6 +56,14 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=128)),  # unmasked tiles, ring wrap-around
     ("attn_fa3_fwd", dict(B=1, Hq=140, Hkv=20, Lq=64, Lk=300, d=64)),  # > #SMs tiles: persistent loop, GQA
     ("attn_fa3_fwd", dict(B=1, Hq=3, Hkv=1, Lq=300, Lk=200, d=256)),  # cluster2: pairs, left-over tiles, an idle CTA
+    # ... d = 96 (a zero-filled half block), 192 (three blocks, 112-key tiles) and (192, 128) (K and V tiles of
+    # different sizes)
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=96, causal=True)),
+    ("attn_fa3_fwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=96, window=(20, 5), varlen=True, dtype="float16")),
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=192)),  # unmasked tiles, ring wrap-around
+    ("attn_fa3_fwd", dict(B=2, Hq=2, Hkv=1, Lq=129, Lk=200, d=192, causal=True, alignment="top_left", varlen=True)),
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=192, dv=128, softcap=4.0)),
+    ("attn_fa3_fwd", dict(B=2, Hq=4, Hkv=2, Lq=70, Lk=131, d=192, dv=128, causal=True, varlen=True)),
     # FA3 FP8 forward (sm_90a only): TMA of codes, V transpose by the producer warps, FP8 wgmma
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor")),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),
@@ -128,6 +136,7 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
 
     spec = dict(spec)
     B, Hq, Hkv, Lq, Lk, d = (spec.pop(n) for n in ("B", "Hq", "Hkv", "Lq", "Lk", "d"))
+    d_v = spec.pop("dv", d)  # the head dim of V and O
     dtype = getattr(torch, spec.pop("dtype", "bfloat16"))
     varlen = spec.pop("varlen", False)
     num_splits = spec.pop("num_splits", None)
@@ -137,8 +146,8 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
     k = torch.randn(B, Hkv, Lk, d, device=dev, generator=g).to(dtype)
-    v = torch.randn(B, Hkv, Lk, d, device=dev, generator=g).to(dtype)
-    o = torch.full_like(q, float("nan"))
+    v = torch.randn(B, Hkv, Lk, d_v, device=dev, generator=g).to(dtype)
+    o = torch.full((B, Hq, Lq, d_v), float("nan"), device=dev, dtype=dtype)
     lse = torch.full((B, Hq, Lq), float("nan"), device=dev)
     kw = dict(spec)
     if varlen:
@@ -178,7 +187,8 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
         bad = int((~torch.isfinite(t.float())).sum())
         if bad:
             raise RuntimeError(f"{name}: {bad} non-finite value(s) of shape {list(t.shape)}")
-    return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
+    dims = f"d{d}" if d_v == d else f"d{d}/{d_v}"
+    return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} {dims} {kw.get('causal', '')} ok"
 
 
 def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str, runner: Runner,

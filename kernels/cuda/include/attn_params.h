@@ -234,9 +234,9 @@ int64_t attn_fa1_fwd_workspace(const AttnFwdParams* p);      // O / m / l partia
 int64_t attn_splitkv_fwd_workspace(const AttnFwdParams* p);  // the partials, where o_partial / lse_partial are NULL
 
 // FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices and for strides
-// TMA cannot express, naming the argument): one build per head dim and dtype, the fastest measured
-// (include/hopper/fwd_defaults.cuh says which and why); its workspace holds the work-tile counter of the persistent
-// builds.
+// TMA cannot express, naming the argument): one build per (head_dim, head_dim_v) and dtype, head_dim = head_dim_v in
+// {64, 96, 128, 192, 256} and (192, 128) (include/hopper/fwd_defaults.cuh says which and why); its workspace holds the
+// work-tile counter of the persistent builds.
 int attn_fa3_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);
 int64_t attn_fa3_fwd_workspace(const AttnFwdParams* p);
 // FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim 64 and 128 (others:

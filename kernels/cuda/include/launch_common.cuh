@@ -40,13 +40,21 @@ inline int fail(char* err, int errlen, int code, const char* fmt, ...) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The head dims a launcher compiles: nullptr where it has a build for (d, dv), else the builds it has in words (for
+// validate_fwd's ATTN_ERR_UNSUPPORTED message).
+using HeadDimRule = const char* (*)(int d, int dv);
+inline const char* head_dims_64_128_256(int d, int dv) {
+    return d == dv && (d == 64 || d == 128 || d == 256) ? nullptr : "d = dv in {64, 128, 256}";
+}
+
 // Checks shared by the forward launchers. `name` prefixes the message. Returns ATTN_OK or a code.
 // paged_ok: the launcher reads K/V through a block table (attn_params.h v3); the others answer
 // ATTN_ERR_UNSUPPORTED naming block_table, so a paged cache is never misread as a dense one.
 // sinks_ok: the launcher folds attention sinks into its softmax (attn_params.h v4, SEMANTICS.md §18); the
 // others answer ATTN_ERR_UNSUPPORTED naming sinks, so a sink is never silently dropped.
+// head_dims: the (d, dv) the launcher compiles.
 inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen, bool paged_ok = false,
-                        bool sinks_ok = false) {
+                        bool sinks_ok = false, HeadDimRule head_dims = head_dims_64_128_256) {
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", name);
     if (p->sinks != nullptr && !sinks_ok)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -68,12 +76,9 @@ inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int
     }
     if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: only fp16 (0) and bf16 (1)", name, p->dtype);
-    if (p->head_dim != p->head_dim_v)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d != head_dim_v=%d: only equal head dims", name,
-                    p->head_dim, p->head_dim_v);
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: only 64, 128 and 256 are compiled", name,
-                    p->head_dim);
+    if (const char* built = head_dims(p->head_dim, p->head_dim_v))
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d: compiled for %s only", name,
+                    p->head_dim, p->head_dim_v, built);
     if (p->batch < 0 || p->heads_q <= 0 || p->heads_kv <= 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: batch=%d heads_q=%d heads_kv=%d seqlen_q=%d seqlen_k=%d", name,
                     p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k);

@@ -64,6 +64,8 @@ struct Fa3Fp8Config {
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
     using Stages = typename Schedule::Stages;
     static constexpr int kHeadDim = D;
+    // O's head dim, stored and in registers (epilogue.cuh, shared with the FP16 / BF16 forward): dv = d here.
+    static constexpr int kHeadDimV = D, kHeadDimVPad = D;
     static constexpr bool kQRegs = Schedule::q_operand == QOperand::kRegisters;
     static constexpr bool kWideTranspose = D == 128 && !Schedule::narrow_transpose;
     static constexpr bool kFoldScale = Schedule::fold_scale;
@@ -104,6 +106,7 @@ struct Fa3Fp8Config {
 
     static constexpr uint32_t kQBytes = kBlockM * D;
     static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike
+    static constexpr uint32_t kKBytes = kKVBytes;       // the K ring's stage (loops.cuh SmemRegions)
     static constexpr uint32_t kOBytes = kBlockM * D * 2;
     static constexpr int kRings = kVtGlobal ? 2 : 3;  // K, (raw V,) Vt
     static constexpr int kStages = kQBytes + kRings * 3 * kKVBytes + kOBytes + 2048 <= 232448 ? 3 : 2;
