@@ -127,6 +127,7 @@ def _head_dims(profile: str) -> Iterator[Case]:
         for d in HEAD_DIMS:
             yield _mk("head_dims", Lq=129, Lk=255, d=d, dtype="bfloat16", causal=True)
         yield _mk("head_dims", Lq=129, Lk=255, d=192, dv=128, dtype="bfloat16", causal=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=96, dtype="bfloat16", causal=True, backward=True)
 
 
 def _scales(profile: str) -> Iterator[Case]:
@@ -323,6 +324,14 @@ def _fp8(profile: str) -> Iterator[Case]:
                   fp8=FP8Spec("e4m3fn", "per_tensor"))
         yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=256, dtype="float8_e5m2", causal=True, alignment="top_left",
                   layout="bshd", fp8=FP8Spec("e5m2", "per_tensor"))
+        # Head dims that are not powers of two (no incoherent processing: its Hadamard rotation needs one).
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=300, Lk=520, d=96, dtype="float8_e4m3fn", causal=True,
+                  fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128))
+        yield _mk("fp8", Lq=200, Lk=333, d=96, dtype="float8_e5m2", window=(40, 8), fp8=FP8Spec("e5m2", "per_head"))
+        yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=192, dtype="float8_e4m3fn", causal=True, alignment="top_left",
+                  layout="bshd", fp8=FP8Spec("e4m3fn", "per_tensor"))
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=257, Lk=384, d=192, dtype="float8_e5m2",
+                  fp8=FP8Spec("e5m2", "per_tile", tile_q=128, tile_k=128))
 
 
 def _accumulation(profile: str) -> Iterator[Case]:

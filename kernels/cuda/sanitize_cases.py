@@ -75,12 +75,21 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_head", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=140, Hkv=20, Lq=200, Lk=300, d=128, causal=True, fp8="per_head", vt=True)),
+    # ... d = 96 and 192 (the tiles of d = 128 and 256, padding columns zero-filled by TMA), V as rows and k-major
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=129, Lk=300, d=96, varlen=True, causal=True, fp8="per_tile")),
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=96, fp8="per_head", vt=True)),
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=192, varlen=True, fp8="per_tile")),  # 64-key tiles
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=192, causal=True, alignment="top_left",
+                              fp8="per_tensor", vt=True)),
     # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered where dQ is split), zeroed
     # tails; d = 64 streams 128-row query tiles with dQ split by rows (a tile's second half past Lq: 70, 300)
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),
     ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=128, causal=True)),
     ("attn_fa3_bwd_deterministic", dict(B=2, Hq=2, Hkv=1, Lq=300, Lk=200, d=64, varlen=True)),
+    # d = 96: d = 128's tiles with zero-filled padding columns, consumer 1's dQ block half past the tensor
+    ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=1, Lq=70, Lk=131, d=96, causal=True, varlen=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=96, window=(20, 5))),
 ]
 
 
