@@ -172,9 +172,10 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
     if page_size is not None:
         return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B, runner)
     if "_bwd" in launcher:  # attn_*_bwd and attn_fa3_bwd_deterministic
-        # forward through FA2 first (for O and LSE), then the backward under test
+        # forward through FA2 first (for O and LSE; through FA3 at the head dims FA2 has no build for), then the
+        # backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        cuda_lib.call("attn_fa2_fwd", p)
+        cuda_lib.call("attn_fa2_fwd" if d in (64, 128, 256) else "attn_fa3_fwd", p)
         dout = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         scratch = dict(
