@@ -8,7 +8,7 @@ the consumers' wgmmas. The index is now broadcast from lane 0 and every consumer
 (thread 0 alone issues); this compiles a persistent and a one-CTA-per-tile build of each head dim's shipped schedule
 (hopper/fwd_defaults.cuh), the shipped builds of d = 96, 192 and (192, 128), the cluster builds, the build without
 warp specialisation (the lab's no_ws), and the FP8 forward's shipped k-major d = 128 schedule with and without its
-persistent loop, and fails on C7520.
+persistent loop and its shipped builds of d = 96 and 192, and fails on C7520.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ NEW_DIMS = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, Fa3Default<{d}, {dv}>
 FP8_SCHEDULES = ("struct KMajor128Persistent : Fp8KMajorDefault<128> {\n"
                  "  static constexpr Grid grid = Grid::kPersistent; };\n")
 FP8 = [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<128, Fp8E4M3, {s}>>" for s in ("Fp8KMajorDefault<128>", "KMajor128Persistent")]
+# the shipped FP8 builds of d = 96 and 192, whose tiles are d = 128's and d = 256's with padding columns
+FP8 += [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<{d}, Fp8E4M3, {s}<{d}>>>" for d in (96, 192)
+        for s in ("Fp8KMajorDefault", "Fp8RowsDefault")]
 
 
 @pytest.mark.parametrize("header, schedules, params, kernels", [
