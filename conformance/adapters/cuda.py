@@ -1,10 +1,10 @@
 """Adapters for the project's own CUDA kernels (kernels/cuda/, loaded by `kernels.cuda_lib`).
 
 ``cuda-fa1`` (FA1 forward + backward), ``cuda-fa2`` (FA2 forward + backward), ``cuda-splitkv``
-(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only; backward for head dims
-64 and 128, kernels/cuda/fa3_bwd.cu), ``cuda-fa3-fp8`` (FA3 FP8 forward, sm_90a only) and ``cuda-fa3-fp8-vt``
-(the same kernel with V packed k-major by ``attn_fp8_pack_vt`` first). Each call runs in a
-worker process (``isolate = True``) so a crash or hang costs one case.
+(split-KV forward with its combine kernel), ``cuda-fa3`` (FA3 forward, sm_90a only, head dims `FA3_HEAD_DIMS` and
+(d, dv) `FA3_DV_PAIRS`; backward for head dims `FA3_BWD_HEAD_DIMS`, kernels/cuda/fa3_bwd.cu), ``cuda-fa3-fp8`` (FA3 FP8
+forward, sm_90a only) and ``cuda-fa3-fp8-vt`` (the same kernel with V packed k-major by ``attn_fp8_pack_vt``
+first). Each call runs in a worker process (``isolate = True``) so a crash or hang costs one case.
 
 How a case (oracles/SEMANTICS.md) maps onto the C parameter struct (kernels/cuda/include/attn_params.h):
 - §2 scale, §3 softcap, §4 causal + alignment, §5 window (None -> -1), §7 varlen (int32 device arrays
@@ -50,6 +50,7 @@ from attention_conformance.adapters.base import (
     BackwardOutput,
     Capabilities,
     CaseInputs,
+    Exclusion,
     ForwardOutput,
 )
 from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, PAGED_LAYOUTS, Case, page_size_of
@@ -332,6 +333,18 @@ class CudaSplitKV(_CudaAdapter):
                                        sinks=True)
 
 
+#: The head dims the FA3 FP8 forward is built for (kernels/cuda/include/hopper/fp8_launch.cuh fp8_head_dims; dv = d).
+#: 96 and 192 are the newest builds: a claim the H200 contradicts is withdrawn here, and nowhere else.
+FA3_FP8_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
+#: The head dims the FA3 forward is built for (kernels/cuda/include/hopper/fwd_launch.cuh fa3_fwd_head_dims,
+#: schedules in fwd_defaults.cuh): d = dv in FA3_HEAD_DIMS, and the (d, dv) pairs with dv != d of FA3_DV_PAIRS. 96, 192
+#: and (192, 128) are the newest builds: a claim the H200 contradicts is withdrawn here, and nowhere else.
+FA3_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
+FA3_DV_PAIRS = frozenset({(192, 128)})
+#: ... and its backward (kernels/cuda/include/hopper/bwd_launch.cuh fa3_bwd_head_dims; dv = d); 96 is the newest.
+FA3_BWD_HEAD_DIMS = frozenset({64, 96, 128})
+
+
 class CudaFA3(_CudaAdapter):
     name = "cuda-fa3"
     description = ("FlashAttention-3 CUDA forward for Hopper (kernels/cuda/fa3_fwd.cu, sm_90a): TMA + mbarrier K/V "
@@ -340,12 +353,15 @@ class CudaFA3(_CudaAdapter):
                    "at d = 64")
     fwd_launcher = "attn_fa3_fwd"
     bwd_launcher = "attn_fa3_bwd"
-    # Backward (kernels/cuda/fa3_bwd.cu): head dims 64 and 128 only (the instantiations of attn_fa3_bwd; the forward
-    # also covers 256); the LSE cotangent enters as D - dlse in the shared preprocess (include/bwd_prepost.cuh,
-    # SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
-    capabilities = dataclasses.replace(_CudaAdapter.capabilities, backward=True, lse_grad=True,
-                                       backward_head_dims=frozenset({64, 128}))
-    # Every catalog layout is expressible as a TMA tensor map: head dims 64/128/256 make every stride of
+    # Forward: FA3_HEAD_DIMS, dv != d only as FA3_DV_PAIRS. Backward (kernels/cuda/fa3_bwd.cu): FA3_BWD_HEAD_DIMS (the
+    # instantiations of attn_fa3_bwd); the LSE cotangent enters as D - dlse in the shared preprocess
+    # (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
+    capabilities = dataclasses.replace(
+        _CudaAdapter.capabilities, head_dims=FA3_HEAD_DIMS, dv_ne_d=True, backward=True, lse_grad=True,
+        backward_head_dims=FA3_BWD_HEAD_DIMS,
+        excludes=(Exclusion(f"dv != d: the FA3 forward is built for (d, dv) in {sorted(FA3_DV_PAIRS)} only",
+                            lambda c: c.dv != c.d and (c.d, c.dv) not in FA3_DV_PAIRS),))
+    # Every catalog layout is expressible as a TMA tensor map: head dims that are multiples of 32 make every stride of
     # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an
     # extent-1 map dimension (kernels/cuda/include/hopper/tma_host.cuh). Strides TMA cannot express would be
     # answered ATTN_ERR_UNSUPPORTED naming the argument; no catalog case produces one.
@@ -370,12 +386,12 @@ class CudaFA3FP8(CudaFA3):
     #: per-tile descale blocks the kernel applies (SEMANTICS.md §10): its 128-row query tiles and 128-key blocks
     #: (one key tile at d = 64 / 128, two of 64 keys at d = 256)
     TILE = 128
-    # FP8 only (no fp16 / bf16 inputs), head dims 64, 128 and 256 (the instantiations of fa3_fp8_fwd.cu), per-tile
-    # descales of TILE x TILE only; causal both alignments, windows, softcap, GQA, varlen and every dense layout go
-    # through the FP16/BF16 kernel's plumbing (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11) happens
-    # before the kernel: it gets rotated codes.
+    # FP8 only (no fp16 / bf16 inputs), head dims FA3_FP8_HEAD_DIMS (the instantiations of fa3_fp8_fwd.cu), dv = d,
+    # per-tile descales of TILE x TILE only; causal both alignments, windows, softcap, GQA, varlen and every dense
+    # layout go through the FP16/BF16 kernel's plumbing (mask.cuh, plan.cuh, tma_host.cuh). Incoherent processing (§11)
+    # happens before the kernel: it gets rotated codes.
     capabilities = dataclasses.replace(_CudaAdapter.capabilities, dtypes=frozenset(),
-                                       head_dims=frozenset({64, 128, 256}),
+                                       head_dims=FA3_FP8_HEAD_DIMS,
                                        fp8=frozenset({"per_tensor", "per_head", "per_tile"}),
                                        fp8_formats=frozenset({"e4m3fn", "e5m2"}), fp8_tiles=frozenset({(TILE, TILE)}))
     #: how V reaches the kernel (cuda_lib.FP8_V_LAYOUT_CODES): its codes as rows, transposed in shared memory

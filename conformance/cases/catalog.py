@@ -121,11 +121,13 @@ def _gqa(profile: str) -> Iterator[Case]:
 def _head_dims(profile: str) -> Iterator[Case]:
     for d in HEAD_DIMS:
         yield _mk("head_dims", Lq=33, Lk=47, d=d)
-    for d, dv in ((64, 32), (32, 64), (128, 96), (96, 128)):
+    for d, dv in ((64, 32), (32, 64), (128, 96), (96, 128), (192, 128)):
         yield _mk("head_dims", Lq=33, Lk=47, d=d, dv=dv, causal=True)
-    if profile != "ci":
+    if profile != "ci":  # the family has its own profile (_OWN_PROFILE): these run in full and gpu
         for d in HEAD_DIMS:
             yield _mk("head_dims", Lq=129, Lk=255, d=d, dtype="bfloat16", causal=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=192, dv=128, dtype="bfloat16", causal=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=96, dtype="bfloat16", causal=True, backward=True)
 
 
 def _scales(profile: str) -> Iterator[Case]:
@@ -322,6 +324,14 @@ def _fp8(profile: str) -> Iterator[Case]:
                   fp8=FP8Spec("e4m3fn", "per_tensor"))
         yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=256, dtype="float8_e5m2", causal=True, alignment="top_left",
                   layout="bshd", fp8=FP8Spec("e5m2", "per_tensor"))
+        # Head dims that are not powers of two (no incoherent processing: its Hadamard rotation needs one).
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=300, Lk=520, d=96, dtype="float8_e4m3fn", causal=True,
+                  fp8=FP8Spec("e4m3fn", "per_tile", tile_q=128, tile_k=128))
+        yield _mk("fp8", Lq=200, Lk=333, d=96, dtype="float8_e5m2", window=(40, 8), fp8=FP8Spec("e5m2", "per_head"))
+        yield _mk("fp8", Hq=4, Hkv=1, Lq=200, Lk=300, d=192, dtype="float8_e4m3fn", causal=True, alignment="top_left",
+                  layout="bshd", fp8=FP8Spec("e4m3fn", "per_tensor"))
+        yield _mk("fp8", Hq=4, Hkv=2, Lq=257, Lk=384, d=192, dtype="float8_e5m2",
+                  fp8=FP8Spec("e5m2", "per_tile", tile_q=128, tile_k=128))
 
 
 def _accumulation(profile: str) -> Iterator[Case]:
@@ -490,7 +500,7 @@ GROUPS: dict[str, Callable[[str], Iterable[Case]]] = {
 
 
 #: groups that build their gpu cases themselves (the others run their ci cases in the gpu profile)
-_OWN_PROFILE = ("large", "paged", "memory", "fp8")
+_OWN_PROFILE = ("large", "paged", "memory", "fp8", "head_dims")
 
 
 def _seeded(case: Case) -> Case:

@@ -45,9 +45,11 @@ def run_launcher(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, **kw: 
 
 def case_name(launcher: str, *, B: int, Hq: int, Hkv: int, Lq: int, Lk: int, d: int, dtype: Any, causal: bool = False,
               bottom_right: bool = True, window: Any = None, softcap: float | None = None, varlen: bool = False,
-              layout: str = "contiguous", num_splits: int = 0) -> str:
-    """``fa2_fwd B2 H4/2 q200 k333 d64 bfloat16 causalBR ...``: one line naming the launcher and the case."""
-    return (f"{launcher.removeprefix('attn_')} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {dtype_name(dtype)}"
+              layout: str = "contiguous", num_splits: int = 0, dv: int | None = None) -> str:
+    """``fa2_fwd B2 H4/2 q200 k333 d64 bfloat16 causalBR ...``: one line naming the launcher and the case (``d192/128``
+    where dv != d)."""
+    dims = f"d{d}" if dv is None or dv == d else f"d{d}/{dv}"
+    return (f"{launcher.removeprefix('attn_')} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} {dims} {dtype_name(dtype)}"
             + (" causal" + ("BR" if bottom_right else "TL") if causal else "")
             + (f" win{tuple(window)}" if window else "") + (f" cap{softcap}" if softcap else "")
             + (" varlen" if varlen else "") + (f" {layout}" if layout != "contiguous" else "")
@@ -65,17 +67,18 @@ def _draw(B: int, H: int, L: int, d: int, layout: str, dtype: Any, device: str, 
 def check_forward(launcher: str, *, B: int, Hq: int, Hkv: int, Lq: int, Lk: int, d: int, dtype: Any,
                   causal: bool = False, bottom_right: bool = True, window: Any = None, softcap: float | None = None,
                   varlen: bool = False, layout: str = "contiguous", num_splits: int = 0, seed: int = 0,
-                  runner: Callable[..., None] | None = None, device: str = "cuda") -> dict:
+                  runner: Callable[..., None] | None = None, device: str = "cuda", dv: int | None = None) -> dict:
     """One case through ``launcher`` (or through ``runner(q, k, v, o, lse, **kw)`` when given; ``launcher`` then
-    only names the case). Returns ``case`` (a name with the seed), ``ok``, ``problems`` (the judge's failure
-    messages, then the guard-band and padded-row findings), ``outcome`` (the judge's), ``usage`` (worst error over
-    its bound), and for tables ``rel_err`` (relative Frobenius error of the real rows) and ``lse_err`` (max
-    |LSE - oracle| over the finite rows)."""
+    only names the case); ``dv``: the head dim of V and O (None: d). Returns ``case`` (a name with the seed), ``ok``,
+    ``problems`` (the judge's failure messages, then the guard-band and padded-row findings), ``outcome`` (the
+    judge's), ``usage`` (worst error over its bound), and for tables ``rel_err`` (relative Frobenius error of the real
+    rows) and ``lse_err`` (max |LSE - oracle| over the finite rows)."""
     import torch
 
     tdt = getattr(torch, dtype_name(dtype))
     gen = torch.Generator(device=device).manual_seed(seed)
-    q, k, v = (_draw(B, h, L, d, layout, tdt, device, gen) for h, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    dv = d if dv is None else dv
+    q, k, v = (_draw(B, h, L, x, layout, tdt, device, gen) for h, L, x in ((Hq, Lq, d), (Hkv, Lk, d), (Hkv, Lk, dv)))
     sq = sk = None
     if varlen:
         sq = torch.randint(0, Lq + 1, (B,), device=device, generator=gen, dtype=torch.int32)
@@ -83,7 +86,7 @@ def check_forward(launcher: str, *, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
         sq[0], sk[0] = Lq, Lk
     scale = 1.0 / math.sqrt(d)
     alignment = "bottom_right" if bottom_right else "top_left"
-    obuf, o = guarded((B, Hq, Lq, d), tdt, device)
+    obuf, o = guarded((B, Hq, Lq, dv), tdt, device)
     lbuf, lse = guarded((B, Hq, Lq), torch.float32, device)
     before = [x.clone() for x in (q, k, v)]
     kw: dict[str, Any] = dict(scale=scale, causal=causal, alignment=alignment, window=window, softcap=softcap,
@@ -100,7 +103,7 @@ def check_forward(launcher: str, *, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
     lens_k = None if sk is None else [int(n) for n in sk.tolist()]
     case = device_case(B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, d=d, dtype=dtype, scale=scale, causal=causal,
                        alignment=alignment, window=window, softcap=softcap, seqlens_q=lens_q, seqlens_k=lens_k,
-                       layout=layout, seed=seed)
+                       layout=layout, seed=seed, dv=dv)
     ref = oracle(case, CaseInputs(q=to_numpy(before[0]), k=to_numpy(before[1]), v=to_numpy(before[2])))
     out = to_numpy(o)
     valid = real_rows(B, Hq, Lq, lens_q)
@@ -115,7 +118,7 @@ def check_forward(launcher: str, *, B: int, Hq: int, Hkv: int, Lq: int, Lk: int,
         extra.append(f"{padded_written} padded query rows of O written (SEMANTICS.md §7: a launcher leaves them)")
     name = case_name(launcher, B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, d=d, dtype=dtype, causal=causal,
                      bottom_right=bottom_right, window=window, softcap=softcap, varlen=varlen, layout=layout,
-                     num_splits=num_splits)
+                     num_splits=num_splits, dv=dv)
     lse_stats = verdict.stats.get("lse", {})
     return dict(case=f"{name} seed={seed}", ok=passed(verdict) and not extra, problems=list(verdict.failures) + extra,
                 outcome=verdict.outcome, usage=verdict.usage, rel_err=rel_err(out[valid], ref.out[valid]),

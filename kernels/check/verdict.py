@@ -42,16 +42,17 @@ def device_case(*, B: int, Hq: int, Hkv: int, Lq: int, Lk: int, d: int, dtype: A
                 causal: bool = False, alignment: str = "bottom_right",
                 window: tuple[int | None, int | None] | None = None, softcap: float | None = None,
                 seqlens_q: Any = None, seqlens_k: Any = None, layout: str = "contiguous", backward: bool = False,
-                fp8: FP8Spec | None = None, nan_padding: bool = False, seed: int = 0, family: str = "device") -> Case:
-    """The conformance `Case` of one device check (dv = d; ``seqlens_*`` any sequence of ints or None;
+                fp8: FP8Spec | None = None, nan_padding: bool = False, seed: int = 0, family: str = "device",
+                dv: int | None = None) -> Case:
+    """The conformance `Case` of one device check (``dv`` None: dv = d; ``seqlens_*`` any sequence of ints or None;
     ``nan_padding``: the padded rows hold NaN, SEMANTICS.md §7, so the judge names them in a failure)."""
     def lens(x: Any) -> tuple[int, ...] | None:
         return None if x is None else tuple(int(n) for n in x)
 
     dt = "float8_" + fp8.format if fp8 is not None else dtype_name(dtype)
-    return Case(family=family, B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, d=d, dv=d, dtype=dt, scale=scale, causal=causal,
-                alignment=alignment, window=None if window is None else tuple(window), softcap=softcap,
-                seqlens_q=lens(seqlens_q), seqlens_k=lens(seqlens_k),
+    return Case(family=family, B=B, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, d=d, dv=d if dv is None else dv, dtype=dt,
+                scale=scale, causal=causal, alignment=alignment, window=None if window is None else tuple(window),
+                softcap=softcap, seqlens_q=lens(seqlens_q), seqlens_k=lens(seqlens_k),
                 distribution="nan_padding" if nan_padding else "normal", layout=layout, backward=backward, fp8=fp8,
                 seed=seed)
 

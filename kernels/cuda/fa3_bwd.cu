@@ -1,4 +1,4 @@
-// FlashAttention-3 backward for Hopper (sm_90a), fp16 / bf16, head dims 64 and 128:
+// FlashAttention-3 backward for Hopper (sm_90a), fp16 / bf16, head dims 64, 96 and 128:
 //     int attn_fa3_bwd(const AttnBwdParams*, const AttnLaunch*, char* err, int errlen);
 //     int attn_fa3_bwd_deterministic(const AttnBwdParams*, const AttnLaunch*, char* err, int errlen);
 // Stages on the launch's stream: bwd_preprocess (D = rowsum(dO * O) - dlse, dq_accum := 0) and, with sinks,
@@ -8,7 +8,7 @@
 // deterministic entry point adds the dQ partials in a fixed order (a semaphore per query tile, in the launch's
 // workspace), so two runs on the same inputs give bit-identical dq, dk, dv; attn_fa3_bwd's dQ sum order follows the
 // atomics (dk, dv are deterministic in both). Scratch and semantics as attn_fa2_bwd's (attn_params.h, NOTES_BWD.md).
-// Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): head_dim 256, devices other than sm_90,
+// Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): other head dims (192, 256, dv != d), devices other than sm_90,
 // strides TMA cannot express, dk / dv not 4-byte aligned. The ablation builds (dQ by atomics, the GEMM / element-wise
 // overlap, other tiles and dQ splits) are the lab's (kernels/cuda/lab/fa3_bwd_lab.cu), not this library's.
 #include <cuda_runtime.h>
@@ -54,8 +54,8 @@ extern "C" int attn_fa3_bwd_deterministic(const AttnBwdParams* p, const AttnLaun
 }
 
 extern "C" int64_t attn_fa3_bwd_deterministic_workspace(const AttnBwdParams* p) {
-    if (p == nullptr || attn::check_bwd_params(p, "attn_fa3_bwd_deterministic", nullptr, 0, true) != ATTN_OK ||
-        (p->fwd.head_dim != 64 && p->fwd.head_dim != 128))
+    if (p == nullptr ||
+        attn::check_bwd_params(p, "attn_fa3_bwd_deterministic", nullptr, 0, true, fa3_bwd_head_dims) != ATTN_OK)
         return -1;
     return by_build<true>(*p, [&](auto c, auto) { return bwd_workspace_bytes<decltype(c)>(*p); });
 }

@@ -21,11 +21,12 @@ constexpr const char* kName = "attn_fa3_fwd";
 int run(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen) {
     int sms = 0;
     bool empty = false;
-    int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen);
+    int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen, fa3_fwd_head_dims);
     if (rc != ATTN_OK || empty) return rc;
-    return by_head_dim(*p, [&](auto dim, auto elem) {
-        constexpr int D = decltype(dim)::value;
-        return launch_scaled<D, decltype(elem), Fa3Default<D>>(*p, launch, sms, fwd_l2_budget(*p), kName, err, errlen);
+    return by_fa3_head_dims(*p, [&](auto dims, auto elem) {
+        constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
+        return launch_scaled<D, decltype(elem), Fa3Default<D, DV>, DV>(*p, launch, sms, fwd_l2_budget(*p), kName, err,
+                                                                      errlen);
     });
 }
 
@@ -36,9 +37,10 @@ extern "C" int attn_fa3_fwd(const AttnFwdParams* p, const AttnLaunch* launch, ch
 }
 
 extern "C" int64_t attn_fa3_fwd_workspace(const AttnFwdParams* p) {
-    if (attn::validate_fwd(p, kName, nullptr, 0) != ATTN_OK) return -1;
-    return by_head_dim(*p, [&](auto dim, auto elem) -> int64_t {
-        constexpr int D = decltype(dim)::value;
-        return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D>, ScoreScale::kFolded>>();
+    if (attn::validate_fwd(p, kName, nullptr, 0, /*paged_ok=*/false, /*sinks_ok=*/false, fa3_fwd_head_dims) != ATTN_OK)
+        return -1;
+    return by_fa3_head_dims(*p, [&](auto dims, auto elem) -> int64_t {
+        constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
+        return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D, DV>, ScoreScale::kFolded, DV>>();
     });
 }

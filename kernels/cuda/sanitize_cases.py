@@ -56,6 +56,14 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=128)),  # unmasked tiles, ring wrap-around
     ("attn_fa3_fwd", dict(B=1, Hq=140, Hkv=20, Lq=64, Lk=300, d=64)),  # > #SMs tiles: persistent loop, GQA
     ("attn_fa3_fwd", dict(B=1, Hq=3, Hkv=1, Lq=300, Lk=200, d=256)),  # cluster2: pairs, left-over tiles, an idle CTA
+    # ... d = 96 (a zero-filled half block), 192 (three blocks, 112-key tiles) and (192, 128) (K and V tiles of
+    # different sizes)
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=96, causal=True)),
+    ("attn_fa3_fwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=96, window=(20, 5), varlen=True, dtype="float16")),
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=192)),  # unmasked tiles, ring wrap-around
+    ("attn_fa3_fwd", dict(B=2, Hq=2, Hkv=1, Lq=129, Lk=200, d=192, causal=True, alignment="top_left", varlen=True)),
+    ("attn_fa3_fwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=192, dv=128, softcap=4.0)),
+    ("attn_fa3_fwd", dict(B=2, Hq=4, Hkv=2, Lq=70, Lk=131, d=192, dv=128, causal=True, varlen=True)),
     # FA3 FP8 forward (sm_90a only): TMA of codes, V transpose by the producer warps, FP8 wgmma
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor")),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=2, Lq=129, Lk=300, d=128, varlen=True, fp8="per_tile")),
@@ -67,12 +75,21 @@ CASES: list[tuple[str, dict]] = [
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True, fp8="per_tensor", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=256, varlen=True, fp8="per_head", vt=True)),
     ("attn_fa3_fp8_fwd", dict(B=1, Hq=140, Hkv=20, Lq=200, Lk=300, d=128, causal=True, fp8="per_head", vt=True)),
+    # ... d = 96 and 192 (the tiles of d = 128 and 256, padding columns zero-filled by TMA), V as rows and k-major
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=129, Lk=300, d=96, varlen=True, causal=True, fp8="per_tile")),
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=96, fp8="per_head", vt=True)),
+    ("attn_fa3_fp8_fwd", dict(B=2, Hq=2, Hkv=1, Lq=150, Lk=200, d=192, varlen=True, fp8="per_tile")),  # 64-key tiles
+    ("attn_fa3_fp8_fwd", dict(B=1, Hq=4, Hkv=2, Lq=300, Lk=520, d=192, causal=True, alignment="top_left",
+                              fp8="per_tensor", vt=True)),
     # FA3 backward (sm_90a only): Q / dO ring, dS^T in shared memory (double-buffered where dQ is split), zeroed
     # tails; d = 64 streams 128-row query tiles with dQ split by rows (a tile's second half past Lq: 70, 300)
     ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=1, Lq=70, Lk=131, d=64, causal=True)),
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=2, Lq=33, Lk=200, d=128, window=(20, 5), varlen=True)),
     ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=128, causal=True)),
     ("attn_fa3_bwd_deterministic", dict(B=2, Hq=2, Hkv=1, Lq=300, Lk=200, d=64, varlen=True)),
+    # d = 96: d = 128's tiles with zero-filled padding columns, consumer 1's dQ block half past the tensor
+    ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=1, Lq=70, Lk=131, d=96, causal=True, varlen=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=96, window=(20, 5))),
 ]
 
 
@@ -128,6 +145,7 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
 
     spec = dict(spec)
     B, Hq, Hkv, Lq, Lk, d = (spec.pop(n) for n in ("B", "Hq", "Hkv", "Lq", "Lk", "d"))
+    d_v = spec.pop("dv", d)  # the head dim of V and O
     dtype = getattr(torch, spec.pop("dtype", "bfloat16"))
     varlen = spec.pop("varlen", False)
     num_splits = spec.pop("num_splits", None)
@@ -137,8 +155,8 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
     k = torch.randn(B, Hkv, Lk, d, device=dev, generator=g).to(dtype)
-    v = torch.randn(B, Hkv, Lk, d, device=dev, generator=g).to(dtype)
-    o = torch.full_like(q, float("nan"))
+    v = torch.randn(B, Hkv, Lk, d_v, device=dev, generator=g).to(dtype)
+    o = torch.full((B, Hq, Lq, d_v), float("nan"), device=dev, dtype=dtype)
     lse = torch.full((B, Hq, Lq), float("nan"), device=dev)
     kw = dict(spec)
     if varlen:
@@ -154,9 +172,10 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
     if page_size is not None:
         return _run_paged(launcher, q, k, v, kw, page_size, lens_k if lens_k is not None else [Lk] * B, runner)
     if "_bwd" in launcher:  # attn_*_bwd and attn_fa3_bwd_deterministic
-        # forward through FA2 first (for O and LSE), then the backward under test
+        # forward through FA2 first (for O and LSE; through FA3 at the head dims FA2 has no build for), then the
+        # backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        cuda_lib.call("attn_fa2_fwd", p)
+        cuda_lib.call("attn_fa2_fwd" if d in (64, 128, 256) else "attn_fa3_fwd", p)
         dout = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         scratch = dict(
@@ -178,7 +197,8 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
         bad = int((~torch.isfinite(t.float())).sum())
         if bad:
             raise RuntimeError(f"{name}: {bad} non-finite value(s) of shape {list(t.shape)}")
-    return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} d{d} {kw.get('causal', '')} ok"
+    dims = f"d{d}" if d_v == d else f"d{d}/{d_v}"
+    return f"{launcher} B{B} H{Hq}/{Hkv} q{Lq} k{Lk} {dims} {kw.get('causal', '')} ok"
 
 
 def _run_fp8(launcher: str, q: Any, k: Any, v: Any, o: Any, lse: Any, kw: dict, granularity: str, runner: Runner,

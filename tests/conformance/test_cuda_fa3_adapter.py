@@ -1,5 +1,5 @@
 """CPU tests of the ``cuda-fa3`` adapter (conformance/adapters/cuda.py): registered, declines what it does
-not claim with a reason (the backward: head dims 64 and 128 only), and is unavailable without a Hopper GPU
+not claim with a reason (the backward: head dims 64, 96 and 128 only), and is unavailable without a Hopper GPU
 (never a FAIL of a correct kernel)."""
 
 from __future__ import annotations
@@ -30,17 +30,33 @@ def test_claims_the_kernels_features_and_declines_the_rest():
     for layout in ("contiguous", "bshd", "kv_broadcast"):
         assert a.supports(_case(layout=layout), "cuda") is None, layout
     assert a.supports(_case(window=(30, 5), causal=False, softcap=5.0), "cuda") is None
-    for kw, word in ((dict(d=96, dv=96), "head dim"), (dict(dtype="float32"), "dtype"),
+    for kw, word in ((dict(d=80, dv=80), "head dim"), (dict(d=128, dv=96), "dv != d"), (dict(dtype="float32"), "dtype"),
                      (dict(layout="paged128"), "paged")):
         reason = a.supports(_case(**kw), "cuda")
         assert reason and word in reason, f"{kw}: expected a refusal naming {word!r}, got {reason!r}"
 
 
-def test_claims_backward_for_head_dims_64_and_128_only():
+def test_claims_the_forward_builds_of_each_head_dim():
+    """The forward claims exactly the (d, dv) builds of attn_fa3_fwd (fwd_launch.cuh fa3_fwd_head_dims): d = dv in
+    {64, 96, 128, 192, 256} and (192, 128); the backward of 192 and (192, 128) stays declined."""
     from attention_conformance.adapters.cuda import CudaFA3
 
     a = CudaFA3()
-    for d in (64, 128):
+    for d, dv in ((64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128)):
+        assert a.supports(_case(d=d, dv=dv), "cuda") is None, (d, dv)
+    for d, dv in ((96, 128), (128, 192), (256, 128), (192, 96)):
+        reason = a.supports(_case(d=d, dv=dv), "cuda")
+        assert reason and "dv != d" in reason, (d, dv, reason)
+    for d, dv in ((192, 192), (192, 128)):
+        reason = a.supports(_case(d=d, dv=dv, backward=True), "cuda")
+        assert reason and "backward head dim" in reason, (d, dv, reason)
+
+
+def test_claims_backward_for_head_dims_64_96_and_128_only():
+    from attention_conformance.adapters.cuda import CudaFA3
+
+    a = CudaFA3()
+    for d in (64, 96, 128):
         assert a.supports(_case(d=d, dv=d, backward=True), "cuda") is None, d
         assert a.supports(_case(d=d, dv=d, backward=True, lse_grad=True), "cuda") is None, d
     reason = a.supports(_case(d=256, dv=256, backward=True), "cuda")

@@ -58,11 +58,18 @@ def test_claims_the_shared_plumbing(cls_name):
     assert a.supports(_case(alignment="top_left", seqlens_q=(50, 100), seqlens_k=(3, 300)), "cuda") is None
 
 
+@BOTH
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
+def test_claims_each_built_head_dim(d, cls_name):
+    assert _adapter(cls_name).supports(_case(d=d, dv=d), "cuda") is None, d
+
+
 @pytest.mark.parametrize("kw, word", [
     (dict(fp8=None, dtype="bfloat16"), "FP8-only"),
     (dict(d=32, dv=32), "head dim"),
-    (dict(d=96, dv=96), "head dim"),
+    (dict(d=80, dv=80), "head dim"),
     (dict(d=64, dv=128), "dv=128"),
+    (dict(d=192, dv=128), "dv=128"),
     (dict(fp8=FP8Spec(granularity="per_tile", tile_q=64)), "128"),
     (dict(fp8=FP8Spec(granularity="per_tile", tile_k=256)), "128"),
     (dict(mask="random"), "mask"),

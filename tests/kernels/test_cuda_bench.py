@@ -23,8 +23,8 @@ table pytest-benchmark prints puts ours, torch-flash, cuDNN and FA4 side by side
 - FA2 backward, same shape (o and LSE from our forward; torch's from its own forward);
 - split-KV decoding, Lq=1, Lk=128k, Hq=32, Hkv=8, d=128;
 - FA1 forward and backward at N=2048 (reported only, fp32 SIMT reference kernels);
-- FA3 forward (attn_fa3_fwd, sm_90a) at B=4, H=16, N=8192, d in {64, 128, 256}, causal and not; FA3 forward +
-  backward (attn_fa3_fwd + attn_fa3_bwd; the others through autograd) at d in {64, 128}; the FA3 FP8 forward
+- FA3 forward (attn_fa3_fwd, sm_90a) at B=4, H=16, N=8192, d in {64, 96, 128, 192, 256}, causal and not; FA3 forward +
+  backward (attn_fa3_fwd + attn_fa3_bwd; the others through autograd) at d in {64, 96, 128}; the FA3 FP8 forward
   (attn_fa3_fp8_fwd, e4m3, per-tensor descales; V as rows and V k-major) at d in {128, 256} beside our BF16 FA3.
 
 Benchmarks run one after another, so a ratio of two of them also carries whatever the card's clock did between
@@ -266,7 +266,7 @@ def _paired(benchmark, ours, theirs, work: float, rounds: int = 5) -> None:
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
 def test_fa3_fwd_8k(bench, d, causal, impl):
     if impl == "ours":
         _hopper()
@@ -279,7 +279,7 @@ def test_fa3_fwd_8k(bench, d, causal, impl):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128])
 def test_fa3_fwd_bwd_8k(bench, d, causal, impl):
     from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 

@@ -1,8 +1,8 @@
 """GPU tests of the FA3 backward (kernels/cuda/fa3_bwd.cu, sm_90a) against the FP64 oracle and the FA2 backward.
 
 Marked ``gpu``; skipped without a Hopper GPU or the kernel library. Each case
-(`kernels.check.cases.FA3_BWD_CASES`: fp16 / bf16, d = 64 / 128, tails, causal in both alignments,
-fully masked rows, windows, GQA, varlen with NaN padding, softcap, [B, L, H, D] views, Lk = 0) runs both
+(`kernels.check.cases.FA3_BWD_CASES`: fp16 / bf16, d = 64 / 128 and each again at d = 96, tails, causal in both
+alignments, fully masked rows, windows, GQA, varlen with NaN padding, softcap, [B, L, H, D] views, Lk = 0) runs both
 launchers (and, on five cases, the build with the other GEMM / element-wise overlap setting; the builds with the
 other dQ mode (split between the consumers / taken in turns), and at d = 64 with 64-row query tiles) and requires
 the conformance judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle (`oracles.attention_backward`) under
@@ -48,6 +48,18 @@ def test_fa3_bwd_matches_fp64_oracle(index, launcher):
     cases = _cases()
     assert len(cases) == 12, "keep the parametrisation in step with CASES"
     res = check_case(cases[index], launcher, seed=index)
+    assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(12), ids=[f"d96-{i}" for i in range(12)])
+def test_fa3_bwd_d96_matches_fp64_oracle(index, launcher):
+    """The build of d = 96 (bwd_defaults.cuh: d = 128's tiles, the padding columns zero-filled by TMA) on every case
+    of FA3_BWD_CASES, its head dim set to 96 (select with -k d96)."""
+    _lib()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    res = check_case(dict(_cases()[index], d=96), launcher, seed=400 + index)
     assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
 
 
@@ -104,11 +116,12 @@ def test_fa3_bwd_deterministic_is_bit_identical(index, variant):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 
 
-def test_fa3_bwd_rejects_head_dim_256():
+@pytest.mark.parametrize("d", [192, 256])
+def test_fa3_bwd_rejects_head_dims_it_has_no_build_for(d):
     cuda_lib = _lib()
     from attention_conformance.kernels import cuda_bwd_lib
 
-    q = torch.randn(1, 1, 64, 256, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, 1, 64, d, device="cuda", dtype=torch.bfloat16)
     lse = torch.zeros(1, 1, 64, device="cuda")
-    with pytest.raises(cuda_lib.KernelUnsupported, match="head_dim=256"):
+    with pytest.raises(cuda_lib.KernelUnsupported, match=f"head_dim={d}"):
         cuda_bwd_lib.backward("attn_fa3_bwd", q, q, q, q, lse, q)

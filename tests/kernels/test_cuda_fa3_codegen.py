@@ -6,8 +6,9 @@ C7520). That happened to the persistent builds, whose consumers read the next wo
 check; and to the ablation build without warp specialisation, whose loads were issued by thread 0 in a branch between
 the consumers' wgmmas. The index is now broadcast from lane 0 and every consumer thread runs that build's loader
 (thread 0 alone issues); this compiles a persistent and a one-CTA-per-tile build of each head dim's shipped schedule
-(hopper/fwd_defaults.cuh), the cluster builds, the build without warp specialisation (the lab's no_ws), and the FP8
-forward's shipped k-major d = 128 schedule with and without its persistent loop, and fails on C7520.
+(hopper/fwd_defaults.cuh), the shipped builds of d = 96, 192 and (192, 128), the cluster builds, the build without
+warp specialisation (the lab's no_ws), and the FP8 forward's shipped k-major d = 128 schedule with and without its
+persistent loop and its shipped builds of d = 96 and 192, and fails on C7520.
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ BF16 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, {s}{d}, ScoreScale::kFold
         for d in (64, 128, 256) for s in ("Persistent", "OneCta")]
 CLUSTER2 = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, Cluster{d}, ScoreScale::kFolded>>" for d in (128, 256)]
 NO_WS = ["fa3_fwd_kernel<Fa3Config<128, __nv_bfloat16, NoWs, ScoreScale::kFolded>>"]
+# the shipped builds of d = 96, 192 and (d, dv) = (192, 128), whose schedules no other build here has
+NEW_DIMS = [f"fa3_fwd_kernel<Fa3Config<{d}, __nv_bfloat16, Fa3Default<{d}, {dv}>, ScoreScale::kFolded, {dv}>>"
+            for d, dv in ((96, 96), (192, 192), (192, 128))]
 FP8_SCHEDULES = ("struct KMajor128Persistent : Fp8KMajorDefault<128> {\n"
                  "  static constexpr Grid grid = Grid::kPersistent; };\n")
 FP8 = [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<128, Fp8E4M3, {s}>>" for s in ("Fp8KMajorDefault<128>", "KMajor128Persistent")]
+# the shipped FP8 builds of d = 96 and 192, whose tiles are d = 128's and d = 256's with padding columns
+FP8 += [f"fa3_fp8_fwd_kernel<Fa3Fp8Config<{d}, Fp8E4M3, {s}<{d}>>>" for d in (96, 192)
+        for s in ("Fp8KMajorDefault", "Fp8RowsDefault")]
 
 
 @pytest.mark.parametrize("header, schedules, params, kernels", [
-    ("hopper/fwd_defaults.cuh\"\n#include \"hopper/mainloop.cuh", SCHEDULES, "Fa3Params", BF16 + CLUSTER2 + NO_WS),
+    ("hopper/fwd_defaults.cuh\"\n#include \"hopper/mainloop.cuh", SCHEDULES, "Fa3Params",
+     BF16 + CLUSTER2 + NO_WS + NEW_DIMS),
     ("hopper/fp8_defaults.cuh\"\n#include \"hopper/fp8_mainloop.cuh", FP8_SCHEDULES, "Fa3Fp8Params", FP8),
 ], ids=["bf16", "fp8"])
 def test_forward_builds_keep_their_wgmmas_asynchronous(tmp_path, header, schedules, params, kernels):

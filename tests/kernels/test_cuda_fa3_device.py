@@ -35,6 +35,23 @@ CASES = [
     dict(B=1, Hq=140, Hkv=140, Lq=300, Lk=300, d=128, dtype=BF, causal=True),  # more tiles than SMs
 ]
 
+# The builds of d = 96, 192 and (d, dv) = (192, 128) (hopper/fwd_defaults.cuh) through every feature cuda-fa3 claims at
+# them: ids fa3-d96-<i>, fa3-d192-<i>, fa3-d192x128-<i> (select with -k "d96 or d192").
+NEW_DIMS = {"d96": dict(d=96), "d192": dict(d=192), "d192x128": dict(d=192, dv=128)}
+NEW_DIM_SHAPES = [
+    dict(B=2, Hq=4, Hkv=2, Lq=200, Lk=333, dtype=BF),
+    dict(B=2, Hq=4, Hkv=4, Lq=257, Lk=129, dtype=HF, causal=True),
+    dict(B=1, Hq=2, Hkv=1, Lq=300, Lk=77, dtype=BF, causal=True, bottom_right=False),
+    dict(B=2, Hq=4, Hkv=1, Lq=190, Lk=500, dtype=BF, window=(50, 20)),
+    dict(B=3, Hq=4, Hkv=2, Lq=150, Lk=260, dtype=BF, varlen=True, causal=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, dtype=HF, softcap=5.0),
+    dict(B=2, Hq=4, Hkv=2, Lq=100, Lk=300, dtype=BF, layout="bshd"),
+    dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, dtype=HF),
+    dict(B=1, Hq=140, Hkv=140, Lq=300, Lk=300, dtype=BF, causal=True),  # more tiles than SMs
+]
+NEW_DIM_CASES = {f"fa3-{name}-{i}": dict(shape, **dims)
+                 for name, dims in NEW_DIMS.items() for i, shape in enumerate(NEW_DIM_SHAPES)}
+
 
 def _lib():
     from attention_conformance.kernels import cuda_lib
@@ -45,6 +62,15 @@ def _lib():
 
 @pytest.mark.parametrize("spec", CASES, ids=[f"fa3-{i}" for i in range(len(CASES))])
 def test_fa3_matches_float64_reference(spec):
+    _lib()
+    from attention_conformance.kernels.check.forward import check_forward as check_case
+
+    res = check_case("attn_fa3_fwd", seed=zlib.crc32(repr(sorted(spec.items())).encode()) % 1000, **spec)
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
+@pytest.mark.parametrize("spec", NEW_DIM_CASES.values(), ids=NEW_DIM_CASES.keys())
+def test_fa3_new_head_dims_match_float64_reference(spec):
     _lib()
     from attention_conformance.kernels.check.forward import check_forward as check_case
 

@@ -128,6 +128,10 @@ def fp8_key_tile_params(d: int, granularity: str, v_layout: str):
     (128, "per_tile", "kmajor", 128),
     (256, "per_tensor", "kmajor", 128),
     (256, "per_tile", "kmajor", 128),
+    (96, "per_tile", "rows", 128),  # d = 128's tiles
+    (96, "per_head", "kmajor", 128),
+    (192, "per_tile", "rows", 64),  # d = 256's tiles
+    (192, "per_tensor", "kmajor", 128),
 ])
 def test_fp8_key_tile_names_the_build(d, granularity, v_layout, want):
     """attn_fa3_fp8_key_tile (no device needed) reports the key tile of the shipped build fa3_fp8_fwd.cu picks (the

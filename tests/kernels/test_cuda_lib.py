@@ -196,6 +196,37 @@ def test_fa3_forward_workspace_is_the_persistent_builds_counter(d, want):
     assert cuda_lib.workspace_bytes("attn_fa3_fwd", _fwd(d)) == want
 
 
+@pytest.mark.parametrize("d, dv, built", [(64, 64, True), (96, 96, True), (192, 192, True), (192, 128, True),
+                                          (256, 256, True), (80, 80, False), (128, 96, False), (96, 128, False)])
+def test_fa3_forward_validates_the_head_dims_it_has_builds_for(d, dv, built):
+    """attn_fa3_fwd_workspace validates as the launcher does, without a device: -1 for a (d, dv) with no build
+    (fwd_launch.cuh fa3_fwd_head_dims), and the launcher's message names both head dims."""
+    lib = _lib_or_skip()
+    q = torch.zeros(1, 2, 16, d, dtype=torch.bfloat16)
+    v = torch.zeros(1, 2, 16, dv, dtype=torch.bfloat16)
+    p = cuda_lib.fwd_params(q, q.clone(), v, v.clone(), torch.zeros(1, 2, 16))
+    assert (p.head_dim, p.head_dim_v) == (d, dv)
+    assert (lib.attn_fa3_fwd_workspace(ctypes.byref(p)) >= 0) == built
+    if not built:
+        with pytest.raises(cuda_lib.KernelUnsupported, match=f"head_dim={d}, head_dim_v={dv}"):
+            cuda_lib.call("attn_fa3_fwd", p, stream=0)
+
+
+@pytest.mark.parametrize("d, built", [(64, True), (96, True), (128, True), (192, False), (256, False)])
+def test_fa3_backward_validates_the_head_dims_it_has_builds_for(d, built):
+    """attn_fa3_bwd_deterministic_workspace validates as the launchers do (bwd_launch.cuh fa3_bwd_head_dims), without
+    a device: -1 for a head dim with no backward build."""
+    lib = _lib_or_skip()
+    fwd = _fwd(d, Lq=64, Lk=64)
+    t = fwd._tensors
+    g = torch.zeros(2, 4, 64, d, dtype=torch.bfloat16)
+    gk = torch.zeros(2, 2, 64, d, dtype=torch.bfloat16)
+    p = cuda_lib.bwd_params(t["q"], t["k"], t["v"], t["o"], t["lse"], g, g.clone(), gk, gk.clone(),
+                            dq_accum=torch.zeros(2, 4, 64, d), d_rowsum=torch.zeros(2, 4, 64),
+                            dk_accum=torch.zeros(2, 4, 64, d), dv_accum=torch.zeros(2, 4, 64, d))
+    assert (lib.attn_fa3_bwd_deterministic_workspace(ctypes.byref(p)) >= 0) == built
+
+
 @pytest.mark.parametrize("d, block_m", [(64, 128), (128, 64)])
 def test_deterministic_backward_workspace_holds_a_semaphore_per_query_tile(d, block_m):
     _lib_or_skip()

@@ -114,7 +114,8 @@ def _reaches(strategy, d: int) -> None:
 def test_cuda_fa3_backward_never_draws_head_dim_256():
     caps = _cuda_declarations()["cuda-fa3"]
     drawn = _draws(property_strategy("backward", types.SimpleNamespace(capabilities=caps), "cuda", strict=True))
-    assert {c.d for c in drawn} == {64, 128}
+    dims = {c.d for c in drawn}
+    assert dims <= {64, 96, 128} and len(dims) >= 2, dims  # the backward's builds (adapters/cuda.py FA3_BWD_HEAD_DIMS)
 
 
 def _loaded(toy) -> LoadedAdapter:

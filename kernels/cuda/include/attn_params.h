@@ -234,20 +234,20 @@ int64_t attn_fa1_fwd_workspace(const AttnFwdParams* p);      // O / m / l partia
 int64_t attn_splitkv_fwd_workspace(const AttnFwdParams* p);  // the partials, where o_partial / lse_partial are NULL
 
 // FlashAttention-3 forward for sm_90a (kernels/cuda/fa3_fwd.cu; ATTN_ERR_UNSUPPORTED on other devices and for strides
-// TMA cannot express, naming the argument): one build per head dim and dtype, the fastest measured
-// (include/hopper/fwd_defaults.cuh says which and why); its workspace holds the work-tile counter of the persistent
-// builds.
+// TMA cannot express, naming the argument): one build per (head_dim, head_dim_v) and dtype, head_dim = head_dim_v in
+// {64, 96, 128, 192, 256} and (192, 128) (include/hopper/fwd_defaults.cuh says which and why); its workspace holds the
+// work-tile counter of the persistent builds.
 int attn_fa3_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);
 int64_t attn_fa3_fwd_workspace(const AttnFwdParams* p);
-// FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim 64 and 128 (others:
-// ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
+// FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim = head_dim_v in {64, 96, 128}
+// (others: ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
 // partials with atomics in any order; attn_fa3_bwd_deterministic adds them in a fixed order (bit-identical
 // results run to run), with a semaphore per query tile in its workspace.
 int attn_fa3_bwd(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);
 int attn_fa3_bwd_deterministic(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);
 int64_t attn_fa3_bwd_deterministic_workspace(const AttnBwdParams* p);
 
-// FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 128 and 256, bf16
+// FA3 FP8 forward for sm_90a (kernels/cuda/fa3_fp8_fwd.cu): e4m3 / e5m2 codes, head dims 64, 96, 128, 192, 256, bf16
 // output; ATTN_ERR_UNSUPPORTED on other devices and for anything else, naming it. attn_fp8_params_layout writes up to n
 // values: [ATTN_FP8_PARAMS_VERSION, sizeof(AttnFp8FwdParams)] and the byte offset of every field in declaration
 // order (the layout of `fwd` itself is attn_params_layout's), then sizeof(AttnFp8PackVtParams) and the offset of

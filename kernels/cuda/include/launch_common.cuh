@@ -40,13 +40,21 @@ inline int fail(char* err, int errlen, int code, const char* fmt, ...) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The head dims a launcher compiles: nullptr where it has a build for (d, dv), else the builds it has in words (for
+// validate_fwd's ATTN_ERR_UNSUPPORTED message).
+using HeadDimRule = const char* (*)(int d, int dv);
+inline const char* head_dims_64_128_256(int d, int dv) {
+    return d == dv && (d == 64 || d == 128 || d == 256) ? nullptr : "d = dv in {64, 128, 256}";
+}
+
 // Checks shared by the forward launchers. `name` prefixes the message. Returns ATTN_OK or a code.
 // paged_ok: the launcher reads K/V through a block table (attn_params.h v3); the others answer
 // ATTN_ERR_UNSUPPORTED naming block_table, so a paged cache is never misread as a dense one.
 // sinks_ok: the launcher folds attention sinks into its softmax (attn_params.h v4, SEMANTICS.md §18); the
 // others answer ATTN_ERR_UNSUPPORTED naming sinks, so a sink is never silently dropped.
+// head_dims: the (d, dv) the launcher compiles.
 inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int errlen, bool paged_ok = false,
-                        bool sinks_ok = false) {
+                        bool sinks_ok = false, HeadDimRule head_dims = head_dims_64_128_256) {
     if (p == nullptr) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", name);
     if (p->sinks != nullptr && !sinks_ok)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -68,12 +76,9 @@ inline int validate_fwd(const AttnFwdParams* p, const char* name, char* err, int
     }
     if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: only fp16 (0) and bf16 (1)", name, p->dtype);
-    if (p->head_dim != p->head_dim_v)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d != head_dim_v=%d: only equal head dims", name,
-                    p->head_dim, p->head_dim_v);
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: only 64, 128 and 256 are compiled", name,
-                    p->head_dim);
+    if (const char* built = head_dims(p->head_dim, p->head_dim_v))
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d: compiled for %s only", name,
+                    p->head_dim, p->head_dim_v, built);
     if (p->batch < 0 || p->heads_q <= 0 || p->heads_kv <= 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: batch=%d heads_q=%d heads_kv=%d seqlen_q=%d seqlen_k=%d", name,
                     p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k);
@@ -121,8 +126,9 @@ inline int cuda_status(cudaError_t e, const char* where, char* err, int errlen) 
 // Checks common to the forward and backward of FA1 and the FA2 backward.
 // sinks_ok: the caller handles attention sinks (attn_params.h v4); otherwise sinks != NULL is
 // ATTN_ERR_UNSUPPORTED naming sinks.
+// head_dims: the (d, dv) the launcher compiles.
 inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, int errlen,
-                                   bool sinks_ok = false) {
+                                   bool sinks_ok = false, HeadDimRule head_dims = head_dims_64_128_256) {
     if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
     if (p->sinks && !sinks_ok)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
@@ -135,12 +141,9 @@ inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, 
                     (const void*)p->block_table);
     if (p->dtype != ATTN_FP16 && p->dtype != ATTN_BF16)
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d unsupported (0=fp16, 1=bf16)", who, p->dtype);
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                    "%s: head_dim=%d unsupported: kernels are instantiated for 64, 128, 256 only", who, p->head_dim);
-    if (p->head_dim_v != p->head_dim)
-        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim_v=%d != head_dim=%d unsupported", who,
-                    p->head_dim_v, p->head_dim);
+    if (const char* built = head_dims(p->head_dim, p->head_dim_v))
+        return fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d unsupported: kernels are "
+                    "instantiated for %s only", who, p->head_dim, p->head_dim_v, built);
     if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return fail(err, errlen, ATTN_ERR_INVALID, "%s: negative size batch=%d seqlen_q=%d seqlen_k=%d", who, p->batch,
                     p->seqlen_q, p->seqlen_k);
@@ -169,9 +172,9 @@ inline int check_fwd_params(const AttnFwdParams* p, const char* who, char* err, 
 // sinks_ok: the caller reads fwd.sinks, dlse and dsinks (attn_params.h v4); otherwise any of them
 // non-NULL is ATTN_ERR_UNSUPPORTED naming it.
 inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, int errlen,
-                                   bool sinks_ok = false) {
+                                   bool sinks_ok = false, HeadDimRule head_dims = head_dims_64_128_256) {
     if (!p) return fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", who);
-    int rc = check_fwd_params(&p->fwd, who, err, errlen, sinks_ok);
+    int rc = check_fwd_params(&p->fwd, who, err, errlen, sinks_ok, head_dims);
     if (rc != ATTN_OK) return rc;
     if (!sinks_ok && (p->dlse || p->dsinks))
         return fail(err, errlen, ATTN_ERR_UNSUPPORTED,

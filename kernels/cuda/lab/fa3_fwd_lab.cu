@@ -131,18 +131,23 @@ int with_schedule(int variant, F&& f, const char** unsupported) {
 int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch* launch, char* err, int errlen) {
     int sms = 0;
     bool empty = false;
-    int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen);
+    int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen, fa3_fwd_head_dims);
     if (rc != ATTN_OK) return rc;
     if (variant < 0 || variant > ATTN_LAB_FA3_EAGER_RESCALE)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: variant=%d: 0 (the shipped build) to %d", kName, variant,
                           ATTN_LAB_FA3_EAGER_RESCALE);
     if (empty) return ATTN_OK;
     const long long budget = l2_budget_mb > 0 ? static_cast<long long>(l2_budget_mb) << 20 : fwd_l2_budget(*p);
-    if (variant == ATTN_LAB_FA3_DEFAULT)
-        return by_head_dim(*p, [&](auto dim, auto elem) {
-            constexpr int D = decltype(dim)::value;
-            return launch_scaled<D, decltype(elem), Fa3Default<D>>(*p, launch, sms, budget, kName, err, errlen);
+    if (variant == ATTN_LAB_FA3_DEFAULT)  // the shipped builds, every head dim of attn_fa3_fwd
+        return by_fa3_head_dims(*p, [&](auto dims, auto elem) {
+            constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
+            return launch_scaled<D, decltype(elem), Fa3Default<D, DV>, DV>(*p, launch, sms, budget, kName, err,
+                                                                          errlen);
         });
+    if (const char* built = attn::head_dims_64_128_256(p->head_dim, p->head_dim_v))  // the ablation builds' dims
+        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                          "%s: head_dim=%d, head_dim_v=%d: variant=%d is built for %s", kName, p->head_dim,
+                          p->head_dim_v, variant, built);
     if (score_scale_of(*p) != ScoreScale::kFolded)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                           "%s: variant=%d with softcap=%g scale=%g: the variant builds need no softcap and scale > 0",
@@ -184,12 +189,14 @@ extern "C" int attn_lab_fa3_fwd(const AttnFwdParams* p, int32_t variant, int32_t
 }
 
 extern "C" int64_t attn_lab_fa3_fwd_workspace(const AttnFwdParams* p, int32_t variant) {
-    if (attn::validate_fwd(p, kName, nullptr, 0) != ATTN_OK) return -1;
+    if (attn::validate_fwd(p, kName, nullptr, 0, /*paged_ok=*/false, /*sinks_ok=*/false, fa3_fwd_head_dims) != ATTN_OK)
+        return -1;
     if (variant == ATTN_LAB_FA3_DEFAULT)
-        return by_head_dim(*p, [&](auto dim, auto elem) -> int64_t {
-            constexpr int D = decltype(dim)::value;
-            return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D>, ScoreScale::kFolded>>();
+        return by_fa3_head_dims(*p, [&](auto dims, auto elem) -> int64_t {
+            constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
+            return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D, DV>, ScoreScale::kFolded, DV>>();
         });
+    if (attn::head_dims_64_128_256(p->head_dim, p->head_dim_v)) return -1;
     const char* why = nullptr;
     int64_t bytes = 0;
     by_head_dim(*p, [&](auto dim, auto elem) {

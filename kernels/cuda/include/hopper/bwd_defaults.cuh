@@ -25,4 +25,10 @@ struct Fa3BwdDefault<128> : Fa3BwdSchedule {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
 };
 
+// d = 96 (not yet timed against alternatives): d = 128's. Its tiles and dK / dV accumulators are d = 128's (two
+// 64-column blocks, the last 32 columns zero-filled by TMA: bwd_mainloop.cuh Fa3BwdConfig), so its registers and
+// shared memory are too; consumer 1's dQ column block is half padding, whose box the dQ writer skips.
+template <>
+struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
+
 }  // namespace attn::hopper

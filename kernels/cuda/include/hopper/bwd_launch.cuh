@@ -142,15 +142,18 @@ int run_bwd(const AttnBwdParams& p, const AttnLaunch* launch, const char* name, 
     return rc != ATTN_OK ? rc : attn::cuda_status(f, name, err, errlen);
 }
 
+// The (d, dv) builds of attn_fa3_bwd / attn_fa3_bwd_deterministic (bwd_defaults.cuh Fa3BwdDefault): d = dv in {64, 96,
+// 128}. The rule check_bwd_params applies (launch_common.cuh HeadDimRule); bwd_by_head_dim dispatches the same set.
+inline const char* fa3_bwd_head_dims(int d, int dv) {
+    return d == dv && (d == 64 || d == 96 || d == 128) ? nullptr : "d = dv in {64, 96, 128}";
+}
+
 // The checks every backward launcher makes before it dispatches; ATTN_OK with *empty set when there is nothing to do.
 inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, char* err, int errlen) {
     if (err && errlen > 0) err[0] = '\0';
-    int rc = attn::check_bwd_params(p, name, err, errlen, /*sinks_ok=*/true);
+    int rc = attn::check_bwd_params(p, name, err, errlen, /*sinks_ok=*/true, fa3_bwd_head_dims);
     if (rc != ATTN_OK) return rc;
     const AttnFwdParams& f = p->fwd;
-    if (f.head_dim != 64 && f.head_dim != 128)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d: only 64 and 128 are compiled", name,
-                          f.head_dim);
     *empty = f.batch == 0;
     if (*empty) return ATTN_OK;
     rc = attn::require_sm90(name, err, errlen);
@@ -166,12 +169,14 @@ inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, 
     return ATTN_OK;
 }
 
-// f(dim, elem) with the head dim of p (64, else 128) as std::integral_constant and its element type as a value.
+// f(dim, elem) with the head dim of p (64, 96, else 128) as std::integral_constant and its element type as a value.
 template <class F>
 auto bwd_by_head_dim(const AttnBwdParams& p, F&& f) {
     const bool bf = p.fwd.dtype == ATTN_BF16;
     if (p.fwd.head_dim == 64)
         return bf ? f(std::integral_constant<int, 64>{}, __nv_bfloat16{}) : f(std::integral_constant<int, 64>{}, __half{});
+    if (p.fwd.head_dim == 96)
+        return bf ? f(std::integral_constant<int, 96>{}, __nv_bfloat16{}) : f(std::integral_constant<int, 96>{}, __half{});
     return bf ? f(std::integral_constant<int, 128>{}, __nv_bfloat16{}) : f(std::integral_constant<int, 128>{}, __half{});
 }
 

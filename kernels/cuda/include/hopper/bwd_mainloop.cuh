@@ -85,10 +85,16 @@ struct Deterministic : S {
     static constexpr bool deterministic = true;
 };
 
-template <int D, typename Elem_, class Schedule>
+// DH: the tensors' head dim (d = dv). Shared memory and the dK / dV accumulators hold D = DH in whole 64-column blocks
+// (96 -> 128): TMA fills the columns past DH with zeros (the maps' extent is DH), so dK, dV and dQ get zero columns
+// there, which are never stored (the dQ writer skips the 32-column boxes past DH); S^T and dP^T run DH / 16 k-steps.
+template <int DH, typename Elem_, class Schedule>
 struct Fa3BwdConfig {
+    static constexpr int D = 64 * ((DH + 63) / 64);
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
+    static constexpr int kTensorHeadDim = DH;  // the row length of q, k, v, dq_accum, dk_accum, ... in memory
+    static_assert(DH % 16 == 0, "head dims: multiples of 16");
     static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
     static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
@@ -254,8 +260,10 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             const int row0 = m0 + (C::kDqBlocksByRows ? 64 * w : 0), col0 = C::kDqBlocksByCols ? 64 * w : 0;
             if (row0 < f.seqlen_q) {
 #pragma unroll
-                for (int cb = 0; cb < 2; ++cb)
-                    tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
+                for (int cb = 0; cb < 2; ++cb) {
+                    if (col0 + 32 * cb < C::kTensorHeadDim)  // a box past DH holds padding columns only
+                        tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
+                }
             }
             if (!C::kDqAlt || w == 1) {
                 bulk_commit();
@@ -337,7 +345,8 @@ __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTile
 template <class C>
 struct BwdConsumer {
     using Elem = typename C::Elem;
-    static constexpr int D = C::kHeadDim, BM = C::kBlockM, BN = C::kBlockN;
+    // D: the head dim in shared memory and registers; DT: the tensors' (config: kTensorHeadDim).
+    static constexpr int D = C::kHeadDim, DT = C::kTensorHeadDim, BM = C::kBlockM, BN = C::kBlockN;
     const Fa3BwdParams& P;
     BwdSmem<C> sm;
     const BwdTiles& T;
@@ -453,7 +462,7 @@ struct BwdConsumer {
         const uint32_t k_dq_off =
             C::kSplitDqCols ? cw * (BN * 128) : (C::kSplitDqRows || C::kDqAlt) ? 0 : cw * 64 * 128;
         const uint64_t k_dq = sw128_desc(k_addr + k_dq_off, BN * 128, 1024);
-        float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * D;
+        float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * DT;
         const int num_m = (f.seqlen_q + BM - 1) / BM;
         int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
 
@@ -488,14 +497,14 @@ struct BwdConsumer {
             float s[BM / 2], dp[BM / 2];
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ++ks) {
+            for (int ks = 0; ks < DT / 16; ++ks) {
                 const int cb = ks / 4, kk = ks % 4;
                 const uint32_t a_off = cb * (BN * 128) + kk * 32, b_off = cb * (BM * 128) + kk * 32;
                 wgmma_ss<0>(Wgmma<Elem, BM>{}, s, desc_advance(k_kw, a_off), desc_advance(q_k, b_off), ks > 0 ? 1 : 0);
             }
             if constexpr (C::kOverlap) wgmma_commit();
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ++ks) {
+            for (int ks = 0; ks < DT / 16; ++ks) {
                 const int cb = ks / 4, kk = ks % 4;
                 const uint32_t a_off = cb * (BN * 128) + kk * 32, b_off = cb * (BM * 128) + kk * 32;
                 wgmma_ss<0>(Wgmma<Elem, BM>{}, dp, desc_advance(v_kw, a_off), desc_advance(do_k, b_off),
@@ -709,11 +718,15 @@ struct BwdConsumer {
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = row0 + 16 * warp + lane / 4 + 8 * hh;
                 if (i < mask.sq) {
-                    float* row = dqa_head + static_cast<size_t>(i) * D + col0 + 2 * (lane % 4);
+                    float* row = dqa_head + static_cast<size_t>(i) * DT + col0 + 2 * (lane % 4);
 #pragma unroll
-                    for (int j = 0; j < C::kDqCols / 8; ++j)
+                    for (int j = 0; j < C::kDqCols / 8; ++j) {
+                        if constexpr (DT != D) {  // padding columns of a padded head dim: not in dq_accum
+                            if (col0 + 8 * j >= DT) continue;
+                        }
                         atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
                                   make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]));
+                    }
                 }
             }
             if constexpr (C::kDeterministic) {
@@ -738,12 +751,12 @@ struct BwdConsumer {
             const int j = T.n0 + cw * 64 + 16 * warp + lane / 4 + 8 * hh;
             if (j >= f.seqlen_k) continue;
 #pragma unroll
-            for (int jj = 0; jj < D / 8; ++jj) {
+            for (int jj = 0; jj < DT / 8; ++jj) {  // the real columns: the padding of a padded D is never stored
                 const int c = 8 * jj + 2 * (lane % 4);
                 const float k0 = dk[4 * jj + 2 * hh] * f.scale, k1 = dk[4 * jj + 2 * hh + 1] * f.scale;
                 const float v0 = dv[4 * jj + 2 * hh], v1 = dv[4 * jj + 2 * hh + 1];
                 if (gqa) {
-                    const size_t off = ((static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_k + j) * D + c;
+                    const size_t off = ((static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_k + j) * DT + c;
                     *reinterpret_cast<float2*>(pb.dk_accum + off) = make_float2(k0, k1);
                     *reinterpret_cast<float2*>(pb.dv_accum + off) = make_float2(v0, v1);
                 } else {

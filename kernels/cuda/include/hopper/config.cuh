@@ -42,11 +42,17 @@ struct Fa3Schedule {
     using Stages = RunEveryStage;
 };
 
-template <int D, typename Elem_, class Schedule, ScoreScale kScale>
+// D: the head dim of Q and K; DV: of V and O (dv != d: Q K^T and P V of different widths). Shared memory holds each in
+// whole 64-column (128-byte) blocks: a head dim that is not a multiple of 64 (96) takes the next whole block, whose
+// columns past the tensor TMA fills with zeros (tma_host.cuh: the map's extent is the real head dim), so S = Q K^T
+// runs over the D / 16 real k-steps only and O += P V over whole blocks, whose padding columns of O stay 0 and are
+// never stored (epilogue.cuh).
+template <int D, typename Elem_, class Schedule, ScoreScale kScale, int DV = D>
 struct Fa3Config {
     using Elem = Elem_;
     using Stages = typename Schedule::Stages;
     static constexpr int kHeadDim = D;
+    static constexpr int kHeadDimV = DV;
     static constexpr int kConsumerWGs = Schedule::consumer_warpgroups;
     static constexpr bool kWS = Schedule::loads == Loads::kProducerWarpgroup;
     static constexpr bool kOverlap = Schedule::intra_wg_overlap, kPingpong = Schedule::pingpong;
@@ -70,10 +76,12 @@ struct Fa3Config {
     // causal mask, window or varlen: the launcher decides); each CTA loads half the column blocks of every K / V tile
     // and multicasts them to both (scheduler.cuh cluster_tile), so each K / V byte leaves L2 once per two query tiles.
     static constexpr int kClusterM = Schedule::grid == Grid::kCluster2 ? 2 : 1;
-    static_assert(kClusterM == 1 || (kClusterM == 2 && kWS && D >= 128),
-                  "clusters of two: a producer warpgroup, two or more 64-column blocks");
+    static_assert(kClusterM == 1 || (kClusterM == 2 && kWS && D >= 128 && D % 128 == 0 && DV == D),
+                  "clusters of two: a producer warpgroup, an even number of 64-column blocks, dv = d");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
-    static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
+    static_assert(D % 16 == 0 && DV % 16 == 0 && D <= 256 && DV <= 256, "head dims: multiples of 16 up to 256");
+    // O is written through the Q tile's rows in shared memory (epilogue.cuh): its blocks must fit Q's.
+    static_assert(DV <= 64 * ((D + 63) / 64), "dv: at most d's whole 64-column blocks");
     static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");
     static_assert(!kPingpong || kConsumerWGs >= 2, "pingpong needs two or more consumer warpgroups");
     static_assert(!kPersistent || kWS, "the persistent loop runs with a producer warpgroup");
@@ -82,10 +90,14 @@ struct Fa3Config {
     static constexpr int kBlockM = 64 * kConsumerWGs;  // query rows per CTA (64 per consumer warpgroup)
     static constexpr int kBlockN = Schedule::block_n;  // keys per K/V tile
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key tile: a multiple of 16 up to 256");
-    static constexpr int kStages = Schedule::kv_stages > 0
-                                       ? Schedule::kv_stages
-                                       : (kBlockM * D * 2 + 3 * 2 * kBlockN * D * 2 + 2048 <= 232448 ? 3 : 2);
-    static constexpr int kColBlocks = D / 64;            // 64-column (128-byte) blocks per row
+    static constexpr int kColBlocks = (D + 63) / 64;    // 64-column (128-byte) blocks per row of Q and K
+    static constexpr int kColBlocksV = (DV + 63) / 64;  // ... of V and O
+    static constexpr int kHeadDimVPad = 64 * kColBlocksV;  // O's columns in registers (the N of O += P V)
+    static constexpr uint32_t kQBytes = kBlockM * kColBlocks * 128;
+    static constexpr uint32_t kKBytes = kBlockN * kColBlocks * 128;
+    static constexpr uint32_t kVBytes = kBlockN * kColBlocksV * 128;
+    static constexpr int kStages =
+        Schedule::kv_stages > 0 ? Schedule::kv_stages : (kQBytes + 3 * (kKBytes + kVBytes) + 2048 <= 232448 ? 3 : 2);
     static constexpr int kThreads = 128 * (kConsumerWGs + (kWS ? 1 : 0));
     static constexpr int kConsumerThreads = 128 * kConsumerWGs;
     // setmaxnreg targets: what the producer gives back the consumers take (entry: 65536 / kThreads,
@@ -93,15 +105,13 @@ struct Fa3Config {
     static constexpr int kProducerRegs = kConsumerWGs == 3 ? 32 : 24;
     static constexpr int kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
 
-    static constexpr uint32_t kQBytes = kBlockM * D * 2;
-    static constexpr uint32_t kKVBytes = kBlockN * D * 2;
     // Persistent builds double-buffer Q where shared memory allows, so the producer loads the next
     // tile's Q (and then its K/V) while the consumers still compute and store the current one.
     static constexpr int kQStages =
-        (kPersistent && 2 * kQBytes + 2 * kStages * kKVBytes + 2048 <= 232448) ? 2 : 1;
+        (kPersistent && 2 * kQBytes + kStages * (kKBytes + kVBytes) + 2048 <= 232448) ? 2 : 1;
     static constexpr uint32_t kOffK = kQStages * kQBytes;
-    static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
-    static constexpr uint32_t kOffBar = kOffV + kStages * kKVBytes;
+    static constexpr uint32_t kOffV = kOffK + kStages * kKBytes;
+    static constexpr uint32_t kOffBar = kOffV + kStages * kVBytes;
     // barriers: full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
     static constexpr int kNumBars = 4 + 4 * kStages + 4;
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;

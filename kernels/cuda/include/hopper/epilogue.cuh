@@ -12,10 +12,10 @@ namespace attn::hopper {
 
 template <class C>
 __device__ __forceinline__ void store_tile(const AttnFwdParams& p, const WorkTile& w, int lq, int cw,
-                                           float (&o)[C::kHeadDim / 2], const float (&inv_l)[2],
+                                           float (&o)[C::kHeadDimVPad / 2], const float (&inv_l)[2],
                                            const float (&lse)[2], unsigned char* sQ) {
     using Elem = typename C::Elem;
-    constexpr int D = C::kHeadDim;
+    constexpr int D = C::kHeadDimV;  // O's real columns: the padding of o (config.cuh kHeadDimVPad) stays unstored
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int row0 = w.m_block * C::kBlockM + cw * 64;  // query row of this warpgroup's local row 0
     if (lane % 4 == 0 && p.lse != nullptr) {
@@ -61,7 +61,7 @@ __device__ __forceinline__ void store_tile(const AttnFwdParams& p, const WorkTil
 template <class C>
 __device__ __forceinline__ void store_empty_tile(const AttnFwdParams& p, const WorkTile& w, int lq, int cw) {
     using Elem = typename C::Elem;
-    constexpr int D = C::kHeadDim;
+    constexpr int D = C::kHeadDimV;
     const int tid = threadIdx.x % 128;
     const int row0 = w.m_block * C::kBlockM + cw * 64;
     Elem* out = static_cast<Elem*>(p.o) + w.b * p.o_batch_stride + int64_t(w.h) * p.o_head_stride;

@@ -58,19 +58,29 @@ struct Fp8Schedule {
     using Stages = RunEveryStage;
 };
 
-template <int D, typename Format_, class Schedule>
+// The head dim DH of Q, K, V (dv = d) is held in shared memory as D bytes, the next of 64, 128, 256 (96 -> 128,
+// 192 -> 256): TMA fills the columns past the tensor's DH with zero codes (the maps' extent is the real head dim), so
+// the tiles, swizzles and transposes are those of D. S = Q K^T runs DH / 32 k-steps, O += P V is N = DH rounded up to
+// whole 64-column blocks (96 -> 128; 192 stays), and the epilogue stores DH columns.
+constexpr int fp8_smem_dim(int dh) { return dh <= 64 ? 64 : dh <= 128 ? 128 : 256; }
+
+template <int DH, typename Format_, class Schedule>
 struct Fa3Fp8Config {
+    static constexpr int D = fp8_smem_dim(DH);
     using Format = Format_;        // Fp8E4M3 or Fp8E5M2 (wgmma_fp8.cuh): Q, K, V codes and the rounded P
     using Elem = __nv_bfloat16;    // the output (epilogue.cuh)
     using Stages = typename Schedule::Stages;
     static constexpr int kHeadDim = D;
+    // O's head dim, stored and in registers (epilogue.cuh, shared with the FP16 / BF16 forward): dv = d here.
+    static constexpr int kHeadDimV = DH, kHeadDimVPad = 64 * ((DH + 63) / 64);
+    static constexpr int kKSteps = DH / 32;  // k32 steps of S = Q K^T
     static constexpr bool kQRegs = Schedule::q_operand == QOperand::kRegisters;
     static constexpr bool kWideTranspose = D == 128 && !Schedule::narrow_transpose;
     static constexpr bool kFoldScale = Schedule::fold_scale;
     static constexpr bool kVtGlobal = Schedule::v_source == VSource::kKMajor;
     static_assert(!Schedule::narrow_transpose || D == 128, "the narrow transpose is a d = 128 build");
     static_assert(!kQRegs || D == 128, "Q in registers: built for head dim 128");
-    static_assert(D == 64 || D == 128 || D == 256, "FP8 head dims 64, 128, 256");
+    static_assert(DH % 32 == 0 && DH <= 256, "FP8 head dims: multiples of 32 up to 256");
     static constexpr int kConsumerWGs = Schedule::consumer_warpgroups;
     static_assert(kConsumerWGs == 2 || (kConsumerWGs == 3 && kVtGlobal && !kQRegs),
                   "three consumer warpgroups: k-major V builds with Q read from shared memory (160 registers)");
@@ -104,7 +114,8 @@ struct Fa3Fp8Config {
 
     static constexpr uint32_t kQBytes = kBlockM * D;
     static constexpr uint32_t kKVBytes = kBlockN * D;  // K, raw V and transposed V tiles alike
-    static constexpr uint32_t kOBytes = kBlockM * D * 2;
+    static constexpr uint32_t kKBytes = kKVBytes;       // the K ring's stage (loops.cuh SmemRegions)
+    static constexpr uint32_t kOBytes = kBlockM * kHeadDimVPad * 2;
     static constexpr int kRings = kVtGlobal ? 2 : 3;  // K, (raw V,) Vt
     static constexpr int kStages = kQBytes + kRings * 3 * kKVBytes + kOBytes + 2048 <= 232448 ? 3 : 2;
     static constexpr uint32_t kOffK = kQBytes;

@@ -10,6 +10,10 @@
 // tiles at d = 128, 1.08-1.11x the one with 256-key tiles at d = 64); d = 64 with the persistent loop (1.03-1.05x one
 // CTA per work tile, outputs bit-identical). d = 256: two warpgroups and 128-key tiles (O and S then exceed the 240
 // registers and ptxas spills ~300 bytes, but since the mbarrier waits sleep it runs 1.15x the 64-key build).
+// d = 96 and 192 (not yet timed against alternatives) take d = 128's and d = 256's shared-memory tiles (fp8_config.cuh
+// fp8_smem_dim) and these schedules by the same reasoning: d = 96 as d = 128 with Q from shared memory (its register
+// operand is a d = 128 build); d = 192 with two warpgroups (an fp32 O of 96 registers leaves no room for S beside it
+// in the 160 of three), whose O, S and P of 128-key k-major tiles (96 + 64 + 16) fit the 240 registers without spills.
 #pragma once
 #include "fp8_config.cuh"
 
@@ -24,7 +28,7 @@ template <int D>
 struct Fp8KMajorDefault : Fp8Schedule {
     static constexpr VSource v_source = VSource::kKMajor;
     static constexpr int block_n = 128;
-    static constexpr int consumer_warpgroups = D == 256 ? 2 : 3;
+    static constexpr int consumer_warpgroups = D >= 192 ? 2 : 3;
     static constexpr Grid grid = D == 64 ? Grid::kPersistent : Grid::kOneCtaPerTile;
 };
 

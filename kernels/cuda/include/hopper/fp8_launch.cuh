@@ -87,18 +87,22 @@ int launch_fp8(const AttnFp8FwdParams& fp, const AttnLaunch* launch, const char*
     return launch_status(cudaGetLastError(), scratch, name, err, errlen);
 }
 
+// The head dims of attn_fa3_fp8_fwd's builds (fp8_defaults.cuh): d = dv in {64, 96, 128, 192, 256}. The rule
+// validate_fwd applies (launch_common.cuh HeadDimRule); by_dim_and_format dispatches the same set.
+inline const char* fp8_head_dims(int d, int dv) {
+    return d == dv && (d == 64 || d == 96 || d == 128 || d == 192 || d == 256) ? nullptr
+                                                                              : "d = dv in {64, 96, 128, 192, 256}";
+}
+
 // Everything about fp that does not need the device or the data pointers; `name` prefixes messages.
 inline int validate_fp8(const AttnFp8FwdParams* fp, const char* name, char* err, int errlen) {
     if (fp == nullptr) return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: params is NULL", name);
     const AttnFwdParams* p = &fp->fwd;
-    int rc = attn::validate_fwd(p, name, err, errlen);
+    int rc = attn::validate_fwd(p, name, err, errlen, /*paged_ok=*/false, /*sinks_ok=*/false, fp8_head_dims);
     if (rc != ATTN_OK) return rc;
     if (p->dtype != ATTN_BF16)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: dtype=%d: the output is bf16 only (dtype %d)", name,
                           p->dtype, ATTN_BF16);
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
-                          "%s: head_dim=%d: the FP8 kernel is built for 64, 128 and 256", name, p->head_dim);
     if (fp->format != ATTN_FP8_E4M3FN && fp->format != ATTN_FP8_E5M2)
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: format=%d: e4m3 (%d) or e5m2 (%d)", name,
                           fp->format, ATTN_FP8_E4M3FN, ATTN_FP8_E5M2);
@@ -133,14 +137,19 @@ inline int fp8_preflight(const AttnFp8FwdParams* fp, const char* name, bool* emp
     return attn::require_sm90(name, err, errlen);
 }
 
-// f(dim, format) with the head dim of fp (64, 128, else 256) as std::integral_constant and its format as a value of
-// that type (Fp8E4M3 / Fp8E5M2): the one switch over head dim and format.
+// f(dim, format) with the head dim of fp (fp8_head_dims's: 64, 96, 128, 192, else 256) as std::integral_constant and
+// its format as a value of that type (Fp8E4M3 / Fp8E5M2): the one switch over head dim and format.
 template <class F>
 auto by_dim_and_format(const AttnFp8FwdParams& fp, F&& f) {
     const bool e4m3 = fp.format == ATTN_FP8_E4M3FN;
     switch (fp.fwd.head_dim) {
         case 64:
             return e4m3 ? f(std::integral_constant<int, 64>{}, Fp8E4M3{}) : f(std::integral_constant<int, 64>{}, Fp8E5M2{});
+        case 96:
+            return e4m3 ? f(std::integral_constant<int, 96>{}, Fp8E4M3{}) : f(std::integral_constant<int, 96>{}, Fp8E5M2{});
+        case 192:
+            return e4m3 ? f(std::integral_constant<int, 192>{}, Fp8E4M3{})
+                        : f(std::integral_constant<int, 192>{}, Fp8E5M2{});
         case 128:
             return e4m3 ? f(std::integral_constant<int, 128>{}, Fp8E4M3{})
                         : f(std::integral_constant<int, 128>{}, Fp8E5M2{});

@@ -200,7 +200,8 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
 template <class C>
 struct Fp8Consumer {
     using Format = typename C::Format;
-    static constexpr int D = C::kHeadDim, BN = C::kBlockN;
+    // D: the shared-memory head dim of Q, K, V (config.cuh fp8_smem_dim); DVP: O's columns in registers.
+    static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
     const Fa3Fp8Params& P;
     Fp8Smem<C> sm;
     int cw;
@@ -246,7 +247,7 @@ struct Fp8Consumer {
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
         const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
 #pragma unroll
-        for (int ks = 0; ks < D / 32; ++ks) {
+        for (int ks = 0; ks < C::kKSteps; ++ks) {
             const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
             const uint64_t db = desc_advance(db0, cb * (BN * C::kRowBytes) + kk * 32);
             if constexpr (C::kQRegs) {
@@ -259,26 +260,26 @@ struct Fp8Consumer {
     }
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of
     // kVtColBytes-byte rows).
-    __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
+    __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 32; ++ks) {
             const int cb = ks * 32 / C::kVtColBytes, kk = ks * 32 % C::kVtColBytes;
-            wgmma_rs(Wgmma8<Format, D>{}, o, pa[ks], desc_advance(vb0, cb * (D * C::kVtColBytes) + kk), 1);
+            wgmma_rs(Wgmma8<Format, DVP>{}, o, pa[ks], desc_advance(vb0, cb * (D * C::kVtColBytes) + kk), 1);
         }
     }
 
     // O += P V, the online softmax and O *= corr through the schedule's stages (schedule.cuh).
-    __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
+    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         C::Stages::pv(*this, o, pa, stage);
     }
     static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
         C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
     }
-    static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
         RowSoftmax::rescale(o, corr);
     }
-    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
         C::Stages::template rescale<Fp8Consumer>(o, corr);
     }
 
@@ -300,7 +301,7 @@ struct Fp8Consumer {
         ck.advance();
     }
     // O += P V of the next Vt stage, awaited.
-    __device__ __forceinline__ void pv_alone(float (&o)[D / 2], uint32_t (&pa)[BN / 32][4]) {
+    __device__ __forceinline__ void pv_alone(float (&o)[DVP / 2], uint32_t (&pa)[BN / 32][4]) {
         mbar_wait(sm.full_v(cv.stage), cv.phase);
         fence_regs(o);
         wgmma_fence();
@@ -349,9 +350,9 @@ struct Fp8Consumer {
         mbar_wait(sm.full_q(), q_phase);
         load_q_frags();
 
-        float o[D / 2];
+        float o[DVP / 2];
 #pragma unroll
-        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        for (int e = 0; e < DVP / 2; ++e) o[e] = 0.f;
         float s[BN / 2];
         uint32_t pa[BN / 32][4];
         RowSoftmax smx;

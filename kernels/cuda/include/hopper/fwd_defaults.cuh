@@ -13,12 +13,24 @@
 //   its Q is single-buffered, and a Q freed after the last S = Q K^T with O written from registers did not change
 //   that), no pingpong (1.005-1.015x with it; flash-attn-4's sm90 forward issues no named barrier per key tile there
 //   either: ncu, 29 BAR per CTA against 1684), the lazy rescale (1.02-1.04x).
+//
+// The head dims below were chosen by the reasoning above (registers, 227 KB of shared memory, the wgmma N of the key
+// tile a multiple of 16) and not yet timed against alternatives:
+// d = 96: d = 128's schedule. Q, K and V take two 64-column blocks in shared memory as at d = 128 (the second block's
+//   last 32 columns zero-filled by TMA, config.cuh), so O += P V is the m64n128 of d = 128 and O, S and P take the
+//   same 64 + 40 + 20 registers of 160; S = Q K^T runs its 6 real k-steps. Q 48 KB + 3 stages of 2 x 20 KB.
+// d = 192: d = 256's schedule with key tiles of 112: two consumer warpgroups (O alone is 96 registers: with S and P of
+//   even a 64-key tile it exceeds the 160 of three), no pingpong, the lazy rescale; 112 keys since O + S + P = 96 + 56
+//   + 28 of 240 registers and Q 48 KB + 2 stages of 2 x 42 KB = 216 KB fit, where 128-key tiles need 240 KB.
+// (d, dv) = (192, 128): d = 128's schedule. O, S and P take d = 128's registers; Q 72 KB + 3 stages of 30 + 20 KB =
+//   222 KB (+ 2 KB barriers), so the three warpgroups keep their 3-stage ring; S = Q K^T runs 12 k-steps.
 #pragma once
 #include "config.cuh"
 
 namespace attn::hopper {
 
-template <int D>
+// D: the head dim of Q and K; DV: of V and O.
+template <int D, int DV = D>
 struct Fa3Default;
 
 template <>
@@ -42,5 +54,16 @@ struct Fa3Default<256> : Fa3Schedule {
     static constexpr bool pingpong = false;
     static constexpr Rescale rescale = Rescale::kLazy;
 };
+
+template <>
+struct Fa3Default<96> : Fa3Default<128> {};
+
+template <>
+struct Fa3Default<192> : Fa3Default<256> {
+    static constexpr int block_n = 112;
+};
+
+template <>
+struct Fa3Default<192, 128> : Fa3Default<128> {};
 
 }  // namespace attn::hopper

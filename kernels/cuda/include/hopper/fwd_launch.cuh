@@ -84,8 +84,8 @@ int launch_fwd(const AttnFwdParams& p, const AttnLaunch* launch, int sms, long l
         P.v = P.q;
     }
     long long total = 0;
-    int rc = fwd_tile_order(p, C::kBlockM, 2LL * p.seqlen_k * p.head_dim * 2, l2_budget, &P.order, &total, name, err,
-                            errlen);
+    int rc = fwd_tile_order(p, C::kBlockM, 2LL * p.seqlen_k * (p.head_dim + p.head_dim_v), l2_budget, &P.order, &total,
+                            name, err, errlen);
     if (rc != ATTN_OK) return rc;
     auto kernel = fa3_fwd_kernel<C>;
     rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
@@ -125,13 +125,14 @@ inline ScoreScale score_scale_of(const AttnFwdParams& p) {
     return p.softcap > 0.f || !(p.scale > 0.f) ? ScoreScale::kPrescaled : ScoreScale::kFolded;
 }
 
-// Schedule S of head dim D, element type E, with the score scale p asks for.
-template <int D, typename E, class S>
+// Schedule S of head dims D (Q, K) and DV (V, O), element type E, with the score scale p asks for.
+template <int D, typename E, class S, int DV = D>
 int launch_scaled(const AttnFwdParams& p, const AttnLaunch* launch, int sms, long long l2_budget, const char* name,
                   char* err, int errlen) {
     return score_scale_of(p) == ScoreScale::kPrescaled
-               ? launch_fwd<Fa3Config<D, E, S, ScoreScale::kPrescaled>>(p, launch, sms, l2_budget, name, err, errlen)
-               : launch_fwd<Fa3Config<D, E, S, ScoreScale::kFolded>>(p, launch, sms, l2_budget, name, err, errlen);
+               ? launch_fwd<Fa3Config<D, E, S, ScoreScale::kPrescaled, DV>>(p, launch, sms, l2_budget, name, err,
+                                                                            errlen)
+               : launch_fwd<Fa3Config<D, E, S, ScoreScale::kFolded, DV>>(p, launch, sms, l2_budget, name, err, errlen);
 }
 
 // f(dim, elem) with the head dim of p (64, 128, else 256) as std::integral_constant and its element type as a
@@ -152,10 +153,35 @@ auto by_head_dim(const AttnFwdParams& p, F&& f) {
     }
 }
 
-// The checks every forward launcher makes before it dispatches: the parameters (launch_common.cuh validate_fwd) and an
-// sm_90 device; *sms gets the device's SM count. ATTN_OK with *empty set when there is nothing to compute.
-inline int fwd_preflight(const AttnFwdParams* p, const char* name, int* sms, bool* empty, char* err, int errlen) {
-    int rc = attn::validate_fwd(p, name, err, errlen);
+// The head dims of a build as the type by_head_dim / by_fa3_head_dims pass: ::value is D (of Q and K), dv of V and O.
+template <int D, int DV = D>
+struct HeadDims : std::integral_constant<int, D> {
+    static constexpr int dv = DV;
+};
+
+// The (d, dv) builds of attn_fa3_fwd (fwd_defaults.cuh Fa3Default): d = dv in {64, 96, 128, 192, 256} and
+// (192, 128). The rule validate_fwd applies (launch_common.cuh HeadDimRule); by_fa3_head_dims dispatches the same set.
+inline const char* fa3_fwd_head_dims(int d, int dv) {
+    const bool equal = d == dv && (d == 64 || d == 96 || d == 128 || d == 192 || d == 256);
+    return equal || (d == 192 && dv == 128) ? nullptr : "d = dv in {64, 96, 128, 192, 256} and (d, dv) = (192, 128)";
+}
+
+// f(dims, elem) over fa3_fwd_head_dims's builds (dims: HeadDims<D, DV>), through by_head_dim for 64, 128 and 256.
+template <class F>
+auto by_fa3_head_dims(const AttnFwdParams& p, F&& f) {
+    const bool bf = p.dtype == ATTN_BF16;
+    auto with = [&](auto dims) { return bf ? f(dims, __nv_bfloat16{}) : f(dims, __half{}); };
+    if (p.head_dim == 192) return p.head_dim_v == 128 ? with(HeadDims<192, 128>{}) : with(HeadDims<192>{});
+    if (p.head_dim == 96) return with(HeadDims<96>{});
+    return by_head_dim(p, [&](auto dim, auto elem) { return f(HeadDims<decltype(dim)::value>{}, elem); });
+}
+
+// The checks every forward launcher makes before it dispatches: the parameters (launch_common.cuh validate_fwd, with
+// the head dims the launcher compiles) and an sm_90 device; *sms gets the device's SM count. ATTN_OK with *empty set
+// when there is nothing to compute.
+inline int fwd_preflight(const AttnFwdParams* p, const char* name, int* sms, bool* empty, char* err, int errlen,
+                         attn::HeadDimRule head_dims = attn::head_dims_64_128_256) {
+    int rc = attn::validate_fwd(p, name, err, errlen, /*paged_ok=*/false, /*sinks_ok=*/false, head_dims);
     if (rc != ATTN_OK) return rc;
     *empty = p->batch == 0 || p->seqlen_q == 0;
     if (*empty) return ATTN_OK;

@@ -10,13 +10,13 @@
 
 namespace attn::hopper {
 
-// The shared-memory regions both forward kernels have (their configs place them: kOffK, kKVBytes, kOffBar, kOffSlot):
+// The shared-memory regions both forward kernels have (their configs place them: kOffK, kKBytes, kOffBar, kOffSlot):
 // the K ring, the mbarriers, the persistent loop's work-tile slots. Each kernel's layout derives from this and adds
 // its own rings (mainloop.cuh Smem, fp8_mainloop.cuh Fp8Smem).
 template <class C>
 struct SmemRegions {
     unsigned char* base;
-    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* k(int s) const { return base + C::kOffK + s * C::kKBytes; }
     __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
     __device__ __forceinline__ int* slot(int i) const { return reinterpret_cast<int*>(base + C::kOffSlot) + i; }
 };

@@ -31,7 +31,7 @@ struct Smem : SmemRegions<C> {
     using SmemRegions<C>::base;
     using SmemRegions<C>::bar;
     __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
+    __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kVBytes; }
     __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
     __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
     __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
@@ -107,7 +107,7 @@ struct Loader {
         uint64_t* full = is_v ? sm.full_v(ps.stage) : sm.full_k(ps.stage);
         mbar_wait(is_v ? sm.empty_v(ps.stage) : sm.empty_k(ps.stage), ps.phase ^ 1);
         if (lead) {
-            mbar_arrive_expect_tx(full, C::kKVBytes);
+            mbar_arrive_expect_tx(full, is_v ? C::kVBytes : C::kKBytes);
             unsigned char* dst = is_v ? sm.v(ps.stage) : sm.k(ps.stage);
             const int head = is_v ? kc.v_head : kc.k_head, batch = is_v ? kc.v_batch : kc.k_batch;
             if (C::kClusterM > 1 && multicast) {
@@ -120,7 +120,7 @@ struct Loader {
                 }
             } else {
 #pragma unroll
-                for (int cb = 0; cb < C::kColBlocks; ++cb)
+                for (int cb = 0; cb < (is_v ? C::kColBlocksV : C::kColBlocks); ++cb)
                     tma_load_4d(dst + cb * (C::kBlockN * 128), &t.map, full, cb * 64, n * C::kBlockN, head, batch);
             }
         }
@@ -176,7 +176,8 @@ __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
 template <class C>
 struct Consumer {
     using Elem = typename C::Elem;
-    static constexpr int D = C::kHeadDim, BN = C::kBlockN;
+    // D: Q K^T's depth; DVP: O's columns in registers (kHeadDimVPad: dv in whole 64-column blocks, config.cuh).
+    static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
     const Fa3Params& P;
     Smem<C> sm;
     int cw;  // consumer warpgroup index
@@ -217,7 +218,7 @@ struct Consumer {
     }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
+        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKBytes);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
             const int cb = ks / 4, kk = ks % 4;
@@ -231,10 +232,10 @@ struct Consumer {
         }
     }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
-    __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
-        const uint64_t vb0 = desc_advance(vdesc0, stage * C::kKVBytes);
+    __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        const uint64_t vb0 = desc_advance(vdesc0, stage * C::kVBytes);
 #pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, D>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
+        for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, DVP>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
     }
 
     // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup; `masked`: key
@@ -260,17 +261,17 @@ struct Consumer {
         C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
     }
     // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
-    static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corr)[2]) {
+    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
         if constexpr (C::kSkipRescale) {
             if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
         }
         RowSoftmax::rescale(o, corr);
     }
-    static __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
         C::Stages::template rescale<Consumer>(o, corr);
     }
     // O += P V of a V stage, through the schedule's stages.
-    __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
         C::Stages::pv(*this, o, pa, stage);
     }
 
@@ -289,7 +290,7 @@ struct Consumer {
         mbar_wait(sm.full_v(cv.stage), cv.phase);
         unsigned char* v = sm.v(cv.stage);
         const int words = (BN - valid) * 128 / 16;  // per 64-column block
-        for (int c = threadIdx.x % C::kConsumerThreads; c < words * C::kColBlocks; c += C::kConsumerThreads) {
+        for (int c = threadIdx.x % C::kConsumerThreads; c < words * C::kColBlocksV; c += C::kConsumerThreads) {
             const int cb = c / words, wi = c % words;
             *reinterpret_cast<uint4*>(v + cb * (BN * 128) + valid * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
         }
@@ -334,9 +335,9 @@ struct Consumer {
         load_q_frags();
 
         const float sl2 = C::kPrescale ? 1.f : P.p.scale * kLog2e;
-        float o[D / 2];
+        float o[DVP / 2];
 #pragma unroll
-        for (int e = 0; e < D / 2; ++e) o[e] = 0.f;
+        for (int e = 0; e < DVP / 2; ++e) o[e] = 0.f;
         float s[BN / 2];
         uint32_t pa[BN / 16][4];
         RowSoftmax smx;
