@@ -8,11 +8,11 @@ Profiles:
   over five CUDA backends fits in minutes; ``--profile full --device cuda`` runs the rest), and the
   full paged-K/V decoding set plus two long paged caches.
 
-The ``pairs`` group is generated, not listed: a pairwise covering design over `conformance.features`, so
-every pair of feature values some adapter can claim meets in a case (`conformance.coverage` checks it).
+The ``pairs`` group is generated, not listed: a pairwise covering design over `conformance.cases.features`, so
+every pair of feature values some adapter can claim meets in a case (`conformance.reporting.coverage` checks it).
 Each group below is one generator of cases; `cases(profile)` concatenates them, gives each case a
 seed derived from its semantic fields (stable across runs and machines) and drops duplicates.
-`select(cases, expr)` filters by a ``-k`` expression over the case ids (`conformance.selection`).
+`select(cases, expr)` filters by a ``-k`` expression over the case ids (`conformance.cases.selection`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _mk(family: str, **kw) -> Case:
 # -- groups ----------------------------------------------------------------------------------------
 
 def _worked(profile: str) -> Iterator[Case]:
-    """The seed documents' worked examples (explicit inputs, `conformance.inputs.WORKED`)."""
+    """The seed documents' worked examples (explicit inputs, `conformance.cases.inputs.WORKED`)."""
     one = dict(B=1, Hq=1, Hkv=1, Lq=1, d=1)
     for dt in ("float64", "float32", "float16", "bfloat16"):
         yield _mk("worked", Lk=4, distribution="worked:online_softmax", dtype=dt, note="O ~ 4.966", **one)
@@ -202,7 +202,7 @@ def _paged(profile: str) -> Iterator[Case]:
     """Decoding over a paged K/V cache (layouts ``paged64/128/256``, SEMANTICS.md §16; flash-attention #2709).
 
     Page pools hold decoy pages and NaN in every slot past each sequence's length, and table entries past
-    its last page point at decoys (`conformance.inputs.paged_storage`): a kernel that reads a slot, a page
+    its last page point at decoys (`conformance.cases.inputs.paged_storage`): a kernel that reads a slot, a page
     or a table entry it should not gets NaN (or another sequence's keys) into a compared row. Lengths have
     tails (257, 1000, 4096), sequences are short or empty, table rows are wider than the longest sequence,
     d is 64 or 128 and the dtype fp16/bf16, so CUDA split-KV kernels with page_size % kBlockN == 0 run them.
@@ -350,14 +350,14 @@ def _pair_rows() -> tuple[tuple[tuple[str, str], ...], ...]:
 
 
 def _pairs(profile: str) -> Iterator[Case]:
-    """Every pair of feature values that can meet, at least once together (`conformance.features`).
+    """Every pair of feature values that can meet, at least once together (`conformance.cases.features`).
 
-    A pairwise covering design (`conformance.covering`) over the features of `conformance.features.PAIRWISE`
+    A pairwise covering design (`conformance.cases.covering`) over the features of `conformance.cases.features.PAIRWISE`
     (dtype, FP8 granularity, causal alignment, window bounds, mask, bias, softcap, GQA/MQA, dv vs d, varlen,
-    layout incl. paged, backward, split-KV decoding shape) under `conformance.features.CONSTRAINTS`, each
+    layout incl. paged, backward, split-KV decoding shape) under `conformance.cases.features.CONSTRAINTS`, each
     row realized with small shapes (B=2, Hq=4, d=32, Lq x Lk = 24 x 40, 40 x 24, 2 x 160 or, paged, 24 x 100).
     Bugs that live in a combination of two features (a window ignored only with GQA, softcap skipped only with
-    a bias) meet one of these cases; `conformance.coverage` checks that every claimable pair is covered.
+    a bias) meet one of these cases; `conformance.reporting.coverage` checks that every claimable pair is covered.
     """
     for n, row in enumerate(_pair_rows()):
         yield features.realize("pairs", dict(row), index=n)
@@ -545,10 +545,10 @@ def case_by_id(case_id: str) -> Case:
 
 
 def select(items: Iterable[Case], expr: str | None) -> list[Case]:
-    """Cases whose id the ``-k`` expression selects (`conformance.selection`: names as case-insensitive
+    """Cases whose id the ``-k`` expression selects (`conformance.cases.selection`: names as case-insensitive
     substrings of the id, joined by and/or/not and parentheses; parsed, never evaluated).
 
-    Raises `conformance.selection.SelectorError` (a ValueError, one line) for a malformed expression.
+    Raises `conformance.cases.selection.SelectorError` (a ValueError, one line) for a malformed expression.
     """
     return selection.select(items, expr, key=lambda c: c.id)
 
