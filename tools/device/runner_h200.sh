@@ -76,11 +76,11 @@ validate)
             --impl cuda-fa1 cuda-fa2 cuda-splitkv cuda-fa3 cuda-fa3-fp8 cuda-fa3-fp8-vt --quiet
         wait; echo "kernels: $(tail -1 /tmp/val/kernels.log)" >> /tmp/val/steps
         step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json --out /tmp/val/fa3
-        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases ${SANITIZE_KERNELS:-}
         step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/val/fp8
         step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 --head-dims ${BWD_DIMS:-64,128} --out /tmp/val/bwd
         step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/val/fwd
-        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases ${SANITIZE_KERNELS:-}
         echo done >> /tmp/val/steps' < /dev/null > /dev/null 2>&1 &
     echo "started validate in /tmp/val" ;;
 val-collect)
