@@ -15,6 +15,7 @@
 namespace {
 
 using namespace attn::hopper;
+using attn::ScoreScale;
 
 constexpr const char* kName = "attn_fa3_fwd";
 

@@ -46,10 +46,7 @@
 
 namespace attn {
 
-// How the score scale reaches the softmax: folded into the exponent's FFMA (scale > 0, no softcap), or
-// applied to every score before it (a softcap: tanh needs the scores in natural units; or a scale <= 0,
-// whose sign would turn the running maximum into a minimum).
-enum class ScoreScale { kFolded, kPrescaled };
+// ScoreScale (launch_common.cuh): how the score scale reaches the softmax, chosen per call by the launcher.
 // Where key tile n of a batch is: a strided block of the batch's K / V, or the page block_table names.
 enum class KvLayout { kContiguous, kPaged };
 // Attention sinks: none, or one logit per query head in every row's softmax (p.sinks).

@@ -28,6 +28,12 @@
 
 namespace attn {
 
+// How the score scale reaches the softmax, chosen per call by the launcher from the parameters (FA2, split-KV and
+// FA3 alike): folded into the exponent's FFMA (scale > 0, no softcap), or applied to every score before it (a
+// softcap: tanh needs the scores in natural units; or a scale <= 0, whose sign would turn the running maximum into
+// a minimum).
+enum class ScoreScale { kFolded, kPrescaled };
+
 inline int fail(char* err, int errlen, int code, const char* fmt, ...) {
     if (err != nullptr && errlen > 0) {
         va_list ap;

@@ -12,6 +12,7 @@
 namespace {
 
 using namespace attn::hopper;
+using attn::ScoreScale;
 using namespace attn::lab;
 
 constexpr const char* kName = "attn_lab_fa3_fwd";

@@ -5,6 +5,8 @@
 // fa3_bwd.cu), the ablation and tuning builds the lab's (kernels/cuda/lab).
 #pragma once
 
+#include "../launch_common.cuh"
+
 namespace attn::hopper {
 
 // Which threads issue the TMA loads: one thread of a producer warpgroup beside the consumers (warp specialisation, with
@@ -25,10 +27,8 @@ enum class Rescale { kEager, kLazy };
 // cores then fetch only K from shared memory, at the cost of the registers).
 enum class QOperand { kSharedMemory, kRegisters };
 
-// How the score scale reaches the softmax, chosen per call by the launcher from the parameters: folded into the exp2's
-// FFMA (scale > 0, no softcap), or applied to every score before it (a softcap, or a scale <= 0 whose sign would turn
-// the row maximum into a minimum).
-enum class ScoreScale { kFolded, kPrescaled };
+// ScoreScale (launch_common.cuh, namespace attn): how the score scale reaches the softmax, chosen per call by the
+// launcher; the FA2 kernels use the same type.
 
 // The stages of a kernel's key-tile loop, each run as the kernel gives it. The mainloops call these stages through
 // their schedule's `Stages` type and hold no timing logic: a timing build of the lab (kernels/cuda/lab/probes.cuh)
