@@ -112,8 +112,10 @@ struct Fa3Config {
     static constexpr uint32_t kOffK = kQStages * kQBytes;
     static constexpr uint32_t kOffV = kOffK + kStages * kKBytes;
     static constexpr uint32_t kOffBar = kOffV + kStages * kVBytes;
-    // barriers: full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
-    static constexpr int kNumBars = 4 + 4 * kStages + 4;
+    // barriers (loops.cuh SmemRegions): full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S],
+    // tile_full[2], tile_empty[2]
+    static constexpr int kQBarriers = 2, kBarrierRings = 2;  // Q's barrier pairs; rings K, V
+    static constexpr int kNumBars = 2 * kQBarriers + 2 * kBarrierRings * kStages + 4;
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + 16 + 1024;  // + slack to align the base to 1024
 

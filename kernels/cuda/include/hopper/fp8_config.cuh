@@ -123,9 +123,11 @@ struct Fa3Fp8Config {
     static constexpr uint32_t kOffVt = kOffVRaw + (kVtGlobal ? 0 : kStages * kKVBytes);
     static constexpr uint32_t kOffO = kOffVt + kStages * kKVBytes;
     static constexpr uint32_t kOffBar = kOffO + kOBytes;
-    // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v, then
-    // (persistent) tile_full[2], tile_empty[2]; after them (persistent) the two work-tile slots
-    static constexpr int kNumBars = 2 + 6 * kStages + (kPersistent ? 4 : 0);
+    // barriers (loops.cuh SmemRegions): full_q, empty_q, then full_k[S], empty_k[S], full_vraw[S], empty_vraw[S],
+    // full_v[S], empty_v[S] (kVtGlobal too: the raw V ring's barriers are never used), then (persistent)
+    // tile_full[2], tile_empty[2]; after them (persistent) the two work-tile slots
+    static constexpr int kQBarriers = 1, kBarrierRings = 3;  // Q's barrier pair; rings K, raw V, Vt
+    static constexpr int kNumBars = 2 * kQBarriers + 2 * kBarrierRings * kStages + (kPersistent ? 4 : 0);
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + (kPersistent ? 8 : 0) + 1024;  // + slack to align the base
 

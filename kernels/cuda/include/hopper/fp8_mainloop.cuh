@@ -59,26 +59,22 @@ struct Fa3Fp8Params {
 template <class C>
 struct Fp8Smem : SmemRegions<C> {
     using SmemRegions<C>::base;
-    using SmemRegions<C>::bar;
+    using SmemRegions<C>::full_q;
+    using SmemRegions<C>::empty_q;
+    using SmemRegions<C>::full_k;
+    using SmemRegions<C>::empty_k;
+    using SmemRegions<C>::full_v;
+    using SmemRegions<C>::empty_v;
     __device__ __forceinline__ unsigned char* q() const { return base; }
     __device__ __forceinline__ unsigned char* vraw(int s) const { return base + C::kOffVRaw + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vt(int s) const { return base + C::kOffVt + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* o() const { return base + C::kOffO; }
-    __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
-    __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
-    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(2 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_vraw(int s) const { return bar(2 + 2 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return bar(2 + 3 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 4 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 6 * C::kStages + i); }
-    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 6 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* full_vraw(int s) const { return this->full_ring(1, s); }
+    __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return this->empty_ring(1, s); }
 
     __device__ __forceinline__ void init() const {
         constexpr int kTransposers = 32 * C::kTransposeWarps;
-        mbar_init(full_q(), 1);
-        mbar_init(empty_q(), C::kConsumerThreads);
+        this->init_q();
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full_k(s), 1);
             mbar_init(empty_k(s), C::kConsumerWGs * 4);
@@ -87,12 +83,7 @@ struct Fp8Smem : SmemRegions<C> {
             mbar_init(full_v(s), C::kVtGlobal ? 1 : kTransposers);
             mbar_init(empty_v(s), C::kConsumerWGs * 4);
         }
-        if constexpr (C::kPersistent) {
-            for (int i = 0; i < 2; ++i) {
-                mbar_init(tile_full(i), 1);
-                mbar_init(tile_empty(i), C::kConsumerThreads);
-            }
-        }
+        if constexpr (C::kPersistent) this->init_tile_slots();
         mbar_init_fence();
     }
 };

@@ -29,37 +29,26 @@ namespace attn::hopper {
 template <class C>
 struct Smem : SmemRegions<C> {
     using SmemRegions<C>::base;
-    using SmemRegions<C>::bar;
+    using SmemRegions<C>::full_k;
+    using SmemRegions<C>::empty_k;
+    using SmemRegions<C>::full_v;
+    using SmemRegions<C>::empty_v;
     __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
     __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kVBytes; }
-    __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
-    __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
-    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(4 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(4 + 2 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(4 + 3 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(4 + 4 * C::kStages + i); }
-    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
 
     // `ctas`: the CTAs whose consumers read each K / V stage (2 in a paired cluster, whose loads write both CTAs' rings).
     __device__ __forceinline__ void init(int ctas = 1) const {
         // K/V stages: one arrival per consumer warp (their readers are wgmma, complete in every thread
         // at wgmma_wait); Q and the tile slot: one per consumer thread, since ordinary loads read them.
         const int arrivals = C::kConsumerWGs * 4 * ctas;
-        for (int s = 0; s < 2; ++s) {
-            mbar_init(full_q(s), 1);
-            mbar_init(empty_q(s), C::kConsumerThreads);
-        }
+        this->init_q();
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full_k(s), 1);
             mbar_init(full_v(s), 1);
             mbar_init(empty_k(s), arrivals);
             mbar_init(empty_v(s), arrivals);
         }
-        for (int i = 0; i < 2; ++i) {
-            mbar_init(tile_full(i), 1);
-            mbar_init(tile_empty(i), C::kConsumerThreads);
-        }
+        this->init_tile_slots();
         mbar_init_fence();
     }
 };
