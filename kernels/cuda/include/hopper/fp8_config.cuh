@@ -152,6 +152,9 @@ struct Fa3Fp8Config {
     static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (kConsumerWGs + 1) * (65536 / kThreads / 8 * 8),
                   "setmaxnreg budget of the CTA (each warpgroup enters with 65536 / kThreads, a multiple of 8)");
 
+    // loops.cuh ConsumerSteps: O rescaled after every key tile (the factor also carries the V descale ratio); a key
+    // tile's K and V stages awaited in the warpgroup's turn.
+    static constexpr bool kSkipRescale = false, kWaitBeforeTurn = false;
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
     static constexpr bool kPingpong = true;  // loops.cuh Turns: the consumer warpgroups always take turns

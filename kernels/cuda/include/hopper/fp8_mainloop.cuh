@@ -189,7 +189,10 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
 
 // ---- consumers -------------------------------------------------------------------------------------------
 template <class C>
-struct Fp8Consumer {
+struct Fp8Consumer : ConsumerSteps<C, Fp8Consumer<C>> {
+    using Steps = ConsumerSteps<C, Fp8Consumer<C>>;
+    using Steps::rescale;
+    using Steps::softmax;
     using Format = typename C::Format;
     // D: the shared-memory head dim of Q, K, V (config.cuh fp8_smem_dim); DVP: O's columns in registers.
     static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
@@ -260,18 +263,9 @@ struct Fp8Consumer {
         }
     }
 
-    // O += P V, the online softmax and O *= corr through the schedule's stages (schedule.cuh).
+    // O += P V of a Vt stage, through the schedule's stages (schedule.cuh).
     __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         C::Stages::pv(*this, o, pa, stage);
-    }
-    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
-    }
-    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
-        RowSoftmax::rescale(o, corr);
-    }
-    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
-        C::Stages::template rescale<Fp8Consumer>(o, corr);
     }
 
     // S = Q K^T of the next K stage in this warpgroup's pingpong turn, awaited (nothing else of it in flight).
@@ -282,14 +276,7 @@ struct Fp8Consumer {
     // The same once the turn is held: the turn passes as soon as the GEMM is issued.
     __device__ __forceinline__ void s_in_turn(float (&s)[BN / 2]) {
         mbar_wait(sm.full_k(ck.stage), ck.phase);
-        wgmma_fence();
-        gemm_s(s, ck.stage);
-        wgmma_commit();
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(sm.empty_k(ck.stage));
-        ck.advance();
+        Steps::s_issue(*this, s, NoRefill{}, 0);
     }
     // O += P V of the next Vt stage, awaited.
     __device__ __forceinline__ void pv_alone(float (&o)[DVP / 2], uint32_t (&pa)[BN / 32][4]) {
@@ -321,10 +308,7 @@ struct Fp8Consumer {
 #pragma unroll
             for (int e = 0; e < BN / 2; ++e) s[e] *= fl2;
         }
-        if (masked) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
-        }
+        if (masked) mask_warpgroup_tile<BN>(s, pl.mask, row0, n);
     }
 
     // kFold: per-tensor / per-head descales and no softcap (fp8_config.cuh kFoldScale): one factor sl2 per row.
@@ -365,30 +349,13 @@ struct Fp8Consumer {
                 // kFold (per-tensor / per-head descales): one V descale for the whole work tile, nothing to carry.
                 const float dv_next = kFold ? dv_cur : P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
-                turn_wait();
-                mbar_wait(sm.full_k(ck.stage), ck.phase);
-                fence_regs(o);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                mbar_wait(sm.full_v(cv.stage), cv.phase);
-                pv(o, pa, cv.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<1>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                ck.advance();
+                Steps::s_pv_issue(*this, s, o, pa, NoRefill{}, x);
                 if (x == nt - 1) q_done();
                 before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
                     score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
                     softmax(smx, s, sl2, corr);
                 });
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-                release(sm.empty_v(cv.stage));
-                cv.advance();
+                Steps::pv_retire(*this, o, pa, NoRefill{}, x - 1);
                 // O is in units of the previous tile's V descale; the next product adds in units of this one's.
                 if constexpr (!kFold) {
                     const float ratio = dv_cur / dv_next;
@@ -441,7 +408,7 @@ struct Fp8Consumer {
 
 template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
-    Fp8Consumer<C> cs{P, sm, cw};
+    Fp8Consumer<C> cs{{}, P, sm, cw};
     Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;

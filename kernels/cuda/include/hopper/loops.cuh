@@ -1,12 +1,16 @@
 // What the two FA3 forward mainloops (mainloop.cuh: FP16 / BF16, fp8_mainloop.cuh: FP8) share beside the tile order
-// (scheduler.cuh: the work tiles, the persistent loop's slots) and the plan of a work tile (plan.cuh): the regions of
-// the shared-memory plan both have, the consumer warpgroups' pingpong turns and the release of a K / V stage.
+// (scheduler.cuh: the work tiles, the persistent loop's slots) and the plan of a work tile (plan.cuh): the regions and
+// mbarriers of the shared-memory plan, the consumer warpgroups' pingpong turns, the release of a K / V stage, and the
+// consumers' steps (ConsumerSteps): their schedule's stages and the GEMM issues and waits of a key tile.
 //
-// Their work-tile loops stay written out in each mainloop: passing the loop body to a shared loop as a lambda changed
-// the instruction order nvcc emits for the shipped kernels (kernels/cuda/ptx_diff.py --kernels), which this sharing
-// must not do.
+// Their key-tile and work-tile loops stay written out in each mainloop, from these steps: passing the loop body to a
+// shared loop as a lambda changed the instruction order nvcc emits for the shipped kernels (kernels/cuda/ptx_diff.py
+// --kernels), which this sharing must not do; and the loops differ (key-tile order, FP8's V descales, the BF16
+// builds without warp specialisation).
 #pragma once
+#include "plan.cuh"
 #include "ptx.cuh"
+#include "softmax.cuh"
 
 namespace attn::hopper {
 
@@ -86,5 +90,95 @@ __device__ __forceinline__ void release_stage(uint64_t* bar, bool multicast, uin
         if (C::kClusterM > 1 && multicast) mbar_arrive_remote(bar, peer);
     }
 }
+
+// A consumer's steps that both forward kernels take alike, beside their own GEMMs and score scaling. Self (mainloop.cuh
+// Consumer, fp8_mainloop.cuh Fp8Consumer) derives from ConsumerSteps<C, Self>, which gives it the schedule's softmax and
+// rescale stages (static), and passes itself to the steps as `me`, which read: me.sm (its shared-memory layout:
+// SmemRegions' full_k / empty_k / full_v / empty_v), me.ck / me.cv (the PipeState of its K and V rings), me.gemm_s(s,
+// stage), me.pv(o, pa, stage) (its GEMMs of a stage, issued; pv through the schedule's stages), me.turn_wait() /
+// me.turn_pass() (Turns) and me.release(bar) (release_stage). The configs name what the steps read: kBlockN,
+// kHeadDimVPad, Stages, Softmax, kSkipRescale, kWaitBeforeTurn.
+//
+// The steps take the consumer as an argument, and pv and the turns stay the consumers' own members: reaching them
+// through a CRTP downcast of `this` changed the instruction order nvcc emits for the shipped kernels.
+//
+// `refill(is_v, x)`: run once key tile x's K (is_v false) or V stage is released, before its ring advances: the BF16
+// builds without warp specialisation load key tile x + kStages into it; NoRefill elsewhere.
+struct NoRefill {
+    __device__ __forceinline__ void operator()(bool, int) const {}
+};
+
+template <class C, class Self>
+struct ConsumerSteps {
+    static constexpr int kBN = C::kBlockN, kDVP = C::kHeadDimVPad;
+
+    // The online softmax (softmax.cuh) with the config's options, through the schedule's stages (schedule.cuh).
+    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[kBN / 2], float sl2, float (&corr)[2]) {
+        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
+    }
+    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
+    static __device__ __forceinline__ void rescale_o(float (&o)[kDVP / 2], const float (&corr)[2]) {
+        if constexpr (C::kSkipRescale) {
+            if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
+        }
+        RowSoftmax::rescale(o, corr);
+    }
+    // rescale_o through the schedule's stages.
+    static __device__ __forceinline__ void rescale(float (&o)[kDVP / 2], const float (&corr)[2]) {
+        C::Stages::template rescale<Self>(o, corr);
+    }
+
+    // S = Q K^T of the K stage just awaited, in this warpgroup's pingpong turn: issued, the turn passed, awaited (nothing
+    // else of this warpgroup in flight), the stage released.
+    template <class Refill>
+    static __device__ __forceinline__ void s_issue(Self& me, float (&s)[kBN / 2], const Refill& refill, int x) {
+        wgmma_fence();
+        me.gemm_s(s, me.ck.stage);
+        wgmma_commit();
+        me.turn_pass();
+        wgmma_wait<0>();
+        fence_regs(s);
+        me.release(me.sm.empty_k(me.ck.stage));
+        refill(false, x);
+        me.ck.advance();
+    }
+    // Intra-warpgroup overlap, key tile x: S(x) and O += P(x-1) V(x-1) issued together in one turn, S(x) awaited and
+    // its K stage released (kWaitBeforeTurn: both stages awaited before the turn is taken). pv_retire then awaits the
+    // P V product (softmax(S(x)) is written between the two).
+    template <class PA, class Refill>
+    static __device__ __forceinline__ void s_pv_issue(Self& me, float (&s)[kBN / 2], float (&o)[kDVP / 2], const PA& pa,
+                                                      const Refill& refill, int x) {
+        if constexpr (C::kWaitBeforeTurn) {
+            mbar_wait(me.sm.full_k(me.ck.stage), me.ck.phase);
+            mbar_wait(me.sm.full_v(me.cv.stage), me.cv.phase);
+        }
+        me.turn_wait();
+        if constexpr (!C::kWaitBeforeTurn) mbar_wait(me.sm.full_k(me.ck.stage), me.ck.phase);
+        fence_regs(o);
+        wgmma_fence();
+        me.gemm_s(s, me.ck.stage);
+        wgmma_commit();
+        if constexpr (!C::kWaitBeforeTurn) mbar_wait(me.sm.full_v(me.cv.stage), me.cv.phase);
+        me.pv(o, pa, me.cv.stage);
+        wgmma_commit();
+        me.turn_pass();
+        wgmma_wait<1>();
+        fence_regs(s);
+        me.release(me.sm.empty_k(me.ck.stage));
+        refill(false, x);
+        me.ck.advance();
+    }
+    // The P V product of key tile x in flight: awaited, its V stage released.
+    template <class PA, class Refill>
+    static __device__ __forceinline__ void pv_retire(Self& me, float (&o)[kDVP / 2], PA& pa, const Refill& refill,
+                                                     int x) {
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(pa);
+        me.release(me.sm.empty_v(me.cv.stage));
+        refill(true, x);
+        me.cv.advance();
+    }
+};
 
 }  // namespace attn::hopper

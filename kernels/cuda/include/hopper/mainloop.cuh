@@ -163,7 +163,10 @@ __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
 
 // ---- consumer side ------------------------------------------------------------------------------
 template <class C>
-struct Consumer {
+struct Consumer : ConsumerSteps<C, Consumer<C>> {
+    using Steps = ConsumerSteps<C, Consumer<C>>;
+    using Steps::rescale;
+    using Steps::softmax;
     using Elem = typename C::Elem;
     // D: Q K^T's depth; DVP: O's columns in registers (kHeadDimVPad: dv in whole 64-column blocks, config.cuh).
     static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
@@ -227,6 +230,11 @@ struct Consumer {
         for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, DVP>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
     }
 
+    // O += P V of a V stage, through the schedule's stages.
+    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        C::Stages::pv(*this, o, pa, stage);
+    }
+
     // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup; `masked`: key
     // tile n is one of plan.cuh's masked_tiles).
     __device__ __forceinline__ void score_mod(float (&s)[BN / 2], const TilePlan& pl, int row0, int n, bool masked) {
@@ -239,29 +247,7 @@ struct Consumer {
                 s[e] = x * kLog2e;
             }
         }
-        if (masked) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
-        }
-    }
-
-    // The online softmax (softmax.cuh) and O *= corr, through the schedule's stages (schedule.cuh).
-    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
-    }
-    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
-    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
-        if constexpr (C::kSkipRescale) {
-            if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
-        }
-        RowSoftmax::rescale(o, corr);
-    }
-    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
-        C::Stages::template rescale<Consumer>(o, corr);
-    }
-    // O += P V of a V stage, through the schedule's stages.
-    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
-        C::Stages::pv(*this, o, pa, stage);
+        if (masked) mask_warpgroup_tile<BN>(s, pl.mask, row0, n);
     }
 
     static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
@@ -355,15 +341,7 @@ struct Consumer {
         if constexpr (C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
         turn_wait();
         if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
-        wgmma_fence();
-        gemm_s(s, ck.stage);
-        wgmma_commit();
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(sm.empty_k(ck.stage));
-        refill(false, 0);
-        ck.advance();
+        Steps::s_issue(*this, s, refill, 0);
         score_mod(s, pl, row0, n, mt.at(x));
         softmax(smx, s, sl2, corr);
         to_a_frags(pa, s);
@@ -386,47 +364,16 @@ struct Consumer {
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) is written to run under the P V
                 // product, but ptxas places the wait for that product above it (its SASS has the wait first).
-                if constexpr (C::kWaitBeforeTurn) {
-                    mbar_wait(sm.full_k(ck.stage), ck.phase);
-                    mbar_wait(sm.full_v(cv.stage), cv.phase);
-                }
-                turn_wait();
-                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
-                fence_regs(o);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_v(cv.stage), cv.phase);
-                pv(o, pa, cv.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<1>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                refill(false, x);
-                ck.advance();
+                Steps::s_pv_issue(*this, s, o, pa, refill, x);
                 score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-                release(sm.empty_v(cv.stage));
-                refill(true, x - 1);
-                cv.advance();
+                Steps::pv_retire(*this, o, pa, refill, x - 1);
                 rescale(o, corr);
                 to_a_frags(pa, s);
             } else {
                 turn_wait();
                 mbar_wait(sm.full_k(ck.stage), ck.phase);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<0>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                refill(false, x);
-                ck.advance();
+                Steps::s_issue(*this, s, refill, x);
                 score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
                 rescale(o, corr);
@@ -467,7 +414,7 @@ struct Consumer {
 
 template <class C>
 __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
-    Consumer<C> cs{P, sm, cw};
+    Consumer<C> cs{{}, P, sm, cw};
     Loader<C> ld{P, sm};
     ld.lead = C::kWS || threadIdx.x == 0;
     Loader<C>* my_ld = C::kWS ? nullptr : &ld;  // non-warp-specialised: every consumer thread runs the loader
