@@ -9,6 +9,7 @@
 
 #include "schedule.cuh"
 #include "softmax.cuh"
+#include "wgmma.cuh"
 
 namespace attn::hopper {
 
@@ -92,6 +93,17 @@ struct Fa3Config {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key tile: a multiple of 16 up to 256");
     static constexpr int kColBlocks = (D + 63) / 64;    // 64-column (128-byte) blocks per row of Q and K
     static constexpr int kColBlocksV = (DV + 63) / 64;  // ... of V and O
+    // S = Q K^T (loops.cuh ConsumerSteps::gemm_s): D / 16 k-steps of 32 bytes over rows of 128-byte column blocks,
+    // wgmma with K-major B.
+    static constexpr int kRowBytes = 128, kKSteps = D / 16;
+    struct ScoreMma {
+        static __device__ __forceinline__ void ss(float (&s)[kBlockN / 2], uint64_t a, uint64_t b, int acc) {
+            wgmma_ss<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);
+        }
+        static __device__ __forceinline__ void rs(float (&s)[kBlockN / 2], const uint32_t (&a)[4], uint64_t b, int acc) {
+            wgmma_rs<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);
+        }
+    };
     static constexpr int kHeadDimVPad = 64 * kColBlocksV;  // O's columns in registers (the N of O += P V)
     static constexpr uint32_t kQBytes = kBlockM * kColBlocks * 128;
     static constexpr uint32_t kKBytes = kBlockN * kColBlocks * 128;

@@ -102,6 +102,15 @@ struct Fa3Fp8Config {
     static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "key tiles of 64-key Vt column blocks, one wgmma N");
     static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
     static constexpr int kColBlocks = D / kRowBytes;
+    // S = Q K^T's wgmma (loops.cuh ConsumerSteps::gemm_s, kKSteps k32 steps over kRowBytes-byte column blocks).
+    struct ScoreMma {
+        static __device__ __forceinline__ void ss(float (&s)[kBlockN / 2], uint64_t a, uint64_t b, int acc) {
+            wgmma_ss(Wgmma8<Format, kBlockN>{}, s, a, b, acc);
+        }
+        static __device__ __forceinline__ void rs(float (&s)[kBlockN / 2], const uint32_t (&a)[4], uint64_t b, int acc) {
+            wgmma_rs(Wgmma8<Format, kBlockN>{}, s, a, b, acc);
+        }
+    };
     static constexpr uint32_t kSwizzleLayout = kRowBytes == 128 ? 1 : 2;  // descriptor layout type (ptx.cuh)
     static constexpr uint32_t kAtomBytes = 8 * kRowBytes;  // 8 rows: the descriptor's stride byte offset
     // Vt: D rows of kBlockN keys, stored as column blocks of kVtColBytes keys (bytes): 128 with the 128-byte

@@ -238,20 +238,7 @@ struct Fp8Consumer : ConsumerSteps<C, Fp8Consumer<C>> {
         qdesc = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes, C::kSwizzleLayout);
     }
     // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
-    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
-#pragma unroll
-        for (int ks = 0; ks < C::kKSteps; ++ks) {
-            const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
-            const uint64_t db = desc_advance(db0, cb * (BN * C::kRowBytes) + kk * 32);
-            if constexpr (C::kQRegs) {
-                wgmma_rs(Wgmma8<Format, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
-            } else {
-                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
-                wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
-            }
-        }
-    }
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of
     // kVtColBytes-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {

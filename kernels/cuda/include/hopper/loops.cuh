@@ -128,6 +128,24 @@ struct ConsumerSteps {
         C::Stages::template rescale<Self>(o, corr);
     }
 
+    // S = Q K^T over the head dim, issued: C::kKSteps k-steps of 32 bytes (16 FP16 / BF16 elements or 32 FP8 codes),
+    // both operands K-major in rows of C::kRowBytes-byte swizzled column blocks, the wgmma C::ScoreMma's; Q from
+    // me.qf (C::kQRegs: the A fragments of its k-steps) or me.qdesc, K from stage `stage` of the ring me.kdesc0 starts.
+    static __device__ __forceinline__ void gemm_s(const Self& me, float (&s)[kBN / 2], int stage) {
+        const uint64_t db0 = desc_advance(me.kdesc0, stage * C::kKBytes);
+#pragma unroll
+        for (int ks = 0; ks < C::kKSteps; ++ks) {
+            const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
+            const uint64_t db = desc_advance(db0, cb * (kBN * C::kRowBytes) + kk * 32);
+            if constexpr (C::kQRegs) {
+                C::ScoreMma::rs(s, me.qf[ks], db, ks > 0 ? 1 : 0);
+            } else {
+                const uint64_t da = desc_advance(me.qdesc, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
+                C::ScoreMma::ss(s, da, db, ks > 0 ? 1 : 0);
+            }
+        }
+    }
+
     // S = Q K^T of the K stage just awaited, in this warpgroup's pingpong turn: issued, the turn passed, awaited (nothing
     // else of this warpgroup in flight), the stage released.
     template <class Refill>

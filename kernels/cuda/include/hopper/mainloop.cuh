@@ -209,20 +209,7 @@ struct Consumer : ConsumerSteps<C, Consumer<C>> {
         }
     }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
-    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKBytes);
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-            const int cb = ks / 4, kk = ks % 4;
-            const uint64_t db = desc_advance(db0, cb * (BN * 128) + kk * 32);
-            if constexpr (C::kQRegs) {
-                wgmma_rs<0>(Wgmma<Elem, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
-            } else {
-                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * 128) + kk * 32);
-                wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
-            }
-        }
-    }
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kVBytes);
