@@ -216,19 +216,10 @@ struct Fp8Consumer : ConsumerSteps<C, Fp8Consumer<C>> {
     __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
     __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
-    // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ldmatrix.x4 on the 128-byte
-    // swizzled rows, codes viewed as b16 pairs: matrix i is rows 8 (i & 1).., 16-byte chunk i >> 1 of the k32 step).
+    // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ConsumerSteps; codes viewed as
+    // b16 pairs).
     uint32_t qf[C::kQRegs ? D / 32 : 1][4];
-    __device__ __forceinline__ void load_q_frags() {
-        if constexpr (C::kQRegs) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;
-            const uint32_t base = smem_addr(sm.q()) + r * 128;
-#pragma unroll
-            for (int ks = 0; ks < D / 32; ++ks)
-                ldmatrix_x4_a(qf[ks], base + (((2 * ks + lane / 16) ^ (r % 8)) << 4));
-        }
-    }
+    __device__ __forceinline__ void load_q_frags() { Steps::load_q_frags(*this, smem_addr(sm.q())); }
     // Shared-memory descriptors of stage 0 of the K and Vt rings and of this warpgroup's Q rows, made once per work
     // tile (set_descs); a stage's is stage 0's advanced by whole stages (desc_advance), as in mainloop.cuh.
     uint64_t kdesc0, vdesc0, qdesc;

@@ -128,6 +128,23 @@ struct ConsumerSteps {
         C::Stages::template rescale<Self>(o, corr);
     }
 
+    // C::kQRegs: this warpgroup's 64 rows of the Q tile at shared address q_tile into me.qf, the wgmma A fragments of
+    // its k-steps (one [4] per 32 bytes of a row), with ldmatrix.x4 from the swizzled rows (column blocks of
+    // C::kRowBytes bytes, rows of 16-bit pairs: matrix i of a k-step is rows 8 (i & 1).., 16-byte chunk i >> 1).
+    static __device__ __forceinline__ void load_q_frags(Self& me, uint32_t q_tile) {
+        if constexpr (C::kQRegs) {
+            constexpr int kSteps = sizeof(me.qf) / sizeof(me.qf[0]), kPerBlock = C::kRowBytes / 32;
+            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+            const int r = me.cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;  // row within the Q tile
+            const uint32_t base = q_tile + r * C::kRowBytes;
+#pragma unroll
+            for (int ks = 0; ks < kSteps; ++ks) {
+                const int chunk = 2 * (ks % kPerBlock) + lane / 16;
+                const uint32_t block = (ks / kPerBlock) * (C::kBlockM * C::kRowBytes);
+                ldmatrix_x4_a(me.qf[ks], base + block + ((chunk ^ (r % 8)) << 4));
+            }
+        }
+    }
     // S = Q K^T over the head dim, issued: C::kKSteps k-steps of 32 bytes (16 FP16 / BF16 elements or 32 FP8 codes),
     // both operands K-major in rows of C::kRowBytes-byte swizzled column blocks, the wgmma C::ScoreMma's; Q from
     // me.qf (C::kQRegs: the A fragments of its k-steps) or me.qdesc, K from stage `stage` of the ring me.kdesc0 starts.

@@ -193,21 +193,9 @@ struct Consumer : ConsumerSteps<C, Consumer<C>> {
         qdesc = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
     }
 
-    // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ldmatrix.x4 from
-    // the 128-byte-swizzled tile: matrix i of a 16 x 16 block is rows 8 (i & 1).., 16-byte chunk i >> 1).
+    // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ConsumerSteps).
     uint32_t qf[C::kQRegs ? D / 16 : 1][4];
-    __device__ __forceinline__ void load_q_frags() {
-        if constexpr (C::kQRegs) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;  // row within the Q tile
-            const uint32_t base = smem_addr(sm.q(cq.stage)) + r * 128;
-#pragma unroll
-            for (int ks = 0; ks < D / 16; ++ks) {
-                const int chunk = 2 * (ks % 4) + lane / 16;
-                ldmatrix_x4_a(qf[ks], base + (ks / 4) * (C::kBlockM * 128) + ((chunk ^ (r % 8)) << 4));
-            }
-        }
-    }
+    __device__ __forceinline__ void load_q_frags() { Steps::load_q_frags(*this, smem_addr(sm.q(cq.stage))); }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
