@@ -96,6 +96,10 @@ struct Fa3Config {
     // S = Q K^T (loops.cuh ConsumerSteps::gemm_s): D / 16 k-steps of 32 bytes over rows of 128-byte column blocks,
     // wgmma with K-major B.
     static constexpr int kRowBytes = 128, kKSteps = D / 16;
+    // The consumers' shared-memory descriptors (loops.cuh ConsumerSteps::set_descs): Q, K and V in 128-byte swizzled
+    // rows (atoms of 8 rows); V MN-major, its leading byte offset one 64-column block of kBlockN rows.
+    static constexpr uint32_t kAtomBytes = 8 * kRowBytes, kSwizzleLayout = 1;
+    static constexpr uint32_t kVLeadBytes = kBlockN * 128, kVAtomBytes = 1024, kVSwizzleLayout = 1;
     struct ScoreMma {
         static __device__ __forceinline__ void ss(float (&s)[kBlockN / 2], uint64_t a, uint64_t b, int acc) {
             wgmma_ss<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);

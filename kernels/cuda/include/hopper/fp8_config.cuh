@@ -119,6 +119,8 @@ struct Fa3Fp8Config {
     static constexpr int kVtColBlocks = kBlockN / kVtColBytes;
     static constexpr uint32_t kVtSwizzleLayout = kVtColBytes == 128 ? 1 : 2;
     static constexpr uint32_t kVtAtomBytes = 8 * kVtColBytes;
+    // Vt's descriptor (loops.cuh ConsumerSteps::set_descs): k-major like K.
+    static constexpr uint32_t kVLeadBytes = 16, kVAtomBytes = kVtAtomBytes, kVSwizzleLayout = kVtSwizzleLayout;
     static_assert(kVtGlobal || kVtColBlocks == 1, "the in-kernel transposes write one Vt column block");
 
     static constexpr uint32_t kQBytes = kBlockM * D;

@@ -221,13 +221,9 @@ struct Fp8Consumer : ConsumerSteps<C, Fp8Consumer<C>> {
     uint32_t qf[C::kQRegs ? D / 32 : 1][4];
     __device__ __forceinline__ void load_q_frags() { Steps::load_q_frags(*this, smem_addr(sm.q())); }
     // Shared-memory descriptors of stage 0 of the K and Vt rings and of this warpgroup's Q rows, made once per work
-    // tile (set_descs); a stage's is stage 0's advanced by whole stages (desc_advance), as in mainloop.cuh.
+    // tile (ConsumerSteps::set_descs).
     uint64_t kdesc0, vdesc0, qdesc;
-    __device__ __forceinline__ void set_descs() {
-        kdesc0 = swizzled_desc(smem_addr(sm.k(0)), 16, C::kAtomBytes, C::kSwizzleLayout);
-        vdesc0 = swizzled_desc(smem_addr(sm.vt(0)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
-        qdesc = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes, C::kSwizzleLayout);
-    }
+    __device__ __forceinline__ void set_descs() { Steps::set_descs(*this, smem_addr(sm.q()), smem_addr(sm.vt(0))); }
     // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
     __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of

@@ -128,6 +128,16 @@ struct ConsumerSteps {
         C::Stages::template rescale<Self>(o, corr);
     }
 
+    // The shared-memory descriptors of stage 0 of the K ring (me.kdesc0), of the V ring the consumers read at shared
+    // address v_ring (me.vdesc0) and of this warpgroup's rows of the Q tile at q_tile (me.qdesc), made once per work
+    // tile; a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead of
+    // re-encoding the address. The configs give the layouts: kAtomBytes / kSwizzleLayout of Q and K, kVLeadBytes /
+    // kVAtomBytes / kVSwizzleLayout of V.
+    static __device__ __forceinline__ void set_descs(Self& me, uint32_t q_tile, uint32_t v_ring) {
+        me.kdesc0 = swizzled_desc(smem_addr(me.sm.k(0)), 16, C::kAtomBytes, C::kSwizzleLayout);
+        me.vdesc0 = swizzled_desc(v_ring, C::kVLeadBytes, C::kVAtomBytes, C::kVSwizzleLayout);
+        me.qdesc = swizzled_desc(q_tile + me.cw * 64 * C::kRowBytes, 16, C::kAtomBytes, C::kSwizzleLayout);
+    }
     // C::kQRegs: this warpgroup's 64 rows of the Q tile at shared address q_tile into me.qf, the wgmma A fragments of
     // its k-steps (one [4] per 32 bytes of a row), with ldmatrix.x4 from the swizzled rows (column blocks of
     // C::kRowBytes bytes, rows of 16-bit pairs: matrix i of a k-step is rows 8 (i & 1).., 16-byte chunk i >> 1).

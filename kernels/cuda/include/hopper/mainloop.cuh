@@ -184,13 +184,10 @@ struct Consumer : ConsumerSteps<C, Consumer<C>> {
     __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // Shared-memory descriptors of stage 0 of the K and V rings and of this warpgroup's Q rows, made once per work tile
-    // (set_descs); a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead
-    // of re-encoding the address.
+    // (ConsumerSteps::set_descs).
     uint64_t kdesc0, vdesc0, qdesc;
     __device__ __forceinline__ void set_descs() {
-        kdesc0 = sw128_desc(smem_addr(sm.k(0)), 16, 1024);
-        vdesc0 = sw128_desc(smem_addr(sm.v(0)), BN * 128, 1024);
-        qdesc = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
+        Steps::set_descs(*this, smem_addr(sm.q(cq.stage)), smem_addr(sm.v(0)));
     }
 
     // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ConsumerSteps).
