@@ -1,7 +1,8 @@
 // The FA3 FP8 forward kernel (SEMANTICS.md §10; §2 scale, §3 softcap, §4 causal alignments, §5 windows,
 // §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands, sharing its tile order
 // and persistent slots (scheduler.cuh), work-tile plan and masks (plan.cuh), epilogue (epilogue.cuh), online softmax
-// (softmax.cuh), shared-memory regions, pingpong turns and stage release (loops.cuh).
+// (softmax.cuh), shared-memory regions and mbarrier plan, pingpong turns, stage release and the consumers' steps
+// (loops.cuh: descriptors, Q fragments, S = Q K^T, the GEMM issues and waits of a key tile, softmax and rescale).
 //
 //   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
 //   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length
