@@ -9,6 +9,7 @@
 
 #include "schedule.cuh"
 #include "softmax.cuh"
+#include "wgmma.cuh"
 
 namespace attn::hopper {
 
@@ -92,6 +93,21 @@ struct Fa3Config {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key tile: a multiple of 16 up to 256");
     static constexpr int kColBlocks = (D + 63) / 64;    // 64-column (128-byte) blocks per row of Q and K
     static constexpr int kColBlocksV = (DV + 63) / 64;  // ... of V and O
+    // S = Q K^T (loops.cuh ConsumerSteps::gemm_s): D / 16 k-steps of 32 bytes over rows of 128-byte column blocks,
+    // wgmma with K-major B.
+    static constexpr int kRowBytes = 128, kKSteps = D / 16;
+    // The consumers' shared-memory descriptors (loops.cuh ConsumerSteps::set_descs): Q, K and V in 128-byte swizzled
+    // rows (atoms of 8 rows); V MN-major, its leading byte offset one 64-column block of kBlockN rows.
+    static constexpr uint32_t kAtomBytes = 8 * kRowBytes, kSwizzleLayout = 1;
+    static constexpr uint32_t kVLeadBytes = kBlockN * 128, kVAtomBytes = 1024, kVSwizzleLayout = 1;
+    struct ScoreMma {
+        static __device__ __forceinline__ void ss(float (&s)[kBlockN / 2], uint64_t a, uint64_t b, int acc) {
+            wgmma_ss<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);
+        }
+        static __device__ __forceinline__ void rs(float (&s)[kBlockN / 2], const uint32_t (&a)[4], uint64_t b, int acc) {
+            wgmma_rs<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);
+        }
+    };
     static constexpr int kHeadDimVPad = 64 * kColBlocksV;  // O's columns in registers (the N of O += P V)
     static constexpr uint32_t kQBytes = kBlockM * kColBlocks * 128;
     static constexpr uint32_t kKBytes = kBlockN * kColBlocks * 128;
@@ -112,8 +128,10 @@ struct Fa3Config {
     static constexpr uint32_t kOffK = kQStages * kQBytes;
     static constexpr uint32_t kOffV = kOffK + kStages * kKBytes;
     static constexpr uint32_t kOffBar = kOffV + kStages * kVBytes;
-    // barriers: full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S], tile_full[2], tile_empty[2]
-    static constexpr int kNumBars = 4 + 4 * kStages + 4;
+    // barriers (loops.cuh SmemRegions): full_q[2], empty_q[2], full_k[S], empty_k[S], full_v[S], empty_v[S],
+    // tile_full[2], tile_empty[2]
+    static constexpr int kQBarriers = 2, kBarrierRings = 2;  // Q's barrier pairs; rings K, V
+    static constexpr int kNumBars = 2 * kQBarriers + 2 * kBarrierRings * kStages + 4;
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + 16 + 1024;  // + slack to align the base to 1024
 

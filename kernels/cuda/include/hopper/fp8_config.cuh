@@ -102,6 +102,15 @@ struct Fa3Fp8Config {
     static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "key tiles of 64-key Vt column blocks, one wgmma N");
     static constexpr int kRowBytes = D < 128 ? D : 128;    // bytes of one swizzled row of Q, K, raw V
     static constexpr int kColBlocks = D / kRowBytes;
+    // S = Q K^T's wgmma (loops.cuh ConsumerSteps::gemm_s, kKSteps k32 steps over kRowBytes-byte column blocks).
+    struct ScoreMma {
+        static __device__ __forceinline__ void ss(float (&s)[kBlockN / 2], uint64_t a, uint64_t b, int acc) {
+            wgmma_ss(Wgmma8<Format, kBlockN>{}, s, a, b, acc);
+        }
+        static __device__ __forceinline__ void rs(float (&s)[kBlockN / 2], const uint32_t (&a)[4], uint64_t b, int acc) {
+            wgmma_rs(Wgmma8<Format, kBlockN>{}, s, a, b, acc);
+        }
+    };
     static constexpr uint32_t kSwizzleLayout = kRowBytes == 128 ? 1 : 2;  // descriptor layout type (ptx.cuh)
     static constexpr uint32_t kAtomBytes = 8 * kRowBytes;  // 8 rows: the descriptor's stride byte offset
     // Vt: D rows of kBlockN keys, stored as column blocks of kVtColBytes keys (bytes): 128 with the 128-byte
@@ -110,6 +119,8 @@ struct Fa3Fp8Config {
     static constexpr int kVtColBlocks = kBlockN / kVtColBytes;
     static constexpr uint32_t kVtSwizzleLayout = kVtColBytes == 128 ? 1 : 2;
     static constexpr uint32_t kVtAtomBytes = 8 * kVtColBytes;
+    // Vt's descriptor (loops.cuh ConsumerSteps::set_descs): k-major like K.
+    static constexpr uint32_t kVLeadBytes = 16, kVAtomBytes = kVtAtomBytes, kVSwizzleLayout = kVtSwizzleLayout;
     static_assert(kVtGlobal || kVtColBlocks == 1, "the in-kernel transposes write one Vt column block");
 
     static constexpr uint32_t kQBytes = kBlockM * D;
@@ -123,9 +134,11 @@ struct Fa3Fp8Config {
     static constexpr uint32_t kOffVt = kOffVRaw + (kVtGlobal ? 0 : kStages * kKVBytes);
     static constexpr uint32_t kOffO = kOffVt + kStages * kKVBytes;
     static constexpr uint32_t kOffBar = kOffO + kOBytes;
-    // barriers: full_q, empty_q, then per stage full_k, empty_k, full_vraw, empty_vraw, full_v, empty_v, then
-    // (persistent) tile_full[2], tile_empty[2]; after them (persistent) the two work-tile slots
-    static constexpr int kNumBars = 2 + 6 * kStages + (kPersistent ? 4 : 0);
+    // barriers (loops.cuh SmemRegions): full_q, empty_q, then full_k[S], empty_k[S], full_vraw[S], empty_vraw[S],
+    // full_v[S], empty_v[S] (kVtGlobal too: the raw V ring's barriers are never used), then (persistent)
+    // tile_full[2], tile_empty[2]; after them (persistent) the two work-tile slots
+    static constexpr int kQBarriers = 1, kBarrierRings = 3;  // Q's barrier pair; rings K, raw V, Vt
+    static constexpr int kNumBars = 2 * kQBarriers + 2 * kBarrierRings * kStages + (kPersistent ? 4 : 0);
     static constexpr uint32_t kOffSlot = kOffBar + kNumBars * 8;
     static constexpr uint32_t kSmemBytes = kOffSlot + (kPersistent ? 8 : 0) + 1024;  // + slack to align the base
 
@@ -150,6 +163,9 @@ struct Fa3Fp8Config {
     static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (kConsumerWGs + 1) * (65536 / kThreads / 8 * 8),
                   "setmaxnreg budget of the CTA (each warpgroup enters with 65536 / kThreads, a multiple of 8)");
 
+    // loops.cuh ConsumerSteps: O rescaled after every key tile (the factor also carries the V descale ratio); a key
+    // tile's K and V stages awaited in the warpgroup's turn.
+    static constexpr bool kSkipRescale = false, kWaitBeforeTurn = false;
     static constexpr int kBarEpilogue = 1;  // + consumer warpgroup (1..3)
     static constexpr int kBarTurn = 4;      // + consumer warpgroup whose turn it is (4..6)
     static constexpr bool kPingpong = true;  // loops.cuh Turns: the consumer warpgroups always take turns

@@ -1,7 +1,8 @@
 // The FA3 FP8 forward kernel (SEMANTICS.md §10; §2 scale, §3 softcap, §4 causal alignments, §5 windows,
 // §7 varlen, §8 fully masked rows, §9 GQA): the structure of mainloop.cuh with FP8 operands, sharing its tile order
 // and persistent slots (scheduler.cuh), work-tile plan and masks (plan.cuh), epilogue (epilogue.cuh), online softmax
-// (softmax.cuh), shared-memory regions, pingpong turns and stage release (loops.cuh).
+// (softmax.cuh), shared-memory regions and mbarrier plan, pingpong turns, stage release and the consumers' steps
+// (loops.cuh: descriptors, Q fragments, S = Q K^T, the GEMM issues and waits of a key tile, softmax and rescale).
 //
 //   producer warpgroup, warp 0 lane 0: TMA loads of Q, K and raw V (FP8 codes) into their rings;
 //   producer warpgroup, warps 1-3: V transpose, raw V -> Vt (fp8_layout.cuh), zeroing keys past the length
@@ -59,26 +60,22 @@ struct Fa3Fp8Params {
 template <class C>
 struct Fp8Smem : SmemRegions<C> {
     using SmemRegions<C>::base;
-    using SmemRegions<C>::bar;
+    using SmemRegions<C>::full_q;
+    using SmemRegions<C>::empty_q;
+    using SmemRegions<C>::full_k;
+    using SmemRegions<C>::empty_k;
+    using SmemRegions<C>::full_v;
+    using SmemRegions<C>::empty_v;
     __device__ __forceinline__ unsigned char* q() const { return base; }
     __device__ __forceinline__ unsigned char* vraw(int s) const { return base + C::kOffVRaw + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* vt(int s) const { return base + C::kOffVt + s * C::kKVBytes; }
     __device__ __forceinline__ unsigned char* o() const { return base + C::kOffO; }
-    __device__ __forceinline__ uint64_t* full_q() const { return bar(0); }
-    __device__ __forceinline__ uint64_t* empty_q() const { return bar(1); }
-    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(2 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_vraw(int s) const { return bar(2 + 2 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return bar(2 + 3 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(2 + 4 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(2 + 5 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(2 + 6 * C::kStages + i); }
-    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(4 + 6 * C::kStages + i); }
+    __device__ __forceinline__ uint64_t* full_vraw(int s) const { return this->full_ring(1, s); }
+    __device__ __forceinline__ uint64_t* empty_vraw(int s) const { return this->empty_ring(1, s); }
 
     __device__ __forceinline__ void init() const {
         constexpr int kTransposers = 32 * C::kTransposeWarps;
-        mbar_init(full_q(), 1);
-        mbar_init(empty_q(), C::kConsumerThreads);
+        this->init_q();
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full_k(s), 1);
             mbar_init(empty_k(s), C::kConsumerWGs * 4);
@@ -87,12 +84,7 @@ struct Fp8Smem : SmemRegions<C> {
             mbar_init(full_v(s), C::kVtGlobal ? 1 : kTransposers);
             mbar_init(empty_v(s), C::kConsumerWGs * 4);
         }
-        if constexpr (C::kPersistent) {
-            for (int i = 0; i < 2; ++i) {
-                mbar_init(tile_full(i), 1);
-                mbar_init(tile_empty(i), C::kConsumerThreads);
-            }
-        }
+        if constexpr (C::kPersistent) this->init_tile_slots();
         mbar_init_fence();
     }
 };
@@ -198,7 +190,10 @@ __device__ void fp8_transpose_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int tw,
 
 // ---- consumers -------------------------------------------------------------------------------------------
 template <class C>
-struct Fp8Consumer {
+struct Fp8Consumer : ConsumerSteps<C, Fp8Consumer<C>> {
+    using Steps = ConsumerSteps<C, Fp8Consumer<C>>;
+    using Steps::rescale;
+    using Steps::softmax;
     using Format = typename C::Format;
     // D: the shared-memory head dim of Q, K, V (config.cuh fp8_smem_dim); DVP: O's columns in registers.
     static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
@@ -222,42 +217,16 @@ struct Fp8Consumer {
     __device__ __forceinline__ void turn_wait() { Turns<C>{cw}.wait(); }
     __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
-    // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ldmatrix.x4 on the 128-byte
-    // swizzled rows, codes viewed as b16 pairs: matrix i is rows 8 (i & 1).., 16-byte chunk i >> 1 of the k32 step).
+    // kQRegs: this warpgroup's Q rows as the m64k32 A fragments, one [4] per 32 codes (ConsumerSteps; codes viewed as
+    // b16 pairs).
     uint32_t qf[C::kQRegs ? D / 32 : 1][4];
-    __device__ __forceinline__ void load_q_frags() {
-        if constexpr (C::kQRegs) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;
-            const uint32_t base = smem_addr(sm.q()) + r * 128;
-#pragma unroll
-            for (int ks = 0; ks < D / 32; ++ks)
-                ldmatrix_x4_a(qf[ks], base + (((2 * ks + lane / 16) ^ (r % 8)) << 4));
-        }
-    }
+    __device__ __forceinline__ void load_q_frags() { Steps::load_q_frags(*this, smem_addr(sm.q())); }
     // Shared-memory descriptors of stage 0 of the K and Vt rings and of this warpgroup's Q rows, made once per work
-    // tile (set_descs); a stage's is stage 0's advanced by whole stages (desc_advance), as in mainloop.cuh.
+    // tile (ConsumerSteps::set_descs).
     uint64_t kdesc0, vdesc0, qdesc;
-    __device__ __forceinline__ void set_descs() {
-        kdesc0 = swizzled_desc(smem_addr(sm.k(0)), 16, C::kAtomBytes, C::kSwizzleLayout);
-        vdesc0 = swizzled_desc(smem_addr(sm.vt(0)), 16, C::kVtAtomBytes, C::kVtSwizzleLayout);
-        qdesc = swizzled_desc(smem_addr(sm.q()) + cw * 64 * C::kRowBytes, 16, C::kAtomBytes, C::kSwizzleLayout);
-    }
+    __device__ __forceinline__ void set_descs() { Steps::set_descs(*this, smem_addr(sm.q()), smem_addr(sm.vt(0))); }
     // S = Q8 K8^T over the head dim, 32 codes (bytes) per wgmma: both operands K-major (kQRegs: Q from registers).
-    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKVBytes);
-#pragma unroll
-        for (int ks = 0; ks < C::kKSteps; ++ks) {
-            const int cb = ks / (C::kRowBytes / 32), kk = ks % (C::kRowBytes / 32);
-            const uint64_t db = desc_advance(db0, cb * (BN * C::kRowBytes) + kk * 32);
-            if constexpr (C::kQRegs) {
-                wgmma_rs(Wgmma8<Format, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
-            } else {
-                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * C::kRowBytes) + kk * 32);
-                wgmma_ss(Wgmma8<Format, BN>{}, s, da, db, ks > 0 ? 1 : 0);
-            }
-        }
-    }
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P8 Vt8 over the keys, 32 at a time: P from registers, Vt K-major (keys contiguous, column blocks of
     // kVtColBytes-byte rows).
     __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
@@ -269,18 +238,9 @@ struct Fp8Consumer {
         }
     }
 
-    // O += P V, the online softmax and O *= corr through the schedule's stages (schedule.cuh).
+    // O += P V of a Vt stage, through the schedule's stages (schedule.cuh).
     __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 32][4], int stage) {
         C::Stages::pv(*this, o, pa, stage);
-    }
-    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
-    }
-    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
-        RowSoftmax::rescale(o, corr);
-    }
-    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
-        C::Stages::template rescale<Fp8Consumer>(o, corr);
     }
 
     // S = Q K^T of the next K stage in this warpgroup's pingpong turn, awaited (nothing else of it in flight).
@@ -291,14 +251,7 @@ struct Fp8Consumer {
     // The same once the turn is held: the turn passes as soon as the GEMM is issued.
     __device__ __forceinline__ void s_in_turn(float (&s)[BN / 2]) {
         mbar_wait(sm.full_k(ck.stage), ck.phase);
-        wgmma_fence();
-        gemm_s(s, ck.stage);
-        wgmma_commit();
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(sm.empty_k(ck.stage));
-        ck.advance();
+        Steps::s_issue(*this, s, NoRefill{}, 0);
     }
     // O += P V of the next Vt stage, awaited.
     __device__ __forceinline__ void pv_alone(float (&o)[DVP / 2], uint32_t (&pa)[BN / 32][4]) {
@@ -330,10 +283,7 @@ struct Fp8Consumer {
 #pragma unroll
             for (int e = 0; e < BN / 2; ++e) s[e] *= fl2;
         }
-        if (masked) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
-        }
+        if (masked) mask_warpgroup_tile<BN>(s, pl.mask, row0, n);
     }
 
     // kFold: per-tensor / per-head descales and no softcap (fp8_config.cuh kFoldScale): one factor sl2 per row.
@@ -374,30 +324,13 @@ struct Fp8Consumer {
                 // kFold (per-tensor / per-head descales): one V descale for the whole work tile, nothing to carry.
                 const float dv_next = kFold ? dv_cur : P.dkv(P.v_descale, w.b, hkv, n * BN / C::kDescaleBlock);
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) runs under the P V product.
-                turn_wait();
-                mbar_wait(sm.full_k(ck.stage), ck.phase);
-                fence_regs(o);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                mbar_wait(sm.full_v(cv.stage), cv.phase);
-                pv(o, pa, cv.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<1>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                ck.advance();
+                Steps::s_pv_issue(*this, s, o, pa, NoRefill{}, x);
                 if (x == nt - 1) q_done();
                 before_wait<C::kSoftmaxUnderPV>(P.base.p.seqlen_q > 0, [&] {
                     score_mod<kFold>(s, pl, row0, n, fk, mt.at(nt - 1 - x));
                     softmax(smx, s, sl2, corr);
                 });
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-                release(sm.empty_v(cv.stage));
-                cv.advance();
+                Steps::pv_retire(*this, o, pa, NoRefill{}, x - 1);
                 // O is in units of the previous tile's V descale; the next product adds in units of this one's.
                 if constexpr (!kFold) {
                     const float ratio = dv_cur / dv_next;
@@ -450,7 +383,7 @@ struct Fp8Consumer {
 
 template <class C>
 __device__ void fp8_consumer_loop(const Fa3Fp8Params& P, Fp8Smem<C> sm, int cw) {
-    Fp8Consumer<C> cs{P, sm, cw};
+    Fp8Consumer<C> cs{{}, P, sm, cw};
     Turns<C>{cw}.begin();
     TileSlots<decltype(sm)> slots{sm};
     int t = blockIdx.x;

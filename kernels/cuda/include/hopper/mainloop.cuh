@@ -29,37 +29,26 @@ namespace attn::hopper {
 template <class C>
 struct Smem : SmemRegions<C> {
     using SmemRegions<C>::base;
-    using SmemRegions<C>::bar;
+    using SmemRegions<C>::full_k;
+    using SmemRegions<C>::empty_k;
+    using SmemRegions<C>::full_v;
+    using SmemRegions<C>::empty_v;
     __device__ __forceinline__ unsigned char* q(int s) const { return base + s * C::kQBytes; }
     __device__ __forceinline__ unsigned char* v(int s) const { return base + C::kOffV + s * C::kVBytes; }
-    __device__ __forceinline__ uint64_t* full_q(int s) const { return bar(s); }
-    __device__ __forceinline__ uint64_t* empty_q(int s) const { return bar(2 + s); }
-    __device__ __forceinline__ uint64_t* full_k(int s) const { return bar(4 + s); }
-    __device__ __forceinline__ uint64_t* empty_k(int s) const { return bar(4 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_v(int s) const { return bar(4 + 2 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* empty_v(int s) const { return bar(4 + 3 * C::kStages + s); }
-    __device__ __forceinline__ uint64_t* tile_full(int i) const { return bar(4 + 4 * C::kStages + i); }
-    __device__ __forceinline__ uint64_t* tile_empty(int i) const { return bar(6 + 4 * C::kStages + i); }
 
     // `ctas`: the CTAs whose consumers read each K / V stage (2 in a paired cluster, whose loads write both CTAs' rings).
     __device__ __forceinline__ void init(int ctas = 1) const {
         // K/V stages: one arrival per consumer warp (their readers are wgmma, complete in every thread
         // at wgmma_wait); Q and the tile slot: one per consumer thread, since ordinary loads read them.
         const int arrivals = C::kConsumerWGs * 4 * ctas;
-        for (int s = 0; s < 2; ++s) {
-            mbar_init(full_q(s), 1);
-            mbar_init(empty_q(s), C::kConsumerThreads);
-        }
+        this->init_q();
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init(full_k(s), 1);
             mbar_init(full_v(s), 1);
             mbar_init(empty_k(s), arrivals);
             mbar_init(empty_v(s), arrivals);
         }
-        for (int i = 0; i < 2; ++i) {
-            mbar_init(tile_full(i), 1);
-            mbar_init(tile_empty(i), C::kConsumerThreads);
-        }
+        this->init_tile_slots();
         mbar_init_fence();
     }
 };
@@ -174,7 +163,10 @@ __device__ void producer_loop(const Fa3Params& P, Smem<C> sm) {
 
 // ---- consumer side ------------------------------------------------------------------------------
 template <class C>
-struct Consumer {
+struct Consumer : ConsumerSteps<C, Consumer<C>> {
+    using Steps = ConsumerSteps<C, Consumer<C>>;
+    using Steps::rescale;
+    using Steps::softmax;
     using Elem = typename C::Elem;
     // D: Q K^T's depth; DVP: O's columns in registers (kHeadDimVPad: dv in whole 64-column blocks, config.cuh).
     static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
@@ -192,50 +184,27 @@ struct Consumer {
     __device__ __forceinline__ void turn_pass() { Turns<C>{cw}.pass(); }
 
     // Shared-memory descriptors of stage 0 of the K and V rings and of this warpgroup's Q rows, made once per work tile
-    // (set_descs); a stage's descriptor is stage 0's advanced by whole stages (desc_advance), one add per GEMM instead
-    // of re-encoding the address.
+    // (ConsumerSteps::set_descs).
     uint64_t kdesc0, vdesc0, qdesc;
     __device__ __forceinline__ void set_descs() {
-        kdesc0 = sw128_desc(smem_addr(sm.k(0)), 16, 1024);
-        vdesc0 = sw128_desc(smem_addr(sm.v(0)), BN * 128, 1024);
-        qdesc = sw128_desc(smem_addr(sm.q(cq.stage)) + cw * 64 * 128, 16, 1024);
+        Steps::set_descs(*this, smem_addr(sm.q(cq.stage)), smem_addr(sm.v(0)));
     }
 
-    // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ldmatrix.x4 from
-    // the 128-byte-swizzled tile: matrix i of a 16 x 16 block is rows 8 (i & 1).., 16-byte chunk i >> 1).
+    // kQRegs: this warpgroup's 64 Q rows as wgmma A fragments, one [4] per 16 head-dim columns (ConsumerSteps).
     uint32_t qf[C::kQRegs ? D / 16 : 1][4];
-    __device__ __forceinline__ void load_q_frags() {
-        if constexpr (C::kQRegs) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            const int r = cw * 64 + 16 * warp + 8 * ((lane / 8) & 1) + lane % 8;  // row within the Q tile
-            const uint32_t base = smem_addr(sm.q(cq.stage)) + r * 128;
-#pragma unroll
-            for (int ks = 0; ks < D / 16; ++ks) {
-                const int chunk = 2 * (ks % 4) + lane / 16;
-                ldmatrix_x4_a(qf[ks], base + (ks / 4) * (C::kBlockM * 128) + ((chunk ^ (r % 8)) << 4));
-            }
-        }
-    }
+    __device__ __forceinline__ void load_q_frags() { Steps::load_q_frags(*this, smem_addr(sm.q(cq.stage))); }
     // S = Q K^T over the head dim, 16 at a time: both operands K-major, 128-byte swizzled (kQRegs: Q from registers).
-    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) {
-        const uint64_t db0 = desc_advance(kdesc0, stage * C::kKBytes);
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-            const int cb = ks / 4, kk = ks % 4;
-            const uint64_t db = desc_advance(db0, cb * (BN * 128) + kk * 32);
-            if constexpr (C::kQRegs) {
-                wgmma_rs<0>(Wgmma<Elem, BN>{}, s, qf[ks], db, ks > 0 ? 1 : 0);
-            } else {
-                const uint64_t da = desc_advance(qdesc, cb * (C::kBlockM * 128) + kk * 32);
-                wgmma_ss<0>(Wgmma<Elem, BN>{}, s, da, db, ks > 0 ? 1 : 0);
-            }
-        }
-    }
+    __device__ __forceinline__ void gemm_s(float (&s)[BN / 2], int stage) { Steps::gemm_s(*this, s, stage); }
     // O += P V over the keys, 16 at a time: P from registers, V MN-major (head dim contiguous).
     __device__ __forceinline__ void gemm_pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
         const uint64_t vb0 = desc_advance(vdesc0, stage * C::kVBytes);
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ++ks) wgmma_rs<1>(Wgmma<Elem, DVP>{}, o, pa[ks], desc_advance(vb0, ks * 2048), 1);
+    }
+
+    // O += P V of a V stage, through the schedule's stages.
+    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
+        C::Stages::pv(*this, o, pa, stage);
     }
 
     // Softcap / pre-scale, then -inf where mask.cuh says a key is not visible (rows of this warpgroup; `masked`: key
@@ -250,29 +219,7 @@ struct Consumer {
                 s[e] = x * kLog2e;
             }
         }
-        if (masked) {
-            const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-            mask_tile<BN>(s, pl.mask, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
-        }
-    }
-
-    // The online softmax (softmax.cuh) and O *= corr, through the schedule's stages (schedule.cuh).
-    static __device__ __forceinline__ void softmax(RowSoftmax& smx, float (&s)[BN / 2], float sl2, float (&corr)[2]) {
-        C::Stages::template softmax<typename C::Softmax>(smx, s, sl2, corr);
-    }
-    // O *= corr; kSkipRescale: not in a warp whose rows all kept their maximum (corr = 1 exactly, softmax.cuh).
-    static __device__ __forceinline__ void rescale_o(float (&o)[DVP / 2], const float (&corr)[2]) {
-        if constexpr (C::kSkipRescale) {
-            if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
-        }
-        RowSoftmax::rescale(o, corr);
-    }
-    static __device__ __forceinline__ void rescale(float (&o)[DVP / 2], const float (&corr)[2]) {
-        C::Stages::template rescale<Consumer>(o, corr);
-    }
-    // O += P V of a V stage, through the schedule's stages.
-    __device__ __forceinline__ void pv(float (&o)[DVP / 2], const uint32_t (&pa)[BN / 16][4], int stage) {
-        C::Stages::pv(*this, o, pa, stage);
+        if (masked) mask_warpgroup_tile<BN>(s, pl.mask, row0, n);
     }
 
     static __device__ __forceinline__ void to_a_frags(uint32_t (&pa)[BN / 16][4], const float (&s)[BN / 2]) {
@@ -366,15 +313,7 @@ struct Consumer {
         if constexpr (C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
         turn_wait();
         if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
-        wgmma_fence();
-        gemm_s(s, ck.stage);
-        wgmma_commit();
-        turn_pass();
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(sm.empty_k(ck.stage));
-        refill(false, 0);
-        ck.advance();
+        Steps::s_issue(*this, s, refill, 0);
         score_mod(s, pl, row0, n, mt.at(x));
         softmax(smx, s, sl2, corr);
         to_a_frags(pa, s);
@@ -397,47 +336,16 @@ struct Consumer {
             if constexpr (C::kOverlap) {
                 // S(x) and O += P(x-1) V(x-1) in flight together; softmax(S(x)) is written to run under the P V
                 // product, but ptxas places the wait for that product above it (its SASS has the wait first).
-                if constexpr (C::kWaitBeforeTurn) {
-                    mbar_wait(sm.full_k(ck.stage), ck.phase);
-                    mbar_wait(sm.full_v(cv.stage), cv.phase);
-                }
-                turn_wait();
-                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_k(ck.stage), ck.phase);
-                fence_regs(o);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                if constexpr (!C::kWaitBeforeTurn) mbar_wait(sm.full_v(cv.stage), cv.phase);
-                pv(o, pa, cv.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<1>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                refill(false, x);
-                ck.advance();
+                Steps::s_pv_issue(*this, s, o, pa, refill, x);
                 score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-                release(sm.empty_v(cv.stage));
-                refill(true, x - 1);
-                cv.advance();
+                Steps::pv_retire(*this, o, pa, refill, x - 1);
                 rescale(o, corr);
                 to_a_frags(pa, s);
             } else {
                 turn_wait();
                 mbar_wait(sm.full_k(ck.stage), ck.phase);
-                wgmma_fence();
-                gemm_s(s, ck.stage);
-                wgmma_commit();
-                turn_pass();
-                wgmma_wait<0>();
-                fence_regs(s);
-                release(sm.empty_k(ck.stage));
-                refill(false, x);
-                ck.advance();
+                Steps::s_issue(*this, s, refill, x);
                 score_mod(s, pl, row0, n, mt.at(x));
                 softmax(smx, s, sl2, corr);
                 rescale(o, corr);
@@ -478,7 +386,7 @@ struct Consumer {
 
 template <class C>
 __device__ void consumer_loop(const Fa3Params& P, Smem<C> sm, int cw) {
-    Consumer<C> cs{P, sm, cw};
+    Consumer<C> cs{{}, P, sm, cw};
     Loader<C> ld{P, sm};
     ld.lead = C::kWS || threadIdx.x == 0;
     Loader<C>* my_ld = C::kWS ? nullptr : &ld;  // non-warp-specialised: every consumer thread runs the loader

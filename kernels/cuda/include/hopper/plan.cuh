@@ -66,6 +66,14 @@ __host__ __device__ __forceinline__ void mask_tile(float (&s)[BN / 2], const Mas
     }
 }
 
+// mask_tile for the S accumulator of the consumer warpgroup whose first query row is row0: this thread's rows and the
+// first key of key tile n it holds (softmax.cuh's layout, as above).
+template <int BN>
+__device__ __forceinline__ void mask_warpgroup_tile(float (&s)[BN / 2], const MaskInfo& m, int row0, int n) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+    mask_tile<BN>(s, m, row0 + 16 * warp + lane / 4, n * BN + 2 * (lane % 4));
+}
+
 template <class C>
 __device__ __forceinline__ TilePlan make_plan(const AttnFwdParams& p, const WorkTile& w) {
     TilePlan t;
