@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 __all__ = [
     "Device", "Telemetry", "NoTelemetry", "NvmlTelemetry", "TorchCuda", "Timing", "Method", "CaptureFailed",
     "measure", "host_times_us", "wall_times_ms", "calls_per_sample", "l2_flush_bytes", "spread", "round_order",
-    "rounds_row", "time_round_robin", "nvml_telemetry", "cuda_event_times_ms", "cuda_event_median_ms",
+    "rounds_row", "round_timing", "time_round_robin", "nvml_telemetry", "cuda_event_times_ms", "cuda_event_median_ms",
 ]
 
 Method = Literal["cuda_graph", "back_to_back"]
@@ -499,6 +499,12 @@ def rounds_row(name: str, results: Sequence[Timing | float], flops: float) -> di
     return row
 
 
+def round_timing(fn: Callable[[], object]) -> Timing:
+    """One round's timing of a candidate in `time_round_robin` (its default timer): `measure` with 25 samples after 5
+    warm-up calls."""
+    return measure(fn, reps=25, warmup=5)
+
+
 def time_round_robin(row: dict, cands: Sequence[tuple[str, Callable[[], object]]], flops: float, rounds: int = 3,
                      timer: Callable[[Callable[[], object]], Timing | float] | None = None) -> None:
     """Time every (name, fn) of `cands` in turn, `rounds` times, so that clock drift during a run affects every
@@ -506,11 +512,11 @@ def time_round_robin(row: dict, cands: Sequence[tuple[str, Callable[[], object]]
     the same one (a candidate timed right after a power-hungry one can start at a lower clock: on the H200 one
     kernel timed first, after flash-attn-4, read 2-6% below the same kernel timed third in the same rounds).
 
-    Each round's result is ``timer(fn)``: a `Timing` (default: `measure` with 25 samples after 5 warm-up calls) or a
+    Each round's result is ``timer(fn)``: a `Timing` (default: `round_timing`) or a
     time in ms. Writes `rounds_row`'s entries: ``row[name + "_ms"]`` (the median GPU time of the rounds),
     ``_tflops``, ``_spread``, ``_host_us``, ``_wall_ms``, ``_method``, ...; a candidate that raises gets
     ``row[name + "_error"]`` (its first line) and is not timed again."""
-    timer = timer or (lambda fn: measure(fn, reps=25, warmup=5))
+    timer = timer or round_timing
     results: dict[str, list[Timing | float]] = {name: [] for name, _ in cands}
     for r in range(rounds):
         for name, fn in round_order(cands, r):

@@ -173,13 +173,13 @@ def _named(prefix: str, cands: list) -> list:
 
 
 def _memory_logged(log: list[dict]):
-    """A `time_round_robin` timer: `measure`, then the device's free memory and torch's reserved and allocated
-    memory (GiB) appended to `log` (on the H200 a first fwd+bwd row once ran the card out of memory with 3.5 GiB
-    allocated by torch: this says after which candidate's timing the memory went)."""
-    from attention_conformance.kernels.timing import measure
+    """A `time_round_robin` timer: its default (`round_timing`), then the device's free memory and torch's
+    reserved and allocated memory (GiB) appended to `log` (on the H200 a first fwd+bwd row once ran the card out of
+    memory with 3.5 GiB allocated by torch: this says after which candidate's timing the memory went)."""
+    from attention_conformance.kernels.timing import round_timing
 
     def timer(fn):
-        t = measure(fn, reps=25, warmup=5)
+        t = round_timing(fn)
         free, _ = torch.cuda.mem_get_info()
         log.append(dict(fn=getattr(fn, "__qualname__", "?"), method=t.method, free_gib=round(free / 2**30, 2),
                         reserved_gib=round(torch.cuda.memory_reserved() / 2**30, 2),

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from cuda_fwd_check_bench import env_info, sdpa_fn
+from timing_md import TIMING_NOTE, host_table
 
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.check.forward import check_forward
@@ -242,11 +243,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None) -> str:
            f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/fa3_check_bench.py --skip-check --out DIR`", "",
-           "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured "
-           "call, or back-to-back launches where a call cannot be captured; the method is in the second table), "
-           "the candidates of a row timed in turn in alternating rounds in one process, the median of 3 rounds of "
-           "25 calls; bf16, TFLOPs/s = 4*B*H*N*N*d (halved for causal). Ratios are the reference's time over "
-           "ours (> 1: ours is faster).", "",
+           TIMING_NOTE + " Rows: 3 rounds of 25 calls; bf16, TFLOPs/s = 4*B*H*N*N*d (halved for causal).", "",
            "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |"
            + (" /FA4 before | change |" if before else ""),
            "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if before else "")]
@@ -260,18 +257,12 @@ def markdown(env, rows, abl, previous: list[dict] | None = None) -> str:
             line += f" {old:.2f} | {r.get('ratio_vs_fa4', nan) - old:+.2f} |"
         out.append(line)
     if before:
+        fa4_host = [r["fa4_host_us"] / 1e3 for r in rows if "fa4_host_us" in r]
+        entry = f" ({min(fa4_host):.2f}-{max(fa4_host):.2f} ms a call in this run)" if fa4_host else ""
         out += ["", "*/FA4 before*: the set this one replaces, timed per call with the call's host time included "
-                    "(event, call, event, synchronize), which charged FA4's Python entry (0.4-0.56 ms a call) to FA4."]
-    out += ["", "Host time per call (us: the CPU time of issuing one call) and wall time per call (ms: event, call, "
-                "event, synchronize: what the earlier timer measured), and how the GPU time was taken:", "",
-            "| B, H, N, d | causal | FA3 host us | flash | cuDNN | FA4 | FA3 wall ms | flash | cuDNN | FA4 | method |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        methods = sorted({r[k] for k in r if k.endswith("_method")})
-        out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | "
-                   + " | ".join(f"{r.get(n + '_host_us', nan):.1f}" for n in ("fa3", "flash", "cudnn", "fa4"))
-                   + " | " + " | ".join(f"{r.get(n + '_wall_ms', nan):.3f}" for n in ("fa3", "flash", "cudnn", "fa4"))
-                   + f" | {', '.join(methods) or '?'} |")
+                    f"(event, call, event, synchronize), which charged FA4's Python entry{entry} to FA4."]
+    out += [""] + host_table(rows, lambda r: f"{r['B']}, {r['H']}, {r['N']}, {r['d']}"
+                                             + (" causal" if r["causal"] else ""))
     extra = sorted({k[4:-7] for r in rows for k in r
                     if k.startswith("fa3_") and k.endswith("_tflops") and k != "fa3_tflops"})
     if extra:
