@@ -15,8 +15,9 @@ with ``-p no:attention_conformance``). It provides:
 - the markers ``gpu``, ``slow``, ``fp8``, ``backward`` the conformance cases carry;
 - ``ATTN_KERNELS_NO_BUILD=1``: the CUDA kernel library is never compiled inside a test (`kernels.cuda_lib`);
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
-  ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`), and the conformance tests ordered
-  largest estimated cost first (other tests keep their places);
+  ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`); under pytest-xdist on any device, the
+  conformance and property tests ordered largest estimated seconds first (`conformance.running.schedule`; other
+  tests keep their places) and handed to the workers one at a time (``--maxschedchunk 1`` unless given);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
@@ -166,6 +167,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None:
+        # one test at a time to each xdist worker, so the largest-first order (pytest_collection_modifyitems) holds:
+        # by default xdist's --dist load hands each worker a quarter of its share up front, and the first worker
+        # would start with every long test
+        config.option.maxschedchunk = 1
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
         from attention_conformance.running.parallel import gpu_for_worker
@@ -230,17 +236,50 @@ def _case_of(item: pytest.Item) -> Any:
     return cs.params.get("conformance_case") if cs is not None else None
 
 
+def _estimated_seconds(config: pytest.Config, item: pytest.Item) -> float | None:
+    """`conformance.running.schedule`'s seconds for a conformance test or a property test (0 where it skips at
+    collection or its adapter does not claim the case); None for any other test."""
+    from attention_conformance.running import schedule
+
+    cs = getattr(item, "callspec", None)
+    if cs is None:
+        return None
+    if item.get_closest_marker("skip") is not None:
+        return 0.0 if {"conformance_case", "impl_kind"} & set(cs.params) else None
+    case = cs.params.get("conformance_case")
+    if case is not None:
+        la = {x.spec: x for x in conformance_run(config).loaded}.get(cs.params.get("conformance_spec"))
+        if la is None or not la.available or not schedule.claims(la.adapter, case, device_option(config)):
+            return 0.0
+        return schedule.call_seconds(case, bool(getattr(la.adapter, "builds_per_shape", False)))
+    impl_kind = cs.params.get("impl_kind")
+    if isinstance(impl_kind, tuple) and len(impl_kind) == 2:
+        loaded, kind = impl_kind
+        if kind is None or getattr(loaded, "adapter", None) is None:
+            return 0.0
+        from hypothesis import settings
+
+        from attention_conformance.property_tests.profiles import build_per_shape_examples
+
+        builds = bool(getattr(loaded.adapter, "builds_per_shape", False))
+        examples = settings().max_examples
+        return schedule.property_seconds(build_per_shape_examples(examples) if builds else examples, builds)
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist: conformance tests largest estimated cost first, in the slots they occupy."""
+    """Under pytest-xdist: the conformance and property tests largest estimated seconds first
+    (`conformance.running.schedule`: a kernel built per shape counts), in the slots they occupy; other tests keep
+    their places. Each worker identical (xdist compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
-    slots = [i for i, item in enumerate(items) if _case_of(item) is not None]
-    if not slots:
+    estimates = {i: sec for i, item in enumerate(items) if (sec := _estimated_seconds(config, item)) is not None}
+    if not estimates:
         return
-    from attention_conformance.cases.catalog import estimated_cost
-
-    ordered = sorted((items[i] for i in slots), key=lambda it: (-estimated_cost(_case_of(it)), _case_of(it).id))
-    for i, item in zip(slots, ordered):
+    slots = sorted(estimates)
+    ordered = sorted(slots, key=lambda i: (-estimates[i], items[i].nodeid))
+    moved = [items[i] for i in ordered]
+    for i, item in zip(slots, moved):
         items[i] = item
 
 

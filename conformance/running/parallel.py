@@ -1,14 +1,15 @@
 """``run --workers N``: spread cases over N worker processes, one GPU each, into one report (issue 7).
 
-The parent sorts the cases by estimated cost (largest first) and hands each idle worker the next
-case; a worker (``python -m attention_conformance.running.parallel``) loads the adapters once, keeps its own oracle
-cache, runs every adapter on the case with the same `Runner` as a single-process run, and sends the
-`CaseResult`s back. Worker i gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker
-that dies costs only the case it was running (CRASH for each adapter) and is restarted.
+The parent sorts the cases by their expected seconds through the run's adapters (`conformance.running.schedule`:
+a kernel built per shape counts), largest first, and hands each idle worker the next case; a worker
+(``python -m attention_conformance.running.parallel``) loads the adapters once, keeps its own oracle cache, runs
+every adapter on the case with the same `Runner` as a single-process run, and sends the `CaseResult`s back. Worker i
+gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker that dies costs only the case it was
+running (CRASH for each adapter) and is restarted.
 
-Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the
-pytest plugin (`conformance.pytest_plugin`) pins each xdist worker to a GPU with `gpu_for_worker` and
-orders the tests largest first.
+Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the pytest plugin
+(`conformance.pytest_plugin`) pins each xdist worker to a GPU with `gpu_for_worker` and orders the tests largest
+first by the same estimate, one (case, adapter) test at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
+from attention_conformance.running import schedule
 from attention_conformance.running.eta import EtaModel
 from attention_conformance.running.worker import _recv, _send, _worker_channels
 from attention_conformance.verdict.outcomes import counts_line
@@ -87,7 +89,9 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     from attention_conformance.running.engine import CaseResult, features_of, repro_command
 
     specs = [la.spec for la in loaded]
-    order = sorted(cases, key=lambda c: -estimated_cost(c))
+    adapters = [la.adapter for la in loaded if la.available]
+    seconds = {c.id: schedule.case_seconds(c, adapters, device) for c in cases}
+    order = sorted(cases, key=lambda c: (-seconds[c.id], -estimated_cost(c)))
     gpus = visible_gpus() if device == "cuda" else []
     pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None,
                     workers, strict)

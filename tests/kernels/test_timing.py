@@ -356,13 +356,18 @@ def _host_then_kernel(torch, refuse_capture: bool = False):
 
 @pytest.mark.gpu
 def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
-    """2 ms of host work, then a 0.2 ms kernel: ~0.2 ms of GPU time (within 25%), ~2.2 ms of wall time."""
+    """2 ms of host work, then a 0.2 ms kernel: ~0.2 ms of GPU time (within 25%), ~2.2 ms of wall time.
+
+    On a quiet host the wall time is ~2.2 ms; under load (``tox -e gpu`` runs 8 workers beside Inductor's compile
+    workers) the 2 ms busy wait itself stretches (measured on the H200: host 5.55 ms, wall 5.69 ms, GPU 0.199 ms),
+    so the wall time is bounded by the host time measured in the same call of `measure`, not by 2.2 ms."""
     torch = _torch_cuda()
     t = measure(_host_then_kernel(torch), reps=15, warmup=3)
     assert t.method == "cuda_graph", t.describe()
     assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
-    assert 0.95 * 2.2 <= t.wall_ms <= 1.25 * 2.2, t.describe()
     assert t.host_us >= 2000, t.describe()  # the host work is host time (under load the thread also waits its turn)
+    host_ms = t.host_us / 1e3
+    assert 0.95 * 2.2 <= t.wall_ms <= 1.25 * (host_ms + 0.2), t.describe()  # wall = host work + kernel
     assert (t.sm_clock_mhz is None) == (t.telemetry_reason is not None), t.describe()
 
 
@@ -371,7 +376,10 @@ def test_gpu_back_to_back_fallback_hides_the_host_time_too():
     torch = _torch_cuda()
     t = measure(_host_then_kernel(torch, refuse_capture=True), reps=10, warmup=2)
     assert t.method == "back_to_back" and "refuses to be captured" in t.fallback_reason, t.describe()
-    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2 and t.host_bound_samples == 0, t.describe()
+    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+    # a sample whose enqueueing outlasted the hold (the thread descheduled under load: measured once in 10 on the
+    # H200 under tox -e gpu) is counted and lengthens the next hold; the median stays a hidden-host sample
+    assert t.host_bound_samples < len(t.gpu_samples_ms) / 2, t.describe()
 
 
 @pytest.mark.gpu

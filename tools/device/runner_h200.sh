@@ -8,7 +8,8 @@
 #   cli [SPECS]    python -m attention_conformance run --profile gpu over SPECS (default: all) into /tmp/cli_NAME,
 #                  in the background (setsid), so a later call collects it
 #   tox            tox -e gpu exactly as tox.ini says, 8 workers, junit XML for the comparison, in the background
-#                  (setsid: it outlasts one call's 10 minutes; measured 2026-12-04: ~9.5 min with FA4 installed)
+#                  (setsid: it outlasts one call's 10 minutes); failures and durations stream to /tmp/tox_run (not the
+#                  checkout: every device call re-sends the working tree, which removes files this tree lacks)
 #   tox-collect    wait for it (WAIT_S, default 540), copy its log and junit XML to $OUT
 #   collect NAME   wait for the background CLI run NAME, copy its reports to $OUT
 #   validate       in the background (/tmp/val, a log per step, steps in order of need): the kernel device tests
@@ -53,9 +54,9 @@ collect)
     mkdir -p "$OUT/cli_$name" && cp /tmp/cli_$name/report.* /tmp/cli_$name/log "$OUT/cli_$name/" 2>/dev/null
     gzip -f "$OUT/cli_$name/report.json" 2>/dev/null; true ;;
 tox)
-    rm -rf /tmp/tox_run failures.txt failures.txt.durations && mkdir -p /tmp/tox_run
-    setsid bash -c "start=\$(date +%s); PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 \
-        PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
+    rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
+    setsid bash -c "start=\$(date +%s); STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 \
+        PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env=STREAM_FAILURES -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
         -p tools.pytest_stream_failures --durations=40 $* \
         > /tmp/tox_run/tox_gpu.log 2>&1; echo \$? > /tmp/tox_run/rc; echo \$(( \$(date +%s) - start )) > /tmp/tox_run/seconds" \
         < /dev/null > /dev/null 2>&1 &
@@ -63,7 +64,7 @@ tox)
 tox-collect)
     for _ in $(seq 1 "${WAIT_S:-540}"); do [ -f /tmp/tox_run/rc ] && break; sleep 1; done
     echo "tox -e gpu: exit $(cat /tmp/tox_run/rc 2>/dev/null || echo running) in $(cat /tmp/tox_run/seconds 2>/dev/null || echo '?') s"
-    tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml failures.txt failures.txt.durations "$OUT/" 2>/dev/null
+    tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/" 2>/dev/null
     true ;;
 validate)
     rm -rf /tmp/val && mkdir -p /tmp/val

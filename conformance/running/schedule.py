@@ -1,0 +1,67 @@
+"""Expected seconds of a piece of work, so that parallel runs start the longest pieces first (issue 43).
+
+Both front ends spread work over processes: ``run --workers N`` hands whole cases (every adapter of the run) to its
+workers (`conformance.running.parallel`), pytest-xdist hands (case, adapter) tests and property tests to its workers
+(`conformance.pytest_plugin`). Both order by the seconds estimated here, largest first, and hand out one piece at a
+time, so that a run does not end on a tail of long pieces queued behind one worker.
+
+The model, fitted to the H200's gpu-profile run (per-case ``seconds`` of reports/gpu/report.json.gz; every kernel
+built once per process: 0.03-0.15 s median per case, 0.2-0.8 s per 1e9 of `catalog.estimated_cost`):
+
+    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS)
+
+where ``BUILD_SECONDS`` is added for an adapter that builds a kernel for each new shape (``Adapter.builds_per_shape``:
+compiled FlexAttention, median 2.75 s and mean 4.6 s per case on a cold Inductor cache, 20-33 s at most;
+flash-attn-4's CUTLASS DSL, mean 1.85 s). Measured without it, the torch-flex tests of small cases sorted last and a
+``tox -e gpu`` run spent its final minutes on them one after another in two workers (2026-12-04). A property test
+costs its examples: ``build_per_shape_examples`` builds for such an adapter, else ``PROPERTY_EXAMPLE_SECONDS``
+each. Only the order depends on these figures, never a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from attention_conformance.adapters.base import capability_reason
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.catalog import estimated_cost
+
+__all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "PROPERTY_EXAMPLE_SECONDS", "claims",
+           "call_seconds", "case_seconds", "property_seconds"]
+
+#: one call of a kernel built before, oracle and judge included (median per case, H200)
+CALL_SECONDS = 0.05
+#: seconds per unit of `catalog.estimated_cost` (multiply-adds of the score matrices; backward x3)
+SECONDS_PER_COST = 0.3e-9
+#: one kernel build (compiled FlexAttention on a cold Inductor cache; flash-attn-4's DSL is faster)
+BUILD_SECONDS = 4.0
+#: one drawn example of a property test of a kernel built once (small shapes)
+PROPERTY_EXAMPLE_SECONDS = 0.05
+
+
+def claims(adapter: Any, case: Case, device: str) -> bool:
+    """Whether `adapter` declares `case` (its `Capabilities` alone: no call into the library, no device probe)."""
+    caps = getattr(adapter, "capabilities", None)
+    if caps is None:
+        return True
+    try:
+        return capability_reason(caps, case, device) is None
+    except Exception:  # an estimate only: a declaration this check cannot read counts as claimed
+        return True
+
+
+def call_seconds(case: Case, builds_per_shape: bool) -> float:
+    """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge)."""
+    return CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + (BUILD_SECONDS if builds_per_shape else 0.0)
+
+
+def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
+    """Expected seconds of `case` through every adapter of `adapters` that claims it (a ``run --workers`` piece)."""
+    return sum(call_seconds(case, bool(getattr(a, "builds_per_shape", False)))
+               for a in adapters if a is not None and claims(a, case, device))
+
+
+def property_seconds(examples: int, builds_per_shape: bool) -> float:
+    """Expected seconds of a property test drawing `examples` cases."""
+    return examples * (BUILD_SECONDS if builds_per_shape else PROPERTY_EXAMPLE_SECONDS)

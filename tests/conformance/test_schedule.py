@@ -1,0 +1,82 @@
+"""Work order of parallel runs (conformance/running/schedule.py, issue 43): a kernel built per shape counts, a case
+an adapter does not claim costs nothing, and the pytest plugin orders conformance and property tests by it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from attention_conformance import pytest_plugin
+from attention_conformance.adapters.base import Capabilities
+from attention_conformance.cases import catalog
+from attention_conformance.running import schedule
+
+SMALL = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
+BIG = catalog._seeded(catalog._mk("unit", Lq=4096, Lk=4096, d=128, dtype="float32"))
+F16 = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float16"))
+
+
+def _adapter(builds: bool, dtypes=("float32",)):
+    return SimpleNamespace(capabilities=Capabilities(dtypes=frozenset(dtypes)), builds_per_shape=builds)
+
+
+def test_a_kernel_built_per_shape_outweighs_a_large_case_of_a_kernel_built_once():
+    assert schedule.call_seconds(SMALL, builds_per_shape=True) > schedule.call_seconds(BIG, builds_per_shape=False)
+    assert schedule.call_seconds(BIG, False) > schedule.call_seconds(SMALL, False)
+
+
+def test_a_case_costs_only_through_the_adapters_that_claim_it():
+    once, built = _adapter(False), _adapter(True)
+    assert schedule.case_seconds(SMALL, [once, built], "cpu") == pytest.approx(
+        schedule.call_seconds(SMALL, False) + schedule.call_seconds(SMALL, True))
+    assert schedule.case_seconds(F16, [once, built], "cpu") == 0.0  # float16 is declared by neither
+    assert schedule.claims(SimpleNamespace(), F16, "cpu")  # no declaration to read: counted as claimed
+
+
+def test_a_property_test_costs_its_examples():
+    assert schedule.property_seconds(8, True) == 8 * schedule.BUILD_SECONDS
+    assert schedule.property_seconds(100, False) == 100 * schedule.PROPERTY_EXAMPLE_SECONDS
+
+
+class _Item:
+    def __init__(self, nodeid: str, params: dict | None, skip: bool = False):
+        self.nodeid = nodeid
+        self.callspec = None if params is None else SimpleNamespace(params=params)
+        self._skip = skip
+
+    def get_closest_marker(self, name):
+        return object() if (name == "skip" and self._skip) else None
+
+
+def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_slots(monkeypatch):
+    """Under xdist, the long tests first (a per-shape build before a large case of a kernel built once), a skipped or
+    unclaimed one last, other tests where they were."""
+    once = SimpleNamespace(spec="once", available=True, adapter=_adapter(False))
+    built = SimpleNamespace(spec="built", available=True, adapter=_adapter(True))
+    run = SimpleNamespace(loaded=[once, built])
+    monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
+    monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    items = [
+        _Item("tests/a.py::plain", None),
+        _Item("c::small-once", {"conformance_case": SMALL, "conformance_spec": "once"}),
+        _Item("c::big-once", {"conformance_case": BIG, "conformance_spec": "once"}),
+        _Item("tests/b.py::param[1]", {"x": 1}),
+        _Item("c::f16-built", {"conformance_case": F16, "conformance_spec": "built"}),  # not claimed
+        _Item("c::small-built", {"conformance_case": SMALL, "conformance_spec": "built"}),
+        _Item("p::built-prop", {"impl_kind": (built, "forward")}),
+        _Item("p::unavailable", {"impl_kind": (built, None)}, skip=True),
+    ]
+    pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
+    assert [i.nodeid for i in items] == [
+        "tests/a.py::plain", "p::built-prop", "c::small-built", "tests/b.py::param[1]", "c::big-once",
+        "c::small-once", "c::f16-built", "p::unavailable"]
+
+
+def test_without_xdist_the_order_is_pytests(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    items = [_Item("c::small", {"conformance_case": SMALL, "conformance_spec": "x"}),
+             _Item("c::big", {"conformance_case": BIG, "conformance_spec": "x"})]
+    pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace(numprocesses=None)), items)
+    assert [i.nodeid for i in items] == ["c::small", "c::big"]
