@@ -107,7 +107,7 @@ def bench(quick):
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kernel="fa2_fwd", B=B, H=H, N=N, d=d, causal=causal)
-        for name, fn in (("ours", lambda p=p: cuda_lib.call("attn_fa2_fwd", p)),
+        for name, fn in (("ours", cuda_lib.bind("attn_fa2_fwd", p)),
                          ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                          ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))):
             try:
@@ -137,7 +137,7 @@ def bench(quick):
         p2 = cuda_lib.fwd_params(q, k, v, o, lse, num_splits=splits, o_partial=part_o, lse_partial=part_l)
         bytes_moved = 2 * B * 8 * Lk * 128 * 2
         row = dict(kernel="splitkv_decode", B=B, Hq=32, Hkv=8, Lq=1, Lk=Lk, d=128, num_splits=splits)
-        for name, fn in (("ours", lambda p2=p2: cuda_lib.call("attn_splitkv_fwd", p2)),
+        for name, fn in (("ours", cuda_lib.bind("attn_splitkv_fwd", p2)),
                          ("ours_autoalloc", lambda p=p: cuda_lib.call("attn_splitkv_fwd", p)),
                          ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, False, gqa=True)),
                          ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, False, gqa=True))):

@@ -45,7 +45,8 @@ def _calls(*pairs: tuple, variant: str = "default"):
     """A callable that runs each (launcher, params) of ``pairs`` in order; the FA3 backward launchers of the lab
     build's ``variant`` (`kernels.cuda.lab.FA3_BWD_VARIANTS`) where it is not "default"."""
     if variant == "default":
-        return lambda: [cuda_lib.call(name, params) for name, params in pairs]
+        bound = [cuda_lib.bind(name, params) for name, params in pairs]  # structs filled, workspaces sized once
+        return lambda: [kc() for kc in bound]
     from attention_conformance.kernels.cuda import lab
 
     def one(name: str, params):

@@ -78,7 +78,7 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
         o = torch.empty_like(x[0])
         lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         pb = cuda_lib.fwd_params(*x, o, lse, causal=causal)
-        cands = [("bf16", lambda p=pb: cuda_lib.call("attn_fa3_fwd", p))]
+        cands = [("bf16", cuda_lib.bind("attn_fa3_fwd", pb))]
         x8 = [t.to(torch.float8_e4m3fn) for t in x]
         row = dict(kind="attention", B=B, H=H, N=N, d=d, causal=causal)
         try:
@@ -91,11 +91,11 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
                           ("per_tile", ((B, H, -(-N // 128)),) * 3)):
             ds = [torch.ones(s, device="cuda") for s in shp]
             p = cuda_lib.fp8_fwd_params(*x8, o, lse, *ds, format="e4m3fn", granularity=gran, causal=causal)
-            cands.append(("fp8_" + gran, lambda p=p: cuda_lib.call("attn_fa3_fp8_fwd", p)))
+            cands.append(("fp8_" + gran, cuda_lib.bind("attn_fa3_fp8_fwd", p)))
             vt = cuda_lib.pack_vt(x8[2])
             pk = cuda_lib.fp8_fwd_params(x8[0], x8[1], vt, o, lse, *ds, format="e4m3fn", granularity=gran,
                                          causal=causal, v_layout="kmajor")
-            cands.append(("fp8kmajor_" + gran, lambda p=pk: cuda_lib.call("attn_fa3_fp8_fwd", p)))
+            cands.append(("fp8kmajor_" + gran, cuda_lib.bind("attn_fa3_fp8_fwd", pk)))
             if gran == "per_tensor":
                 cands += [(f"fp8kmajor_{v}_{gran}", lambda p=pk, v=v: variant_call(p, v)) for v in KMAJOR_VARIANTS
                           if kmajor_variant_applies(v, d, gran)]

@@ -11,7 +11,9 @@ TIMING_NOTE = (
     "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured call, "
     "or back-to-back launches where a call cannot be captured; the method of each row is in the host table), the "
     "candidates of a row timed in turn in alternating rounds in one process, the median of the rounds. Ratios are "
-    "the other's time over ours (> 1: ours is faster).")
+    "the other's time over ours (> 1: ours is faster). Our kernels are called as a caller that launches them "
+    "repeatedly would: `cuda_lib.bind` (the params struct filled and the workspace sized once, one foreign call "
+    "per launch; capturable); the others through their Python entry points.")
 
 
 def _candidates(rows: list[dict]) -> list[str]:
