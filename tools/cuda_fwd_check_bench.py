@@ -23,9 +23,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing_md import TIMING_NOTE, host_table
+from vendor_rows import flashinfer_paged_decode_fn
 
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.check.forward import check_forward
+from attention_conformance.kernels.timing import time_round_robin
+
+ROUNDS = 3  # each row's candidates timed in turn, ROUNDS times (odd rounds backwards); the median of the rounds
 
 __all__ = ["correctness", "env_info", "main", "sdpa_fn", "time_fn"]
 
@@ -107,16 +112,9 @@ def bench(quick):
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kernel="fa2_fwd", B=B, H=H, N=N, d=d, causal=causal)
-        for name, fn in (("ours", cuda_lib.bind("attn_fa2_fwd", p)),
-                         ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
-                         ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))):
-            try:
-                med, lo, hi = time_fn(fn)
-                row[name + "_ms"] = med
-                row[name + "_tflops"] = flops / med / 1e9
-                row[name + "_spread"] = (hi - lo) / med
-            except Exception as e:  # backend refused the shape
-                row[name + "_error"] = str(e).splitlines()[0][:200]
+        time_round_robin(row, [("ours", cuda_lib.bind("attn_fa2_fwd", p)),
+                               ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
+                               ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))], flops, ROUNDS)
         if "ours_ms" in row:
             for ref in ("flash", "cudnn"):
                 if ref + "_ms" in row:
@@ -137,17 +135,19 @@ def bench(quick):
         p2 = cuda_lib.fwd_params(q, k, v, o, lse, num_splits=splits, o_partial=part_o, lse_partial=part_l)
         bytes_moved = 2 * B * 8 * Lk * 128 * 2
         row = dict(kernel="splitkv_decode", B=B, Hq=32, Hkv=8, Lq=1, Lk=Lk, d=128, num_splits=splits)
-        for name, fn in (("ours", cuda_lib.bind("attn_splitkv_fwd", p2)),
-                         ("ours_autoalloc", lambda p=p: cuda_lib.call("attn_splitkv_fwd", p)),
-                         ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, False, gqa=True)),
-                         ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, False, gqa=True))):
-            try:
-                med, lo, hi = time_fn(fn, reps=30)
-                row[name + "_ms"] = med
-                row[name + "_TBps"] = bytes_moved / med / 1e9
-            except Exception as e:
-                row[name + "_error"] = str(e).splitlines()[0][:200]
-        for ref in ("flash", "cudnn"):
+        cands = [("ours", cuda_lib.bind("attn_splitkv_fwd", p2)),
+                 ("ours_autoalloc", lambda p=p: cuda_lib.call("attn_splitkv_fwd", p)),
+                 ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, False, gqa=True)),
+                 ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, False, gqa=True))]
+        fi, note = flashinfer_paged_decode_fn(q, k, v)
+        row["flashinfer_paged" + ("_call" if fi is not None else "_declined")] = note
+        if fi is not None:
+            cands.append(("flashinfer_paged", fi))
+        time_round_robin(row, cands, 0.0, ROUNDS)
+        for name, _ in cands:
+            if name + "_ms" in row:
+                row[name + "_TBps"] = bytes_moved / row[name + "_ms"] / 1e9
+        for ref in ("flash", "cudnn", "flashinfer_paged"):
             if ref + "_ms" in row and "ours_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["ours_ms"]
         rows.append(row)
@@ -178,14 +178,25 @@ def markdown(env, rows):
                        f"{r.get('ours_tflops', float('nan')):.0f} | {r.get('flash_tflops', float('nan')):.0f} | "
                        f"{r.get('cudnn_tflops', float('nan')):.0f} | {r.get('ratio_vs_flash', float('nan')):.2f} | "
                        f"{r.get('ratio_vs_cudnn', float('nan')):.2f} |")
-    out += ["", "| decoding (split-KV) | splits | ours ms (TB/s) | flash ms | cuDNN ms | ours/flash | ours/cuDNN |",
-            "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["kernel"] == "splitkv_decode":
-            out.append(f"| B{r['B']} Hq32 Hkv8 Lq1 Lk{r['Lk']} d128 | {r['num_splits']} | "
-                       f"{r.get('ours_ms', float('nan')):.4f} ({r.get('ours_TBps', float('nan')):.2f}) | "
-                       f"{r.get('flash_ms', float('nan')):.4f} | {r.get('cudnn_ms', float('nan')):.4f} | "
-                       f"{r.get('ratio_vs_flash', float('nan')):.2f} | {r.get('ratio_vs_cudnn', float('nan')):.2f} |")
+    nan = float("nan")
+    out += ["", "| decoding (split-KV) | splits | ours ms (TB/s) | flash ms | cuDNN ms | FlashInfer paged ms (TB/s) "
+                "| ours/flash | ours/cuDNN | ours/FlashInfer |", "|---|---|---|---|---|---|---|---|---|"]
+    dec = [r for r in rows if r["kernel"] == "splitkv_decode"]
+    for r in dec:
+        out.append(f"| B{r['B']} Hq32 Hkv8 Lq1 Lk{r['Lk']} d128 | {r['num_splits']} | "
+                   f"{r.get('ours_ms', nan):.4f} ({r.get('ours_TBps', nan):.2f}) | "
+                   f"{r.get('flash_ms', nan):.4f} | {r.get('cudnn_ms', nan):.4f} | "
+                   f"{r.get('flashinfer_paged_ms', nan):.4f} ({r.get('flashinfer_paged_TBps', nan):.2f}) | "
+                   f"{r.get('ratio_vs_flash', nan):.2f} | {r.get('ratio_vs_cudnn', nan):.2f} | "
+                   f"{r.get('ratio_vs_flashinfer_paged', nan):.2f} |")
+    notes = sorted({r.get("flashinfer_paged_call") or f"declined: {r['flashinfer_paged_declined']}"
+                    for r in dec if "flashinfer_paged_call" in r or "flashinfer_paged_declined" in r})
+    if notes:
+        out += ["", "*FlashInfer paged*: " + "; ".join(notes) + ". TB/s: K and V bytes read once per call."]
+    out += ["", TIMING_NOTE, ""]
+    out += host_table([r for r in rows if r["kernel"] == "fa2_fwd"],
+                      lambda r: f"FA2 B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else ""))
+    out += [""] + host_table(dec, lambda r: f"decode B{r['B']} Lk{r['Lk']}")
     return "\n".join(out) + "\n"
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from cuda_fwd_check_bench import env_info, sdpa_fn
 from timing_md import TIMING_NOTE, host_table
+from vendor_rows import flashinfer_prefill_fn, xformers_fn
 
 from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.check.forward import check_forward
@@ -154,8 +155,13 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]
             f4 = fa4_fn(q, k, v, causal)
             if f4 is not None:
                 cands.append(("fa4", f4))
+            for name, (fn, note) in (("flashinfer", flashinfer_prefill_fn(q, k, v, causal)),
+                                     ("xformers", xformers_fn(q, k, v, causal))):
+                row[name + ("_call" if fn is not None else "_declined")] = note
+                if fn is not None:
+                    cands.append((name, fn))
         time_round_robin(row, cands, flops, rounds)
-        for ref in ("flash", "cudnn", "fa4"):
+        for ref, _ in REFS:
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
         rows.append(row)
@@ -226,7 +232,8 @@ def curves_svg(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"))
+REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
+        ("xformers", "xformers"))
 
 
 def _key(r: dict) -> tuple:
@@ -244,14 +251,13 @@ def markdown(env, rows, abl, previous: list[dict] | None = None) -> str:
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/fa3_check_bench.py --skip-check --out DIR`", "",
            TIMING_NOTE + " Rows: 3 rounds of 25 calls; bf16, TFLOPs/s = 4*B*H*N*N*d (halved for causal).", "",
-           "| B, H, N, d | causal | FA3 TFLOPs/s | torch-flash | cuDNN | FA4 | /flash | /cuDNN | /FA4 |"
-           + (" /FA4 before | change |" if before else ""),
-           "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if before else "")]
+           "| B, H, N, d | causal | FA3 TFLOPs/s | " + " | ".join(title for _, title in REFS) + " | "
+           + " | ".join(f"/{title}" for _, title in REFS) + " |" + (" /FA4 before | change |" if before else ""),
+           "|---|---|---|" + "---|---|" * len(REFS) + ("---|---|" if before else "")]
     for r in rows:
         line = (f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
-                f"{r.get('flash_tflops', nan):.0f} | {r.get('cudnn_tflops', nan):.0f} | "
-                f"{r.get('fa4_tflops', nan):.0f} | {r.get('ratio_vs_flash', nan):.2f} | "
-                f"{r.get('ratio_vs_cudnn', nan):.2f} | {r.get('ratio_vs_fa4', nan):.2f} |")
+                + " | ".join(f"{r.get(ref + '_tflops', nan):.0f}" for ref, _ in REFS) + " | "
+                + " | ".join(f"{r.get('ratio_vs_' + ref, nan):.2f}" for ref, _ in REFS) + " |")
         if before:
             old = before.get(_key(r), {}).get("ratio_vs_fa4", nan)
             line += f" {old:.2f} | {r.get('ratio_vs_fa4', nan) - old:+.2f} |"
@@ -261,6 +267,11 @@ def markdown(env, rows, abl, previous: list[dict] | None = None) -> str:
         entry = f" ({min(fa4_host):.2f}-{max(fa4_host):.2f} ms a call in this run)" if fa4_host else ""
         out += ["", "*/FA4 before*: the set this one replaces, timed per call with the call's host time included "
                     f"(event, call, event, synchronize), which charged FA4's Python entry{entry} to FA4."]
+    for ref, title in REFS[3:]:  # the serving / diffusion stacks: what each column called, or why it is empty
+        calls = sorted({r[ref + "_call"] for r in rows if ref + "_call" in r})
+        declined = sorted({r[ref + "_declined"] for r in rows if ref + "_declined" in r})
+        out += ["", f"*{title}*: " + ("; ".join(calls) if calls else "no row ran")
+                + (f" (declined: {'; '.join(declined)})" if declined else "") + "."]
     out += [""] + host_table(rows, lambda r: f"{r['B']}, {r['H']}, {r['N']}, {r['d']}"
                                              + (" causal" if r["causal"] else ""))
     extra = sorted({k[4:-7] for r in rows for k in r

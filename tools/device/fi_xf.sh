@@ -13,6 +13,8 @@
 #                           (default DIR $OUT): bring them back, carry them in a later session, skip the compile
 #   add-jit DIR             install parts DIR/fi_jit.tar.xz.* (carried, or parked there across calls) as AOT modules
 #                           (install does this for parts found in VENDOR)
+#   bench [DIR]             the FA3 forward table (tools/fa3_check_bench.py) and the decode row
+#                           (tools/cuda_fwd_check_bench.py) with FlashInfer's and xformers' rows, into DIR/bench
 #   run REPORT_DIR IMPL...  the gpu profile through the IMPL specs (e.g. xformers xformers@cutlass flashinfer ...);
 #                           knobs: WORKERS (default 4), TIMEOUT_S per call (default 1200: a module still missing
 #                           compiles inside the first call that needs it), CONF_K (a -k selection), CONF_S (the
@@ -125,8 +127,17 @@ run)
     echo "conformance rc=$?"
     grep -v -e Warning -e _warn_once "$dir/log.txt" | tail -30
     ;;
+bench)
+    # the FA3 forward table and the decode row with FlashInfer's and xformers' candidates (tools/vendor_rows.py)
+    dir=${1:-${OUT:-/tmp/out}}/bench
+    mkdir -p "$dir"
+    export PYTHONPATH="$here/..:$PYTHONPATH"
+    python3 "$here/../fa3_check_bench.py" --skip-check --previous reports/benchmarks/fa3_side_by_side.json \
+        --out "$dir/fa3" 2>&1 | tail -15
+    python3 "$here/../cuda_fwd_check_bench.py" --skip-check --out "$dir/fwd" 2>&1 | tail -15
+    ;;
 *)
-    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run)" >&2
+    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run, bench)" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,81 @@
+"""tools/vendor_rows.py: FlashInfer's page pool holds each sequence's keys in order; without the libraries each
+candidate declines with the reason (the bench table then says why its column is empty)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+vendor_rows = pytest.importorskip("vendor_rows")
+
+
+def test_the_page_pool_holds_every_sequence_in_order():
+    B, H, L, d, ps = 2, 3, 32, 4, 8
+    k = torch.randn(B, H, L, d)
+    v = torch.randn(B, H, L, d)
+    p = vendor_rows.paged_layout(torch, k, v, ps)
+    assert p["k_cache"].shape == (B * L // ps, ps, H, d)
+    assert p["kv_indptr"].tolist() == [0, 4, 8] and p["kv_last_page_len"].tolist() == [ps, ps]
+    for b in range(B):
+        for j in range(L // ps):
+            page = int(p["kv_indices"][int(p["kv_indptr"][b]) + j])
+            assert torch.equal(p["k_cache"][page], k[b, :, j * ps:(j + 1) * ps].transpose(0, 1))
+            assert torch.equal(p["v_cache"][page], v[b, :, j * ps:(j + 1) * ps].transpose(0, 1))
+    with pytest.raises(ValueError, match="multiple of page_size"):
+        vendor_rows.paged_layout(torch, k[:, :, :30], v[:, :, :30], ps)
+
+
+@pytest.mark.parametrize("make", ["flashinfer_prefill_fn", "xformers_fn"])
+def test_a_library_that_does_not_import_declines_with_the_reason(make, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_vendor(name, *args, **kwargs):
+        if name.split(".")[0] in ("flashinfer", "xformers"):
+            raise ImportError(f"No module named '{name}'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_vendor)
+    q = torch.randn(1, 2, 16, 8)
+    fn, why = getattr(vendor_rows, make)(q, q, q, True)
+    assert fn is None and "does not import" in why
+
+
+def test_the_decode_candidate_declines_without_flashinfer(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **kw: (_ for _ in ()).throw(ImportError(name))
+                        if name.startswith("flashinfer") else real(name, *a, **kw))
+    q = torch.randn(1, 4, 1, 8)
+    k = torch.randn(1, 2, 32, 8)
+    fn, why = vendor_rows.flashinfer_paged_decode_fn(q, k, k)
+    assert fn is None and "flashinfer does not import" in why
+
+
+def test_the_decode_table_has_flashinfer_beside_ours_with_what_was_called():
+    bench = pytest.importorskip("cuda_fwd_check_bench")
+    env = dict(gpu="H200", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
+    row = dict(kernel="splitkv_decode", B=1, Hq=32, Hkv=8, Lq=1, Lk=131072, d=128, num_splits=8,
+               ours_ms=0.02, ours_TBps=4.0, ours_host_us=7.0, ours_wall_ms=0.03, ours_method="cuda_graph",
+               flashinfer_paged_ms=0.025, flashinfer_paged_TBps=3.2, flashinfer_paged_host_us=30.0,
+               flashinfer_paged_wall_ms=0.05, flashinfer_paged_method="cuda_graph", ratio_vs_flashinfer_paged=1.25,
+               flashinfer_paged_call="flashinfer.BatchDecodeWithPagedKVCacheWrapper (NHD, page size 16, planned once)")
+    md = bench.markdown(env, [row])
+    assert "| 0.0250 (3.20) |" in md and "| 1.25 |" in md
+    assert "*FlashInfer paged*: flashinfer.BatchDecodeWithPagedKVCacheWrapper" in md
+    assert "GPU time" in md and "decode B1 Lk131072" in md
+
+
+def test_the_forward_table_has_a_column_per_stack_and_says_why_one_is_empty():
+    bench = pytest.importorskip("fa3_check_bench")
+    env = dict(gpu="H200", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
+    row = dict(B=4, H=16, N=8192, d=128, causal=True, fa3_ms=1.0, fa3_tflops=550.0, fa3_host_us=7.0,
+               xformers_ms=1.25, xformers_tflops=440.0, ratio_vs_xformers=1.25,
+               xformers_call="xformers.ops.memory_efficient_attention (BMHK, LowerTriangularMask; dispatched to fa2F)",
+               flashinfer_declined="flashinfer does not import (ModuleNotFoundError: No module named 'flashinfer')")
+    md = bench.markdown(env, [row], [])
+    assert "| FlashInfer | xformers |" in md and "| /FlashInfer | /xformers |" in md and "| 1.25 |" in md
+    assert "*FlashInfer*: no row ran (declined: flashinfer does not import" in md
+    assert "*xformers*: xformers.ops.memory_efficient_attention" in md
