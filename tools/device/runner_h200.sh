@@ -16,6 +16,8 @@
 #                  selected by VALIDATE_K (pytest -k) beside the gpu profile through the CUDA adapters, then the
 #                  sanitizers on the kernels' case set, then the GPU-time benchmarks (FA3 forward with FA4 and cuDNN,
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
+#   session        all of it in one background pipeline (tox, CLI, variants, sanitizers, benchmarks; limits TOX_S,
+#                  CLI_S, VARIANTS_S); session-collect (WAIT_S, UNTIL=step) copies what has finished
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
 stage=${1:?stage}
@@ -84,6 +86,54 @@ validate)
         step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases ${SANITIZE_KERNELS:-}
         echo done >> /tmp/val/steps' < /dev/null > /dev/null 2>&1 &
     echo "started validate in /tmp/val" ;;
+session)
+    # the whole H200 plan of a session in the background, in order of need, each step with its own time limit, so
+    # that the device time goes to the work rather than to round trips: tox -e gpu (the hardware-runner path),
+    # the CLI over the same adapters (the comparison), the entry-point variants (the GPU report), the sanitizers,
+    # then the GPU-time benchmarks (with FlashInfer / xformers rows where fi_xf.sh installed them); step logs and a
+    # line per step in /tmp/session/steps; session-collect copies what has finished
+    rm -rf /tmp/session /tmp/tox_run && mkdir -p /tmp/session /tmp/tox_run
+    V=""
+    for b in math flash efficient cudnn; do for e in is_causal bool_mask causal_upper_left causal_lower_right; do
+        V="$V torch-sdpa-$b@$e"; done; done
+    for e in func varlen_func seqused paged deterministic; do V="$V flash-attn-4@$e"; done
+    setsid bash -c '
+        step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout "$lim" "$@" > /tmp/session/$name.log 2>&1
+                 echo "$name: exit $? in $(( $(date +%s) - s )) s" >> /tmp/session/steps; }
+        step tox '"${TOX_S:-600}"' env STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 \
+            PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu \
+            -x testenv:gpu.pass_env=STREAM_FAILURES -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
+            -p tools.pytest_stream_failures --durations=40
+        step cli '"${CLI_S:-600}"' python3 -m attention_conformance run --profile gpu --device cuda --workers 8 \
+            --impl all --report-dir /tmp/session/cli_all --progress-every 50
+        step variants '"${VARIANTS_S:-480}"' python3 -m attention_conformance run --profile gpu --device cuda \
+            --workers 4 --impl '"$V"' --report-dir /tmp/session/cli_variants --progress-every 50
+        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+            python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
+            python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        export PYTHONPATH=tools
+        if [ -f /tmp/fx-site/.done ]; then export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit \
+            FLASHINFER_CUDA_ARCH_LIST=9.0a; fi
+        step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json \
+            --out /tmp/session/fa3
+        step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/session/fwd
+        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 --head-dims 64,96,128 \
+            --out /tmp/session/bwd
+        step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/session/fp8
+        echo done >> /tmp/session/steps' < /dev/null > /dev/null 2>&1 &
+    echo "started the session pipeline in /tmp/session" ;;
+session-collect)
+    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" /tmp/session/steps 2>/dev/null && break; sleep 1; done
+    cat /tmp/session/steps 2>/dev/null; tail -c 400 /tmp/session/*.log 2>/dev/null | tail -20
+    mkdir -p "$OUT/session"
+    cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
+    for d in cli_all cli_variants fa3 fwd bwd fp8; do
+        [ -d /tmp/session/$d ] || continue
+        mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
+        gzip -f "$OUT/session/$d/report.json" 2>/dev/null
+    done
+    gzip -f "$OUT/session/gpu_junit.xml" 2>/dev/null; true ;;
 val-collect)
     for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" /tmp/val/steps 2>/dev/null && break; sleep 1; done
     cat /tmp/val/steps 2>/dev/null; mkdir -p "$OUT/val" && cp -r /tmp/val/. "$OUT/val/" 2>/dev/null
