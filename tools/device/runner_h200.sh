@@ -107,7 +107,7 @@ session)
         step cli '"${CLI_S:-600}"' python3 -m attention_conformance run --profile gpu --device cuda --workers 8 \
             --impl all --report-dir /tmp/session/cli_all --progress-every 50
         step variants '"${VARIANTS_S:-480}"' python3 -m attention_conformance run --profile gpu --device cuda \
-            --workers 4 --impl '"$V"' --report-dir /tmp/session/cli_variants --progress-every 50
+            --workers 8 --impl '"$V"' --report-dir /tmp/session/cli_variants --progress-every 50
         step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
             python3 -m attention_conformance.kernels.cuda.sanitize_cases
         step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
