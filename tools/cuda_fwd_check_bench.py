@@ -112,11 +112,11 @@ def bench(quick):
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kernel="fa2_fwd", B=B, H=H, N=N, d=d, causal=causal)
-        time_round_robin(row, [("ours", cuda_lib.bind("attn_fa2_fwd", p)),
+        time_round_robin(row, [("ours", cuda_lib.bind("attn_fa2_fwd", p)), ("fa1", cuda_lib.bind("attn_fa1_fwd", p)),
                                ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                                ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))], flops, ROUNDS)
         if "ours_ms" in row:
-            for ref in ("flash", "cudnn"):
+            for ref in ("fa1", "flash", "cudnn"):
                 if ref + "_ms" in row:
                     row["ratio_vs_" + ref] = row[ref + "_ms"] / row["ours_ms"]
         rows.append(row)
@@ -170,15 +170,15 @@ def markdown(env, rows):
            f"cuDNN {env['cudnn']}.", "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/cuda_fwd_check_bench.py --out DIR`", "",
-           "| kernel | shape | causal | ours TFLOPs/s | flash | cuDNN | ours/flash | ours/cuDNN |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| kernel | shape | causal | FA2 TFLOPs/s | FA1 | flash | cuDNN | FA2/FA1 | FA2/flash | FA2/cuDNN |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
     for r in rows:
         if r["kernel"] == "fa2_fwd":
             out.append(f"| FA2 fwd | B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | "
-                       f"{r.get('ours_tflops', float('nan')):.0f} | {r.get('flash_tflops', float('nan')):.0f} | "
-                       f"{r.get('cudnn_tflops', float('nan')):.0f} | {r.get('ratio_vs_flash', float('nan')):.2f} | "
-                       f"{r.get('ratio_vs_cudnn', float('nan')):.2f} |")
-    nan = float("nan")
+                       + " | ".join(f"{r.get(k + '_tflops', nan):.0f}" for k in ("ours", "fa1", "flash", "cudnn"))
+                       + " | " + " | ".join(f"{r.get('ratio_vs_' + k, nan):.2f}" for k in ("fa1", "flash", "cudnn"))
+                       + " |")
     out += ["", "| decoding (split-KV) | splits | ours ms (TB/s) | flash ms | cuDNN ms | FlashInfer paged ms (TB/s) "
                 "| ours/flash | ours/cuDNN | ours/FlashInfer |", "|---|---|---|---|---|---|---|---|---|"]
     dec = [r for r in rows if r["kernel"] == "splitkv_decode"]

@@ -118,7 +118,7 @@ session)
         step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json \
             --out /tmp/session/fa3
         step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/session/fwd
-        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 --head-dims 64,96,128 \
+        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 --head-dims 64,96,128 \
             --out /tmp/session/bwd
         step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/session/fp8
         echo done >> /tmp/session/steps' < /dev/null > /dev/null 2>&1 &
