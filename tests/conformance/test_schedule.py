@@ -59,10 +59,10 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
     monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     items = [
-        _Item("tests/a.py::plain", None),
+        _Item("t/plain_test::plain", None),
         _Item("c::small-once", {"conformance_case": SMALL, "conformance_spec": "once"}),
         _Item("c::big-once", {"conformance_case": BIG, "conformance_spec": "once"}),
-        _Item("tests/b.py::param[1]", {"x": 1}),
+        _Item("t/param_test::param[1]", {"x": 1}),
         _Item("c::f16-built", {"conformance_case": F16, "conformance_spec": "built"}),  # not claimed
         _Item("c::small-built", {"conformance_case": SMALL, "conformance_spec": "built"}),
         _Item("p::built-prop", {"impl_kind": (built, "forward")}),
@@ -70,7 +70,7 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
     ]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
     assert [i.nodeid for i in items] == [
-        "tests/a.py::plain", "p::built-prop", "c::small-built", "tests/b.py::param[1]", "c::big-once",
+        "t/plain_test::plain", "p::built-prop", "c::small-built", "t/param_test::param[1]", "c::big-once",
         "c::small-once", "c::f16-built", "p::unavailable"]
 
 
