@@ -80,3 +80,23 @@ def test_without_xdist_the_order_is_pytests(monkeypatch):
              _Item("c::big", {"conformance_case": BIG, "conformance_spec": "x"})]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace(numprocesses=None)), items)
     assert [i.nodeid for i in items] == ["c::small", "c::big"]
+
+
+def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
+    """``-n 2`` without ``--maxschedchunk``: the plugin sets it to 1, so xdist's first hand-out is not a quarter of
+    each worker's share in collection order; a value the user gives stays."""
+    pytest.importorskip("xdist")
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_sessionfinish(session):\n"
+        "    import os\n"
+        "    if 'PYTEST_XDIST_WORKER' not in os.environ:\n"
+        "        print('MAXSCHEDCHUNK', session.config.option.maxschedchunk)\n")
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    for extra, want in (([], "1"), (["--maxschedchunk", "7"], "7")):
+        p = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-s", "-p", "no:randomly",
+                            "-p", "no:cacheprovider", *extra, str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert f"MAXSCHEDCHUNK {want}" in p.stdout, p.stdout + p.stderr
