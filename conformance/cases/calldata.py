@@ -181,6 +181,9 @@ class CallResult:
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
     memory: dict | None = None  # peak device memory of the call on CUDA (running.peak_memory.MemoryRecord), else None
+    #: why the process's CUDA context could not run another call after this one raised (a sticky error,
+    #: `running.cuda_context.unusable`): the process that made the call makes no more calls
+    context_lost: str | None = None
 
 
 @dataclass

@@ -143,11 +143,17 @@ class Runner:
         self.cache = OracleCache()
         self._workers: dict[str, WorkerClient] = {}
         self.worker_env = worker_env or {}
+        #: set when an in-process call left this process's CUDA context unusable (`running.cuda_context`): which
+        #: call, and the error; the in-process calls after it are HARNESS_ERROR, not verdicts
+        self.context_lost: str | None = None
 
     # -- calling ----------------------------------------------------------------------------------
     def _call(self, la: LoadedAdapter, kind: str, inputs, case: Case) -> CallResult:
         if not la.isolate:
-            return call_adapter(la.adapter, kind, inputs, case, self.device)
+            result = call_adapter(la.adapter, kind, inputs, case, self.device)
+            if result.context_lost is not None and self.context_lost is None:
+                self.context_lost = f"{la.spec} ({kind}) on {case.id}: {result.context_lost}"
+            return result
         client = self._workers.get(la.spec)
         if client is None:
             client = self._workers[la.spec] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)
@@ -191,6 +197,11 @@ class Runner:
         reason = la.adapter.supports(case, self.device) or memory_policy.unsupported_reason(case, self.device)
         if reason is not None:
             return Verdict(outcome=NOT_SUPPORTED, message=reason)
+        if self.context_lost is not None and not la.isolate and self.device.startswith("cuda"):
+            return Verdict(outcome=HARNESS_ERROR, message=(
+                f"harness error: not run: this process's CUDA context was left unusable by {self.context_lost}; "
+                f"no in-process call can run after it (run --workers restarts the worker; or rerun: "
+                f"{repro_command(case.id, la.spec, self.device)})"))
         inputs, od, err = self.cache.get(case)
         if err is not None:
             return Verdict(outcome=HARNESS_ERROR, message=f"oracle / inputs failed for {case.id}:\n{err}")

@@ -5,7 +5,8 @@ a kernel built per shape counts), largest first, and hands each idle worker the 
 (``python -m attention_conformance.running.parallel``) loads the adapters once, keeps its own oracle cache, runs
 every adapter on the case with the same `Runner` as a single-process run, and sends the `CaseResult`s back. Worker i
 gets ``CUDA_VISIBLE_DEVICES = gpu_for_worker(i)`` on CUDA runs. A worker that dies costs only the case it was
-running (CRASH for each adapter) and is restarted.
+running (CRASH for each adapter) and is restarted; so is one whose CUDA context a call left unusable
+(`conformance.running.cuda_context`), after it has sent that case's results.
 
 Under pytest, the same spreading is pytest-xdist's (``pytest conformance/ -n N --device cuda``): the pytest plugin
 (`conformance.pytest_plugin`) pins each xdist worker to a GPU with `gpu_for_worker` and orders the tests largest
@@ -135,9 +136,11 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                 case = w.case
                 try:
                     reply = _recv(fd, time.monotonic() + 60)
-                    results[case.id] = reply
-                    count(reply)
+                    results[case.id] = reply["results"]
+                    count(reply["results"])
                     eta_model.observe(estimated_cost(case), time.monotonic() - w.started)
+                    if reply.get("context_lost"):  # it exits after this reply: its CUDA context is unusable
+                        w = restart(w)
                 except Exception as exc:  # the worker died: only this case is lost
                     results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
                     count(results[case.id])
@@ -191,7 +194,9 @@ def main() -> int:
             case = Case.from_dict(data)
             results = [runner.run_case(la, case) for la in runner.adapters]
             runner.cache.evict(case.id)
-            _send(out, results)
+            _send(out, {"results": results, "context_lost": runner.context_lost})
+            if runner.context_lost is not None:  # a sticky CUDA error: the parent starts a fresh worker
+                return 0
     finally:
         runner.close()
 

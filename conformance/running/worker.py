@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from attention_conformance.cases.calldata import AdapterResults, CallResult, raise_site, raised_under_test
+from attention_conformance.running import cuda_context
 
 __all__ = ["CallResult", "call_adapter", "collect_calls", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
 
@@ -89,6 +90,10 @@ def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
                 res.error_origin = "resources"
             else:
                 res.error_origin = "adapter" if (raised_under_test(exc) or not ours) else "harness"
+            res.context_lost = cuda_context.unusable(device)
+            if res.context_lost is not None:
+                res.error += (f"\n[harness] the CUDA context of the process that made this call was unusable after it "
+                              f"({res.context_lost}): that process makes no more calls")
     res.seconds = time.perf_counter() - t0
     if pm.record is not None:
         pm.record.io_bytes = io_bytes(case, kind)
@@ -145,7 +150,8 @@ def _recv(fd: int, deadline: float | None):
 # -- parent side ---------------------------------------------------------------------------------
 
 class WorkerClient:
-    """One worker process for one adapter spec; restarted after a crash or timeout."""
+    """One worker process for one adapter spec; restarted after a crash, a timeout, or a call that left its CUDA
+    context unusable (`running.cuda_context`)."""
 
     def __init__(self, spec: str, device: str, timeout: float = 300.0, env: dict[str, str] | None = None):
         self.spec = spec
@@ -214,7 +220,11 @@ class WorkerClient:
             tail = self.stderr_tail()
             self.proc = None
             raise WorkerCrash(f"worker died (exit code {code}): {exc}; stderr tail:\n{tail}") from None
-        return reply["result"]
+        result = reply["result"]
+        if getattr(result, "context_lost", None):  # the worker exits after this reply: the next call starts a fresh one
+            self.close()
+            self.restarts += 1
+        return result
 
 
 # -- worker side ---------------------------------------------------------------------------------
@@ -255,6 +265,8 @@ def main() -> int:
                 _send(out, {"result": result})
             except Exception:  # an output that does not pickle
                 _send(out, {"result": CallResult(error=traceback.format_exc(limit=4), error_type="PicklingError")})
+            if result.context_lost is not None:  # a sticky CUDA error: no later call can run in this process
+                return 0
         elif msg["op"] == "exit":
             return 0
 

@@ -15,6 +15,7 @@ Semantics (SEMANTICS.md §3-§9) come from `oracles.visibility`; only the arithm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -330,3 +331,34 @@ class OracleDeclinesBackward(OracleToy):
         from attention_conformance import CallDeclined
 
         raise CallDeclined("toy library: no backward kernel for this shape")
+
+
+ANY_DEVICE = frozenset({"cpu", "cuda"})
+
+
+class OracleOnAnyDevice(OracleToy):
+    """The oracle's answer, claimed on CUDA too (the arithmetic is NumPy's): for the engine's CUDA-only paths."""
+
+    name = "toy-oracle-any-device"
+    capabilities = dataclasses.replace(OracleToy.capabilities, devices=ANY_DEVICE)
+
+
+class BreaksCudaContext(OracleOnAnyDevice):
+    """Raises as a kernel that wrote out of bounds would, and leaves the process as a sticky CUDA error does: from
+    its first call on, `running.cuda_context.unusable` reports the context lost on CUDA (simulated in the process
+    that made the call: a worker's, when isolated; tests restore the parent's with monkeypatch)."""
+
+    name = "toy-breaks-cuda-context"
+    behaviour = "raise"
+
+    def forward(self, inputs, case, device):
+        from attention_conformance.running import cuda_context
+
+        cuda_context.unusable = lambda dev: ("AcceleratorError: CUDA error: an illegal memory access was encountered"
+                                             if dev.startswith("cuda") else None)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (toy)")
+
+
+class IsolatedBreaksCudaContext(BreaksCudaContext):
+    name = "toy-breaks-cuda-context-isolated"
+    isolate = True
