@@ -121,6 +121,15 @@ session)
         step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 --head-dims 64,96,128 \
             --out /tmp/session/bwd
         step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/session/fp8
+        for who in fwd:fa3_fwd_kernel fa4:ForwardSm90; do  # where d = 64 loses to FA4: the warps stall reasons
+            k=${who%%:*}; f=${who#*:}
+            step ncu_$k 150 ncu --set full --clock-control none -k regex:$f --launch-skip 1 --launch-count 1 \
+                -f -o /tmp/session/ncu_${k}_d64 python3 tools/fa3_profile_case.py --kernel $k --d 64
+            ncu -i /tmp/session/ncu_${k}_d64.ncu-rep --page source --csv --print-source sass \
+                > /tmp/session/ncu_${k}_d64.csv 2>/dev/null
+            python3 tools/ncu_sass_stalls.py /tmp/session/ncu_${k}_d64.csv --regions > /tmp/session/ncu_${k}_d64.md 2>&1
+            ncu -i /tmp/session/ncu_${k}_d64.ncu-rep --page details --csv > /tmp/session/ncu_${k}_d64_details.csv 2>&1
+        done
         echo done >> /tmp/session/steps' < /dev/null > /dev/null 2>&1 &
     echo "started the session pipeline in /tmp/session" ;;
 session-collect)
@@ -128,6 +137,7 @@ session-collect)
     cat /tmp/session/steps 2>/dev/null; tail -c 400 /tmp/session/*.log 2>/dev/null | tail -20
     mkdir -p "$OUT/session"
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
+    cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
     for d in cli_all cli_variants fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
         mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
