@@ -37,6 +37,7 @@ from attention_conformance.running.worker import (
     WorkerTimeout,
     call_adapter,
     collect_calls,
+    worker_key,
 )
 from attention_conformance.verdict.bounds import OracleData, compute_oracle
 from attention_conformance.verdict.judge import Verdict, judge
@@ -154,10 +155,11 @@ class Runner:
             if result.context_lost is not None and self.context_lost is None:
                 self.context_lost = f"{la.spec} ({kind}) on {case.id}: {result.context_lost}"
             return result
-        client = self._workers.get(la.spec)
+        key = worker_key(la.spec)
+        client = self._workers.get(key)
         if client is None:
-            client = self._workers[la.spec] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)
-        return client.call(kind, inputs, case)
+            client = self._workers[key] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)
+        return client.call(kind, inputs, case, spec=la.spec)
 
     def close(self) -> None:
         for c in self._workers.values():

@@ -36,7 +36,8 @@ import numpy as np
 from attention_conformance.cases.calldata import AdapterResults, CallResult, raise_site, raised_under_test
 from attention_conformance.running import cuda_context
 
-__all__ = ["CallResult", "call_adapter", "collect_calls", "WorkerClient", "WorkerCrash", "WorkerTimeout"]
+__all__ = ["CallResult", "call_adapter", "collect_calls", "worker_key", "WorkerClient", "WorkerCrash",
+           "WorkerTimeout"]
 
 
 class WorkerCrash(RuntimeError):
@@ -149,17 +150,28 @@ def _recv(fd: int, deadline: float | None):
 
 # -- parent side ---------------------------------------------------------------------------------
 
+def worker_key(spec: str) -> str:
+    """The worker process a spec runs in: one per library, so a built-in adapter's spellings (``NAME@ENTRY``) share
+    their base's; any other spec (``module:attr``, a file path) has its own."""
+    if "@" in spec and ":" not in spec:
+        return spec.split("@", 1)[0]
+    return spec
+
+
 class WorkerClient:
-    """One worker process for one adapter spec; restarted after a crash, a timeout, or a call that left its CUDA
-    context unusable (`running.cuda_context`)."""
+    """One worker process for the spellings of one library (`worker_key`: ``flash-attn-4`` and every
+    ``flash-attn-4@ENTRY`` share one, as they share a process in a user's program, and with it the library's kernels
+    built or loaded once); each spec is loaded in it on its first call. Restarted after a crash, a timeout, or a call
+    that left its CUDA context unusable (`running.cuda_context`)."""
 
     def __init__(self, spec: str, device: str, timeout: float = 300.0, env: dict[str, str] | None = None):
-        self.spec = spec
+        self.spec = spec  # the first spec it served (names it in messages)
         self.device = device
         self.timeout = timeout
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self._stderr = None
+        self._loaded: set[str] = set()  # specs loaded in the current process
         self.restarts = 0
 
     def _start(self) -> None:
@@ -168,15 +180,20 @@ class WorkerClient:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()
+        self._loaded = set()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attention_conformance.running.worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._stderr, env=env, start_new_session=True,
         )
-        _send(self.proc.stdin, {"op": "load", "spec": self.spec, "device": self.device})
+
+    def _load(self, spec: str) -> None:
+        assert self.proc is not None
+        _send(self.proc.stdin, {"op": "load", "spec": spec, "device": self.device})
         reply = _recv(self.proc.stdout.fileno(), time.monotonic() + max(self.timeout, 120.0))
         if reply.get("error"):
             self.close()
-            raise RuntimeError(f"worker could not load {self.spec}: {reply['error']}")
+            raise RuntimeError(f"worker could not load {spec}: {reply['error']}")
+        self._loaded.add(spec)
 
     def stderr_tail(self, n: int = 2000) -> str:
         if self._stderr is None:
@@ -201,16 +218,21 @@ class WorkerClient:
                 pass
             self.proc = None
 
-    def call(self, kind: str, inputs, case, timeout: float | None = None) -> CallResult:
-        """Run one call in the worker. Raises WorkerCrash / WorkerTimeout (the worker is then gone)."""
+    def call(self, kind: str, inputs, case, timeout: float | None = None, spec: str | None = None) -> CallResult:
+        """Run one call of `spec` (default: the first spec served) in the worker. Raises WorkerCrash / WorkerTimeout
+        (the worker is then gone)."""
+        spec = spec or self.spec
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
                 self.restarts += 1
             self._start()
         assert self.proc is not None
+        if spec not in self._loaded:
+            self._load(spec)
         limit = self.timeout if timeout is None else timeout
         try:
-            _send(self.proc.stdin, {"op": "call", "kind": kind, "case": case.to_dict(), "inputs": inputs})
+            _send(self.proc.stdin, {"op": "call", "spec": spec, "kind": kind, "case": case.to_dict(),
+                                    "inputs": inputs})
             reply = _recv(self.proc.stdout.fileno(), time.monotonic() + limit)
         except WorkerTimeout:
             self.close()
@@ -243,7 +265,7 @@ def main() -> int:
     from attention_conformance.adapters.registry import load
     from attention_conformance.cases.case import Case
 
-    adapter = None
+    adapters: dict[str, Any] = {}  # spec -> adapter, each loaded once
     device = "cpu"
     while True:
         try:
@@ -256,11 +278,11 @@ def main() -> int:
             if loaded.adapter is None:
                 _send(out, {"error": loaded.reason})
                 continue
-            adapter = loaded.adapter
+            adapters[msg["spec"]] = loaded.adapter
             _send(out, {"ok": True, "name": loaded.name})
         elif msg["op"] == "call":
             case = Case.from_dict(msg["case"])
-            result = call_adapter(adapter, msg["kind"], msg["inputs"], case, device)
+            result = call_adapter(adapters[msg["spec"]], msg["kind"], msg["inputs"], case, device)
             try:
                 _send(out, {"result": result})
             except Exception:  # an output that does not pickle

@@ -15,6 +15,7 @@ from attention_conformance.adapters.registry import load
 from attention_conformance.cases import catalog
 from attention_conformance.running import cuda_context, parallel
 from attention_conformance.running.engine import Runner
+from attention_conformance.running.worker import worker_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 A = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32"))
@@ -60,7 +61,7 @@ def test_a_worker_whose_context_is_lost_is_replaced_before_the_next_call(toys):
         got = runner.run([A, B])
         assert [r.outcome for r in got] == ["FAIL", "FAIL"], [(r.outcome, r.message[:200]) for r in got]
         assert all("was unusable after it" in r.message for r in got)
-        assert runner._workers["engine_toys:IsolatedBreaksCudaContext"].restarts == 2
+        assert runner._workers[worker_key("engine_toys:IsolatedBreaksCudaContext")].restarts == 2
         assert runner.context_lost is None  # the parent's own context was never touched
     finally:
         runner.close()

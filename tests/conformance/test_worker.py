@@ -1,0 +1,44 @@
+"""Worker processes (conformance/running/worker.py): one per library, shared by its spellings; each spec loaded once
+in it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from attention_conformance.cases import catalog
+from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.running.worker import WorkerClient, worker_key
+
+CASE = catalog._seeded(catalog._mk("unit", Lq=9, Lk=12, d=16, dtype="float32"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def toys_on_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(HERE)
+
+
+def test_spellings_of_a_builtin_share_their_base_worker_and_other_specs_have_their_own():
+    assert worker_key("flash-attn-4@paged") == worker_key("flash-attn-4@func") == "flash-attn-4"
+    assert worker_key("flash-attn-4") == "flash-attn-4"
+    assert worker_key("torch-sdpa-cudnn@causal_lower_right") == "torch-sdpa-cudnn"
+    assert worker_key("engine_toys:IsolatedCorrect") == "engine_toys:IsolatedCorrect"
+    assert worker_key("my/file.py:fn@x") == "my/file.py:fn@x"  # a path or module spec is never split
+
+
+def test_one_worker_process_serves_several_specs_each_loaded_once(toys_on_path):
+    client = WorkerClient("engine_toys:IsolatedCorrect", "cpu", timeout=120)
+    try:
+        inputs = make_inputs(CASE)
+        first = client.call("forward", inputs, CASE)
+        pid = client.proc.pid
+        other = client.call("forward", inputs, CASE, spec="engine_toys:OracleToy")
+        again = client.call("forward", inputs, CASE, spec="engine_toys:IsolatedCorrect")
+        assert client.proc.pid == pid and client.restarts == 0
+        assert first.error is None and other.error is None and again.error is None, (first.error, other.error)
+        assert client._loaded == {"engine_toys:IsolatedCorrect", "engine_toys:OracleToy"}
+    finally:
+        client.close()
