@@ -16,8 +16,10 @@
 #                  selected by VALIDATE_K (pytest -k) beside the gpu profile through the CUDA adapters, then the
 #                  sanitizers on the kernels' case set, then the GPU-time benchmarks (FA3 forward with FA4 and cuDNN,
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
-#   session        all of it in one background pipeline (tox, CLI, variants, sanitizers, benchmarks; limits TOX_S,
-#                  CLI_S, VARIANTS_S); session-collect (WAIT_S, UNTIL=step) copies what has finished
+#   session        all of it in one background pipeline (tox, CLI, variants, sanitizers, FlashInfer and xformers
+#                  where `VENDOR=.vendor-fi-xf bash tools/device/fi_xf.sh check` installed them, benchmarks, an ncu
+#                  profile; limits TOX_S, CLI_S, VARIANTS_S, FIXF_S); session-collect (WAIT_S, UNTIL=step) copies
+#                  what has finished
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
 stage=${1:?stage}
@@ -97,6 +99,8 @@ session)
     for b in math flash efficient cudnn; do for e in is_causal bool_mask causal_upper_left causal_lower_right; do
         V="$V torch-sdpa-$b@$e"; done; done
     for e in func varlen_func seqused paged deterministic; do V="$V flash-attn-4@$e"; done
+    FX=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
+print(' '.join(e('flashinfer') + e('xformers')))" 2>/dev/null)
     setsid bash -c '
         step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout "$lim" "$@" > /tmp/session/$name.log 2>&1
                  echo "$name: exit $? in $(( $(date +%s) - s )) s" >> /tmp/session/steps; }
@@ -112,6 +116,10 @@ session)
             python3 -m attention_conformance.kernels.cuda.sanitize_cases
         step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
             python3 -m attention_conformance.kernels.cuda.sanitize_cases
+        if [ -f /tmp/fx-site/.done ]; then  # FlashInfer and xformers (fi_xf.sh check installed them): every variant
+            step fi_xf '"${FIXF_S:-420}"' env CONF_S='"${FIXF_S:-420}"' WORKERS=4 VENDOR=.vendor-fi-xf \
+                bash tools/device/fi_xf.sh run /tmp/session/cli_fi_xf flashinfer xformers '"$FX"'
+        fi
         export PYTHONPATH=tools
         if [ -f /tmp/fx-site/.done ]; then export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit \
             FLASHINFER_CUDA_ARCH_LIST=9.0a; fi
@@ -138,7 +146,7 @@ session-collect)
     mkdir -p "$OUT/session"
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
     cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
-    for d in cli_all cli_variants fa3 fwd bwd fp8; do
+    for d in cli_all cli_variants cli_fi_xf fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
         mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
         gzip -f "$OUT/session/$d/report.json" 2>/dev/null
