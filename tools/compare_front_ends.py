@@ -1,7 +1,7 @@
 """Compare the pytest plugin's verdicts with the CLI's for the same run: ``python tools/compare_front_ends.py
 JUNIT_XML REPORT_JSON``.
 
-JUNIT_XML is pytest's ``--junitxml`` of ``pytest -m gpu ... --impl ...`` (each conformance test records its final
+JUNIT_XML (plain or gzip-compressed) is pytest's ``--junitxml`` of ``pytest -m gpu ... --impl ...`` (each conformance test records its final
 outcome as the property ``conformance_outcome``); REPORT_JSON is ``python -m attention_conformance run``'s
 report.json over the same profile and adapters (plain or gzip-compressed). Prints the counts of both, every
 (case, adapter) both ran whose outcome differs, and exits 1 when one does.
@@ -22,7 +22,9 @@ PROPERTY = "conformance_outcome"
 def plugin_outcomes(junit: Path) -> dict[tuple[str, str], str]:
     """(case id, spec) -> the final outcome a conformance test recorded."""
     out = {}
-    for tc in ET.parse(junit).getroot().iter("testcase"):
+    raw = junit.read_bytes()
+    root = ET.fromstring(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    for tc in root.iter("testcase"):
         name = tc.get("name", "")
         if not name.startswith("test_case["):
             continue
