@@ -1,9 +1,9 @@
 """Compare the pytest plugin's verdicts with the CLI's for the same run: ``python tools/compare_front_ends.py
 JUNIT_XML REPORT_JSON``.
 
-JUNIT_XML (plain or gzip-compressed) is pytest's ``--junitxml`` of ``pytest -m gpu ... --impl ...`` (each conformance test records its final
+JUNIT_XML is pytest's ``--junitxml`` of ``pytest -m gpu ... --impl ...`` (each conformance test records its final
 outcome as the property ``conformance_outcome``); REPORT_JSON is ``python -m attention_conformance run``'s
-report.json over the same profile and adapters (plain or gzip-compressed). Prints the counts of both, every
+report.json over the same profile and adapters (either plain or gzip-compressed). Prints the counts of both, every
 (case, adapter) both ran whose outcome differs, and exits 1 when one does.
 """
 
