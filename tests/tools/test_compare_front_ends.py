@@ -36,7 +36,7 @@ def test_agreeing_runs_exit_0(tmp_path, capsys):
 
 
 def test_a_different_outcome_is_named_and_exits_1(tmp_path, capsys):
-    (tmp_path / "j.xml").write_text(JUNIT)
+    (tmp_path / "j.xml.gz").write_bytes(gzip.compress(JUNIT.encode()))  # as runner_h200.sh session-collect keeps it
     rep = _report(tmp_path, {("c1", "a"): "PASS", ("c2", "a"): "FAIL"}, compress=False)
-    assert cfe.main([str(tmp_path / "j.xml"), str(rep)]) == 1
+    assert cfe.main([str(tmp_path / "j.xml.gz"), str(rep)]) == 1
     assert "DIFFER c2 on a: CLI FAIL, plugin KNOWN" in capsys.readouterr().out
