@@ -225,7 +225,8 @@ class Runner:
     def run(self, cases: Sequence[Case], progress: Callable[[str], None] | None = None,
             every: int = 25, checkpoint: Callable[[list[CaseResult]], None] | None = None,
             outcome_of: Callable[[CaseResult], str] | None = None) -> list[CaseResult]:
-        """Case-major loop; one progress line (counts, ETA) and one ``checkpoint(results)`` every ``every`` cases.
+        """Case-major loop; one progress line (counts, ETA) every ``every`` cases or `PROGRESS_SECONDS`, whichever
+        comes first, and one ``checkpoint(results)`` every ``every`` cases.
 
         The progress counts are of ``outcome_of(result)`` (default: the raw outcome); a front end passes the
         outcome its final line will report (`run_context.ConformanceRun.progress_outcome`: a failure an
@@ -234,7 +235,7 @@ class Runner:
         counts: dict[str, int] = {}
         costs = [estimated_cost(c) for c in cases]
         eta_model = EtaModel()
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
         for i, case in enumerate(cases, 1):
             t_case = time.perf_counter()
             for la in self.adapters:
@@ -244,13 +245,19 @@ class Runner:
                 counts[shown] = counts.get(shown, 0) + 1
             self.cache.evict(case.id)
             eta_model.observe(costs[i - 1], time.perf_counter() - t_case)
-            if progress is not None and (i % every == 0 or i == len(cases)):
-                el = time.perf_counter() - t0
+            now = time.perf_counter()
+            if progress is not None and (i % every == 0 or i == len(cases) or now - last >= PROGRESS_SECONDS):
+                last = now
+                el = now - t0
                 eta = eta_model.remaining(costs[i:])
                 progress(f"[{i}/{len(cases)} cases] {counts_line(counts)} elapsed {el:.0f}s ETA {eta:.0f}s")
             if checkpoint is not None and i % every == 0 and i < len(cases):
                 checkpoint(results)
         return results
+
+
+#: the longest a run goes without a progress line (a case of many adapters that build kernels can take minutes)
+PROGRESS_SECONDS = 60.0
 
 
 def stderr_progress(line: str) -> None:

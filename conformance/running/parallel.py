@@ -87,7 +87,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                  outcome_of: Callable[[Any], str] | None = None) -> list:
     """Run `cases` on the `loaded` adapters with `workers` processes; raw results in catalog order. Progress lines
     count ``outcome_of(result)`` (as `engine.Runner.run` does: the outcome the final line will report)."""
-    from attention_conformance.running.engine import CaseResult, features_of, repro_command
+    from attention_conformance.running.engine import PROGRESS_SECONDS, CaseResult, features_of, repro_command
 
     specs = [la.spec for la in loaded]
     adapters = [la.adapter for la in loaded if la.available]
@@ -102,6 +102,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     case_limit = timeout * (len(specs) + 1) * 3
     eta_model = EtaModel()  # per-case seconds in one worker; time left ~ remaining work / workers
     t0 = time.perf_counter()
+    last_line = time.monotonic()  # a progress line every `every` cases or PROGRESS_SECONDS, whichever comes first
 
     counts: dict[str, int] = {}  # what the progress lines count: ``outcome_of`` each result, as it arrives
 
@@ -115,6 +116,16 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         return [CaseResult(case.id, la.name, la.spec, outcome, case.family, features_of(case), message=message,
                            case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, device))
                 for la in loaded]
+
+    def line() -> None:
+        nonlocal last_line
+        last_line = time.monotonic()
+        if progress is None:
+            return
+        left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool if x.case is not None]
+        running = sum(x.case is not None for x in pool)
+        progress(f"[{len(results)}/{len(cases)} cases, {running} running on {workers} workers] {counts_line(counts)} "
+                 f"elapsed {time.perf_counter() - t0:.0f}s ETA {eta_model.remaining(left) / workers:.0f}s")
 
     def restart(w: _Worker) -> _Worker:
         """Kill `w`; a fresh worker with its index (and GPU) takes its place in the pool and is returned."""
@@ -149,14 +160,11 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                 if pending:
                     w.submit(pending.pop(0))
                 if len(results) % every == 0:
-                    if progress is not None:
-                        left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool
-                                                                       if x.case is not None]
-                        progress(f"[{len(results)}/{len(cases)} cases, {workers} workers] {counts_line(counts)} "
-                                 f"elapsed {time.perf_counter() - t0:.0f}s "
-                                 f"ETA {eta_model.remaining(left) / workers:.0f}s")
+                    line()
                     if checkpoint is not None and len(results) < len(cases):
                         checkpoint([r for c in cases for r in results.get(c.id, [])])
+            if time.monotonic() - last_line >= PROGRESS_SECONDS:  # long cases: a line at least this often
+                line()
             for w in pool:
                 if w.case is not None and time.monotonic() - w.started > case_limit:
                     case = w.case

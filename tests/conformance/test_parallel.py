@@ -61,3 +61,22 @@ def test_a_dying_worker_costs_only_its_case(toys_on_path):
         (r.case_id, r.outcome, r.message) for r in results]
     crash = next(r for r in results if r.outcome == "CRASH")
     assert "died" in crash.message and crash.repro.startswith("python -m attention_conformance repro")
+
+
+def test_a_long_run_prints_progress_by_time_not_only_by_case_count(toys_on_path, monkeypatch):
+    """A case of many adapters that build kernels can take minutes: a progress line comes at least every
+    `engine.PROGRESS_SECONDS` (0 here: after every case) even when `every` cases have not finished."""
+    from attention_conformance.running import engine
+
+    monkeypatch.setattr(engine, "PROGRESS_SECONDS", 0.0)
+    lines: list[str] = []
+    parallel.run_parallel([load("engine_toys:IsolatedCorrect")], [SMALL, BIG], "cpu", workers=1,
+                          determinism="none", progress=lines.append, every=100)
+    assert len(lines) >= 2 and "running on 1 workers" in lines[0] and "ETA" in lines[0], lines
+    lines.clear()
+    runner = engine.Runner([load("engine_toys:IsolatedCorrect")], "cpu", determinism="none")
+    try:
+        runner.run([SMALL, BIG, EMPTY_ROWS], progress=lines.append, every=100)
+    finally:
+        runner.close()
+    assert [ln.split("]")[0] for ln in lines] == ["[1/3 cases", "[2/3 cases", "[3/3 cases"], lines
