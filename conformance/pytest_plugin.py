@@ -17,7 +17,7 @@ with ``-p no:attention_conformance``). It provides:
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
   ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`); under pytest-xdist on any device, the
   conformance and property tests ordered largest estimated seconds first (`conformance.running.schedule`; other
-  tests keep their places) and handed to the workers one at a time (``--maxschedchunk 1`` unless given);
+  tests keep their places), on CUDA handed to the workers one at a time (``--maxschedchunk 1`` unless given);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
@@ -167,10 +167,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
-    if getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None:
-        # one test at a time to each xdist worker, so the largest-first order (pytest_collection_modifyitems) holds:
-        # by default xdist's --dist load hands each worker a quarter of its share up front, and the first worker
-        # would start with every long test
+    if (getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None
+            and device_option(config) == "cuda"):
+        # on CUDA, one test at a time to each xdist worker, so the largest-first order (pytest_collection_modifyitems)
+        # holds: by default xdist's --dist load hands each worker a quarter of its share up front, and the first
+        # worker would start with every long test (kernels built per shape take seconds each); a CPU run of many
+        # short tests keeps xdist's chunks, and with them its module fixtures on one worker
         config.option.maxschedchunk = 1
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
