@@ -20,8 +20,9 @@
 #                           compiles inside the first call that needs it), CONF_K (a -k selection), CONF_S (the
 #                           run's own limit, default 540 s: the report checkpointed every 25 cases stays)
 # Every mode above but wait and pack-jit installs first (into /tmp/fx-site, once per machine) and sets the environment
-# the modes share: PYTHONPATH, FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit (FlashInfer's JIT cache, kept between calls on a
-# warm machine), FLASHINFER_CUDA_ARCH_LIST=9.0a, and curand's headers for nvcc when the toolkit lacks them.
+# the modes share: PYTHONPATH, FLASHINFER_WORKSPACE_BASE (FlashInfer's JIT cache, default /tmp/fx-jit, kept between
+# calls on a warm machine; pack-jit reads it), FLASHINFER_CUDA_ARCH_LIST=9.0a, curand's headers for nvcc when the
+# toolkit lacks them.
 #
 # Without the GPU: the same modules built on a CPU machine with nvcc 13 and a package index, so that the GPU session
 # carries them instead of compiling (10-20 minutes of device time), with the project's venv active (torch, numpy):
@@ -39,7 +40,7 @@ set -u
 export PYTHONUNBUFFERED=1
 VENDOR=${VENDOR:-.vendor-fi-xf}
 SITE=/tmp/fx-site
-JIT=/tmp/fx-jit
+JIT=${FLASHINFER_WORKSPACE_BASE:-/tmp/fx-jit}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 install() {

@@ -113,12 +113,16 @@ def record_specs(entries: list[str | None], cases, device: str = "cuda", *,
     uses: dict[str, int] = {}
     raised: list[str] = []
     stub_calls: list[str] = []
+    built: set[str] = set()
     original = core.JitSpec.build_and_load
 
     def recorder(spec):
-        if getattr(spec, "is_aot", False) or spec.is_compiled:  # installed or built before: load it and go on
-            return original(spec)
-        specs.setdefault(spec.name, spec)
+        if getattr(spec, "is_aot", False) or spec.is_compiled:  # installed or built before
+            if not offline:
+                return original(spec)  # load it and go on
+            built.add(spec.name)  # offline a stub stands in: loading checks the build (ninja) and no kernel runs here
+        else:
+            specs.setdefault(spec.name, spec)
         return _Stub(spec.name, stub_calls if offline else None)
 
     core.JitSpec.build_and_load = recorder
@@ -146,6 +150,8 @@ def record_specs(entries: list[str | None], cases, device: str = "cuda", *,
         if not (getattr(cascade, "is_aot", False) or cascade.is_compiled) and cascade.name not in specs:
             specs[cascade.name] = cascade
             uses[cascade.name] = merge
+    if built:
+        print(f"{len(built)} module(s) built before: " + ", ".join(sorted(built)))
     return specs, uses, raised
 
 
