@@ -16,7 +16,10 @@ ahead of time) loads as usual and the forward goes on; a missing one is recorded
 use ends that forward.
 The recorded specs are the ones the run will ask for (FlashInfer's own dispatch chose the backend and arguments);
 ``flashinfer.jit.build_jit_specs`` then builds them together. The merge spellings' cascade module is added when
-they claim anything (their forward stops at its first prefill call).
+they claim anything (their forward stops at its first prefill call). A forward whose first missing module is a
+helper stops there too, and FlashInfer caches the stub for the process: custom_mask's and the merge spellings' FA2
+prefill modules sit behind ``packbits`` (the ``quantization`` module), so on the GPU they are listed only once that
+module is built or installed (a second prebuild); the offline mode below lists them at once.
 
 Offline (``--offline-arch 9.0a``, or ``fi_xf.sh offline-prebuild``): the same modules found and built on a machine
 without a GPU but with nvcc (the GPU host's CUDA major: 13), so that the GPU session carries them (``fi_xf.sh
@@ -39,9 +42,12 @@ Why the specs are the host's: a module's name and sources follow from what Flash
 call's arguments (dtypes, head dims, mask mode, window, soft cap, sinks, paging, index type) and from the device's
 compute capability and torch's CUDA version (FA3 where ``is_sm90a_supported`` and the FA3 limits allow, FA2
 otherwise); the first set is the adapter's own, unchanged, the second is what the fake answers as the H200 does.
-Tensor data and addresses never pick a module. Nothing here reads the faked SM count or memory size to pick one
-either (they are the H200's, for code that asks). The modules link no torch or Python: they need libcudart.so.13,
-libstdc++, libc (GLIBC_2.34: dlopen) and tvm-ffi's C symbols, which the host's process has loaded.
+Tensor data and addresses never pick a module, nor do the SM count and memory size answered (the H200's, for code
+that asks). Checked on the H200 (2026-12-04, gpu profile, every variant): its recorder listed 29 modules, the
+offline one 37: the same 29 and the 8 FA2 prefill modules behind ``packbits``. The modules link no torch or Python
+(torch gives only its _GLIBCXX_USE_CXX11_ABI, 1 in both builds): they need libcudart.so.13, libstdc++ (GLIBCXX_3.4.26
+here; the host's has 3.4.33), libc (GLIBC_2.34 for dlopen; the host's is 2.39) and tvm-ffi's C symbols, which the
+host's process has loaded.
 """
 
 from __future__ import annotations
