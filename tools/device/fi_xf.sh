@@ -43,12 +43,8 @@ SITE=/tmp/fx-site
 JIT=${FLASHINFER_WORKSPACE_BASE:-/tmp/fx-jit}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-install() {
-    [ -f "$SITE/.done" ] && return 0
-    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$VENDOR"/wheels/*.whl \
-        || return 1
-    python3 - "$VENDOR" "$SITE" <<'PY' || return 1
+unpack_vendor() {  # FlashInfer's tree (Python, sources, headers) and curand's headers into SITE
+    python3 - "$VENDOR" "$SITE" <<'PY'
 import sys, tarfile
 vendor, site = sys.argv[1], sys.argv[2]
 with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
@@ -56,6 +52,14 @@ with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
 with tarfile.open(f"{vendor}/curand-include.tar.xz") as t:
     t.extractall(f"{site}/.curand-include", filter="data")
 PY
+}
+
+install() {
+    [ -f "$SITE/.done" ] && return 0
+    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$VENDOR"/wheels/*.whl \
+        || return 1
+    unpack_vendor || return 1
     if compgen -G "$VENDOR/fi_jit.tar.xz.*" > /dev/null; then add_jit "$VENDOR" || return 1; fi
     touch "$SITE/.done"
 }
@@ -75,14 +79,7 @@ offline_install() {  # FlashInfer for this machine's Python: the vendored tree, 
     rm -rf "$SITE" && mkdir -p "$SITE" || return 1
     python3 -m pip install -q --no-compile --target "$SITE" "apache-tvm-ffi==$tvm" requests tabulate tqdm click einops \
         nvidia-ml-py || return 1
-    python3 - "$VENDOR" "$SITE" <<'PY' || return 1
-import sys, tarfile
-vendor, site = sys.argv[1], sys.argv[2]
-with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
-    t.extractall(site, filter="data")
-with tarfile.open(f"{vendor}/curand-include.tar.xz") as t:
-    t.extractall(f"{site}/.curand-include", filter="data")
-PY
+    unpack_vendor || return 1
     touch "$SITE/.done"
 }
 
