@@ -31,7 +31,8 @@
 #                           first, under `nice -n 19` with MAX_JOBS (default 2) jobs; a few minutes per module, so
 #                           start it in the background: `nohup bash tools/device/fi_xf.sh offline-prebuild > LOG 2>&1 &`
 #                           then `bash tools/device/fi_xf.sh pack-jit .vendor-fi-xf` (the parts go with the vendor
-#                           folder; what was built when the time ran out is packed, the rest compiles on the host)
+#                           folder; what was built when the time ran out is packed, the rest compiles on the host;
+#                           27 modules are one 5.6 MB part, carried in one call with the vendor folder and the tree)
 # It installs into /tmp/fx-site-offline: VENDOR's flashinfer tree (the same Python and sources the host gets) and
 # apache-tvm-ffi of the vendored wheel's version for this machine's Python, from the index; CUDA_HOME defaults to
 # /usr/local/cuda, and a libcuda.so stub (soname libcuda.so.1, what the modules link; the host's driver provides it)
