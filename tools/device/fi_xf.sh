@@ -10,7 +10,9 @@
 #                           command (the host keeps it and /tmp for calls made within 30 s); log /tmp/fx-prebuild.log
 #   wait SECONDS            wait (at most SECONDS) for a background prebuild to end; print its log's tail
 #   pack-jit [DIR]          the modules built so far as FlashInfer AOT modules, xz-compressed in parts of 15 MB
-#                           (default DIR $OUT): bring them back, carry them in a later session, skip the compile
+#                           (default DIR $OUT; parts already in DIR are replaced): bring them back, carry them in a
+#                           later session, skip the compile. Pack after the build has ended (a module being linked
+#                           would go in half-written)
 #   add-jit DIR             install parts DIR/fi_jit.tar.xz.* (carried, or parked there across calls) as AOT modules
 #                           (install does this for parts found in VENDOR)
 #   bench [DIR]             the FA3 forward table (tools/fa3_check_bench.py) and the decode row
@@ -19,21 +21,33 @@
 #                           knobs: WORKERS (default 4), TIMEOUT_S per call (default 1200: a module still missing
 #                           compiles inside the first call that needs it), CONF_K (a -k selection), CONF_S (the
 #                           run's own limit, default 540 s: the report checkpointed every 25 cases stays)
-# Every mode installs first (into /tmp/fx-site, once per machine) and sets the environment the modes share:
-# PYTHONPATH, FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit (FlashInfer's JIT cache, kept between calls on a warm machine),
-# FLASHINFER_CUDA_ARCH_LIST=9.0a, and curand's headers for nvcc when the toolkit lacks them.
+# Every mode above but wait and pack-jit installs first (into /tmp/fx-site, once per machine) and sets the environment
+# the modes share: PYTHONPATH, FLASHINFER_WORKSPACE_BASE (FlashInfer's JIT cache, default /tmp/fx-jit, kept between
+# calls on a warm machine; pack-jit reads it), FLASHINFER_CUDA_ARCH_LIST=9.0a, curand's headers for nvcc when the
+# toolkit lacks them.
+#
+# Without the GPU: the same modules built on a CPU machine with nvcc 13 and a package index, so that the GPU session
+# carries them instead of compiling (10-20 minutes of device time), with the project's venv active (torch, numpy):
+#   offline-prebuild [ARGS] flashinfer_prebuild.py --offline-arch 9.0a ARGS: the modules the H200 would ask for
+#                           (recorded with a faked sm_90a device, see its docstring), built one at a time, most used
+#                           first, under `nice -n 19` with MAX_JOBS (default 2) jobs; a few minutes per module, so
+#                           start it in the background: `nohup bash tools/device/fi_xf.sh offline-prebuild > LOG 2>&1 &`
+#                           then `bash tools/device/fi_xf.sh pack-jit .vendor-fi-xf` (the parts go with the vendor
+#                           folder; what was built when the time ran out is packed, the rest compiles on the host;
+#                           27 modules are one 5.6 MB part, carried in one call with the vendor folder and the tree)
+# It installs into /tmp/fx-site-offline: VENDOR's flashinfer tree (the same Python and sources the host gets) and
+# apache-tvm-ffi of the vendored wheel's version for this machine's Python, from the index; CUDA_HOME defaults to
+# /usr/local/cuda, and a libcuda.so stub (soname libcuda.so.1, what the modules link; the host's driver provides it)
+# is made when the toolkit has none. The .so files need only libcudart.so.13, libstdc++, libc and tvm-ffi's symbols.
 set -u
 export PYTHONUNBUFFERED=1
 VENDOR=${VENDOR:-.vendor-fi-xf}
 SITE=/tmp/fx-site
+JIT=${FLASHINFER_WORKSPACE_BASE:-/tmp/fx-jit}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-install() {
-    [ -f "$SITE/.done" ] && return 0
-    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$VENDOR"/wheels/*.whl \
-        || return 1
-    python3 - "$VENDOR" "$SITE" <<'PY' || return 1
+unpack_vendor() {  # FlashInfer's tree (Python, sources, headers) and curand's headers into SITE
+    python3 - "$VENDOR" "$SITE" <<'PY'
 import sys, tarfile
 vendor, site = sys.argv[1], sys.argv[2]
 with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
@@ -41,6 +55,14 @@ with tarfile.open(f"{vendor}/flashinfer.tar.xz") as t:
 with tarfile.open(f"{vendor}/curand-include.tar.xz") as t:
     t.extractall(f"{site}/.curand-include", filter="data")
 PY
+}
+
+install() {
+    [ -f "$SITE/.done" ] && return 0
+    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$VENDOR"/wheels/*.whl \
+        || return 1
+    unpack_vendor || return 1
     if compgen -G "$VENDOR/fi_jit.tar.xz.*" > /dev/null; then add_jit "$VENDOR" || return 1; fi
     touch "$SITE/.done"
 }
@@ -53,17 +75,45 @@ with tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz') as t:
 " && echo "FlashInfer AOT modules: $(ls "$SITE/flashinfer/data/aot" | wc -l)"
 }
 
-install || { echo "fi_xf.sh: install from $VENDOR failed" >&2; exit 1; }
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-. "$here/../checkout_env.sh"  # import attention_conformance from this checkout
-export FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
-cuda_inc=$(dirname "$(command -v nvcc)")/../include
-if [ ! -f "$cuda_inc/curand_kernel.h" ]; then
-    export FLASHINFER_EXTRA_CUDAFLAGS="-I$SITE/.curand-include"
-fi
+offline_install() {  # FlashInfer for this machine's Python: the vendored tree, tvm-ffi from the index
+    [ -f "$SITE/.done" ] && return 0
+    local tvm
+    tvm=$(basename "$VENDOR"/wheels/apache_tvm_ffi-*.whl | cut -d- -f2) || return 1
+    rm -rf "$SITE" && mkdir -p "$SITE" || return 1
+    python3 -m pip install -q --no-compile --target "$SITE" "apache-tvm-ffi==$tvm" requests tabulate tqdm click einops \
+        nvidia-ml-py || return 1
+    unpack_vendor || return 1
+    touch "$SITE/.done"
+}
+
+setup() {  # install ($1: install, or offline_install) and set the environment the modes share
+    "$1" || { echo "fi_xf.sh: install from $VENDOR failed" >&2; exit 1; }
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    . "$here/../checkout_env.sh"  # import attention_conformance from this checkout
+    export FLASHINFER_WORKSPACE_BASE=$JIT FLASHINFER_CUDA_ARCH_LIST=9.0a
+    cuda_inc=${CUDA_HOME:-$(dirname "$(command -v nvcc)")/..}/include
+    if [ ! -f "$cuda_inc/curand_kernel.h" ]; then
+        export FLASHINFER_EXTRA_CUDAFLAGS="-I$SITE/.curand-include"
+    fi
+}
 
 mode=${1:-check}
 shift || true
+case "$mode" in
+check | prebuild | prebuild-bg | add-jit | run | bench) setup install ;;
+offline-prebuild)
+    SITE=/tmp/fx-site-offline
+    export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+    [ -x "$CUDA_HOME/bin/nvcc" ] || { echo "fi_xf.sh: no nvcc in CUDA_HOME=$CUDA_HOME" >&2; exit 1; }
+    setup offline_install
+    if ! compgen -G "$CUDA_HOME/lib64/stubs/libcuda.so" > /dev/null && ! ldconfig -p | grep -q "libcuda.so "; then
+        mkdir -p /tmp/fx-cudastub
+        echo 'void fx_libcuda_stub(void) {}' > /tmp/fx-cudastub/stub.c
+        cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o /tmp/fx-cudastub/libcuda.so /tmp/fx-cudastub/stub.c || exit 1
+        export FLASHINFER_EXTRA_LDFLAGS="-L/tmp/fx-cudastub"
+    fi
+    ;;
+esac
 case "$mode" in
 check)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -87,6 +137,9 @@ PY
 prebuild)
     python3 "$here/flashinfer_prebuild.py" "$@"
     ;;
+offline-prebuild)
+    MAX_JOBS=${MAX_JOBS:-2} nice -n 19 python3 "$here/flashinfer_prebuild.py" --offline-arch "$FLASHINFER_CUDA_ARCH_LIST" "$@"
+    ;;
 prebuild-bg)
     rm -f /tmp/fx-prebuild.done
     setsid nohup bash -c "python3 '$here/flashinfer_prebuild.py' $* > /tmp/fx-prebuild.log 2>&1; \
@@ -102,10 +155,11 @@ wait)
 pack-jit)
     dir=${1:-${OUT:-/tmp/out}}
     mkdir -p "$dir"
-    python3 - "$dir" <<'PY'
+    rm -f "$dir"/fi_jit.tar.xz.*
+    python3 - "$dir" "$JIT" <<'PY'
 import pathlib, sys, tarfile
 out = pathlib.Path(sys.argv[1]) / "fi_jit.tar.xz"
-sos = sorted(pathlib.Path("/tmp/fx-jit/.cache/flashinfer").glob("*/*/cached_ops/*/*.so"))
+sos = sorted(pathlib.Path(sys.argv[2], ".cache/flashinfer").glob("*/*/cached_ops/*/*.so"))
 with tarfile.open(out, "w:xz", preset=9) as t:
     for so in sos:
         t.add(so, arcname=f"{so.parent.name}/{so.name}")  # flashinfer/data/aot/<module>/<module>.so
@@ -137,7 +191,8 @@ bench)
     python3 "$here/../cuda_fwd_check_bench.py" --skip-check --out "$dir/fwd" 2>&1 | tail -15
     ;;
 *)
-    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run, bench)" >&2
+    echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run, bench," \
+        "offline-prebuild)" >&2
     exit 2
     ;;
 esac
