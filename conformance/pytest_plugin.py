@@ -238,9 +238,9 @@ def _case_of(item: pytest.Item) -> Any:
     return cs.params.get("conformance_case") if cs is not None else None
 
 
-def _estimated_seconds(config: pytest.Config, item: pytest.Item) -> float | None:
+def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[str, Any]) -> float | None:
     """`conformance.running.schedule`'s seconds for a conformance test or a property test (0 where it skips at
-    collection or its adapter does not claim the case); None for any other test."""
+    collection or its adapter, from `by_spec`, does not claim the case); None for any other test."""
     from attention_conformance.running import schedule
 
     cs = getattr(item, "callspec", None)
@@ -250,7 +250,7 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item) -> float | None
         return 0.0 if {"conformance_case", "impl_kind"} & set(cs.params) else None
     case = cs.params.get("conformance_case")
     if case is not None:
-        la = {x.spec: x for x in conformance_run(config).loaded}.get(cs.params.get("conformance_spec"))
+        la = by_spec.get(cs.params.get("conformance_spec"))
         if la is None or not la.available or not schedule.claims(la.adapter, case, device_option(config)):
             return 0.0
         return schedule.call_seconds(case, bool(getattr(la.adapter, "builds_per_shape", False)))
@@ -275,7 +275,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     their places. Each worker identical (xdist compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
-    estimates = {i: sec for i, item in enumerate(items) if (sec := _estimated_seconds(config, item)) is not None}
+    # the run's adapters by spec (looked up once; only a session with conformance tests has opened the run)
+    by_spec = ({x.spec: x for x in conformance_run(config).loaded}
+               if any(_case_of(item) is not None for item in items) else {})
+    estimates = {i: sec for i, item in enumerate(items)
+                 if (sec := _estimated_seconds(config, item, by_spec)) is not None}
     if not estimates:
         return
     slots = sorted(estimates)

@@ -41,12 +41,15 @@ PROPERTY_EXAMPLE_SECONDS = 0.05
 
 
 def claims(adapter: Any, case: Case, device: str) -> bool:
-    """Whether `adapter` declares `case` (its `Capabilities` alone: no call into the library, no device probe)."""
+    """Whether `adapter` declares `case`, from its declarations alone (no call into the library, no device probe):
+    the adapter's own ``claim_reason`` where it has one (the per-device capabilities, what a spelling carries), else
+    its `Capabilities`."""
+    declared = getattr(adapter, "claim_reason", None)
     caps = getattr(adapter, "capabilities", None)
-    if caps is None:
-        return True
     try:
-        return capability_reason(caps, case, device) is None
+        if declared is not None:
+            return declared(case, device) is None
+        return caps is None or capability_reason(caps, case, device) is None
     except Exception:  # an estimate only: a declaration this check cannot read counts as claimed
         return True
 

@@ -243,7 +243,7 @@ class WorkerClient:
             self.proc = None
             raise WorkerCrash(f"worker died (exit code {code}): {exc}; stderr tail:\n{tail}") from None
         result = reply["result"]
-        if getattr(result, "context_lost", None):  # the worker exits after this reply: the next call starts a fresh one
+        if result.context_lost is not None:  # the worker exits after this reply: the next call starts a fresh one
             self.close()
             self.restarts += 1
         return result

@@ -32,6 +32,10 @@ def test_a_case_costs_only_through_the_adapters_that_claim_it():
         schedule.call_seconds(SMALL, False) + schedule.call_seconds(SMALL, True))
     assert schedule.case_seconds(F16, [once, built], "cpu") == 0.0  # float16 is declared by neither
     assert schedule.claims(SimpleNamespace(), F16, "cpu")  # no declaration to read: counted as claimed
+    # the adapter's own declared decline (per-device capabilities, what a spelling carries) comes first
+    spelling = SimpleNamespace(capabilities=Capabilities(dtypes=frozenset({"float32"})),
+                               claim_reason=lambda case, device: "this spelling cannot carry it")
+    assert not schedule.claims(spelling, SMALL, "cpu") and schedule.case_seconds(SMALL, [spelling], "cpu") == 0.0
 
 
 def test_a_property_test_costs_its_examples():
