@@ -16,10 +16,10 @@
 #                  selected by VALIDATE_K (pytest -k) beside the gpu profile through the CUDA adapters, then the
 #                  sanitizers on the kernels' case set, then the GPU-time benchmarks (FA3 forward with FA4 and cuDNN,
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
-#   session        all of it in one background pipeline (tox, CLI, variants, sanitizers, FlashInfer and xformers
-#                  where `VENDOR=.vendor-fi-xf bash tools/device/fi_xf.sh check` installed them, benchmarks, an ncu
-#                  profile; limits TOX_S, CLI_S, VARIANTS_S, FIXF_S); session-collect (WAIT_S, UNTIL=step) copies
-#                  what has finished
+#   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
+#                  sanitizers, tox -e gpu alone, the spellings beside FlashInfer and xformers when this call carries
+#                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S);
+#                  session-collect (WAIT_S, UNTIL=step) copies what has finished
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
 stage=${1:?stage}
@@ -27,7 +27,116 @@ shift || true
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/park
 export PYTHONUNBUFFERED=1
+SELF=$(readlink -f "$0")
 site() { python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
+# --- each command once; the stages below compose them -------------------------------------------------------------
+# step DIR NAME SECONDS CMD...: CMD under a time limit, its output in DIR/NAME.log, "NAME: exit RC in S s" in DIR/steps
+step() {
+    local dir=$1 name=$2 lim=$3 s rc
+    shift 3
+    s=$(date +%s)
+    if declare -F "$1" > /dev/null; then set -- bash "$SELF" _call "$@"; fi  # a function of this script
+    timeout "$lim" "$@" > "$dir/$name.log" 2>&1
+    rc=$?
+    echo "$name: exit $rc in $(( $(date +%s) - s )) s" >> "$dir/steps"
+}
+# tox -e gpu as tox.ini says, 8 workers, wheels as files; junit XML and the failures as they happen in /tmp/tox_run
+# (not the checkout: every device call re-sends the working tree, which removes files this tree lacks)
+tox_gpu() {
+    rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
+    env STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test \
+        CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env=STREAM_FAILURES \
+        -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
+}
+# cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC
+cli_gpu() {
+    local dir=$1 workers=$2
+    shift 2
+    python3 -m attention_conformance run --profile gpu --device cuda --workers "$workers" --impl "$@" \
+        --report-dir "$dir" --progress-every 50
+}
+sanitize() {  # memcheck | racecheck over the kernels' sanitizer case set (SANITIZE_KERNELS: a subset)
+    # shellcheck disable=SC2086
+    compute-sanitizer --tool "$1" --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
+        ${SANITIZE_KERNELS:-}
+}
+# The GPU-time benchmarks into DIR (alone on the GPU: each one times candidates in alternating rounds), FlashInfer's
+# and xformers' rows where fi_xf.sh installed them (/tmp/fx-site)
+benches() {
+    local dir=$1
+    (
+        export PYTHONPATH=tools
+        if [ -f /tmp/fx-site/.done ]; then
+            export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
+        fi
+        step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
+            --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
+        step "$dir" bwd 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
+            --head-dims "${BWD_DIMS:-64,96,128}" --out "$dir/bwd"
+        step "$dir" fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
+        step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
+    )
+}
+ncu_d64() {  # where d = 64 loses to FA4: the warps' stall reasons of both forward kernels, into DIR
+    local dir=$1 who k f
+    for who in fwd:fa3_fwd_kernel fa4:ForwardSm90; do
+        k=${who%%:*}; f=${who#*:}
+        step "$dir" "ncu_$k" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 --launch-count 1 \
+            -f -o "$dir/ncu_${k}_d64" env PYTHONPATH=tools python3 tools/fa3_profile_case.py --kernel "$k" --d 64
+        ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page source --csv --print-source sass > "$dir/ncu_${k}_d64.csv" 2>/dev/null
+        python3 tools/ncu_sass_stalls.py "$dir/ncu_${k}_d64.csv" --regions > "$dir/ncu_${k}_d64.md" 2>&1
+        ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page details --csv > "$dir/ncu_${k}_d64_details.csv" 2>&1
+    done
+}
+# every entry-point spelling of the GPU report: torch SDPA's 16 and flash-attn-4's 5
+spellings() {
+    local b e v=""
+    for b in math flash efficient cudnn; do
+        for e in is_causal bool_mask causal_upper_left causal_lower_right; do v="$v torch-sdpa-$b@$e"; done
+    done
+    for e in func varlen_func seqused paged deterministic; do v="$v flash-attn-4@$e"; done
+    echo "$v"
+}
+# The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
+# GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
+#   A  the CLI over every adapter (8 workers) beside compute-sanitizer memcheck and racecheck; the CLI's builds fill
+#      Inductor's and Triton's caches, so B is a runner's second run (README, hardware runners)
+#   B  tox -e gpu
+#   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers; installed here from the carried vendor
+#      folder, parked in /tmp/park/fi-xf by the session stage)
+#   D  the benchmarks, then ncu
+session_pipeline() {
+    local d=/tmp/session fx
+    step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
+    step $d memcheck 300 sanitize memcheck &
+    step $d racecheck 300 sanitize racecheck &
+    if [ -d /tmp/park/fi-xf ]; then
+        step $d fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check &
+    fi
+    wait
+    step $d tox "${TOX_S:-480}" tox_gpu
+    # shellcheck disable=SC2046
+    step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
+    if [ -f /tmp/fx-site/.done ]; then
+        fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
+print(' '.join(e('flashinfer') + e('xformers')))")
+        # shellcheck disable=SC2086
+        step $d fi_xf "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
+            bash tools/device/fi_xf.sh run $d/cli_fi_xf flashinfer xformers $fx &
+    fi
+    wait
+    benches $d
+    ncu_d64 $d
+    echo done >> $d/steps
+}
+# wait_for DIR: until DIR/steps has a line starting with UNTIL (default done), at most WAIT_S seconds
+wait_for() {
+    local _
+    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" "$1/steps" 2>/dev/null && break; sleep 1; done
+    cat "$1/steps" 2>/dev/null
+}
+
 case "$stage" in
 park1)
     cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/ && mkdir -p /tmp/park/wheels-test && cp .wheels-test/* /tmp/park/wheels-test/
@@ -47,10 +156,13 @@ install)
 cli)
     name=${CLI_NAME:-all}
     rm -rf "/tmp/cli_$name"; mkdir -p "/tmp/cli_$name"
-    setsid bash -c "python3 -m attention_conformance run --profile gpu --device cuda --workers ${WORKERS:-8} \
-        --impl ${*:-all} --report-dir /tmp/cli_$name --progress-every 50 > /tmp/cli_$name/log 2>&1; \
-        echo \$? > /tmp/cli_$name/rc" < /dev/null > /dev/null 2>&1 &
+    # shellcheck disable=SC2086
+    setsid bash "$SELF" _cli "$name" ${*:-all} < /dev/null > /dev/null 2>&1 &
     echo "started /tmp/cli_$name" ;;
+_cli)
+    name=$1; shift
+    cli_gpu "/tmp/cli_$name" "${WORKERS:-8}" "$@" > "/tmp/cli_$name/log" 2>&1
+    echo $? > "/tmp/cli_$name/rc" ;;
 collect)
     name=${1:-all}
     for _ in $(seq 1 "${WAIT_S:-540}"); do [ -f "/tmp/cli_$name/rc" ] && break; sleep 1; done
@@ -58,91 +170,46 @@ collect)
     mkdir -p "$OUT/cli_$name" && cp /tmp/cli_$name/report.* /tmp/cli_$name/log "$OUT/cli_$name/" 2>/dev/null
     gzip -f "$OUT/cli_$name/report.json" 2>/dev/null; true ;;
 tox)
-    rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
-    setsid bash -c "start=\$(date +%s); STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 \
-        PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env=STREAM_FAILURES -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
-        -p tools.pytest_stream_failures --durations=40 $* \
-        > /tmp/tox_run/tox_gpu.log 2>&1; echo \$? > /tmp/tox_run/rc; echo \$(( \$(date +%s) - start )) > /tmp/tox_run/seconds" \
-        < /dev/null > /dev/null 2>&1 &
+    setsid bash "$SELF" _tox "$@" < /dev/null > /dev/null 2>&1 &
     echo "started tox -e gpu in /tmp/tox_run" ;;
+_tox)
+    start=$(date +%s)
+    tox_gpu "$@" > /tmp/tox_gpu.log 2>&1
+    echo $? > /tmp/tox_run/rc; mv /tmp/tox_gpu.log /tmp/tox_run/; echo $(( $(date +%s) - start )) > /tmp/tox_run/seconds ;;
 tox-collect)
     for _ in $(seq 1 "${WAIT_S:-540}"); do [ -f /tmp/tox_run/rc ] && break; sleep 1; done
     echo "tox -e gpu: exit $(cat /tmp/tox_run/rc 2>/dev/null || echo running) in $(cat /tmp/tox_run/seconds 2>/dev/null || echo '?') s"
     tail -5 /tmp/tox_run/tox_gpu.log; cp /tmp/tox_run/tox_gpu.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/" 2>/dev/null
     true ;;
 validate)
+    # the kernels alone, in the background: their device tests (VALIDATE_K: pytest -k) beside the gpu profile through
+    # the CUDA adapters, the sanitizers, the benchmarks; val-collect copies what has finished
     rm -rf /tmp/val && mkdir -p /tmp/val
-    setsid bash -c '
-        step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout "$lim" "$@" > /tmp/val/$name.log 2>&1
-                 echo "$name: exit $? in $(( $(date +%s) - s )) s" >> /tmp/val/steps; }
-        export PYTHONPATH=tools
-        python3 -m pytest -q -p no:randomly -m gpu tests/kernels -k "${VALIDATE_K:-fa3}" > /tmp/val/kernels.log 2>&1 &
-        step cuda 240 python3 -m attention_conformance run --profile gpu --device cuda --workers 8 --report-dir /tmp/val/cuda \
-            --impl cuda-fa1 cuda-fa2 cuda-splitkv cuda-fa3 cuda-fa3-fp8 cuda-fa3-fp8-vt --quiet
-        wait; echo "kernels: $(tail -1 /tmp/val/kernels.log)" >> /tmp/val/steps
-        step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json --out /tmp/val/fa3
-        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases ${SANITIZE_KERNELS:-}
-        step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/val/fp8
-        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 --head-dims ${BWD_DIMS:-64,128} --out /tmp/val/bwd
-        step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/val/fwd
-        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases ${SANITIZE_KERNELS:-}
-        echo done >> /tmp/val/steps' < /dev/null > /dev/null 2>&1 &
+    setsid bash "$SELF" _validate < /dev/null > /dev/null 2>&1 &
     echo "started validate in /tmp/val" ;;
+_validate)
+    step /tmp/val kernels 300 env PYTHONPATH=tools python3 -m pytest -q -p no:randomly -m gpu tests/kernels \
+        -k "${VALIDATE_K:-fa3}" &
+    step /tmp/val cuda 240 cli_gpu /tmp/val/cuda 8 cuda-fa1 cuda-fa2 cuda-splitkv cuda-fa3 cuda-fa3-fp8 cuda-fa3-fp8-vt
+    wait
+    step /tmp/val memcheck 150 sanitize memcheck
+    step /tmp/val racecheck 150 sanitize racecheck
+    benches /tmp/val
+    echo done >> /tmp/val/steps ;;
 session)
-    # the whole H200 plan of a session in the background, in order of need, each step with its own time limit, so
-    # that the device time goes to the work rather than to round trips: tox -e gpu (the hardware-runner path),
-    # the CLI over the same adapters (the comparison), the entry-point variants (the GPU report), the sanitizers,
-    # then the GPU-time benchmarks (with FlashInfer / xformers rows where fi_xf.sh installed them); step logs and a
-    # line per step in /tmp/session/steps; session-collect copies what has finished
+    # the whole plan of a session (session_pipeline above) in the background; carry .vendor-fi-xf with this call to
+    # include FlashInfer and xformers (parked in /tmp/park/fi-xf: the next call's tree replaces the checkout's copy)
     rm -rf /tmp/session /tmp/tox_run && mkdir -p /tmp/session /tmp/tox_run
-    V=""
-    for b in math flash efficient cudnn; do for e in is_causal bool_mask causal_upper_left causal_lower_right; do
-        V="$V torch-sdpa-$b@$e"; done; done
-    for e in func varlen_func seqused paged deterministic; do V="$V flash-attn-4@$e"; done
-    FX=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
-print(' '.join(e('flashinfer') + e('xformers')))" 2>/dev/null)
-    setsid bash -c '
-        step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout "$lim" "$@" > /tmp/session/$name.log 2>&1
-                 echo "$name: exit $? in $(( $(date +%s) - s )) s" >> /tmp/session/steps; }
-        step tox '"${TOX_S:-600}"' env STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 \
-            PIP_FIND_LINKS=/tmp/park/wheels-test CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu \
-            -x testenv:gpu.pass_env=STREAM_FAILURES -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly \
-            -p tools.pytest_stream_failures --durations=40
-        step cli '"${CLI_S:-600}"' python3 -m attention_conformance run --profile gpu --device cuda --workers 8 \
-            --impl all --report-dir /tmp/session/cli_all --progress-every 50
-        step variants '"${VARIANTS_S:-480}"' python3 -m attention_conformance run --profile gpu --device cuda \
-            --workers 8 --impl '"$V"' --report-dir /tmp/session/cli_variants --progress-every 50
-        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
-            python3 -m attention_conformance.kernels.cuda.sanitize_cases
-        step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
-            python3 -m attention_conformance.kernels.cuda.sanitize_cases
-        if [ -f /tmp/fx-site/.done ]; then  # FlashInfer and xformers (fi_xf.sh check installed them): every variant
-            step fi_xf '"${FIXF_S:-420}"' env CONF_S='"${FIXF_S:-420}"' WORKERS=4 VENDOR=.vendor-fi-xf \
-                bash tools/device/fi_xf.sh run /tmp/session/cli_fi_xf flashinfer xformers '"$FX"'
-        fi
-        export PYTHONPATH=tools
-        if [ -f /tmp/fx-site/.done ]; then export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit \
-            FLASHINFER_CUDA_ARCH_LIST=9.0a; fi
-        step fa3 200 python3 tools/fa3_check_bench.py --skip-check --previous reports/benchmarks/fa3_side_by_side.json \
-            --out /tmp/session/fa3
-        step fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out /tmp/session/fwd
-        step bwd 200 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 --head-dims 64,96,128 \
-            --out /tmp/session/bwd
-        step fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out /tmp/session/fp8
-        for who in fwd:fa3_fwd_kernel fa4:ForwardSm90; do  # where d = 64 loses to FA4: the warps stall reasons
-            k=${who%%:*}; f=${who#*:}
-            step ncu_$k 150 ncu --set full --clock-control none -k regex:$f --launch-skip 1 --launch-count 1 \
-                -f -o /tmp/session/ncu_${k}_d64 python3 tools/fa3_profile_case.py --kernel $k --d 64
-            ncu -i /tmp/session/ncu_${k}_d64.ncu-rep --page source --csv --print-source sass \
-                > /tmp/session/ncu_${k}_d64.csv 2>/dev/null
-            python3 tools/ncu_sass_stalls.py /tmp/session/ncu_${k}_d64.csv --regions > /tmp/session/ncu_${k}_d64.md 2>&1
-            ncu -i /tmp/session/ncu_${k}_d64.ncu-rep --page details --csv > /tmp/session/ncu_${k}_d64_details.csv 2>&1
-        done
-        echo done >> /tmp/session/steps' < /dev/null > /dev/null 2>&1 &
+    if [ -d .vendor-fi-xf ]; then rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf; fi
+    setsid bash "$SELF" _session < /dev/null > /dev/null 2>&1 &
     echo "started the session pipeline in /tmp/session" ;;
+_session)
+    session_pipeline ;;
+_call)
+    "$@" ;;
 session-collect)
-    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" /tmp/session/steps 2>/dev/null && break; sleep 1; done
-    cat /tmp/session/steps 2>/dev/null; tail -c 400 /tmp/session/*.log 2>/dev/null | tail -20
+    wait_for /tmp/session
+    tail -c 400 /tmp/session/*.log 2>/dev/null | tail -20
     mkdir -p "$OUT/session"
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
     cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
@@ -153,8 +220,8 @@ session-collect)
     done
     gzip -f "$OUT/session/gpu_junit.xml" 2>/dev/null; true ;;
 val-collect)
-    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" /tmp/val/steps 2>/dev/null && break; sleep 1; done
-    cat /tmp/val/steps 2>/dev/null; mkdir -p "$OUT/val" && cp -r /tmp/val/. "$OUT/val/" 2>/dev/null
+    wait_for /tmp/val
+    mkdir -p "$OUT/val" && cp -r /tmp/val/. "$OUT/val/" 2>/dev/null
     gzip -f "$OUT"/val/cuda/report.json 2>/dev/null; true ;;
 *) echo "unknown stage $stage"; exit 2 ;;
 esac
