@@ -46,7 +46,7 @@ step() {
 tox_gpu() {
     rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
     env STREAM_FAILURES=/tmp/tox_run/failures.txt PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test \
-        CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env=STREAM_FAILURES \
+        CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env+=STREAM_FAILURES \
         -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC
@@ -101,13 +101,14 @@ spellings() {
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
 #   A  the CLI over every adapter (8 workers) beside compute-sanitizer memcheck and racecheck; the CLI's builds fill
-#      Inductor's and Triton's caches, so B is a runner's second run (README, hardware runners)
+#      Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README, hardware runners)
 #   B  tox -e gpu
 #   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers; installed here from the carried vendor
 #      folder, parked in /tmp/park/fi-xf by the session stage)
 #   D  the benchmarks, then ncu
 session_pipeline() {
     local d=/tmp/session fx
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
     step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
     step $d memcheck 300 sanitize memcheck &
     step $d racecheck 300 sanitize racecheck &
