@@ -80,10 +80,11 @@ benches() {
 }
 ncu_d64() {  # where d = 64 loses to FA4: the warps' stall reasons of both forward kernels, into DIR
     local dir=$1 who k f
+    export PYTHONPATH=tools  # tools/fa3_profile_case.py imports its neighbours
     for who in fwd:fa3_fwd_kernel fa4:ForwardSm90; do
         k=${who%%:*}; f=${who#*:}
         step "$dir" "ncu_$k" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 --launch-count 1 \
-            -f -o "$dir/ncu_${k}_d64" env PYTHONPATH=tools python3 tools/fa3_profile_case.py --kernel "$k" --d 64
+            -f -o "$dir/ncu_${k}_d64" python3 tools/fa3_profile_case.py --kernel "$k" --d 64
         ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page source --csv --print-source sass > "$dir/ncu_${k}_d64.csv" 2>/dev/null
         python3 tools/ncu_sass_stalls.py "$dir/ncu_${k}_d64.csv" --regions > "$dir/ncu_${k}_d64.md" 2>&1
         ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page details --csv > "$dir/ncu_${k}_d64_details.csv" 2>&1

@@ -173,6 +173,15 @@ struct ConsumerSteps {
         }
     }
 
+    // S of key tile x awaited (the wgmma wait just before): its registers fenced, its K stage released and refilled
+    // (the producer's loads when the consumers issue them), the K ring advanced.
+    template <class Refill>
+    static __device__ __forceinline__ void k_retire(Self& me, float (&s)[kBN / 2], const Refill& refill, int x) {
+        fence_regs(s);
+        me.release(me.sm.empty_k(me.ck.stage));
+        refill(false, x);
+        me.ck.advance();
+    }
     // S = Q K^T of the K stage just awaited, in this warpgroup's pingpong turn: issued, the turn passed, awaited (nothing
     // else of this warpgroup in flight), the stage released.
     template <class Refill>
@@ -182,10 +191,7 @@ struct ConsumerSteps {
         wgmma_commit();
         me.turn_pass();
         wgmma_wait<0>();
-        fence_regs(s);
-        me.release(me.sm.empty_k(me.ck.stage));
-        refill(false, x);
-        me.ck.advance();
+        k_retire(me, s, refill, x);
     }
     // Intra-warpgroup overlap, key tile x: S(x) and O += P(x-1) V(x-1) issued together in one turn, S(x) awaited and
     // its K stage released (kWaitBeforeTurn: both stages awaited before the turn is taken). pv_retire then awaits the
@@ -208,10 +214,7 @@ struct ConsumerSteps {
         wgmma_commit();
         me.turn_pass();
         wgmma_wait<1>();
-        fence_regs(s);
-        me.release(me.sm.empty_k(me.ck.stage));
-        refill(false, x);
-        me.ck.advance();
+        k_retire(me, s, refill, x);
     }
     // The P V product of key tile x in flight: awaited, its V stage released.
     template <class PA, class Refill>
