@@ -49,12 +49,13 @@ tox_gpu() {
         CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env+=STREAM_FAILURES \
         -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
-# cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC
+# cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
+# worker lost for the rest of the step)
 cli_gpu() {
     local dir=$1 workers=$2
     shift 2
-    python3 -m attention_conformance run --profile gpu --device cuda --workers "$workers" --impl "$@" \
-        --report-dir "$dir" --progress-every 50
+    python3 -m attention_conformance run --profile gpu --device cuda --workers "$workers" --timeout 180 \
+        --impl "$@" --report-dir "$dir" --progress-every 50
 }
 sanitize() {  # memcheck | racecheck over the kernels' sanitizer case set (SANITIZE_KERNELS: a subset)
     # shellcheck disable=SC2086
@@ -101,6 +102,8 @@ spellings() {
 }
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
+#   0  the FA3 backward's device tests (the newest builds, d = 192 / 256 / (192, 128), first run on a GPU): a failure or
+#      hang shows at the first session-collect (UNTIL=fa3_bwd), before the runs that claim those builds
 #   A  the CLI over every adapter (8 workers) beside compute-sanitizer memcheck and racecheck; the CLI's builds fill
 #      Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README, hardware runners)
 #   B  tox -e gpu
@@ -110,6 +113,7 @@ spellings() {
 session_pipeline() {
     local d=/tmp/session fx
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
+    step $d fa3_bwd 240 python3 -m pytest -q -p no:randomly -m gpu tests/kernels/test_cuda_fa3_bwd_device.py
     step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
     step $d memcheck 300 sanitize memcheck &
     step $d racecheck 300 sanitize racecheck &
