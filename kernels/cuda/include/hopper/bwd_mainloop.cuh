@@ -62,9 +62,14 @@ enum class DqAdd { kTmaReduce, kAtomics };
 // tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
 // other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
 enum class DqSplit { kSplit, kAlternate };
+// How the CTA's keys and the dK / dV accumulators are shared by the two consumers: each owns 64 of 128 keys and their
+// dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128), or both share 64 keys, consumer 0 holding dK and
+// consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)).
+enum class BwdTiling { kKeysPerConsumer, kSharedKeys };
 
 // A backward schedule (derive and override by name, as config.cuh's Fa3Schedule).
 struct Fa3BwdSchedule {
+    static constexpr BwdTiling tiling = BwdTiling::kKeysPerConsumer;
     // Add the dQ partials in a fixed order (a semaphore per query tile), so that two runs give bit-identical dq.
     static constexpr bool deterministic = false;
     // S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T is computed
@@ -94,6 +99,9 @@ struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
     static constexpr int kTensorHeadDim = DH;  // the row length of q, k, v, dq_accum, dk_accum, ... in memory
+    static constexpr int kTensorHeadDimV = DH;  // dv = d here (host side: the maps of v and dout)
+    static constexpr bool kWide = false;       // bwd_wide.cuh's builds: true
+    static_assert(Schedule::tiling == BwdTiling::kKeysPerConsumer, "shared-key schedules: bwd_wide.cuh");
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
     static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
     static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
