@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(256) bwd_reduce_gqa_dv_kernel(AttnBwdParams p)
         if (k < dv) sv += p.dv_accum[head_row * dv + k];
     }
     ((T*)p.dk)[b * p.dk_batch_stride + hk * p.dk_head_stride + row * p.dk_row_stride + k] = DT<T>::from_f(sk);
-    if (k < dv) ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
+    if (k < dv)
+        ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
 }
 
 template <typename T>

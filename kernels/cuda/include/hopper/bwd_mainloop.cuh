@@ -1,5 +1,7 @@
 // The FA3 backward main loop for Hopper (sm_90a): one CTA per (K/V tile of 128 keys, query head, batch),
-// dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys.
+// dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys. Head dims up to
+// 128 (d = dv); d = 192, 256 and (192, 128) are bwd_wide.cuh's (consumers sharing 64 keys, the accumulators' head
+// dim split between them).
 // Semantics: oracles/SEMANTICS.md (§2 scale, §3 softcap, §4 causal alignments, §5 windows, §7 varlen,
 // §8 fully masked rows, §9 GQA, §13 gradients). The pre- and postprocess kernels (D = rowsum(dO * O) - dlse,
 // dq = scale * dq_accum, the GQA reduction, d sinks) are ../bwd_prepost.cuh's, shared with the FA2 backward.
