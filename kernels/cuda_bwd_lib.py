@@ -6,8 +6,8 @@ allocate outputs and the scratch buffers the backward launchers need (attn_param
 
 - ``dq_accum`` fp32 [B, Hq, Lq, d]: zeroed by the launcher's preprocess kernel, so ``torch.empty``;
 - ``d_rowsum`` fp32 [B, Hq, Lq]: D = rowsum(dO * O), written by the preprocess kernel;
-- ``dk_accum`` / ``dv_accum`` fp32 [B, Hq, Lk, d]: only for GQA (Hq != Hkv), fully overwritten by
-  the main kernel and summed over each query-head group into dk / dv.
+- ``dk_accum`` fp32 [B, Hq, Lk, d] / ``dv_accum`` fp32 [B, Hq, Lk, dv]: only for GQA (Hq != Hkv), fully overwritten
+  by the main kernel and summed over each query-head group into dk / dv.
 
 Semantics (mask, alignment, window, varlen, fully masked rows) are oracles/SEMANTICS.md's; the
 keyword arguments are `kernels.cuda_lib.fwd_params`'s. ``bwd_params`` is `kernels.cuda_lib.bwd_params`,
@@ -27,17 +27,19 @@ __all__ = ["BWD_LAUNCHERS", "backward", "bwd_params", "bwd_scratch", "fa1_forwar
 BWD_LAUNCHERS = ("attn_fa1_bwd", "attn_fa2_bwd", "attn_fa3_bwd", "attn_fa3_bwd_deterministic")
 
 
-def bwd_scratch(q: Any, k: Any) -> dict[str, Any]:
-    """The scratch tensors `backward` passes for q [B, Hq, Lq, d] and k [B, Hkv, Lk, d] (see module doc)."""
+def bwd_scratch(q: Any, k: Any, v: Any = None) -> dict[str, Any]:
+    """The scratch tensors `backward` passes for q [B, Hq, Lq, d], k [B, Hkv, Lk, d] and v [B, Hkv, Lk, dv] (None:
+    dv = d) (see module doc)."""
     import torch
 
     B, Hq, Lq, d = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
+    dv = d if v is None else v.shape[-1]
     f32 = dict(dtype=torch.float32, device=q.device)
     out = {"dq_accum": torch.empty(B, Hq, Lq, d, **f32), "d_rowsum": torch.empty(B, Hq, Lq, **f32)}
     if Hq != Hkv:
         out["dk_accum"] = torch.empty(B, Hq, Lk, d, **f32)
-        out["dv_accum"] = torch.empty(B, Hq, Lk, d, **f32)
+        out["dv_accum"] = torch.empty(B, Hq, Lk, dv, **f32)
     return out
 
 
@@ -73,7 +75,7 @@ def backward(
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    params = bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **bwd_scratch(q, k), **fwd_kwargs)
+    params = bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **bwd_scratch(q, k, v), **fwd_kwargs)
     (call or cuda_lib.call)(launcher, params)
     return dq, dk, dv
 

@@ -1,16 +1,22 @@
 """Correctness check and benchmark of the FA3 backward (kernels/cuda/fa3_bwd.cu, sm_90a) (lab script).
 
-Correctness: every case of `attention_conformance.kernels.check.cases.FA3_BWD_CASES` through both launchers and
-the builds beside the default (`attention_conformance.kernels.check.backward.check_backward`: the conformance judge's
-verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of conformance/TOLERANCES.md), and
-`check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit).
+Correctness: every case of `attention_conformance.kernels.check.cases.FA3_BWD_CASES` through both launchers and the
+builds beside the default, every case of `FA3_BWD_WIDE_CASES` (d = 192, 256, (192, 128): the wide builds, which have no
+lab variants) through both launchers (`attention_conformance.kernels.check.backward.check_backward`: the conformance
+judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of conformance/TOLERANCES.md),
+and `check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit; FA3_BWD_DETERMINISM_CASES and
+FA3_BWD_WIDE_DETERMINISM_CASES).
 
 Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the
 forward's 4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd,
 the deterministic build and the other overlap build), our FA2 (attn_fa2_fwd + attn_fa2_bwd), torch SDPA's flash and
 cuDNN backends (autograd on their own forward); every row's candidates timed round-robin (`time_round_robin`).
+``--head-dims`` takes d (dv = d) or d x dv, e.g. ``64,128,192,256,192x128``; with dv != d the FLOPs are
+2 B H N^2 (d + dv) forward and 2 B H N^2 (3 d + 2 dv) backward (S, dQ, dK over d; dP, dV over dv), and only the
+candidates with a build for the shape run (the lab variants at d <= 128, FA2 at d = dv in {64, 128, 256}, SDPA at
+dv = d).
 
-Run: ``python tools/fa3_bwd_check_bench.py [--no-bench] --out DIR``.
+Run: ``python tools/fa3_bwd_check_bench.py [--no-bench] [--head-dims 64,128,192,256,192x128] --out DIR``.
 """
 
 from __future__ import annotations
@@ -31,14 +37,29 @@ from attention_conformance.kernels.check.backward import check_backward, check_d
 from attention_conformance.kernels.check.cases import (
     FA3_BWD_CASES,
     FA3_BWD_DETERMINISM_CASES,
+    FA3_BWD_WIDE_CASES,
+    FA3_BWD_WIDE_DETERMINISM_CASES,
     OVERLAP_DEFAULT_D,
     ROWS128_D,
 )
 from attention_conformance.kernels.timing import time_round_robin
 
-__all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "sdpa_fwd_bwd"]
+__all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "parse_head_dims", "sdpa_fwd_bwd"]
 
 BF = torch.bfloat16
+#: the head dims the lab's FA3 backward variants are built for (hopper/bwd_launch.cuh fa3_bwd_narrow_head_dims)
+LAB_DIMS = (64, 96, 128)
+FA2_DIMS = (64, 128, 256)
+
+
+def parse_head_dims(text: str) -> list[tuple[int, int]]:
+    """``--head-dims``: comma-separated d (dv = d) or d x dv, e.g. "64,128,192x128" -> [(64, 64), (128, 128),
+    (192, 128)]."""
+    out = []
+    for item in text.split(","):
+        d, _, dv = item.strip().lower().partition("x")
+        out.append((int(d), int(dv) if dv else int(d)))
+    return out
 
 
 def _calls(*pairs: tuple, variant: str = "default"):
@@ -104,35 +125,47 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
     from torch.nn.attention import SDPBackend
 
     rows = []
-    for B, H, N, d, causal in shapes:
-        q, k, v, dout = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(4))
-        fwd_flops = 4 * B * H * N * N * d / (2 if causal else 1)
-        row: dict = dict(B=B, H=H, N=N, d=d, causal=causal, other_build_overlap=d != OVERLAP_DEFAULT_D)
-        o3, l3 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-        o2, l2 = torch.empty_like(q), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+    for shape in shapes:
+        B, H, N, d, causal = shape if len(shape) == 5 else (*shape[:4], shape[5])
+        dv_ = d if len(shape) == 5 else shape[4]  # the head dim of V, O and dO
+        q, k = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(2))
+        v, dout = (torch.randn(B, H, N, dv_, device="cuda", dtype=BF) for _ in range(2))
+        fwd_flops = 2 * B * H * N * N * (d + dv_) / (2 if causal else 1)  # 4 B H N^2 d at dv = d
+        bwd_flops = 2 * B * H * N * N * (3 * d + 2 * dv_) / (2 if causal else 1)  # 2.5x the forward's at dv = d
+        lab, fa2_ok, sdpa_ok = d == dv_ and d in LAB_DIMS, d == dv_ and d in FA2_DIMS, d == dv_
+        row: dict = dict(B=B, H=H, N=N, d=d, dv=dv_, causal=causal, other_build_overlap=d != OVERLAP_DEFAULT_D)
+        o3, l3 = torch.empty_like(v), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        o2, l2 = torch.empty_like(v), torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         pf3 = cuda_lib.fwd_params(q, k, v, o3, l3, causal=causal)
         pf2 = cuda_lib.fwd_params(q, k, v, o2, l2, causal=causal)
         cuda_lib.call("attn_fa3_fwd", pf3)
-        cuda_lib.call("attn_fa2_fwd", pf2)
+        if fa2_ok:
+            cuda_lib.call("attn_fa2_fwd", pf2)
         dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-        sc = cuda_bwd_lib.bwd_scratch(q, k)
+        sc = cuda_bwd_lib.bwd_scratch(q, k, v)
         pb3 = cuda_bwd_lib.bwd_params(q, k, v, o3, l3, dout, dq, dk, dv, causal=causal, **sc)
         pb2 = cuda_bwd_lib.bwd_params(q, k, v, o2, l2, dout, dq, dk, dv, causal=causal, **sc)
-        fl_fwd, fl_bwd = sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
-        cu_fwd, cu_bwd = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
         bwd3, det3, fwd3 = ("attn_fa3_bwd", pb3), ("attn_fa3_bwd_deterministic", pb3), ("attn_fa3_fwd", pf3)
-        # the lab build's named variants (the overlap switch applies to the atomics build)
-        bwd = [("fa3", _calls(bwd3)), ("fa3_det", _calls(det3)),
-               ("fa3_atomic", _calls(bwd3, variant="atomic_dq")), ("fa3_atomic_det", _calls(det3, variant="atomic_dq")),
-               ("fa3_other", _calls(bwd3, variant="atomic_dq_other_overlap")),
-               ("fa3_dq_other", _calls(bwd3, variant="other_dq_split")),
-               *([("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64"))]
-                 if d == ROWS128_D else []),
-               ("fa2", _calls(("attn_fa2_bwd", pb2))), ("flash", fl_bwd), ("cudnn", cu_bwd)]
-        both = [("fa3", _calls(fwd3, bwd3)),
-                ("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
-                *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else []),
-                ("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))), ("flash", fl_fwd), ("cudnn", cu_fwd)]
+        bwd = [("fa3", _calls(bwd3)), ("fa3_det", _calls(det3))]
+        both = [("fa3", _calls(fwd3, bwd3))]
+        if lab:  # the lab build's named variants (the overlap switch applies to the atomics build)
+            bwd += [("fa3_atomic", _calls(bwd3, variant="atomic_dq")),
+                    ("fa3_atomic_det", _calls(det3, variant="atomic_dq")),
+                    ("fa3_other", _calls(bwd3, variant="atomic_dq_other_overlap")),
+                    ("fa3_dq_other", _calls(bwd3, variant="other_dq_split")),
+                    *([("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64"))]
+                      if d == ROWS128_D else [])]
+            both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
+                     *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
+        if fa2_ok:
+            bwd.append(("fa2", _calls(("attn_fa2_bwd", pb2))))
+            both.append(("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))))
+        fl_bwd = None
+        if sdpa_ok:
+            fl_fwd, fl_bwd = sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)
+            cu_fwd, cu_bwd = sdpa_fwd_bwd(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal)
+            bwd += [("flash", fl_bwd), ("cudnn", cu_bwd)]
+            both += [("flash", fl_fwd), ("cudnn", cu_fwd)]
         fa4 = fa4_fwd_bwd(q, k, v, dout, causal)
         if fa4 is not None:
             bwd.append(("fa4", fa4[1]))
@@ -141,19 +174,21 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
             bwd, both = ([c for c in cands if c[0] in only] for cands in (bwd, both))
         memory: list[dict] = []
         rb: dict = {}
-        time_round_robin(rb, _named("bwd", bwd), 2.5 * fwd_flops, rounds, timer=_memory_logged(memory))
+        time_round_robin(rb, _named("bwd", bwd), bwd_flops, rounds, timer=_memory_logged(memory))
         rf: dict = {}
-        time_round_robin(rf, _named("fwdbwd", both), 3.5 * fwd_flops, rounds, timer=_memory_logged(memory))
+        time_round_robin(rf, _named("fwdbwd", both), fwd_flops + bwd_flops, rounds, timer=_memory_logged(memory))
         row.update({"bwd_" + key: val for key, val in rb.items()})
         row.update({"fwdbwd_" + key: val for key, val in rf.items()})
         row["device_memory_after_each_timing"] = memory
         # agreement with torch flash's gradients on these inputs (bf16 both)
         try:
+            if fl_bwd is None:
+                raise LookupError("torch flash takes dv = d only")
             cuda_lib.call("attn_fa3_bwd", pb3)
             ref = fl_bwd()
             row["max_diff_vs_flash"] = [float((a.float() - b.float()).abs().max())
                                         for a, b in zip((dq, dk, dv), ref)]
-        except torch.OutOfMemoryError as exc:  # the timings stand; say what held the memory (memory above)
+        except (torch.OutOfMemoryError, LookupError) as exc:  # the timings stand; say what held the memory
             row["max_diff_vs_flash_error"] = str(exc).splitlines()[0]
         print(json.dumps(row, default=str), flush=True)  # each row as it ends: a run cut short keeps them
         rows.append(row)
@@ -190,6 +225,11 @@ def _memory_logged(log: list[dict]):
     return timer
 
 
+def _dims(r: dict) -> str:
+    dv = r.get("dv", r["d"])
+    return f"d{r['d']}" if dv == r["d"] else f"d{r['d']}x{dv}"
+
+
 def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], command: str) -> str:
     """The report: environment, correctness, determinism and the timing table."""
     out = [f"# FA3 backward (sm_90a) vs FA2 backward, torch flash and cuDNN ({env['gpu']})", "",
@@ -209,7 +249,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
         out.append("")
     if rows:
         out += [TIMING_NOTE, ""]
-        out += host_table(rows, lambda r: f"B{r['B']} H{r['H']} N{r['N']} d{r['d']} {'causal' if r['causal'] else ''}")
+        out += host_table(rows, lambda r: f"B{r['B']} H{r['H']} N{r['N']} {_dims(r)} {'causal' if r['causal'] else ''}")
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
@@ -229,7 +269,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
             rf = r.get("bwd_flash_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             rc = r.get("bwd_cudnn_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             r4 = r.get("fwdbwd_fa4_ms", math.nan) / r.get("fwdbwd_fa3_ms", math.nan)
-            out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{r['d']} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
+            out.append(f"| B{r['B']} H{r['H']} N{r['N']} {_dims(r)} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
                        f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_m64_tflops')} | "
                        f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_other_tflops')} | "
@@ -250,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness and determinism checks")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--head-dims", default="64,128", help="benchmark rows: comma-separated head dims")
+    ap.add_argument("--head-dims", default="64,128",
+                    help="benchmark rows: comma-separated head dims, d or d x dv (e.g. 64,128,192,256,192x128)")
     ap.add_argument("--only", default="", help="benchmark only these candidates (comma-separated, e.g. fa3,cudnn)")
     ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds per row (the median is kept)")
     args = ap.parse_args(argv)
@@ -262,20 +303,26 @@ def main(argv: list[str] | None = None) -> int:
         for launcher, variant in runs:
             checks.append(check_backward(spec, launcher, seed=i, variant=variant))
             print(checks[-1], flush=True)
+    for i, spec in enumerate([] if args.no_check else FA3_BWD_WIDE_CASES):
+        for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
+            checks.append(check_backward(spec, launcher, seed=500 + i))
+            print(checks[-1], flush=True)
     dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")
                                      for i, s in enumerate(FA3_BWD_DETERMINISM_CASES)]
+    dets += [] if args.no_check else [check_determinism(s, seed=600 + i)
+                                      for i, s in enumerate(FA3_BWD_WIDE_DETERMINISM_CASES)]
     print(dets, flush=True)
     if checks or dets:
         nok = sum(c["ok"] for c in checks) + sum(d["ok"] for d in dets)
         print(f"correctness: {nok}/{len(checks) + len(dets)} ok (cases and determinism)", flush=True)
-    dims = [int(x) for x in args.head_dims.split(",")]
+    dims = parse_head_dims(args.head_dims)
     only = frozenset(x for x in args.only.split(",") if x)
-    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, c) for d in dims for c in (False, True)],
+    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, dv, c) for d, dv in dims for c in (False, True)],
                                                args.rounds, only)
     env = env_info()
     command = "python tools/fa3_bwd_check_bench.py" + (
         " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "") + (
-        f" --head-dims {args.head_dims}" if dims != [64, 128] else "") + (
+        f" --head-dims {args.head_dims}" if dims != [(64, 64), (128, 128)] else "") + (
         f" --only {args.only}" if only else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -341,8 +341,11 @@ FA3_FP8_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
 #: and (192, 128) are the newest builds: a claim the H200 contradicts is withdrawn here, and nowhere else.
 FA3_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
 FA3_DV_PAIRS = frozenset({(192, 128)})
-#: ... and its backward (kernels/cuda/include/hopper/bwd_launch.cuh fa3_bwd_head_dims; dv = d); 96 is the newest.
-FA3_BWD_HEAD_DIMS = frozenset({64, 96, 128})
+#: ... and its backward (kernels/cuda/include/hopper/bwd_launch.cuh fa3_bwd_head_dims): d = dv in FA3_BWD_HEAD_DIMS, and
+#: dv != d as the forward's FA3_DV_PAIRS (the one exclusion below declines both directions' other pairs; the backward
+#: has a build for (192, 128), hopper/bwd_wide.cuh). 96 is validated on the H200; 192, 256 and (192, 128) (the wide
+#: builds) are the newest, not yet run on a GPU: a claim the H200 contradicts is withdrawn here, and nowhere else.
+FA3_BWD_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
 
 
 class CudaFA3(_CudaAdapter):
@@ -353,13 +356,15 @@ class CudaFA3(_CudaAdapter):
                    "at d = 64")
     fwd_launcher = "attn_fa3_fwd"
     bwd_launcher = "attn_fa3_bwd"
-    # Forward: FA3_HEAD_DIMS, dv != d only as FA3_DV_PAIRS. Backward (kernels/cuda/fa3_bwd.cu): FA3_BWD_HEAD_DIMS (the
-    # instantiations of attn_fa3_bwd); the LSE cotangent enters as D - dlse in the shared preprocess
-    # (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them in.
+    # Forward: FA3_HEAD_DIMS, dv != d only as FA3_DV_PAIRS. Backward (kernels/cuda/fa3_bwd.cu): FA3_BWD_HEAD_DIMS and
+    # the same FA3_DV_PAIRS (the instantiations of attn_fa3_bwd); the LSE cotangent enters as D - dlse in the shared
+    # preprocess (include/bwd_prepost.cuh, SEMANTICS.md §13). Sinks stay unclaimed: the FA3 forward does not fold them
+    # in.
     capabilities = dataclasses.replace(
         _CudaAdapter.capabilities, head_dims=FA3_HEAD_DIMS, dv_ne_d=True, backward=True, lse_grad=True,
         backward_head_dims=FA3_BWD_HEAD_DIMS,
-        excludes=(Exclusion(f"dv != d: the FA3 forward is built for (d, dv) in {sorted(FA3_DV_PAIRS)} only",
+        excludes=(Exclusion(f"dv != d: the FA3 forward and backward are built for (d, dv) in {sorted(FA3_DV_PAIRS)} "
+                            "only",
                             lambda c: c.dv != c.d and (c.d, c.dv) not in FA3_DV_PAIRS),))
     # Every catalog layout is expressible as a TMA tensor map: head dims that are multiples of 32 make every stride of
     # contiguous / bshd views a multiple of 16 bytes, and kv_broadcast's stride-0 batch axis becomes an

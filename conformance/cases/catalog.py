@@ -128,6 +128,10 @@ def _head_dims(profile: str) -> Iterator[Case]:
             yield _mk("head_dims", Lq=129, Lk=255, d=d, dtype="bfloat16", causal=True)
         yield _mk("head_dims", Lq=129, Lk=255, d=192, dv=128, dtype="bfloat16", causal=True)
         yield _mk("head_dims", Lq=129, Lk=255, d=96, dtype="bfloat16", causal=True, backward=True)
+        # the wide backward builds of the FA3 backward (hopper/bwd_wide.cuh): d = 192, 256 and (192, 128)
+        yield _mk("head_dims", Lq=129, Lk=255, d=192, dtype="bfloat16", causal=True, backward=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=256, dtype="bfloat16", causal=True, backward=True)
+        yield _mk("head_dims", Lq=129, Lk=255, d=192, dv=128, dtype="bfloat16", causal=True, backward=True)
 
 
 def _scales(profile: str) -> Iterator[Case]:

@@ -1,13 +1,14 @@
 """The FA3 backward launchers (attn_fa3_bwd, attn_fa3_bwd_deterministic and their builds) on random inputs, judged by
 the conformance judge (`verdict.judge_outputs`).
 
-`check_backward` draws q, k, v, dout of one case (`cases.FA3_BWD_CASES`; with ``nan_padding`` the padded rows of all
-four hold NaN, SEMANTICS.md §7), computes O and LSE with attn_fa3_fwd, then dq, dk, dv with the backward launcher
-under test, and hands all of it to the judge against the FP64 oracle (`oracles.attention_backward`, SEMANTICS.md §13)
-under the a-priori bounds of conformance/TOLERANCES.md §3-§4 (the bounds account for the forward's own O and LSE
-errors, which the backward reads). Beside the verdict: dq exactly 0 on query rows with no visible key (SEMANTICS.md
-§8; the bound allows the output format's smallest normal there). `check_determinism` runs the deterministic launcher
-twice and compares the bits, and judges both it and attn_fa3_bwd on those inputs.
+`check_backward` draws q, k, v, dout of one case (`cases.FA3_BWD_CASES`, `cases.FA3_BWD_WIDE_CASES`; ``dv`` the head dim
+of v and dout, d when absent; with ``nan_padding`` the padded rows of all four hold NaN, SEMANTICS.md §7), computes O
+and LSE with attn_fa3_fwd, then dq, dk, dv with the backward launcher under test, and hands all of it to the judge
+against the FP64 oracle (`oracles.attention_backward`, SEMANTICS.md §13) under the a-priori bounds of
+conformance/TOLERANCES.md §3-§4 (the bounds account for the forward's own O and LSE errors, which the backward reads).
+Beside the verdict: dq exactly 0 on query rows with no visible key (SEMANTICS.md §8; the bound allows the output
+format's smallest normal there). `check_determinism` runs the deterministic launcher twice and compares the bits, and
+judges both it and attn_fa3_bwd on those inputs.
 
 The builds beside the shipped one are the lab build's named FA3 backward variants (``atomic_dq``,
 ``atomic_dq_other_overlap``, ``rows64``, ``other_dq_split``: `kernels.cuda.lab.FA3_BWD_VARIANTS`, a checkout's
@@ -47,13 +48,14 @@ def _inputs(spec: dict, seed: int, device: str) -> dict:
     g = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype_name(spec["dtype"]))
     B, Hq, Hkv, Lq, Lk, d = (spec[x] for x in ("B", "Hq", "Hkv", "Lq", "Lk", "d"))
+    dv = spec.get("dv", d)
 
-    def rnd(H: int, L: int) -> Any:
+    def rnd(H: int, L: int, n: int) -> Any:
         if spec.get("layout") == "bshd":
-            return torch.randn(B, L, H, d, device=device, generator=g).to(dt).transpose(1, 2)
-        return torch.randn(B, H, L, d, device=device, generator=g).to(dt)
+            return torch.randn(B, L, H, n, device=device, generator=g).to(dt).transpose(1, 2)
+        return torch.randn(B, H, L, n, device=device, generator=g).to(dt)
 
-    t = dict(q=rnd(Hq, Lq), k=rnd(Hkv, Lk), v=rnd(Hkv, Lk), dout=rnd(Hq, Lq))
+    t = dict(q=rnd(Hq, Lq, d), k=rnd(Hkv, Lk, d), v=rnd(Hkv, Lk, dv), dout=rnd(Hq, Lq, dv))
     if spec.get("nan_padding"):
         for b in range(B):
             for name, lens in (("q", "seqlens_q"), ("dout", "seqlens_q"), ("k", "seqlens_k"), ("v", "seqlens_k")):
@@ -106,6 +108,7 @@ def _launcher_backward(launcher: str, variant: str = "default") -> Runs:
 
 def _case(spec: dict, seed: int) -> Any:
     return device_case(B=spec["B"], Hq=spec["Hq"], Hkv=spec["Hkv"], Lq=spec["Lq"], Lk=spec["Lk"], d=spec["d"],
+                       dv=spec.get("dv"),
                        dtype=spec["dtype"], scale=spec.get("scale"), causal=spec.get("causal", False),
                        alignment=spec.get("alignment", "bottom_right"), window=spec.get("window"),
                        softcap=spec.get("softcap"), seqlens_q=spec.get("seqlens_q"), seqlens_k=spec.get("seqlens_k"),

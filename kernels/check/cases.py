@@ -9,7 +9,8 @@ parametrize over, and what tools/fa3_bwd_check_bench.py and tools/fa3_fp8_check_
 
 from __future__ import annotations
 
-__all__ = ["FA3_BWD_CASES", "FA3_BWD_DETERMINISM_CASES", "FP8_CASES", "OVERLAP_DEFAULT_D", "ROWS128_D"]
+__all__ = ["FA3_BWD_CASES", "FA3_BWD_DETERMINISM_CASES", "FA3_BWD_WIDE_CASES", "FA3_BWD_WIDE_DETERMINISM_CASES",
+           "FA3_BWD_WIDE_DIMS", "FP8_CASES", "OVERLAP_DEFAULT_D", "ROWS128_D"]
 
 #: the head dim at which the FA3 backward's atomics build overlaps its GEMMs with the element-wise work by default
 #: (kernels/cuda/fa3_bwd.cu; the default TMA reduce-add build overlaps at neither head dim)
@@ -38,6 +39,42 @@ FA3_BWD_CASES: list[dict] = [
 FA3_BWD_DETERMINISM_CASES: list[dict] = [
     dict(B=2, Hq=4, Hkv=2, Lq=700, Lk=900, d=128, dtype="bfloat16", causal=True),
     dict(B=1, Hq=4, Hkv=4, Lq=1024, Lk=1024, d=64, dtype="float16"),
+]
+
+#: the (d, dv) of the FA3 backward's wide builds (kernels/cuda/include/hopper/bwd_wide.cuh)
+FA3_BWD_WIDE_DIMS: tuple[tuple[int, int], ...] = ((192, 192), (256, 256), (192, 128))
+
+#: the wide builds' cases: every feature of FA3_BWD_CASES at each (d, dv) of FA3_BWD_WIDE_DIMS (``dv``: the head dim of
+#: v and dout). Lengths are not multiples of the 64-key / 64-query tiles, so tails, the per-consumer 32-query halves
+#: and the alternating dQ block (d = 192: tile parity) all occur.
+FA3_BWD_WIDE_CASES: list[dict] = [
+    dict(B=2, Hq=4, Hkv=4, Lq=256, Lk=256, d=256, dtype="bfloat16"),
+    dict(B=2, Hq=4, Hkv=4, Lq=200, Lk=330, d=192, dtype="float16"),
+    dict(B=2, Hq=4, Hkv=4, Lq=200, Lk=330, d=192, dv=128, dtype="bfloat16"),
+    dict(B=2, Hq=4, Hkv=2, Lq=173, Lk=301, d=256, dtype="float16", causal=True),
+    dict(B=2, Hq=4, Hkv=4, Lq=301, Lk=173, d=192, dtype="bfloat16", causal=True, alignment="top_left"),
+    dict(B=2, Hq=4, Hkv=4, Lq=200, Lk=100, d=192, dv=128, dtype="float16", causal=True),  # fully masked rows
+    dict(B=1, Hq=4, Hkv=1, Lq=190, Lk=500, d=256, dtype="bfloat16", window=(50, 20)),
+    dict(B=2, Hq=4, Hkv=2, Lq=150, Lk=260, d=192, dtype="float16", causal=True, seqlens_q=(150, 37),
+         seqlens_k=(200, 260), nan_padding=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=150, Lk=260, d=256, dtype="bfloat16", causal=True, seqlens_q=(150, 37),
+         seqlens_k=(200, 260), nan_padding=True),
+    dict(B=2, Hq=4, Hkv=2, Lq=150, Lk=260, d=192, dv=128, dtype="bfloat16", seqlens_q=(100, 150),
+         seqlens_k=(260, 61), nan_padding=True),
+    dict(B=2, Hq=2, Hkv=2, Lq=96, Lk=96, d=256, dtype="bfloat16", softcap=5.0, scale=0.5),
+    dict(B=1, Hq=2, Hkv=1, Lq=513, Lk=777, d=192, dtype="bfloat16", window=(100, None), causal=True,
+         alignment="top_left"),
+    dict(B=2, Hq=4, Hkv=2, Lq=300, Lk=260, d=192, dv=128, dtype="float16", window=(40, 70)),  # GQA + window
+    dict(B=2, Hq=2, Hkv=2, Lq=100, Lk=300, d=256, dtype="bfloat16", layout="bshd"),
+    dict(B=1, Hq=2, Hkv=2, Lq=5, Lk=0, d=192, dv=128, dtype="float16"),
+    dict(B=1, Hq=2, Hkv=2, Lq=1000, Lk=1000, d=256, dtype="float16", causal=True),
+]
+
+#: cases on which two runs of attn_fa3_bwd_deterministic must agree bit for bit, one per wide build
+FA3_BWD_WIDE_DETERMINISM_CASES: list[dict] = [
+    dict(B=2, Hq=4, Hkv=2, Lq=700, Lk=900, d=256, dtype="bfloat16", causal=True),
+    dict(B=1, Hq=4, Hkv=4, Lq=1024, Lk=1024, d=192, dtype="float16"),
+    dict(B=2, Hq=4, Hkv=2, Lq=600, Lk=500, d=192, dv=128, dtype="bfloat16", window=(300, 100)),
 ]
 
 FP8_CASES: list[dict] = [

@@ -90,6 +90,15 @@ CASES: list[tuple[str, dict]] = [
     # d = 96: d = 128's tiles with zero-filled padding columns, consumer 1's dQ block half past the tensor
     ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=1, Lq=70, Lk=131, d=96, causal=True, varlen=True)),
     ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=96, window=(20, 5))),
+    # the wide builds (hopper/bwd_wide.cuh: 64-key CTAs, P^T / dS^T exchanged through shared memory, dK / dV held by
+    # one consumer each): d = 256 (dQ by atomics), 192 and (192, 128) (dQ blocks through TMA reduce-add, d = 192's
+    # third block alternating between the consumers), each build non-deterministic and deterministic
+    ("attn_fa3_bwd", dict(B=2, Hq=2, Hkv=1, Lq=70, Lk=131, d=256, causal=True, varlen=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=256, window=(20, 5))),
+    ("attn_fa3_bwd", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=270, d=192, causal=True, alignment="top_left")),
+    ("attn_fa3_bwd_deterministic", dict(B=2, Hq=2, Hkv=1, Lq=129, Lk=200, d=192, varlen=True)),
+    ("attn_fa3_bwd", dict(B=2, Hq=4, Hkv=2, Lq=70, Lk=131, d=192, dv=128, causal=True, varlen=True)),
+    ("attn_fa3_bwd_deterministic", dict(B=1, Hq=2, Hkv=2, Lq=300, Lk=520, d=192, dv=128, softcap=4.0)),
 ]
 
 
@@ -175,14 +184,14 @@ def _run(launcher: str, spec: dict, runner: Runner) -> str:
         # forward through FA2 first (for O and LSE; through FA3 at the head dims FA2 has no build for), then the
         # backward under test
         p = cuda_lib.fwd_params(q, k, v, o, lse, **kw)
-        cuda_lib.call("attn_fa2_fwd" if d in (64, 128, 256) else "attn_fa3_fwd", p)
-        dout = torch.randn(B, Hq, Lq, d, device=dev, generator=g).to(dtype)
+        cuda_lib.call("attn_fa2_fwd" if d in (64, 128, 256) and d_v == d else "attn_fa3_fwd", p)
+        dout = torch.randn(B, Hq, Lq, d_v, device=dev, generator=g).to(dtype)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         scratch = dict(
             dq_accum=torch.zeros(B, Hq, Lq, d, device=dev),
             d_rowsum=torch.zeros(B, Hq, Lq, device=dev),
             dk_accum=torch.zeros(B, Hq, Lk, d, device=dev),
-            dv_accum=torch.zeros(B, Hq, Lk, d, device=dev),
+            dv_accum=torch.zeros(B, Hq, Lk, d_v, device=dev),
         )
         bp = cuda_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, **scratch, **kw)
         runner(launcher, bp)

@@ -38,7 +38,7 @@ def test_claims_the_kernels_features_and_declines_the_rest():
 
 def test_claims_the_forward_builds_of_each_head_dim():
     """The forward claims exactly the (d, dv) builds of attn_fa3_fwd (fwd_launch.cuh fa3_fwd_head_dims): d = dv in
-    {64, 96, 128, 192, 256} and (192, 128); the backward of 192 and (192, 128) stays declined."""
+    {64, 96, 128, 192, 256} and (192, 128)."""
     from attention_conformance.adapters.cuda import CudaFA3
 
     a = CudaFA3()
@@ -47,21 +47,22 @@ def test_claims_the_forward_builds_of_each_head_dim():
     for d, dv in ((96, 128), (128, 192), (256, 128), (192, 96)):
         reason = a.supports(_case(d=d, dv=dv), "cuda")
         assert reason and "dv != d" in reason, (d, dv, reason)
-    for d, dv in ((192, 192), (192, 128)):
-        reason = a.supports(_case(d=d, dv=dv, backward=True), "cuda")
-        assert reason and "backward head dim" in reason, (d, dv, reason)
 
 
-def test_claims_backward_for_head_dims_64_96_and_128_only():
+def test_claims_the_backward_builds_of_each_head_dim():
+    """The backward claims exactly the (d, dv) builds of attn_fa3_bwd (bwd_launch.cuh fa3_bwd_head_dims): d = dv in
+    {64, 96, 128} (bwd_mainloop.cuh) and {192, 256}, (192, 128) (bwd_wide.cuh); other pairs are declined naming dv."""
     from attention_conformance.adapters.cuda import CudaFA3
 
     a = CudaFA3()
-    for d in (64, 96, 128):
-        assert a.supports(_case(d=d, dv=d, backward=True), "cuda") is None, d
-        assert a.supports(_case(d=d, dv=d, backward=True, lse_grad=True), "cuda") is None, d
-    reason = a.supports(_case(d=256, dv=256, backward=True), "cuda")
-    assert reason and "backward head dim d=256" in reason, reason
-    assert a.supports(_case(d=256, dv=256), "cuda") is None  # the forward still covers 256
+    for d, dv in ((64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128)):
+        assert a.supports(_case(d=d, dv=dv, backward=True), "cuda") is None, (d, dv)
+        assert a.supports(_case(d=d, dv=dv, backward=True, lse_grad=True), "cuda") is None, (d, dv)
+    for d, dv in ((256, 128), (128, 64)):
+        reason = a.supports(_case(d=d, dv=dv, backward=True), "cuda")
+        assert reason and "dv != d" in reason, (d, dv, reason)
+    reason = a.supports(_case(d=160, dv=160, backward=True), "cuda")
+    assert reason and "head dim" in reason, reason
 
 
 def test_unavailable_off_cuda_with_a_reason():

@@ -8,7 +8,9 @@ other dQ mode (split between the consumers / taken in turns), and at d = 64 with
 the conformance judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle (`oracles.attention_backward`) under
 the a-priori bounds of conformance/TOLERANCES.md, and dq exactly 0 on rows with no visible key
 (`kernels.check.backward.check_backward`); the deterministic launcher must give bit-identical results over two runs,
-both launchers judged the same way.
+both launchers judged the same way. The wide builds (d = 192, 256 and (d, dv) = (192, 128), hopper/bwd_wide.cuh) run
+`kernels.check.cases.FA3_BWD_WIDE_CASES` (the same features at those head dims) and their own determinism cases
+(select with -k wide).
 """
 
 from __future__ import annotations
@@ -116,12 +118,44 @@ def test_fa3_bwd_deterministic_is_bit_identical(index, variant):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("d", [192, 256])
-def test_fa3_bwd_rejects_head_dims_it_has_no_build_for(d):
+def _wide_cases():
+    from attention_conformance.kernels.check.cases import FA3_BWD_WIDE_CASES
+
+    return FA3_BWD_WIDE_CASES
+
+
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(16), ids=[f"wide-{i}" for i in range(16)])
+def test_fa3_bwd_wide_matches_fp64_oracle(index, launcher):
+    """The wide builds (bwd_wide.cuh: d = 192, 256, (192, 128)) on FA3_BWD_WIDE_CASES: causal both alignments, fully
+    masked rows, windows, GQA, varlen with NaN padding, softcap, [B, L, H, D] views, Lk = 0."""
+    _lib()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    cases = _wide_cases()
+    assert len(cases) == 16, "keep the parametrisation in step with FA3_BWD_WIDE_CASES"
+    res = check_case(cases[index], launcher, seed=500 + index)
+    assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("index", range(3), ids=["wide-256", "wide-192", "wide-192x128"])
+def test_fa3_bwd_wide_deterministic_is_bit_identical(index):
+    _lib()
+    from attention_conformance.kernels.check.backward import check_determinism as determinism_case
+    from attention_conformance.kernels.check.cases import FA3_BWD_WIDE_DETERMINISM_CASES as DET_CASES
+
+    res = determinism_case(DET_CASES[index], seed=600 + index)
+    assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize(("d", "dv"), [(256, 128), (160, 160), (128, 64)])
+def test_fa3_bwd_rejects_head_dims_it_has_no_build_for(d, dv):
     cuda_lib = _lib()
     from attention_conformance.kernels import cuda_bwd_lib
 
     q = torch.randn(1, 1, 64, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 1, 64, dv, device="cuda", dtype=torch.bfloat16)
     lse = torch.zeros(1, 1, 64, device="cuda")
-    with pytest.raises(cuda_lib.KernelUnsupported, match=f"head_dim={d}"):
-        cuda_bwd_lib.backward("attn_fa3_bwd", q, q, q, q, lse, q)
+    with pytest.raises(cuda_lib.KernelUnsupported, match=f"head_dim={d}, head_dim_v={dv}"):
+        cuda_bwd_lib.backward("attn_fa3_bwd", q, q, v, v, lse, v)

@@ -212,19 +212,27 @@ def test_fa3_forward_validates_the_head_dims_it_has_builds_for(d, dv, built):
             cuda_lib.call("attn_fa3_fwd", p, stream=0)
 
 
-@pytest.mark.parametrize("d, built", [(64, True), (96, True), (128, True), (192, False), (256, False)])
-def test_fa3_backward_validates_the_head_dims_it_has_builds_for(d, built):
+@pytest.mark.parametrize("d, dv, built", [(64, 64, True), (96, 96, True), (128, 128, True), (192, 192, True),
+                                          (256, 256, True), (192, 128, True), (160, 160, False), (256, 128, False),
+                                          (128, 64, False)])
+def test_fa3_backward_validates_the_head_dims_it_has_builds_for(d, dv, built):
     """attn_fa3_bwd_deterministic_workspace validates as the launchers do (bwd_launch.cuh fa3_bwd_head_dims), without
-    a device: -1 for a head dim with no backward build."""
+    a device: -1 for a (d, dv) with no backward build, and the launcher's message names both head dims."""
     lib = _lib_or_skip()
-    fwd = _fwd(d, Lq=64, Lk=64)
-    t = fwd._tensors
-    g = torch.zeros(2, 4, 64, d, dtype=torch.bfloat16)
-    gk = torch.zeros(2, 2, 64, d, dtype=torch.bfloat16)
-    p = cuda_lib.bwd_params(t["q"], t["k"], t["v"], t["o"], t["lse"], g, g.clone(), gk, gk.clone(),
-                            dq_accum=torch.zeros(2, 4, 64, d), d_rowsum=torch.zeros(2, 4, 64),
-                            dk_accum=torch.zeros(2, 4, 64, d), dv_accum=torch.zeros(2, 4, 64, d))
+    B, Hq, Hkv, L = 2, 4, 2, 64
+    q = torch.zeros(B, Hq, L, d, dtype=torch.bfloat16)
+    k = torch.zeros(B, Hkv, L, d, dtype=torch.bfloat16)
+    v = torch.zeros(B, Hkv, L, dv, dtype=torch.bfloat16)
+    o = torch.zeros(B, Hq, L, dv, dtype=torch.bfloat16)
+    lse = torch.zeros(B, Hq, L)
+    p = cuda_lib.bwd_params(q, k, v, o, lse, o.clone(), q.clone(), k.clone(), v.clone(),
+                            dq_accum=torch.zeros(B, Hq, L, d), d_rowsum=torch.zeros(B, Hq, L),
+                            dk_accum=torch.zeros(B, Hq, L, d), dv_accum=torch.zeros(B, Hq, L, dv))
+    assert (p.fwd.head_dim, p.fwd.head_dim_v) == (d, dv)
     assert (lib.attn_fa3_bwd_deterministic_workspace(ctypes.byref(p)) >= 0) == built
+    if not built:
+        with pytest.raises(cuda_lib.KernelUnsupported, match=f"head_dim={d}, head_dim_v={dv}"):
+            cuda_lib.call("attn_fa3_bwd", p, stream=0)
 
 
 @pytest.mark.parametrize("d, block_m", [(64, 128), (128, 64)])

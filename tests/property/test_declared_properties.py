@@ -111,11 +111,14 @@ def _reaches(strategy, d: int) -> None:
     assert (found[0] if isinstance(found, tuple) else found).d == d
 
 
-def test_cuda_fa3_backward_never_draws_head_dim_256():
+def test_cuda_fa3_backward_draws_only_its_builds():
+    from attention_conformance.adapters.cuda import FA3_BWD_HEAD_DIMS, FA3_DV_PAIRS
+
     caps = _cuda_declarations()["cuda-fa3"]
     drawn = _draws(property_strategy("backward", types.SimpleNamespace(capabilities=caps), "cuda", strict=True))
     dims = {c.d for c in drawn}
-    assert dims <= {64, 96, 128} and len(dims) >= 2, dims  # the backward's builds (adapters/cuda.py FA3_BWD_HEAD_DIMS)
+    assert dims <= FA3_BWD_HEAD_DIMS and len(dims) >= 2, dims  # the backward's builds (bwd_launch.cuh)
+    assert all(c.dv == c.d or (c.d, c.dv) in FA3_DV_PAIRS for c in drawn), {(c.d, c.dv) for c in drawn}
 
 
 def _loaded(toy) -> LoadedAdapter:

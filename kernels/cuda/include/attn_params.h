@@ -239,8 +239,8 @@ int64_t attn_splitkv_fwd_workspace(const AttnFwdParams* p);  // the partials, wh
 // work-tile counter of the persistent builds.
 int attn_fa3_fwd(const AttnFwdParams* p, const AttnLaunch* launch, char* err, int errlen);
 int64_t attn_fa3_fwd_workspace(const AttnFwdParams* p);
-// FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim = head_dim_v in {64, 96, 128}
-// (others: ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
+// FlashAttention-3 backward for sm_90a (kernels/cuda/fa3_bwd.cu): fp16 / bf16, head_dim = head_dim_v in {64, 96, 128,
+// 192, 256} and (head_dim, head_dim_v) = (192, 128) (others: ATTN_ERR_UNSUPPORTED), the scratch of attn_fa2_bwd, dlse and sinks as attn_fa2_bwd. attn_fa3_bwd adds the dQ
 // partials with atomics in any order; attn_fa3_bwd_deterministic adds them in a fixed order (bit-identical
 // results run to run), with a semaphore per query tile in its workspace.
 int attn_fa3_bwd(const AttnBwdParams* p, const AttnLaunch* launch, char* err, int errlen);

@@ -218,4 +218,86 @@ static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_
     return cudaSuccess;
 }
 
+// ---- dv != d (the FA3 backward's (d, dv) = (192, 128) build): O, dO, dV have dv columns, Q, K, dQ, dK d. The kernels
+// above read one head dim for all (the FA2 backward's d = dv); these two read both, and only the launchers of a dv != d
+// build instantiate them.
+
+// D_i = rowsum(dO_i * O_i) over dv columns - dlse_i, dq_accum[row] (d columns) := 0. One warp per query row; grid
+// (ceil(Lq / 8), Hq, B), 256 threads.
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_preprocess_dv_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, h = blockIdx.y;
+    const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= f.seqlen_q) return;
+    const int d = f.head_dim, dv = f.head_dim_v;
+    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
+    const size_t bh_row = ((size_t)b * f.heads_q + h) * f.seqlen_q + row;
+    float* dqa = p.dq_accum + bh_row * d;
+    for (int k = lane; k < d; k += 32) dqa[k] = 0.f;
+    float acc = 0.f;
+    if (row < sq) {
+        const T* o = (const T*)f.o + b * f.o_batch_stride + h * f.o_head_stride + row * f.o_row_stride;
+        const T* dO = (const T*)p.dout + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
+        for (int k = lane; k < dv; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
+    }
+    acc = warp_sum(acc);
+    if (p.dlse != nullptr && row < sq) acc -= p.dlse[b * f.lse_batch_stride + h * f.lse_head_stride + row];
+    if (lane == 0) p.d_rowsum[bh_row] = acc;
+}
+
+// dk[b, hk, j, :d] = sum_g dk_accum[b, hk * G + g, j, :d] (rows of d), dv[b, hk, j, :dv] from dv_accum (rows of dv).
+// grid (ceil(Lk * d / 256), Hkv, B).
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_reduce_gqa_dv_kernel(AttnBwdParams p) {
+    const AttnFwdParams& f = p.fwd;
+    const int b = blockIdx.z, hk = blockIdx.y, d = f.head_dim, dv = f.head_dim_v;
+    const long long e = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (e >= (long long)f.seqlen_k * d) return;
+    const int row = (int)(e / d), k = (int)(e % d);
+    const int G = f.heads_q / f.heads_kv;
+    float sk = 0.f, sv = 0.f;
+    for (int g = 0; g < G; ++g) {
+        const size_t head_row = ((size_t)b * f.heads_q + hk * G + g) * f.seqlen_k + row;
+        sk += p.dk_accum[head_row * d + k];
+        if (k < dv) sv += p.dv_accum[head_row * dv + k];
+    }
+    ((T*)p.dk)[b * p.dk_batch_stride + hk * p.dk_head_stride + row * p.dk_row_stride + k] = DT<T>::from_f(sk);
+    if (k < dv)
+        ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
+}
+
+template <typename T>
+static inline cudaError_t launch_preprocess_dv(const AttnBwdParams& p, cudaStream_t s) {
+    const AttnFwdParams& f = p.fwd;
+    if (f.seqlen_q == 0) return cudaSuccess;
+    dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
+    bwd_preprocess_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+// launch_postprocess with dv != d: dq convert as there (d columns), the GQA reduction of both head dims.
+template <typename T>
+static inline cudaError_t launch_postprocess_dv(const AttnBwdParams& p, cudaStream_t s) {
+    const AttnFwdParams& f = p.fwd;
+    if (f.seqlen_q > 0) {
+        const bool vec = vec8_ok(p);
+        const long long per_thread = vec ? 8 : 2, n = (long long)f.seqlen_q * f.head_dim / per_thread;
+        dim3 grid((unsigned)((n + 255) / 256), f.heads_q, f.batch);
+        if (vec)
+            bwd_convert_dq_kernel<T, 8><<<grid, 256, 0, s>>>(p);
+        else
+            bwd_convert_dq_kernel<T, 2><<<grid, 256, 0, s>>>(p);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    if (f.heads_q != f.heads_kv && f.seqlen_k > 0) {
+        const long long n = (long long)f.seqlen_k * f.head_dim;
+        dim3 grid((unsigned)((n + 255) / 256), f.heads_kv, f.batch);
+        bwd_reduce_gqa_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+        return cudaGetLastError();
+    }
+    return cudaSuccess;
+}
+
 }  // namespace attn::bwd

@@ -73,7 +73,7 @@ int with_build(const AttnBwdParams& p, int variant, bool deterministic, F&& f, c
 extern "C" int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic,
                                 const AttnLaunch* launch, char* err, int errlen) {
     bool empty = false;
-    int rc = bwd_preflight(p, kName, &empty, err, errlen);
+    int rc = bwd_preflight(p, kName, &empty, err, errlen, fa3_bwd_narrow_head_dims);
     if (rc != ATTN_OK) return rc;
     const char* why = nullptr;
     if (empty) {  // still name an unknown variant

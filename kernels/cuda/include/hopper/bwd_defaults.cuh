@@ -2,6 +2,7 @@
 // attn_fa3_bwd_deterministic run these; the lab's builds (kernels/cuda/lab) derive from them.
 #pragma once
 #include "bwd_mainloop.cuh"
+#include "bwd_wide.cuh"
 
 namespace attn::hopper {
 
@@ -10,7 +11,8 @@ namespace attn::hopper {
 // consumers' atomics), without the GEMM / element-wise overlap. d = 64: 128-row query tiles, each tile's dQ computed by one consumer, the two taking turns
 // (+7-8% over splitting it by rows); d = 128: 64-row tiles, every tile's dQ split by columns between the consumers
 // (the turns were 2-7% slower there).
-template <int D>
+// D: the head dim of Q and K; DV: of V and O.
+template <int D, int DV = D>
 struct Fa3BwdDefault;
 
 template <>
@@ -30,5 +32,31 @@ struct Fa3BwdDefault<128> : Fa3BwdSchedule {
 // shared memory are too; consumer 1's dQ column block is half padding, whose box the dQ writer skips.
 template <>
 struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
+
+// The wide head dims (bwd_wide.cuh: the consumers share 64 keys, consumer 0 holds dK, consumer 1 dV, S^T / dP^T split
+// by queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory) and not yet run on
+// a GPU:
+// d = 256: dQ by the consumers' atomics (a [64 x 256] fp32 dQ tile beside two Q / dO stages and the P^T / dS^T double
+//   buffer does not fit in 227 KB; flash-attention's hopper backward makes the same choice at d = 256).
+// d = 192 and (192, 128): dQ through shared memory (three 16 KB fp32 blocks) and the TMA reduce-add, the narrow builds'
+//   measured choice (+8-10% over atomics at d = 128).
+template <>
+struct Fa3BwdDefault<256> : Fa3BwdWideSchedule {
+    static constexpr DqAdd dq_add = DqAdd::kAtomics;
+};
+
+template <>
+struct Fa3BwdDefault<192> : Fa3BwdWideSchedule {
+    static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+};
+
+template <>
+struct Fa3BwdDefault<192, 128> : Fa3BwdDefault<192> {};
+
+// The main-loop configuration of schedule S for (D, DV) and element type Elem: bwd_mainloop.cuh's Fa3BwdConfig or
+// bwd_wide.cuh's Fa3BwdWideConfig, by the schedule's tiling.
+template <int D, int DV, typename Elem, class S>
+using Fa3BwdConfigOf = std::conditional_t<S::tiling == BwdTiling::kSharedKeys, Fa3BwdWideConfig<D, DV, Elem, S>,
+                                          Fa3BwdConfig<D, Elem, S>>;
 
 }  // namespace attn::hopper

@@ -1,6 +1,7 @@
 // Host side of the FA3 backward (bwd_mainloop.cuh's kernel), shared by the shipped launchers (fa3_bwd.cu) and the
 // lab's (kernels/cuda/lab/fa3_bwd_lab.cu): the parameter checks, the tensor maps, the launch of one main-loop build
-// (Fa3BwdConfig) between the pre- and postprocess kernels of ../bwd_prepost.cuh.
+// (Fa3BwdConfig, or bwd_wide.cuh's Fa3BwdWideConfig for d = 192, 256 and (192, 128)) between the pre- and postprocess
+// kernels of ../bwd_prepost.cuh.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include "../bwd_prepost.cuh"
 #include "../launch_common.cuh"
 #include "bwd_mainloop.cuh"
+#include "bwd_wide.cuh"
 #include "tma_host.cuh"
 
 namespace attn::hopper {
@@ -61,6 +63,15 @@ int64_t bwd_workspace_bytes(const AttnBwdParams& p) {
                : 0;
 }
 
+// The main-loop kernel of build C: bwd_mainloop.cuh's, or bwd_wide.cuh's for the wide head dims.
+template <class C>
+constexpr auto bwd_main_kernel() {
+    if constexpr (C::kWide)
+        return fa3_bwd_wide_kernel<C>;
+    else
+        return fa3_bwd_kernel<C>;
+}
+
 // The main loop of build C on p (after the preprocess, before the postprocess).
 template <class C>
 int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const char* name, char* err, int errlen) {
@@ -71,13 +82,13 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
     char msg[384] = {0};
     if (make_tma_tensor(P.k, "k", f.k, bf16, f.head_dim, f.seqlen_k, f.heads_kv, f.batch, f.k_row_stride,
                         f.k_head_stride, f.k_batch_stride, C::kBlockN, msg, sizeof msg) ||
-        make_tma_tensor(P.v, "v", f.v, bf16, f.head_dim, f.seqlen_k, f.heads_kv, f.batch, f.v_row_stride,
+        make_tma_tensor(P.v, "v", f.v, bf16, f.head_dim_v, f.seqlen_k, f.heads_kv, f.batch, f.v_row_stride,
                         f.v_head_stride, f.v_batch_stride, C::kBlockN, msg, sizeof msg))
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     if (f.seqlen_q > 0) {
         if (make_tma_tensor(P.q, "q", f.q, bf16, f.head_dim, f.seqlen_q, f.heads_q, f.batch, f.q_row_stride,
                             f.q_head_stride, f.q_batch_stride, C::kBlockM, msg, sizeof msg) ||
-            make_tma_tensor(P.dout, "dout", p.dout, bf16, f.head_dim, f.seqlen_q, f.heads_q, f.batch, p.do_row_stride,
+            make_tma_tensor(P.dout, "dout", p.dout, bf16, f.head_dim_v, f.seqlen_q, f.heads_q, f.batch, p.do_row_stride,
                             p.do_head_stride, p.do_batch_stride, C::kBlockM, msg, sizeof msg))
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     } else {
@@ -88,7 +99,7 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
         if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, msg, sizeof msg))
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
-    auto kernel = fa3_bwd_kernel<C>;
+    auto kernel = bwd_main_kernel<C>();
     int rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
     if (rc != ATTN_OK) return rc;
     const int num_n = (f.seqlen_k + C::kBlockN - 1) / C::kBlockN;
@@ -128,8 +139,10 @@ int run_bwd(const AttnBwdParams& p, const AttnLaunch* launch, const char* name, 
     using namespace attn::bwd;
     attn::LaunchScratch scratch(launch);
     const cudaStream_t s = scratch.stream();
-    int rc = attn::cuda_status(launch_preprocess<T>(p, s), "attn_fa3_bwd: preprocess (D = rowsum(dO * O))", err,
-                               errlen);
+    // dv != d: D sums dv columns of dO * O, the GQA reduction has rows of d (dK) and dv (dV) columns
+    constexpr bool kDv = C::kTensorHeadDimV != C::kTensorHeadDim;
+    int rc = attn::cuda_status(kDv ? launch_preprocess_dv<T>(p, s) : launch_preprocess<T>(p, s),
+                               "attn_fa3_bwd: preprocess (D = rowsum(dO * O))", err, errlen);
     if (rc != ATTN_OK) return rc;
     rc = attn::cuda_status(launch_dsinks(p, s), "attn_fa3_bwd: d sinks", err, errlen);
     if (rc != ATTN_OK) return rc;
@@ -137,21 +150,32 @@ int run_bwd(const AttnBwdParams& p, const AttnLaunch* launch, const char* name, 
         rc = launch_bwd_main<C>(p, scratch, name, err, errlen);
         if (rc != ATTN_OK) return rc;
     }
-    rc = attn::cuda_status(launch_postprocess<T>(p, s), "attn_fa3_bwd: dq convert / GQA reduce", err, errlen);
+    rc = attn::cuda_status(kDv ? launch_postprocess_dv<T>(p, s) : launch_postprocess<T>(p, s),
+                           "attn_fa3_bwd: dq convert / GQA reduce", err, errlen);
     const cudaError_t f = scratch.release();
     return rc != ATTN_OK ? rc : attn::cuda_status(f, name, err, errlen);
 }
 
 // The (d, dv) builds of attn_fa3_bwd / attn_fa3_bwd_deterministic (bwd_defaults.cuh Fa3BwdDefault): d = dv in {64, 96,
-// 128}. The rule check_bwd_params applies (launch_common.cuh HeadDimRule); bwd_by_head_dim dispatches the same set.
+// 128, 192, 256} and (192, 128). The rule check_bwd_params applies (launch_common.cuh HeadDimRule); bwd_by_dims
+// dispatches the same set.
 inline const char* fa3_bwd_head_dims(int d, int dv) {
+    const bool same = d == dv && (d == 64 || d == 96 || d == 128 || d == 192 || d == 256);
+    return same || (d == 192 && dv == 128) ? nullptr : "d = dv in {64, 96, 128, 192, 256} and (d, dv) = (192, 128)";
+}
+
+// The head dims of bwd_mainloop.cuh's Fa3BwdConfig (d = dv in {64, 96, 128}), which bwd_by_head_dim dispatches: the
+// lab's builds (kernels/cuda/lab/fa3_bwd_lab.cu) derive from those.
+inline const char* fa3_bwd_narrow_head_dims(int d, int dv) {
     return d == dv && (d == 64 || d == 96 || d == 128) ? nullptr : "d = dv in {64, 96, 128}";
 }
 
 // The checks every backward launcher makes before it dispatches; ATTN_OK with *empty set when there is nothing to do.
-inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, char* err, int errlen) {
+// head_dims: the (d, dv) the launcher dispatches (fa3_bwd_head_dims: the shipped builds).
+inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, char* err, int errlen,
+                         attn::HeadDimRule head_dims = fa3_bwd_head_dims) {
     if (err && errlen > 0) err[0] = '\0';
-    int rc = attn::check_bwd_params(p, name, err, errlen, /*sinks_ok=*/true, fa3_bwd_head_dims);
+    int rc = attn::check_bwd_params(p, name, err, errlen, /*sinks_ok=*/true, head_dims);
     if (rc != ATTN_OK) return rc;
     const AttnFwdParams& f = p->fwd;
     *empty = f.batch == 0;
@@ -169,7 +193,8 @@ inline int bwd_preflight(const AttnBwdParams* p, const char* name, bool* empty, 
     return ATTN_OK;
 }
 
-// f(dim, elem) with the head dim of p (64, 96, else 128) as std::integral_constant and its element type as a value.
+// f(dim, elem) with the head dim of p (64, 96, else 128) as std::integral_constant and its element type as a value:
+// bwd_mainloop.cuh's builds (the lab's), after fa3_bwd_narrow_head_dims.
 template <class F>
 auto bwd_by_head_dim(const AttnBwdParams& p, F&& f) {
     const bool bf = p.fwd.dtype == ATTN_BF16;
@@ -178,6 +203,23 @@ auto bwd_by_head_dim(const AttnBwdParams& p, F&& f) {
     if (p.fwd.head_dim == 96)
         return bf ? f(std::integral_constant<int, 96>{}, __nv_bfloat16{}) : f(std::integral_constant<int, 96>{}, __half{});
     return bf ? f(std::integral_constant<int, 128>{}, __nv_bfloat16{}) : f(std::integral_constant<int, 128>{}, __half{});
+}
+
+// f(dk, dv, elem) with the (d, dv) of p as std::integral_constant values ((64, 64), (96, 96), (128, 128), (192, 192),
+// (256, 256), (192, 128): fa3_bwd_head_dims, which the caller has checked) and its element type as a value.
+template <class F>
+auto bwd_by_dims(const AttnBwdParams& p, F&& f) {
+    const int d = p.fwd.head_dim, dv = p.fwd.head_dim_v;
+    auto with_elem = [&](auto dk_c, auto dv_c) {
+        return p.fwd.dtype == ATTN_BF16 ? f(dk_c, dv_c, __nv_bfloat16{}) : f(dk_c, dv_c, __half{});
+    };
+    using std::integral_constant;
+    if (d == 64) return with_elem(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+    if (d == 96) return with_elem(integral_constant<int, 96>{}, integral_constant<int, 96>{});
+    if (d == 192 && dv == 128) return with_elem(integral_constant<int, 192>{}, integral_constant<int, 128>{});
+    if (d == 192) return with_elem(integral_constant<int, 192>{}, integral_constant<int, 192>{});
+    if (d == 256) return with_elem(integral_constant<int, 256>{}, integral_constant<int, 256>{});
+    return with_elem(integral_constant<int, 128>{}, integral_constant<int, 128>{});
 }
 
 }  // namespace attn::hopper

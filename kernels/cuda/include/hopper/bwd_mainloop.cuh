@@ -1,5 +1,7 @@
 // The FA3 backward main loop for Hopper (sm_90a): one CTA per (K/V tile of 128 keys, query head, batch),
-// dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys.
+// dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys. Head dims up to
+// 128 (d = dv); d = 192, 256 and (192, 128) are bwd_wide.cuh's (consumers sharing 64 keys, the accumulators' head
+// dim split between them).
 // Semantics: oracles/SEMANTICS.md (§2 scale, §3 softcap, §4 causal alignments, §5 windows, §7 varlen,
 // §8 fully masked rows, §9 GQA, §13 gradients). The pre- and postprocess kernels (D = rowsum(dO * O) - dlse,
 // dq = scale * dq_accum, the GQA reduction, d sinks) are ../bwd_prepost.cuh's, shared with the FA2 backward.
@@ -62,9 +64,14 @@ enum class DqAdd { kTmaReduce, kAtomics };
 // tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
 // other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
 enum class DqSplit { kSplit, kAlternate };
+// How the CTA's keys and the dK / dV accumulators are shared by the two consumers: each owns 64 of 128 keys and their
+// dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128), or both share 64 keys, consumer 0 holding dK and
+// consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)).
+enum class BwdTiling { kKeysPerConsumer, kSharedKeys };
 
 // A backward schedule (derive and override by name, as config.cuh's Fa3Schedule).
 struct Fa3BwdSchedule {
+    static constexpr BwdTiling tiling = BwdTiling::kKeysPerConsumer;
     // Add the dQ partials in a fixed order (a semaphore per query tile), so that two runs give bit-identical dq.
     static constexpr bool deterministic = false;
     // S^T and dP^T in two commit groups, P^T computed while dP^T runs and dV += P^T dO issued before dS^T is computed
@@ -94,6 +101,9 @@ struct Fa3BwdConfig {
     using Elem = Elem_;
     static constexpr int kHeadDim = D;
     static constexpr int kTensorHeadDim = DH;  // the row length of q, k, v, dq_accum, dk_accum, ... in memory
+    static constexpr int kTensorHeadDimV = DH;  // dv = d here (host side: the maps of v and dout)
+    static constexpr bool kWide = false;       // bwd_wide.cuh's builds: true
+    static_assert(Schedule::tiling == BwdTiling::kKeysPerConsumer, "shared-key schedules: bwd_wide.cuh");
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
     static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
     static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;

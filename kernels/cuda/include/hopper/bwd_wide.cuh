@@ -1,0 +1,629 @@
+// The FA3 backward main loop for the wide head dims (sm_90a): d = dv in {192, 256} and (d, dv) = (192, 128). One CTA
+// per (K/V tile of 64 keys, query head, batch); the two consumer warpgroups share the tile's 64 keys and split the
+// work of each query tile between them by queries (S^T, dP^T, the element-wise pass) and by output (dK, dV, dQ).
+// Semantics and everything not restated here as bwd_mainloop.cuh's (the narrow builds, d <= 128): TMA ring, LSE / D
+// copy, NaN padding, masks, the deterministic dQ order, the pre- and postprocess of ../bwd_prepost.cuh.
+//
+// Why not bwd_mainloop.cuh's tiling: there each consumer owns 64 of 128 keys and holds their dK and dV over the whole
+// head dim, d registers a thread; from d = 192 on that and S^T, dP^T exceed the 240 registers of a consumer. Here the
+// head dim of the accumulators is split instead (as flash-attention's hopper backward does from d = 192 on): consumer 0
+// holds dK [64 keys x d] (d / 2 registers), consumer 1 dV [64 keys x dv] (dv / 2), so neither holds more than 128.
+//
+// Per query tile i (64 rows; consumer w's queries are rows [32 w, 32 w + 32) of the tile):
+//   S^T_w  = K Q_w^T, dP^T_w = V dO_w^T        wgmma SS m64n32, both K-major: [64 keys x 32 queries], 16 + 16 registers
+//   P^T_w, dS^T_w                              element-wise as bwd_mainloop.cuh (LSE, D, softcap, SeqMask visibility)
+//   P^T_w, dS^T_w -> shared memory              bf16, columns [32 w, 32 w + 32) of the [64 keys][64 queries] tiles P^T,
+//                                               dS^T (128-byte swizzle, stmatrix); one all-consumer barrier
+//   consumer 0: dK += dS^T Q                   wgmma SS m64n(d):  A = dS^T K-major, B = Q MN-major
+//   consumer 1: dV += P^T dO                   wgmma SS m64n(dv): A = P^T K-major, B = dO MN-major
+//   both: dQ_i[:, 64-column block c] = dS K_c  wgmma SS m64n64, A = dS^T MN-major, B = K MN-major, for the blocks the
+//                                               consumer owns this tile (Fa3BwdWideConfig::dq_blocks): the N-work of
+//                                               dK / dV plus dQ is the same for both consumers (or alternates a block)
+// and dQ goes into the fp32 dq_accum: by the consumers' atomics (d = 256: a [64 x 256] fp32 tile does not fit beside
+// the rings) or through shared memory and a producer warp's TMA reduce-add (DqAdd::kTmaReduce, d = 192), in any order
+// or, deterministic, in key-tile order (a semaphore per (batch, head, query tile), as bwd_mainloop.cuh).
+//
+// Invariants:
+// - P^T and dS^T are double-buffered (tile it uses buffer it % 2) where shared memory allows (every shipped build):
+//   a consumer writes buffer b at tile it after the all-consumer barrier of tile it - 1, which both passed only after
+//   their wgmma_wait<0> of tile it - 2, the last reads of b. With one buffer a second barrier precedes the writes.
+// - Every GEMM reads only zeroed or real rows: K, V rows j >= lk and Q, dO rows i >= lq (inside the tensors) are zeroed
+//   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly, rows without a visible
+//   key get dq = 0 (LSE -inf reads as +inf).
+// - dK (times the scale) leaves consumer 0's registers and dV consumer 1's; GQA as fp32 rows of d (dK) and dv (dV)
+//   columns per query head, summed by the postprocess.
+// - Deterministic: each dQ element of a query tile gets exactly one addition per CTA (the consumers' dQ blocks are
+//   disjoint), and the CTA adds only after every lower key tile that sees the query tile has: atomics, each consumer
+//   counts itself (2 per CTA); TMA, the writer counts the CTA (1). Deadlock-free as bwd_mainloop.cuh's.
+#pragma once
+#include <type_traits>
+
+#include "bwd_mainloop.cuh"
+
+namespace attn::hopper {
+
+// A wide backward schedule (derive and override by name; Deterministic<S> of bwd_mainloop.cuh applies).
+struct Fa3BwdWideSchedule {
+    static constexpr BwdTiling tiling = BwdTiling::kSharedKeys;
+    static constexpr bool deterministic = false;
+    // kTmaReduce needs a 16 KB fp32 buffer per 64 columns of dQ beside the rings (d = 192: 48 KB; d = 256: does not
+    // fit, static_assert).
+    static constexpr DqAdd dq_add = DqAdd::kAtomics;
+    static constexpr int stages = 2;  // the Q / dO ring
+};
+
+// DK: the head dim of Q, K, dQ, dK; DV: of V, dO, O, dV. Both whole 64-column blocks, DV <= DK.
+template <int DK, int DV, typename Elem_, class Schedule>
+struct Fa3BwdWideConfig {
+    using Elem = Elem_;
+    static constexpr bool kWide = true;
+    static constexpr int kHeadDim = DK, kTensorHeadDim = DK, kHeadDimV = DV, kTensorHeadDimV = DV;
+    static_assert(DK % 64 == 0 && DV % 64 == 0 && DV <= DK && DK >= 128 && DK <= 256,
+                  "wide backward: whole 64-column blocks, dv <= d <= 256");
+    static constexpr bool kDeterministic = Schedule::deterministic;
+    static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
+    static constexpr int kBlockN = 64;  // keys per CTA, shared by both consumers
+    static constexpr int kBlockM = 64;  // query rows per streamed tile, 32 per consumer for S^T / dP^T
+    static constexpr int kHalfM = 32;
+    static constexpr int kStages = Schedule::stages;
+    static constexpr int kKBlocks = DK / 64, kVBlocks = DV / 64;  // 64-column blocks of Q, K / of V, dO
+    static constexpr int kThreads = 384, kConsumerThreads = 256;
+    // setmaxnreg: 40 * 128 + 232 * 256 = 64512 of 65536. ptxas: with 24 the producer spills (its TMA loops); the
+    // consumer loop needs more than 216 at d = 256 (216: 288 bytes of spills) and spills nothing at 232.
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // dQ's 64-column blocks per tile: consumer 0 [0, kDq0), consumer 1 [kDq0, kDq1End), and with kDqAltLast the last
+    // block to consumer (it % 2) on tile it. Consumer 0's N-work is DK (dK) + 64 kDq0 (+ 32 on average), consumer 1's
+    // DV + 64 (kDq1End - kDq0) (+ 32): d = dv = 256: 2 + 2 blocks; 192: 1 + 1 and the third alternating; (192, 128):
+    // 1 + 2.
+    static constexpr int kDqBlocks = kKBlocks;
+    static constexpr int kDq0 = kVBlocks / 2;
+    static constexpr bool kDqAltLast = kVBlocks % 2 != 0;
+    static constexpr int kDq1End = kKBlocks - (kDqAltLast ? 1 : 0);
+    static_assert(kDq0 >= 1 && kDq1End - kDq0 >= 1 && kDq0 + kDqAltLast <= 2 && kDq1End - kDq0 + kDqAltLast <= 2,
+                  "each consumer computes one or two dQ blocks a tile");
+    // Shared memory (every tile 1024-byte aligned: 128-byte swizzle atoms of 8 rows)
+    static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
+    static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
+    static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one bf16 [64 keys][64 queries] P^T or dS^T
+    static constexpr uint32_t kDqBytes = 64 * 64 * 4;               // one fp32 [64 x 64] dQ block (TMA dQ)
+    static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * (kQBytes + kDOBytes);
+    static constexpr uint32_t kDqAreaBytes = kTmaDq ? kDqBlocks * kDqBytes : 0;
+    static constexpr uint32_t kVecBytes = 2 * kStages * kBlockM * 4;  // LSE, D
+    static constexpr int kNumBars = 1 + 2 * kStages + (kTmaDq ? 2 * kDqBlocks : 0);
+    static constexpr uint32_t kFixedBytes = kRingBytes + kDqAreaBytes + kVecBytes + kNumBars * 8 + 1024;
+    static constexpr int kPdsBufs = kFixedBytes + 4 * kTileBytes <= 232448 ? 2 : 1;
+    static constexpr uint32_t kOffK = 0;
+    static constexpr uint32_t kOffV = kOffK + kKBytes;
+    static constexpr uint32_t kOffQ = kOffV + kVBytes;
+    static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
+    static constexpr uint32_t kOffP = kOffDO + kStages * kDOBytes;
+    static constexpr uint32_t kOffDS = kOffP + kPdsBufs * kTileBytes;
+    static constexpr uint32_t kOffDq = kOffDS + kPdsBufs * kTileBytes;
+    static constexpr uint32_t kOffLse = kOffDq + kDqAreaBytes;
+    static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
+    static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
+    static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;
+    static_assert(kSmemBytes <= 232448, "shared memory per block (TMA dQ at d = 256 does not fit: atomics)");
+    // Named barriers (0 is __syncthreads): per consumer warpgroup (1, 2), all consumers (3).
+    static constexpr int kBarWG = 1, kBarConsumers = 3;
+};
+
+template <class C>
+struct WideSmem {
+    unsigned char* base;
+    __device__ __forceinline__ unsigned char* k() const { return base + C::kOffK; }
+    __device__ __forceinline__ unsigned char* v() const { return base + C::kOffV; }
+    __device__ __forceinline__ unsigned char* q(int s) const { return base + C::kOffQ + s * C::kQBytes; }
+    __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kDOBytes; }
+    __device__ __forceinline__ unsigned char* pt(int i) const { return base + C::kOffP + i * C::kTileBytes; }
+    __device__ __forceinline__ unsigned char* dst(int i) const { return base + C::kOffDS + i * C::kTileBytes; }
+    __device__ __forceinline__ unsigned char* dq(int qb) const { return base + C::kOffDq + qb * C::kDqBytes; }
+    __device__ __forceinline__ float* lse(int s) const {
+        return reinterpret_cast<float*>(base + C::kOffLse) + s * C::kBlockM;
+    }
+    __device__ __forceinline__ float* dd(int s) const {
+        return reinterpret_cast<float*>(base + C::kOffD) + s * C::kBlockM;
+    }
+    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
+    __device__ __forceinline__ uint64_t* full_kv() const { return bar(0); }
+    __device__ __forceinline__ uint64_t* full(int s) const { return bar(1 + s); }
+    __device__ __forceinline__ uint64_t* empty(int s) const { return bar(1 + C::kStages + s); }
+    __device__ __forceinline__ uint64_t* full_dq(int qb) const { return bar(1 + 2 * C::kStages + qb); }
+    __device__ __forceinline__ uint64_t* empty_dq(int qb) const { return bar(1 + 2 * C::kStages + C::kDqBlocks + qb); }
+
+    __device__ __forceinline__ void init() const {
+        mbar_init(full_kv(), 1);
+        for (int s = 0; s < C::kStages; ++s) {
+            mbar_init(full(s), 1 + 32);  // the TMA thread's expect_tx arrival + the 32 LSE / D lanes
+            mbar_init(empty(s), C::kConsumerThreads);
+        }
+        if constexpr (C::kTmaDq) {
+            for (int qb = 0; qb < C::kDqBlocks; ++qb) {
+                mbar_init(full_dq(qb), 128);  // every thread of the consumer that computed block qb this tile
+                mbar_init(empty_dq(qb), 1);   // the dQ writer, once TMA has read the block
+            }
+        }
+        mbar_init_fence();
+    }
+};
+
+// The dQ blocks consumer cw computes on its it-th tile (Fa3BwdWideConfig::kDq0, kDq1End, kDqAltLast): n blocks, the
+// first at qb[0], the second (n == 2) at qb[1].
+template <class C>
+struct WideDqBlocks {
+    int qb[2], n;
+    __device__ __forceinline__ static WideDqBlocks of(int cw, int it) {
+        WideDqBlocks r;
+        r.qb[0] = cw == 0 ? 0 : C::kDq0;
+        r.qb[1] = r.qb[0] + 1;
+        r.n = cw == 0 ? C::kDq0 : C::kDq1End - C::kDq0;
+        if (C::kDqAltLast && (it & 1) == cw) r.qb[r.n++] = C::kDqBlocks - 1;
+        return r;
+    }
+};
+
+// The dQ writer of TMA builds (one thread of the producer warpgroup): per query tile, waits for each 64-column block
+// of dQ in shared memory (in block order, whichever consumer computed it) and adds it into dq_accum with TMA
+// reduce-add. Deterministic builds first wait until every lower key tile that sees the query tile has added, wait for
+// the completion of their own additions, then count the CTA.
+template <class C>
+__device__ void bwd_wide_dq_writer(const Fa3BwdParams& P, WideSmem<C> sm, const BwdTiles& T, int b, int h) {
+    const AttnFwdParams& f = P.p.fwd;
+    const int num_m = (f.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
+    for (int it = 0; it < T.n_tiles; ++it) {
+        const int m_tile = T.tile(it), m0 = m_tile * C::kBlockM;
+        if constexpr (C::kDeterministic) {
+            int klo, khi;
+            T.mask.keys_for_rows(m0, m0 + C::kBlockM, &klo, &khi);
+            const int expect = T.n0 / C::kBlockN - klo / C::kBlockN;
+            int v;
+            do {
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem_head + m_tile) : "memory");
+            } while (v != expect);
+            fence_proxy_async_global();
+        }
+#pragma unroll
+        for (int qb = 0; qb < C::kDqBlocks; ++qb) {
+            mbar_wait(sm.full_dq(qb), it & 1);
+#pragma unroll
+            for (int cb = 0; cb < 2; ++cb)
+                tma_reduce_add_4d(&P.dq_map, sm.dq(qb) + cb * (64 * 128), 64 * qb + 32 * cb, m0, h, b);
+        }
+        bulk_commit();
+        if constexpr (C::kDeterministic) {
+            bulk_wait_all();
+            fence_proxy_async_global();
+            __threadfence();
+            atomicAdd(sem_head + m_tile, 1);
+        } else {
+            bulk_wait_read();
+        }
+#pragma unroll
+        for (int qb = 0; qb < C::kDqBlocks; ++qb) mbar_arrive(sm.empty_dq(qb));
+    }
+    bulk_wait_all();
+}
+
+template <class C>
+__device__ void bwd_wide_producer(const Fa3BwdParams& P, WideSmem<C> sm, const BwdTiles& T, int b, int h) {
+    const AttnFwdParams& f = P.p.fwd;
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int hkv = h / (f.heads_q / f.heads_kv);
+    if (warp == 0 && lane == 0) {
+        mbar_arrive_expect_tx(sm.full_kv(), C::kKBytes + C::kVBytes);
+#pragma unroll
+        for (int cb = 0; cb < C::kKBlocks; ++cb)
+            tma_load_4d(sm.k() + cb * (C::kBlockN * 128), &P.k.map, sm.full_kv(), cb * 64, T.n0, hkv * P.k.head_mul,
+                        b * P.k.batch_mul);
+#pragma unroll
+        for (int cb = 0; cb < C::kVBlocks; ++cb)
+            tma_load_4d(sm.v() + cb * (C::kBlockN * 128), &P.v.map, sm.full_kv(), cb * 64, T.n0, hkv * P.v.head_mul,
+                        b * P.v.batch_mul);
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m0 = T.tile(it) * C::kBlockM;
+            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
+            mbar_arrive_expect_tx(sm.full(ps.stage), C::kQBytes + C::kDOBytes);
+#pragma unroll
+            for (int cb = 0; cb < C::kKBlocks; ++cb)
+                tma_load_4d(sm.q(ps.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full(ps.stage), cb * 64, m0,
+                            h * P.q.head_mul, b * P.q.batch_mul);
+#pragma unroll
+            for (int cb = 0; cb < C::kVBlocks; ++cb)
+                tma_load_4d(sm.dout(ps.stage) + cb * (C::kBlockM * 128), &P.dout.map, sm.full(ps.stage), cb * 64, m0,
+                            h * P.dout.head_mul, b * P.dout.batch_mul);
+            ps.advance();
+        }
+    } else if (warp == 2 && lane == 0 && C::kTmaDq) {
+        bwd_wide_dq_writer<C>(P, sm, T, b, h);
+    } else if (warp == 1) {
+        // LSE_i * log2 e (-inf -> +inf, so that P = 0 on rows without a visible key; rows past the real length read
+        // +inf too) and D_i (0 past the real length), as bwd_mainloop.cuh's producer.
+        const float* lse = f.lse + b * f.lse_batch_stride + h * f.lse_head_stride;
+        const float* drow = P.p.d_rowsum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q;
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m0 = T.tile(it) * C::kBlockM;
+            float l[C::kBlockM / 32], d[C::kBlockM / 32];
+#pragma unroll
+            for (int r = 0; r < C::kBlockM / 32; ++r) {
+                const int i = m0 + lane + 32 * r;
+                const bool in = i < T.mask.sq;
+                const float x = in ? lse[i] : INFINITY;
+                l[r] = x == -INFINITY ? INFINITY : x * kLog2e;
+                d[r] = in ? drow[i] : 0.f;
+            }
+            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
+#pragma unroll
+            for (int r = 0; r < C::kBlockM / 32; ++r) {
+                sm.lse(ps.stage)[lane + 32 * r] = l[r];
+                sm.dd(ps.stage)[lane + 32 * r] = d[r];
+            }
+            mbar_arrive(sm.full(ps.stage));
+            ps.advance();
+        }
+    }
+}
+
+template <class C>
+struct BwdWideConsumer {
+    using Elem = typename C::Elem;
+    static constexpr int DK = C::kHeadDim, DV = C::kHeadDimV, BM = C::kBlockM, BN = C::kBlockN, HM = C::kHalfM;
+    const Fa3BwdParams& P;
+    WideSmem<C> sm;
+    const BwdTiles& T;
+    int cw, b, h;
+
+    __device__ __forceinline__ void wg_sync() const { named_sync(C::kBarWG + cw, 128); }
+
+    // Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile of kBlocks column blocks := 0 (every consumer
+    // thread a share); the caller orders it before the tensor cores read (proxy fence + all-consumer barrier).
+    template <int kBlocks>
+    __device__ __forceinline__ void zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) const {
+        const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
+        for (int c = threadIdx.x - 128; c < words * kBlocks; c += C::kConsumerThreads) {
+            const int cb = c / words, wi = c % words;
+            *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
+        }
+    }
+
+    // acc (+)= A B over the tile's 64 queries: A a [64 keys][64 queries] tile K-major (P^T or dS^T), B MN-major (dO or
+    // Q: kN columns in 64-column blocks of BM rows); no fence, no commit.
+    template <int kN>
+    __device__ __forceinline__ static void issue_kv(float (&acc)[kN / 2], uint64_t a_k, uint64_t b_mn) {
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            wgmma_ss<1>(Wgmma<Elem, kN>{}, acc, desc_advance(a_k, ks * 32), desc_advance(b_mn, ks * 2048), 1);
+    }
+
+    // acc = one [64 x 64] block of dQ = dS K over the 64 keys: A = dS^T (MN-major), B = column block qb of K
+    // (MN-major); no commit.
+    __device__ __forceinline__ static void issue_dq(float (&acc)[32], uint64_t ds_mn, uint64_t k_mn) {
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
+                             ks > 0 ? 1 : 0);
+    }
+
+    // One fp32 [64 x 64] dQ block (accumulator layout) into shared memory for the dQ writer: two 32-column blocks,
+    // 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), the dq_map's box.
+    __device__ __forceinline__ static void store_dq_block(unsigned char* dqs, const float (&acc)[32]) {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+            for (int j = 0; j < 64 / 8; ++j) {
+                const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+                *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                    make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+            }
+        }
+    }
+
+    // dq_accum[rows of the tile, block qb] += one dQ block from registers (fp32 vector atomics; rows past the real
+    // length are not written).
+    __device__ __forceinline__ void atomic_dq_block(float* dqa_head, int m0, int qb, const float (&acc)[32]) const {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
+            if (i < T.mask.sq) {
+                float* row = dqa_head + static_cast<size_t>(i) * DK + 64 * qb + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < 64 / 8; ++j)
+                    atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                              make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]));
+            }
+        }
+    }
+
+    // acc: consumer 0's dK [64 keys x DK], consumer 1's dV [64 keys x DV] (its first DV / 2 registers), accumulator
+    // layout.
+    __device__ __forceinline__ void run(float (&acc)[DK / 2]) {
+        const AttnFwdParams& f = P.p.fwd;
+        const SeqMask& mask = T.mask;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const int n0 = T.n0;
+        const float sl2 = f.scale * kLog2e;
+        const bool capped = f.softcap > 0.f;
+        const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
+        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
+        // K and V K-major (A of S^T, dP^T), the CTA's 64 keys
+        const uint64_t k_km = sw128_desc(k_addr, 16, 1024), v_km = sw128_desc(v_addr, 16, 1024);
+        float* dqa_head = P.p.dq_accum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q * DK;
+        const int num_m = (f.seqlen_q + BM - 1) / BM;
+        int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
+
+        mbar_wait(sm.full_kv(), 0);
+        if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row; a finite
+            // dP^T keeps dS = P (dP - D) = 0 where P = 0)
+            zero_rows<C::kKBlocks>(sm.k(), BN, max(mask.sk - n0, 0), BN);
+            zero_rows<C::kVBlocks>(sm.v(), BN, max(mask.sk - n0, 0), BN);
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+        }
+        PipeState<C::kStages> ps;
+        for (int it = 0; it < T.n_tiles; ++it) {
+            const int m_tile = T.tile(it), m0 = m_tile * BM;
+            const int st = ps.stage;
+            mbar_wait(sm.full(st), ps.phase);
+            if (m0 + BM > mask.sq && mask.sq < f.seqlen_q) {  // varlen padding inside the tensor: zero it
+                const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
+                zero_rows<C::kKBlocks>(sm.q(st), BM, lo, hi);
+                zero_rows<C::kVBlocks>(sm.dout(st), BM, lo, hi);
+                fence_proxy_async();
+                named_sync(C::kBarConsumers, C::kConsumerThreads);
+            }
+            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(st));
+            // This consumer's 32 query rows K-major (B of S^T, dP^T: 4 swizzle atoms in), all 64 MN-major (B of dK,
+            // dV).
+            const uint64_t q_kh = sw128_desc(q_addr + cw * HM * 128, 16, 1024);
+            const uint64_t do_kh = sw128_desc(do_addr + cw * HM * 128, 16, 1024);
+
+            float s[HM / 2], dp[HM / 2];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < DK / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                wgmma_ss<0>(Wgmma<Elem, HM>{}, s, desc_advance(k_km, cb * (BN * 128) + kk * 32),
+                            desc_advance(q_kh, cb * (BM * 128) + kk * 32), ks > 0 ? 1 : 0);
+            }
+#pragma unroll
+            for (int ks = 0; ks < DV / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                wgmma_ss<0>(Wgmma<Elem, HM>{}, dp, desc_advance(v_km, cb * (BN * 128) + kk * 32),
+                            desc_advance(do_kh, cb * (BM * 128) + kk * 32), ks > 0 ? 1 : 0);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            fence_regs(dp);
+
+            // P^T and dS^T of this consumer's [64 keys x 32 queries] in the accumulator layout: element e at key row
+            // 16 warp + lane / 4 + 8 ((e / 2) % 2), query column 32 cw + 8 (e / 4) + 2 (lane % 4) + e % 2 of the tile,
+            // packed into bf16 pairs chunk by chunk (bwd_mainloop.cuh's four straight-line paths).
+            const int qc0 = cw * HM;  // first query column of this consumer in the tile
+            const bool need_mask = !mask.tile_full(m0 + qc0, m0 + qc0 + HM, n0, n0 + BN);
+            uint32_t pa[HM / 16][4], dsa[HM / 16][4];
+            auto p_elem = [&](auto cap_tag, auto mask_tag, int e, float lse2, int row) {
+                constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
+                const float raw = s[e];
+                float pij, dcap = 1.f;
+                if constexpr (kCap) {
+                    const float th = tanhf(raw * scale_over_cap);
+                    dcap = 1.f - th * th;
+                    pij = fast_exp2(f.softcap * th * kLog2e - lse2);
+                } else {
+                    pij = fast_exp2(raw * sl2 - lse2);
+                }
+                if constexpr (kMask) {
+                    const int key = n0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
+                    pij = mask.visible(row, key) ? pij : 0.f;
+                }
+                s[e] = pij * dcap;
+                return pij;
+            };
+            auto chunk = [&](auto cap_tag, auto mask_tag, int j) {
+                const int c0 = qc0 + 8 * j + 2 * (lane % 4);
+                const float2 l2 = lds_f2_in_order(sm.lse(st) + c0);
+                float pv[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x)
+                    pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
+                pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
+                pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
+                const float2 d2 = lds_f2_in_order(sm.dd(st) + c0);
+                float dsv[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
+                dsa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(dsv[0], dsv[1]);
+                dsa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(dsv[2], dsv[3]);
+            };
+            auto elementwise = [&](auto cap_tag, auto mask_tag) {
+#pragma unroll
+                for (int j = 0; j < HM / 8; ++j) chunk(cap_tag, mask_tag, j);
+            };
+            using Yes = std::true_type;
+            using No = std::false_type;
+            if (capped) {
+                if (need_mask)
+                    elementwise(Yes{}, Yes{});
+                else
+                    elementwise(Yes{}, No{});
+            } else if (need_mask) {
+                elementwise(No{}, Yes{});
+            } else {
+                elementwise(No{}, No{});
+            }
+
+            // P^T and dS^T halves to shared memory: columns [32 cw, 32 cw + 32) of the [64 keys][64 queries] tiles.
+            // pa[ks][r] holds key row 16 warp + lane / 4 + 8 (r % 2), query columns qc0 + 8 (2 ks + r / 2) +
+            // 2 (lane % 4) + {0, 1}: matrix r of one stmatrix.x4 per 16 queries, lane l addressing row l % 8 of
+            // matrix l / 8.
+            const int buf = C::kPdsBufs == 2 ? (it & 1) : 0;
+            if constexpr (C::kPdsBufs == 1) {  // the other consumer's GEMMs of the previous tile read this buffer
+                if (it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);
+            }
+            {
+                const int mi = lane / 8, srow = 16 * warp + lane % 8 + 8 * (mi % 2);
+                const uint32_t p_row = smem_addr(sm.pt(buf)) + srow * 128, ds_row = smem_addr(sm.dst(buf)) + srow * 128;
+#pragma unroll
+                for (int ks = 0; ks < HM / 16; ++ks) {
+                    const int c = qc0 + 8 * (2 * ks + mi / 2);
+                    const uint32_t off = ((c / 8) ^ (srow % 8)) * 16;
+                    stmatrix_x4(p_row + off, pa[ks]);
+                    stmatrix_x4(ds_row + off, dsa[ks]);
+                }
+            }
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+
+            // dQ blocks first (their tile leaves the registers while dK / dV still runs), then dK += dS^T Q (consumer
+            // 0) or dV += P^T dO (consumer 1): two commit groups.
+            const uint32_t ds_addr = smem_addr(sm.dst(buf)), p_addr = smem_addr(sm.pt(buf));
+            const uint64_t ds_mn = sw128_desc(ds_addr, 64 * 128, 1024);
+            const WideDqBlocks<C> blocks = WideDqBlocks<C>::of(cw, it);
+            float dq[2][32];
+            // (a wgmma.fence opens every branch that issues: ptxas would otherwise inject one there, C7519)
+            wgmma_fence();
+            issue_dq(dq[0], ds_mn, sw128_desc(k_addr + blocks.qb[0] * (BN * 128), BN * 128, 1024));
+            if (blocks.n == 2) {
+                wgmma_fence();
+                issue_dq(dq[1], ds_mn, sw128_desc(k_addr + blocks.qb[1] * (BN * 128), BN * 128, 1024));
+            }
+            wgmma_commit();
+            const uint64_t q_mn = sw128_desc(q_addr, BM * 128, 1024), do_mn = sw128_desc(do_addr, BM * 128, 1024);
+            const uint64_t ds_k = sw128_desc(ds_addr, 16, 1024), p_k = sw128_desc(p_addr, 16, 1024);
+            if constexpr (DK == DV) {
+                issue_kv<DK>(acc, cw == 0 ? ds_k : p_k, cw == 0 ? q_mn : do_mn);
+            } else if (cw == 0) {
+                wgmma_fence();
+                issue_kv<DK>(acc, ds_k, q_mn);
+            } else {
+                wgmma_fence();
+                issue_kv<DV>(reinterpret_cast<float(&)[DV / 2]>(acc), p_k, do_mn);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs(dq[0]);
+            fence_regs(dq[1]);
+
+            if constexpr (C::kTmaDq) {
+                // each block into its buffer once the writer's TMA has read the previous tile's
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    if (x < blocks.n) {
+                        mbar_wait(sm.empty_dq(blocks.qb[x]), (it & 1) ^ 1);
+                        store_dq_block(sm.dq(blocks.qb[x]), dq[x]);
+                        fence_proxy_async();
+                        mbar_arrive(sm.full_dq(blocks.qb[x]));
+                    }
+                }
+            } else {
+                // Deterministic: every lower key tile that sees this query tile has added (2 counts a CTA, one per
+                // consumer; the two consumers of one CTA add disjoint blocks, in any order).
+                if constexpr (C::kDeterministic) {
+                    int klo, khi;
+                    mask.keys_for_rows(m0, m0 + BM, &klo, &khi);
+                    const int expect = 2 * (n0 / BN - klo / BN);
+                    if (tid == 0) {
+                        const int* sem = sem_head + m_tile;
+                        int v;
+                        do {
+                            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+                        } while (v < expect);
+                    }
+                    wg_sync();
+                }
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    if (x < blocks.n) atomic_dq_block(dqa_head, m0, blocks.qb[x], dq[x]);
+                }
+                if constexpr (C::kDeterministic) {
+                    __threadfence();
+                    wg_sync();
+                    if (tid == 0) atomicAdd(sem_head + m_tile, 1);
+                }
+            }
+            wgmma_wait<0>();
+            fence_regs(acc);
+            mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
+            ps.advance();
+        }
+    }
+
+    // Consumer 0: dK (times the scale); consumer 1: dV, of the CTA's 64 keys; rows past the padded length are not
+    // written, rows past the real length hold 0 (no query sees them). GQA: fp32 per query head into dk_accum [.., DK]
+    // / dv_accum [.., DV], reduced over each group by the postprocess.
+    __device__ __forceinline__ void store(const float (&acc)[DK / 2]) const {
+        const AttnFwdParams& f = P.p.fwd;
+        const AttnBwdParams& pb = P.p;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const bool gqa = f.heads_q != f.heads_kv;
+        const int hkv = h / (f.heads_q / f.heads_kv);
+        const bool is_k = cw == 0;
+        const float mul = is_k ? f.scale : 1.f;
+        float* accum = is_k ? pb.dk_accum : pb.dv_accum;
+        Elem* out = static_cast<Elem*>(is_k ? pb.dk : pb.dv);
+        const int64_t bs = is_k ? pb.dk_batch_stride : pb.dv_batch_stride;
+        const int64_t hs = is_k ? pb.dk_head_stride : pb.dv_head_stride;
+        const int64_t rs = is_k ? pb.dk_row_stride : pb.dv_row_stride;
+        const int cols = is_k ? DK : DV;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int j = T.n0 + 16 * warp + lane / 4 + 8 * hh;
+            if (j >= f.seqlen_k) continue;
+#pragma unroll
+            for (int jj = 0; jj < DK / 8; ++jj) {
+                const int c = 8 * jj + 2 * (lane % 4);
+                if (DV != DK && 8 * jj >= cols) break;
+                const float x0 = acc[4 * jj + 2 * hh] * mul, x1 = acc[4 * jj + 2 * hh + 1] * mul;
+                if (gqa) {
+                    const size_t off = ((static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_k + j) * cols + c;
+                    *reinterpret_cast<float2*>(accum + off) = make_float2(x0, x1);
+                } else {
+                    *reinterpret_cast<uint32_t*>(out + b * bs + hkv * hs + j * rs + c) = MmaOp<Elem>::pack(x0, x1);
+                }
+            }
+        }
+    }
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_wide_kernel(const __grid_constant__ Fa3BwdParams P) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    WideSmem<C> sm{align_smem_1k(smem_raw)};
+    const WorkTile w = P.order.at(blockIdx.x);
+    const int b = w.b, h = w.h;
+    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
+    if (threadIdx.x == 0) {
+        sm.init();
+        tma_prefetch_desc(&P.k.map);
+        tma_prefetch_desc(&P.v.map);
+        if (T.n_tiles > 0) {
+            tma_prefetch_desc(&P.q.map);
+            tma_prefetch_desc(&P.dout.map);
+            if constexpr (C::kTmaDq) tma_prefetch_desc(&P.dq_map);
+        }
+    }
+    __syncthreads();
+    const int wg = warpgroup_idx();
+    if (wg == 0) {
+        regs_dealloc<C::kProducerRegs>();
+        if (T.n_tiles > 0) bwd_wide_producer<C>(P, sm, T, b, h);
+    } else {
+        regs_alloc<C::kConsumerRegs>();
+        BwdWideConsumer<C> cs{P, sm, T, wg - 1, b, h};
+        float acc[C::kHeadDim / 2];
+#pragma unroll
+        for (int e = 0; e < C::kHeadDim / 2; ++e) acc[e] = 0.f;
+        if (T.n_tiles > 0) cs.run(acc);
+        cs.store(acc);
+    }
+#endif
+}
+
+}  // namespace attn::hopper
