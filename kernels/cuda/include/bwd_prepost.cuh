@@ -172,55 +172,9 @@ __global__ void __launch_bounds__(256) bwd_reduce_gqa_kernel(AttnBwdParams p) {
     ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
 }
 
-// Launch helpers shared by attn_fa1_bwd and attn_fa2_bwd.
-template <typename T>
-static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t s) {
-    const AttnFwdParams& f = p.fwd;
-    if (f.seqlen_q == 0) return cudaSuccess;
-    if (vec8_ok(p)) {
-        const int rows = 256 / (f.head_dim / 8);
-        dim3 grid((f.seqlen_q + rows - 1) / rows, f.heads_q, f.batch);
-        bwd_preprocess_vec8_kernel<T><<<grid, 256, 0, s>>>(p);
-    } else {
-        dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
-        bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
-    }
-    return cudaGetLastError();
-}
-
-// After launch_preprocess (it reads d_rowsum); only when fwd.sinks != NULL.
-static inline cudaError_t launch_dsinks(const AttnBwdParams& p, cudaStream_t s) {
-    if (p.fwd.sinks == nullptr) return cudaSuccess;
-    bwd_dsinks_kernel<kDsinkThreads><<<p.fwd.heads_q, kDsinkThreads, 0, s>>>(p);
-    return cudaGetLastError();
-}
-
-template <typename T>
-static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_t s) {
-    const AttnFwdParams& f = p.fwd;
-    if (f.seqlen_q > 0) {
-        const bool vec = vec8_ok(p);
-        const long long per_thread = vec ? 8 : 2, n = (long long)f.seqlen_q * f.head_dim / per_thread;
-        dim3 grid((unsigned)((n + 255) / 256), f.heads_q, f.batch);
-        if (vec)
-            bwd_convert_dq_kernel<T, 8><<<grid, 256, 0, s>>>(p);
-        else
-            bwd_convert_dq_kernel<T, 2><<<grid, 256, 0, s>>>(p);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
-    if (f.heads_q != f.heads_kv && f.seqlen_k > 0) {
-        const long long n = (long long)f.seqlen_k * f.head_dim;
-        dim3 grid((unsigned)((n + 255) / 256), f.heads_kv, f.batch);
-        bwd_reduce_gqa_kernel<T><<<grid, 256, 0, s>>>(p);
-        return cudaGetLastError();
-    }
-    return cudaSuccess;
-}
-
 // ---- dv != d (the FA3 backward's (d, dv) = (192, 128) build): O, dO, dV have dv columns, Q, K, dQ, dK d. The kernels
-// above read one head dim for all (the FA2 backward's d = dv); these two read both, and only the launchers of a dv != d
-// build instantiate them.
+// above read one head dim for all (d = dv); these two read both, and only the launchers of a dv != d build
+// (BwdHeadDims::kTwo) instantiate them.
 
 // D_i = rowsum(dO_i * O_i) over dv columns - dlse_i, dq_accum[row] (d columns) := 0. One warp per query row; grid
 // (ceil(Lq / 8), Hq, B), 256 threads.
@@ -267,18 +221,39 @@ __global__ void __launch_bounds__(256) bwd_reduce_gqa_dv_kernel(AttnBwdParams p)
         ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
 }
 
-template <typename T>
-static inline cudaError_t launch_preprocess_dv(const AttnBwdParams& p, cudaStream_t s) {
+// Which head dims the pre- and postprocess read: one (d = dv, every build of attn_fa1_bwd, attn_fa2_bwd and
+// attn_fa3_bwd but one) or two (d for Q, K, dQ, dK and dv for O, dO, dV: the FA3 backward's (192, 128) build). A
+// compile-time choice, so that only that build's launcher instantiates the dv kernels above.
+enum class BwdHeadDims { kOne, kTwo };
+
+// Launch helpers shared by attn_fa1_bwd, attn_fa2_bwd and attn_fa3_bwd.
+template <typename T, BwdHeadDims H = BwdHeadDims::kOne>
+static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t s) {
     const AttnFwdParams& f = p.fwd;
     if (f.seqlen_q == 0) return cudaSuccess;
-    dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
-    bwd_preprocess_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+    if constexpr (H == BwdHeadDims::kTwo) {
+        dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
+        bwd_preprocess_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+    } else if (vec8_ok(p)) {
+        const int rows = 256 / (f.head_dim / 8);
+        dim3 grid((f.seqlen_q + rows - 1) / rows, f.heads_q, f.batch);
+        bwd_preprocess_vec8_kernel<T><<<grid, 256, 0, s>>>(p);
+    } else {
+        dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
+        bwd_preprocess_kernel<T><<<grid, 256, 0, s>>>(p);
+    }
     return cudaGetLastError();
 }
 
-// launch_postprocess with dv != d: dq convert as there (d columns), the GQA reduction of both head dims.
-template <typename T>
-static inline cudaError_t launch_postprocess_dv(const AttnBwdParams& p, cudaStream_t s) {
+// After launch_preprocess (it reads d_rowsum); only when fwd.sinks != NULL.
+static inline cudaError_t launch_dsinks(const AttnBwdParams& p, cudaStream_t s) {
+    if (p.fwd.sinks == nullptr) return cudaSuccess;
+    bwd_dsinks_kernel<kDsinkThreads><<<p.fwd.heads_q, kDsinkThreads, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T, BwdHeadDims H = BwdHeadDims::kOne>
+static inline cudaError_t launch_postprocess(const AttnBwdParams& p, cudaStream_t s) {
     const AttnFwdParams& f = p.fwd;
     if (f.seqlen_q > 0) {
         const bool vec = vec8_ok(p);
@@ -294,7 +269,10 @@ static inline cudaError_t launch_postprocess_dv(const AttnBwdParams& p, cudaStre
     if (f.heads_q != f.heads_kv && f.seqlen_k > 0) {
         const long long n = (long long)f.seqlen_k * f.head_dim;
         dim3 grid((unsigned)((n + 255) / 256), f.heads_kv, f.batch);
-        bwd_reduce_gqa_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+        if constexpr (H == BwdHeadDims::kTwo)
+            bwd_reduce_gqa_dv_kernel<T><<<grid, 256, 0, s>>>(p);  // rows of d (dK) and dv (dV) columns
+        else
+            bwd_reduce_gqa_kernel<T><<<grid, 256, 0, s>>>(p);
         return cudaGetLastError();
     }
     return cudaSuccess;

@@ -140,8 +140,8 @@ int run_bwd(const AttnBwdParams& p, const AttnLaunch* launch, const char* name, 
     attn::LaunchScratch scratch(launch);
     const cudaStream_t s = scratch.stream();
     // dv != d: D sums dv columns of dO * O, the GQA reduction has rows of d (dK) and dv (dV) columns
-    constexpr bool kDv = C::kTensorHeadDimV != C::kTensorHeadDim;
-    int rc = attn::cuda_status(kDv ? launch_preprocess_dv<T>(p, s) : launch_preprocess<T>(p, s),
+    constexpr BwdHeadDims kDims = C::kTensorHeadDimV != C::kTensorHeadDim ? BwdHeadDims::kTwo : BwdHeadDims::kOne;
+    int rc = attn::cuda_status(launch_preprocess<T, kDims>(p, s),
                                "attn_fa3_bwd: preprocess (D = rowsum(dO * O))", err, errlen);
     if (rc != ATTN_OK) return rc;
     rc = attn::cuda_status(launch_dsinks(p, s), "attn_fa3_bwd: d sinks", err, errlen);
@@ -150,7 +150,7 @@ int run_bwd(const AttnBwdParams& p, const AttnLaunch* launch, const char* name, 
         rc = launch_bwd_main<C>(p, scratch, name, err, errlen);
         if (rc != ATTN_OK) return rc;
     }
-    rc = attn::cuda_status(kDv ? launch_postprocess_dv<T>(p, s) : launch_postprocess<T>(p, s),
+    rc = attn::cuda_status(launch_postprocess<T, kDims>(p, s),
                            "attn_fa3_bwd: dq convert / GQA reduce", err, errlen);
     const cudaError_t f = scratch.release();
     return rc != ATTN_OK ? rc : attn::cuda_status(f, name, err, errlen);

@@ -293,6 +293,39 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
     bulk_wait_all();
 }
 
+// The producer's warp 1 (both backward mainloops: this one's and bwd_wide.cuh's): per query tile of T, LSE_i * log2 e
+// (-inf, a row with no visible key, becomes +inf so that P = 2^-inf = 0, not NaN; rows past the real length also read
+// +inf) and D_i (0 past the real length) into the ring stage's vectors, then its arrival on the stage's full barrier
+// (which counts these 32 lanes beside the TMA thread's expect_tx).
+template <class C, class Smem>
+__device__ __forceinline__ void bwd_copy_lse_d(const Fa3BwdParams& P, const Smem& sm, const BwdTiles& T, int b, int h,
+                                               int lane) {
+    const AttnFwdParams& f = P.p.fwd;
+    const float* lse = f.lse + b * f.lse_batch_stride + h * f.lse_head_stride;
+    const float* drow = P.p.d_rowsum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q;
+    PipeState<C::kStages> ps;
+    for (int it = 0; it < T.n_tiles; ++it) {
+        const int m0 = T.tile(it) * C::kBlockM;
+        float l[C::kBlockM / 32], d[C::kBlockM / 32];
+#pragma unroll
+        for (int r = 0; r < C::kBlockM / 32; ++r) {
+            const int i = m0 + lane + 32 * r;
+            const bool in = i < T.mask.sq;
+            const float x = in ? lse[i] : INFINITY;
+            l[r] = x == -INFINITY ? INFINITY : x * kLog2e;
+            d[r] = in ? drow[i] : 0.f;
+        }
+        mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
+#pragma unroll
+        for (int r = 0; r < C::kBlockM / 32; ++r) {
+            sm.lse(ps.stage)[lane + 32 * r] = l[r];
+            sm.dd(ps.stage)[lane + 32 * r] = d[r];
+        }
+        mbar_arrive(sm.full(ps.stage));
+        ps.advance();
+    }
+}
+
 template <class C>
 __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTiles& T, int b, int h) {
     const AttnFwdParams& f = P.p.fwd;
@@ -324,31 +357,7 @@ __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTile
     } else if (warp == 2 && lane == 0 && C::kTmaDq) {
         bwd_dq_writer<C>(P, sm, T, b, h);
     } else if (warp == 1) {
-        // LSE_i * log2 e (-inf, a row with no visible key, becomes +inf so that P = 2^-inf = 0, not NaN; rows
-        // past the real length also read +inf) and D_i (0 past the real length) into the stage's vectors.
-        const float* lse = f.lse + b * f.lse_batch_stride + h * f.lse_head_stride;
-        const float* drow = P.p.d_rowsum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q;
-        PipeState<C::kStages> ps;
-        for (int it = 0; it < T.n_tiles; ++it) {
-            const int m0 = T.tile(it) * C::kBlockM;
-            float l[C::kBlockM / 32], d[C::kBlockM / 32];
-#pragma unroll
-            for (int r = 0; r < C::kBlockM / 32; ++r) {
-                const int i = m0 + lane + 32 * r;
-                const bool in = i < T.mask.sq;
-                const float x = in ? lse[i] : INFINITY;
-                l[r] = x == -INFINITY ? INFINITY : x * kLog2e;
-                d[r] = in ? drow[i] : 0.f;
-            }
-            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
-#pragma unroll
-            for (int r = 0; r < C::kBlockM / 32; ++r) {
-                sm.lse(ps.stage)[lane + 32 * r] = l[r];
-                sm.dd(ps.stage)[lane + 32 * r] = d[r];
-            }
-            mbar_arrive(sm.full(ps.stage));
-            ps.advance();
-        }
+        bwd_copy_lse_d<C>(P, sm, T, b, h, lane);
     }
 }
 

@@ -238,31 +238,7 @@ __device__ void bwd_wide_producer(const Fa3BwdParams& P, WideSmem<C> sm, const B
     } else if (warp == 2 && lane == 0 && C::kTmaDq) {
         bwd_wide_dq_writer<C>(P, sm, T, b, h);
     } else if (warp == 1) {
-        // LSE_i * log2 e (-inf -> +inf, so that P = 0 on rows without a visible key; rows past the real length read
-        // +inf too) and D_i (0 past the real length), as bwd_mainloop.cuh's producer.
-        const float* lse = f.lse + b * f.lse_batch_stride + h * f.lse_head_stride;
-        const float* drow = P.p.d_rowsum + (static_cast<size_t>(b) * f.heads_q + h) * f.seqlen_q;
-        PipeState<C::kStages> ps;
-        for (int it = 0; it < T.n_tiles; ++it) {
-            const int m0 = T.tile(it) * C::kBlockM;
-            float l[C::kBlockM / 32], d[C::kBlockM / 32];
-#pragma unroll
-            for (int r = 0; r < C::kBlockM / 32; ++r) {
-                const int i = m0 + lane + 32 * r;
-                const bool in = i < T.mask.sq;
-                const float x = in ? lse[i] : INFINITY;
-                l[r] = x == -INFINITY ? INFINITY : x * kLog2e;
-                d[r] = in ? drow[i] : 0.f;
-            }
-            mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
-#pragma unroll
-            for (int r = 0; r < C::kBlockM / 32; ++r) {
-                sm.lse(ps.stage)[lane + 32 * r] = l[r];
-                sm.dd(ps.stage)[lane + 32 * r] = d[r];
-            }
-            mbar_arrive(sm.full(ps.stage));
-            ps.advance();
-        }
+        bwd_copy_lse_d<C>(P, sm, T, b, h, lane);
     }
 }
 
