@@ -791,14 +791,11 @@ struct BwdConsumer {
     }
 };
 
-template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ unsigned char smem_raw[];
-    BwdSmem<C> sm{align_smem_1k(smem_raw)};
-    const WorkTile w = P.order.at(blockIdx.x);
-    const int b = w.b, h = w.h;
-    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
+// The CTA's set-up (both backward kernels: this one's and bwd_wide.cuh's): thread 0 initialises the barriers and
+// prefetches the tensor maps the CTA will read (Q, dO and dQ's only when some query tile sees its keys); then every
+// thread waits for it.
+template <class C, class Smem>
+__device__ __forceinline__ void bwd_cta_setup(const Fa3BwdParams& P, const Smem& sm, const BwdTiles& T) {
     if (threadIdx.x == 0) {
         sm.init();
         tma_prefetch_desc(&P.k.map);
@@ -810,6 +807,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
         }
     }
     __syncthreads();
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    BwdSmem<C> sm{align_smem_1k(smem_raw)};
+    const WorkTile w = P.order.at(blockIdx.x);
+    const int b = w.b, h = w.h;
+    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
+    bwd_cta_setup<C>(P, sm, T);
     const int wg = warpgroup_idx();
     if (wg == 0) {
         regs_dealloc<C::kProducerRegs>();

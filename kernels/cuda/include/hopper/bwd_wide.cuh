@@ -575,17 +575,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_wide_kernel(const __gr
     const WorkTile w = P.order.at(blockIdx.x);
     const int b = w.b, h = w.h;
     const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
-    if (threadIdx.x == 0) {
-        sm.init();
-        tma_prefetch_desc(&P.k.map);
-        tma_prefetch_desc(&P.v.map);
-        if (T.n_tiles > 0) {
-            tma_prefetch_desc(&P.q.map);
-            tma_prefetch_desc(&P.dout.map);
-            if constexpr (C::kTmaDq) tma_prefetch_desc(&P.dq_map);
-        }
-    }
-    __syncthreads();
+    bwd_cta_setup<C>(P, sm, T);
     const int wg = warpgroup_idx();
     if (wg == 0) {
         regs_dealloc<C::kProducerRegs>();
