@@ -74,7 +74,7 @@ benches() {
         step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" bwd 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
-            --head-dims "${BWD_DIMS:-64,96,128}" --out "$dir/bwd"
+            --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
         step "$dir" fwd 150 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
     )
