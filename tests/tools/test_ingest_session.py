@@ -1,0 +1,68 @@
+"""tools/ingest_session.py: a session's results made current (junit counts, the joined GPU report, the benchmarks)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import ingest_session as ingest  # tools/ (conftest.py puts it on the path)
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" time="271.5">
+<testcase classname="a" name="ok"/>
+<testcase classname="a" name="bad"><failure message="x"/></testcase>
+<testcase classname="a" name="broken"><error message="x"/></testcase>
+<testcase classname="a" name="skip"><skipped type="pytest.skip" message="cpu"/></testcase>
+<testcase classname="a" name="known"><skipped type="pytest.xfail" message="KNOWN"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_junit_counts_read_plain_and_gzip(tmp_path):
+    plain = tmp_path / "j.xml"
+    plain.write_text(JUNIT)
+    packed = tmp_path / "j.xml.gz"
+    packed.write_bytes(gzip.compress(JUNIT.encode()))
+    for path in (plain, packed):
+        c = ingest.junit_counts(path)
+        assert (c["passed"], c["failed"], c["error"], c["skipped"], c["xfailed"], c["seconds"]) == (1, 1, 1, 1, 1, 272)
+
+
+def test_each_benchmark_replaces_its_current_file(tmp_path):
+    session = tmp_path / "session"
+    for b in ingest.BENCHES:
+        (session / b.folder).mkdir(parents=True)
+        (session / b.folder / f"{b.stem}.md").write_text("table")
+        (session / b.folder / f"{b.stem}.json").write_text("{}")
+    (session / "fa3" / "fa3_curves.svg").write_text("<svg/>")  # not part of the benchmark set
+    pairs = ingest.bench_copies(session, root=tmp_path)
+    assert len(pairs) == 2 * len(ingest.BENCHES)
+    names = sorted(dst.name for _, dst in pairs)
+    assert "fa3_side_by_side.md" in names and "fa3_bwd_side_by_side.json" in names and "cuda_fwd.md" in names
+    assert all(dst.parent == tmp_path / "reports" / "benchmarks" for _, dst in pairs)
+    # the current benchmark set names every destination (no new run dump beside it)
+    current = {p.stem for p in (_ROOT / "reports" / "benchmarks").glob("*.json")}
+    assert {b.current for b in ingest.BENCHES} - current <= {"fa3_bwd_side_by_side"}
+
+
+def test_the_joined_report_replaces_reports_gpu_and_its_satellites(tmp_path, monkeypatch):
+    """The session's reports joined into reports/gpu (re-judged, page rendered, data gzip'd), the folders of the
+    reports it supersedes removed; here with the committed CPU report standing in for a session's CLI run."""
+    session = tmp_path / "session"
+    (session / "cli_all").mkdir(parents=True)
+    (session / "cli_all" / "report.json.gz").write_bytes((_ROOT / "reports" / "cpu" / "report.json.gz").read_bytes())
+    gpu = tmp_path / "reports" / "gpu"
+    (gpu / "fa4_spellings").mkdir(parents=True)
+    (gpu / "fa4_spellings" / "report.md").write_text("old")
+    (tmp_path / "reports" / "benchmarks").mkdir()
+    shots = []
+    monkeypatch.setattr(ingest, "screenshot", lambda html, png, dry: shots.append(png))
+    reports = ingest.conformance_reports(session)
+    assert reports == [session / "cli_all" / "report.json.gz"]
+    ingest.join_gpu_report(reports, "joined for a test", tmp_path, dry=False)
+    assert not (gpu / "fa4_spellings").exists()
+    assert {p.name for p in gpu.iterdir()} == {"report.md", "report.html", "report.json.gz"}
+    data = json.loads(gzip.decompress((gpu / "report.json.gz").read_bytes()))
+    assert data["results"] and "joined for a test" in (gpu / "report.md").read_text()
+    assert shots == [gpu / "report.png"]
