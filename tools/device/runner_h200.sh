@@ -57,7 +57,7 @@ cli_gpu() {
     python3 -m attention_conformance run --profile gpu --device cuda --workers "$workers" --timeout 180 \
         --impl "$@" --report-dir "$dir" --progress-every 50
 }
-sanitize() {  # memcheck | racecheck over the kernels' sanitizer case set (SANITIZE_KERNELS: a subset)
+sanitize() {  # memcheck | racecheck | synccheck over the kernels' sanitizer case set (SANITIZE_KERNELS: a subset)
     # shellcheck disable=SC2086
     compute-sanitizer --tool "$1" --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
         ${SANITIZE_KERNELS:-}
@@ -104,8 +104,9 @@ spellings() {
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
 #   0  the FA3 backward's device tests (the newest builds, d = 192 / 256 / (192, 128), first run on a GPU): a failure or
 #      hang shows at the first session-collect (UNTIL=fa3_bwd), before the runs that claim those builds
-#   A  the CLI over every adapter (8 workers) beside compute-sanitizer memcheck and racecheck; the CLI's builds fill
-#      Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README, hardware runners)
+#   A  the CLI over every adapter (8 workers) beside compute-sanitizer memcheck, racecheck and synccheck; the
+#      CLI's builds fill Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README,
+#      hardware runners)
 #   B  tox -e gpu
 #   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers; installed here from the carried vendor
 #      folder, parked in /tmp/park/fi-xf by the session stage)
@@ -117,6 +118,7 @@ session_pipeline() {
     step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
     step $d memcheck 300 sanitize memcheck &
     step $d racecheck 300 sanitize racecheck &
+    step $d synccheck 300 sanitize synccheck &
     if [ -d /tmp/park/fi-xf ]; then
         step $d fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check &
     fi
@@ -200,6 +202,7 @@ _validate)
     wait
     step /tmp/val memcheck 150 sanitize memcheck
     step /tmp/val racecheck 150 sanitize racecheck
+    step /tmp/val synccheck 150 sanitize synccheck
     benches /tmp/val
     echo done >> /tmp/val/steps ;;
 session)

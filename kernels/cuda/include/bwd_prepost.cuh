@@ -8,7 +8,7 @@
 //   bwd_reduce_gqa:  dk[b, hk] = sum over the hq/hkv query heads of dk_accum[b, h] (and dv): GQA
 //                    reduction of the per-query-head fp32 partial gradients.
 // Scratch layouts are contiguous: dq_accum [B, Hq, Lq, d], d_rowsum [B, Hq, Lq],
-// dk_accum / dv_accum [B, Hq, Lk, d].
+// dk_accum [B, Hq, Lk, d] / dv_accum [B, Hq, Lk, dv].
 #pragma once
 #include <math.h>
 

@@ -199,7 +199,7 @@ inline int check_bwd_params(const AttnBwdParams* p, const char* who, char* err, 
                     p->dv, (void*)p->dq_accum, (void*)p->d_rowsum);
     if (p->fwd.heads_q != p->fwd.heads_kv && p->fwd.seqlen_k > 0 && (!p->dk_accum || !p->dv_accum))
         return fail(err, errlen, ATTN_ERR_INVALID,
-                    "%s: GQA (heads_q=%d, heads_kv=%d) needs dk_accum and dv_accum [B, Hq, Lk, d] fp32; got %p, %p",
+                    "%s: GQA (heads_q=%d, heads_kv=%d) needs dk_accum [B, Hq, Lk, d] and dv_accum [B, Hq, Lk, dv] fp32; got %p, %p",
                     who, p->fwd.heads_q, p->fwd.heads_kv, (void*)p->dk_accum, (void*)p->dv_accum);
     return ATTN_OK;
 }

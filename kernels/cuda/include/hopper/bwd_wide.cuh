@@ -12,7 +12,7 @@
 // Per query tile i (64 rows; consumer w's queries are rows [32 w, 32 w + 32) of the tile):
 //   S^T_w  = K Q_w^T, dP^T_w = V dO_w^T        wgmma SS m64n32, both K-major: [64 keys x 32 queries], 16 + 16 registers
 //   P^T_w, dS^T_w                              element-wise as bwd_mainloop.cuh (LSE, D, softcap, SeqMask visibility)
-//   P^T_w, dS^T_w -> shared memory              bf16, columns [32 w, 32 w + 32) of the [64 keys][64 queries] tiles P^T,
+//   P^T_w, dS^T_w -> shared memory              Elem, columns [32 w, 32 w + 32) of the [64 keys][64 queries] tiles P^T,
 //                                               dS^T (128-byte swizzle, stmatrix); one all-consumer barrier
 //   consumer 0: dK += dS^T Q                   wgmma SS m64n(d):  A = dS^T K-major, B = Q MN-major
 //   consumer 1: dV += P^T dO                   wgmma SS m64n(dv): A = P^T K-major, B = dO MN-major
@@ -35,6 +35,11 @@
 // - Deterministic: each dQ element of a query tile gets exactly one addition per CTA (the consumers' dQ blocks are
 //   disjoint), and the CTA adds only after every lower key tile that sees the query tile has: atomics, each consumer
 //   counts itself (2 per CTA); TMA, the writer counts the CTA (1). Deadlock-free as bwd_mainloop.cuh's.
+// - TMA dQ (d = 192): the alternating third block's buffer is awaited by parity ((it & 1) ^ 1) of its empty barrier,
+//   which is exact only because the all-consumer barrier of every tile keeps the two consumers within one tile of
+//   each other (so the writer has released that buffer exactly it times when its owner at tile it waits). A schedule
+//   that drops or moves that barrier (e.g. overlapping the consumers' element-wise passes) needs a phase per block
+//   owner instead.
 #pragma once
 #include <type_traits>
 
@@ -84,7 +89,7 @@ struct Fa3BwdWideConfig {
     // Shared memory (every tile 1024-byte aligned: 128-byte swizzle atoms of 8 rows)
     static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
     static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
-    static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one bf16 [64 keys][64 queries] P^T or dS^T
+    static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one Elem (fp16 / bf16) [64 keys][64 queries] P^T or dS^T
     static constexpr uint32_t kDqBytes = 64 * 64 * 4;               // one fp32 [64 x 64] dQ block (TMA dQ)
     static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * (kQBytes + kDOBytes);
     static constexpr uint32_t kDqAreaBytes = kTmaDq ? kDqBlocks * kDqBytes : 0;
@@ -379,7 +384,7 @@ struct BwdWideConsumer {
 
             // P^T and dS^T of this consumer's [64 keys x 32 queries] in the accumulator layout: element e at key row
             // 16 warp + lane / 4 + 8 ((e / 2) % 2), query column 32 cw + 8 (e / 4) + 2 (lane % 4) + e % 2 of the tile,
-            // packed into bf16 pairs chunk by chunk (bwd_mainloop.cuh's four straight-line paths).
+            // packed into Elem pairs chunk by chunk (bwd_mainloop.cuh's four straight-line paths).
             const int qc0 = cw * HM;  // first query column of this consumer in the tile
             const bool need_mask = !mask.tile_full(m0 + qc0, m0 + qc0 + HM, n0, n0 + BN);
             uint32_t pa[HM / 16][4], dsa[HM / 16][4];
