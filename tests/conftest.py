@@ -27,3 +27,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     for nodeid, text in _SECTIONS:
         terminalreporter.section(nodeid.rsplit("::", 1)[-1])
         terminalreporter.write_line(text)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """The run's GPUs, driver and library versions (`running.environment`, plus flash-attn-4 and cudnn-frontend where
+    installed) in pytest-benchmark's JSON: the header of its table (tools/bench_table.py)."""
+    from importlib import metadata
+
+    from attention_conformance.running.environment import environment
+
+    env = dict(environment())
+    for dist in ("flash-attn-4", "nvidia-cudnn-frontend"):
+        try:
+            env[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    machine_info["attention_conformance"] = env

@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["rows_of", "markdown", "main"]
+__all__ = ["header", "rows_of", "markdown", "main"]
 
 OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16", "cudnn-fp8")
 
@@ -56,9 +56,34 @@ def rows_of(data: dict) -> dict[str, dict[str, dict]]:
     return out
 
 
+def header(data: dict) -> list[str]:
+    """What the table is, where and when it was measured (the run's commit, GPU, driver and versions: the JSON's
+    machine_info, which tests/conftest.py fills with `running.environment`), and what each figure means."""
+    info = data.get("machine_info", {})
+    env = info.get("attention_conformance", {})
+    commit = data.get("commit_info", {})
+    rev = (commit.get("id") or "?")[:7] + (" (dirty tree)" if commit.get("dirty") else "")
+    gpus = ", ".join(env.get("gpus") or []) or "no GPU recorded"
+    versions = "; ".join(f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "cudnn", "flash-attn-4",
+                                                     "nvidia-cudnn-frontend") if env.get(k))
+    return [
+        "# tox -e bench: our CUDA kernels beside torch SDPA (flash, cuDNN), cuDNN's FP8 forward and flash-attn-4", "",
+        "- Command: `tox -e bench` (`python -m pytest -m benchmark_only --benchmark-enable --benchmark-json=JSON`, "
+        "tests/kernels/test_cuda_bench.py), then `python tools/bench_table.py JSON`; "
+        f"{len(data.get('benchmarks', []))} benchmarks.",
+        f"- {data.get('datetime', '?')}, commit {rev}; {gpus}" + (f"; {versions}" if versions else "")
+        + f"; Python {info.get('python_version', '?')}, pytest-benchmark {data.get('version', '?')}.",
+        "- GPU ms is the headline: GPU time of one call without host launch overhead (`kernels/timing.py`, the method "
+        "in *timed by*); host us is the CPU time of issuing one call, wall ms the per-call time of event, call, event, "
+        "synchronize (the earlier timer). *speed ours / impl* > 1: ours is faster (the other's GPU time over ours, "
+        "measured one after the other); *paired*: the same ratio from alternating rounds in one process, where the "
+        "benchmark took it.", "",
+    ]
+
+
 def markdown(data: dict) -> str:
     rows = rows_of(data)
-    lines = [
+    lines = header(data) + [
         "| shape | impl | GPU ms | rate | host us / call | wall ms | timed by | speed ours / impl | paired "
         "(alternating rounds) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -75,9 +100,7 @@ def markdown(data: dict) -> str:
             wall = f"{r['wall_ms']:.3f}" if r.get("wall_ms") is not None else ""
             lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {host} | {wall} | {r['method']} | {ratio} "
                          f"| {paired} |")
-    info = data.get("machine_info", {})
-    head = f"pytest-benchmark {data.get('version', '')}, {data.get('datetime', '')}, {info.get('node', '')}"
-    return head + "\n\n" + "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

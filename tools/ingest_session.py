@@ -9,7 +9,8 @@ In order:
 3. joins the conformance reports the session holds into ``reports/gpu/`` (``python -m attention_conformance merge
    --reexpect``: re-judged by the shipped expectations), renders its page beside the benchmark set and a PNG screenshot
    of it (headless chromium, where installed), and removes the folders of reports it supersedes (``reports/gpu/*/``);
-4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`);
+4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`;
+   ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``);
 5. regenerates ``reports/index.md`` and the README's figure blocks (``tools/report_index.py``,
    ``tools/readme_figures.py``).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import bench_table  # tools/, beside this script (a script's folder is first on sys.path)
+
 ROOT = Path(__file__).resolve().parent.parent
 #: the conformance reports a session may hold, joined in this order into the one GPU report
 CONFORMANCE = ("cli_all", "cli_variants", "cli_fi_xf")
@@ -37,15 +41,18 @@ CONFORMANCE = ("cli_all", "cli_variants", "cli_fi_xf")
 
 @dataclass(frozen=True)
 class Bench:
-    """A benchmark's output in the session (folder, file stem) and the current file it replaces."""
+    """A benchmark's output in the session (folder, file stem) and the current file it replaces; ``table``: its .md is
+    made here from the JSON (pytest-benchmark's, by tools/bench_table.py) instead of coming with it."""
 
     folder: str
     stem: str
     current: str
+    table: bool = False
 
 
 #: every benchmark of the session pipeline and the current file of reports/benchmarks/ it supersedes
 BENCHES = (
+    Bench("bench", "pytest_bench", "pytest_bench", table=True),
     Bench("fa3", "fa3", "fa3_side_by_side"),
     Bench("fp8", "fa3_fp8", "fa3_fp8_side_by_side"),
     Bench("bwd", "fa3_bwd", "fa3_bwd_side_by_side"),
@@ -157,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {src} -> {dst.relative_to(ROOT)}")
         if not args.dry_run:
             shutil.copyfile(src, dst)
+    for b in BENCHES:
+        src = session / b.folder / f"{b.stem}.json"
+        if b.table and src.is_file():
+            md = ROOT / "reports" / "benchmarks" / f"{b.current}.md"
+            print(f"== {md.relative_to(ROOT)} from {src} (tools/bench_table.py)")
+            if not args.dry_run:
+                md.write_text(bench_table.markdown(json.loads(src.read_text())))
     run([sys.executable, "tools/report_index.py"], args.dry_run)
     run([sys.executable, "tools/readme_figures.py"], args.dry_run)
     print("now: git status; git add -f reports/ README.md; the closing note takes the counts above")

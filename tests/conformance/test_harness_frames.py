@@ -20,7 +20,7 @@ import re
 import pytest
 
 import attention_conformance as conformance
-import conformance.examples
+import attention_conformance.examples as examples
 from attention_conformance.adapters.registry import builtin_names, load
 from attention_conformance.adapters.third_party import wrap_sdpa_function
 from attention_conformance.cases import catalog
@@ -28,7 +28,7 @@ from attention_conformance.examples.good_sdpa import attention as good_attention
 from attention_conformance.running.engine import Runner, features_of
 
 ROOT = os.path.dirname(os.path.abspath(conformance.__file__))
-EXAMPLES = os.path.dirname(os.path.abspath(conformance.examples.__file__))
+EXAMPLES = os.path.dirname(os.path.abspath(examples.__file__))
 PROFILES = ("ci", "full", "gpu")
 ALL = os.environ.get("CONFORMANCE_HARNESS_ALL") == "1"
 COST_CAP = 3e8  # estimated_cost above this (L in the thousands on the CPU) only gets supports() checked
@@ -36,7 +36,7 @@ COST_CAP = 3e8  # estimated_cost above this (L in the thousands on the CPU) only
 
 def _example_specs() -> list[str]:
     specs = []
-    for mod in pkgutil.iter_modules(conformance.examples.__path__):
+    for mod in pkgutil.iter_modules(examples.__path__):
         module = importlib.import_module(f"attention_conformance.examples.{mod.name}")
         if callable(getattr(module, "attention", None)):
             specs.append(f"attention_conformance.examples.{mod.name}:attention")

@@ -103,11 +103,21 @@ def cuda_library_exporting_or_skip(launcher: str):
     return lib
 
 
+#: why a lab test skips where the package is installed from its wheel (tox): the lab's Python side is a checkout's
+LAB_NOT_INSTALLED = ("kernels.cuda.lab (the lab build's Python side) is not in the installed package: the wheel ships "
+                     "the product only; run the lab's tests from a checkout (pip install -e .)")
+LAB_MODULE = "attention_conformance.kernels.cuda.lab"
+
+
+def lab_module_or_skip():
+    """`kernels.cuda.lab`, or a skip saying it is a checkout's (tox installs the wheel, which does not ship it)."""
+    return pytest.importorskip(LAB_MODULE, reason=LAB_NOT_INSTALLED)
+
+
 def lab_library_or_skip():
     """`kernels.cuda.lab` with its library loaded, or a skip naming the build command (the lab build of ablation,
     tuning and timing variants is made on request only: ``python -m attention_conformance.kernels.build --lab``)."""
-    from attention_conformance.kernels.cuda import lab
-
+    lab = lab_module_or_skip()
     if not lab.library_path().exists():
         pytest.skip(f"no lab build at {lab.library_path()} (python -m attention_conformance.kernels.build --lab)")
     lab.library()

@@ -13,10 +13,12 @@ import shutil
 import subprocess
 
 import pytest
+from kernel_helpers import LAB_MODULE, LAB_NOT_INSTALLED
 
 from attention_conformance.kernels import build as kbuild
 from attention_conformance.kernels import cuda_lib
-from attention_conformance.kernels.cuda import lab
+
+lab = pytest.importorskip(LAB_MODULE, reason=LAB_NOT_INSTALLED)
 
 torch = pytest.importorskip("torch")
 

@@ -4,6 +4,7 @@ lab's variant builds through kernels/cuda/lab/sanitize.py)."""
 from __future__ import annotations
 
 import pytest
+from kernel_helpers import lab_module_or_skip
 
 from attention_conformance.kernels.cuda.sanitize_cases import CASES
 
@@ -11,6 +12,7 @@ from attention_conformance.kernels.cuda.sanitize_cases import CASES
 def test_unknown_lab_variant_is_a_usage_error():
     """The lab's sanitize run takes a variant name of the lab's tables; anything else exits 2 naming the known
     builds, before any library or device is looked for."""
+    lab_module_or_skip()
     from attention_conformance.kernels.cuda.lab.sanitize import main
 
     with pytest.raises(SystemExit) as e:
@@ -32,7 +34,8 @@ def test_a_lab_variant_runs_only_its_own_launcher(monkeypatch):
     """The lab runner sends the variant's launcher to the lab build and every other launcher of a case (the FA2
     forward a backward case runs first) to the shipped one, whose declines stay failures."""
     from attention_conformance.kernels import cuda_lib
-    from attention_conformance.kernels.cuda import lab
+
+    lab = lab_module_or_skip()
     from attention_conformance.kernels.cuda.lab.sanitize import runner_for
 
     seen = []

@@ -49,6 +49,12 @@ tox_gpu() {
         CONFORMANCE_WORKERS=8 PYTHONPATH=/tmp/toxsite python3 -m tox -e gpu -x testenv:gpu.pass_env+=STREAM_FAILURES \
         -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
+# tox -e bench as tox.ini says (the product's benchmark suite, tests/kernels/test_cuda_bench.py), its JSON into DIR
+tox_bench() {
+    mkdir -p "$1"
+    env PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test PYTHONPATH=/tmp/toxsite python3 -m tox -e bench \
+        -- --benchmark-json="$1/pytest_bench.json"
+}
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
 cli_gpu() {
@@ -62,8 +68,9 @@ sanitize() {  # memcheck | racecheck | synccheck over the kernels' sanitizer cas
     compute-sanitizer --tool "$1" --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
         ${SANITIZE_KERNELS:-}
 }
-# The GPU-time benchmarks into DIR (alone on the GPU: each one times candidates in alternating rounds), FlashInfer's
-# and xformers' rows where fi_xf.sh installed them (/tmp/fx-site)
+# The GPU-time benchmarks into DIR (alone on the GPU: each one times candidates in alternating rounds): tox -e bench
+# first (the product's suite), then the tables of the design records, with FlashInfer's and xformers' rows where
+# fi_xf.sh installed them (/tmp/fx-site)
 benches() {
     local dir=$1
     (
@@ -71,6 +78,7 @@ benches() {
         if [ -f /tmp/fx-site/.done ]; then
             export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
         fi
+        step "$dir" tox_bench 300 tox_bench "$dir/bench"
         step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" bwd 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
@@ -222,7 +230,7 @@ session-collect)
     mkdir -p "$OUT/session"
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
     cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
-    for d in cli_all cli_variants cli_fi_xf fa3 fwd bwd fp8; do
+    for d in cli_all cli_variants cli_fi_xf bench fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
         mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
         gzip -f "$OUT/session/$d/report.json" 2>/dev/null
