@@ -131,7 +131,7 @@ session_pipeline() {
         step $d fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check &
     fi
     wait
-    step $d tox "${TOX_S:-480}" tox_gpu
+    step $d tox "${TOX_S:-600}" tox_gpu
     # shellcheck disable=SC2046
     step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
     if [ -f /tmp/fx-site/.done ]; then
