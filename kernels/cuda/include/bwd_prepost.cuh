@@ -18,14 +18,20 @@
 
 namespace attn::bwd {
 
-// One warp per query row; grid (ceil(Lq / 8), Hq, B), 256 threads.
-template <typename T>
+// Which head dims the pre- and postprocess read: one (d = dv, every build of attn_fa1_bwd, attn_fa2_bwd and
+// attn_fa3_bwd but one) or two (d for Q, K, dQ, dK and dv for O, dO, dV: the FA3 backward's (192, 128) build). A
+// compile-time choice, so that only that build's launcher instantiates the dv kernels.
+enum class BwdHeadDims { kOne, kTwo };
+
+// One warp per query row; grid (ceil(Lq / 8), Hq, B), 256 threads. kTwo: the row sum runs over dO's and O's dv columns,
+// dq_accum's row is d long.
+template <typename T, BwdHeadDims H = BwdHeadDims::kOne>
 __global__ void __launch_bounds__(256) bwd_preprocess_kernel(AttnBwdParams p) {
     const AttnFwdParams& f = p.fwd;
     const int b = blockIdx.z, h = blockIdx.y;
     const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= f.seqlen_q) return;
-    const int d = f.head_dim;
+    const int d = f.head_dim, dv = H == BwdHeadDims::kTwo ? f.head_dim_v : d;
     const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
     const size_t bh_row = ((size_t)b * f.heads_q + h) * f.seqlen_q + row;
     float* dqa = p.dq_accum + bh_row * d;
@@ -34,7 +40,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(AttnBwdParams p) {
     if (row < sq) {
         const T* o = (const T*)f.o + b * f.o_batch_stride + h * f.o_head_stride + row * f.o_row_stride;
         const T* dO = (const T*)p.dout + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
-        for (int k = lane; k < d; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
+        for (int k = lane; k < dv; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
     }
     acc = warp_sum(acc);
     if (p.dlse != nullptr && row < sq) acc -= p.dlse[b * f.lse_batch_stride + h * f.lse_head_stride + row];
@@ -173,32 +179,8 @@ __global__ void __launch_bounds__(256) bwd_reduce_gqa_kernel(AttnBwdParams p) {
 }
 
 // ---- dv != d (the FA3 backward's (d, dv) = (192, 128) build): O, dO, dV have dv columns, Q, K, dQ, dK d. The kernels
-// above read one head dim for all (d = dv); these two read both, and only the launchers of a dv != d build
-// (BwdHeadDims::kTwo) instantiate them.
-
-// D_i = rowsum(dO_i * O_i) over dv columns - dlse_i, dq_accum[row] (d columns) := 0. One warp per query row; grid
-// (ceil(Lq / 8), Hq, B), 256 threads.
-template <typename T>
-__global__ void __launch_bounds__(256) bwd_preprocess_dv_kernel(AttnBwdParams p) {
-    const AttnFwdParams& f = p.fwd;
-    const int b = blockIdx.z, h = blockIdx.y;
-    const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= f.seqlen_q) return;
-    const int d = f.head_dim, dv = f.head_dim_v;
-    const int sq = f.seqlens_q ? min(f.seqlens_q[b], f.seqlen_q) : f.seqlen_q;
-    const size_t bh_row = ((size_t)b * f.heads_q + h) * f.seqlen_q + row;
-    float* dqa = p.dq_accum + bh_row * d;
-    for (int k = lane; k < d; k += 32) dqa[k] = 0.f;
-    float acc = 0.f;
-    if (row < sq) {
-        const T* o = (const T*)f.o + b * f.o_batch_stride + h * f.o_head_stride + row * f.o_row_stride;
-        const T* dO = (const T*)p.dout + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
-        for (int k = lane; k < dv; k += 32) acc += DT<T>::to_f(o[k]) * DT<T>::to_f(dO[k]);
-    }
-    acc = warp_sum(acc);
-    if (p.dlse != nullptr && row < sq) acc -= p.dlse[b * f.lse_batch_stride + h * f.lse_head_stride + row];
-    if (lane == 0) p.d_rowsum[bh_row] = acc;
-}
+// above read one head dim for all (d = dv; bwd_preprocess_kernel reads both as BwdHeadDims::kTwo); this one reads both,
+// and only the launchers of a dv != d build (BwdHeadDims::kTwo) instantiate it.
 
 // dk[b, hk, j, :d] = sum_g dk_accum[b, hk * G + g, j, :d] (rows of d), dv[b, hk, j, :dv] from dv_accum (rows of dv).
 // grid (ceil(Lk * d / 256), Hkv, B).
@@ -221,11 +203,6 @@ __global__ void __launch_bounds__(256) bwd_reduce_gqa_dv_kernel(AttnBwdParams p)
         ((T*)p.dv)[b * p.dv_batch_stride + hk * p.dv_head_stride + row * p.dv_row_stride + k] = DT<T>::from_f(sv);
 }
 
-// Which head dims the pre- and postprocess read: one (d = dv, every build of attn_fa1_bwd, attn_fa2_bwd and
-// attn_fa3_bwd but one) or two (d for Q, K, dQ, dK and dv for O, dO, dV: the FA3 backward's (192, 128) build). A
-// compile-time choice, so that only that build's launcher instantiates the dv kernels above.
-enum class BwdHeadDims { kOne, kTwo };
-
 // Launch helpers shared by attn_fa1_bwd, attn_fa2_bwd and attn_fa3_bwd.
 template <typename T, BwdHeadDims H = BwdHeadDims::kOne>
 static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t s) {
@@ -233,7 +210,7 @@ static inline cudaError_t launch_preprocess(const AttnBwdParams& p, cudaStream_t
     if (f.seqlen_q == 0) return cudaSuccess;
     if constexpr (H == BwdHeadDims::kTwo) {
         dim3 grid((f.seqlen_q + 7) / 8, f.heads_q, f.batch);
-        bwd_preprocess_dv_kernel<T><<<grid, 256, 0, s>>>(p);
+        bwd_preprocess_kernel<T, H><<<grid, 256, 0, s>>>(p);
     } else if (vec8_ok(p)) {
         const int rows = 256 / (f.head_dim / 8);
         dim3 grid((f.seqlen_q + rows - 1) / rows, f.heads_q, f.batch);

@@ -140,6 +140,7 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffK = 0;
     static constexpr uint32_t kOffV = kOffK + kKVBytes;
     static constexpr uint32_t kOffQ = kOffV + kKVBytes;
+    static constexpr uint32_t kDOBytes = kQBytes;  // dv = d here
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
     // dS^T [kBlockN keys][kBlockM queries] in blocks of 64 queries (kBlockN * 128 bytes each, 128-byte swizzle)
     static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;
@@ -151,6 +152,7 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffLse = kOffDq + (kTmaDq ? 2 * kDqBytes : 0);
     static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
     static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
+    static constexpr int kDqBlocks = 2;  // one [64 x 64] dQ block (and its barriers) per consumer
     static constexpr int kNumBars = 1 + 2 * kStages + 4;  // full_kv, full[S], empty[S], full_dq[2], empty_dq[2]
     static constexpr uint32_t kSmemBytes = kOffBar + kNumBars * 8 + 1024;
     static_assert(kSmemBytes <= 232448, "shared memory per block");
@@ -159,14 +161,17 @@ struct Fa3BwdConfig {
     static constexpr int kBarWG = 1, kBarConsumers = 3, kBarDsFull = 4, kBarDsEmpty = 6;
 };
 
+// The regions and barriers both backward mainloops lay out alike (this one's config and bwd_wide.cuh's name the same
+// offsets): K and V, the Q / dO ring, the LSE / D vectors, the fp32 dQ blocks, and the barriers full_kv, full[S],
+// empty[S], full_dq[kDqBlocks], empty_dq[kDqBlocks].
 template <class C>
-struct BwdSmem {
+struct BwdRingSmem {
     unsigned char* base;
     __device__ __forceinline__ unsigned char* k() const { return base + C::kOffK; }
     __device__ __forceinline__ unsigned char* v() const { return base + C::kOffV; }
     __device__ __forceinline__ unsigned char* q(int s) const { return base + C::kOffQ + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* ds(int i) const { return base + C::kOffDS + i * C::kDsBytes; }
+    __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kDOBytes; }
+    __device__ __forceinline__ unsigned char* dq(int qb) const { return base + C::kOffDq + qb * C::kDqBytes; }
     __device__ __forceinline__ float* lse(int s) const {
         return reinterpret_cast<float*>(base + C::kOffLse) + s * C::kBlockM;
     }
@@ -177,9 +182,15 @@ struct BwdSmem {
     __device__ __forceinline__ uint64_t* full_kv() const { return bar(0); }
     __device__ __forceinline__ uint64_t* full(int s) const { return bar(1 + s); }
     __device__ __forceinline__ uint64_t* empty(int s) const { return bar(1 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_dq(int w) const { return bar(1 + 2 * C::kStages + w); }
-    __device__ __forceinline__ uint64_t* empty_dq(int w) const { return bar(3 + 2 * C::kStages + w); }
-    __device__ __forceinline__ unsigned char* dq(int w) const { return base + C::kOffDq + w * C::kDqBytes; }
+    __device__ __forceinline__ uint64_t* full_dq(int qb) const { return bar(1 + 2 * C::kStages + qb); }
+    __device__ __forceinline__ uint64_t* empty_dq(int qb) const { return bar(1 + 2 * C::kStages + C::kDqBlocks + qb); }
+};
+
+template <class C>
+struct BwdSmem : BwdRingSmem<C> {
+    using BwdRingSmem<C>::base, BwdRingSmem<C>::full_kv, BwdRingSmem<C>::full, BwdRingSmem<C>::empty,
+        BwdRingSmem<C>::full_dq, BwdRingSmem<C>::empty_dq;
+    __device__ __forceinline__ unsigned char* ds(int i) const { return base + C::kOffDS + i * C::kDsBytes; }
 
     __device__ __forceinline__ void init() const {
         mbar_init(full_kv(), 1);
@@ -291,6 +302,29 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
         mbar_arrive(sm.empty_dq(1));
     }
     bulk_wait_all();
+}
+
+// One element of P^T from its score s (both backward mainloops' element-wise passes): P = 2^(s scale log2 e - LSE log2 e),
+// or with a softcap P = 2^(cap tanh(s scale / cap) log2 e - LSE log2 e) and s := P (1 - tanh^2) for dS^T; with
+// kMask, 0 where (row, key) is not visible. Softcap and masking are compile-time (kCap, kMask), so each of the four
+// paths a caller dispatches to is straight-line code (a per-element branch on them had made the backward's loop body
+// large enough to miss the instruction cache: ncu, 48% of the element-wise stalls were no_inst). Returns P; s holds
+// P (times 1 - tanh^2 under a softcap).
+template <bool kCap, bool kMask>
+__device__ __forceinline__ float bwd_p_elem(float& s, float lse2, float sl2, float scale_over_cap, float softcap,
+                                            const SeqMask& mask, int row, int key) {
+    const float raw = s;
+    float pij, dcap = 1.f;
+    if constexpr (kCap) {
+        const float th = tanhf(raw * scale_over_cap);
+        dcap = 1.f - th * th;
+        pij = fast_exp2(softcap * th * kLog2e - lse2);
+    } else {
+        pij = fast_exp2(raw * sl2 - lse2);
+    }
+    if constexpr (kMask) pij = mask.visible(row, key) ? pij : 0.f;
+    s = pij * dcap;
+    return pij;
 }
 
 // The producer's warp 1 (both backward mainloops: this one's and bwd_wide.cuh's): per query tile of T, LSE_i * log2 e
@@ -545,26 +579,11 @@ struct BwdConsumer {
             // K, V, Q, dO that could hold NaN was zeroed).
             const bool need_mask = !mask.tile_full(m0, m0 + BM, kw0, kw0 + 64);
             uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-            // One element of P^T: softcap and masking are compile-time here (kCap, kMask), so each of the four
-            // paths below is straight-line code (a per-element branch on them had made the loop body large
-            // enough to miss the instruction cache: ncu, 48% of the element-wise stalls were no_inst).
+            // One element of P^T (bwd_p_elem: one straight-line path per softcap / mask combination).
             auto p_elem = [&](auto cap_tag, auto mask_tag, int e, float lse2, int row) {
-                constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
-                const float raw = s[e];
-                float pij, dcap = 1.f;
-                if constexpr (kCap) {
-                    const float th = tanhf(raw * scale_over_cap);
-                    dcap = 1.f - th * th;
-                    pij = fast_exp2(f.softcap * th * kLog2e - lse2);
-                } else {
-                    pij = fast_exp2(raw * sl2 - lse2);
-                }
-                if constexpr (kMask) {
-                    const int key = kw0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
-                    pij = mask.visible(row, key) ? pij : 0.f;
-                }
-                s[e] = pij * dcap;
-                return pij;
+                const int key = kw0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
+                return bwd_p_elem<decltype(cap_tag)::value, decltype(mask_tag)::value>(
+                    s[e], lse2, sl2, scale_over_cap, f.softcap, mask, row, key);
             };
             auto p_chunk = [&](auto cap_tag, auto mask_tag, int j) {
                 const int c0 = 8 * j + 2 * (lane % 4);
@@ -813,7 +832,7 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
-    BwdSmem<C> sm{align_smem_1k(smem_raw)};
+    BwdSmem<C> sm{{align_smem_1k(smem_raw)}};
     const WorkTile w = P.order.at(blockIdx.x);
     const int b = w.b, h = w.h;
     const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);

@@ -114,27 +114,11 @@ struct Fa3BwdWideConfig {
 };
 
 template <class C>
-struct WideSmem {
-    unsigned char* base;
-    __device__ __forceinline__ unsigned char* k() const { return base + C::kOffK; }
-    __device__ __forceinline__ unsigned char* v() const { return base + C::kOffV; }
-    __device__ __forceinline__ unsigned char* q(int s) const { return base + C::kOffQ + s * C::kQBytes; }
-    __device__ __forceinline__ unsigned char* dout(int s) const { return base + C::kOffDO + s * C::kDOBytes; }
+struct WideSmem : BwdRingSmem<C> {
+    using BwdRingSmem<C>::base, BwdRingSmem<C>::full_kv, BwdRingSmem<C>::full, BwdRingSmem<C>::empty,
+        BwdRingSmem<C>::full_dq, BwdRingSmem<C>::empty_dq;
     __device__ __forceinline__ unsigned char* pt(int i) const { return base + C::kOffP + i * C::kTileBytes; }
     __device__ __forceinline__ unsigned char* dst(int i) const { return base + C::kOffDS + i * C::kTileBytes; }
-    __device__ __forceinline__ unsigned char* dq(int qb) const { return base + C::kOffDq + qb * C::kDqBytes; }
-    __device__ __forceinline__ float* lse(int s) const {
-        return reinterpret_cast<float*>(base + C::kOffLse) + s * C::kBlockM;
-    }
-    __device__ __forceinline__ float* dd(int s) const {
-        return reinterpret_cast<float*>(base + C::kOffD) + s * C::kBlockM;
-    }
-    __device__ __forceinline__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(base + C::kOffBar) + i; }
-    __device__ __forceinline__ uint64_t* full_kv() const { return bar(0); }
-    __device__ __forceinline__ uint64_t* full(int s) const { return bar(1 + s); }
-    __device__ __forceinline__ uint64_t* empty(int s) const { return bar(1 + C::kStages + s); }
-    __device__ __forceinline__ uint64_t* full_dq(int qb) const { return bar(1 + 2 * C::kStages + qb); }
-    __device__ __forceinline__ uint64_t* empty_dq(int qb) const { return bar(1 + 2 * C::kStages + C::kDqBlocks + qb); }
 
     __device__ __forceinline__ void init() const {
         mbar_init(full_kv(), 1);
@@ -389,22 +373,9 @@ struct BwdWideConsumer {
             const bool need_mask = !mask.tile_full(m0 + qc0, m0 + qc0 + HM, n0, n0 + BN);
             uint32_t pa[HM / 16][4], dsa[HM / 16][4];
             auto p_elem = [&](auto cap_tag, auto mask_tag, int e, float lse2, int row) {
-                constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
-                const float raw = s[e];
-                float pij, dcap = 1.f;
-                if constexpr (kCap) {
-                    const float th = tanhf(raw * scale_over_cap);
-                    dcap = 1.f - th * th;
-                    pij = fast_exp2(f.softcap * th * kLog2e - lse2);
-                } else {
-                    pij = fast_exp2(raw * sl2 - lse2);
-                }
-                if constexpr (kMask) {
-                    const int key = n0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
-                    pij = mask.visible(row, key) ? pij : 0.f;
-                }
-                s[e] = pij * dcap;
-                return pij;
+                const int key = n0 + 16 * warp + lane / 4 + 8 * ((e % 4) / 2);
+                return bwd_p_elem<decltype(cap_tag)::value, decltype(mask_tag)::value>(
+                    s[e], lse2, sl2, scale_over_cap, f.softcap, mask, row, key);
             };
             auto chunk = [&](auto cap_tag, auto mask_tag, int j) {
                 const int c0 = qc0 + 8 * j + 2 * (lane % 4);
@@ -576,7 +547,7 @@ template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_wide_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
-    WideSmem<C> sm{align_smem_1k(smem_raw)};
+    WideSmem<C> sm{{align_smem_1k(smem_raw)}};
     const WorkTile w = P.order.at(blockIdx.x);
     const int b = w.b, h = w.h;
     const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
