@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the suite and write report.json / report.md / report.html")
     run.add_argument("--impl", nargs="+", action="extend", default=None, metavar="NAME_OR_MODULE:ATTR",
-                     help="adapters to run: built-in names, 'all', or module:attr (default: all available here)")
+                     help="adapters to run: built-in names, 'all', module:attr or path/to/file.py:attr (default: all "
+                          "available here)")
     run.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
     run.add_argument("--device", default=None, choices=("cpu", "cuda"),
                      help="default: $CONFORMANCE_DEVICE or cpu")

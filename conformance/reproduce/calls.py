@@ -13,9 +13,11 @@ mask_mod / score_mod clauses as `conformance.adapters.torch_flex.flex_mods` buil
 ``supports`` (or, without the device, its ``claim_reason``: `claim_reason`).
 
 Families: ``torch-sdpa-{math,flash,efficient,cudnn}``, ``flash-attn-2``, ``flash-attn-3``, ``flash-attn-4`` (each
-with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``. Not written (`UnwritableCase`): the project's own
-kernels (``cuda-*``, ``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway)
-and ``module:attr`` adapters.
+with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``, and a plain SDPA-signature function given as
+``module:attr`` or ``path/to/file.py:attr`` (the file imports it as the harness did and makes the adapter's call,
+conformance/adapters/third_party.py). Not written (`UnwritableCase`): the project's own kernels (``cuda-*``,
+``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway) and adapter objects
+given as ``module:attr`` (their call is their own code).
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def _function(signature: str, doc: str, lines: list[str]) -> str:
     return f'def {signature}:\n    """{wrapped}"""\n' + body
 
 
-def _preflight(device: str, imports: list[tuple[str, str]], requirement: str) -> str:
-    """``cannot_run_here()``: torch, then a CUDA device (for "cuda"), then each (import line, package) of `imports`."""
+def _preflight(device: str, imports: list[tuple[str, str]], requirement: str, then: tuple[str, ...] = ()) -> str:
+    """``cannot_run_here()``: torch, then a CUDA device (for "cuda"), then each (import line, package) of `imports`,
+    then the lines `then`."""
     unused = "" if device == "cuda" else "  # noqa: F401"
     lines = ["try:", f"    import torch{unused}", "except ImportError as exc:", '    return f"needs torch ({exc})"']
     if device == "cuda":
@@ -73,7 +76,7 @@ def _preflight(device: str, imports: list[tuple[str, str]], requirement: str) ->
     for statement, package in imports:
         lines += ["try:", f"    {statement}  # noqa: F401", "except ImportError as exc:",
                   f'    return f"needs {package} ({statement}: {{exc}})"']
-    lines.append("return None")
+    lines += [*then, "return None"]
     return _function("cannot_run_here()", "Why this file cannot make its call here (exit status 2), or None.", lines)
 
 
@@ -154,6 +157,26 @@ def _struct(case: Case) -> str:
     return f'causal={case.causal!r}, alignment="{case.alignment}", window={case.window!r}, chunk={case.chunk!r}'
 
 
+def _sdpa_mask(args, case: Case, dtype: str) -> tuple[list[str], list[str]]:
+    """(helpers, lines) that make ``attn_mask`` as an SDPA-signature call gets it (`sdpa_args`): a CausalBias, the
+    dense boolean visibility, the bias where visible and -inf elsewhere, or None."""
+    helpers = ["as_tensor"]
+    if args.causal_bias is not None:
+        return helpers, [f"attn_mask = {args.causal_bias}({case.Lq}, {case.Lk})  # a torch.nn.attention.bias "
+                         "CausalBias"]
+    if args.attn_mask is None:
+        return helpers, ["attn_mask = None"]
+    helpers += ["visible", "dense_visibility"]
+    lens = (None if case.seqlens_q is None else list(case.seqlens_q),
+            None if case.seqlens_k is None else list(case.seqlens_k))
+    lines = [f'vis = dense_visibility({case.B}, {case.Lq}, {case.Lk}, {lens[0]}, {lens[1]}, inp.get("mask"),',
+             f"                       {_struct(case)})"]
+    if args.attn_mask.dtype == bool:
+        return helpers, lines + ["attn_mask = torch.from_numpy(vis).to(DEVICE)  # True = attend"]
+    return helpers, lines + ['attn_mask = np.where(vis, inp["bias"], -np.inf)  # the bias where visible, -inf '
+                             "elsewhere", f"attn_mask = torch.from_numpy(attn_mask).to({dtype}).to(DEVICE)"]
+
+
 # -- torch SDPA -----------------------------------------------------------------------------------------------------
 def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
     from attention_conformance.adapters.torch_sdpa import SDPA_SPELLINGS, sdpa_args
@@ -163,22 +186,7 @@ def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> Ca
     backend = adapter.backend_name
     args = sdpa_args(adapter.entry_point, case, inputs.mask, inputs.bias)
     variant, is_causal = args.causal_bias, args.is_causal
-    helpers = ["as_tensor"]
-    if variant is not None:
-        mask_lines = [f"attn_mask = {variant}({case.Lq}, {case.Lk})  # a torch.nn.attention.bias.CausalBias"]
-    elif args.attn_mask is not None:
-        helpers += ["visible", "dense_visibility"]
-        lens = (None if case.seqlens_q is None else list(case.seqlens_q),
-                None if case.seqlens_k is None else list(case.seqlens_k))
-        mask_lines = [f'vis = dense_visibility({case.B}, {case.Lq}, {case.Lk}, {lens[0]}, {lens[1]}, inp.get("mask"),',
-                      f"                       {_struct(case)})"]
-        if args.attn_mask.dtype == bool:
-            mask_lines.append("attn_mask = torch.from_numpy(vis).to(DEVICE)  # True = attend")
-        else:
-            mask_lines += ['attn_mask = np.where(vis, inp["bias"], -np.inf)  # the bias where visible, -inf elsewhere',
-                           f"attn_mask = torch.from_numpy(attn_mask).to({dtype}).to(DEVICE)"]
-    else:
-        mask_lines = ["attn_mask = None"]
+    helpers, mask_lines = _sdpa_mask(args, case, dtype)
     spelled = SDPA_SPELLINGS[adapter.entry_point].call if adapter.entry_point else (
         "a dense boolean attn_mask" if args.attn_mask is not None and args.attn_mask.dtype == bool else
         "an additive attn_mask (the bias where visible, -inf elsewhere)" if args.attn_mask is not None else
@@ -228,6 +236,97 @@ def _sdpa(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> Ca
         run_library=_function("run_library(inp)", f"The call under test: {library}, on {device}"
                               + ("; then its backward" if case.backward else "") + ". Returns float64 arrays.", body),
         cannot_run_here=_preflight(device, [], requirement), versions=_versions([], device))
+
+
+# -- a plain function with torch SDPA's signature (``--impl module:attr`` / ``path/to/file.py:attr``) ----------------
+def _function_source(spec: str) -> str:
+    """Where the file imports the function from: an absolute path for ``file.py:attr``, else ``module:attr``."""
+    import os
+
+    from attention_conformance.adapters.third_party import is_file_spec
+
+    if not is_file_spec(spec):
+        return spec
+    path, attr = spec.rsplit(":", 1)
+    return f"{os.path.abspath(path)}:{attr}"
+
+
+_LOAD_FUNCTION = [
+    "import importlib",
+    "import importlib.util",
+    "import os",
+    "",
+    "if getattr(load_function, \"fn\", None) is not None:",
+    "    return load_function.fn",
+    "if FUNCTION.split(\":\")[0].endswith(\".py\") or os.sep in FUNCTION or \"/\" in FUNCTION:",
+    "    where, attr = FUNCTION.rsplit(\":\", 1)",
+    "    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)",
+    "    obj = importlib.util.module_from_spec(spec)",
+    "    sys.modules[spec.name] = obj",
+    "    spec.loader.exec_module(obj)",
+    "else:",
+    "    where, attr = FUNCTION.split(\":\", 1)",
+    "    sys.path.insert(0, os.getcwd())  # as `python -m attention_conformance` found it: the working directory first",
+    "    obj = importlib.import_module(where)",
+    "for part in attr.split(\".\"):",
+    "    obj = getattr(obj, part)",
+    "load_function.fn = obj",
+    "return obj",
+]
+
+
+def _sdpa_function(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) -> CallPlan:
+    """A plain SDPA-signature function (conformance/adapters/third_party.py): imported by the file from its module or
+    file, called as the adapter calls it (the arguments `sdpa_args` gives the per-case plan, only the keywords that
+    differ from SDPA's defaults, the first element of a tuple result), its backward through autograd."""
+    from attention_conformance.adapters.third_party import SdpaFunctionAdapter
+    from attention_conformance.adapters.torch_sdpa import sdpa_args
+
+    if not isinstance(adapter, SdpaFunctionAdapter):
+        raise UnwritableCase(f"--impl {spec}: an adapter object's call is its own code; the standalone writer writes "
+                             "the built-in adapters' calls and plain SDPA-signature functions (use `repro` without "
+                             "--standalone)")
+    checked = _claim(adapter, spec, case, device)
+    dtype = _TORCH_DTYPE[case.dtype]
+    args = sdpa_args(None, case, inputs.mask, inputs.bias)
+    helpers, mask_lines = _sdpa_mask(args, case, dtype)
+    keywords = (["attn_mask=attn_mask"] if args.attn_mask is not None else []) + (
+        ["is_causal=True"] if args.is_causal else []) + (
+        [f"scale={args.scale!r}"] if args.scale is not None else []) + (["enable_gqa=True"] if args.enable_gqa else [])
+    where = _function_source(spec)
+    inner = _tensor_lines(case, dtype, ("q", "k", "v"), None, "requires_grad") + (
+        mask_lines if args.attn_mask is not None else []) + _wrapped(
+        "out = fn(", ["q", "k", "v", *keywords], ")", 108) + [
+        "if isinstance(out, (tuple, list)):  # (out, lse, ...): the output is the first",
+        "    out = out[0]",
+        "return q, k, v, out"]
+    body = ["import torch", "", "fn = load_function()", "", "def call(requires_grad):"]
+    body += [f"    {x}" if x else "" for x in inner] + ["", "result = {\"out\": call(False)[3]}"]
+    observed: tuple[str, ...] = ("out",)
+    if case.backward:
+        body += ["q, k, v, out = call(True)  # the backward: autograd of sum(out * dout) through the same call"]
+        body += _dout_lines(case, dtype)
+        body += ["dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_outputs=dout)",
+                 "result.update(dq=dq, dk=dk, dv=dv)"]
+        observed += ("dq", "dk", "dv")
+    body += _to_numpy_lines()
+    spelled = ("a dense boolean attn_mask" if args.attn_mask is not None and args.attn_mask.dtype == bool else
+               "an additive attn_mask (the bias where visible, -inf elsewhere)" if args.attn_mask is not None else
+               f"is_causal={args.is_causal}, no attn_mask")
+    library = f"{where} (torch SDPA's signature), {spelled}" + (", enable_gqa=True" if args.enable_gqa else "")
+    load = _function("load_function()", f"The function under test, {where}: imported from its file, or its module "
+                     "from sys.path (PYTHONPATH) as the harness imported it.", _LOAD_FUNCTION)
+    preflight = _preflight(device, [], "the function was judged on CUDA", then=(
+        "try:", "    load_function()", "except Exception as exc:",
+        '    return f"cannot import the function under test {FUNCTION}: {type(exc).__name__}: {exc}"'))
+    versions = _versions(["module = sys.modules.get(getattr(load_function(), \"__module__\", \"\"))",
+                          "parts.append(f\"{FUNCTION} {getattr(module, '__version__', 'version unknown')}\")"], device)
+    return CallPlan(
+        library=library, device=device, observed=observed, helpers=helpers, checked=checked,
+        run_library=f"FUNCTION = {where!r}  # module:attr (from sys.path) or /path/to/file.py:attr\n\n\n" + load
+        + "\n\n" + _function("run_library(inp)", f"The call under test: {library}, on {device}"
+                             + ("; then its backward" if case.backward else "") + ". Returns float64 arrays.", body),
+        cannot_run_here=preflight, versions=versions)
 
 
 # -- torch FlexAttention --------------------------------------------------------------------------------------------
@@ -550,6 +649,8 @@ class Family:
 
 
 _DISPATCHER = "torch's dispatcher (torch._fused_sdp_choice)"
+#: the family of ``--impl module:attr`` / ``path/to/file.py:attr`` (a plain SDPA-signature function)
+FUNCTION_FAMILY = "module:attr"
 #: adapter family (the built-in name before any ``@ENTRY``) -> `Family`
 FAMILIES: dict[str, Family] = {
     "torch-sdpa-math": Family(_sdpa, ("cpu", "cuda"), _DISPATCHER),
@@ -561,14 +662,14 @@ FAMILIES: dict[str, Family] = {
     "flash-attn-3": Family(_flash_attn, ("cuda",)),
     "flash-attn-4": Family(_flash_attn, ("cuda",)),
     "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), "cuDNN's check_support"),
+    FUNCTION_FAMILY: Family(_sdpa_function, ("cpu", "cuda"), "the function's probes"),
 }
 
 
 def family_of(spec: str) -> tuple[str, tuple[str, ...]]:
     """(family, devices) of adapter `spec`; `UnwritableCase` with the reason for a spec no plan is written for."""
-    if ":" in spec:
-        raise UnwritableCase(f"--impl {spec}: a module:attr adapter's call is its own code; the standalone writer "
-                             "knows the built-in adapters' calls only (use `repro` without --standalone)")
+    if ":" in spec:  # module:attr or file.py:attr: a plain SDPA-signature function (an adapter object: the plan says)
+        return FUNCTION_FAMILY, FAMILIES[FUNCTION_FAMILY].devices
     base, _ = split_variant(spec)
     if base in FAMILIES:
         return base, FAMILIES[base].devices

@@ -2,8 +2,8 @@
 
 The plain ``repro`` snippet (`conformance.reproduce.snippet`) imports this package and hands its verdict to the
 judge; a report to a library's maintainers needs a file they can run with nothing but NumPy, torch and their
-library. `standalone` writes one for any (case, built-in adapter) the writer has a plan for
-(`conformance.reproduce.calls`):
+library. `standalone` writes one for any (case, adapter) the writer has a plan for (the built-in adapters and plain
+SDPA-signature functions, `conformance.reproduce.calls`):
 
 - the case's inputs regenerated from its seed by plain NumPy code (`conformance.reproduce.inputs`), checked against the
   SHA-256 of the harness's own inputs before anything is called (a mismatch exits 2: not a faithful repro);

@@ -180,6 +180,10 @@ def _pairs(device, wanted):
             if (case := _smallest(pred, spec=spec, device=device)) is not None]
 
 
+GOOD = "attention_conformance.examples.good_sdpa:attention"
+BROKEN = "attention_conformance.examples.broken_sdpa:attention"
+BROKEN_FILE = os.path.join(ROOT, "conformance", "examples", "broken_sdpa.py") + ":attention"
+
 # (spec, case) on CPU: the file's exit status is the harness's verdict (PASS -> 0, FAIL / NaN FINDING -> 1)
 CPU_PAIRS = _pairs("cpu", [
     ("torch-sdpa-math@causal_lower_right", lambda c: c.causal and c.Lq > c.Lk),
@@ -188,10 +192,16 @@ CPU_PAIRS = _pairs("cpu", [
     ("torch-sdpa-math", lambda c: c.layout == "kv_broadcast" and c.backward),
     ("torch-flex", lambda c: c.softcap is not None and c.mask is not None),
     ("torch-flex", lambda c: c.distribution == "nan_padding"),
+    # plain SDPA-signature functions (--impl module:attr / file.py:attr): the file imports them as the harness did
+    (GOOD, lambda c: c.backward and c.Hq != c.Hkv),
+    (GOOD, lambda c: c.bias is not None and c.backward),
+    (GOOD, lambda c: c.causal and c.Lq > c.Lk and c.mask is not None),
+    (BROKEN, lambda c: c.Lk % 64 == 1 and c.Lk > 1),
+    (BROKEN_FILE, lambda c: c.Lk % 64 == 1 and c.causal),
 ])
 
 
-@pytest.mark.parametrize("spec,case", CPU_PAIRS, ids=[f"{s}-{c.id}" for s, c in CPU_PAIRS])
+@pytest.mark.parametrize("spec,case", CPU_PAIRS, ids=[f"{s.replace(ROOT + os.sep, '')}-{c.id}" for s, c in CPU_PAIRS])
 def test_cpu_file_exits_as_the_harness_judges(spec, case):
     assert load(spec, "cpu").adapter.supports(case, "cpu") is None
     text = standalone(case, spec, "cpu")
@@ -200,6 +210,20 @@ def test_cpu_file_exits_as_the_harness_judges(spec, case):
     verdict = _verdict(spec, case, "cpu")
     assert rc == (1 if verdict.outcome in ("FAIL", "FINDING") else 0), (verdict.outcome, verdict.message, out)
     assert ("DEFECT" in out) == (rc == 1), out
+    if spec in (BROKEN, BROKEN_FILE):  # the example's tail-tile bug (Lk % 64 == 1): the file shows it
+        assert verdict.outcome == "FAIL" and rc == 1, (verdict.outcome, out)
+
+
+def test_a_plain_function_file_says_when_it_cannot_import_the_function(tmp_path):
+    """The function's file gone (or its module off sys.path): exit 2 naming it, not a defect."""
+    target = tmp_path / "kernel.py"
+    target.write_text("from attention_conformance.examples.good_sdpa import attention  # noqa: F401\n")
+    case = _smallest(lambda c: c.mask == "random" and not c.backward)
+    text = standalone(case, f"{target}:attention", "cpu")
+    assert _run(_load(text))[0] == 0
+    target.unlink()
+    rc, out = _run(_load(text))
+    assert rc == 2 and f"cannot import the function under test {target}:attention" in out, out
 
 
 # (spec, case) for the CUDA families: every FA4 spelling, sinks with a backward and dlse, paged K/V, compiled flex with
@@ -292,7 +316,7 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
 @pytest.mark.parametrize("args,words", [
     (("--impl", "cuda-fa2"), "this project's own kernel"),
     (("--impl", "reference-fa2"), "this project's own kernel"),
-    (("--impl", "attention_conformance.examples.broken_sdpa:attention"), "module:attr"),
+    (("--impl", "attention_conformance.adapters.torch_sdpa:SdpaMath"), "an adapter object's call is its own code"),
     (("--impl", "flash-attn-4", "--device", "cpu"), "runs on cuda, not cpu"),
     (("--impl", "torch-sdpa-flash@is_causal"), "declines case"),
     (("--impl", "torch-sdpa-mth"), "unknown adapter"),
