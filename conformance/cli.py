@@ -166,6 +166,8 @@ def _cmd_list(args) -> int:
                   f"head_dims={caps.get('head_dims') or 'any'}")
             print(f"{'':24s}   claims: {', '.join(claimed) or '-'}; fp8={caps.get('fp8') or '-'}; "
                   f"isolate={la.isolate}; version={_safe_version(la.adapter)}")
+            for message in getattr(la.adapter, "import_messages", ()):
+                print(f"{'':24s}   logged at import: {message}")
             declared = getattr(getattr(la.adapter, "claims", None), "declared", None)
             if callable(declared) and declared():
                 print(f"{'':24s}   declared (conformance.claims / --claims): {declared()}")

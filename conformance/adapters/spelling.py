@@ -1,8 +1,11 @@
 """What the adapters of installed libraries with several entry points share (FlashInfer, xformers).
 
 `LibraryAdapter`: the base: the ``NAME@ENTRY`` variant (`conformance.adapters.variants`), the library imported once on
-demand (an import error is the unavailable reason), its version from package metadata, the CUDA device check, and
-``supports`` = unavailable, else the declaration's decline (`claim_reason`), else the library's (`library_reason`).
+demand (an import error is the unavailable reason; what the library logs while importing is kept in
+``import_messages``, shown by ``list``, instead of being printed into every run: xformers warns on a machine where its
+C++/CUDA extensions do not load, e.g. every CPU machine), its version from package metadata, the CUDA device check,
+and ``supports`` = unavailable, else the declaration's decline (`claim_reason`), else the library's
+(`library_reason`).
 
 A spelling of a vendor API (a function, a wrapper class, an ``attn_bias`` type) can say some cases in several
 equivalent ways and others not at all. The helpers here are about the *case*, never about one library:
@@ -19,10 +22,12 @@ equivalent ways and others not at all. The helpers here are about the *case*, ne
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +39,7 @@ from attention_conformance.cases.case import ALIGNMENTS, Case
 
 __all__ = [
     "LibraryAdapter",
+    "logged",
     "causal_hides_nothing",
     "equivalent_cases",
     "first_claim",
@@ -146,6 +152,27 @@ def first_claim(candidates: Iterable[tuple[str, Capabilities]], case: Case,
     return None, case, reasons
 
 
+@contextlib.contextmanager
+def logged(package: str) -> Iterator[list[str]]:
+    """The messages `package`'s loggers emit at WARNING and above during the block, collected into the list it yields
+    and not passed on to the root logger's handlers (the block's other logging is untouched)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(" ".join(record.getMessage().split()))
+
+    logger = logging.getLogger(package)
+    handler, propagate = Collect(logging.WARNING), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 class LibraryAdapter(Adapter):
     """Base of an adapter over an installed library, one variant per entry point (``NAME@ENTRY``)."""
 
@@ -162,14 +189,16 @@ class LibraryAdapter(Adapter):
         self.name = variant_name(type(self).name, entry_point)
         self._module: Any = None
         self._import_error: str | None = None
+        self.import_messages: list[str] = []  # what the library logged (WARNING and above) while importing
 
     def module(self) -> Any:
         """The imported library module, or None (`_import_error` says why)."""
         if self._module is None and self._import_error is None:
-            try:
-                self._module = importlib.import_module(self.module_name)
-            except Exception as exc:  # ImportError, or a broken install raising at import
-                self._import_error = f"{self.module_name} is not importable ({type(exc).__name__}: {exc})"
+            with logged(self.module_name.split(".")[0]) as self.import_messages:
+                try:
+                    self._module = importlib.import_module(self.module_name)
+                except Exception as exc:  # ImportError, or a broken install raising at import
+                    self._import_error = f"{self.module_name} is not importable ({type(exc).__name__}: {exc})"
         return self._module
 
     def version(self) -> str:
