@@ -74,7 +74,7 @@ def spec_error(spec: str) -> str | None:
     hint = closest_builtin(base)
     did = f"; did you mean {hint}?" if hint else ""
     return (f"unknown adapter {spec!r}: not a built-in name ({', '.join(builtin_names())}, all) "
-            f"nor module:attr{did}")
+            f"nor module:attr or path/to/file.py:attr{did}")
 
 
 def entry_point_names(base: str) -> list[str]:
