@@ -35,6 +35,12 @@ request (``qo_len`` / ``kv_len``), the top-left cases it cannot say are declined
 FP8 KV cache (§10, per-tensor scales): K and V as FP8 codes with ``k_scale`` / ``v_scale``, Q's codes in float16
 with its descale folded into ``sm_scale`` (``q_scale`` where the call takes one).
 
+Limits of the library written where they are known: the decode kernels' GQA group sizes (`DECODE_GROUPS`); a
+sequence with queries and no keys is not handed to a single-request function (`NO_KEYS`); FlashInfer's FA2 single
+prefill (its pick for FP8 K/V under a 16-bit query and for head dims its FA3 kernels lack) refuses causal with
+kv_len < qo_len, asked at run time from FlashInfer's own backend choice (`FlashInfer.library_reason`). Sinks through
+``BatchPrefillWithPagedKVCacheWrapper.run(sinks=)`` are claimed as its documentation states them, on every backend.
+
 LSE (§12, §21): what FlashInfer returns, base 2 (``log2 sum 2^(s log2 e)``), ``[total_q, Hq]`` (``NH``): declared
 as ``Capabilities.lse_base = "2"``, ``lse_layout = "total_h"``; the judge converts (x ln 2). Rows with no visible key:
 -inf (declared; anything else is judged). With sinks the LSE includes the sink.
@@ -59,7 +65,13 @@ import numpy as np
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters._torch_common import torch
-from attention_conformance.adapters.base import Capabilities, CaseInputs, Exclusion, ForwardOutput
+from attention_conformance.adapters.base import (
+    Capabilities,
+    CaseInputs,
+    Exclusion,
+    ForwardOutput,
+    same_mask_either_alignment,
+)
 from attention_conformance.adapters.spelling import (
     LibraryAdapter,
     first_claim,
@@ -212,11 +224,38 @@ NEEDS_SINKS = Exclusion("BatchAttentionWithAttentionSinkWrapper always adds its 
                         "variant): cases without sinks go through flashinfer@paged_prefill", lambda c: c.sinks is None)
 
 
+#: the GQA group sizes FlashInfer's decode kernels instantiate (include/flashinfer/utils.cuh
+#: ``DISPATCH_GQA_GROUP_SIZE``; any other raises "Unsupported group_size")
+DECODE_GROUP_SIZES = frozenset({1, 2, 3, 4, 6, 8, 16})
+DECODE_GROUPS = Exclusion("FlashInfer's decode kernels take GQA group sizes (Hq / Hkv) 1, 2, 3, 4, 6, 8 and 16 only "
+                          "(\"Unsupported group_size\": include/flashinfer/utils.cuh, DISPATCH_GQA_GROUP_SIZE)",
+                          lambda c: c.Hq // c.Hkv not in DECODE_GROUP_SIZES)
+
+
+def _request_without_keys(case: Case) -> bool:
+    sq, sk = sequence_lengths(case)
+    return any(q > 0 and k == 0 for q, k in zip(sq, sk, strict=True))
+
+
+NO_KEYS = Exclusion("a sequence with queries and no keys: the single-request functions are called once per sequence, "
+                    "and a call with kv_len = 0 is one no caller makes (the batch wrappers, which take empty "
+                    "requests, say these cases: flashinfer@ragged_prefill, @paged_prefill)", _request_without_keys)
+
+
+#: the run-time check `FlashInfer.library_reason` makes (the declaration cannot: it depends on the backend FlashInfer
+#: picks on the device)
+SINGLE_PREFILL_CHECK = ("FlashInfer's backend choice (flashinfer.utils.determine_attention_backend): its FA2 single "
+                        "prefill refuses causal with kv_len < qo_len")
+
+
 def _exclusions(sp: Spelling) -> tuple[Exclusion, ...]:
     out = [RIGHT_BOUND if sp.masks == "flags" else SHARED_MASK]
+    if sp.kind in ("single_prefill", "single_decode", "merge"):
+        out.append(NO_KEYS)
     if sp.decode:
         out.append(Exclusion(f"{sp.call} computes one query row per sequence (decode): Lq must be 1",
                              lambda c: c.Lq != 1))
+        out.append(DECODE_GROUPS)
     if sp.kind == "sink":
         out.append(NEEDS_SINKS)
     return tuple(out)
@@ -235,6 +274,7 @@ def spelling_capabilities(sp: Spelling, lib: LibrarySupport) -> Capabilities:
         fp8_formats=lib.fp8_formats if sp.fp8 else frozenset(),
         sinks=sp.sinks, chunk=custom, memory=None if custom else "linear",  # a custom mask is an O(N^2) input
         excludes=_exclusions(sp),
+        library_check=SINGLE_PREFILL_CHECK if sp.kind == "single_prefill" and not custom else None,
     )
 
 
@@ -242,7 +282,7 @@ def native_window(case: Case) -> int:
     """``window_left`` for `case` (-1: unbounded); ValueError when the flags cannot say the case's window."""
     if case.window is None:
         return -1
-    if case.alignment != "bottom_right":
+    if case.alignment != "bottom_right" and not same_mask_either_alignment(case):
         raise ValueError("FlashInfer's window_left counts from the bottom-right diagonal; a top-left window with "
                          "Lq != Lk (or unequal sequence lengths) is not expressible")
     if _right_bound_unsaid(case):
@@ -340,6 +380,38 @@ class FlashInfer(LibraryAdapter):
             return f"{self.name} ({SPELLINGS[self.entry_point].call}) cannot express this case: " \
                    f"{reasons[self.entry_point]}"
         return "no FlashInfer entry point expresses this case: " + "; ".join(f"{e}: {r}" for e, r in reasons.items())
+
+    def library_reason(self, case: Case, device: str) -> str | None:
+        """FlashInfer's own refusal of a claimed case: its FA2 single prefill (the backend it picks for a custom mask,
+        for FP8 K/V under a 16-bit query, and for head dims its FA3 kernels lack) raises on causal with kv_len <
+        qo_len, where its FA3 kernel computes the empty rows; the backend is FlashInfer's own choice
+        (``flashinfer.utils.determine_attention_backend``, as ``single_prefill_with_kv_cache`` makes it)."""
+        entry, form, _ = self._pick(case)
+        if entry is None or SPELLINGS[entry].kind != "single_prefill" or SPELLINGS[entry].masks != "flags" \
+                or not form.causal:
+            return None
+        sq, sk = sequence_lengths(form)
+        if not any(k < q for q, k in zip(sq, sk, strict=True) if q):
+            return None
+        if self._single_prefill_backend(form, device) != "fa2":
+            return None
+        return ("FlashInfer's single_prefill_with_kv_cache picks its FA2 kernel here, which refuses causal with fewer "
+                "keys than queries: \"When mask_mode is set to MaskMode::kCausal, kv_len must be greater than or "
+                "equal to qo_len\" (include/flashinfer/attention/prefill.cuh)")
+
+    def _single_prefill_backend(self, case: Case, device: str) -> str | None:
+        """The backend ``single_prefill_with_kv_cache(backend="auto")`` picks for `case`'s dtypes and head dims on
+        `device` (None when FlashInfer cannot say)."""
+        try:
+            utils = importlib.import_module(self.module_name + ".utils")
+            if case.fp8 is not None:
+                dtype_q, dtype_kv = torch.float16, tc.torch_dtype("float8_" + case.fp8.format)
+            else:
+                dtype_q = dtype_kv = tc.torch_dtype(case.dtype)
+            return utils.determine_attention_backend(torch.device(device), utils.PosEncodingMode.NONE.value, False,
+                                                     False, dtype_q, dtype_kv, head_dim_qk=case.d, head_dim_vo=case.dv)
+        except Exception:  # an older or newer FlashInfer without this helper: let the call answer
+            return None
 
     def _pick(self, case: Case) -> tuple[str | None, Case, dict[str, str]]:
         """(the spelling this call uses, the equivalent form of the case it expresses, {}) or (None, case, each tried

@@ -108,9 +108,10 @@ def mask_varies_over_heads(case: Case) -> bool:
 
 def union_capabilities(caps: Iterable[Capabilities], unclaimed: Exclusion | None = None) -> Capabilities:
     """A capability set claiming what any of `caps` claims (a per-case adapter picks, per case, a spelling that
-    can): sets joined, flags or-ed, head-dim bounds widened; a field the spellings disagree on is left at None where
-    None means "no claim" (``memory``), otherwise ValueError. The spellings' exclusions do not carry over: the one
-    exclusion of the union is `unclaimed`, the combinations no spelling expresses."""
+    can): sets joined, flags or-ed, head-dim bounds widened, the spellings' run-time library checks named together; a
+    field the spellings disagree on is left at None where None means "no claim" (``memory``), otherwise ValueError.
+    The spellings' exclusions do not carry over: the one exclusion of the union is `unclaimed`, the combinations no
+    spelling expresses."""
     caps = list(caps)
     if not caps:
         raise ValueError("union_capabilities of no capability sets")
@@ -119,6 +120,8 @@ def union_capabilities(caps: Iterable[Capabilities], unclaimed: Exclusion | None
         values = [getattr(c, f.name) for c in caps]
         if f.name == "excludes":
             merged[f.name] = (unclaimed,) if unclaimed is not None else ()
+        elif f.name == "library_check":  # a run-time check of any spelling may decline what the union claims
+            merged[f.name] = "; ".join(dict.fromkeys(v for v in values if v)) or None
         elif f.name in ("head_dims", "max_head_dim") and any(v is None for v in values):
             merged[f.name] = None  # one spelling takes any head dim (up to any bound)
         elif f.name == "max_head_dim":

@@ -393,3 +393,62 @@ def test_the_declaration_and_supports_agree(stand_in, entry):
         assert declared == (adapter.supports(case, "cuda") is None) or (not declared and any(
             capability_reason(adapter.capabilities, form, "cuda") is None for form in equivalent_cases(case))), \
             (adapter.name, case.id, adapter.supports(case, "cuda"))
+
+
+def test_a_square_top_left_window_goes_through_the_flags(stand_in):
+    """Square and unpadded, top-left and bottom-right windows are one mask (SEMANTICS.md §4, §5): the flags spellings
+    claim the case and make the call (before: claimed, then the translation raised, a HARNESS_ERROR)."""
+    lib = stand_in()
+    case = Case("window", 1, 2, 2, 70, 70, 64, 64, window=(3, None), alignment="top_left", seed=5)
+    for entry in (None, "single_prefill", "ragged_prefill", "paged_prefill"):
+        lib.calls.clear()
+        runner, la = _runner(fi.FlashInfer(entry))
+        r = runner.run_case(la, case)
+        assert r.outcome == PASS, (entry, r.outcome, r.message[:400])
+        assert all(kw.get("window_left", kw.get("init", {}).get("window_left")) == 3 for _, kw in lib.calls), entry
+
+
+def test_per_request_spellings_decline_a_sequence_without_keys(stand_in):
+    stand_in()
+    case = Case("masked_rows", 2, 2, 2, 16, 24, 64, 64, seqlens_k=(24, 0))
+    for entry in ("single_prefill", "single_prefill_hnd", "custom_mask", "merge_state", "merge_states"):
+        reason = fi.FlashInfer(entry).supports(case, "cuda")
+        assert reason and "no keys" in reason, (entry, reason)
+    assert fi.FlashInfer("ragged_prefill").supports(case, "cuda") is None
+    assert fi.FlashInfer().supports(case, "cuda") is None  # the per-case adapter takes the ragged wrapper
+
+
+def test_decode_declines_group_sizes_its_kernels_lack(stand_in):
+    stand_in()
+    one_row = Case("decoding", 1, 10, 2, 1, 40, 64, 64)  # group size 5
+    for entry in ("single_decode", "paged_decode"):
+        assert "group sizes" in fi.FlashInfer(entry).supports(one_row, "cuda"), entry
+        assert fi.FlashInfer(entry).supports(one_row.replace(Hq=12, Hkv=2), "cuda") is None  # 6
+    assert fi.FlashInfer().supports(one_row, "cuda") is None  # prefill says it
+
+
+@pytest.mark.parametrize("backend,declined", [("fa2", True), ("fa3", False)])
+def test_single_prefill_asks_the_backend_flashinfer_picks(stand_in, monkeypatch, backend, declined):
+    """FlashInfer's FA2 single prefill raises on causal with kv_len < qo_len (its FA3 kernel computes the empty
+    rows): the adapter asks FlashInfer's own backend choice and declines in its words where FA2 would run."""
+    stand_in()
+    asked = []
+    utils = types.ModuleType("flashinfer.utils")
+    utils.PosEncodingMode = types.SimpleNamespace(NONE=types.SimpleNamespace(value=0))
+
+    def determine_attention_backend(device, pos, fp16_qk, custom_mask, dtype_q, dtype_kv, *, head_dim_qk, head_dim_vo):
+        asked.append((custom_mask, dtype_q, dtype_kv, head_dim_qk, head_dim_vo))
+        return backend
+
+    utils.determine_attention_backend = determine_attention_backend
+    monkeypatch.setitem(sys.modules, "flashinfer.utils", utils)
+    more_queries = Case("causal_alignment", 1, 2, 2, 64, 17, 64, 64, causal=True)
+    adapter = fi.FlashInfer("single_prefill")
+    reason = adapter.supports(more_queries, "cuda")
+    assert (reason is not None and "kv_len must be greater than or equal to qo_len" in reason) == declined, reason
+    assert asked and asked[0][0] is False and asked[0][3:] == (64, 64)
+    assert adapter.supports(more_queries.replace(Lk=80), "cuda") is None  # as many keys as queries: no question
+    assert adapter.supports(more_queries.replace(causal=False), "cuda") is None
+    assert adapter.capabilities.library_check and fi.FlashInfer().capabilities.library_check  # declared, so the
+    # property suite rejects such a draw instead of failing the declaration
+    assert fi.FlashInfer("ragged_prefill").capabilities.library_check is None
