@@ -71,6 +71,8 @@ def equivalent_cases(case: Case) -> list[Case]:
 
     - every sequence square: top-left and bottom-right alignment are one mask (causal and windows);
     - a window whose right bound is 0 is causal already: causal with that window is the same mask;
+    - under causal a window's right bound (any r >= 0) hides nothing causal does not: the window without it (no
+      window at all when it has no left bound) is the same mask;
     - a causal mask that hides no key (one query row per sequence bottom-right, one key top-left) is no mask, and
       no mask is such a causal mask.
     """
@@ -80,6 +82,8 @@ def equivalent_cases(case: Case) -> list[Case]:
         out.append(case.replace(alignment="top_left" if case.alignment == "bottom_right" else "bottom_right"))
     if not case.causal and case.window is not None and case.window[1] == 0:
         out.append(case.replace(causal=True))
+    if case.causal and case.window is not None and case.window[1] is not None:
+        out.append(case.replace(window=None if case.window[0] is None else (case.window[0], None)))
     if case.causal and causal_hides_nothing(case, case.alignment):
         window = None if case.window is None else (case.window[0], None)  # right = 0 is vacuous there too
         out.append(case.replace(causal=False, window=window))
