@@ -13,7 +13,8 @@ mask_mod / score_mod clauses as `conformance.adapters.torch_flex.flex_mods` buil
 ``supports`` (or, without the device, its ``claim_reason``: `claim_reason`).
 
 Families: ``torch-sdpa-{math,flash,efficient,cudnn}``, ``flash-attn-2``, ``flash-attn-3``, ``flash-attn-4`` (each
-with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``, and a plain SDPA-signature function given as
+with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``, ``flashinfer`` (each spelling;
+`conformance.reproduce.flashinfer_calls`), and a plain SDPA-signature function given as
 ``module:attr`` or ``path/to/file.py:attr`` (the file imports it as the harness did and makes the adapter's call,
 conformance/adapters/third_party.py). Not written (`UnwritableCase`): the project's own kernels (``cuda-*``,
 ``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway) and adapter objects
@@ -638,6 +639,17 @@ def _cudnn_fp8(adapter, spec: str, case: Case, device: str, inputs: CaseInputs) 
         versions=_versions(versions, "cuda", ("import cudnn",)))
 
 
+def _later(module: str, name: str) -> Callable[..., CallPlan]:
+    """The plan `name` of ``conformance.reproduce.<module>`` (a library's plan of its own; imported when first used:
+    that module imports this one)."""
+    def plan(*args: object) -> CallPlan:
+        import importlib
+
+        return getattr(importlib.import_module(f"attention_conformance.reproduce.{module}"), name)(*args)
+
+    return plan
+
+
 @dataclass(frozen=True)
 class Family:
     """How the writer handles one adapter family: its plan, the devices it writes for, and what a file written without
@@ -663,6 +675,7 @@ FAMILIES: dict[str, Family] = {
     "flash-attn-4": Family(_flash_attn, ("cuda",)),
     "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), "cuDNN's check_support"),
     FUNCTION_FAMILY: Family(_sdpa_function, ("cpu", "cuda"), "the function's probes"),
+    "flashinfer": Family(_later("flashinfer_calls", "flashinfer_plan"), ("cuda",), "FlashInfer's backend choice"),
 }
 
 

@@ -452,3 +452,107 @@ def test_single_prefill_asks_the_backend_flashinfer_picks(stand_in, monkeypatch,
     assert adapter.capabilities.library_check and fi.FlashInfer().capabilities.library_check  # declared, so the
     # property suite rejects such a draw instead of failing the declaration
     assert fi.FlashInfer("ragged_prefill").capabilities.library_check is None
+
+
+# -- the standalone repro file (conformance/reproduce/flashinfer_calls.py) -----------------------------------------
+def _standalone_module(case: Case, spec: str):
+    """The file `repro --standalone` writes for (case, spec), loaded as a module and pointed at the CPU (the
+    stand-in flashinfer in sys.modules is what its ``import flashinfer`` finds)."""
+    from attention_conformance.reproduce.standalone import standalone
+
+    text = standalone(case, spec, "cuda")
+    mod = types.ModuleType("standalone_repro")
+    exec(compile(text, "standalone_repro.py", "exec"), mod.__dict__)
+    mod.DEVICE = "cpu"
+    mod.cannot_run_here = lambda: None
+    mod.versions = lambda: "stand-in"
+    return mod, text
+
+
+def _file_status(mod) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = mod.main()
+    return rc, out.getvalue()
+
+
+def _standalone_pairs():
+    """Per spelling (and the per-case adapter), up to two small claimed cases of different families: those of its
+    mutants, paged storage and FP8 first."""
+    pairs = []
+    for entry in (None, *fi.SPELLINGS):
+        lib, aot = make_flashinfer()
+        saved = {n: sys.modules.get(n) for n in ("flashinfer", "flashinfer.aot")}
+        sys.modules.update({"flashinfer": lib, "flashinfer.aot": aot})
+        try:
+            adapter, seen = fi.FlashInfer(entry), set()
+            first = {f for m, (e, f) in MUTANTS.items() if e == entry} | {"paged", "fp8"}  # mutants, pools, scales
+            for case in sorted(CASES, key=lambda c: c.family not in first):
+                if case.family in seen or case.kv_append is not None or (
+                        case.fp8 is not None and case.fp8.granularity != "per_tensor"):
+                    continue
+                if capability_reason(adapter.capabilities, case, "cuda") is None and adapter.claim_reason(
+                        case, "cuda") is None:
+                    pairs.append((entry, case))
+                    seen.add(case.family)
+                if len(seen) == 2:
+                    break
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+    return pairs
+
+
+STANDALONE = _standalone_pairs()
+
+
+@pytest.mark.parametrize("entry,case", STANDALONE, ids=[f"{e or 'auto'}-{c.id}" for e, c in STANDALONE])
+def test_the_standalone_file_makes_the_adapters_call(stand_in, entry, case):
+    """The file's call, run against the stand-in, says what the harness says through the adapter: exit 0 where the
+    adapter's call PASSes; and against a stand-in missing a semantic (sinks, page tails, windows, the LSE base) it
+    fails where the adapter's call FAILs. It imports nothing from this package."""
+    spec = "flashinfer" + (f"@{entry}" if entry else "")
+    lib = stand_in()
+    runner, la = _runner(fi.FlashInfer(entry))
+    verdict = runner.run_case(la, case)
+    mod, text = _standalone_module(case, spec)
+    assert "attention_conformance" not in text.split('"""', 2)[2].replace("attention-conformance", "")
+    rc, said = _file_status(mod)
+    assert rc == (1 if verdict.outcome in (FAIL, FINDING) else 0), (verdict.outcome, verdict.message[:300], said)
+    assert lib.calls, "the file made no call"
+    for mutant, (_, family) in MUTANTS.items():
+        if family != case.family:
+            continue
+        lib = stand_in(mutant=mutant)
+        runner, la = _runner(fi.FlashInfer(entry))
+        verdict = runner.run_case(la, case)
+        mod, _ = _standalone_module(case, spec)
+        rc, said = _file_status(mod)
+        assert rc == (1 if verdict.outcome in (FAIL, FINDING) else 0), (mutant, verdict.outcome, said)
+
+
+def test_standalone_files_cover_every_spelling_and_lint_clean(stand_in, tmp_path):
+    import importlib.util
+    import subprocess
+
+    assert {e for e, _ in STANDALONE} == {None, *fi.SPELLINGS}
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed (the lint extra)")
+    stand_in()
+    from attention_conformance.reproduce.standalone import standalone
+
+    paths = []
+    for entry, case in STANDALONE:
+        path = tmp_path / f"{entry or 'auto'}-{case.id}.py"
+        path.write_text(standalone(case, "flashinfer" + (f"@{entry}" if entry else ""), "cuda"))
+        paths.append(str(path))
+    root = __file__.rsplit("/tests/", 1)[0]
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", f"{root}/pyproject.toml",
+                        *paths], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
