@@ -13,12 +13,12 @@ mask_mod / score_mod clauses as `conformance.adapters.torch_flex.flex_mods` buil
 ``supports`` (or, without the device, its ``claim_reason``: `claim_reason`).
 
 Families: ``torch-sdpa-{math,flash,efficient,cudnn}``, ``flash-attn-2``, ``flash-attn-3``, ``flash-attn-4`` (each
-with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``, ``flashinfer`` (each spelling;
-`conformance.reproduce.flashinfer_calls`), and a plain SDPA-signature function given as
-``module:attr`` or ``path/to/file.py:attr`` (the file imports it as the harness did and makes the adapter's call,
-conformance/adapters/third_party.py). Not written (`UnwritableCase`): the project's own kernels (``cuda-*``,
-``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway) and adapter objects
-given as ``module:attr`` (their call is their own code).
+with its ``@ENTRY`` spellings), ``torch-flex``, ``cudnn-fp8``, ``flashinfer`` and ``xformers`` (each spelling;
+`conformance.reproduce.flashinfer_calls`, `conformance.reproduce.xformers_calls`), and a plain SDPA-signature
+function given as ``module:attr`` or ``path/to/file.py:attr`` (the file imports it as the harness did and makes the
+adapter's call, conformance/adapters/third_party.py). Not written (`UnwritableCase`): the project's own kernels
+(``cuda-*``, ``reference-*``: the plain ``repro`` snippet reproduces them, they need this package anyway) and adapter
+objects given as ``module:attr`` (their call is their own code).
 """
 
 from __future__ import annotations
@@ -676,6 +676,7 @@ FAMILIES: dict[str, Family] = {
     "cudnn-fp8": Family(_cudnn_fp8, ("cuda",), "cuDNN's check_support"),
     FUNCTION_FAMILY: Family(_sdpa_function, ("cpu", "cuda"), "the function's probes"),
     "flashinfer": Family(_later("flashinfer_calls", "flashinfer_plan"), ("cuda",), "FlashInfer's backend choice"),
+    "xformers": Family(_later("xformers_calls", "xformers_plan"), ("cuda",), "xformers' dispatcher"),
 }
 
 

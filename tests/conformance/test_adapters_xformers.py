@@ -537,3 +537,99 @@ def test_the_declaration_and_claim_reason_agree(stand_in, entry):
         assert declared == claimed or (claimed and any(
             capability_reason(adapter.capabilities, form, "cuda") is None for form in equivalent_cases(case))), \
             (adapter.name, case.id, adapter.claim_reason(case, "cuda"))
+
+
+# -- the standalone repro file (conformance/reproduce/xformers_calls.py) -------------------------------------------
+def _standalone_module(case: Case, spec: str, monkeypatch):
+    """The file `repro --standalone` writes for (case, spec) as on a machine without CUDA (the bias spelling from the
+    declarations), loaded and pointed at the CPU, where ``import xformers.ops.fmha`` finds the stand-in."""
+    from attention_conformance.reproduce.standalone import standalone
+
+    with monkeypatch.context() as m:
+        m.setattr(tc, "cuda_unavailable_reason", lambda *a, **k: "no CUDA device where the file is written")
+        text = standalone(case, spec, "cuda")
+    mod = types.ModuleType("standalone_repro")
+    exec(compile(text, "standalone_repro.py", "exec"), mod.__dict__)
+    mod.DEVICE = "cpu"
+    mod.cannot_run_here = lambda: None
+    mod.versions = lambda: "stand-in"
+    return mod, text
+
+
+def _file_status(mod) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = mod.main()
+    return rc, out.getvalue()
+
+
+def _standalone_pairs():
+    """Per spelling (and the per-case adapter), up to two small cases it claims by its declarations: those of its
+    mutants, packed sequences, GQA and the backward first."""
+    fmha, modules = make_xformers()
+    saved = {n: sys.modules.get(n) for n in modules}
+    sys.modules.update(modules)
+    pairs = []
+    try:
+        for entry in (None, *xf.ENTRY_POINTS):
+            adapter, seen = xf.Xformers(entry), set()
+            first = {f for m, (e, f) in MUTANTS.items() if e == entry} | {"varlen", "gqa", "backward"}
+            for case in sorted(CASES, key=lambda c: c.family not in first):
+                if case.family not in seen and adapter.claim_reason(case, "cuda") is None:
+                    pairs.append((entry, case))
+                    seen.add(case.family)
+                if len(seen) == 2:
+                    break
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        _Bias.mutant = None
+    return pairs
+
+
+STANDALONE = _standalone_pairs()
+
+
+@pytest.mark.parametrize("entry,case", STANDALONE, ids=[f"{e or 'auto'}-{c.id}" for e, c in STANDALONE])
+def test_the_standalone_file_makes_the_adapters_call(stand_in, monkeypatch, entry, case):
+    """The file's call, run against the stand-in, says what the harness says through the adapter (exit 0 where it
+    PASSes, 1 where it FAILs, 2 where xformers declines), with and without a dropped semantic (top-left alignment,
+    padded keys' lengths, the tensor bias); it imports nothing from this package."""
+    spec = "xformers" + (f"@{entry}" if entry else "")
+    for mutant in (None, *(m for m, (e, f) in MUTANTS.items() if f == case.family)):
+        fmha = stand_in(mutant)
+        runner, la = _runner(xf.Xformers(entry))
+        verdict = runner.run_case(la, case)
+        mod, text = _standalone_module(case, spec, monkeypatch)
+        assert "attention_conformance" not in text.split('"""', 2)[2].replace("attention-conformance", "")
+        fmha.calls.clear()
+        rc, said = _file_status(mod)
+        want = 2 if verdict.outcome == NOT_SUPPORTED else 1 if verdict.outcome in (FAIL, FINDING) else 0
+        assert rc == want, (mutant, verdict.outcome, verdict.message[:300], said[-600:])
+        assert fmha.calls or rc == 2, "the file made no call"
+
+
+def test_standalone_files_cover_every_spelling_and_lint_clean(stand_in, monkeypatch, tmp_path):
+    import importlib.util
+    import subprocess
+
+    assert {e for e, _ in STANDALONE} >= {None, *xf.ENTRY_POINTS} - {"flash3"}  # flash3: not built, claims nothing
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed (the lint extra)")
+    stand_in()
+    paths = []
+    for entry, case in STANDALONE:
+        _, text = _standalone_module(case, "xformers" + (f"@{entry}" if entry else ""), monkeypatch)
+        path = tmp_path / f"{entry or 'auto'}-{case.id}.py"
+        path.write_text(text)
+        paths.append(str(path))
+    root = __file__.rsplit("/tests/", 1)[0]
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", f"{root}/pyproject.toml",
+                        *paths], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
