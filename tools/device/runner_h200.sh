@@ -118,6 +118,7 @@ spellings() {
 #   B  tox -e gpu
 #   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers; installed here from the carried vendor
 #      folder, parked in /tmp/park/fi-xf by the session stage)
+#   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
 #   D  the benchmarks, then ncu
 session_pipeline() {
     local d=/tmp/session fx
@@ -142,6 +143,10 @@ print(' '.join(e('flashinfer') + e('xformers')))")
             bash tools/device/fi_xf.sh run $d/cli_fi_xf flashinfer xformers $fx &
     fi
     wait
+    # the smallest failures' standalone repro files, written here where FlashInfer and the device are (CPU only)
+    # shellcheck disable=SC2046
+    step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
+        $(for r in cli_all cli_variants cli_fi_xf; do [ -d $d/$r ] && echo $d/$r; done) --out $d/repros
     benches $d
     ncu_d64 $d
     echo done >> $d/steps
@@ -235,6 +240,7 @@ session-collect)
         mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
         gzip -f "$OUT/session/$d/report.json" 2>/dev/null
     done
+    if [ -d /tmp/session/repros ]; then mkdir -p "$OUT/session/repros" && cp /tmp/session/repros/* "$OUT/session/repros/"; fi
     gzip -f "$OUT/session/gpu_junit.xml" 2>/dev/null; true ;;
 val-collect)
     wait_for /tmp/val
