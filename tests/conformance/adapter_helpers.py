@@ -12,7 +12,8 @@ from attention_conformance import oracles
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import make_inputs
 
-__all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "in_process_runner", "reference", "small_cases"]
+__all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "file_status", "in_process_runner", "reference",
+           "small_cases", "standalone_on_cpu"]
 
 BOUND = {"float64": 1e-12, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
@@ -100,3 +101,27 @@ def in_process_runner(adapter, cache=None):
     if cache is not None:
         runner.cache = cache
     return runner, la
+
+
+def standalone_on_cpu(text: str):
+    """A standalone repro file's text (`conformance.reproduce.standalone`) loaded as a module and pointed at the CPU,
+    its preflight and versions stubbed: a stand-in library in ``sys.modules`` is what its imports find."""
+    import types
+
+    mod = types.ModuleType("standalone_repro")
+    exec(compile(text, "standalone_repro.py", "exec"), mod.__dict__)
+    mod.DEVICE = "cpu"
+    mod.cannot_run_here = lambda: None
+    mod.versions = lambda: "stand-in"
+    return mod
+
+
+def file_status(mod) -> tuple[int, str]:
+    """(exit status of the file's ``main()``, what it printed)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = mod.main()
+    return rc, out.getvalue()

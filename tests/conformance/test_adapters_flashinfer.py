@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 import pytest
-from adapter_helpers import in_process_runner, small_cases
+from adapter_helpers import file_status, in_process_runner, small_cases, standalone_on_cpu
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
@@ -456,27 +456,11 @@ def test_single_prefill_asks_the_backend_flashinfer_picks(stand_in, monkeypatch,
 
 # -- the standalone repro file (conformance/reproduce/flashinfer_calls.py) -----------------------------------------
 def _standalone_module(case: Case, spec: str):
-    """The file `repro --standalone` writes for (case, spec), loaded as a module and pointed at the CPU (the
-    stand-in flashinfer in sys.modules is what its ``import flashinfer`` finds)."""
+    """The file `repro --standalone` writes for (case, spec), on the CPU (``import flashinfer`` finds the stand-in)."""
     from attention_conformance.reproduce.standalone import standalone
 
     text = standalone(case, spec, "cuda")
-    mod = types.ModuleType("standalone_repro")
-    exec(compile(text, "standalone_repro.py", "exec"), mod.__dict__)
-    mod.DEVICE = "cpu"
-    mod.cannot_run_here = lambda: None
-    mod.versions = lambda: "stand-in"
-    return mod, text
-
-
-def _file_status(mod) -> tuple[int, str]:
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        rc = mod.main()
-    return rc, out.getvalue()
+    return standalone_on_cpu(text), text
 
 
 def _standalone_pairs():
@@ -523,7 +507,7 @@ def test_the_standalone_file_makes_the_adapters_call(stand_in, entry, case):
     verdict = runner.run_case(la, case)
     mod, text = _standalone_module(case, spec)
     assert "attention_conformance" not in text.split('"""', 2)[2].replace("attention-conformance", "")
-    rc, said = _file_status(mod)
+    rc, said = file_status(mod)
     assert rc == (1 if verdict.outcome in (FAIL, FINDING) else 0), (verdict.outcome, verdict.message[:300], said)
     assert lib.calls, "the file made no call"
     for mutant, (_, family) in MUTANTS.items():
@@ -533,7 +517,7 @@ def test_the_standalone_file_makes_the_adapters_call(stand_in, entry, case):
         runner, la = _runner(fi.FlashInfer(entry))
         verdict = runner.run_case(la, case)
         mod, _ = _standalone_module(case, spec)
-        rc, said = _file_status(mod)
+        rc, said = file_status(mod)
         assert rc == (1 if verdict.outcome in (FAIL, FINDING) else 0), (mutant, verdict.outcome, said)
 
 

@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 
 import pytest
-from adapter_helpers import in_process_runner, small_cases
+from adapter_helpers import file_status, in_process_runner, small_cases, standalone_on_cpu
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import xformers as xf
@@ -542,28 +542,13 @@ def test_the_declaration_and_claim_reason_agree(stand_in, entry):
 # -- the standalone repro file (conformance/reproduce/xformers_calls.py) -------------------------------------------
 def _standalone_module(case: Case, spec: str, monkeypatch):
     """The file `repro --standalone` writes for (case, spec) as on a machine without CUDA (the bias spelling from the
-    declarations), loaded and pointed at the CPU, where ``import xformers.ops.fmha`` finds the stand-in."""
+    declarations), on the CPU (``import xformers.ops.fmha`` finds the stand-in)."""
     from attention_conformance.reproduce.standalone import standalone
 
     with monkeypatch.context() as m:
         m.setattr(tc, "cuda_unavailable_reason", lambda *a, **k: "no CUDA device where the file is written")
         text = standalone(case, spec, "cuda")
-    mod = types.ModuleType("standalone_repro")
-    exec(compile(text, "standalone_repro.py", "exec"), mod.__dict__)
-    mod.DEVICE = "cpu"
-    mod.cannot_run_here = lambda: None
-    mod.versions = lambda: "stand-in"
-    return mod, text
-
-
-def _file_status(mod) -> tuple[int, str]:
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        rc = mod.main()
-    return rc, out.getvalue()
+    return standalone_on_cpu(text), text
 
 
 def _standalone_pairs():
@@ -609,7 +594,7 @@ def test_the_standalone_file_makes_the_adapters_call(stand_in, monkeypatch, entr
         mod, text = _standalone_module(case, spec, monkeypatch)
         assert "attention_conformance" not in text.split('"""', 2)[2].replace("attention-conformance", "")
         fmha.calls.clear()
-        rc, said = _file_status(mod)
+        rc, said = file_status(mod)
         want = 2 if verdict.outcome == NOT_SUPPORTED else 1 if verdict.outcome in (FAIL, FINDING) else 0
         assert rc == want, (mutant, verdict.outcome, verdict.message[:300], said[-600:])
         assert fmha.calls or rc == 2, "the file made no call"
