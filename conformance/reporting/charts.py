@@ -7,7 +7,8 @@ Per adapter:
   by outcome, with the bound (usage 1) drawn; cases with NaN/Inf where the oracle is finite sit in a
   band above the plot, NOT_SUPPORTED cases in a grey band below it, apart from the measured ones;
 - a heat map of the worst usage over (Lq, Lk), lengths grouped in powers of four (``1k-4k`` is
-  1024 < L <= 4096), red where a case failed (FAILING outcomes only), dark grey where a failure is expected (KNOWN).
+  1024 < L <= 4096), white to blue up to the bound, red where a case failed (FAILING outcomes only), dark grey
+  where a failure is expected (KNOWN).
 
 And, when benchmark JSON is given (``reports/benchmarks/*.json``: records with ``N``, ``d`` and
 ``*_tflops`` keys), TFLOPs/s against N per head dim for every kernel timed, one panel per
@@ -151,10 +152,10 @@ def _heatmap(adapter: str, rows: list[tuple[int, dict]]) -> str:
     qs = sorted({k[0] for k in keys})
     ks = sorted({k[1] for k in keys})
     cw, ch, left, top = 46, 20, 70, 40
-    w, h = max(left + cw * len(ks) + 10, 300), top + ch * len(qs) + 44
+    w, h = max(left + cw * len(ks) + 10, 430), top + ch * len(qs) + 44
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" {_FONT} role="img" '
            f'aria-label="worst usage over (Lq, Lk), {_e(adapter)}">',
-           f'<text x="{left}" y="12">worst usage over (Lq, Lk) groups;</text>'
+           f'<text x="{left}" y="12">worst usage by (Lq, Lk): white to blue up to the bound;</text>'
            f'<text x="{left}" y="26">red: a case failed; dark grey: an expected (KNOWN) failure</text>',
            f'<text x="{left + cw * len(ks) / 2}" y="{h - 6}" text-anchor="middle">Lk</text>',
            f'<text x="12" y="{top + ch * len(qs) / 2}" transform="rotate(-90 12 {top + ch * len(qs) / 2})" '
