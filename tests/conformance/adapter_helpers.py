@@ -6,6 +6,8 @@ dtype's roundoff times the O(1) output magnitude; the engine's real policy is co
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from attention_conformance import oracles
@@ -13,7 +15,7 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import make_inputs
 
 __all__ = ["BOUND", "real_rows", "check_forward", "check_backward", "file_status", "in_process_runner", "reference",
-           "small_cases", "standalone_on_cpu"]
+           "installed", "small_cases", "spread_pairs", "standalone_on_cpu"]
 
 BOUND = {"float64": 1e-12, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
@@ -125,3 +127,36 @@ def file_status(mod) -> tuple[int, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         rc = mod.main()
     return rc, out.getvalue()
+
+
+@contextlib.contextmanager
+def installed(modules: dict):
+    """`modules` ({name: module}) in ``sys.modules`` for the block, what was there before restored after it (for
+    work done at collection time, where pytest's monkeypatch is not available)."""
+    import sys
+
+    saved = {n: sys.modules.get(n) for n in modules}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def spread_pairs(entries, adapter_for, cases, first, claims, per_entry: int = 2) -> list:
+    """(entry, case) pairs: for each entry point, up to `per_entry` cases of different families that
+    ``claims(adapter, case)`` accepts, the families in ``first(entry)`` tried first."""
+    pairs = []
+    for entry in entries:
+        adapter, seen, wanted = adapter_for(entry), set(), first(entry)
+        for case in sorted(cases, key=lambda c: c.family not in wanted):
+            if case.family not in seen and claims(adapter, case):
+                pairs.append((entry, case))
+                seen.add(case.family)
+            if len(seen) == per_entry:
+                break
+    return pairs

@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 import pytest
-from adapter_helpers import file_status, in_process_runner, small_cases, standalone_on_cpu
+from adapter_helpers import file_status, in_process_runner, installed, small_cases, spread_pairs, standalone_on_cpu
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import flashinfer as fi
@@ -466,31 +466,16 @@ def _standalone_module(case: Case, spec: str):
 def _standalone_pairs():
     """Per spelling (and the per-case adapter), up to two small claimed cases of different families: those of its
     mutants, paged storage and FP8 first."""
-    pairs = []
-    for entry in (None, *fi.SPELLINGS):
-        lib, aot = make_flashinfer()
-        saved = {n: sys.modules.get(n) for n in ("flashinfer", "flashinfer.aot")}
-        sys.modules.update({"flashinfer": lib, "flashinfer.aot": aot})
-        try:
-            adapter, seen = fi.FlashInfer(entry), set()
-            first = {f for m, (e, f) in MUTANTS.items() if e == entry} | {"paged", "fp8"}  # mutants, pools, scales
-            for case in sorted(CASES, key=lambda c: c.family not in first):
-                if case.family in seen or case.kv_append is not None or (
-                        case.fp8 is not None and case.fp8.granularity != "per_tensor"):
-                    continue
-                if capability_reason(adapter.capabilities, case, "cuda") is None and adapter.claim_reason(
-                        case, "cuda") is None:
-                    pairs.append((entry, case))
-                    seen.add(case.family)
-                if len(seen) == 2:
-                    break
-        finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
-    return pairs
+    lib, aot = make_flashinfer()
+
+    def claims(adapter, case):
+        return (case.kv_append is None and (case.fp8 is None or case.fp8.granularity == "per_tensor")
+                and capability_reason(adapter.capabilities, case, "cuda") is None
+                and adapter.claim_reason(case, "cuda") is None)
+
+    with installed({"flashinfer": lib, "flashinfer.aot": aot}):
+        return spread_pairs((None, *fi.SPELLINGS), fi.FlashInfer, CASES,
+                            lambda e: {f for x, f in MUTANTS.values() if x == e} | {"paged", "fp8"}, claims)
 
 
 STANDALONE = _standalone_pairs()

@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 
 import pytest
-from adapter_helpers import file_status, in_process_runner, small_cases, standalone_on_cpu
+from adapter_helpers import file_status, in_process_runner, installed, small_cases, spread_pairs, standalone_on_cpu
 
 from attention_conformance.adapters import _torch_common as tc
 from attention_conformance.adapters import xformers as xf
@@ -554,28 +554,14 @@ def _standalone_module(case: Case, spec: str, monkeypatch):
 def _standalone_pairs():
     """Per spelling (and the per-case adapter), up to two small cases it claims by its declarations: those of its
     mutants, packed sequences, GQA and the backward first."""
-    fmha, modules = make_xformers()
-    saved = {n: sys.modules.get(n) for n in modules}
-    sys.modules.update(modules)
-    pairs = []
+    _, modules = make_xformers()
     try:
-        for entry in (None, *xf.ENTRY_POINTS):
-            adapter, seen = xf.Xformers(entry), set()
-            first = {f for m, (e, f) in MUTANTS.items() if e == entry} | {"varlen", "gqa", "backward"}
-            for case in sorted(CASES, key=lambda c: c.family not in first):
-                if case.family not in seen and adapter.claim_reason(case, "cuda") is None:
-                    pairs.append((entry, case))
-                    seen.add(case.family)
-                if len(seen) == 2:
-                    break
+        with installed(modules):
+            return spread_pairs((None, *xf.ENTRY_POINTS), xf.Xformers, CASES,
+                                lambda e: {f for x, f in MUTANTS.values() if x == e} | {"varlen", "gqa", "backward"},
+                                lambda adapter, case: adapter.claim_reason(case, "cuda") is None)
     finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
         _Bias.mutant = None
-    return pairs
 
 
 STANDALONE = _standalone_pairs()
