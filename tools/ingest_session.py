@@ -173,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
                 md.write_text(bench_table.markdown(json.loads(src.read_text())))
     run([sys.executable, "tools/report_index.py"], args.dry_run)
     run([sys.executable, "tools/readme_figures.py"], args.dry_run)
+    repros = session / "repros" / "index.md"
+    if repros.is_file():  # tools/standalone_repros.py, written on the H200: each finding's entry points at one
+        print(f"== standalone repro files of the smallest failures: {repros} (copy the one an expectations entry "
+              "names to conformance/repros/)")
     print("now: git status; git add -f reports/ README.md; the closing note takes the counts above")
     return 0
 
