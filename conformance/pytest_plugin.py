@@ -54,7 +54,7 @@ from typing import Any
 import pytest
 
 __all__ = ["cases_option", "device_option", "impl_option", "profile_option", "run_settings", "conformance_run",
-           "ConformanceSession", "OUTCOME_PROPERTY"]
+           "ConformanceSession", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY", "OUTCOME_PROPERTY", "SummaryLines"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
           "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect",
@@ -67,6 +67,12 @@ _MARKERS = (
 )
 #: the user property (junit XML ``property``) each conformance test records its final outcome under
 OUTCOME_PROPERTY = "conformance_outcome"
+#: user properties the terminal summary is made from: they travel with the test reports, so that under pytest-xdist
+#: the controller, which runs no test, sees them: the line of a passing verdict a person should read
+#: (QUALITY_WARNING, FINDING), and (the expectations entries that concern the test's adapter, the one its verdict
+#: fell under or "")
+NOTABLE_PROPERTY = "conformance_notable"
+EXPECTATIONS_PROPERTY = "conformance_expectations"
 
 
 def _add(group: Any, name: str, **kw: Any) -> None:
@@ -181,6 +187,8 @@ def pytest_configure(config: pytest.Config) -> None:
         gpu = gpu_for_worker(int(worker.removeprefix("gw") or 0))
         if gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    config.stash[_LINES] = lines = SummaryLines()
+    config.pluginmanager.register(lines, "attention_conformance_summary")
     run_settings(config)  # --expect with --no-expect, a bad --determinism: usage errors now
     if impl_option(config) or config.getoption(_DESTS["expect"]):
         conformance_run(config)  # an --impl named explicitly that cannot run here stops the session now
@@ -217,19 +225,51 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 _SESSION = pytest.StashKey["ConformanceSession"]()
 
 
+class SummaryLines:
+    """What the terminal summary says, gathered from the conformance tests' reports (`NOTABLE_PROPERTY`,
+    `EXPECTATIONS_PROPERTY`) in the process that prints it: the only one, or pytest-xdist's controller."""
+
+    def __init__(self) -> None:
+        self.notable: list[str] = []
+        self.applicable: dict[str, None] = {}  # labels of entries concerning an adapter some test ran, in order
+        self.used: set[str] = set()
+
+    def add(self, report: Any) -> None:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == NOTABLE_PROPERTY:
+                self.notable.append(str(value))
+            elif name == EXPECTATIONS_PROPERTY:
+                labels, used = value
+                self.applicable.update(dict.fromkeys(labels))
+                if used:
+                    self.used.add(used)
+
+    def unused(self) -> list[str]:
+        return [label for label in self.applicable if label not in self.used]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Each test's properties, once: its teardown report carries every property its setup and call added."""
+        if report.when == "teardown":
+            self.add(report)
+
+
+_LINES = pytest.StashKey[SummaryLines]()
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The passing verdicts a person should still read (QUALITY_WARNING, FINDING: one line each, in a section of
     their own rather than as Python warnings), and the expectations entries that matched no test of this
-    session (delete them: they match nothing)."""
-    s = config.stash.get(_SESSION, None)
-    if s is None:
+    session (delete them: they match nothing). Made from the tests' reports, so the same with and without
+    pytest-xdist."""
+    lines = config.stash.get(_LINES, None)
+    if lines is None:
         return
-    if s.notable:
+    if lines.notable:
         terminalreporter.section("conformance: quality warnings and named findings (passing)")
-        for line in s.notable:
+        for line in lines.notable:
             terminalreporter.write_line(line)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        for label in s.run.unused(s.ran.values()):
+        for label in lines.unused():
             terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
 
 
@@ -302,8 +342,7 @@ class ConformanceSession:
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
         self.raw: dict[tuple[str, str], Any] = {}  # (case id, spec) -> raw result, memory family only
-        #: one line per QUALITY_WARNING / FINDING verdict, shown in the terminal summary
-        self.notable: list[str] = []
+        self._applicable: dict[str, tuple[str, ...]] = {}  # spec -> labels of the entries concerning it
 
     def touch(self, case_id: str, keep: int = 4) -> None:
         """Mark ``case_id`` in use; evict the oracle results of cases older than the last ``keep``."""
@@ -324,6 +363,12 @@ class ConformanceSession:
             self.touch(case.id)
             self.raw[key] = self.runner.run_case(la, case)
         return self.raw[key]
+
+    def applicable(self, spec: str) -> tuple[str, ...]:
+        """Labels of the expectations entries that concern adapter `spec` (once per spec)."""
+        if spec not in self._applicable:
+            self._applicable[spec] = tuple(self.run.applicable(self.by_spec[spec]))
+        return self._applicable[spec]
 
     def result(self, case: Any, spec: str) -> Any:
         """The final `engine.CaseResult` of ``spec`` on ``case``: `ConformanceRun.decide` over the case's result,
@@ -352,10 +397,23 @@ def conformance_session(request: pytest.FixtureRequest):
 @pytest.fixture
 def conformance_result(conformance_session, conformance_case, conformance_spec, request):
     """The final verdict of (case, adapter), decided while the test is set up (`ConformanceSession.result`)."""
-    from attention_conformance.verdict.outcomes import CRASH, HARNESS_ERROR, NOT_SUPPORTED, TIMEOUT
+    from attention_conformance.verdict.outcomes import (
+        CRASH,
+        FINDING,
+        HARNESS_ERROR,
+        NOT_SUPPORTED,
+        QUALITY_WARNING,
+        TIMEOUT,
+    )
 
     result = conformance_session.result(conformance_case, conformance_spec)
-    request.node.user_properties.append((OUTCOME_PROPERTY, result.outcome))
+    props = request.node.user_properties
+    props.append((OUTCOME_PROPERTY, result.outcome))
+    props.append((EXPECTATIONS_PROPERTY, (conformance_session.applicable(conformance_spec),
+                                          conformance_session.run.label_of(result) or "")))
+    if result.outcome in (QUALITY_WARNING, FINDING):
+        first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+        props.append((NOTABLE_PROPERTY, f"{result.outcome} {conformance_case.id} on {conformance_spec}: {first}"))
     if result.outcome == NOT_SUPPORTED:
         pytest.skip(f"NOT_SUPPORTED: {result.message}")
     if result.outcome in (CRASH, TIMEOUT, HARNESS_ERROR):

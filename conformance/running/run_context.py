@@ -175,12 +175,22 @@ class ConformanceRun:
     def unused(self, ran: Iterable[LoadedAdapter] | None = None) -> list[str]:
         """Labels of entries applicable to an adapter that ran (default: every loaded one) under which no
         verdict fell: expectations that match nothing are deleted, not kept."""
+        labels = {label for la in (self.loaded if ran is None else ran) for label in self.applicable(la)}
+        return [e.label() for e in self.expectations.entries if e.label() in labels and e.label() not in self.used]
+
+    def applicable(self, la: LoadedAdapter) -> list[str]:
+        """Labels of the entries that concern adapter ``la`` in this run's context (device, GPU, versions)."""
         from attention_conformance.verdict.expectations import applicable
 
-        adapters = [la for la in (self.loaded if ran is None else ran) if la.adapter is not None]
+        if la.adapter is None:
+            return []
         ctx = self.expectations.ctx
-        return [e.label() for e in self.expectations.entries if e.label() not in self.used
-                and any(applicable(e, la.name, la.spec, ctx) for la in adapters)]
+        return [e.label() for e in self.expectations.entries if applicable(e, la.name, la.spec, ctx)]
+
+    @staticmethod
+    def label_of(result: Any) -> str | None:
+        """The label of the expectations entry a decided verdict fell under, or None."""
+        return _label(result.expectation) if getattr(result, "expectation", None) else None
 
     def progress_outcome(self, result: Any) -> str:
         """The outcome a progress line counts for a raw result: after the expectations (a failure an entry

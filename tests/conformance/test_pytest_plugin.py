@@ -62,3 +62,22 @@ def test_no_conftest_registers_the_options_twice(folder):
     """The options live in the plugin only: a conftest that re-registered them would clash with it."""
     path = Path(__file__).resolve().parents[2] / folder / "conftest.py"
     assert not path.exists() or "addoption" not in path.read_text(), f"{path} registers pytest options"
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_findings_and_unused_expectations_are_summarised_with_and_without_xdist(tmp_path, workers):
+    """The terminal summary lists the passing FINDINGs and warns of an expectations entry that matched nothing, the
+    same under pytest-xdist (whose controller runs no test: the lines travel in the tests' reports) as without."""
+    pytest.importorskip("xdist")
+    entry = tmp_path / "mine.toml"
+    entry.write_text('schema = 1\n\n[[expectation]]\nid = "never-matches"\nadapters = ["attention_conformance.'
+                     'examples.good_sdpa:attention"]\nwhere = { Lq = 99999 }\noutcome = "FAIL"\n'
+                     'reason = "matches nothing"\n')
+    r = _pytest(tmp_path, "--pyargs", "attention_conformance", "--impl",
+                "attention_conformance.examples.good_sdpa:attention", "--profile", "ci", "-k", "nan_padding",
+                "--expect", str(entry), *workers)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "conformance: quality warnings and named findings (passing)" in out, out[-3000:]
+    assert sum(line.startswith("FINDING nan_padding-") for line in out.splitlines()) >= 3, out[-3000:]
+    assert "warning: expectation never-matches" in out and "matched no test of this session" in out, out[-3000:]
