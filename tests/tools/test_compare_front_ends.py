@@ -40,3 +40,37 @@ def test_a_different_outcome_is_named_and_exits_1(tmp_path, capsys):
     rep = _report(tmp_path, {("c1", "a"): "PASS", ("c2", "a"): "FAIL"}, compress=False)
     assert cfe.main([str(tmp_path / "j.xml.gz"), str(rep)]) == 1
     assert "DIFFER c2 on a: CLI FAIL, plugin KNOWN" in capsys.readouterr().out
+
+
+def test_the_h200_comparison_end_to_end_on_cpu_adapters(tmp_path, capsys):
+    """The comparison the H200 session makes, on CPU adapters: the plugin under pytest-xdist (as `tox -e gpu` runs
+    it) writing junit XML, the CLI writing its report, this tool finding every pair the same (PASS, FAIL, FINDING,
+    KNOWN and NOT_SUPPORTED among them: the broken example's tail-tile FAILs, torch's NaN-padding FINDINGs and the
+    CPU flash kernel's non-positive-scale KNOWNs under the shipped expectations, FP8 cases declined)."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("xdist")
+    pytest.importorskip("torch")
+    impls = ["torch-sdpa-math", "torch-sdpa-flash", "attention_conformance.examples.broken_sdpa:attention"]
+    selection = "tile_edges or nan_padding or (scale and q45k45) or (fp8 and q64k96)"
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    junit = tmp_path / "junit.xml"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "--pyargs",
+                        "attention_conformance", "--impl", *impls, "--profile", "ci", "--cases", selection,
+                        f"--junitxml={junit}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and junit.is_file(), (p.stdout + p.stderr)[-2000:]  # the broken function FAILs
+    q = subprocess.run([sys.executable, "-m", "attention_conformance", "run", "--impl", *impls, "--profile", "ci",
+                        "-k", selection, "--report-dir", str(tmp_path / "cli"), "--quiet"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert q.returncode == 1, (q.stdout + q.stderr)[-2000:]
+    outcomes = {r["outcome"] for r in json.loads((tmp_path / "cli" / "report.json").read_text())["results"]}
+    assert {"PASS", "FAIL", "FINDING", "KNOWN", "NOT_SUPPORTED"} <= outcomes, outcomes
+    rc = cfe.main([str(junit), str(tmp_path / "cli" / "report.json")])
+    said = capsys.readouterr().out
+    assert rc == 0 and "\n0 of " in "\n" + said.split("CLI:", 1)[1], said[-2000:]
