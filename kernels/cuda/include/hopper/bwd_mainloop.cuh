@@ -299,7 +299,9 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             bulk_wait_read();
         }
         mbar_arrive(sm.empty_dq(0));
-        mbar_arrive(sm.empty_dq(1));
+        // kDqAlt: one hand-off per tile, through block 0's barriers; nobody waits on empty_dq(1), so arriving there
+        // completed phases no thread observed (compute-sanitizer synccheck: "Missing wait", H200 2026-12-05)
+        if constexpr (!C::kDqAlt) mbar_arrive(sm.empty_dq(1));
     }
     bulk_wait_all();
 }
