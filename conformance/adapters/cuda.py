@@ -344,7 +344,7 @@ FA3_DV_PAIRS = frozenset({(192, 128)})
 #: ... and its backward (kernels/cuda/include/hopper/bwd_launch.cuh fa3_bwd_head_dims): d = dv in FA3_BWD_HEAD_DIMS, and
 #: dv != d as the forward's FA3_DV_PAIRS (the one exclusion below declines both directions' other pairs; the backward
 #: has a build for (192, 128), hopper/bwd_wide.cuh). All validated on the H200 (the wide builds 192, 256 and
-#: (192, 128) on 2026-12-05: device tests, the gpu profile, memcheck, racecheck): a claim the H200 contradicts is
+#: (192, 128) on 2026-12-05: device tests, the gpu profile, the three sanitizers): a claim the H200 contradicts is
 #: withdrawn here, and nowhere else.
 FA3_BWD_HEAD_DIMS = frozenset({64, 96, 128, 192, 256})
 
