@@ -91,6 +91,14 @@ def _versions(extra: list[str], device: str, imports: tuple[str, ...] = ()) -> s
     return _function("versions()", "The versions this run used, for the report.", lines)
 
 
+def distribution_version(distribution: str) -> list[str]:
+    """``versions()`` lines appending `distribution`'s version from its package metadata."""
+    return ["try:", "    import importlib.metadata", "",
+            f"    parts.append(f\"{distribution} {{importlib.metadata.version('{distribution}')}}\")",
+            "except Exception:  # no distribution metadata",
+            f'    parts.append("{distribution} (version unknown)")']
+
+
 def _to_numpy_lines(result: str = "result") -> list[str]:
     return [f'return {{name: t.detach().to("cpu", torch.float64).numpy() for name, t in {result}.items()}}']
 
@@ -541,10 +549,7 @@ def _flash_attn(adapter, spec: str, case: Case, device: str, inputs: CaseInputs)
     top = module.split(".")[0]
     imports: tuple[str, ...] = ()
     if distribution:
-        versions = ["try:", "    import importlib.metadata", "",
-                    f"    parts.append(f\"{distribution} {{importlib.metadata.version('{distribution}')}}\")",
-                    "except Exception:  # no distribution metadata",
-                    f'    parts.append("{distribution} (version unknown)")']
+        versions = distribution_version(distribution)
     else:
         imports = (f"import {top}",)
         versions = [f"parts.append(f\"{top} {{getattr({top}, '__version__', '?')}}\")"]

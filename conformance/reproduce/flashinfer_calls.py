@@ -25,6 +25,7 @@ from attention_conformance.reproduce.calls import (
     _tensor_lines,
     _versions,
     _wrapped,
+    distribution_version,
 )
 
 __all__ = ["flashinfer_plan"]
@@ -207,15 +208,8 @@ def flashinfer_plan(adapter, spec: str, case: Case, device: str, inputs: CaseInp
                               "[B, Hq, Lq, dv] and the natural-log LSE [B, Hq, Lq].", run),
         cannot_run_here=_preflight("cuda", [("import flashinfer", "flashinfer-python")],
                                    f"FlashInfer runs on CUDA ({adapter.cc_text})"),
-        versions=_versions(_distribution_version("flashinfer-python"), "cuda"))
+        versions=_versions(distribution_version("flashinfer-python"), "cuda"))
 
-
-def _distribution_version(distribution: str) -> list[str]:
-    """``versions()`` lines appending `distribution`'s version from its package metadata."""
-    return ["try:", "    import importlib.metadata", "",
-            f"    parts.append(f\"{distribution} {{importlib.metadata.version('{distribution}')}}\")",
-            "except Exception:  # no distribution metadata",
-            f'    parts.append("{distribution} (version unknown)")']
 
 
 def _tensor_line(name: str, values) -> str:

@@ -23,8 +23,8 @@ from attention_conformance.reproduce.calls import (
     _tensor_lines,
     _to_numpy_lines,
     _versions,
+    distribution_version,
 )
-from attention_conformance.reproduce.flashinfer_calls import _distribution_version
 
 __all__ = ["xformers_plan"]
 
@@ -158,4 +158,4 @@ def xformers_plan(adapter, spec: str, case: Case, device: str, inputs: CaseInput
                               + ". Returns float64 arrays in [B, H, L, D] order.", run),
         cannot_run_here=_preflight("cuda", [("import xformers.ops.fmha", "xformers")],
                                    f"xformers' attention runs on CUDA ({adapter.cc_text})"),
-        versions=_versions(_distribution_version("xformers"), "cuda"))
+        versions=_versions(distribution_version("xformers"), "cuda"))
