@@ -18,7 +18,8 @@
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside FlashInfer and xformers when this call carries
-#                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S);
+#                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
+#                  SKIP_STEPS names steps to leave out);
 #                  session-collect (WAIT_S, UNTIL=step) copies what has finished
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
@@ -31,10 +32,12 @@ SELF=$(readlink -f "$0")
 site() { python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
 # --- each command once; the stages below compose them -------------------------------------------------------------
-# step DIR NAME SECONDS CMD...: CMD under a time limit, its output in DIR/NAME.log, "NAME: exit RC in S s" in DIR/steps
+# step DIR NAME SECONDS CMD...: CMD under a time limit, its output in DIR/NAME.log, "NAME: exit RC in S s" in DIR/steps;
+# a NAME listed in SKIP_STEPS (space-separated: what an earlier session already ran) is recorded as skipped
 step() {
     local dir=$1 name=$2 lim=$3 s rc
     shift 3
+    case " ${SKIP_STEPS:-} " in *" $name "*) echo "$name: skipped" >> "$dir/steps"; return 0 ;; esac
     s=$(date +%s)
     if declare -F "$1" > /dev/null; then set -- bash "$SELF" _call "$@"; fi  # a function of this script
     timeout "$lim" "$@" > "$dir/$name.log" 2>&1
