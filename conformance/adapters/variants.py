@@ -52,6 +52,9 @@ class Spelling:
     carries: frozenset[str]
     alignments: frozenset[str] = frozenset(ALIGNMENTS)
     deterministic: bool = False  # the spelling asks for bitwise-reproducible results (adds the claim)
+    #: the spelling passes an Lq x Lk tensor on every call (a dense mask, even of a case without one): the call's
+    #: peak memory is then quadratic whatever the kernel does, so the library's linear-memory claim does not carry
+    dense_argument: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.carries) - set(CARRIED)
@@ -68,7 +71,8 @@ def spelled_capabilities(caps: Capabilities | None, spelling: Spelling) -> Capab
     layouts = frozenset(x for x in caps.layouts
                         if ("paged" if page_size_of(x) is not None else "dense") in spelling.carries)
     return dataclasses.replace(caps, **kept, layouts=layouts, alignments=caps.alignments & spelling.alignments,
-                               deterministic=caps.deterministic or spelling.deterministic)
+                               deterministic=caps.deterministic or spelling.deterministic,
+                               memory=None if spelling.dense_argument else caps.memory)
 
 
 def square_alignment(case: Case, alignments: frozenset[str]) -> Case:

@@ -10,13 +10,17 @@ that would follow in the same process are HARNESS_ERROR with the reason (`runnin
 
 The probe synchronizes the device and runs one tiny kernel through torch; it needs torch with CUDA initialised (an
 adapter that never touched CUDA cannot have broken it) and costs microseconds, only after a failed call.
+
+`release_cached` hands the blocks torch's caching allocator keeps after a call back to the device: N worker
+processes share one GPU, and the blocks one worker keeps idle from its largest case are memory the others' next
+call may need (the H200's 8-worker gpu profile: calls of small FP8 cases ran out of device memory).
 """
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["unusable"]
+__all__ = ["release_cached", "unusable"]
 
 
 def unusable(device: str) -> str | None:
@@ -34,3 +38,16 @@ def unusable(device: str) -> str | None:
     except Exception as exc:  # the sticky error, as CUDA reports it to the next call
         return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
     return None
+
+
+def release_cached(device: str) -> None:
+    """Return the idle blocks of torch's caching allocator to the device (CUDA, torch initialised; else nothing)."""
+    if not device.startswith("cuda"):
+        return
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    try:
+        torch.cuda.empty_cache()
+    except Exception:  # a context left unusable by the call: `unusable` reports it, this changes nothing
+        pass

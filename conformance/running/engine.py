@@ -29,6 +29,7 @@ from attention_conformance.cases.calldata import raise_site
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.running import memory_policy
+from attention_conformance.running.cuda_context import release_cached
 from attention_conformance.running.eta import EtaModel
 from attention_conformance.running.worker import (
     CallResult,
@@ -170,6 +171,8 @@ class Runner:
     def run_case(self, la: LoadedAdapter, case: Case) -> CaseResult:
         """The `CaseResult` of `la` on `case` (the verdict of `verdict`, with the case's identity)."""
         v = self.verdict(la, case)
+        if v.outcome != NOT_SUPPORTED:
+            release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
                           findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,

@@ -28,7 +28,8 @@ from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.running import schedule
 from attention_conformance.running.eta import EtaModel
 from attention_conformance.running.worker import _recv, _send, _worker_channels
-from attention_conformance.verdict.outcomes import counts_line
+from attention_conformance.verdict.judge import OUT_OF_MEMORY
+from attention_conformance.verdict.outcomes import HARNESS_ERROR, counts_line
 
 __all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
 
@@ -135,6 +136,33 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         pool[pool.index(w)] = nw
         return nw
 
+    def rerun_alone(w: _Worker) -> None:
+        """Cases a call of which ran out of device memory beside the other workers, once more in a fresh worker
+        with the GPU to itself (every other worker is idle by now); their new results replace the old ones."""
+        again = [c for c in cases if any(r.outcome == HARNESS_ERROR and r.message.startswith(OUT_OF_MEMORY)
+                                         for r in results.get(c.id, []))]
+        if not again or workers < 2:
+            return
+        if progress is not None:
+            progress(f"re-running {len(again)} case(s) alone that ran out of device memory beside {workers - 1} "
+                     "other workers")
+        w = restart(w)  # a fresh process: nothing cached from the cases it ran before
+        for case in again:
+            w.submit(case)
+            try:
+                reply = _recv(w.proc.stdout.fileno(), time.monotonic() + case_limit)
+                rs = reply["results"]
+                if reply.get("context_lost"):
+                    w = restart(w)
+            except Exception as exc:
+                rs = lost(case, "CRASH", f"CRASH: worker {w.index} died re-running this case alone: {exc}")
+                w = restart(w)
+            for r in rs:
+                r.notes.append(f"re-run alone: beside {workers - 1} other workers a call of this case ran out of "
+                               "device memory (HARNESS_ERROR)")
+            results[case.id] = rs
+            w.case = None
+
     try:
         for w in pool:
             if pending:
@@ -174,6 +202,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
                     nw = restart(w)
                     if pending:
                         nw.submit(pending.pop(0))
+        rerun_alone(pool[0])
     finally:
         for w in pool:
             try:

@@ -55,7 +55,11 @@ from attention_conformance.verdict.outcomes import (
 )
 from attention_conformance.verdict.precision import FP8_CASE_OUTPUT_DTYPES, PrecisionModel, precision_model
 
-__all__ = ["FINDING_CLASSES", "Verdict", "finding_class", "judge"]
+__all__ = ["FINDING_CLASSES", "OUT_OF_MEMORY", "Verdict", "finding_class", "judge"]
+
+#: how a HARNESS_ERROR message for a call that ran out of device memory starts (`running.parallel` re-runs its case
+#: alone, once, at the end of a run with several workers)
+OUT_OF_MEMORY = "out of device memory"
 
 #: named finding classes (SEMANTICS.md §17): name -> what it means
 FINDING_CLASSES: dict[str, str] = {
@@ -131,7 +135,7 @@ def _call_error(kind: str, call: CallResult) -> tuple[str, str]:
     if call.error_type == CallDeclined.__name__:
         return NOT_SUPPORTED, f"{kind} declined at call time by the library: {last.split(': ', 1)[-1]}"
     if call.error_origin == "resources":
-        return HARNESS_ERROR, (f"out of device memory in {kind}, not a verdict of the kernel (the machine's memory: "
+        return HARNESS_ERROR, (f"{OUT_OF_MEMORY} in {kind}, not a verdict of the kernel (the machine's memory: "
                                f"other processes on the device, or too many workers; rerun the case alone): {last}")
     if call.error_origin == "harness":
         return HARNESS_ERROR, (f"harness error in {kind} (not the adapter's fault): {last}; raised at "

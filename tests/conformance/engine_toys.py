@@ -362,3 +362,19 @@ class BreaksCudaContext(OracleOnAnyDevice):
 class IsolatedBreaksCudaContext(BreaksCudaContext):
     name = "toy-breaks-cuda-context-isolated"
     isolate = True
+
+
+class OutOfMemoryBesideOthers(EmulatedKernel):
+    """Raises MemoryError on empty-row cases in every process but the first one started after the marker file
+    named by ``TOY_OOM_MARKER`` exists: a call that runs out of device memory while other workers hold it, and
+    runs when re-run alone (`running.parallel` re-runs such cases once in a fresh worker at the end)."""
+
+    name = "toy-oom-beside-others"
+    isolate = False
+
+    def forward(self, inputs, case, device):
+        marker = os.environ["TOY_OOM_MARKER"]
+        if case.mask == "full_rows" and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise MemoryError("out of memory (toy: the other workers hold the device)")
+        return super().forward(inputs, case, device)

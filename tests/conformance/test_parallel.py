@@ -80,3 +80,23 @@ def test_a_long_run_prints_progress_by_time_not_only_by_case_count(toys_on_path,
     finally:
         runner.close()
     assert [ln.split("]")[0] for ln in lines] == ["[1/3 cases", "[2/3 cases", "[3/3 cases"], lines
+
+
+def test_a_case_that_ran_out_of_memory_beside_other_workers_is_rerun_alone(toys_on_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out-once"))
+    lines: list[str] = []
+    results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS, BIG], "cpu",
+                                    workers=2, determinism="none", progress=lines.append)
+    by_case = {r.case_id: r for r in results}
+    assert [r.outcome for r in results] == ["PASS"] * 3, [(r.outcome, r.message[:200]) for r in results]
+    assert any("re-run alone" in n for n in by_case[EMPTY_ROWS.id].notes), by_case[EMPTY_ROWS.id].notes
+    assert not any("re-run alone" in n for n in by_case[SMALL.id].notes)
+    assert any("re-running 1 case(s) alone" in line for line in lines), lines
+
+
+def test_out_of_memory_with_one_worker_stays_a_harness_error(toys_on_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out-once"))
+    results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS], "cpu",
+                                    workers=1, determinism="none")
+    assert [r.outcome for r in results] == ["PASS", "HARNESS_ERROR"], [(r.outcome, r.message[:200]) for r in results]
+    assert results[1].message.startswith("out of device memory"), results[1].message
