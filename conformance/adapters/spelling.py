@@ -203,10 +203,14 @@ class LibraryAdapter(Adapter):
         if self._module is None and self._import_error is None:
             with logged(self.module_name.split(".")[0]) as self.import_messages:
                 try:
-                    self._module = importlib.import_module(self.module_name)
+                    self._module = self.import_library()
                 except Exception as exc:  # ImportError, or a broken install raising at import
                     self._import_error = f"{self.module_name} is not importable ({type(exc).__name__}: {exc})"
         return self._module
+
+    def import_library(self) -> Any:
+        """Import ``module_name`` (a library whose import depends on its neighbours prepares it here: xformers)."""
+        return importlib.import_module(self.module_name)
 
     def version(self) -> str:
         try:

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import math
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -289,6 +292,17 @@ def _empty_like_case(case: Case, device: str, dtype) -> tuple[Any, Any, Any]:
 
 
 # -- the adapter -----------------------------------------------------------------------------------------------------
+def flash_attn_without_fa2() -> bool:
+    """Whether the importable ``flash_attn`` package lacks FA2's ``flash_attn_interface`` (flash-attn-4 installs
+    ``flash_attn.cute`` only). Read from the package's folders, without importing it."""
+    loaded = sys.modules.get("flash_attn")
+    spec = loaded.__spec__ if loaded is not None else importlib.util.find_spec("flash_attn")
+    if spec is None:
+        return False
+    return not any(os.path.exists(os.path.join(loc, "flash_attn_interface.py"))
+                   for loc in (spec.submodule_search_locations or ()))
+
+
 class Xformers(LibraryAdapter):
     """xformers' memory_efficient_attention through its attn_bias and op= spellings (see the module docstring)."""
 
@@ -304,6 +318,27 @@ class Xformers(LibraryAdapter):
     def __init__(self, entry_point: str | None = None) -> None:
         super().__init__(entry_point)
         self.capabilities = self._declared()
+
+    def import_library(self) -> Any:
+        """``xformers.ops.fmha``. xformers 0.0.35 imports ``flash_attn.flash_attn_interface`` whenever a package
+        named ``flash_attn`` is importable, so beside flash-attn-4 (``flash_attn.cute`` only) its import fails. Then
+        ``flash_attn`` is hidden for the import alone (restored after it): xformers takes its path for a machine
+        without FA2 (its flash operators call PyTorch's flash build), as where flash-attn-4 is not installed."""
+        if not flash_attn_without_fa2():
+            return super().import_library()
+        missing = object()
+        saved = sys.modules.get("flash_attn", missing)
+        sys.modules["flash_attn"] = None  # type: ignore[assignment]  # find_spec("flash_attn") answers None
+        try:
+            module = super().import_library()
+        finally:
+            if saved is missing:
+                sys.modules.pop("flash_attn", None)
+            else:
+                sys.modules["flash_attn"] = saved
+        self.import_messages.append("flash_attn here is not FA2 (no flash_attn_interface: flash-attn-4?); xformers "
+                                    "was imported with it hidden, so its flash operators use PyTorch's flash build")
+        return module
 
     # -- what this variant can say ----------------------------------------------------------------
     def _op(self, name: str) -> tuple[Any, Any]:

@@ -81,7 +81,9 @@ _CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
          "symptom", "finding", "reason", "link", "repro"}
 #: a version inside free text ("torch 2.13.0+cpu", "flash-attn-4 4.0.0b36"): release, pre / dev part, local label
-_VERSION = re.compile(r"\d+(?:\.\d+)*(?:[.-]?(?:a|b|rc|dev)\.?\d*)?(?:\+[0-9A-Za-z.]+)?")
+#: a PEP 440 version inside text: release, pre-release, post-release ("0.7.2.post1": FlashInfer), dev, local
+_VERSION = re.compile(r"\d+(?:\.\d+)*(?:[.-]?(?:a|b|rc)\.?\d*)?(?:[.-]?post\.?\d*)?(?:[.-]?dev\.?\d*)?"
+                      r"(?:\+[0-9A-Za-z.]+)?")
 
 
 class ExpectationError(ValueError):

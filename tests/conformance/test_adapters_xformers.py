@@ -11,6 +11,7 @@ packed sequences, padded keys, dense bias tensors, GQA groups) says the case. St
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 import types
@@ -604,3 +605,42 @@ def test_standalone_files_cover_every_spelling_and_lint_clean(stand_in, monkeypa
     p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", f"{root}/pyproject.toml",
                         *paths], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# -- beside flash-attn-4 ---------------------------------------------------------------------------------------------
+_IMPORT_BESIDE_FA4 = """
+import importlib, sys
+try:
+    importlib.import_module("xformers.ops.fmha")
+    print("plain import: ok")
+except Exception as exc:
+    print(f"plain import: {type(exc).__name__}")
+for name in [n for n in sys.modules if n.startswith("xformers")]:
+    del sys.modules[name]
+from attention_conformance.adapters.xformers import Xformers
+a = Xformers()
+print("adapter import:", "ok" if a.module() is not None else a._import_error)
+import flash_attn
+print("flash_attn after:", flash_attn.__file__)
+print("note:", any("hidden" in m for m in a.import_messages))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xformers") is None, reason="xformers is not installed")
+def test_xformers_imports_beside_a_flash_attn_package_without_fa2(tmp_path):
+    """The H200 runner has flash-attn-4 (a ``flash_attn`` package with ``cute`` only): xformers 0.0.35's own import
+    then fails (it imports ``flash_attn.flash_attn_interface``); the adapter imports it with ``flash_attn`` hidden,
+    says so, and leaves ``flash_attn`` importable afterwards."""
+    import os
+    import subprocess
+
+    pkg = tmp_path / "flash_attn"
+    (pkg / "cute").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "4.0.0b36"\n')
+    (pkg / "cute" / "__init__.py").write_text("")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _IMPORT_BESIDE_FA4], env=env, capture_output=True, text=True,
+                         timeout=300).stdout
+    assert "plain import: ModuleNotFoundError" in out, out
+    assert "adapter import: ok" in out and f"flash_attn after: {pkg / '__init__.py'}" in out, out
+    assert "note: True" in out, out

@@ -60,6 +60,9 @@ def test_shipped_file_loads_and_names_only_builtin_adapters():
     ("2.11.0+cu130", "==2.11.*", True), ("flash-attn-4 4.0.0b36", "==4.0.0b36", True),
     ("4.0.0b36", ">=4.0.0b30", True), ("4.0.0", ">4.0.0b36", True), ("2.6.3", "!=2.6.3", False),
     ("unknown", ">=1", False), ("anything", None, True), ("2.13", "~=2.12", True), ("2.13", "==2.13.*", True),
+    # post-releases are read whole (FlashInfer 0.7.2.post1 once met no "==0.7.2.post1" entry: read as 0.7.2)
+    ("0.7.2.post1", "==0.7.2.post1", True), ("0.7.2", "==0.7.2.post1", False), ("0.7.2.post1", "==0.7.2.*", True),
+    ("1.2.3.dev4", "==1.2.3.dev4", True),
 ])
 def test_version_ranges(version, spec, ok):
     assert ex.version_in(version, spec) is ok
