@@ -424,6 +424,8 @@ class TorchCuda:
                     raised.append(exc)
                     raise
 
+        generators = list(torch.cuda.default_generators)
+        states = [g.clone_state() for g in generators]  # each one's state before the capture marks it capturing
         try:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -432,21 +434,35 @@ class TorchCuda:
             with torch.cuda.graph(graph, stream=side):
                 calls_of_fn()
         except Exception as exc:
-            try:
-                torch.cuda.synchronize()
-            except Exception:  # the failure left an error to collect; the reason below is the first one
-                pass
-            # a failed capture keeps its private memory pool (measured on the H200: ~17 GB per failed capture of a
-            # forward+backward, until the next allocation ran out of memory) and can leave the CUDA generator in its
-            # capture state ("Offset increment outside graph capture" at the next torch.randn): release both
-            try:
-                graph.reset()
-                del graph
-                torch.cuda.empty_cache()
-            except Exception:  # nothing more to release
-                pass
+            self._undo_capture(graph, generators, states)
             raise CaptureFailed(f"capture failed: {_reason(raised[0] if raised else exc)}") from exc
         return graph.replay
+
+    def _undo_capture(self, graph: Any, generators: list, states: list) -> None:
+        """What a capture that failed before its end leaves behind, undone (measured on the H200, torch 2.11): its
+        private memory pool stays in use (~17 GB per failed capture of a forward+backward; later allocations ran out
+        of memory), and the CUDA generators stay marked capturing, so that the next ``torch.randn`` raises "Offset
+        increment outside graph capture". The pool is released and the generators get their states from before the
+        capture back; each step is best effort (private torch API), the capture's own error is what is reported."""
+        torch = self._torch
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # the failure left an error to collect; the capture's reason is the first one
+            pass
+        for gen, state in zip(generators, states, strict=True):
+            try:
+                gen.graphsafe_set_state(state)
+            except Exception:
+                pass
+        try:
+            torch._C._cuda_releasePool(self.index, graph.pool())
+        except Exception:  # released already, or not this torch's API
+            pass
+        try:
+            graph.reset()
+        except Exception:
+            pass
+        torch.cuda.empty_cache()
 
     def hold(self, ms: float) -> None:
         if ms > 0:

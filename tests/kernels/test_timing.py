@@ -388,3 +388,28 @@ def test_gpu_l2_flush_is_not_charged():
     t = measure(_host_then_kernel(torch), reps=10, warmup=2, flush_l2=True)
     assert t.l2_flushed and t.calls_per_sample == 1
     assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+
+
+@pytest.mark.gpu
+def test_gpu_a_failed_capture_leaves_the_generator_and_the_memory_as_they_were():
+    """A capture that fails inside (here: a call that allocates 256 MiB, draws random numbers, then synchronizes)
+    must leave no trace: on the H200 one such failure made every later ``torch.randn`` raise "Offset increment
+    outside graph capture" and kept its private pool reserved (~17 GB per torch forward+backward) until an
+    allocation ran out of memory."""
+    torch = _torch_cuda()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+
+    def allocates_then_syncs():
+        x = torch.randn(64 * 2**20, device="cuda")  # 256 MiB in float32, from the capture's pool when captured
+        if torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()  # not allowed while capturing: the capture fails
+        return x.sum()
+
+    t = measure(allocates_then_syncs, reps=3, warmup=1)
+    assert t.method == "back_to_back" and t.fallback_reason, t.describe()
+    torch.randn(16, device="cuda")  # raised "Offset increment outside graph capture" before the undo
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() - reserved < 2**28, (reserved, torch.cuda.memory_reserved())
