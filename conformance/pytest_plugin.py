@@ -181,6 +181,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # short tests keeps xdist's chunks, and with them its module fixtures on one worker
         config.option.maxschedchunk = 1
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # N xdist workers share the cores, as run --workers N does (`running.parallel.share_cores`)
+        from attention_conformance.running.parallel import share_cores_here
+
+        share_cores_here(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
     if worker and device_option(config) == "cuda" and "CONFORMANCE_NO_GPU_PINNING" not in os.environ:
         from attention_conformance.running.parallel import gpu_for_worker
 

@@ -20,7 +20,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from attention_conformance.cases.case import Case
@@ -31,7 +31,8 @@ from attention_conformance.running.worker import _recv, _send, _worker_channels
 from attention_conformance.verdict.judge import OUT_OF_MEMORY
 from attention_conformance.verdict.outcomes import HARNESS_ERROR, counts_line
 
-__all__ = ["gpu_for_worker", "visible_gpus", "run_parallel"]
+__all__ = ["THREAD_VARS", "gpu_for_worker", "run_parallel", "share_cores", "share_cores_here", "threads_per_worker",
+           "visible_gpus"]
 
 
 def visible_gpus() -> list[str]:
@@ -51,6 +52,38 @@ def gpu_for_worker(index: int, gpus: Sequence[str] | None = None) -> str | None:
     return gpus[index % len(gpus)] if gpus else None
 
 
+#: the thread pools a worker's environment sizes (unless set already): OpenMP / BLAS (NumPy's FP64 oracle, torch's
+#: CPU ops) and Inductor's compile workers (torch.compile of flex_attention)
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")
+
+
+def threads_per_worker(workers: int) -> int:
+    """The cores each of `workers` processes on this machine gets."""
+    return max(1, (os.cpu_count() or 1) // max(workers, 1))
+
+
+def share_cores(env: MutableMapping[str, str], workers: int) -> None:
+    """`env` for one of `workers` processes: each thread pool sized to its share of the cores (a variable already
+    set is kept). N workers whose pools each take every core oversubscribe the machine N times over."""
+    for var in THREAD_VARS:
+        env.setdefault(var, str(threads_per_worker(workers)))
+
+
+def share_cores_here(workers: int) -> Any:
+    """This process is one of `workers` (a pytest-xdist worker): `share_cores` on its environment, for what it starts
+    and imports later, and the thread pools it has loaded already resized to the same share. Returns threadpoolctl's
+    limiter (``restore_original_limits()`` undoes the resizing of the loaded pools)."""
+    share_cores(os.environ, workers)
+    n = int(os.environ["OMP_NUM_THREADS"]) if os.environ["OMP_NUM_THREADS"].isdigit() else threads_per_worker(workers)
+    from threadpoolctl import threadpool_limits
+
+    limiter = threadpool_limits(limits=n)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    return limiter
+
+
 class _Worker:
     def __init__(self, index: int, specs: list[str], device: str, timeout: float, determinism: str,
                  gpu: str | None, workers: int = 1, strict: bool = False):
@@ -59,9 +92,7 @@ class _Worker:
             env["CUDA_VISIBLE_DEVICES"] = gpu
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH", "")) if p)
-        threads = str(max(1, (os.cpu_count() or 1) // max(workers, 1)))
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env.setdefault(var, threads)  # N workers share the cores instead of oversubscribing them
+        share_cores(env, workers)
         self.index = index
         self.proc = subprocess.Popen([sys.executable, "-m", "attention_conformance.running.parallel"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
