@@ -47,11 +47,15 @@ def _load(p: Path) -> dict:
     return json.loads(gzip.decompress(raw) if p.suffix == ".gz" else raw)
 
 
-def _outcome_rows(rep: dict, prefix: list[str] | None = None) -> list[str]:
+def _outcome_rows(rep: dict, prefix: list[str] | None = None, ran_only: bool = False) -> list[str]:
+    """One table row per adapter of `rep`; with `ran_only`, none for an adapter whose every case is NOT_SUPPORTED
+    (not installed there, CPU only): the report itself lists them with the reason."""
     by = rep.get("summary", {}).get("by_adapter", {})
     rows = []
     for a in rep.get("adapters", []):
         c = by.get(a["name"], {})
+        if ran_only and not any(n for k, n in c.items() if k != "NOT_SUPPORTED"):
+            continue
         rows.append("| " + " | ".join([*(prefix or []), f"`{a['name']}`", *(str(c.get(k, 0)) for k in _COLS)]) + " |")
     return rows
 
@@ -80,7 +84,7 @@ def _gpu(root: Path) -> str:
         gpus = ", ".join(g.get("name", "?") for g in env.get("gpus", [])) or "no GPU"
         heads.append(f"`{_rel(p, root)}` ({rep.get('created', '?')[:10]}, {rep.get('profile')} profile, {gpus}, torch "
                      f"{env.get('torch', '?')}, cuDNN {env.get('cudnn', '?')}, {rep.get('wall_seconds', 0):.0f} s)")
-        lines += _outcome_rows(rep, [f"`{_rel(p.parent, root)}/`"])
+        lines += _outcome_rows(rep, [f"`{_rel(p.parent, root)}/`"], ran_only=True)
     return "\n".join([*(f"- {h}" for h in heads), "", *lines]) + "\n"
 
 

@@ -86,17 +86,22 @@ def _scatter(adapter: str, rows: list[tuple[int, dict]], ncases: int) -> str:
                f'<text x="{left - 4}" y="{band_ns + 4}" text-anchor="end">n/s</text>'
                f'<text x="{left + (w - left - right) / 2}" y="{h - 4}" text-anchor="middle">case (catalog order, '
                f'{ncases} cases); y: worst error / tolerance, log scale</text>')
-    # draw n/s first, then PASS, then the outcomes that matter on top
-    order = {"NOT_SUPPORTED": 0, "PASS": 1}
-    for i, r, u, nf in sorted(measured, key=lambda m: order.get(m[1]["outcome"], 2)):
+    # n/s first, as one path of ticks (their reasons are in the report's NOT_SUPPORTED section; one titled element
+    # per declined case made a report of 56 adapters 4 MB of pictures), then PASS, then the outcomes that matter
+    declined = [xs(i) for i, r, _, _ in measured if r["outcome"] == "NOT_SUPPORTED"]
+    if declined:
+        ticks = "".join(f"M{x:.1f} {band_ns - 5}v10" for x in declined)
+        out.append(f'<path d="{ticks}" stroke="{MARKER_COLOURS.get("NOT_SUPPORTED", "#000")}"><title>'
+                   f"{len(declined)} case{'s' * (len(declined) != 1)} NOT_SUPPORTED (the reasons: the report's "
+                   "NOT_SUPPORTED section)</title></path>")
+    order = {"PASS": 0}
+    for i, r, u, nf in sorted(measured, key=lambda m: order.get(m[1]["outcome"], 1)):
         o = r["outcome"]
+        if o == "NOT_SUPPORTED":
+            continue
         colour = MARKER_COLOURS.get(o, "#000")
         tip = f"{r['case_id']}: {o}" + (f", usage {u:.3g}" if u is not None else "") + (", NaN/Inf" if nf else "")
         x = xs(i)
-        if o == "NOT_SUPPORTED":
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{band_ns - 5}" y2="{band_ns + 5}" stroke="{colour}">'
-                       f"<title>{_e(tip)}</title></line>")
-            continue
         if nf or u is None:
             y = top_band + 10.0
         else:
@@ -321,13 +326,20 @@ def charts_html(rep: dict, benchmarks: dict[str, Any] | None = None) -> str:
              "(" + ", ".join(f'<span style="color:{c}">&#9679; {_e(o)}</span>' for o, c in MARKER_COLOURS.items())
              + "), NaN/Inf results in the top band, NOT_SUPPORTED cases in the bottom band; and the worst usage "
              "over (Lq, Lk). Hover a point or cell for the case.</p>"]
+    idle = []  # adapters every case of which is NOT_SUPPORTED here: nothing to draw
     for a in rep.get("adapters", []):
         rows = by_adapter.get(a["name"], [])
         if not rows:
             continue
+        if all(r["outcome"] == "NOT_SUPPORTED" for _, r in rows):
+            idle.append(a["name"])
+            continue
         parts.append(f'<h3>{_e(a["name"])}</h3><div style="display:flex;flex-wrap:wrap;gap:16px;'
                      f'align-items:flex-start">{_scatter(a["name"], rows, len(case_index))}{_heatmap(a["name"], rows)}'
                      "</div>")
+    if idle:
+        parts.append("<p>Not drawn, every case NOT_SUPPORTED (not installed or not runnable here; the summary says "
+                     "why): " + ", ".join(f"<code>{_e(n)}</code>" for n in idle) + ".</p>")
     panels = benchmark_series(benchmarks or {})
     if panels:
         parts.append("<h3>Benchmarks: TFLOPs/s against N</h3><p>From "

@@ -212,11 +212,11 @@ def _expectations_html(rep: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attention_conformance.reporting.page",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("report", type=Path, help="a report.json")
+    ap.add_argument("report", type=Path, help="a report.json (or report.json.gz, as reports/ keeps them)")
     ap.add_argument("-o", "--output", type=Path, help="where to write (default: report.html beside the JSON)")
     ap.add_argument("--bench", type=Path, help="a folder of benchmark JSON (e.g. reports/benchmarks) to plot")
     args = ap.parse_args(argv)
-    out = args.output or args.report.with_suffix(".html")
+    out = args.output or args.report.with_name(args.report.name.removesuffix(".gz").removesuffix(".json") + ".html")
     bench = load_benchmarks(args.bench.glob("*.json")) if args.bench else None
     out.write_text(render_html(load_report(args.report), bench))
     print(out)

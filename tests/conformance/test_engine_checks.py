@@ -217,6 +217,14 @@ def test_report_files(tmp_path):
     from attention_conformance.reporting.store import load_report
 
     assert [r["case"] for r in load_report(jp)["results"]] == [r.case for r in results]
+    # empty fields are not stored, and come back on loading: the loaded results are the built ones
+    from attention_conformance.reporting.store import EMPTY_FIELDS
+
+    assert any(set(EMPTY_FIELDS) - set(r) for r in data["results"]), "every stored result kept its empty fields"
+    built = json.loads(json.dumps(rep["results"], default=str))
+    stored_as = {"kernels", "seconds", "oracle_seconds"}  # shortened names, timings to 0.1 ms
+    assert [{k: v for k, v in r.items() if k not in stored_as} for r in load_report(jp)["results"]] == [
+        {k: v for k, v in r.items() if k not in stored_as} for r in built]
     md = mp.read_text()
     assert "Adapter x feature matrix" in md and "FAIL" in md and "python -m attention_conformance repro" in md
     page = (tmp_path / "report.html").read_text()

@@ -38,8 +38,9 @@ def test_every_case_is_drawn_with_its_outcome():
                _result("c", "x", "NOT_SUPPORTED"), _result("d", "x", "FAIL", 0.1, nonfinite=5)]
     page = charts_html(_report(results))
     assert page.count("<svg") == 2  # one scatter, one heat map
-    for cid, outcome in (("a", "PASS"), ("b", "FAIL"), ("c", "NOT_SUPPORTED"), ("d", "FAIL")):
+    for cid, outcome in (("a", "PASS"), ("b", "FAIL"), ("d", "FAIL")):
         assert f"<title>{cid}: {outcome}" in page, cid
+    assert "<title>1 case NOT_SUPPORTED" in page  # the declined cases: one path of ticks in the bottom band
     assert "d: FAIL, usage 0.1, NaN/Inf" in page
     # the failing case at (33, 47) makes the (17-64, 17-64) cell red
     cell = re.search(r'<rect[^>]*fill="([^"]+)"[^>]*><title>Lq 17-64, Lk 17-64: 1 cases, worst usage 7', page)
@@ -90,3 +91,11 @@ def test_report_page_is_self_contained(tmp_path):
     assert "<script" not in page and not re.search(r'src="https?:|<link[^>]*href="https?:|url\(https?:', page)
     assert page.count("<svg") >= 2 * len([a for a in rep["adapters"] if a.get("available")])
     assert "Benchmarks: TFLOPs/s against N" in page
+
+
+def test_an_adapter_that_ran_nothing_is_named_not_drawn():
+    results = [_result("a", "x", "PASS", 1e-3), _result("a", "idle", "NOT_SUPPORTED"),
+               _result("b", "idle", "NOT_SUPPORTED")]
+    page = charts_html(_report(results))
+    assert page.count("<svg") == 2 and "<h3>idle</h3>" not in page
+    assert "every case NOT_SUPPORTED" in page and "<code>idle</code>" in page
