@@ -139,25 +139,32 @@ session_pipeline() {
     # shellcheck disable=SC2046
     step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
     if [ -f /tmp/fx-site/.done ]; then
-        fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
-print(' '.join(e('flashinfer') + e('xformers')))")
-        # shellcheck disable=SC2086
-        step $d fi_xf "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
-            bash tools/device/fi_xf.sh run $d/cli_fi_xf flashinfer xformers $fx &
+        # one run per library, in turn: an --impl that cannot run stops its run (exit 2), not the other library's
+        (
+            for lib in flashinfer xformers; do
+                fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
+print(' '.join(e('$lib')))")
+                # shellcheck disable=SC2086
+                step $d "$lib" "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
+                    bash tools/device/fi_xf.sh run $d/cli_$lib $lib $fx
+            done
+        ) &
     fi
     wait
     # the smallest failures' standalone repro files, written here where FlashInfer and the device are (CPU only)
     # shellcheck disable=SC2046
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
-        $(for r in cli_all cli_variants cli_fi_xf; do [ -d $d/$r ] && echo $d/$r; done) --out $d/repros
+        $(for r in cli_all cli_variants cli_flashinfer cli_xformers; do [ -f $d/$r/report.json ] && echo $d/$r; done) \
+        --out $d/repros
     benches $d
     ncu_d64 $d
     echo done >> $d/steps
 }
-# wait_for DIR: until DIR/steps has a line starting with UNTIL (default done), at most WAIT_S seconds
+# wait_for DIR: until DIR/steps has a line for step UNTIL (default done; the whole name: "fi" is not "fi_xf_install"),
+# at most WAIT_S seconds
 wait_for() {
     local _
-    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}" "$1/steps" 2>/dev/null && break; sleep 1; done
+    for _ in $(seq 1 "${WAIT_S:-60}"); do grep -q "^${UNTIL:-done}\b" "$1/steps" 2>/dev/null && break; sleep 1; done
     cat "$1/steps" 2>/dev/null
 }
 
@@ -238,7 +245,7 @@ session-collect)
     mkdir -p "$OUT/session"
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
     cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
-    for d in cli_all cli_variants cli_fi_xf bench fa3 fwd bwd fp8; do
+    for d in cli_all cli_variants cli_flashinfer cli_xformers bench fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
         mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
         gzip -f "$OUT/session/$d/report.json" 2>/dev/null
