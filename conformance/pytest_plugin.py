@@ -346,7 +346,7 @@ class ConformanceSession:
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
         self.raw: dict[tuple[str, str], Any] = {}  # (case id, spec) -> raw result, memory family only
-        self._applicable: dict[str, tuple[str, ...]] = {}  # spec -> labels of the entries concerning it
+        self._applicable: dict[tuple[str, str], tuple[str, ...]] = {}  # (spec, family) -> labels concerning it
 
     def touch(self, case_id: str, keep: int = 4) -> None:
         """Mark ``case_id`` in use; evict the oracle results of cases older than the last ``keep``."""
@@ -368,11 +368,12 @@ class ConformanceSession:
             self.raw[key] = self.runner.run_case(la, case)
         return self.raw[key]
 
-    def applicable(self, spec: str) -> tuple[str, ...]:
-        """Labels of the expectations entries that concern adapter `spec` (once per spec)."""
-        if spec not in self._applicable:
-            self._applicable[spec] = tuple(self.run.applicable(self.by_spec[spec]))
-        return self._applicable[spec]
+    def applicable(self, spec: str, family: str) -> tuple[str, ...]:
+        """Labels of the expectations entries that concern adapter `spec` on cases of `family` (once per pair)."""
+        key = (spec, family)
+        if key not in self._applicable:
+            self._applicable[key] = tuple(self.run.applicable(self.by_spec[spec], (family,)))
+        return self._applicable[key]
 
     def result(self, case: Any, spec: str) -> Any:
         """The final `engine.CaseResult` of ``spec`` on ``case``: `ConformanceRun.decide` over the case's result,
@@ -413,7 +414,7 @@ def conformance_result(conformance_session, conformance_case, conformance_spec, 
     result = conformance_session.result(conformance_case, conformance_spec)
     props = request.node.user_properties
     props.append((OUTCOME_PROPERTY, result.outcome))
-    props.append((EXPECTATIONS_PROPERTY, (conformance_session.applicable(conformance_spec),
+    props.append((EXPECTATIONS_PROPERTY, (conformance_session.applicable(conformance_spec, conformance_case.family),
                                           conformance_session.run.label_of(result) or "")))
     if result.outcome in (QUALITY_WARNING, FINDING):
         first = result.message.strip().splitlines()[0] if result.message.strip() else ""

@@ -110,6 +110,8 @@ class ConformanceRun:
     used: dict[str, int] = field(default_factory=dict)
     known: int = 0
     unexpected_pass: int = 0
+    #: the catalog families of the results `decide` saw (an entry of other families is not unused)
+    families: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.expectations is None:
@@ -148,6 +150,7 @@ class ConformanceRun:
         from attention_conformance.verdict import growth
 
         results = [copy.deepcopy(r) for r in results]
+        self.families.update(r.family for r in results)
         growth.apply_growth(results, growth.claims_of(self.loaded))
         out = self._expect(results)
         for r in out if record else ():
@@ -175,17 +178,21 @@ class ConformanceRun:
     def unused(self, ran: Iterable[LoadedAdapter] | None = None) -> list[str]:
         """Labels of entries applicable to an adapter that ran (default: every loaded one) under which no
         verdict fell: expectations that match nothing are deleted, not kept."""
-        labels = {label for la in (self.loaded if ran is None else ran) for label in self.applicable(la)}
+        families = self.families or None
+        labels = {label for la in (self.loaded if ran is None else ran) for label in self.applicable(la, families)}
         return [e.label() for e in self.expectations.entries if e.label() in labels and e.label() not in self.used]
 
-    def applicable(self, la: LoadedAdapter) -> list[str]:
-        """Labels of the entries that concern adapter ``la`` in this run's context (device, GPU, versions)."""
-        from attention_conformance.verdict.expectations import applicable
+    def applicable(self, la: LoadedAdapter, families: Iterable[str] | None = None) -> list[str]:
+        """Labels of the entries that concern adapter ``la`` in this run's context (device, GPU, versions), and with
+        ``families`` cases of one of those catalog families (`expectations.concerns_family`)."""
+        from attention_conformance.verdict.expectations import applicable, concerns_family
 
         if la.adapter is None:
             return []
         ctx = self.expectations.ctx
-        return [e.label() for e in self.expectations.entries if applicable(e, la.name, la.spec, ctx)]
+        fams = None if families is None else tuple(families)
+        return [e.label() for e in self.expectations.entries if applicable(e, la.name, la.spec, ctx)
+                and (fams is None or any(concerns_family(e, f) for f in fams))]
 
     @staticmethod
     def label_of(result: Any) -> str | None:

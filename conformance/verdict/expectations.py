@@ -68,7 +68,7 @@ from attention_conformance.verdict.outcomes import (
 
 __all__ = ["DEFAULT_FILE", "EXPECTABLE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
            "Decision", "RunExpectations", "load", "load_files", "specifier", "version_in", "version_of", "decide",
-           "applicable", "apply", "report_rows"]
+           "applicable", "apply", "concerns_family", "report_rows"]
 
 DEFAULT_FILE = Path(__file__).parents[1] / "expectations.toml"
 #: verdicts that do not fail a run: in an entry's scope and not what it expects, they are UNEXPECTED_PASS
@@ -300,6 +300,12 @@ def _case_matches(e: Expectation, case: Case) -> bool:
     return True
 
 
+def concerns_family(e: Expectation, family: str) -> bool:
+    """Whether cases of catalog family ``family`` can fall under ``e`` (its ``where`` names no family, or this one):
+    an entry of the property suite's families is not unused in a run of the catalog alone."""
+    return "family" not in e.where or _field_matches(family, e.where["family"])
+
+
 def applicable(e: Expectation, adapter: str, spec: str, ctx: RunContext) -> bool:
     """Whether ``e`` concerns this adapter (name or spec) on this run's device, GPU and adapter version."""
     if not any(fnmatch.fnmatchcase(adapter, pat) or fnmatch.fnmatchcase(spec, pat) for pat in e.adapters):
@@ -358,10 +364,10 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
     """
     used: dict[str, int] = {}
     known = unexpected = 0
-    seen_adapters: dict[str, str] = {}
+    seen: set[tuple[str, str, str]] = set()  # (adapter, spec, case family) of every result
     out = []
     for case, r in items:
-        seen_adapters[r.adapter] = r.spec
+        seen.add((r.adapter, r.spec, case.family))
         v = decide(entries, case, r.adapter, r.spec, r.outcome, r.message, r.findings, ctx)
         if v.expectation is None:
             out.append(r)
@@ -376,7 +382,7 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
         r.message = f"{v.note}\n{r.message}" if r.message else v.note
         out.append(r)
     unused = [e.label() for e in entries if e.label() not in used
-              and any(applicable(e, a, s, ctx) for a, s in seen_adapters.items())]
+              and any(applicable(e, a, s, ctx) and concerns_family(e, f) for a, s, f in seen)]
     return out, {"files": sorted({e.source for e in entries}), "entries": len(entries), "used": used,
                  "unused": unused, "known": known, "unexpected_pass": unexpected}
 

@@ -166,13 +166,19 @@ def test_apply_counts_and_reports_unused_entries(tmp_path):
     [[expectation]]
     id = "never-matches"
     adapters = ["torch-sdpa-flash"]
-    where = { family = "no-such-family" }
+    where = { family = "scale", Lq = 99999 }
     reason = "stale"
 
     [[expectation]]
     id = "other-adapter"
     adapters = ["torch-sdpa-cudnn"]
     reason = "not run here: not reported as unused"
+
+    [[expectation]]
+    id = "property-families"
+    adapters = ["torch-sdpa-flash"]
+    where = { family = ["pinned", "hyp-fwd"] }
+    reason = "the property suite's draws: no case of those families ran here, so not reported as unused"
     """))
     raw = [_result(SCALE, "FAIL", "out: 3 non-finite value(s) where the oracle is finite"), _result(OTHER, "PASS")]
     out, summary = ex.apply(entries, [(SCALE, raw[0]), (OTHER, raw[1])], CPU)
@@ -238,6 +244,12 @@ def test_cli_user_file_and_unexpected_pass(tmp_path, capsys):
         adapters = ["reference-fa2"]
         cases = "no-such-case"
         reason = "matches nothing"
+
+        [[expectation]]
+        id = "drawn"
+        adapters = ["reference-fa2"]
+        where = { family = "hyp-edge" }
+        reason = "a property family: this run of the catalog has none of its cases, so it is not unused here"
     """)
     sel = "tile_edges and q1k129 or tile_edges-b1h2x2-q64k64"
     code, rep, out = _run(tmp_path, "user", "--impl", broken, "reference-fa2", "-k", sel, "--expect", str(user))
