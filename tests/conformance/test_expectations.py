@@ -248,7 +248,7 @@ def test_cli_user_file_and_unexpected_pass(tmp_path, capsys):
         [[expectation]]
         id = "drawn"
         adapters = ["reference-fa2"]
-        where = { family = "hyp-edge" }
+        where = {{ family = "hyp-edge" }}
         reason = "a property family: this run of the catalog has none of its cases, so it is not unused here"
     """)
     sel = "tile_edges and q1k129 or tile_edges-b1h2x2-q64k64"
