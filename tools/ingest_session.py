@@ -1,7 +1,8 @@
 """Make an H200 session's results the current ones: ``python tools/ingest_session.py SESSION_DIR``.
 
 SESSION_DIR is what ``tools/device/runner_h200.sh session-collect`` brought back (``$OUT/session``: ``steps``, the step
-logs, ``gpu_junit.xml.gz``, ``cli_all/``, ``cli_variants/``, ``cli_flashinfer/``, ``cli_xformers/``, ``fa3/``, ``fp8/``, ``bwd/``, ``fwd/``).
+logs, ``gpu_junit.xml.gz``, ``cli_all/``, ``cli_variants/``, ``cli_flashinfer/``, ``cli_xformers/``, ``fa3/``,
+``fp8/``, ``bwd/``, ``fwd/``).
 In order:
 
 1. prints the pipeline's steps (exit status and seconds of each) and tox -e gpu's counts from its junit XML;

@@ -1,8 +1,8 @@
-"""The tests run where the package is installed from its wheel, as ``tox -e py`` runs them (and any runner that
-installs the wheel; ``tox -e gpu`` / ``bench`` install the checkout editable): the wheel has no ``kernels.cuda.lab`` (the lab build's Python side stays in the checkout,
-test_wheel_contents.py), and tox calls the ``pytest`` script, which does not put the checkout's root on sys.path (so
-the checkout's ``conformance/`` folder is not importable as a top-level ``conformance``). Every test module must
-collect there, and a test of the lab must skip, not fail.
+"""The tests run where the package is installed from its wheel, as ``tox -e py`` runs them (and any runner that installs
+the wheel; ``tox -e gpu`` / ``bench`` install the checkout editable): the wheel has no ``kernels.cuda.lab`` (the lab
+build's Python side stays in the checkout, test_wheel_contents.py), and tox calls the ``pytest`` script, which does
+not put the checkout's root on sys.path (so the checkout's ``conformance/`` folder is not importable as a top-level
+``conformance``). Every test module must collect there, and a test of the lab must skip, not fail.
 
 Checked in a subprocess made like a tox env: the lab's module unimportable (``sys.modules[...] = None``) and the
 working directory off sys.path. An editable install run with ``python -m pytest`` (CI's, a developer's) has both,
