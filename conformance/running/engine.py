@@ -41,7 +41,7 @@ from attention_conformance.running.worker import (
     worker_key,
 )
 from attention_conformance.verdict.bounds import OracleData, compute_oracle
-from attention_conformance.verdict.judge import Verdict, judge
+from attention_conformance.verdict.judge import OUT_OF_MEMORY, Verdict, judge
 from attention_conformance.verdict.outcomes import (
     CRASH,
     FAILING,
@@ -173,6 +173,13 @@ class Runner:
         v = self.verdict(la, case)
         if v.outcome != NOT_SUPPORTED:
             release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
+        if v.outcome == HARNESS_ERROR and v.message.startswith(OUT_OF_MEMORY) and (la.isolate or not self.context_lost):
+            # the device was full at that moment (other workers' memory): once more, with this process's cache
+            # released; the pytest plugin has no later pass that re-runs it alone (`running.parallel` has)
+            first = v.message.strip().splitlines()[0]
+            v = self.verdict(la, case)
+            v.notes.append(f"run a second time: the first run was a HARNESS_ERROR ({first[:200]})")
+            release_cached(self.device)
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
                           findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,

@@ -82,8 +82,17 @@ def test_a_long_run_prints_progress_by_time_not_only_by_case_count(toys_on_path,
     assert [ln.split("]")[0] for ln in lines] == ["[1/3 cases", "[2/3 cases", "[3/3 cases"], lines
 
 
-def test_a_case_that_ran_out_of_memory_beside_other_workers_is_rerun_alone(toys_on_path, monkeypatch, tmp_path):
-    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out-once"))
+def test_a_call_that_ran_out_of_memory_runs_a_second_time_at_once(toys_on_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
+    results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS], "cpu",
+                                    workers=1, determinism="none")
+    assert [r.outcome for r in results] == ["PASS", "PASS"], [(r.outcome, r.message[:200]) for r in results]
+    assert any("run a second time" in n and "out of device memory" in n for n in results[1].notes), results[1].notes
+
+
+def test_a_case_that_ran_out_of_memory_twice_is_rerun_alone_at_the_end(toys_on_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
+    monkeypatch.setenv("TOY_OOM_TIMES", "2")  # the call and its immediate second run
     lines: list[str] = []
     results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS, BIG], "cpu",
                                     workers=2, determinism="none", progress=lines.append)
@@ -94,10 +103,11 @@ def test_a_case_that_ran_out_of_memory_beside_other_workers_is_rerun_alone(toys_
     assert any("re-running 1 case(s) alone" in line for line in lines), lines
 
 
-def test_out_of_memory_with_one_worker_stays_a_harness_error(toys_on_path, monkeypatch, tmp_path):
-    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out-once"))
+def test_out_of_memory_every_time_stays_a_harness_error(toys_on_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
+    monkeypatch.setenv("TOY_OOM_TIMES", "99")
     results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS], "cpu",
-                                    workers=1, determinism="none")
+                                    workers=2, determinism="none")
     assert [r.outcome for r in results] == ["PASS", "HARNESS_ERROR"], [(r.outcome, r.message[:200]) for r in results]
     assert results[1].message.startswith("out of device memory"), results[1].message
 
