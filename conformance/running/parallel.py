@@ -81,6 +81,9 @@ def share_cores_here(workers: int) -> Any:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
+    inductor = sys.modules.get("torch._inductor.config")  # read TORCHINDUCTOR_COMPILE_THREADS when imported
+    if inductor is not None and os.environ["TORCHINDUCTOR_COMPILE_THREADS"].isdigit():
+        inductor.compile_threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
     return limiter
 
 
