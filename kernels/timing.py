@@ -454,10 +454,11 @@ class TorchCuda:
                 gen.graphsafe_set_state(state)
             except Exception:
                 pass
-        try:
-            torch._C._cuda_releasePool(self.index, graph.pool())
-        except Exception:  # released already, or not this torch's API
-            pass
+        for undo in ("_cuda_endAllocateToPool", "_cuda_releasePool"):  # stop routing to the pool, then drop it
+            try:
+                getattr(torch._C, undo)(self.index, graph.pool())
+            except Exception:  # done already by the capture's own end, or not this torch's API
+                pass
         try:
             graph.reset()
         except Exception:
