@@ -426,24 +426,30 @@ class TorchCuda:
 
         generators = list(torch.cuda.default_generators)
         states = [g.clone_state() for g in generators]  # each one's state before the capture marks it capturing
+        began = False
         try:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 fn()
             torch.cuda.current_stream().wait_stream(side)
             with torch.cuda.graph(graph, stream=side):
+                began = True
                 calls_of_fn()
         except Exception as exc:
-            self._undo_capture(graph, generators, states)
+            # the capture ended (its end released nothing wrong) when the call's own exception came through the end
+            # of the capture unchanged; a capture the call invalidated fails at its end with another error
+            ended = bool(raised) and exc is raised[-1]
+            self._undo_capture(graph, generators, states, release_pool=began and not ended)
             raise CaptureFailed(f"capture failed: {_reason(raised[0] if raised else exc)}") from exc
         return graph.replay
 
-    def _undo_capture(self, graph: Any, generators: list, states: list) -> None:
-        """What a capture that failed before its end leaves behind, undone (measured on the H200, torch 2.11): its
-        private memory pool stays in use (~17 GB per failed capture of a forward+backward; later allocations ran out
-        of memory), and the CUDA generators stay marked capturing, so that the next ``torch.randn`` raises "Offset
-        increment outside graph capture". The pool is released and the generators get their states from before the
-        capture back; each step is best effort (private torch API), the capture's own error is what is reported."""
+    def _undo_capture(self, graph: Any, generators: list, states: list, release_pool: bool) -> None:
+        """What a capture that failed leaves behind, undone (measured on the H200, torch 2.11): the CUDA generators
+        stay marked capturing, so that the next ``torch.randn`` raises "Offset increment outside graph capture", and
+        a capture that failed before its end (`release_pool`) keeps its private memory pool in use (~17 GB per
+        failed capture of a forward+backward; later allocations ran out of memory; a capture that ended is released
+        by ``graph.reset``). The generators get their states from before the capture back and the pool is released;
+        each step is best effort (private torch API), the capture's own error is what is reported."""
         torch = self._torch
         try:
             torch.cuda.synchronize()
@@ -454,10 +460,10 @@ class TorchCuda:
                 gen.graphsafe_set_state(state)
             except Exception:
                 pass
-        for undo in ("_cuda_endAllocateToPool", "_cuda_releasePool"):  # stop routing to the pool, then drop it
-            try:
+        for undo in ("_cuda_endAllocateToPool", "_cuda_releasePool") if release_pool else ():
+            try:  # stop routing allocations to the pool, then drop it
                 getattr(torch._C, undo)(self.index, graph.pool())
-            except Exception:  # done already by the capture's own end, or not this torch's API
+            except Exception:  # not this torch's API
                 pass
         try:
             graph.reset()
