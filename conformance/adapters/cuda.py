@@ -103,6 +103,9 @@ class _CudaAdapter(Adapter):
     """Shared forward/backward plumbing; subclasses name their launchers."""
 
     isolate: ClassVar[bool] = True
+    #: one worker process for every adapter of the library (`running.worker.worker_key`), as one program loads it:
+    #: six per run worker made 48 more CUDA contexts on the H200 beside 8 workers, and calls ran out of memory
+    process_group: ClassVar[str | None] = "attn_kernels"
     fwd_launcher: ClassVar[str] = ""
     bwd_launcher: ClassVar[str | None] = None
     capabilities = Capabilities(

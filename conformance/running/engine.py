@@ -156,7 +156,7 @@ class Runner:
             if result.context_lost is not None and self.context_lost is None:
                 self.context_lost = f"{la.spec} ({kind}) on {case.id}: {result.context_lost}"
             return result
-        key = worker_key(la.spec)
+        key = worker_key(la.spec, getattr(la.adapter, "process_group", None))
         client = self._workers.get(key)
         if client is None:
             client = self._workers[key] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)

@@ -150,9 +150,12 @@ def _recv(fd: int, deadline: float | None):
 
 # -- parent side ---------------------------------------------------------------------------------
 
-def worker_key(spec: str) -> str:
+def worker_key(spec: str, group: str | None = None) -> str:
     """The worker process a spec runs in: one per library, so a built-in adapter's spellings (``NAME@ENTRY``) share
-    their base's; any other spec (``module:attr``, a file path) has its own."""
+    their base's, and adapters that name one ``process_group`` (our CUDA kernels: one library) share one; any other
+    spec (``module:attr``, a file path) has its own."""
+    if group:
+        return group
     if "@" in spec and ":" not in spec:
         return spec.split("@", 1)[0]
     return spec
@@ -289,6 +292,10 @@ def main() -> int:
                 _send(out, {"result": CallResult(error=traceback.format_exc(limit=4), error_type="PicklingError")})
             if result.context_lost is not None:  # a sticky CUDA error: no later call can run in this process
                 return 0
+            del result
+            # this process's idle cached blocks back to the device: the run's other processes share it (8 workers
+            # with an isolated process per library each: 64 CUDA processes on the H200, and calls ran out of memory)
+            cuda_context.release_cached(device)
         elif msg["op"] == "exit":
             return 0
 

@@ -27,6 +27,17 @@ def test_spellings_of_a_builtin_share_their_base_worker_and_other_specs_have_the
     assert worker_key("torch-sdpa-cudnn@causal_lower_right") == "torch-sdpa-cudnn"
     assert worker_key("engine_toys:IsolatedCorrect") == "engine_toys:IsolatedCorrect"
     assert worker_key("my/file.py:fn@x") == "my/file.py:fn@x"  # a path or module spec is never split
+    assert worker_key("cuda-fa3", "attn_kernels") == worker_key("cuda-fa1", "attn_kernels") == "attn_kernels"
+
+
+def test_our_cuda_adapters_share_one_worker_process():
+    """Six CUDA adapters of one library in six processes per run worker made 48 more CUDA contexts on the H200 beside
+    8 run workers; they share one, as one program loads the library once."""
+    from attention_conformance.adapters.registry import builtin_names, load
+
+    cuda = [load(n, "cpu") for n in builtin_names() if n.startswith("cuda-")]
+    assert len(cuda) >= 6 and all(la.isolate for la in cuda)
+    assert {worker_key(la.spec, getattr(la.adapter, "process_group", None)) for la in cuda} == {"attn_kernels"}
 
 
 def test_one_worker_process_serves_several_specs_each_loaded_once(toys_on_path):
