@@ -84,7 +84,7 @@ benches() {
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
-        step "$dir" bwd 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
+        step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
             --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
         step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
