@@ -78,6 +78,14 @@ def _calls(*pairs: tuple, variant: str = "default"):
     return lambda: [one(name, params) for name, params in pairs]
 
 
+def _fresh(leaves: tuple) -> tuple:
+    """New leaf views of `leaves` for one forward+backward call: their gradient accumulators are made on the stream
+    the call runs on. Reusing the leaves of the retained backward-only forward (made on the default stream) made
+    torch 2.11's engine sync the legacy stream with the capture's, so no torch forward+backward could be captured
+    ("operation would make the legacy stream depend on a capturing blocking stream")."""
+    return tuple(x.detach().requires_grad_(True) for x in leaves)
+
+
 def _grad_fn(out: torch.Tensor, leaves: tuple, dout: torch.Tensor):
     return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
 
@@ -90,9 +98,10 @@ def sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
     leaves = tuple(x.detach().requires_grad_(True) for x in (q, k, v))
 
     def f():
+        fresh = _fresh(leaves)
         with sdpa_kernel([backend]):
-            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
-        return torch.autograd.grad(out, leaves, dout)
+            out = torch.nn.functional.scaled_dot_product_attention(*fresh, is_causal=causal)
+        return torch.autograd.grad(out, fresh, dout)
 
     with sdpa_kernel([backend]):
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -111,9 +120,10 @@ def fa4_fwd_bwd(q, k, v, dout, causal: bool):
     g = dout.transpose(1, 2).contiguous()
 
     def f():
-        out = flash_attn_func(*leaves, causal=causal)
+        fresh = _fresh(leaves)
+        out = flash_attn_func(*fresh, causal=causal)
         out = out[0] if isinstance(out, tuple) else out
-        return torch.autograd.grad(out, leaves, g)
+        return torch.autograd.grad(out, fresh, g)
 
     out = flash_attn_func(*leaves, causal=causal)
     return f, _grad_fn(out[0] if isinstance(out, tuple) else out, leaves, g)
