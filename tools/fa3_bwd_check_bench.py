@@ -79,10 +79,10 @@ def _calls(*pairs: tuple, variant: str = "default"):
 
 
 def _fresh(leaves: tuple) -> tuple:
-    """New leaf views of `leaves` for one forward+backward call: their gradient accumulators are made on the stream
-    the call runs on. Reusing the leaves of the retained backward-only forward (made on the default stream) made
-    torch 2.11's engine sync the legacy stream with the capture's, so no torch forward+backward could be captured
-    ("operation would make the legacy stream depend on a capturing blocking stream")."""
+    """New leaf views of `leaves`. Each forward+backward call takes its own, so that their gradient accumulators are
+    made on the stream the call runs on. Reusing the leaves of the retained backward-only forward (made on the
+    default stream) made torch 2.11's engine sync the legacy stream with the capture's, so no torch forward+backward
+    could be captured ("operation would make the legacy stream depend on a capturing blocking stream")."""
     return tuple(x.detach().requires_grad_(True) for x in leaves)
 
 
@@ -95,7 +95,7 @@ def sdpa_fwd_bwd(backend, q, k, v, dout, causal: bool):
     one retained forward), both returning the gradients of q, k, v for `dout`."""
     from torch.nn.attention import sdpa_kernel
 
-    leaves = tuple(x.detach().requires_grad_(True) for x in (q, k, v))
+    leaves = _fresh((q, k, v))
 
     def f():
         fresh = _fresh(leaves)

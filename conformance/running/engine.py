@@ -41,7 +41,7 @@ from attention_conformance.running.worker import (
     worker_key,
 )
 from attention_conformance.verdict.bounds import OracleData, compute_oracle
-from attention_conformance.verdict.judge import OUT_OF_MEMORY, Verdict, judge
+from attention_conformance.verdict.judge import Verdict, judge, ran_out_of_memory
 from attention_conformance.verdict.outcomes import (
     CRASH,
     FAILING,
@@ -173,7 +173,7 @@ class Runner:
         v = self.verdict(la, case)
         if v.outcome != NOT_SUPPORTED:
             release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
-        if v.outcome == HARNESS_ERROR and v.message.startswith(OUT_OF_MEMORY) and (la.isolate or not self.context_lost):
+        if ran_out_of_memory(v.outcome, v.message) and (la.isolate or not self.context_lost):
             # the device was full at that moment (other workers' memory): once more, with this process's cache
             # released; the pytest plugin has no later pass that re-runs it alone (`running.parallel` has)
             first = v.message.strip().splitlines()[0]

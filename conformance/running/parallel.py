@@ -28,8 +28,8 @@ from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.running import schedule
 from attention_conformance.running.eta import EtaModel
 from attention_conformance.running.worker import _recv, _send, _worker_channels
-from attention_conformance.verdict.judge import OUT_OF_MEMORY
-from attention_conformance.verdict.outcomes import HARNESS_ERROR, counts_line
+from attention_conformance.verdict.judge import ran_out_of_memory
+from attention_conformance.verdict.outcomes import counts_line
 
 __all__ = ["THREAD_VARS", "gpu_for_worker", "run_parallel", "share_cores", "share_cores_here", "threads_per_worker",
            "visible_gpus"]
@@ -173,8 +173,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
     def rerun_alone(w: _Worker) -> None:
         """Cases a call of which ran out of device memory beside the other workers, once more in a fresh worker
         with the GPU to itself (every other worker is idle by now); their new results replace the old ones."""
-        again = [c for c in cases if any(r.outcome == HARNESS_ERROR and r.message.startswith(OUT_OF_MEMORY)
-                                         for r in results.get(c.id, []))]
+        again = [c for c in cases if any(ran_out_of_memory(r.outcome, r.message) for r in results.get(c.id, []))]
         if not again or workers < 2:
             return
         if progress is not None:

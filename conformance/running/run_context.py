@@ -178,9 +178,12 @@ class ConformanceRun:
     def unused(self, ran: Iterable[LoadedAdapter] | None = None) -> list[str]:
         """Labels of entries applicable to an adapter that ran (default: every loaded one) under which no
         verdict fell: expectations that match nothing are deleted, not kept."""
-        families = self.families or None
-        labels = {label for la in (self.loaded if ran is None else ran) for label in self.applicable(la, families)}
-        return [e.label() for e in self.expectations.entries if e.label() in labels and e.label() not in self.used]
+        from attention_conformance.verdict.expectations import unused_labels
+
+        families = tuple(self.families) or (None,)
+        seen = [(la.name, la.spec, f) for la in (self.loaded if ran is None else ran) if la.adapter is not None
+                for f in families]
+        return unused_labels(self.expectations.entries, self.used, seen, self.expectations.ctx)
 
     def applicable(self, la: LoadedAdapter, families: Iterable[str] | None = None) -> list[str]:
         """Labels of the entries that concern adapter ``la`` in this run's context (device, GPU, versions), and with
@@ -190,9 +193,9 @@ class ConformanceRun:
         if la.adapter is None:
             return []
         ctx = self.expectations.ctx
-        fams = None if families is None else tuple(families)
+        fams = (None,) if families is None else tuple(families)
         return [e.label() for e in self.expectations.entries if applicable(e, la.name, la.spec, ctx)
-                and (fams is None or any(concerns_family(e, f) for f in fams))]
+                and any(concerns_family(e, f) for f in fams)]
 
     @staticmethod
     def label_of(result: Any) -> str | None:

@@ -68,7 +68,7 @@ from attention_conformance.verdict.outcomes import (
 
 __all__ = ["DEFAULT_FILE", "EXPECTABLE", "KNOWN", "UNEXPECTED_PASS", "Expectation", "ExpectationError", "RunContext",
            "Decision", "RunExpectations", "load", "load_files", "specifier", "version_in", "version_of", "decide",
-           "applicable", "apply", "concerns_family", "report_rows"]
+           "applicable", "apply", "concerns_family", "report_rows", "unused_labels"]
 
 DEFAULT_FILE = Path(__file__).parents[1] / "expectations.toml"
 #: verdicts that do not fail a run: in an entry's scope and not what it expects, they are UNEXPECTED_PASS
@@ -80,8 +80,8 @@ EXPECTABLE = tuple(o for o in OUTCOMES if o not in (PASS, NOT_SUPPORTED, HARNESS
 _CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
          "symptom", "finding", "reason", "link", "repro"}
-#: a version inside free text ("torch 2.13.0+cpu", "flash-attn-4 4.0.0b36"): release, pre / dev part, local label
-#: a PEP 440 version inside text: release, pre-release, post-release ("0.7.2.post1": FlashInfer), dev, local
+#: a PEP 440 version inside free text ("torch 2.13.0+cpu", "flash-attn-4 4.0.0b36", "0.7.2.post1"): release,
+#: pre-release, post-release, dev part, local label
 _VERSION = re.compile(r"\d+(?:\.\d+)*(?:[.-]?(?:a|b|rc)\.?\d*)?(?:[.-]?post\.?\d*)?(?:[.-]?dev\.?\d*)?"
                       r"(?:\+[0-9A-Za-z.]+)?")
 
@@ -300,10 +300,19 @@ def _case_matches(e: Expectation, case: Case) -> bool:
     return True
 
 
-def concerns_family(e: Expectation, family: str) -> bool:
-    """Whether cases of catalog family ``family`` can fall under ``e`` (its ``where`` names no family, or this one):
-    an entry of the property suite's families is not unused in a run of the catalog alone."""
-    return "family" not in e.where or _field_matches(family, e.where["family"])
+def concerns_family(e: Expectation, family: str | None) -> bool:
+    """Whether cases of catalog family ``family`` (None: any) can fall under ``e`` (its ``where`` names no family,
+    or this one): an entry of the property suite's families is not unused in a run of the catalog alone."""
+    return family is None or "family" not in e.where or _field_matches(family, e.where["family"])
+
+
+def unused_labels(entries: Sequence[Expectation], used: Iterable[str],
+                  seen: Iterable[tuple[str, str, str | None]], ctx: RunContext) -> list[str]:
+    """Labels of the entries no result fell under although one of ``seen`` concerns them: (adapter, spec, case
+    family or None) of what ran, `applicable` and `concerns_family`. Expectations that match nothing are deleted."""
+    used, seen = set(used), list(seen)
+    return [e.label() for e in entries if e.label() not in used
+            and any(applicable(e, a, s, ctx) and concerns_family(e, f) for a, s, f in seen)]
 
 
 def applicable(e: Expectation, adapter: str, spec: str, ctx: RunContext) -> bool:
@@ -381,10 +390,8 @@ def apply(entries: Sequence[Expectation], items: Iterable[tuple[Case, Any]], ctx
         r.outcome = v.outcome
         r.message = f"{v.note}\n{r.message}" if r.message else v.note
         out.append(r)
-    unused = [e.label() for e in entries if e.label() not in used
-              and any(applicable(e, a, s, ctx) and concerns_family(e, f) for a, s, f in seen)]
     return out, {"files": sorted({e.source for e in entries}), "entries": len(entries), "used": used,
-                 "unused": unused, "known": known, "unexpected_pass": unexpected}
+                 "unused": unused_labels(entries, used, seen, ctx), "known": known, "unexpected_pass": unexpected}
 
 
 class RunExpectations:

@@ -55,11 +55,16 @@ from attention_conformance.verdict.outcomes import (
 )
 from attention_conformance.verdict.precision import FP8_CASE_OUTPUT_DTYPES, PrecisionModel, precision_model
 
-__all__ = ["FINDING_CLASSES", "OUT_OF_MEMORY", "Verdict", "finding_class", "judge"]
+__all__ = ["FINDING_CLASSES", "OUT_OF_MEMORY", "Verdict", "finding_class", "judge", "ran_out_of_memory"]
 
 #: how a HARNESS_ERROR message for a call that ran out of device memory starts (`running.parallel` re-runs its case
 #: alone, once, at the end of a run with several workers)
 OUT_OF_MEMORY = "out of device memory"
+
+
+def ran_out_of_memory(outcome: str, message: str) -> bool:
+    """Whether a verdict is the HARNESS_ERROR of a call that ran out of device memory (not the kernel's answer)."""
+    return outcome == HARNESS_ERROR and message.startswith(OUT_OF_MEMORY)
 
 #: named finding classes (SEMANTICS.md §17): name -> what it means
 FINDING_CLASSES: dict[str, str] = {
