@@ -17,7 +17,9 @@ with ``-p no:attention_conformance``). It provides:
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
   ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`); under pytest-xdist on any device, the
   conformance and property tests ordered largest estimated seconds first (`conformance.running.schedule`; other
-  tests keep their places), on CUDA handed to the workers one at a time (``--maxschedchunk 1`` unless given);
+  tests keep their places), the tests of one case spread apart, on CUDA handed to the workers one at a time
+  (``--maxschedchunk 1`` unless given); the workers share each case's inputs and FP64 oracle, and the memory
+  family's raw results, through a folder the controller makes and removes (`conformance.running.oracle_store`);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
@@ -54,7 +56,8 @@ from typing import Any
 import pytest
 
 __all__ = ["cases_option", "device_option", "impl_option", "profile_option", "run_settings", "conformance_run",
-           "ConformanceSession", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY", "OUTCOME_PROPERTY", "SummaryLines"]
+           "ConformanceSession", "store_of", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY", "OUTCOME_PROPERTY",
+           "SummaryLines"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
           "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect",
@@ -193,6 +196,12 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     config.stash[_LINES] = lines = SummaryLines()
     config.pluginmanager.register(lines, "attention_conformance_summary")
+    if not worker and getattr(config.option, "numprocesses", None):
+        # the workers' shared store of inputs and oracles (`running.oracle_store`), handed to them at their start
+        from attention_conformance.running.oracle_store import new_folder
+
+        config.stash[_STORE] = new_folder()
+        config.pluginmanager.register(_StoreHandOver(config.stash[_STORE]), "attention_conformance_store")
     run_settings(config)  # --expect with --no-expect, a bad --determinism: usage errors now
     if impl_option(config) or config.getoption(_DESTS["expect"]):
         conformance_run(config)  # an --impl named explicitly that cannot run here stops the session now
@@ -277,6 +286,40 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_STORE, None)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_STORE = pytest.StashKey[str]()
+#: the `workerinput` key of the store's folder
+_STORE_INPUT = "attention_conformance_store"
+
+
+class _StoreHandOver:
+    """pytest-xdist's controller: gives each worker the run's store folder."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_STORE_INPUT] = self.folder
+
+
+def store_of(config: pytest.Config) -> Any:
+    """The `running.oracle_store.OracleStore` this pytest-xdist worker shares with the others; None elsewhere."""
+    folder = getattr(config, "workerinput", {}).get(_STORE_INPUT)
+    if not folder:
+        return None
+    from attention_conformance.running.oracle_store import OracleStore
+
+    return OracleStore(folder)
+
+
 def _case_of(item: pytest.Item) -> Any:
     cs = getattr(item, "callspec", None)
     return cs.params.get("conformance_case") if cs is not None else None
@@ -315,8 +358,9 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist: the conformance and property tests largest estimated seconds first
-    (`conformance.running.schedule`: a kernel built per shape counts), in the slots they occupy; other tests keep
-    their places. Each worker identical (xdist compares the collections)."""
+    (`conformance.running.schedule`: a kernel built per shape counts), the tests of one case spread apart
+    (`schedule.spread`), in the slots they occupy; other tests keep their places. Each worker identical (xdist
+    compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
     # the run's adapters by spec (looked up once; only a session with conformance tests has opened the run)
@@ -328,6 +372,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slots = sorted(estimates)
     ordered = sorted(slots, key=lambda i: (-estimates[i], items[i].nodeid))
+    # the tests of one case apart by the number of workers: they share its oracle (`running.oracle_store`)
+    from attention_conformance.running.schedule import spread
+
+    cases = [_case_of(items[i]) for i in ordered]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1)
+    ordered = [ordered[j] for j in spread([c.id if c is not None else None for c in cases], workers)]
     moved = [items[i] for i in ordered]
     for i, item in zip(slots, moved):
         items[i] = item
@@ -337,11 +387,12 @@ class ConformanceSession:
     """One engine `Runner` per pytest session over the run's adapters, a small window of cached oracles, the raw
     results of the memory family (its growth verdict spans a series of cases), and the final verdict of a test."""
 
-    def __init__(self, run: Any, cases: list[Any]):
+    def __init__(self, run: Any, cases: list[Any], store: Any = None):
         self.run = run
         self.device = run.device
         self.cases = cases  # the profile's cases: a memory case's series is looked up among them
-        self.runner = run.runner()
+        self.store = store  # under pytest-xdist: oracles and the memory family's raw results shared by the workers
+        self.runner = run.runner(store=store)
         self.by_spec = {la.spec: la for la in run.loaded}
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
@@ -365,7 +416,10 @@ class ConformanceSession:
         key = (case.id, la.spec)
         if key not in self.raw:
             self.touch(case.id)
-            self.raw[key] = self.runner.run_case(la, case)
+            if self.store is None:
+                self.raw[key] = self.runner.run_case(la, case)
+            else:  # the series' other tests, in other workers, need this result too
+                self.raw[key] = self.store.fetch(f"raw {case.id} {la.spec}", lambda: self.runner.run_case(la, case))
         return self.raw[key]
 
     def applicable(self, spec: str, family: str) -> tuple[str, ...]:
@@ -393,7 +447,7 @@ def conformance_session(request: pytest.FixtureRequest):
     from attention_conformance.cases import catalog
 
     config = request.config
-    s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)))
+    s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)), store_of(config))
     config.stash[_SESSION] = s
     yield s
     s.runner.close()

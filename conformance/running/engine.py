@@ -31,6 +31,7 @@ from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.running import memory_policy
 from attention_conformance.running.cuda_context import release_cached
 from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.oracle_store import OracleStore
 from attention_conformance.running.worker import (
     CallResult,
     WorkerClient,
@@ -109,22 +110,31 @@ class CaseResult:
 
 
 class OracleCache:
-    """Inputs and oracle data per case id, computed once per run and shared by all adapters."""
+    """Inputs and oracle data per case id, computed once per run and shared by all adapters: in this process, and
+    with a `running.oracle_store.OracleStore`, with the run's other processes."""
 
-    def __init__(self):
+    def __init__(self, store: OracleStore | None = None):
         self._data: dict[str, tuple[Any, OracleData | None, str | None]] = {}
         self.computed = 0
+        self.store = store
+
+    @staticmethod
+    def _compute(case: Case) -> tuple[Any, OracleData | None, str | None]:
+        from attention_conformance.cases.inputs import make_inputs
+
+        try:
+            inputs = make_inputs(case)
+            return inputs, compute_oracle(case, inputs), None
+        except Exception:
+            return None, None, traceback.format_exc(limit=6)
 
     def get(self, case: Case):
         if case.id not in self._data:
-            from attention_conformance.cases.inputs import make_inputs
-
-            try:
-                inputs = make_inputs(case)
-                od = compute_oracle(case, inputs)
-                self._data[case.id] = (inputs, od, None)
-            except Exception:
-                self._data[case.id] = (None, None, traceback.format_exc(limit=6))
+            if self.store is None:
+                self._data[case.id] = self._compute(case)
+            else:  # a failure is not stored: each process reports its own traceback
+                self._data[case.id] = self.store.fetch(f"oracle {case.id}", lambda: self._compute(case),
+                                                       keep=lambda entry: entry[2] is None)
             self.computed += 1
         return self._data[case.id]
 
@@ -133,16 +143,18 @@ class OracleCache:
 
 
 class Runner:
-    """Runs cases on loaded adapters. ``timeout`` applies to isolated (worker) adapters."""
+    """Runs cases on loaded adapters. ``timeout`` applies to isolated (worker) adapters; ``store`` shares the
+    oracle cache's entries with the run's other processes (`running.oracle_store`)."""
 
     def __init__(self, adapters: Sequence[LoadedAdapter], device: str = "cpu", *, timeout: float = 300.0,
-                 determinism: str = "sampled", worker_env: dict[str, str] | None = None, strict: bool = False):
+                 determinism: str = "sampled", worker_env: dict[str, str] | None = None, strict: bool = False,
+                 store: OracleStore | None = None):
         self.adapters = list(adapters)
         self.strict = strict  # named findings are FAIL (SEMANTICS.md §17)
         self.device = device
         self.timeout = timeout
         self.determinism = determinism
-        self.cache = OracleCache()
+        self.cache = OracleCache(store)
         self._workers: dict[str, WorkerClient] = {}
         self.worker_env = worker_env or {}
         #: set when an in-process call left this process's CUDA context unusable (`running.cuda_context`): which

@@ -20,7 +20,8 @@ each. Only the order depends on these figures, never a verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from attention_conformance.adapters.base import capability_reason
@@ -28,7 +29,7 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
 __all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "PROPERTY_EXAMPLE_SECONDS", "claims",
-           "call_seconds", "case_seconds", "property_seconds"]
+           "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
 CALL_SECONDS = 0.05
@@ -68,3 +69,29 @@ def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
 def property_seconds(examples: int, builds_per_shape: bool) -> float:
     """Expected seconds of a property test drawing `examples` cases."""
     return examples * (BUILD_SECONDS if builds_per_shape else PROPERTY_EXAMPLE_SECONDS)
+
+
+#: how far `spread` looks ahead for a piece whose key is not among the last ``window`` handed out
+SPREAD_LOOKAHEAD = 256
+
+
+def spread(keys: Sequence[Hashable | None], window: int) -> list[int]:
+    """An order of the pieces ``0 .. len(keys) - 1`` (given in the order wanted) in which any ``window`` consecutive
+    places hold no two pieces of the same key, where the next `SPREAD_LOOKAHEAD` pieces offer another; a piece of
+    key None conflicts with none. The order is otherwise kept.
+
+    The pytest plugin's (case, adapter) tests of one case share the case's inputs and oracle through the workers'
+    store (`running.oracle_store`): with ``window`` the number of workers, the workers start on different cases and
+    the later tests of a case find its oracle made, where in plain largest-first order every worker would start on
+    the first large case's adapters together, one computing its oracle while the others wait."""
+    pending = list(range(len(keys)))
+    recent: deque[Hashable] = deque(maxlen=max(window - 1, 0))  # the keys of the last window - 1 picks
+    order: list[int] = []
+    while pending:
+        pick = next((j for j, i in enumerate(pending[:SPREAD_LOOKAHEAD])
+                     if keys[i] is None or keys[i] not in recent), 0)
+        i = pending.pop(pick)
+        order.append(i)
+        if keys[i] is not None:
+            recent.append(keys[i])
+    return order

@@ -108,3 +108,32 @@ def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
                             "-p", "no:cacheprovider", *extra, str(tmp_path)],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert f"MAXSCHEDCHUNK {want}" in p.stdout, p.stdout + p.stderr
+
+
+def test_spread_keeps_a_key_out_of_each_window_and_the_order_otherwise():
+    keys = ["a", "a", "a", "b", "b", "c", None, "d"]
+    order = schedule.spread(keys, 3)
+    assert sorted(order) == list(range(len(keys)))
+    picked = [keys[i] for i in order]
+    assert picked == ["a", "b", "c", "a", "b", None, "d", "a"]
+    # any 3 consecutive places hold distinct keys where the rest allowed it (the last "a" has no other left)
+    assert all(len({k for k in picked[j:j + 3] if k is not None}) == len([k for k in picked[j:j + 3] if k])
+               for j in range(len(picked) - 3))
+    assert schedule.spread(keys, 1) == list(range(len(keys)))  # one worker: nothing to spread
+    assert schedule.spread(["a", "a"], 4) == [0, 1]  # nothing else to take: the order stands
+
+
+def test_under_xdist_the_tests_of_one_case_are_spread_over_the_workers(monkeypatch):
+    """The (case, adapter) tests of one case, of equal estimates, do not start together in the first wave: each
+    worker starts on another case and the later tests find its oracle made (`running.oracle_store`)."""
+    a, b, c = (SimpleNamespace(spec=s, available=True, adapter=_adapter(False)) for s in "abc")
+    run = SimpleNamespace(loaded=[a, b, c])
+    monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
+    monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    items = [_Item(f"c::{case.id[:3]}-{x.spec}", {"conformance_case": case, "conformance_spec": x.spec})
+             for case in (BIG, SMALL) for x in (a, b, c)]
+    pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
+    cases = [i.callspec.params["conformance_case"].id for i in items]
+    assert cases[:4] == [BIG.id, SMALL.id, BIG.id, SMALL.id]  # the largest first, never twice in a row
