@@ -1,6 +1,7 @@
 """Make an H200 session's results the current ones: ``python tools/ingest_session.py SESSION_DIR``.
 
-SESSION_DIR is what ``tools/device/runner_h200.sh session-collect`` brought back (``$OUT/session``: ``steps``, the step
+SESSION_DIR is what ``tools/device/runner_h200.sh session-collect`` brought back (``$OUT/session.tar.gz``, one file
+since a device call returns at most 8, unpacked beside itself into ``session/``; or that folder: ``steps``, the step
 logs, ``gpu_junit.xml.gz``, ``cli_all/``, ``cli_variants/``, ``cli_flashinfer/``, ``cli_xformers/``, ``fa3/``,
 ``fp8/``, ``bwd/``, ``fwd/``).
 In order:
@@ -139,15 +140,27 @@ def join_gpu_report(reports: list[Path], note: str | None, root: Path, dry: bool
         screenshot(gpu / "report.html", gpu / "report.png", dry)
 
 
+def unpacked(path: Path) -> Path:
+    """The session folder of ``path``: session-collect's ``session.tar.gz`` unpacked beside itself, or ``path``."""
+    if path.is_file() and path.name.endswith(".tar.gz"):
+        import tarfile
+
+        with tarfile.open(path) as tar:
+            tar.extractall(path.parent, filter="data")
+        return path.parent / "session"
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/ingest_session.py", description=__doc__.splitlines()[0])
-    ap.add_argument("session", type=Path, help="the folder session-collect brought back ($OUT/session)")
+    ap.add_argument("session", type=Path, help="what session-collect brought back ($OUT/session.tar.gz, or the folder "
+                                               "it holds)")
     ap.add_argument("--note", help="a note at the top of the joined GPU report")
     ap.add_argument("--dry-run", action="store_true", help="print what would be written, write nothing")
     args = ap.parse_args(argv)
-    session: Path = args.session
+    session = unpacked(args.session)
     if not session.is_dir():
-        ap.error(f"SESSION {session}: not a folder")
+        ap.error(f"SESSION {session}: not a folder (nor session-collect's session.tar.gz)")
     if (session / "steps").is_file():
         print("== steps\n" + (session / "steps").read_text())
     junit = next((p for p in (session / "gpu_junit.xml.gz", session / "gpu_junit.xml") if p.is_file()), None)

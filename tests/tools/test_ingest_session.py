@@ -70,3 +70,21 @@ def test_the_joined_report_replaces_reports_gpu_and_its_satellites(tmp_path, mon
     data = json.loads(gzip.decompress((gpu / "report.json.gz").read_bytes()))
     assert data["results"] and "joined for a test" in (gpu / "report.md").read_text()
     assert shots == [gpu / "report.png"]
+
+
+def test_session_collects_one_file_unpacked_beside_itself(tmp_path):
+    """session-collect brings the session back as one session.tar.gz (a device call returns at most 8 files)."""
+    import tarfile
+
+    src = tmp_path / "src" / "session"
+    (src / "cli_all").mkdir(parents=True)
+    (src / "steps").write_text("cli: exit 0 in 300 s\n")
+    (src / "cli_all" / "report.json.gz").write_bytes(b"x")
+    packed = tmp_path / "out" / "session.tar.gz"
+    packed.parent.mkdir()
+    with tarfile.open(packed, "w:gz") as tar:
+        tar.add(src, arcname="session")
+    got = ingest.unpacked(packed)
+    assert got == packed.parent / "session" and (got / "steps").read_text().startswith("cli: exit 0")
+    assert ingest.conformance_reports(got) == [got / "cli_all" / "report.json.gz"]
+    assert ingest.unpacked(got) == got  # a folder is taken as it is

@@ -241,21 +241,25 @@ _session)
 _call)
     "$@" ;;
 session-collect)
+    # what has finished, as one file ($OUT/session.tar.gz: a call brings back at most 8 files, 2 folders down);
+    # python tools/ingest_session.py session.tar.gz unpacks it
     wait_for /tmp/session
     tail -c 400 /tmp/session/*.log 2>/dev/null | tail -20
-    mkdir -p "$OUT/session"
-    cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* "$OUT/session/" 2>/dev/null
-    cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv "$OUT/session/" 2>/dev/null
+    c=/tmp/collect/session
+    rm -rf /tmp/collect && mkdir -p $c
+    cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* $c/ 2>/dev/null
+    cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv $c/ 2>/dev/null
     for d in cli_all cli_variants cli_flashinfer cli_xformers bench fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
-        mkdir -p "$OUT/session/$d" && cp /tmp/session/$d/*.json /tmp/session/$d/*.md "$OUT/session/$d/" 2>/dev/null
-        gzip -f "$OUT/session/$d/report.json" 2>/dev/null
+        mkdir -p $c/$d && cp /tmp/session/$d/*.json /tmp/session/$d/*.md $c/$d/ 2>/dev/null
+        gzip -f $c/$d/report.json 2>/dev/null
     done
-    if [ -d /tmp/session/repros ]; then mkdir -p "$OUT/session/repros" && cp /tmp/session/repros/* "$OUT/session/repros/"; fi
-    gzip -f "$OUT/session/gpu_junit.xml" 2>/dev/null; true ;;
+    if [ -d /tmp/session/repros ]; then mkdir -p $c/repros && cp /tmp/session/repros/* $c/repros/; fi
+    gzip -f $c/gpu_junit.xml 2>/dev/null
+    tar czf "$OUT/session.tar.gz" -C /tmp/collect session && ls -la "$OUT/session.tar.gz"; true ;;
 val-collect)
     wait_for /tmp/val
-    mkdir -p "$OUT/val" && cp -r /tmp/val/. "$OUT/val/" 2>/dev/null
-    gzip -f "$OUT"/val/cuda/report.json 2>/dev/null; true ;;
+    gzip -kf /tmp/val/cuda/report.json 2>/dev/null
+    tar czf "$OUT/val.tar.gz" -C /tmp --exclude=val/cuda/report.json val && ls -la "$OUT/val.tar.gz"; true ;;
 *) echo "unknown stage $stage"; exit 2 ;;
 esac
