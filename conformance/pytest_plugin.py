@@ -352,7 +352,8 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
 
         builds = bool(getattr(loaded.adapter, "builds_per_shape", False))
         examples = settings().max_examples
-        return schedule.property_seconds(build_per_shape_examples(examples) if builds else examples, builds)
+        return schedule.property_seconds(build_per_shape_examples(examples) if builds else examples, builds,
+                                         backward=kind == "backward")
     return None
 
 

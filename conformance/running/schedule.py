@@ -8,9 +8,10 @@ time, so that a run does not end on a tail of long pieces queued behind one work
 The model, fitted to the H200's gpu-profile run (per-case ``seconds`` of reports/gpu/report.json.gz; every kernel
 built once per process: 0.03-0.15 s median per case, 0.2-0.8 s per 1e9 of `catalog.estimated_cost`):
 
-    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS)
+    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS, x BACKWARD_BUILD_FACTOR)
 
-where ``BUILD_SECONDS`` is added for an adapter that builds a kernel for each new shape (``Adapter.builds_per_shape``:
+where ``BUILD_SECONDS`` (times ``BACKWARD_BUILD_FACTOR`` for a backward case) is added for an adapter that builds a
+kernel for each new shape (``Adapter.builds_per_shape``:
 compiled FlexAttention, median 2.75 s and mean 4.6 s per case on a cold Inductor cache, 20-33 s at most;
 flash-attn-4's CUTLASS DSL, mean 1.85 s). Measured without it, the torch-flex tests of small cases sorted last and a
 ``tox -e gpu`` run spent its final minutes on them one after another in two workers (2026-12-04). A property test
@@ -28,8 +29,8 @@ from attention_conformance.adapters.base import capability_reason
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
-__all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "PROPERTY_EXAMPLE_SECONDS", "claims",
-           "call_seconds", "case_seconds", "property_seconds", "spread"]
+__all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "PROPERTY_EXAMPLE_SECONDS",
+           "claims", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
 CALL_SECONDS = 0.05
@@ -37,6 +38,9 @@ CALL_SECONDS = 0.05
 SECONDS_PER_COST = 0.3e-9
 #: one kernel build (compiled FlexAttention on a cold Inductor cache; flash-attn-4's DSL is faster)
 BUILD_SECONDS = 4.0
+#: a backward build (forward and backward kernels) over a forward one: compiled FlexAttention's median per case 6.9 s
+#: against 2.6 s on the H200's gpu profile, flash-attn-4's 4.0 against its forward's 1.7 s mean
+BACKWARD_BUILD_FACTOR = 2.5
 #: one drawn example of a property test of a kernel built once (small shapes)
 PROPERTY_EXAMPLE_SECONDS = 0.05
 
@@ -55,9 +59,16 @@ def claims(adapter: Any, case: Case, device: str) -> bool:
         return True
 
 
+def build_seconds(builds_per_shape: bool, backward: bool) -> float:
+    """Expected seconds of the builds one call makes: none for a kernel built once."""
+    if not builds_per_shape:
+        return 0.0
+    return BUILD_SECONDS * (BACKWARD_BUILD_FACTOR if backward else 1.0)
+
+
 def call_seconds(case: Case, builds_per_shape: bool) -> float:
     """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge)."""
-    return CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + (BUILD_SECONDS if builds_per_shape else 0.0)
+    return CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + build_seconds(builds_per_shape, case.backward)
 
 
 def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
@@ -66,9 +77,9 @@ def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
                for a in adapters if a is not None and claims(a, case, device))
 
 
-def property_seconds(examples: int, builds_per_shape: bool) -> float:
-    """Expected seconds of a property test drawing `examples` cases."""
-    return examples * (BUILD_SECONDS if builds_per_shape else PROPERTY_EXAMPLE_SECONDS)
+def property_seconds(examples: int, builds_per_shape: bool, backward: bool = False) -> float:
+    """Expected seconds of a property test drawing `examples` cases (``backward``: of gradients)."""
+    return examples * (build_seconds(builds_per_shape, backward) if builds_per_shape else PROPERTY_EXAMPLE_SECONDS)
 
 
 #: how far `spread` looks ahead for a piece whose key is not among the last ``window`` handed out

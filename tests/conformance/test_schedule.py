@@ -41,6 +41,13 @@ def test_a_case_costs_only_through_the_adapters_that_claim_it():
 def test_a_property_test_costs_its_examples():
     assert schedule.property_seconds(8, True) == 8 * schedule.BUILD_SECONDS
     assert schedule.property_seconds(100, False) == 100 * schedule.PROPERTY_EXAMPLE_SECONDS
+    # a gradient's build (forward and backward kernels) costs more than a forward's; a kernel built once, nothing
+    assert schedule.property_seconds(8, True, backward=True) == (
+        8 * schedule.BUILD_SECONDS * schedule.BACKWARD_BUILD_FACTOR)
+    assert schedule.property_seconds(100, False, backward=True) == 100 * schedule.PROPERTY_EXAMPLE_SECONDS
+    bwd = catalog._seeded(catalog._mk("unit", Lq=17, Lk=33, d=16, dtype="float32", backward=True))
+    assert schedule.call_seconds(bwd, True) - schedule.call_seconds(bwd, False) == pytest.approx(
+        schedule.BUILD_SECONDS * schedule.BACKWARD_BUILD_FACTOR)
 
 
 class _Item:
