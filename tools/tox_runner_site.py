@@ -12,6 +12,12 @@ runs inside the tox environment, before its tests:
    file adds come after the environment's own, so the packages tox installed keep precedence and only what is
    missing (torch, its CUDA libraries) comes from the runner's environment.
 
+3. in either case, first removes what an earlier *regular* install of this package left in that site-packages: a
+   folder ``attention_conformance/`` of ``__pycache__`` folders alone (pytest's rewritten test modules, which pip's
+   uninstall does not record). Python would import that folder as a namespace package ahead of the editable install
+   tox.ini now makes, and every import of a submodule would fail (``No module named
+   'attention_conformance.adapters.registry'``) on a runner whose tox environment predates the change.
+
 Exit 1, with the interpreters tried, when no interpreter on the PATH imports torch: the GPU tests would all skip
 (``--optional``: 0, for ``tox -e bench``, which also measures the CPU oracle).
 """
@@ -80,6 +86,20 @@ def link(runner_path: str, site_packages: Path, torch_here: bool) -> tuple[int, 
     return 1, "no python on the runner's PATH imports torch; tried: " + ("; ".join(tried) or "none")
 
 
+def remove_leftover(site_packages: Path, package: str = "attention_conformance") -> bool:
+    """Remove ``site_packages/package`` where it holds nothing but ``__pycache__`` folders (no ``__init__.py``, no
+    other file): the leftover of an earlier regular install. True where removed."""
+    folder = site_packages / package
+    if not folder.is_dir() or (folder / "__init__.py").exists():
+        return False
+    if any(p.is_file() and "__pycache__" not in p.relative_to(folder).parts for p in folder.rglob("*")):
+        return False
+    import shutil
+
+    shutil.rmtree(folder)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runner-path", required=True, help="the PATH tox was started with")
@@ -87,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--optional", action="store_true",
                     help="no torch anywhere is not an error (tox -e bench also measures the CPU oracle)")
     args = ap.parse_args(argv)
+    if remove_leftover(args.site_packages):
+        print(f"tox_runner_site: removed {args.site_packages / 'attention_conformance'}: __pycache__ folders an "
+              "earlier regular install left, which would hide the editable install")
     try:
         import torch  # noqa: F401
 

@@ -49,3 +49,20 @@ def test_fails_naming_what_it_tried_when_no_python_has_torch(tmp_path):
     _fake_python(tmp_path / "a", torch_dirs=None)
     code, said = trs.link(str(tmp_path / "a"), tmp_path, torch_here=False)
     assert code == 1 and "No module named 'torch'" in said and str(tmp_path / "a" / "python3") in said
+
+
+def test_the_pycache_an_earlier_regular_install_left_is_removed(tmp_path):
+    """A tox env made before tox.ini installed the checkout editable keeps site-packages/attention_conformance with
+    pytest's rewritten modules in __pycache__ folders: a namespace package that hides the editable install."""
+    left = tmp_path / "attention_conformance" / "adapters" / "__pycache__"
+    left.mkdir(parents=True)
+    (left / "registry.cpython-311-pytest-9.2.0.pyc").write_bytes(b"")
+    assert trs.remove_leftover(tmp_path) and not (tmp_path / "attention_conformance").exists()
+    assert not trs.remove_leftover(tmp_path)  # nothing there: nothing to do
+    installed = tmp_path / "attention_conformance"
+    installed.mkdir()
+    (installed / "__init__.py").write_text("")
+    assert not trs.remove_leftover(tmp_path) and installed.exists()  # a regular install stays
+    (installed / "__init__.py").unlink()
+    (installed / "data.toml").write_text("")
+    assert not trs.remove_leftover(tmp_path) and installed.exists()  # a file that is not bytecode: not ours to remove
