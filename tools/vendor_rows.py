@@ -101,7 +101,11 @@ def xformers_fn(q, k, v, causal: bool) -> Fn:
     names the forward operator xformers' dispatcher picks for these inputs."""
     try:
         import torch  # noqa: F401
-        from xformers.ops import fmha
+
+        from attention_conformance.adapters.xformers import importing_xformers
+
+        with importing_xformers():  # beside flash-attn-4, as the adapter imports it
+            from xformers.ops import fmha
     except Exception as exc:
         return None, f"xformers does not import ({_first_line(exc)})"
     qb, kb, vb = (x.transpose(1, 2).contiguous() for x in (q, k, v))

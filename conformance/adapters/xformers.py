@@ -42,7 +42,8 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -69,8 +70,8 @@ from attention_conformance.adapters.spelling import (
 )
 from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
-__all__ = ["BIASES", "LIBRARY_CHECK", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers",
-           "op_capabilities", "translate", "window_size"]
+__all__ = ["BIASES", "HIDDEN_NOTE", "LIBRARY_CHECK", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers",
+           "flash_attn_without_fa2", "importing_xformers", "op_capabilities", "translate", "window_size"]
 
 DISTRIBUTION = "xformers"
 
@@ -303,6 +304,34 @@ def flash_attn_without_fa2() -> bool:
                    for loc in (spec.submodule_search_locations or ()))
 
 
+#: what `Xformers.list` says where `importing_xformers` hid flash_attn
+HIDDEN_NOTE = ("flash_attn here is not FA2 (no flash_attn_interface: flash-attn-4?); xformers was imported with it "
+               "hidden, so its flash operators use PyTorch's flash build")
+
+
+@contextmanager
+def importing_xformers() -> Iterator[bool]:
+    """Around the first import of xformers (the adapter's, a benchmark's): yields whether ``flash_attn`` is hidden.
+
+    xformers 0.0.35 imports ``flash_attn.flash_attn_interface`` whenever a package named ``flash_attn`` is
+    importable, so beside flash-attn-4 (``flash_attn.cute`` only) its import fails. Then ``flash_attn`` is hidden for
+    the import alone (restored after it): xformers takes its path for a machine without FA2 (its flash operators
+    call PyTorch's flash build), as where flash-attn-4 is not installed."""
+    if not flash_attn_without_fa2():
+        yield False
+        return
+    missing = object()
+    saved = sys.modules.get("flash_attn", missing)
+    sys.modules["flash_attn"] = None  # type: ignore[assignment]  # find_spec("flash_attn") answers None
+    try:
+        yield True
+    finally:
+        if saved is missing:
+            sys.modules.pop("flash_attn", None)
+        else:
+            sys.modules["flash_attn"] = saved
+
+
 class Xformers(LibraryAdapter):
     """xformers' memory_efficient_attention through its attn_bias and op= spellings (see the module docstring)."""
 
@@ -320,24 +349,11 @@ class Xformers(LibraryAdapter):
         self.capabilities = self._declared()
 
     def import_library(self) -> Any:
-        """``xformers.ops.fmha``. xformers 0.0.35 imports ``flash_attn.flash_attn_interface`` whenever a package
-        named ``flash_attn`` is importable, so beside flash-attn-4 (``flash_attn.cute`` only) its import fails. Then
-        ``flash_attn`` is hidden for the import alone (restored after it): xformers takes its path for a machine
-        without FA2 (its flash operators call PyTorch's flash build), as where flash-attn-4 is not installed."""
-        if not flash_attn_without_fa2():
-            return super().import_library()
-        missing = object()
-        saved = sys.modules.get("flash_attn", missing)
-        sys.modules["flash_attn"] = None  # type: ignore[assignment]  # find_spec("flash_attn") answers None
-        try:
+        """``xformers.ops.fmha``, imported as `importing_xformers` says (beside flash-attn-4 too)."""
+        with importing_xformers() as hidden:
             module = super().import_library()
-        finally:
-            if saved is missing:
-                sys.modules.pop("flash_attn", None)
-            else:
-                sys.modules["flash_attn"] = saved
-        self.import_messages.append("flash_attn here is not FA2 (no flash_attn_interface: flash-attn-4?); xformers "
-                                    "was imported with it hidden, so its flash operators use PyTorch's flash build")
+        if hidden:
+            self.import_messages.append(HIDDEN_NOTE)
         return module
 
     # -- what this variant can say ----------------------------------------------------------------

@@ -16,6 +16,7 @@ import math
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from adapter_helpers import file_status, in_process_runner, installed, small_cases, spread_pairs, standalone_on_cpu
@@ -624,6 +625,14 @@ import flash_attn
 print("flash_attn after:", flash_attn.__file__)
 print("note:", any("hidden" in m for m in a.import_messages))
 """
+#: the benchmarks' xformers row (tools/vendor_rows.py), in a process of its own: it imports xformers the same way
+_BENCH_ROW_BESIDE_FA4 = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, vendor_rows
+fn, note = vendor_rows.xformers_fn(*(torch.zeros(1, 2, 8, 16) for _ in range(3)), False)
+print("bench row:", note)
+"""
 
 
 @pytest.mark.skipif(importlib.util.find_spec("xformers") is None, reason="xformers is not installed")
@@ -639,8 +648,10 @@ def test_xformers_imports_beside_a_flash_attn_package_without_fa2(tmp_path):
     (pkg / "__init__.py").write_text('__version__ = "4.0.0b36"\n')
     (pkg / "cute" / "__init__.py").write_text("")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", _IMPORT_BESIDE_FA4], env=env, capture_output=True, text=True,
-                         timeout=300).stdout
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    out = "".join(subprocess.run([sys.executable, "-c", script, str(tools)], env=env, capture_output=True, text=True,
+                                 timeout=300).stdout for script in (_IMPORT_BESIDE_FA4, _BENCH_ROW_BESIDE_FA4))
     assert "plain import: ModuleNotFoundError" in out, out
     assert "adapter import: ok" in out and f"flash_attn after: {pkg / '__init__.py'}" in out, out
     assert "note: True" in out, out
+    assert "bench row:" in out and "does not import" not in out, out
