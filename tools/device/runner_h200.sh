@@ -71,9 +71,9 @@ sanitize() {  # memcheck | racecheck | synccheck over the kernels' sanitizer cas
     compute-sanitizer --tool "$1" --error-exitcode 1 python3 -m attention_conformance.kernels.cuda.sanitize_cases \
         ${SANITIZE_KERNELS:-}
 }
-# The GPU-time benchmarks into DIR (alone on the GPU: each one times candidates in alternating rounds): tox -e bench
-# first (the product's suite), then the tables of the design records, with FlashInfer's and xformers' rows where
-# fi_xf.sh installed them (/tmp/fx-site)
+# The GPU-time benchmarks into DIR (alone on the GPU: each one times candidates in alternating rounds), shortest first:
+# the tables of the design records (with FlashInfer's and xformers' rows where fi_xf.sh installed them, /tmp/fx-site)
+# and tox -e bench (the product's suite), the backward's table last
 benches() {
     local dir=$1
     (
@@ -81,13 +81,14 @@ benches() {
         if [ -f /tmp/fx-site/.done ]; then
             export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
         fi
-        step "$dir" tox_bench 300 tox_bench "$dir/bench"
+        # shortest first, so that a session cut short still brings back whole tables
+        step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
+        step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
+        step "$dir" tox_bench 300 tox_bench "$dir/bench"
         step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
             --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
-        step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
-        step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
     )
 }
 ncu_d64() {  # where d = 64 loses to FA4: the warps' stall reasons of both forward kernels, into DIR
