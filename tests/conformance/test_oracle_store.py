@@ -106,3 +106,28 @@ def test_under_xdist_each_case_oracle_is_made_once_and_the_store_is_removed(tmp_
                             if line.startswith(("PASSED ", "SKIPPED ", "XFAIL ", "FAILED ", "ERROR ")))
     assert outs["xdist"] == outs["one"]
     assert not list(Path(store_root).glob("attention-conformance-store-*"))
+
+
+def test_the_memory_family_raw_results_are_shared_by_the_workers(tmp_path):
+    """Each test of a memory-growth series needs its adapter's raw result on every case of the series: under
+    pytest-xdist a worker reads what another ran (`ConformanceSession._raw` through the store)."""
+    from types import SimpleNamespace
+
+    from attention_conformance.pytest_plugin import ConformanceSession
+    from attention_conformance.verdict import growth
+
+    calls: list[str] = []
+
+    class Runner:
+        cache = OracleCache()
+
+        def run_case(self, la, case):
+            calls.append(case.id)
+            return {"case": case.id, "spec": la.spec}
+
+    run = SimpleNamespace(device="cpu", loaded=[SimpleNamespace(spec="x")], runner=lambda store=None: Runner())
+    memory = next(c for c in catalog.cases("gpu") if c.family == growth.FAMILY)
+    mine, theirs = (ConformanceSession(run, [memory], OracleStore(tmp_path)) for _ in range(2))
+    la = run.loaded[0]
+    assert mine._raw(la, memory) == theirs._raw(la, memory) == {"case": memory.id, "spec": "x"}
+    assert calls == [memory.id]  # run once, by the first; the second read it
