@@ -373,12 +373,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slots = sorted(estimates)
     ordered = sorted(slots, key=lambda i: (-estimates[i], items[i].nodeid))
-    # the tests of one case apart by the number of workers: they share its oracle (`running.oracle_store`)
+    # the tests of one case apart by twice the number of workers (xdist keeps two tests handed to each worker: the
+    # one running and the next), so that no two run together: they share its oracle (`running.oracle_store`)
     from attention_conformance.running.schedule import spread
 
     cases = [_case_of(items[i]) for i in ordered]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1)
-    ordered = [ordered[j] for j in spread([c.id if c is not None else None for c in cases], workers)]
+    window = 2 * workers if workers > 1 else 1
+    ordered = [ordered[j] for j in spread([c.id if c is not None else None for c in cases], window)]
     moved = [items[i] for i in ordered]
     for i, item in zip(slots, moved):
         items[i] = item

@@ -21,7 +21,6 @@ each. Only the order depends on these figures, never a verdict.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -88,21 +87,29 @@ SPREAD_LOOKAHEAD = 256
 
 def spread(keys: Sequence[Hashable | None], window: int) -> list[int]:
     """An order of the pieces ``0 .. len(keys) - 1`` (given in the order wanted) in which any ``window`` consecutive
-    places hold no two pieces of the same key, where the next `SPREAD_LOOKAHEAD` pieces offer another; a piece of
-    key None conflicts with none. The order is otherwise kept.
+    places hold no two pieces of the same key, where the next `SPREAD_LOOKAHEAD` pieces offer another; where none
+    does, the piece whose key came longest ago. A piece of key None conflicts with none. The order is otherwise kept.
 
     The pytest plugin's (case, adapter) tests of one case share the case's inputs and oracle through the workers'
-    store (`running.oracle_store`): with ``window`` the number of workers, the workers start on different cases and
-    the later tests of a case find its oracle made, where in plain largest-first order every worker would start on
-    the first large case's adapters together, one computing its oracle while the others wait."""
+    store (`running.oracle_store`): with ``window`` the number of tests the workers hold at once, the workers start
+    on different cases and the later tests of a case find its oracle made, where in plain largest-first order every
+    worker would start on the first large case's adapters together, one computing its oracle while the others
+    wait."""
     pending = list(range(len(keys)))
-    recent: deque[Hashable] = deque(maxlen=max(window - 1, 0))  # the keys of the last window - 1 picks
+    last: dict[Hashable, int] = {}  # key -> the place it last took
     order: list[int] = []
     while pending:
-        pick = next((j for j, i in enumerate(pending[:SPREAD_LOOKAHEAD])
-                     if keys[i] is None or keys[i] not in recent), 0)
-        i = pending.pop(pick)
-        order.append(i)
+        here = len(order)
+        best, best_gap = 0, -1
+        for j, i in enumerate(pending[:SPREAD_LOOKAHEAD]):
+            gap = window if keys[i] is None or keys[i] not in last else here - last[keys[i]]
+            if gap >= window:
+                best = j
+                break
+            if gap > best_gap:
+                best, best_gap = j, gap
+        i = pending.pop(best)
         if keys[i] is not None:
-            recent.append(keys[i])
+            last[keys[i]] = here
+        order.append(i)
     return order
