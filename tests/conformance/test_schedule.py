@@ -69,6 +69,7 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
     monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
     monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")  # one worker: nothing spread (this suite's own xdist aside)
     items = [
         _Item("t/plain_test::plain", None),
         _Item("c::small-once", {"conformance_case": SMALL, "conformance_spec": "once"}),
