@@ -170,6 +170,16 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         pool[pool.index(w)] = nw
         return nw
 
+    def receive(w: _Worker, case: Case, deadline: float, doing: str) -> tuple[list, _Worker, bool]:
+        """`w`'s results for `case`, the worker that serves next (`w`, or a fresh one where `w` said its CUDA context
+        is unusable, it exits after this reply, or sent nothing back) and whether `w` replied (else the case's
+        results are CRASH: only this case is lost)."""
+        try:
+            reply = _recv(w.proc.stdout.fileno(), deadline)
+        except Exception as exc:
+            return lost(case, "CRASH", f"CRASH: worker {w.index} died {doing}: {exc}"), restart(w), False
+        return reply["results"], (restart(w) if reply.get("context_lost") else w), True
+
     def rerun_alone(w: _Worker) -> None:
         """Cases a call of which ran out of device memory beside the other workers, once more in a fresh worker
         with the GPU to itself (every other worker is idle by now); their new results replace the old ones."""
@@ -182,14 +192,7 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         w = restart(w)  # a fresh process: nothing cached from the cases it ran before
         for case in again:
             w.submit(case)
-            try:
-                reply = _recv(w.proc.stdout.fileno(), time.monotonic() + case_limit)
-                rs = reply["results"]
-                if reply.get("context_lost"):
-                    w = restart(w)
-            except Exception as exc:
-                rs = lost(case, "CRASH", f"CRASH: worker {w.index} died re-running this case alone: {exc}")
-                w = restart(w)
+            rs, w, _ = receive(w, case, time.monotonic() + case_limit, "re-running this case alone")
             for r in rs:
                 r.notes.append(f"re-run alone: beside {workers - 1} other workers a call of this case ran out of "
                                "device memory (HARNESS_ERROR)")
@@ -205,18 +208,11 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
             ready, _, _ = select.select(list(busy), [], [], 1.0)
             for fd in ready:
                 w = busy[fd]
-                case = w.case
-                try:
-                    reply = _recv(fd, time.monotonic() + 60)
-                    results[case.id] = reply["results"]
-                    count(reply["results"])
-                    eta_model.observe(estimated_cost(case), time.monotonic() - w.started)
-                    if reply.get("context_lost"):  # it exits after this reply: its CUDA context is unusable
-                        w = restart(w)
-                except Exception as exc:  # the worker died: only this case is lost
-                    results[case.id] = lost(case, "CRASH", f"CRASH: worker {w.index} died running this case: {exc}")
-                    count(results[case.id])
-                    w = restart(w)
+                case, started = w.case, w.started
+                results[case.id], w, replied = receive(w, case, time.monotonic() + 60, "running this case")
+                count(results[case.id])
+                if replied:
+                    eta_model.observe(estimated_cost(case), time.monotonic() - started)
                 w.case = None
                 if pending:
                     w.submit(pending.pop(0))
