@@ -211,7 +211,6 @@ def flashinfer_plan(adapter, spec: str, case: Case, device: str, inputs: CaseInp
         versions=_versions(distribution_version("flashinfer-python"), "cuda"))
 
 
-
 def _tensor_line(name: str, values) -> str:
     return f"{name} = {_tensor(values)}"
 
