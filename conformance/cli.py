@@ -168,6 +168,8 @@ def _cmd_list(args) -> int:
                   f"isolate={la.isolate}; version={_safe_version(la.adapter)}")
             for message in getattr(la.adapter, "import_messages", ()):
                 print(f"{'':24s}   logged at import: {message}")
+            for note in getattr(la.adapter, "signature_notes", ()):
+                print(f"{'':24s}   note: {note}")
             declared = getattr(getattr(la.adapter, "claims", None), "declared", None)
             if callable(declared) and declared():
                 print(f"{'':24s}   declared (conformance.claims / --claims): {declared()}")
@@ -196,6 +198,8 @@ def _cmd_run(args) -> int:
     for la in run.unavailable:  # only with --impl all: every built-in is listed, the unavailable ones NOT_SUPPORTED
         print(f"warning: {la.spec} is unavailable on {device}: {one_line(la.reason)} (its cases are NOT_SUPPORTED)",
               file=sys.stderr)
+    for line in run.adapter_notes():
+        print(line, file=sys.stderr)
     if args.claims:
         from attention_conformance.adapters.declared import unclaimed_targets
 

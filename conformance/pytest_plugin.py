@@ -270,13 +270,20 @@ _LINES = pytest.StashKey[SummaryLines]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """The passing verdicts a person should still read (QUALITY_WARNING, FINDING: one line each, in a section of
+    """What an implementation's signature implies for the calls (`ConformanceRun.adapter_notes`), the passing
+    verdicts a person should still read (QUALITY_WARNING, FINDING: one line each, in a section of
     their own rather than as Python warnings), and the expectations entries that matched no test of this
     session (delete them: they match nothing). Made from the tests' reports, so the same with and without
     pytest-xdist."""
     lines = config.stash.get(_LINES, None)
     if lines is None:
         return
+    run = config.stash.get(_RUN, None)
+    notes = run.adapter_notes() if run is not None and not os.environ.get("PYTEST_XDIST_WORKER") else []
+    if notes:
+        terminalreporter.section("conformance: notes on the implementations under test")
+        for line in notes:
+            terminalreporter.write_line(line)
     if lines.notable:
         terminalreporter.section("conformance: quality warnings and named findings (passing)")
         for line in lines.notable:

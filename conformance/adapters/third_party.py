@@ -40,6 +40,8 @@
      masked rows, additive biases, non-contiguous (``bshd``) and stride-0 (``kv_broadcast``) inputs,
      backward. Softcap, FP8 and paged K/V (a block table) cannot be expressed: `supports` checks the
      declared capabilities, so those cases are NOT_SUPPORTED with the reason;
+   - notes what its signature implies for that call (SDPA's keywords landing in ``**kwargs``, its own names for
+     them, flash-attn's names and layout: `conformance.adapters.sdpa_signature`), with every call's results;
    - calls the function inside `conformance.cases.calldata.under_test`: an exception raised by the function
      (or by autograd through it) is the function's, a FAIL for a claimed case; an exception raised by
      the harness around it (translating the case, preparing tensors, reading the result) is
@@ -67,6 +69,7 @@ from attention_conformance.adapters.base import (
 )
 from attention_conformance.adapters.declared import Claims, claims_of, claims_reason, cli_claims_for
 from attention_conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
+from attention_conformance.adapters.sdpa_signature import signature_notes
 from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
@@ -91,6 +94,8 @@ class SdpaFunctionAdapter(Adapter):
         self.claims = declared
         what = f"declares {declared.declared()}, the rest probed" if declared.declared() else "features probed"
         self.description = f"{name}: third-party SDPA-signature function ({what} once per device)"
+        #: what its signature says about the call the harness makes (sdpa_signature.py), with every call's results
+        self.signature_notes = signature_notes(fn)
         self.isolate = torch is not None and torch.cuda.is_available()  # CUDA faults cost one case
 
     def version(self) -> str:
@@ -223,7 +228,7 @@ class SdpaFunctionAdapter(Adapter):
             out = self._call(c.t, c.mask_t, c.is_causal, case)
         return ForwardOutput(
             out=tc.to_numpy(out), out_dtype=tc.dtype_name(out.dtype), out_device=str(out.device),
-            kernels=rec.names, mutated_inputs=c.mutated(), notes=[rec.error] if rec.error else [],
+            kernels=rec.names, mutated_inputs=c.mutated(), notes=self._notes(rec),
         )
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
@@ -236,7 +241,10 @@ class SdpaFunctionAdapter(Adapter):
             out = self._call(c.t, c.mask_t, c.is_causal, case)
             with tc.code_under_test(device):  # autograd runs the function's own backward graph
                 grads = torch.autograd.grad(out, (c.t.q, c.t.k, c.t.v), grad_outputs=c.t.dout)
-        return tc.autograd_output(out, grads, rec, c.mutated())
+        return tc.autograd_output(out, grads, rec, c.mutated(), notes=self._notes(rec))
+
+    def _notes(self, rec: tc.KernelRecorder) -> list[str]:
+        return [*self.signature_notes, *([rec.error] if rec.error else [])]
 
 
 def wrap_sdpa_function(fn, name: str | None = None, claims: Claims | None = None) -> SdpaFunctionAdapter:

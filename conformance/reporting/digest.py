@@ -6,6 +6,8 @@
   each adapter's smallest failing case comes first;
 - `smallest_failing`: per adapter and failing feature, the number of failing cases and the smallest one;
 - `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
+- `call_notes`: what the adapter noted about the call (the spelling or entry point it used, what a plain function's
+  signature implies: `conformance.adapters.sdpa_signature`), as a failure block shows it;
 - `named_findings`: per adapter and named finding class (`conformance.verdict.judge.FINDING_CLASSES`, SEMANTICS.md
   §17), the number of cases and the smallest one.
 
@@ -22,8 +24,17 @@ from attention_conformance.verdict import numfmt
 from attention_conformance.verdict.judge import finding_class
 from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
-__all__ = ["failure_order", "memory_table", "named_findings", "partial_text", "quantity_line", "shape_of", "size_of",
-           "smallest_failing"]
+__all__ = ["call_notes", "failure_order", "memory_table", "named_findings", "partial_text", "quantity_line",
+           "shape_of", "size_of", "smallest_failing"]
+
+
+#: the most notes a failure block shows, and the most characters of each
+MAX_NOTES, NOTE_CHARS = 4, 600
+
+
+def call_notes(notes: Iterable[str] | None) -> list[str]:
+    """The first `MAX_NOTES` of a result's notes, each cut to `NOTE_CHARS`, duplicates dropped."""
+    return [n[:NOTE_CHARS] for n in dict.fromkeys(notes or ())][:MAX_NOTES]
 
 
 def partial_text(rep: dict) -> str | None:

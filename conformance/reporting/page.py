@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attention_conformance.reporting.charts import charts_html, load_benchmarks
 from attention_conformance.reporting.digest import (
+    call_notes,
     failure_order,
     memory_table,
     named_findings,
@@ -170,7 +171,8 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
             f'<details style="border-color:{COLOUR[r["outcome"]]}"><summary><b>{SHORT[r["outcome"]]}</b> '
             f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code> ({_e(shape_of(r))})</summary>"
             f"<ul>{where}<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
-            f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
+            + "".join(f"<li>note: {_e(n)}</li>" for n in call_notes(r.get("notes")))
+            + f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
 
     # NOT_SUPPORTED reasons
     reasons: dict[tuple[str, str], int] = defaultdict(int)

@@ -36,6 +36,7 @@ from typing import Any
 
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.reporting.digest import (
+    call_notes,
     failure_order,
     memory_table,
     named_findings,
@@ -235,6 +236,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             lines.append("- " + msg[0][:600])
             for m in msg[1:4]:
                 lines.append("  " + m[:600])
+        lines += [f"- note: {n}" for n in call_notes(r.get("notes"))]
         lines.append(f"- repro: `{r['repro']}`")
         lines.append("")
     if len(bad) > max_failures:

@@ -171,6 +171,13 @@ class ConformanceRun:
         return {"files": sorted({e.source for e in entries}), "entries": len(entries), "used": dict(self.used),
                 "unused": self.unused(), "known": self.known, "unexpected_pass": self.unexpected_pass}
 
+    def adapter_notes(self) -> list[str]:
+        """One line per note an adapter of the run makes about the calls it will make: what a plain function's
+        signature implies against torch SDPA's keywords (`adapters.sdpa_signature`). The CLI prints them before
+        the run, the plugin in its terminal summary; each failure of that adapter repeats them."""
+        return [f"note: {la.spec}: {n}" for la in self.loaded if la.adapter is not None
+                for n in getattr(la.adapter, "signature_notes", ())]
+
     def warnings(self) -> list[str]:
         """One line per entry that matched no verdict of the run (delete it, or it hides nothing)."""
         return [f"warning: expectation {label} matched no result of this run" for label in self.unused()]
