@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attention_conformance.verdict import numfmt
+from attention_conformance.verdict.locate import where_failing
 
 __all__ = [
     "QuantityStats",
@@ -52,6 +53,7 @@ class QuantityStats:
     nonfinite_index: tuple[int, ...] | None = None  # the first of them
     nonfinite_batches: list[int] = field(default_factory=list)  # batch entries (axis 0) holding them
     nonfinite_value: float | None = None  # the value at nonfinite_index (nan, inf or -inf)
+    failing: int = 0  # compared elements over their bound or non-finite where the oracle is finite
     ok: bool = True
 
     def to_dict(self) -> dict:
@@ -148,7 +150,10 @@ def compare_values(
         parts.append(f"the finite values are within the bound (usage {numfmt.approx(stats.max_ratio)})")
     if parts:
         stats.ok = False
-        return stats, "; ".join(parts)
+        failing = bad | (ratio > 1.0)
+        stats.failing = int(failing.sum())
+        where = where_failing(name, failing, stats.compared)
+        return stats, "; ".join(parts + ([where] if where else []))
     return stats, None
 
 

@@ -1,0 +1,54 @@
+"""Where the failing values of a quantity lie (conformance/verdict/locate.py), and that every failure message of a
+value comparison says so: a tail-tile bug names the last rows, a GQA bug the heads, a varlen bug the batch entry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attention_conformance.verdict.checks import compare_values
+from attention_conformance.verdict.locate import index_ranges, where_failing
+
+
+@pytest.mark.parametrize(("idx", "size", "text"), [
+    ([0, 1, 2, 3], 4, "all 4"),
+    ([3], 8, "3 of 8"),
+    ([0, 1, 2, 5, 6, 9], 10, "0-2, 5-6, 9 of 10"),
+    ([0, 2, 4, 6, 8, 10], 12, "0, 2, 4, 6 of 12 (+2 more ranges)"),
+    ([0, 2, 4, 6, 8], 12, "0, 2, 4, 6 of 12 (+1 more range)"),
+])
+def test_index_ranges(idx, size, text):
+    assert index_ranges(np.array(idx), size) == text
+
+
+def test_a_tail_row_a_head_and_a_batch_entry_are_named():
+    bad = np.zeros((3, 4, 65, 64), dtype=bool)
+    bad[1, 2, 64, :] = True
+    assert where_failing("out", bad, bad.size) == ("failing: 64 of 49920 values, batch entries 1 of 3, heads 2 of 4, "
+                                                   "query rows 64 of 65, columns all 64")
+    assert "key rows 64 of 65" in where_failing("dk", bad, bad.size)
+    lse = np.zeros((2, 2, 9), dtype=bool)
+    lse[:, :, 0] = True
+    assert where_failing("lse", lse, lse.size) == ("failing: 4 of 36 values, batch entries all 2, heads all 2, "
+                                                   "query rows 0 of 9")
+
+
+def test_nothing_failing_or_another_rank_says_nothing():
+    assert where_failing("out", np.zeros((1, 1, 4, 4), dtype=bool), 16) is None
+    assert where_failing("dsinks", np.ones(4, dtype=bool), 4) is None
+
+
+def test_the_failure_message_locates_values_over_the_bound_and_non_finite_ones():
+    ref = np.zeros((1, 2, 33, 16))
+    tol = np.full(ref.shape, 1e-3)
+    got = ref.copy()
+    got[0, 1, 32, 3] = 0.5  # the last query row of head 1 (a tail tile)
+    got[0, 0, 32, 0] = np.nan
+    stats, msg = compare_values("out", got, ref, tol)
+    assert not stats.ok and stats.failing == 2
+    assert msg.endswith("failing: 2 of 1056 values, batch entries all 1, heads all 2, query rows 32 of 33, "
+                        "columns 0, 3 of 16"), msg
+    rows = np.ones((1, 2, 33, 1), dtype=bool)
+    rows[:, :, 32] = False  # padded rows are not compared, nor located
+    stats, msg = compare_values("out", got, ref, tol, rows=rows)
+    assert stats.ok and msg is None and stats.failing == 0
