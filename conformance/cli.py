@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--note", action="append", default=[], metavar="TEXT",
                     help="a note shown at the top of the joined report (e.g. which results a later fix changes)")
 
-    rp = sub.add_parser("repro", help="print a Python snippet reproducing one case through this harness; "
-                                      "--standalone: a repro file that needs only torch and the library under test")
+    rp = sub.add_parser("repro", help="print a Python snippet reproducing one case through this harness (--run: run "
+                                      "it); --standalone: a repro file that needs only torch and the library under "
+                                      "test")
     rp.add_argument("case_id", metavar="CASE", help="a case id of the catalog, or a case as JSON (a property "
                     "failure's --case)")
     rp.add_argument("--impl", default="torch-sdpa-math")
@@ -121,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "float64 expected values, the library's call, exit 1 while the defect stands "
                          "(conformance/reproduce/standalone.py)")
     rp.add_argument("--out", default=None, metavar="FILE", help="with --standalone: write the file here, not to stdout")
+    rp.add_argument("--run", action="store_true",
+                    help="run the snippet (with --standalone, the file) now instead of printing it, and exit with its "
+                         "status: 1 while the case fails, 0 when it passes, 2 where it cannot run")
 
     cs = sub.add_parser("cases", help="print the case ids of a profile")
     cs.add_argument("--profile", default="ci", choices=("ci", "full", "gpu"))
@@ -308,6 +312,8 @@ def _cmd_repro(args) -> int:
         except UnwritableCase as exc:
             raise UsageError(str(exc)) from None
         if args.out is None:
+            if args.run:
+                return run_python(text, f"repro-{case.id}-standalone")
             sys.stdout.write(text)
             return 0
         try:
@@ -317,7 +323,7 @@ def _cmd_repro(args) -> int:
             raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
         print(f"wrote {args.out}: `python3 {args.out}` exits 1 while a defect stands, 0 without one, 2 where it "
               "cannot run", file=sys.stderr)
-        return 0
+        return run_python(text, f"repro-{case.id}-standalone") if args.run else 0
     args.device = args.device or "cpu"
     la = load(args.impl, args.device)
     if la.adapter is None:
@@ -330,8 +336,26 @@ def _cmd_repro(args) -> int:
         declined = f"supports() raised {type(exc).__name__}: {exc}"
     if declined:
         raise UsageError(f"--impl {args.impl} declines case {case.id} (NOT_SUPPORTED): {one_line(declined)}")
-    sys.stdout.write(snippet(case, args.impl, args.device))
+    text = snippet(case, args.impl, args.device)
+    if args.run:
+        return run_python(text, f"repro-{case.id}")
+    sys.stdout.write(text)
     return 0
+
+
+def run_python(text: str, name: str) -> int:
+    """Run the Python source ``text`` in a child interpreter (a crash or a lost CUDA context ends only the child),
+    its output on this terminal; its exit status (1 for a child killed by a signal)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:120] + ".py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        sys.stdout.flush()
+        rc = subprocess.run([sys.executable, path]).returncode
+    return rc if 0 <= rc < 256 else 1
 
 
 def _cmd_cases(args) -> int:

@@ -77,6 +77,8 @@ for name, st in verdict.stats.items():
 print(verdict.outcome, case.id, {spec!r})
 if verdict.message:
     print(verdict.message)
+for note in verdict.notes:  # what the adapter noted about the call (its spelling, a plain function's signature)
+    print("note:", note)
 print("VERDICT", json.dumps(verdict.summary(), sort_keys=True))
 sys.exit(1 if verdict.failed else 0)
 '''

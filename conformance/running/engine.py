@@ -74,8 +74,10 @@ def features_of(case: Case) -> list[str]:
 
 
 def repro_command(case_id: str, spec: str, device: str = "cpu") -> str:
+    """The command that re-runs one (case, adapter) pair and prints its verdict (exit 1 while it fails); without
+    ``--run`` it prints the snippet it runs, to edit."""
     dev = "" if device == "cpu" else f" --device {device}"
-    return f"python -m attention_conformance repro {case_id} --impl {spec}{dev}"
+    return f"python -m attention_conformance repro {case_id} --impl {spec}{dev} --run"
 
 
 @dataclass

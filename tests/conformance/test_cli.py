@@ -52,8 +52,11 @@ def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
     assert failed and passed
     assert "repro" in (tmp_path / "report.md").read_text()
     cmd = failed[0]["repro"].split()
-    assert cmd[:4] == ["python", "-m", "attention_conformance", "repro"]
-    snippet = _cli(*cmd[3:])
+    assert cmd[:4] == ["python", "-m", "attention_conformance", "repro"] and cmd[-1] == "--run"
+    rerun = _cli(*cmd[3:])  # the report's command re-runs the case: its verdict, exit 1 while it fails
+    assert rerun.returncode == 1 and f"FAIL {failed[0]['case_id']}" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert _cli("repro", passed[0]["case_id"], "--impl", BROKEN, "--run").returncode == 0
+    snippet = _cli(*cmd[3:-1])  # without --run: the snippet, to edit and run as a script
     assert snippet.returncode == 0, snippet.stderr
     script = tmp_path / "repro.py"
     script.write_text(snippet.stdout)
@@ -108,3 +111,14 @@ def test_repro_reproduces_failures_beyond_out_values(tmp_path, toy, needle):
     script.write_text(snippet.stdout)
     rep = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert rep.returncode == 1 and needle in rep.stdout, rep.stdout + rep.stderr
+
+
+def test_standalone_run_exits_as_the_file_does():
+    """``repro --standalone --run`` runs the maintainers' file at once: exit 1 on the shipped CPU flash finding (the
+    NaN of `torch-cpu-flash-causal-nonpositive-scale`), 0 through the math backend on the same case."""
+    pytest.importorskip("torch")
+    case = "scale-b1h2x2-q45k45-d64-f16-causal_br-641e56"
+    flash = _cli("repro", case, "--impl", "torch-sdpa-flash", "--standalone", "--run")
+    assert flash.returncode == 1 and "DEFECT" in flash.stdout, flash.stdout + flash.stderr
+    math = _cli("repro", case, "--impl", "torch-sdpa-math", "--standalone", "--run")
+    assert math.returncode == 0 and "no defect" in math.stdout, math.stdout + math.stderr
