@@ -82,10 +82,11 @@ class PropertyFailure(AssertionError):
         self.verdict = verdict
 
 
-def repro_command(adapter_name: str, case: Case) -> str:
-    """A one-line shell command that re-runs ``case`` on ``adapter_name`` and prints the verdict."""
+def repro_command(adapter_name: str, case: Case, device: str = "cpu") -> str:
+    """A one-line shell command that re-runs ``case`` on ``adapter_name`` on ``device`` and prints the verdict."""
     payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
-    return (f"python -m attention_conformance.property_tests.rerun --impl {shlex.quote(adapter_name)} "
+    dev = "" if device == "cpu" else f" --device {shlex.quote(device)}"
+    return (f"python -m attention_conformance.property_tests.rerun --impl {shlex.quote(adapter_name)}{dev} "
             f"--case {shlex.quote(payload)}")
 
 
@@ -330,7 +331,7 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
 
     def settle(case: Case, verdict: Verdict, repro: bool) -> bool:
         """True when the example holds (a pass, or a KNOWN failure); raises `PropertyFailure` otherwise."""
-        line = f"\n  repro: {repro_command(name, case)}" if repro else ""
+        line = f"\n  repro: {repro_command(name, case, device)}" if repro else ""
         if verdict.outcome == NOT_SUPPORTED:
             if caps.library_check:
                 run.declined.append((case, verdict.message))

@@ -132,6 +132,9 @@ def test_repro_command_round_trips(tmp_path):
     from attention_conformance.property_tests.rerun import main
 
     assert main(["--impl", "reference-fa2", "--case", json.dumps(payload)]) == 0
+    # a property that failed on CUDA re-runs there: the command names the device (default cpu)
+    cuda = shlex.split(repro_command("cuda-fa3", case, "cuda"))
+    assert cuda[cuda.index("--device") + 1] == "cuda" and "--device" not in args
 
 
 def test_runner_rejects_unknown_steps():
