@@ -14,7 +14,8 @@ What lives here (oracles/SEMANTICS.md is the contract each helper implements):
   rows (i >= seqlens_q[b]) are fully masked rows (§8, §17): an SDPA-signature function sees them as
   rows it must not attend from; the engine does not compare them.
 - `snapshot` / `changed`: bitwise copies of what an adapter hands to a kernel and the names of those
-  changed by the call (`ForwardOutput.mutated_inputs`).
+  changed by the call (`ForwardOutput.mutated_inputs`), each with which of its values changed and where
+  (`Mutated.where`: the judge's message names them).
 - `KernelRecorder`: on CUDA, the names of the device kernels that actually ran (torch.profiler,
   CUDA activity); on CPU it records nothing and claims nothing.
 - `autograd_output`: the `BackwardOutput` of a backward taken through torch autograd (§13).
@@ -267,14 +268,54 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.bool else t
 
 
-def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | None]) -> tuple[str, ...]:
-    """Names whose tensor differs bitwise from its snapshot, or whose shape or dtype changed."""
-    names = []
+class Mutated(tuple):
+    """The names of the inputs a call changed (a tuple, as `ForwardOutput.mutated_inputs` holds), with ``where``:
+    for each, which of its values changed and where, in the layout it was handed (`change_text`)."""
+
+    where: dict[str, str]
+
+    def __new__(cls, names: Iterable[str] = (), where: dict[str, str] | None = None) -> Mutated:
+        self = super().__new__(cls, tuple(names))
+        self.where = dict(where or {})
+        return self
+
+    def __reduce__(self):  # pickles with its ``where`` (results cross the worker pipe)
+        return (Mutated, (tuple(self), self.where))
+
+
+#: integer views of each element's bits, by element size (a NaN compares equal to itself through them)
+_ELEMENT_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def change_text(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
+    """Which values of input ``name`` a call changed: ``k: 64 of 2176 values (shape [1, 2, 17, 64]: axis 0 all 1,
+    ...), first k[0, 0, 16, 0]: 0.53125 -> 0.0``; or what changed about the tensor itself."""
+    from attention_conformance.verdict.locate import axes_text
+
+    if now is None:
+        return f"{name}: no longer handed back"
+    if now.shape != old.shape or now.dtype != old.dtype:
+        return f"{name}: {list(old.shape)} {old.dtype} became {list(now.shape)} {now.dtype}"
+    if old.dtype == torch.bool or old.element_size() not in _ELEMENT_BITS or old.dim() == 0:
+        return f"{name}: changed"
+    bits = getattr(torch, _ELEMENT_BITS[old.element_size()])
+    diff = (now.detach().contiguous().view(bits) != old.detach().contiguous().view(bits)).cpu().numpy()
+    first = tuple(int(i) for i in np.argwhere(diff)[0])
+    was, got = old[first].item(), now[first].item()
+    return (f"{name}: {int(diff.sum())} of {diff.size} values (shape {list(old.shape)}: {axes_text(diff)}), first "
+            f"{name}{list(first)}: {was!r} -> {got!r}")
+
+
+def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | None]) -> Mutated:
+    """Names whose tensor differs bitwise from its snapshot, or whose shape or dtype changed, each with where
+    (`Mutated.where`)."""
+    names, where = [], {}
     for name, old in before.items():
         now = tensors.get(name)
         if now is None or now.shape != old.shape or now.dtype != old.dtype or not torch.equal(_bits(now), _bits(old)):
             names.append(name)
-    return tuple(names)
+            where[name] = change_text(name, old, now)
+    return Mutated(names, where)
 
 
 # -- masks -------------------------------------------------------------------------------------------

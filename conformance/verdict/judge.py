@@ -302,7 +302,9 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
         j.lse(lstats, lmsg)
     mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
     if mutated:
-        j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}")
+        where = getattr(getattr(fo, "mutated_inputs", None), "where", None) or {}
+        j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}"
+               + "".join(f"; {where[n]}" for n in mutated if n in where))
     else:
         j.ok("inputs_unchanged")
     unwritten = int(getattr(fo, "unwritten", 0) or 0)

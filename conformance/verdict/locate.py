@@ -6,14 +6,15 @@ on, a GQA mapping some heads, a split merge some columns, a varlen offset one ba
 the indices along each axis of the canonical layouts (SEMANTICS.md §2: O, dQ [B, Hq, Lq, dv / d]; dK, dV [B, Hkv,
 Lk, d / dv]; LSE [B, Hq, Lq]) that hold at least one failing value, as ranges, so the message of a FAIL says where
 to look before anyone opens the arrays. Pure: no verdict depends on it (conformance/verdict/checks.py appends it to
-the failure message and keeps the count in `QuantityStats.failing`).
+the failure message and keeps the count in `QuantityStats.failing`; `axes_text` also says where a call wrote into an
+input it was handed, in that input's own layout: conformance/adapters/_torch_common.py `changed`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RANGES", "index_ranges", "where_failing"]
+__all__ = ["MAX_RANGES", "axes_text", "index_ranges", "where_failing"]
 
 #: the most ranges an axis lists before it says how many more there are
 MAX_RANGES = 4
@@ -38,16 +39,22 @@ def index_ranges(indices: np.ndarray, size: int, limit: int = MAX_RANGES) -> str
     return f"{text} of {size}" + (f" (+{more} more range{'s' if more > 1 else ''})" if more > 0 else "")
 
 
+def axes_text(mask: np.ndarray, labels: list[str] | None = None) -> str:
+    """For each axis of the boolean ``mask``, the indices holding at least one True, as ranges (``axis 2 16 of 17``,
+    or ``labels[i]`` for ``axis i``), joined by commas."""
+    parts = []
+    for axis in range(mask.ndim):
+        other = tuple(a for a in range(mask.ndim) if a != axis)
+        hit = np.flatnonzero(mask.any(axis=other)) if other else np.flatnonzero(mask)
+        parts.append(f"{labels[axis] if labels else f'axis {axis}'} {index_ranges(hit, mask.shape[axis])}")
+    return ", ".join(parts)
+
+
 def where_failing(name: str, failing: np.ndarray, compared: int) -> str | None:
     """``failing: 412 of 4160 values, batch entries 0 of 2, heads all 2, query rows 41-64 of 65, columns all 32`` for a
     boolean mask ``failing`` of a 3-d or 4-d quantity; None for other ranks or when nothing fails."""
     n = int(failing.sum())
     if n == 0 or failing.ndim not in (3, 4):
         return None
-    axes = ["batch entries", "heads", _ROWS.get(name, "rows"), "columns"][: failing.ndim]
-    parts = [f"failing: {n} of {compared} values"]
-    for axis, label in enumerate(axes):
-        other = tuple(a for a in range(failing.ndim) if a != axis)
-        hit = np.flatnonzero(failing.any(axis=other))
-        parts.append(f"{label} {index_ranges(hit, failing.shape[axis])}")
-    return ", ".join(parts)
+    labels = ["batch entries", "heads", _ROWS.get(name, "rows"), "columns"][: failing.ndim]
+    return f"failing: {n} of {compared} values, " + axes_text(failing, labels)

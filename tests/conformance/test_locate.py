@@ -52,3 +52,41 @@ def test_the_failure_message_locates_values_over_the_bound_and_non_finite_ones()
     rows[:, :, 32] = False  # padded rows are not compared, nor located
     stats, msg = compare_values("out", got, ref, tol, rows=rows)
     assert stats.ok and msg is None and stats.failing == 0
+
+
+def test_a_call_that_writes_into_an_input_is_told_where():
+    """`_torch_common.changed` says which values of a handed tensor a call changed, in that tensor's layout (an
+    out-of-bounds write lands there), and the judge's message carries it; the record survives the worker pipe."""
+    import pickle
+
+    torch = pytest.importorskip("torch")
+    from attention_conformance.adapters import _torch_common as tc
+
+    k = torch.randn(1, 2, 17, 32, dtype=torch.float16)
+    v = torch.randn(1, 2, 17, 32, dtype=torch.float16)
+    v[0, 0, 0, 0] = float("nan")
+    before = tc.snapshot({"k": k, "v": v})
+    k[..., 16, :] = 0
+    was = before["k"][0, 0, 16, 0].item()
+    got = tc.changed(before, {"k": k, "v": v})  # v's NaN is unchanged bits: not a change
+    assert got == ("k",)
+    assert got.where["k"] == (f"k: 64 of 1088 values (shape [1, 2, 17, 32]: axis 0 all 1, axis 1 all 2, axis 2 16 of "
+                              f"17, axis 3 all 32), first k[0, 0, 16, 0]: {was!r} -> 0.0")
+    assert pickle.loads(pickle.dumps(got)).where == got.where
+
+
+def test_the_judge_names_where_an_input_changed(tmp_path):
+    from attention_conformance.cli import main
+
+    (tmp_path / "clobber.py").write_text(
+        "from attention_conformance.examples.good_sdpa import attention as good\n"
+        "def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):\n"
+        "    out = good(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)\n"
+        "    k.data[..., -1, :] = 0\n"
+        "    return out\n")
+    pytest.importorskip("torch")
+    code = main(["run", "--impl", f"{tmp_path / 'clobber.py'}:attention", "-k", "causal_alignment-b1h2x2-q64k17",
+                 "--report-dir", str(tmp_path / "rep"), "--quiet"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert code == 1 and "inputs changed by the call: ['k']; k: 64 of 1088 values" in md, md[-2000:]
+    assert "axis 2 16 of 17" in md
