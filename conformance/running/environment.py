@@ -46,6 +46,9 @@ def _environment() -> dict:
 
         env["torch"] = torch.__version__
         env["cuda"] = torch.version.cuda
+        from attention_conformance.running.matmul_precision import settings
+
+        env["float32_matmul"] = settings()  # this process's at the first probe (calls note their own)
         try:
             env["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         except Exception:

@@ -9,7 +9,8 @@ and the run goes on. ``env`` (e.g. ``CUDA_VISIBLE_DEVICES``) pins a worker to on
 `call_adapter` is the single place where an adapter is invoked, in-process or in a worker: it
 snapshots every input array (page pools, block tables and FP8 codes included), calls forward/backward,
 reports which inputs changed, records who raised an exception (`conformance.cases.calldata`: the code
-under test, or the harness around it) and, on CUDA, the call's peak device memory
+under test, or the harness around it), notes a float32 call made with float32 matmuls allowed to round below float32
+(`conformance.running.matmul_precision`) and, on CUDA, the call's peak device memory
 (`conformance.running.peak_memory.PeakMemory`: torch's allocator plus the driver's view). `collect_calls` is the one
 sequence of calls made for a case (forward, backward for backward cases, a repeated forward for
 determinism); the engine and the repro snippets both use it, so `conformance.verdict.judge.judge` sees the same
@@ -96,6 +97,12 @@ def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
                 res.error += (f"\n[harness] the CUDA context of the process that made this call was unusable after it "
                               f"({res.context_lost}): that process makes no more calls")
     res.seconds = time.perf_counter() - t0
+    if case.dtype == "float32" and res.output is not None and isinstance(getattr(res.output, "notes", None), list):
+        from attention_conformance.running.matmul_precision import reduced_float32_matmul
+
+        reduced = reduced_float32_matmul()
+        if reduced:
+            res.output.notes.append(reduced)
     if pm.record is not None:
         pm.record.io_bytes = io_bytes(case, kind)
         pm.record.extra_bytes = pm.record.torch_peak_bytes - pm.record.io_bytes
