@@ -40,7 +40,7 @@ from attention_conformance.cases.case import (
     Case,
     FP8Spec,
 )
-from attention_conformance.cases.inputs import BIASES, MASKS
+from attention_conformance.cases.inputs import BIASES, MASKS, outlier_channels
 
 __all__ = [
     "DEFAULT_MAX_WORK",
@@ -315,7 +315,9 @@ def sample_values(rng: np.random.Generator, shape: tuple[int, ...], distribution
 
     normal: N(0, 1); outliers: N(0, 1) plus N(0, 10^2) on 0.1% of entries (at least one); large_logits:
     N(0, 1) * 30 (|q.k| reaches ~1e3-1e4); ties: a few distinct values, repeated; tiny_lse: N(0, 1)
-    (callers pair it with a large negative bias); uniform: U(-1, 1).
+    (callers pair it with a large negative bias); uniform: U(-1, 1); activations: N(0, 1) with the catalog
+    recipe's outlier channels (`conformance.cases.inputs.outlier_channels`) at 8 |x| (its sink and attractor keys
+    need q and k together, which one tensor's values cannot say).
     """
     if distribution == "normal" or distribution == "tiny_lse":
         return rng.standard_normal(shape)
@@ -332,6 +334,11 @@ def sample_values(rng: np.random.Generator, shape: tuple[int, ...], distribution
         return rng.choice(np.array([-1.0, 0.0, 0.5, 1.0]), size=shape)
     if distribution == "uniform":
         return rng.uniform(-1.0, 1.0, size=shape)
+    if distribution == "activations":  # one tensor's share of the catalog recipe: its outlier channels
+        x = rng.standard_normal(shape)
+        ch = outlier_channels(shape[-1])
+        x[..., ch] = 8.0 * np.abs(x[..., ch])
+        return x
     raise ValueError(f"distribution={distribution!r} unknown; expected one of {DISTRIBUTIONS}")
 
 

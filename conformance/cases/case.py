@@ -29,7 +29,7 @@ PAGED_LAYOUTS = ("paged64", "paged128", "paged256")
 # nan_padding: normal values, but with varlen the padded rows (q and dout rows i >= seqlens_q[b],
 # k and v rows j >= seqlens_k[b]) are NaN: a kernel that reads them (P = 0 times V = NaN is NaN)
 # fails (SEMANTICS.md §7, §15; torch #101967, flash-attention #443, #752).
-DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")
+DISTRIBUTIONS = ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "activations", "nan_padding")
 # Sink logits, one per query head (SEMANTICS.md §18; `conformance.cases.inputs.make_sinks`): small ~ N(0, 1); large:
 # head 0 at 1e4 (an LSE of +inf when the sink is left out of the running max), the others 8..40; very_negative:
 # -1e4 and -60..-90 (the sink underflows, exactly no effect in FP32).

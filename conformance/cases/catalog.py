@@ -155,7 +155,7 @@ def _softcap(profile: str) -> Iterator[Case]:
 
 def _distributions(profile: str) -> Iterator[Case]:
     dtypes = ("float16", "bfloat16", "float32")
-    for dist in ("outliers", "large_logits", "ties", "tiny_lse", "uniform"):
+    for dist in ("outliers", "large_logits", "ties", "tiny_lse", "uniform", "activations"):
         for dt in dtypes:
             yield _mk("distribution", Lq=65, Lk=129, d=64, distribution=dist, dtype=dt)
         yield _mk("distribution", Lq=65, Lk=129, d=64, distribution=dist, causal=True)

@@ -13,6 +13,12 @@ Distributions (``case.distribution``, see `conformance.cases.case.DISTRIBUTIONS`
   fourth query row is zero, giving a constant score row (P uniform).
 - ``tiny_lse``: q ~ c*1 + N(0, 1/4), k ~ -sign(scale)*c*1 + N(0, 1/4) with c chosen so every score
   is about -200: LSE is far below -88.7 (exp underflows in fp32; torch #196678).
+- ``activations``: what LLM activations look like to an attention kernel rather than Gaussian noise (bugs that
+  only real activations show: TransformerEngine #3216). N(0, 1), then two outlier channels (`outlier_channels`:
+  0 and d // 3; "massive activations") at 8 |x| in every query and 2 x in the keys; key 0 an attention sink whose
+  logit is about +10 for every query, with a value row scaled by 0.05 (sink tokens carry little value); the last key
+  an attractor at about +13, so the row maximum jumps in the last key tile, often a tail tile (the online softmax's
+  rescale, the tail's masking). The logit targets follow the case's scale (its sign included).
 - ``uniform``: q, k ~ U(-sqrt 3, sqrt 3) (unit variance), v ~ U(0, 1): a positive V makes
   accumulators grow linearly, which exposes low-precision accumulation (stagnation).
 - ``nan_padding``: ``normal`` values, then every padded row of a varlen case is NaN: q and dout rows
@@ -65,6 +71,7 @@ from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.cases.case import Case, page_size_of
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
+           "outlier_channels",
            "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
@@ -137,6 +144,23 @@ def _with_outliers(rng, shape):
     return x + hit * rng.normal(0.0, 10.0, shape)
 
 
+def outlier_channels(d: int) -> list[int]:
+    """The channels the ``activations`` recipe makes outliers: the first, and the one a third of the way in."""
+    return sorted({0, d // 3})
+
+
+def _activations(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """The ``activations`` recipe on N(0, 1) draws, in place (see the module docstring)."""
+    ch = outlier_channels(case.d)
+    # a key holding u in each outlier channel adds about scale * u * E[8 |x|] * len(ch) to every query's logit
+    unit = 1.0 / (effective_scale(case) * 8.0 * math.sqrt(2.0 / math.pi) * len(ch))
+    q[..., ch] = 8.0 * np.abs(q[..., ch])
+    k[..., ch] = 2.0 * k[..., ch]
+    k[:, :, 0, ch] = 10.0 * unit
+    k[:, :, -1, ch] = 13.0 * unit
+    v[:, :, 0, :] = 0.05 * v[:, :, 0, :]
+
+
 def _make_qkv(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
     qs = (case.B, case.Hq, case.Lq, case.d)
     kvb = 1 if case.layout == "kv_broadcast" else case.B
@@ -177,6 +201,9 @@ def _make_qkv(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
         v = _normal(rng, vs)
     elif dist == "nan_padding":  # the NaNs go in after rounding, in `poison_padding`
         q, k, v = _normal(rng, qs), _normal(rng, ks), _normal(rng, vs)
+    elif dist == "activations":
+        q, k, v = _normal(rng, qs), _normal(rng, ks), _normal(rng, vs)
+        _activations(case, q, k, v)
     elif dist == "uniform":
         r3 = math.sqrt(3.0)
         q, k = rng.uniform(-r3, r3, qs), rng.uniform(-r3, r3, ks)

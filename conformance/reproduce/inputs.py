@@ -16,7 +16,7 @@ import numpy as np
 
 from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.cases.case import Case, page_size_of
-from attention_conformance.cases.inputs import WORKED, effective_scale
+from attention_conformance.cases.inputs import WORKED, effective_scale, outlier_channels
 
 __all__ = ["UnwritableCase", "harness_arrays", "inputs_helpers", "inputs_source"]
 
@@ -101,6 +101,16 @@ def _qkv_lines(case: Case) -> list[str]:
         return [f"c = {c!r}  # every score about -200: LSE far below -88.7",
                 f"q = c + 0.25 * rng.standard_normal({qs})", f"k = {-sign!r} * c + 0.25 * rng.standard_normal({ks})",
                 f"v = rng.standard_normal({vs})"]
+    if dist == "activations":
+        ch = outlier_channels(case.d)
+        unit = 1.0 / (effective_scale(case) * 8.0 * math.sqrt(2.0 / math.pi) * len(ch))
+        return [f"q = rng.standard_normal({qs})", f"k = rng.standard_normal({ks})", f"v = rng.standard_normal({vs})",
+                f"ch = {ch!r}  # outlier channels ('massive activations')",
+                f"unit = {unit!r}  # a key holding this in each outlier channel adds about one to every logit",
+                "q[..., ch] = 8.0 * np.abs(q[..., ch])", "k[..., ch] = 2.0 * k[..., ch]",
+                "k[:, :, 0, ch] = 10.0 * unit  # key 0: an attention sink at about +10",
+                "k[:, :, -1, ch] = 13.0 * unit  # the last key: an attractor at about +13",
+                "v[:, :, 0, :] = 0.05 * v[:, :, 0, :]  # the sink carries little value"]
     if dist == "uniform":
         return ["r3 = math.sqrt(3.0)", f"q = rng.uniform(-r3, r3, {qs})", f"k = rng.uniform(-r3, r3, {ks})",
                 f"v = rng.uniform(0.0, 1.0, {vs})"]

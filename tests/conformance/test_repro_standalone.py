@@ -25,6 +25,7 @@ import pytest
 from attention_conformance import cli, oracles
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases import catalog
+from attention_conformance.cases.case import DISTRIBUTIONS
 from attention_conformance.cases.inputs import make_inputs
 from attention_conformance.reproduce import source as repro_source
 from attention_conformance.reproduce.calls import claim_reason
@@ -52,7 +53,7 @@ def _smallest(pred, limit=2e5, spec=None, device="cpu"):
 def _recipe_cases():
     """One small case of every input recipe the writer writes (distributions, masks, biases, layouts, sinks, FP8)."""
     preds = {f"dist-{d}": (lambda c, d=d: c.distribution == d) for d in
-             ("normal", "outliers", "large_logits", "ties", "tiny_lse", "uniform", "nan_padding")}
+             DISTRIBUTIONS}
     preds.update({f"mask-{m}": (lambda c, m=m: c.mask == m) for m in
                   ("random", "random_heads", "full_rows", "key_padding", "none_visible")})
     preds.update({f"bias-{b}": (lambda c, b=b: c.bias == b) for b in ("random", "alibi", "neg_inf_rows")})
