@@ -5,6 +5,7 @@
 - `size_of` / `failure_order`: results ordered by outcome severity, then adapter, then case size, so
   each adapter's smallest failing case comes first;
 - `smallest_failing`: per adapter and failing feature, the number of failing cases and the smallest one;
+  `where_of` where its failing values lie (`conformance.verdict.locate`), or its message's first words;
 - `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
 - `call_notes`: what the adapter noted about the call (the spelling or entry point it used, what a plain function's
   signature implies: `conformance.adapters.sdpa_signature`), as a failure block shows it;
@@ -25,7 +26,7 @@ from attention_conformance.verdict.judge import finding_class
 from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
 __all__ = ["call_notes", "failure_order", "memory_table", "named_findings", "partial_text", "quantity_line",
-           "shape_of", "size_of", "smallest_failing"]
+           "shape_of", "size_of", "smallest_failing", "where_of"]
 
 
 #: the most notes a failure block shows, and the most characters of each
@@ -109,6 +110,23 @@ def smallest_failing(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
         smallest = min(rs, key=lambda r: (size_of(r), r["case_id"]))
         rows.append((adapter, feature, len(rs), smallest))
     return sorted(rows, key=lambda row: (row[0], size_of(row[3]), row[1]))
+
+
+#: the quantities in the order a failure's location is taken from
+_QUANTITIES = ("out", "lse", "dq", "dk", "dv")
+
+
+def where_of(r: Mapping[str, Any], limit: int = 120) -> str:
+    """Where result ``r``'s failing values lie, for its first failing quantity (``out: query rows 64 of 65, ...``:
+    the batch entries, heads, rows and columns holding one); a failure of no compared value (a raise, an input
+    changed) gives its message's first ``limit`` characters."""
+    stats = r.get("stats") or {}
+    for name in (*_QUANTITIES, *sorted(set(stats) - set(_QUANTITIES))):
+        where = (stats.get(name) or {}).get("where")
+        if where:
+            return f"{name}: {where.removeprefix('failing: ')}"
+    first = (r.get("message") or "").strip().splitlines()
+    return " ".join(first[0].split())[:limit] if first else ""
 
 
 def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[int, Mapping[str, Any]]]]:

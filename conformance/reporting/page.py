@@ -34,6 +34,7 @@ from attention_conformance.reporting.digest import (
     quantity_line,
     shape_of,
     smallest_failing,
+    where_of,
 )
 from attention_conformance.reporting.store import load_report
 from attention_conformance.verdict.judge import FINDING_CLASSES
@@ -154,11 +155,11 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
 
     # Smallest failing case per adapter and feature
     rows = [[f"<td>{_e(a)}</td>", f"<td>{_e(f)}</td>", f'<td class="num">{n}</td>',
-             f"<td><code>{_e(r['case_id'])}</code></td>", f"<td>{_e(shape_of(r))}</td>"]
+             f"<td><code>{_e(r['case_id'])}</code></td>", f"<td>{_e(shape_of(r))}</td>", f"<td>{_e(where_of(r))}</td>"]
             for a, f, n, r in smallest_failing(results)]
     if rows:
         parts += ["<h2>Smallest failing case per adapter and feature</h2>",
-                  _table(["adapter", "feature", "failing", "smallest failing case", "shape"], rows)]
+                  _table(["adapter", "feature", "failing", "smallest failing case", "shape", "where it fails"], rows)]
 
     # Failures, findings, warnings
     bad = failure_order(results)

@@ -44,6 +44,7 @@ from attention_conformance.reporting.digest import (
     quantity_line,
     shape_of,
     smallest_failing,
+    where_of,
 )
 from attention_conformance.reporting.page import render_html
 from attention_conformance.reporting.store import dump_report
@@ -219,9 +220,11 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     rows = smallest_failing(dicts)
     if rows:
         lines += ["## Smallest failing case per adapter and feature", "",
-                  "| adapter | feature | failing | smallest failing case | shape |", "|---|---|---|---|---|"]
+                  "| adapter | feature | failing | smallest failing case | shape | where it fails |",
+                  "|---|---|---|---|---|---|"]
         for adapter, feature, n, r in rows:
-            lines.append(f"| {adapter} | {feature} | {n} | `{r['case_id']}` | {shape_of(r)} |")
+            where = where_of(r).replace("|", "/")
+            lines.append(f"| {adapter} | {feature} | {n} | `{r['case_id']}` | {shape_of(r)} | {where} |")
         lines.append("")
 
     bad = failure_order(dicts)

@@ -54,6 +54,7 @@ class QuantityStats:
     nonfinite_batches: list[int] = field(default_factory=list)  # batch entries (axis 0) holding them
     nonfinite_value: float | None = None  # the value at nonfinite_index (nan, inf or -inf)
     failing: int = 0  # compared elements over their bound or non-finite where the oracle is finite
+    where: str | None = None  # where those lie (`locate.where_failing`)
     ok: bool = True
 
     def to_dict(self) -> dict:
@@ -152,7 +153,7 @@ def compare_values(
         stats.ok = False
         failing = bad | (ratio > 1.0)
         stats.failing = int(failing.sum())
-        where = where_failing(name, failing, stats.compared)
+        stats.where = where = where_failing(name, failing, stats.compared)
         return stats, "; ".join(parts + ([where] if where else []))
     return stats, None
 
