@@ -90,3 +90,19 @@ def test_the_judge_names_where_an_input_changed(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert code == 1 and "inputs changed by the call: ['k']; k: 64 of 1088 values" in md, md[-2000:]
     assert "axis 2 16 of 17" in md
+
+
+def test_the_smallest_failing_table_says_where(tmp_path):
+    """report.md's and report.html's smallest failing case per feature carries where it fails: the planted
+    tail-tile bug of the broken example fails the last query row only."""
+    pytest.importorskip("torch")
+    from attention_conformance.cli import main
+    from attention_conformance.reporting.digest import where_of
+
+    code = main(["run", "--impl", "attention_conformance.examples.broken_sdpa:attention", "-k",
+                 "causal_alignment-b1h2x2-q33k1", "--report-dir", str(tmp_path), "--quiet"])
+    md = (tmp_path / "report.md").read_text()
+    assert code == 1 and "| where it fails |" in md
+    assert "| out: 64 of 2112 values, batch entries all 1, heads all 2, query rows 32 of 33, columns all 32 |" in md
+    assert "query rows 32 of 33" in (tmp_path / "report.html").read_text()
+    assert where_of({"stats": {}, "message": "dq: raised ValueError\nTraceback"}) == "dq: raised ValueError"
