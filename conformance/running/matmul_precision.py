@@ -4,9 +4,9 @@ torch's float32 matmuls follow process-wide switches: ``torch.set_float32_matmul
 ``torch.backends.cuda.matmul.allow_tf32 = True``, and since torch 2.9 ``torch.backends.fp32_precision`` /
 ``torch.backends.cuda.matmul.fp32_precision = "tf32"``. Any of them lets cuBLAS, Inductor's Triton kernels (compiled
 FlexAttention) and oneDNN round float32 operands to TF32 (10 mantissa bits) or bfloat16, so a float32 case computed
-through them is ~2^-11 accurate instead of ~2^-24, and FAILs its float32 bound (SEMANTICS.md §1: float32 inputs
-are held to float32 accuracy). A training code base often sets one of them at import, so a ``--impl mypkg.attn:fn``
-brings it into the process that calls the function.
+through them is ~2^-11 accurate instead of ~2^-24, and FAILs its float32 bound (conformance/TOLERANCES.md: the
+score GEMM of a float32 case accumulates exact float32 operands, u_s = 2^-24). A training code base often sets one
+of them at import, so a ``--impl mypkg.attn:fn`` brings it into the process that calls the function.
 
 `reduced_float32_matmul` names the switch in force, or None; `call_adapter` (conformance/running/worker.py) notes it
 on every float32 call made with one on, so the FAIL says why; `settings` is what the report's environment records.

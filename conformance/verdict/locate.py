@@ -1,9 +1,9 @@
 """Where a quantity's failing values lie: the batches, heads, rows and columns they occupy, in one sentence.
 
-A kernel bug has a shape before it has a size: a tail tile fails the last rows (``query rows 64-64 of 65``), a
+A kernel bug has a shape before it has a size: a tail tile fails the last rows (``query rows 64 of 65``), a
 non-square causal alignment the rows above the diagonal shift, a chunk mask the rows from the first chunk boundary
 on, a GQA mapping some heads, a split merge some columns, a varlen offset one batch entry. `where_failing` names
-the indices along each axis of the canonical layouts (SEMANTICS.md §2: O, dQ [B, Hq, Lq, dv / d]; dK, dV [B, Hkv,
+the indices along each axis of the canonical layouts (SEMANTICS.md §1: O, dQ [B, Hq, Lq, dv / d]; dK, dV [B, Hkv,
 Lk, d / dv]; LSE [B, Hq, Lq]) that hold at least one failing value, as ranges, so the message of a FAIL says where
 to look before anyone opens the arrays. Pure: no verdict depends on it (conformance/verdict/checks.py appends it to
 the failure message and keeps the count in `QuantityStats.failing`; `axes_text` also says where a call wrote into an
