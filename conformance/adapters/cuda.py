@@ -252,7 +252,7 @@ class _CudaAdapter(Adapter):
         out[~valid] = 0.0  # padded rows are never written (§7); the engine ignores them
         lse_np[~valid] = -np.inf
         return ForwardOutput(out=out, lse=lse_np, out_dtype=tc.dtype_name(o.view.dtype), unwritten=unwritten,
-                             mutated_inputs=tuple(mutated), lse_convention="-inf", notes=notes)
+                             mutated_inputs=mutated, lse_convention="-inf", notes=notes)
 
     def backward(self, inputs: CaseInputs, case: Case, device: str) -> BackwardOutput:
         if self.bwd_launcher is None:
@@ -299,7 +299,7 @@ class _CudaAdapter(Adapter):
             if np.isnan(dsinks).any():
                 notes.append("unwritten: NaN poison left in dsinks")
         return BackwardOutput(dq=dq_np, dk=tc.to_numpy(dk.view), dv=tc.to_numpy(dvb.view), out=fo, dsinks=dsinks,
-                              mutated_inputs=tuple(mutated), notes=notes)
+                              mutated_inputs=mutated, notes=notes)
 
 
 class CudaFA2(_CudaAdapter):
