@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attention_conformance.verdict import numfmt
-from attention_conformance.verdict.locate import where_failing
+from attention_conformance.verdict.locate import axes_text, where_failing
 
 __all__ = [
     "QuantityStats",
@@ -21,6 +21,7 @@ __all__ = [
     "compare_lse",
     "bitwise_equal",
     "changed_arrays",
+    "change_where",
     "quality_warning",
     "QUALITY_FACTOR",
     "QUALITY_MIN_USAGE",
@@ -230,3 +231,20 @@ def changed_arrays(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) 
     """Names of arrays whose bits changed between two snapshots (the input-mutation check)."""
     changed = [n for n, a in before.items() if n not in after or not bitwise_equal(a, after[n])]
     return changed + [n for n in after if n not in before]
+
+
+def change_where(name: str, before: np.ndarray, after: np.ndarray | None) -> str:
+    """Which values of array ``name`` changed between two snapshots and where (``q: 3 of 96 values (shape [1, 2, 3,
+    16]: axis 0 all 1, ...), first q[0, 0, 2, 0]: 0.5 -> 0.0``), bit for bit (a NaN left in place is no change)."""
+    if after is None:
+        return f"{name}: no longer there"
+    a, b = np.ascontiguousarray(before), np.ascontiguousarray(after)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"{name}: {list(a.shape)} {a.dtype} became {list(b.shape)} {b.dtype}"
+    if a.ndim == 0 or a.dtype.itemsize not in (1, 2, 4, 8):
+        return f"{name}: changed"
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    diff = a.view(bits) != b.view(bits)
+    first = tuple(int(i) for i in np.argwhere(diff)[0])
+    return (f"{name}: {int(diff.sum())} of {diff.size} values (shape {list(a.shape)}: {axes_text(diff)}), first "
+            f"{name}{list(first)}: {a[first].item()!r} -> {b[first].item()!r}")

@@ -302,7 +302,8 @@ def _forward(j: _Judgement, case: Case, od: OracleData, fwd: CallResult, device:
         j.lse(lstats, lmsg)
     mutated = sorted(set(fwd.mutated) | set(getattr(fo, "mutated_inputs", ()) or ()))
     if mutated:
-        where = getattr(getattr(fo, "mutated_inputs", None), "where", None) or {}
+        where = {**(getattr(getattr(fo, "mutated_inputs", None), "where", None) or {}),
+                 **(getattr(fwd, "mutated_where", None) or {})}
         j.fail("inputs_unchanged", f"inputs changed by the call: {mutated}"
                + "".join(f"; {where[n]}" for n in mutated if n in where))
     else:

@@ -252,3 +252,12 @@ def test_progress_and_checkpoints():
     results = runner.run(cases, progress=lines.append, every=1, checkpoint=lambda rs: snaps.append(len(rs)))
     assert len(results) == 3 and snaps == [1, 2]
     assert lines[-1].startswith("[3/3 cases] PASS=3") and "ETA" in lines[0]
+
+
+def test_a_harness_side_input_changed_in_place_is_located():
+    """An adapter object that writes into the engine's own input arrays (``inputs.q[..., 0] += 1``): the message
+    says which values changed, in the case's layout (`checks.change_where`)."""
+    res = _run(EmulatedKernel(behaviour="mutate"), SMALL)
+    B, H, L = SMALL.B, SMALL.Hq, SMALL.Lq
+    assert (f"q: {B * H * L} of {B * H * L * SMALL.d} values (shape [{B}, {H}, {L}, {SMALL.d}]: axis 0 all {B}, axis 1 "
+            f"all {H}, axis 2 all {L}, axis 3 0 of {SMALL.d}), first q[0, 0, 0, 0]: ") in res.message, res.message
