@@ -290,7 +290,7 @@ _ELEMENT_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 def change_text(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
     """Which values of input ``name`` a call changed: ``k: 64 of 2176 values (shape [1, 2, 17, 64]: axis 0 all 1,
     ...), first k[0, 0, 16, 0]: 0.53125 -> 0.0``; or what changed about the tensor itself."""
-    from attention_conformance.verdict.locate import axes_text
+    from attention_conformance.verdict.locate import change_text as sentence
 
     if now is None:
         return f"{name}: no longer handed back"
@@ -300,10 +300,7 @@ def change_text(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
         return f"{name}: changed"
     bits = getattr(torch, _ELEMENT_BITS[old.element_size()])
     diff = (now.detach().contiguous().view(bits) != old.detach().contiguous().view(bits)).cpu().numpy()
-    first = tuple(int(i) for i in np.argwhere(diff)[0])
-    was, got = old[first].item(), now[first].item()
-    return (f"{name}: {int(diff.sum())} of {diff.size} values (shape {list(old.shape)}: {axes_text(diff)}), first "
-            f"{name}{list(first)}: {was!r} -> {got!r}")
+    return sentence(name, diff, lambda i: old[i].item(), lambda i: now[i].item())
 
 
 def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | None]) -> Mutated:

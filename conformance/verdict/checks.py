@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attention_conformance.verdict import numfmt
-from attention_conformance.verdict.locate import axes_text, where_failing
+from attention_conformance.verdict.locate import change_text, where_failing
 
 __all__ = [
     "QuantityStats",
@@ -244,7 +244,4 @@ def change_where(name: str, before: np.ndarray, after: np.ndarray | None) -> str
     if a.ndim == 0 or a.dtype.itemsize not in (1, 2, 4, 8):
         return f"{name}: changed"
     bits = np.dtype(f"u{a.dtype.itemsize}")
-    diff = a.view(bits) != b.view(bits)
-    first = tuple(int(i) for i in np.argwhere(diff)[0])
-    return (f"{name}: {int(diff.sum())} of {diff.size} values (shape {list(a.shape)}: {axes_text(diff)}), first "
-            f"{name}{list(first)}: {a[first].item()!r} -> {b[first].item()!r}")
+    return change_text(name, a.view(bits) != b.view(bits), lambda i: a[i].item(), lambda i: b[i].item())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RANGES", "axes_text", "index_ranges", "where_failing"]
+__all__ = ["MAX_RANGES", "axes_text", "change_text", "index_ranges", "where_failing"]
 
 #: the most ranges an axis lists before it says how many more there are
 MAX_RANGES = 4
@@ -58,3 +58,13 @@ def where_failing(name: str, failing: np.ndarray, compared: int) -> str | None:
         return None
     labels = ["batch entries", "heads", _ROWS.get(name, "rows"), "columns"][: failing.ndim]
     return f"failing: {n} of {compared} values, " + axes_text(failing, labels)
+
+
+
+def change_text(name: str, changed: np.ndarray, value_before, value_after) -> str:
+    """``k: 64 of 1088 values (shape [1, 2, 17, 32]: axis 0 all 1, ...), first k[0, 0, 16, 0]: 0.53 -> 0.0`` for
+    the boolean ``changed`` of an input a call wrote into (at least one True); ``value_before(index)`` /
+    ``value_after(index)`` give the element there before and after the call."""
+    first = tuple(int(i) for i in np.argwhere(changed)[0])
+    return (f"{name}: {int(changed.sum())} of {changed.size} values (shape {list(changed.shape)}: "
+            f"{axes_text(changed)}), first {name}{list(first)}: {value_before(first)!r} -> {value_after(first)!r}")
