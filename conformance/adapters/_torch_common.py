@@ -270,7 +270,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 class Mutated(tuple):
     """The names of the inputs a call changed (a tuple, as `ForwardOutput.mutated_inputs` holds), with ``where``:
-    for each, which of its values changed and where, in the layout it was handed (`change_text`)."""
+    for each, which of its values changed and where, in the layout it was handed (`tensor_change`)."""
 
     where: dict[str, str]
 
@@ -287,10 +287,10 @@ class Mutated(tuple):
 _ELEMENT_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def change_text(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
+def tensor_change(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
     """Which values of input ``name`` a call changed: ``k: 64 of 2176 values (shape [1, 2, 17, 64]: axis 0 all 1,
     ...), first k[0, 0, 16, 0]: 0.53125 -> 0.0``; or what changed about the tensor itself."""
-    from attention_conformance.verdict.locate import change_text as sentence
+    from attention_conformance.verdict.locate import change_text
 
     if now is None:
         return f"{name}: no longer handed back"
@@ -300,7 +300,7 @@ def change_text(name: str, old: torch.Tensor, now: torch.Tensor | None) -> str:
         return f"{name}: changed"
     bits = getattr(torch, _ELEMENT_BITS[old.element_size()])
     diff = (now.detach().contiguous().view(bits) != old.detach().contiguous().view(bits)).cpu().numpy()
-    return sentence(name, diff, lambda i: old[i].item(), lambda i: now[i].item())
+    return change_text(name, diff, lambda i: old[i].item(), lambda i: now[i].item())
 
 
 def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | None]) -> Mutated:
@@ -311,7 +311,7 @@ def changed(before: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor | N
         now = tensors.get(name)
         if now is None or now.shape != old.shape or now.dtype != old.dtype or not torch.equal(_bits(now), _bits(old)):
             names.append(name)
-            where[name] = change_text(name, old, now)
+            where[name] = tensor_change(name, old, now)
     return Mutated(names, where)
 
 

@@ -175,7 +175,7 @@ class CallResult:
     error: str | None = None  # formatted traceback when the call raised
     error_type: str | None = None
     mutated: list[str] = field(default_factory=list)  # CaseInputs arrays changed by the call
-    #: for each of them, which values changed and where (`conformance.verdict.checks.change_where`)
+    #: for each of them, which values changed and where (`conformance.verdict.checks.array_change`)
     mutated_where: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     #: who raised `error`: "adapter" (the code under test), "harness" (code around it) or "resources" (the device ran

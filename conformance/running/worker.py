@@ -74,7 +74,7 @@ def out_of_memory(exc: BaseException) -> bool:
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
     from attention_conformance.running.peak_memory import PeakMemory, io_bytes
-    from attention_conformance.verdict.checks import change_where, changed_arrays
+    from attention_conformance.verdict.checks import array_change, changed_arrays
 
     before = _snapshot(inputs)
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
         res.memory = pm.record.to_dict()
     after = _snapshot(inputs)
     res.mutated = changed_arrays(before, after)
-    res.mutated_where = {n: change_where(n, before[n], after.get(n)) for n in res.mutated if n in before}
+    res.mutated_where = {n: array_change(n, before[n], after.get(n)) for n in res.mutated if n in before}
     return res
 
 

@@ -21,7 +21,7 @@ __all__ = [
     "compare_lse",
     "bitwise_equal",
     "changed_arrays",
-    "change_where",
+    "array_change",
     "quality_warning",
     "QUALITY_FACTOR",
     "QUALITY_MIN_USAGE",
@@ -233,7 +233,7 @@ def changed_arrays(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) 
     return changed + [n for n in after if n not in before]
 
 
-def change_where(name: str, before: np.ndarray, after: np.ndarray | None) -> str:
+def array_change(name: str, before: np.ndarray, after: np.ndarray | None) -> str:
     """Which values of array ``name`` changed between two snapshots and where (``q: 3 of 96 values (shape [1, 2, 3,
     16]: axis 0 all 1, ...), first q[0, 0, 2, 0]: 0.5 -> 0.0``), bit for bit (a NaN left in place is no change)."""
     if after is None:

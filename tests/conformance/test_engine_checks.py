@@ -256,7 +256,7 @@ def test_progress_and_checkpoints():
 
 def test_a_harness_side_input_changed_in_place_is_located():
     """An adapter object that writes into the engine's own input arrays (``inputs.q[..., 0] += 1``): the message
-    says which values changed, in the case's layout (`checks.change_where`)."""
+    says which values changed, in the case's layout (`checks.array_change`)."""
     res = _run(EmulatedKernel(behaviour="mutate"), SMALL)
     B, H, L = SMALL.B, SMALL.Hq, SMALL.Lq
     assert (f"q: {B * H * L} of {B * H * L * SMALL.d} values (shape [{B}, {H}, {L}, {SMALL.d}]: axis 0 all {B}, axis 1 "
