@@ -10,6 +10,10 @@ Per adapter:
   1024 < L <= 4096), white to blue up to the bound, red where a case failed (FAILING outcomes only), dark grey
   where a failure is expected (KNOWN).
 
+Per failure (the collapsible entries): where its first failing quantity fails, one bar per axis (batch entries,
+heads, rows, columns) with the failing indices in red (`where_strip`, from report.json's ``failing_runs``): a tail
+tile is a red tick at the end of the rows bar, a GQA bug a few heads, a chunk boundary the rows from it on.
+
 And, when benchmark JSON is given (``reports/benchmarks/*.json``: records with ``N``, ``d`` and
 ``*_tflops`` keys), TFLOPs/s against N per head dim for every kernel timed, one panel per
 (file, kernel, causal).
@@ -30,7 +34,7 @@ from typing import Any
 
 from attention_conformance.verdict.outcomes import FAILING, KNOWN, MARKER
 
-__all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "load_benchmarks"]
+__all__ = ["MARKER_COLOURS", "benchmark_series", "case_usage", "charts_html", "load_benchmarks", "where_strip"]
 
 MARKER_COLOURS = MARKER  # one colour per outcome, from conformance/verdict/outcomes.py
 _LOW = 1e-6  # usages below this are drawn on the bottom edge
@@ -39,6 +43,42 @@ _BELOW_BOUND = 0.999  # a cell that failed nothing is coloured as under the boun
 _SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _DASHES = ("", "6,3", "2,2", "8,3,2,3")
 _FONT = 'font-family="system-ui,sans-serif" font-size="11"'
+
+
+#: where_strip's geometry: label column, bar width, bar height, row pitch (px)
+_STRIP_LABEL, _STRIP_W, _STRIP_H, _STRIP_PITCH = 150, 320, 9, 15
+
+
+def where_strip(result: dict) -> str:
+    """An inline SVG of where ``result``'s first failing quantity fails (see the module docstring); "" when no
+    compared value failed (a raise, an input changed) or the report predates ``failing_runs``."""
+    from attention_conformance.verdict.locate import axis_labels
+
+    stats = result.get("stats") or {}
+    for name in ("out", "lse", "dq", "dk", "dv", *sorted(stats)):
+        st = stats.get(name) or {}
+        runs, shape = st.get("failing_runs"), st.get("shape")
+        if runs and shape and len(runs) == len(shape):
+            break
+    else:
+        return ""
+    labels = axis_labels(name, len(shape))
+    h = _STRIP_PITCH * len(shape) + 4
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_STRIP_LABEL + _STRIP_W + 60}" height="{h}" {_FONT} '
+           f'role="img" aria-label="{_e(name)}: where it fails">']
+    for axis, (label, size, axis_runs) in enumerate(zip(labels, shape, runs)):
+        y = 2 + axis * _STRIP_PITCH
+        out.append(f'<text x="{_STRIP_LABEL - 6}" y="{y + _STRIP_H}" text-anchor="end">{_e(name)}: {_e(label)}</text>')
+        out.append(f'<rect x="{_STRIP_LABEL}" y="{y}" width="{_STRIP_W}" height="{_STRIP_H}" fill="#e8e8e8"/>')
+        for a, b in axis_runs:
+            x = _STRIP_LABEL + _STRIP_W * a / size
+            w = max(1.5, _STRIP_W * (b - a + 1) / size)
+            tip = f"{label} {a}" if a == b else f"{label} {a}-{b}"
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{_STRIP_H}" fill="{MARKER["FAIL"]}">'
+                       f"<title>{_e(tip)} of {size}</title></rect>")
+        out.append(f'<text x="{_STRIP_LABEL + _STRIP_W + 6}" y="{y + _STRIP_H}">{size}</text>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 def _e(x: object) -> str:

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from attention_conformance.reporting.charts import charts_html, load_benchmarks
+from attention_conformance.reporting.charts import charts_html, load_benchmarks, where_strip
 from attention_conformance.reporting.digest import (
     call_notes,
     failure_order,
@@ -172,6 +172,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
             f'<details style="border-color:{COLOUR[r["outcome"]]}"><summary><b>{SHORT[r["outcome"]]}</b> '
             f"<code>{_e(r['adapter'])}</code> on <code>{_e(r['case_id'])}</code> ({_e(shape_of(r))})</summary>"
             f"<ul>{where}<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
+            + (f"<li>{strip}</li>" if (strip := where_strip(r)) else "")
             + "".join(f"<li>note: {_e(n)}</li>" for n in call_notes(r.get("notes")))
             + f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
 

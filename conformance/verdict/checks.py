@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attention_conformance.verdict import numfmt
-from attention_conformance.verdict.locate import change_text, where_failing
+from attention_conformance.verdict.locate import change_text, failing_runs, where_failing
 
 __all__ = [
     "QuantityStats",
@@ -56,6 +56,8 @@ class QuantityStats:
     nonfinite_value: float | None = None  # the value at nonfinite_index (nan, inf or -inf)
     failing: int = 0  # compared elements over their bound or non-finite where the oracle is finite
     where: str | None = None  # where those lie (`locate.where_failing`)
+    #: the same per axis as runs [[first, last], ...] (`locate.failing_runs`; 3-d and 4-d quantities), for pictures
+    failing_runs: list | None = None
     ok: bool = True
 
     def to_dict(self) -> dict:
@@ -155,6 +157,8 @@ def compare_values(
         failing = bad | (ratio > 1.0)
         stats.failing = int(failing.sum())
         stats.where = where = where_failing(name, failing, stats.compared)
+        if where is not None:
+            stats.failing_runs = failing_runs(failing)
         return stats, "; ".join(parts + ([where] if where else []))
     return stats, None
 

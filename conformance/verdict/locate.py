@@ -14,40 +14,59 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RANGES", "axes_text", "change_text", "index_ranges", "where_failing"]
+__all__ = ["MAX_RANGES", "MAX_STORED_RUNS", "axes_text", "axis_labels", "change_text", "index_ranges", "runs",
+           "where_failing", "failing_runs"]
 
 #: the most ranges an axis lists before it says how many more there are
 MAX_RANGES = 4
+#: the most runs of failing indices per axis report.json keeps (`failing_runs`), for the report's pictures
+MAX_STORED_RUNS = 32
 #: what the rows of each quantity are (the others: "rows")
 _ROWS = {"out": "query rows", "lse": "query rows", "dq": "query rows", "dk": "key rows", "dv": "key rows"}
+
+
+def runs(indices: np.ndarray) -> list[list[int]]:
+    """Sorted unique ``indices`` as inclusive runs ``[[first, last], ...]``."""
+    out: list[list[int]] = []
+    for i in (int(x) for x in indices):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
+def axis_labels(name: str, ndim: int) -> list[str]:
+    """What each axis of quantity ``name`` holds, in the canonical layout (SEMANTICS.md §1)."""
+    return ["batch entries", "heads", _ROWS.get(name, "rows"), "columns"][:ndim]
+
+
+def _hits(mask: np.ndarray, axis: int) -> np.ndarray:
+    other = tuple(a for a in range(mask.ndim) if a != axis)
+    return np.flatnonzero(mask.any(axis=other)) if other else np.flatnonzero(mask)
+
+
+def failing_runs(failing: np.ndarray) -> list[list[list[int]]]:
+    """Per axis of the boolean ``failing``, the runs of indices holding a True (at most `MAX_STORED_RUNS` each)."""
+    return [runs(_hits(failing, axis))[:MAX_STORED_RUNS] for axis in range(failing.ndim)]
 
 
 def index_ranges(indices: np.ndarray, size: int, limit: int = MAX_RANGES) -> str:
     """``indices`` (sorted, unique, within ``range(size)``) as ``"all 64"``, ``"3"``, ``"0-15, 32-47"`` or
     ``"0-1, 4-5, 8-9, 12-13 (+3 more ranges)"``."""
-    idx = [int(i) for i in indices]
-    if len(idx) == size:
+    if len(indices) == size:
         return f"all {size}"
-    runs: list[tuple[int, int]] = []
-    for i in idx:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:limit])
-    more = len(runs) - limit
+    found = runs(indices)
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in found[:limit])
+    more = len(found) - limit
     return f"{text} of {size}" + (f" (+{more} more range{'s' if more > 1 else ''})" if more > 0 else "")
 
 
 def axes_text(mask: np.ndarray, labels: list[str] | None = None) -> str:
     """For each axis of the boolean ``mask``, the indices holding at least one True, as ranges (``axis 2 16 of 17``,
     or ``labels[i]`` for ``axis i``), joined by commas."""
-    parts = []
-    for axis in range(mask.ndim):
-        other = tuple(a for a in range(mask.ndim) if a != axis)
-        hit = np.flatnonzero(mask.any(axis=other)) if other else np.flatnonzero(mask)
-        parts.append(f"{labels[axis] if labels else f'axis {axis}'} {index_ranges(hit, mask.shape[axis])}")
-    return ", ".join(parts)
+    return ", ".join(f"{labels[axis] if labels else f'axis {axis}'} {index_ranges(_hits(mask, axis), mask.shape[axis])}"
+                     for axis in range(mask.ndim))
 
 
 def where_failing(name: str, failing: np.ndarray, compared: int) -> str | None:
@@ -56,8 +75,7 @@ def where_failing(name: str, failing: np.ndarray, compared: int) -> str | None:
     n = int(failing.sum())
     if n == 0 or failing.ndim not in (3, 4):
         return None
-    labels = ["batch entries", "heads", _ROWS.get(name, "rows"), "columns"][: failing.ndim]
-    return f"failing: {n} of {compared} values, " + axes_text(failing, labels)
+    return f"failing: {n} of {compared} values, " + axes_text(failing, axis_labels(name, failing.ndim))
 
 
 

@@ -106,3 +106,18 @@ def test_the_smallest_failing_table_says_where(tmp_path):
     assert "| out: 64 of 2112 values, batch entries all 1, heads all 2, query rows 32 of 33, columns all 32 |" in md
     assert "query rows 32 of 33" in (tmp_path / "report.html").read_text()
     assert where_of({"stats": {}, "message": "dq: raised ValueError\nTraceback"}) == "dq: raised ValueError"
+
+
+def test_the_failure_picture_draws_the_failing_indices_of_each_axis():
+    """report.html's strip for a failure (`charts.where_strip`): one bar per axis, red where an index fails."""
+    from attention_conformance.reporting.charts import where_strip
+    from attention_conformance.verdict.locate import failing_runs
+
+    bad = np.zeros((1, 2, 33, 32), dtype=bool)
+    bad[:, :, 32, :] = True
+    stats = {"out": {"shape": [1, 2, 33, 32], "failing_runs": failing_runs(bad)}}
+    assert stats["out"]["failing_runs"] == [[[0, 0]], [[0, 1]], [[32, 32]], [[0, 31]]]
+    svg = where_strip({"stats": stats})
+    assert svg.startswith("<svg") and svg.count("<title>") == 4 and "<title>query rows 32 of 33</title>" in svg
+    assert where_strip({"stats": {"out": {"shape": [1, 2, 33, 32]}}}) == ""  # a report made before the runs
+    assert where_strip({"stats": {}, "message": "raised"}) == ""
