@@ -8,7 +8,8 @@ time, so that a run does not end on a tail of long pieces queued behind one work
 The model, fitted to the H200's gpu-profile run (per-case ``seconds`` of reports/gpu/report.json.gz; every kernel
 built once per process: 0.03-0.15 s median per case, 0.2-0.8 s per 1e9 of `catalog.estimated_cost`):
 
-    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS, x BACKWARD_BUILD_FACTOR)
+    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS, x BACKWARD_BUILD_FACTOR;
+                                                                          float32: + FLOAT32_BUILD_SECONDS)
 
 where ``BUILD_SECONDS`` (times ``BACKWARD_BUILD_FACTOR`` for a backward case) is added for an adapter that builds a
 kernel for each new shape (``Adapter.builds_per_shape``:
@@ -28,7 +29,8 @@ from attention_conformance.adapters.base import capability_reason
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
-__all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "PROPERTY_EXAMPLE_SECONDS",
+__all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "FLOAT32_BUILD_SECONDS",
+           "PROPERTY_EXAMPLE_SECONDS",
            "claims", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
@@ -40,6 +42,10 @@ BUILD_SECONDS = 4.0
 #: a backward build (forward and backward kernels) over a forward one: compiled FlexAttention's median per case 6.9 s
 #: against 2.6 s on the H200's gpu profile, flash-attn-4's 4.0 against its forward's 1.7 s mean
 BACKWARD_BUILD_FACTOR = 2.5
+#: a float32 build, forward or backward: compiled FlexAttention's median per float32 case on the H200's gpu profile,
+#: 14.4 s forward and 14.2 s backward (its float16 ones 2.5 s and 6.6 s); sorted as float16 builds, those 20 tests of
+#: 14-34 s ran among the last
+FLOAT32_BUILD_SECONDS = 14.0
 #: one drawn example of a property test of a kernel built once (small shapes)
 PROPERTY_EXAMPLE_SECONDS = 0.05
 
@@ -58,16 +64,20 @@ def claims(adapter: Any, case: Case, device: str) -> bool:
         return True
 
 
-def build_seconds(builds_per_shape: bool, backward: bool) -> float:
-    """Expected seconds of the builds one call makes: none for a kernel built once."""
+def build_seconds(builds_per_shape: bool, backward: bool, dtype: str | None = None) -> float:
+    """Expected seconds of the builds one call makes: none for a kernel built once; a float32 build costs
+    `FLOAT32_BUILD_SECONDS` either way."""
     if not builds_per_shape:
         return 0.0
+    if dtype == "float32":
+        return FLOAT32_BUILD_SECONDS
     return BUILD_SECONDS * (BACKWARD_BUILD_FACTOR if backward else 1.0)
 
 
 def call_seconds(case: Case, builds_per_shape: bool) -> float:
     """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge)."""
-    return CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + build_seconds(builds_per_shape, case.backward)
+    return (CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)
+            + build_seconds(builds_per_shape, case.backward, case.dtype))
 
 
 def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
