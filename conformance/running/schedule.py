@@ -8,8 +8,8 @@ time, so that a run does not end on a tail of long pieces queued behind one work
 The model, fitted to the H200's gpu-profile run (per-case ``seconds`` of reports/gpu/report.json.gz; every kernel
 built once per process: 0.03-0.15 s median per case, 0.2-0.8 s per 1e9 of `catalog.estimated_cost`):
 
-    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)      (+ BUILD_SECONDS, x BACKWARD_BUILD_FACTOR;
-                                                                          float32: + FLOAT32_BUILD_SECONDS)
+    seconds = CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + SECONDS_PER_ELEMENT * io_elements(case)
+              (+ BUILD_SECONDS, x BACKWARD_BUILD_FACTOR; float32: + FLOAT32_BUILD_SECONDS)
 
 where ``BUILD_SECONDS`` (times ``BACKWARD_BUILD_FACTOR`` for a backward case) is added for an adapter that builds a
 kernel for each new shape (``Adapter.builds_per_shape``:
@@ -30,13 +30,17 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
 __all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "FLOAT32_BUILD_SECONDS",
-           "PROPERTY_EXAMPLE_SECONDS",
+           "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "io_elements",
            "claims", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
 CALL_SECONDS = 0.05
 #: seconds per unit of `catalog.estimated_cost` (multiply-adds of the score matrices; backward x3)
 SECONDS_PER_COST = 0.3e-9
+#: seconds per element of a case's tensors (`io_elements`): least squares over the H200's gpu profile with
+#: `SECONDS_PER_COST` (2.5e-10 there); the paged decoding case (4 x 16384 keys, 134 M elements) took 11-21 s per
+#: adapter where its multiply-adds alone predicted 0.2 s
+SECONDS_PER_ELEMENT = 1.1e-7
 #: one kernel build (compiled FlexAttention on a cold Inductor cache; flash-attn-4's DSL is faster)
 BUILD_SECONDS = 4.0
 #: a backward build (forward and backward kernels) over a forward one: compiled FlexAttention's median per case 6.9 s
@@ -76,8 +80,16 @@ def build_seconds(builds_per_shape: bool, backward: bool, dtype: str | None = No
 
 def call_seconds(case: Case, builds_per_shape: bool) -> float:
     """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge)."""
-    return (CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case)
+    return (CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + SECONDS_PER_ELEMENT * io_elements(case)
             + build_seconds(builds_per_shape, case.backward, case.dtype))
+
+
+def io_elements(case: Case) -> int:
+    """Elements of q, k, v and out (twice as many for a backward case: dout, dq, dk, dv): what crosses the worker
+    pipe, gets snapshotted and is compared."""
+    q, o = case.B * case.Hq * case.Lq * case.d, case.B * case.Hq * case.Lq * case.dv
+    kv = case.B * case.Hkv * case.Lk * (case.d + case.dv)
+    return (q + kv + o) * (2 if case.backward else 1)
 
 
 def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:

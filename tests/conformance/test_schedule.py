@@ -159,3 +159,11 @@ def test_a_float32_build_is_expected_to_take_as_long_as_measured():
     assert schedule.call_seconds(f32, True) > schedule.call_seconds(f16_bwd, True) > schedule.call_seconds(f16, True)
     assert schedule.build_seconds(True, False, "float32") == schedule.build_seconds(True, True, "float32") == 14.0
     assert schedule.call_seconds(f32, False) == schedule.call_seconds(f16, False)  # a kernel built once: no build
+
+
+def test_a_case_with_large_tensors_and_few_multiply_adds_is_expected_to_take_seconds():
+    """The paged decoding case of the gpu profile (one query, 4 x 16384 keys) moves its tensors through the worker
+    pipe, the snapshots and the comparison: 11-21 s per adapter on the H200, where its multiply-adds predicted 0.2 s."""
+    case = next(c for c in catalog.cases("gpu") if c.id.startswith("paged-b4h32x8-q1k16384"))
+    assert schedule.io_elements(case) > 1e8
+    assert schedule.call_seconds(case, False) > 10
