@@ -9,6 +9,9 @@
 - `partial_text`: what makes a report partial (a run stopped early, or a joined report missing some results);
 - `call_notes`: what the adapter noted about the call (the spelling or entry point it used, what a plain function's
   signature implies: `conformance.adapters.sdpa_signature`), as a failure block shows it;
+- `by_case` / `others_line`: what the other adapters that ran a failing case got (``the same case: PASS on
+  torch-sdpa-math, reference-fa2``): a kernel's bug fails it alone; `failed_by_all` lists the cases every adapter that
+  ran them failed, where the harness (oracle, bound, inputs) is the first suspect;
 - `named_findings`: per adapter and named finding class (`conformance.verdict.judge.FINDING_CLASSES`, SEMANTICS.md
   §17), the number of cases and the smallest one.
 
@@ -25,8 +28,8 @@ from attention_conformance.verdict import numfmt
 from attention_conformance.verdict.judge import finding_class
 from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
-__all__ = ["call_notes", "failure_order", "memory_table", "named_findings", "partial_text", "quantity_line",
-           "shape_of", "size_of", "smallest_failing", "where_of"]
+__all__ = ["by_case", "call_notes", "failed_by_all", "failure_order", "memory_table", "named_findings",
+           "others_line", "partial_text", "quantity_line", "shape_of", "size_of", "smallest_failing", "where_of"]
 
 
 #: the most notes a failure block shows, and the most characters of each
@@ -127,6 +130,41 @@ def where_of(r: Mapping[str, Any], limit: int = 120) -> str:
             return f"{name}: {where.removeprefix('failing: ')}"
     first = (r.get("message") or "").strip().splitlines()
     return " ".join(first[0].split())[:limit] if first else ""
+
+
+#: the most adapters `others_line` names per outcome before it counts the rest
+MAX_NAMED = 6
+
+
+def by_case(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """{case id: {adapter: outcome}} over the results that ran (NOT_SUPPORTED left out)."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in results:
+        if r["outcome"] != "NOT_SUPPORTED":
+            out[r["case_id"]][r["adapter"]] = r["outcome"]
+    return out
+
+
+def others_line(r: Mapping[str, Any], cases: Mapping[str, Mapping[str, str]]) -> str | None:
+    """``the same case: PASS on a, b; FAIL on c`` for the other adapters that ran ``r``'s case; None when none did."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for adapter, outcome in sorted(cases.get(r["case_id"], {}).items()):
+        if adapter != r["adapter"]:
+            seen[outcome].append(adapter)
+    if not seen:
+        return None
+    parts = []
+    for outcome in sorted(seen, key=lambda o: SEVERITY[o]):
+        names = seen[outcome]
+        more = f" (+{len(names) - MAX_NAMED} more)" if len(names) > MAX_NAMED else ""
+        parts.append(f"{outcome} on {', '.join(names[:MAX_NAMED])}{more}")
+    return "the same case: " + "; ".join(parts)
+
+
+def failed_by_all(results: Iterable[Mapping[str, Any]], minimum: int = 3) -> list[tuple[str, list[str]]]:
+    """(case id, adapters) of each case that at least ``minimum`` adapters ran and every one of them failed."""
+    return [(case, sorted(outcomes)) for case, outcomes in sorted(by_case(results).items())
+            if len(outcomes) >= minimum and all(o in FAILING for o in outcomes.values())]
 
 
 def named_findings(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[int, Mapping[str, Any]]]]:

@@ -26,10 +26,13 @@ from pathlib import Path
 
 from attention_conformance.reporting.charts import charts_html, load_benchmarks, where_strip
 from attention_conformance.reporting.digest import (
+    by_case,
     call_notes,
+    failed_by_all,
     failure_order,
     memory_table,
     named_findings,
+    others_line,
     partial_text,
     quantity_line,
     shape_of,
@@ -38,7 +41,7 @@ from attention_conformance.reporting.digest import (
 )
 from attention_conformance.reporting.store import load_report
 from attention_conformance.verdict.judge import FINDING_CLASSES
-from attention_conformance.verdict.outcomes import COLOUR, LEGEND, OUTCOMES, SHORT, worst
+from attention_conformance.verdict.outcomes import COLOUR, FAILING, LEGEND, OUTCOMES, SHORT, worst
 
 __all__ = ["render_html", "main"]
 
@@ -161,7 +164,14 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
         parts += ["<h2>Smallest failing case per adapter and feature</h2>",
                   _table(["adapter", "feature", "failing", "smallest failing case", "shape", "where it fails"], rows)]
 
+    unanimous = failed_by_all(results)
+    if unanimous:
+        parts += ["<h2>Cases every adapter that ran them failed (check the harness first: oracle, bound, inputs)</h2>",
+                  _table(["case", "adapters"], [[f"<td><code>{_e(c)}</code></td>", f"<td>{_e(', '.join(a))}</td>"]
+                                                for c, a in unanimous])]
+
     # Failures, findings, warnings
+    cases = by_case(results)
     bad = failure_order(results)
     parts.append(f"<h2>Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)</h2>")
     for r in bad:
@@ -174,6 +184,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
             f"<ul>{where}<li><pre>{_e(r.get('message', '').strip())}</pre></li>"
             + (f"<li>{strip}</li>" if (strip := where_strip(r)) else "")
             + "".join(f"<li>note: {_e(n)}</li>" for n in call_notes(r.get("notes")))
+            + (f"<li>{_e(others)}</li>" if r["outcome"] in FAILING and (others := others_line(r, cases)) else "")
             + f"<li>repro: <code>{_e(r.get('repro', ''))}</code></li></ul></details>")
 
     # NOT_SUPPORTED reasons

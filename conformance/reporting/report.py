@@ -36,10 +36,13 @@ from typing import Any
 
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.reporting.digest import (
+    by_case,
     call_notes,
+    failed_by_all,
     failure_order,
     memory_table,
     named_findings,
+    others_line,
     partial_text,
     quantity_line,
     shape_of,
@@ -52,7 +55,7 @@ from attention_conformance.running.engine import CaseResult
 from attention_conformance.running.environment import environment
 from attention_conformance.verdict import growth
 from attention_conformance.verdict.judge import FINDING_CLASSES, finding_class
-from attention_conformance.verdict.outcomes import LEGEND, OUTCOMES, SHORT, exit_code_of, worst
+from attention_conformance.verdict.outcomes import FAILING, LEGEND, OUTCOMES, SHORT, exit_code_of, worst
 
 __all__ = ["SCHEMA_VERSION", "environment", "adapter_info", "build_report", "write_report",
            "rebuild_report", "render_markdown",
@@ -227,6 +230,13 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             lines.append(f"| {adapter} | {feature} | {n} | `{r['case_id']}` | {shape_of(r)} | {where} |")
         lines.append("")
 
+    unanimous = failed_by_all(dicts)
+    if unanimous:
+        lines += ["## Cases every adapter that ran them failed (check the harness first: oracle, bound, inputs)", "",
+                  "| case | adapters |", "|---|---|"]
+        lines += [f"| `{case}` | {', '.join(adapters)} |" for case, adapters in unanimous] + [""]
+
+    cases = by_case(dicts)
     bad = failure_order(dicts)
     lines += [f"## Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)", ""]
     for r in bad[:max_failures]:
@@ -240,6 +250,8 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
             for m in msg[1:4]:
                 lines.append("  " + m[:600])
         lines += [f"- note: {n}" for n in call_notes(r.get("notes"))]
+        if r["outcome"] in FAILING and (others := others_line(r, cases)):
+            lines.append(f"- {others}")
         lines.append(f"- repro: `{r['repro']}`")
         lines.append("")
     if len(bad) > max_failures:
