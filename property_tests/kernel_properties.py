@@ -83,11 +83,11 @@ class PropertyFailure(AssertionError):
 
 
 def repro_command(adapter_name: str, case: Case, device: str = "cpu") -> str:
-    """A one-line shell command that re-runs ``case`` on ``adapter_name`` on ``device`` and prints the verdict."""
+    """A one-line shell command that re-runs ``case`` on ``adapter_name`` on ``device`` and prints the verdict: the
+    repro command of every failure (``repro CASE --run``, the case given as JSON; exit 1 while it fails)."""
     payload = json.dumps(case.to_dict(), separators=(",", ":"), default=list)
     dev = "" if device == "cpu" else f" --device {shlex.quote(device)}"
-    return (f"python -m attention_conformance.property_tests.rerun --impl {shlex.quote(adapter_name)}{dev} "
-            f"--case {shlex.quote(payload)}")
+    return f"python -m attention_conformance repro {shlex.quote(payload)} --impl {shlex.quote(adapter_name)}{dev} --run"
 
 
 def _pin(family: str, **kw) -> Case:

@@ -124,14 +124,15 @@ def test_repro_command_round_trips(tmp_path):
     import json
     import shlex
 
+    from attention_conformance.cli import main
+
     case = Case(family="unit", B=1, Hq=1, Hkv=1, Lq=2, Lk=3, d=4, dv=4, dtype="float32", window=(1, None))
     cmd = repro_command("reference-fa2", case)
     args = shlex.split(cmd)
-    payload = json.loads(args[args.index("--case") + 1])
+    assert args[:4] == ["python", "-m", "attention_conformance", "repro"] and args[-1] == "--run"
+    payload = json.loads(args[4])
     assert Case.from_dict(payload) == case
-    from attention_conformance.property_tests.rerun import main
-
-    assert main(["--impl", "reference-fa2", "--case", json.dumps(payload)]) == 0
+    assert main(args[3:]) == 0  # the command as printed: the case re-runs in a child interpreter and passes
     # a property that failed on CUDA re-runs there: the command names the device (default cpu)
     cuda = shlex.split(repro_command("cuda-fa3", case, "cuda"))
     assert cuda[cuda.index("--device") + 1] == "cuda" and "--device" not in args
