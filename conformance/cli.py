@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="named findings (e.g. masked_nan, SEMANTICS.md §17) are FAIL instead of FINDING")
     run.add_argument("--progress-every", type=positive_int, default=25)
     run.add_argument("--quiet", action="store_true")
+    run.add_argument("--failed-in", default=None, metavar="REPORT",
+                     help="only the cases that failed in REPORT (a report.json[.gz]) for an adapter of this run: "
+                          "re-run the failures after a fix, then `merge` the two reports")
     run.add_argument("--shard", default=None, metavar="K/N",
                      help="run only shard K of N (balanced by estimated cost); join them with `merge`")
     run.add_argument("--expect", action="append", default=[], metavar="FILE",
@@ -151,6 +154,29 @@ def _select(profile: str, expr: str | None):
     return cases
 
 
+def _failed_in(path: str, cases: list, loaded: list, profile: str) -> list:
+    """The cases of ``cases`` that failed (`verdict.outcomes.FAILING`; KNOWN is not failing) in the report at
+    ``path`` for one of the ``loaded`` adapters, by name or spec; `UsageError` when there is none."""
+    from attention_conformance.cases import catalog
+    from attention_conformance.reporting.store import load_report
+    from attention_conformance.verdict.outcomes import FAILING
+
+    try:
+        rep = load_report(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--failed-in {path}: {one_line(exc)}") from None
+    ours = {la.name for la in loaded} | {la.spec for la in loaded}
+    failed = {r["case_id"] for r in rep.get("results", [])
+              if r.get("outcome") in FAILING and (r.get("adapter") in ours or r.get("spec") in ours)}
+    chosen = [c for c in cases if c.id in failed]
+    if not chosen:
+        elsewhere = len(failed - {c.id for c in catalog.cases(profile)})
+        why = f"; {elsewhere} of them are not cases of profile {profile}" if elsewhere else ""
+        raise UsageError(f"--failed-in {path}: no case of this selection failed there for "
+                         f"{', '.join(sorted(la.spec for la in loaded))} ({len(failed)} failed{why})")
+    return chosen
+
+
 def _cmd_list(args) -> int:
     from attention_conformance.adapters.registry import builtin_names, load
 
@@ -210,6 +236,8 @@ def _cmd_run(args) -> int:
         problems = unclaimed_targets(args.claims, loaded)
         if problems:
             raise UsageError(f"--claims {problems[0]}")
+    if args.failed_in:
+        cases = _failed_in(args.failed_in, cases, loaded, args.profile)
     shard_extra: dict = {}
     if args.shard is not None:
         from attention_conformance.running.shard import ShardError, select

@@ -122,3 +122,23 @@ def test_standalone_run_exits_as_the_file_does():
     assert flash.returncode == 1 and "DEFECT" in flash.stdout, flash.stdout + flash.stderr
     math = _cli("repro", case, "--impl", "torch-sdpa-math", "--standalone", "--run")
     assert math.returncode == 0 and "no defect" in math.stdout, math.stdout + math.stderr
+
+
+def test_failed_in_reruns_only_the_failures_of_a_report(tmp_path):
+    """``run --failed-in REPORT`` selects the cases that failed there for an adapter of this run (the loop after a
+    fix: re-run the failures, then merge); none for another adapter is a usage error."""
+    pytest.importorskip("torch")
+    first = tmp_path / "first"
+    p = _cli("run", "--impl", BROKEN, "-k", "tile_edges", "--report-dir", str(first), "--quiet")
+    assert p.returncode == 1, p.stderr
+    failed = {r["case_id"] for r in json.loads((first / "report.json").read_text())["results"]
+              if r["outcome"] == "FAIL"}
+    again = tmp_path / "again"
+    p = _cli("run", "--impl", BROKEN, "--failed-in", str(first / "report.json"), "--report-dir", str(again), "--quiet")
+    rerun = {r["case_id"] for r in json.loads((again / "report.json").read_text())["results"]}
+    assert p.returncode == 1 and rerun == failed, (p.stderr, rerun ^ failed)
+    p = _cli("run", "--impl", "torch-sdpa-math", "--failed-in", str(first / "report.json"), "--report-dir",
+             str(tmp_path / "none"))
+    assert p.returncode == 2 and "no case of this selection failed there for torch-sdpa-math" in p.stderr, p.stderr
+    p = _cli("run", "--impl", BROKEN, "--failed-in", str(tmp_path / "missing.json"), "--report-dir", str(tmp_path))
+    assert p.returncode == 2 and "--failed-in" in p.stderr, p.stderr
