@@ -35,6 +35,10 @@ __all__ = ["THREAD_VARS", "gpu_for_worker", "run_parallel", "share_cores", "shar
            "visible_gpus"]
 
 
+#: a case running this long is named in the progress line
+SLOW_CASE_SECONDS = 30.0
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may use, without initialising CUDA (CUDA_VISIBLE_DEVICES or nvidia-smi)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -158,9 +162,17 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
         if progress is None:
             return
         left = [estimated_cost(c) for c in pending] + [estimated_cost(x.case) for x in pool if x.case is not None]
-        running = sum(x.case is not None for x in pool)
-        progress(f"[{len(results)}/{len(cases)} cases, {running} running on {workers} workers] {counts_line(counts)} "
-                 f"elapsed {time.perf_counter() - t0:.0f}s ETA {eta_model.remaining(left) / workers:.0f}s")
+        busy = [x for x in pool if x.case is not None]
+        # a case running for long is named, so a run that seems stuck says on what (a kernel build, a hang)
+        slow = ""
+        if busy:
+            oldest = min(busy, key=lambda x: x.started)
+            waited = time.monotonic() - oldest.started
+            if waited >= SLOW_CASE_SECONDS:
+                slow = f"; longest running: {oldest.case.id} ({waited:.0f}s)"
+        progress(f"[{len(results)}/{len(cases)} cases, {len(busy)} running on {workers} workers{slow}] "
+                 f"{counts_line(counts)} elapsed {time.perf_counter() - t0:.0f}s "
+                 f"ETA {eta_model.remaining(left) / workers:.0f}s")
 
     def restart(w: _Worker) -> _Worker:
         """Kill `w`; a fresh worker with its index (and GPU) takes its place in the pool and is returned."""

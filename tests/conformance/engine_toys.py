@@ -382,3 +382,16 @@ class OutOfMemoryBesideOthers(EmulatedKernel):
                     f.write("x")
                 raise MemoryError("out of memory (toy: the other workers hold the device)")
         return super().forward(inputs, case, device)
+
+
+class SlowOnBigCases(EmulatedKernel):
+    """Correct, and 2 s slower on a case of more than 2000 queries x keys: a case still running when another one's
+    result comes back."""
+
+    name = "toy-slow-on-big"
+    isolate = True
+
+    def forward(self, inputs, case, device):
+        if case.Lq * case.Lk > 2000:
+            time.sleep(2.0)
+        return super().forward(inputs, case, device)

@@ -137,3 +137,16 @@ def test_an_xdist_worker_resizes_the_pools_it_has_loaded(monkeypatch):
     finally:
         torch.set_num_threads(before)
         limiter.restore_original_limits()
+
+
+def test_the_progress_line_names_a_case_that_runs_long(toys_on_path, monkeypatch):
+    """A run that seems stuck says on what: the progress line names the case running longest once it has run
+    `SLOW_CASE_SECONDS` (0 here)."""
+    from attention_conformance.running import engine
+
+    monkeypatch.setattr(engine, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(parallel, "SLOW_CASE_SECONDS", 0.0)
+    lines: list[str] = []
+    parallel.run_parallel([load("engine_toys:SlowOnBigCases")], [BIG, SMALL], "cpu", workers=2, determinism="none",
+                          progress=lines.append, every=100)
+    assert any(f"longest running: {BIG.id} (" in ln for ln in lines), lines
