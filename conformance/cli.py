@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "float64 expected values, the library's call, exit 1 while the defect stands "
                          "(conformance/reproduce/standalone.py)")
     rp.add_argument("--out", default=None, metavar="FILE", help="with --standalone: write the file here, not to stdout")
+    rp.add_argument("--shrink", action="store_true",
+                    help="search for a smaller case that still fails (one batch entry, fewer heads, shorter lengths, "
+                         "smaller head dims: conformance/reproduce/shrink.py) and print it with its repro command; "
+                         "exit 1 when the case fails, 0 when it passes")
     rp.add_argument("--run", action="store_true",
                     help="run the snippet (with --standalone, the file) now instead of printing it, and exit with its "
                          "status: 1 while the case fails, 0 when it passes, 2 where it cannot run")
@@ -327,6 +331,9 @@ def _cmd_repro(args) -> int:
     if args.impl == "all":
         raise UsageError("--impl all: repro reproduces one case on one adapter; name one adapter")
     check_specs([args.impl])
+    if args.shrink and (args.standalone or args.run):
+        raise UsageError("--shrink prints the smallest failing case and its repro command; with --standalone or --run "
+                         "run the command it prints")
     if args.out is not None and not args.standalone:
         raise UsageError("--out needs --standalone (the snippet is printed)")
     if args.standalone:  # written here for a device it may not have: the writer checks the adapter's claims itself
@@ -364,11 +371,45 @@ def _cmd_repro(args) -> int:
         declined = f"supports() raised {type(exc).__name__}: {exc}"
     if declined:
         raise UsageError(f"--impl {args.impl} declines case {case.id} (NOT_SUPPORTED): {one_line(declined)}")
+    if args.shrink:
+        return _shrink(case, la, args)
     text = snippet(case, args.impl, args.device)
     if args.run:
         return run_python(text, f"repro-{case.id}")
     sys.stdout.write(text)
     return 0
+
+
+def _shrink(case, la, args) -> int:
+    """`repro --shrink`: the smallest failing case `reproduce.shrink` finds for ``la``, with its repro command."""
+    import json
+    import shlex
+
+    from attention_conformance.reproduce.shrink import shrink, size
+    from attention_conformance.running.engine import Runner
+
+    runner = Runner([la], args.device, determinism="none")
+    try:
+        first = runner.verdict(la, case)
+        if not first.failed:
+            print(f"{case.id}: {first.outcome} on {args.impl}; nothing to shrink")
+            return 0
+        result = shrink(case, lambda c: runner.verdict(la, c).failed,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+        last = runner.verdict(la, result.case) if result.case is not case else first
+    finally:
+        runner.close()
+    small = result.case
+    payload = json.dumps(small.to_dict(), separators=(",", ":"), default=list)
+    dev = "" if args.device == "cpu" else f" --device {args.device}"
+    print(f"{case.id} (size {size(case)}) shrinks to {small.id} (size {size(small)}): {len(result.path) - 1} "
+          f"reduction(s) kept of {result.tries} tried")
+    print(f"  B={small.B} Hq={small.Hq} Hkv={small.Hkv} Lq={small.Lq} Lk={small.Lk} d={small.d} dv={small.dv} "
+          f"{small.dtype}; {last.outcome}: {(last.message.strip().splitlines() or [''])[0][:400]}")
+    print(f"case: {payload}")
+    print(f"repro: python -m attention_conformance repro {shlex.quote(payload)} --impl {shlex.quote(args.impl)}{dev} "
+          "--run")
+    return 1
 
 
 def run_python(text: str, name: str) -> int:

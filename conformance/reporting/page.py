@@ -174,6 +174,9 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
     cases = by_case(results)
     bad = failure_order(results)
     parts.append(f"<h2>Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)</h2>")
+    if any(r["outcome"] in FAILING for r in bad):
+        parts.append("<p>Each repro command re-runs its case; <code>repro CASE --impl NAME --shrink</code> searches "
+                     "for a smaller case that still fails.</p>")
     for r in bad:
         stats, states = r.get("stats") or {}, r.get("checks") or {}
         lines = [quantity_line(n, stats[n]) for n in stats if n == "out" or states.get(n) not in (None, "pass")]

@@ -239,6 +239,9 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     cases = by_case(dicts)
     bad = failure_order(dicts)
     lines += [f"## Failures, findings and warnings ({len(bad)}; per adapter, smallest case first)", ""]
+    if any(r["outcome"] in FAILING for r in bad):
+        lines += ["Each repro command re-runs its case; `repro CASE --impl NAME --shrink` searches for a smaller case "
+                  "that still fails.", ""]
     for r in bad[:max_failures]:
         lines.append(f"### {r['outcome']}: `{r['adapter']}` on `{r['case_id']}`")
         lines.append("")
