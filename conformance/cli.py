@@ -394,7 +394,9 @@ def _shrink(case, la, args) -> int:
         if not first.failed:
             print(f"{case.id}: {first.outcome} on {args.impl}; nothing to shrink")
             return 0
-        result = shrink(case, lambda c: runner.verdict(la, c).failed,
+        # the same outcome as the case's own (a FAIL stays a FAIL): a reduction the harness cannot run (HARNESS_ERROR)
+        # or the adapter declines (NOT_SUPPORTED) is no smaller example of this failure
+        result = shrink(case, lambda c: runner.verdict(la, c).outcome == first.outcome,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))
         last = runner.verdict(la, result.case) if result.case is not case else first
     finally:

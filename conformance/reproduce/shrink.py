@@ -5,10 +5,10 @@ that shows a bug (the question the harness answers). `shrink` searches greedily:
 `reductions` in order (one batch entry; the fewest heads that keep the case's GQA ratio class; shorter query and key
 lengths, halved, a tile of 64 less, one less; smaller head dims), keeps the first one that still fails, and starts
 again from it, until none does or ``max_tries`` calls were made. Whether a case fails is the caller's predicate (the
-CLI runs the adapter through the engine and asks the judge: any failing outcome, a NOT_SUPPORTED reduction does
-not count). Every field other than the sizes stays as it was (the features, the seed, the distribution); a
-reduction the case model rejects (`Case.__post_init__`: KV-append lengths, ...) or that would change what the case
-means (varlen lengths are clamped to the new lengths, a window or chunk is kept) is skipped.
+CLI runs the adapter through the engine and asks for the case's own outcome again: a FAIL stays a FAIL, so a
+reduction the adapter declines or the harness cannot run does not count). Every field other than the sizes stays as
+it was (the features, the seed, the distribution, a window or chunk); varlen lengths are clamped to the shorter
+sequences, and a reduction the case model rejects (`Case.__post_init__`: KV-append lengths, ...) is skipped.
 
 Like Hypothesis's shrinking for the property suite, the result is a local minimum of the order above; the inputs of
 a reduced case are its own (drawn from the same seed for its shapes), so a failure that needs particular values
