@@ -52,15 +52,15 @@ _STRIP_LABEL, _STRIP_W, _STRIP_H, _STRIP_PITCH = 150, 320, 9, 15
 def where_strip(result: dict) -> str:
     """An inline SVG of where ``result``'s first failing quantity fails (see the module docstring); "" when no
     compared value failed (a raise, an input changed) or the report predates ``failing_runs``."""
+    from attention_conformance.reporting.digest import first_located
     from attention_conformance.verdict.locate import axis_labels
 
-    stats = result.get("stats") or {}
-    for name in ("out", "lse", "dq", "dk", "dv", *sorted(stats)):
-        st = stats.get(name) or {}
-        runs, shape = st.get("failing_runs"), st.get("shape")
-        if runs and shape and len(runs) == len(shape):
-            break
-    else:
+    located = first_located(result)
+    if located is None:
+        return ""
+    name, st = located
+    runs, shape = st.get("failing_runs"), st.get("shape")
+    if not runs or not shape or len(runs) != len(shape):
         return ""
     labels = axis_labels(name, len(shape))
     h = _STRIP_PITCH * len(shape) + 4

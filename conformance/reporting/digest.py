@@ -28,7 +28,7 @@ from attention_conformance.verdict import numfmt
 from attention_conformance.verdict.judge import finding_class
 from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
-__all__ = ["by_case", "call_notes", "failed_by_all", "failure_order", "memory_table", "named_findings",
+__all__ = ["by_case", "call_notes", "failed_by_all", "failure_order", "first_located", "memory_table", "named_findings",
            "others_line", "partial_text", "quantity_line", "shape_of", "size_of", "smallest_failing", "where_of"]
 
 
@@ -119,15 +119,23 @@ def smallest_failing(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
 _QUANTITIES = ("out", "lse", "dq", "dk", "dv")
 
 
+def first_located(r: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """(name, stats) of result ``r``'s first quantity (out, lse, dq, dk, dv, then the others) whose failing values
+    were located (`conformance.verdict.locate`), or None."""
+    stats = r.get("stats") or {}
+    for name in (*_QUANTITIES, *sorted(set(stats) - set(_QUANTITIES))):
+        if (stats.get(name) or {}).get("where"):
+            return name, stats[name]
+    return None
+
+
 def where_of(r: Mapping[str, Any], limit: int = 120) -> str:
     """Where result ``r``'s failing values lie, for its first failing quantity (``out: query rows 64 of 65, ...``:
     the batch entries, heads, rows and columns holding one); a failure of no compared value (a raise, an input
     changed) gives its message's first ``limit`` characters."""
-    stats = r.get("stats") or {}
-    for name in (*_QUANTITIES, *sorted(set(stats) - set(_QUANTITIES))):
-        where = (stats.get(name) or {}).get("where")
-        if where:
-            return f"{name}: {where.removeprefix('failing: ')}"
+    located = first_located(r)
+    if located is not None:
+        return f"{located[0]}: {located[1]['where'].removeprefix('failing: ')}"
     first = (r.get("message") or "").strip().splitlines()
     return " ".join(first[0].split())[:limit] if first else ""
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attention_conformance.verdict import numfmt
-from attention_conformance.verdict.locate import change_text, failing_runs, where_failing
+from attention_conformance.verdict.locate import MAX_STORED_RUNS, change_text, failing_runs, where_failing
 
 __all__ = [
     "QuantityStats",
@@ -156,9 +156,10 @@ def compare_values(
         stats.ok = False
         failing = bad | (ratio > 1.0)
         stats.failing = int(failing.sum())
-        stats.where = where = where_failing(name, failing, stats.compared)
+        found = failing_runs(failing) if failing.ndim in (3, 4) else None  # one pass: the text and the picture
+        stats.where = where = where_failing(name, failing, stats.compared, found)
         if where is not None:
-            stats.failing_runs = failing_runs(failing)
+            stats.failing_runs = [r[:MAX_STORED_RUNS] for r in found]
         return stats, "; ".join(parts + ([where] if where else []))
     return stats, None
 

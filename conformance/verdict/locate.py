@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["MAX_RANGES", "MAX_STORED_RUNS", "axes_text", "axis_labels", "change_text", "index_ranges", "runs",
-           "where_failing", "failing_runs"]
+           "runs_text", "where_failing", "failing_runs"]
 
 #: the most ranges an axis lists before it says how many more there are
 MAX_RANGES = 4
@@ -47,16 +47,21 @@ def _hits(mask: np.ndarray, axis: int) -> np.ndarray:
 
 
 def failing_runs(failing: np.ndarray) -> list[list[list[int]]]:
-    """Per axis of the boolean ``failing``, the runs of indices holding a True (at most `MAX_STORED_RUNS` each)."""
-    return [runs(_hits(failing, axis))[:MAX_STORED_RUNS] for axis in range(failing.ndim)]
+    """Per axis of the boolean ``failing``, the runs of indices holding a True (all of them; report.json keeps the
+    first `MAX_STORED_RUNS` of each)."""
+    return [runs(_hits(failing, axis)) for axis in range(failing.ndim)]
 
 
 def index_ranges(indices: np.ndarray, size: int, limit: int = MAX_RANGES) -> str:
     """``indices`` (sorted, unique, within ``range(size)``) as ``"all 64"``, ``"3"``, ``"0-15, 32-47"`` or
     ``"0-1, 4-5, 8-9, 12-13 (+3 more ranges)"``."""
-    if len(indices) == size:
+    return runs_text(runs(indices), size, limit)
+
+
+def runs_text(found: list[list[int]], size: int, limit: int = MAX_RANGES) -> str:
+    """`index_ranges` of the indices whose runs are ``found``."""
+    if sum(b - a + 1 for a, b in found) == size:
         return f"all {size}"
-    found = runs(indices)
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in found[:limit])
     more = len(found) - limit
     return f"{text} of {size}" + (f" (+{more} more range{'s' if more > 1 else ''})" if more > 0 else "")
@@ -69,13 +74,18 @@ def axes_text(mask: np.ndarray, labels: list[str] | None = None) -> str:
                      for axis in range(mask.ndim))
 
 
-def where_failing(name: str, failing: np.ndarray, compared: int) -> str | None:
+def where_failing(name: str, failing: np.ndarray, compared: int,
+                  axis_runs: list[list[list[int]]] | None = None) -> str | None:
     """``failing: 412 of 4160 values, batch entries 0 of 2, heads all 2, query rows 41-64 of 65, columns all 32`` for a
-    boolean mask ``failing`` of a 3-d or 4-d quantity; None for other ranks or when nothing fails."""
+    boolean mask ``failing`` of a 3-d or 4-d quantity; None for other ranks or when nothing fails. ``axis_runs``:
+    its `failing_runs`, when the caller has them already."""
     n = int(failing.sum())
     if n == 0 or failing.ndim not in (3, 4):
         return None
-    return f"failing: {n} of {compared} values, " + axes_text(failing, axis_labels(name, failing.ndim))
+    found = failing_runs(failing) if axis_runs is None else axis_runs
+    return f"failing: {n} of {compared} values, " + ", ".join(
+        f"{label} {runs_text(r, size)}" for label, r, size in zip(axis_labels(name, failing.ndim), found,
+                                                                   failing.shape))
 
 
 

@@ -115,7 +115,8 @@ def test_the_failure_picture_draws_the_failing_indices_of_each_axis():
 
     bad = np.zeros((1, 2, 33, 32), dtype=bool)
     bad[:, :, 32, :] = True
-    stats = {"out": {"shape": [1, 2, 33, 32], "failing_runs": failing_runs(bad)}}
+    stats = {"out": {"shape": [1, 2, 33, 32], "failing_runs": failing_runs(bad),
+                     "where": where_failing("out", bad, bad.size)}}
     assert stats["out"]["failing_runs"] == [[[0, 0]], [[0, 1]], [[32, 32]], [[0, 31]]]
     svg = where_strip({"stats": stats})
     assert svg.startswith("<svg") and svg.count("<title>") == 4 and "<title>query rows 32 of 33</title>" in svg
