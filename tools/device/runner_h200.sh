@@ -113,6 +113,23 @@ spellings() {
     for e in func varlen_func seqused paged deterministic; do v="$v flash-attn-4@$e"; done
     echo "$v"
 }
+# FlashInfer and xformers through their variants into DIR/cli_flashinfer, DIR/cli_xformers (installed from the carried
+# vendor folder, parked in /tmp/park/fi-xf by the session stage): one run per library, in turn, so that an --impl that
+# cannot run stops its run (exit 2), not the other library's
+fixf_runs() {
+    local d=$1 lib fx
+    [ -f /tmp/fx-site/.done ] || return 0
+    for lib in flashinfer xformers; do
+        fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
+print(' '.join(e('$lib')))")
+        # shellcheck disable=SC2086
+        step $d "$lib" "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
+            bash tools/device/fi_xf.sh run $d/cli_$lib $lib $fx
+    done
+}
+fixf_install() {
+    [ -d /tmp/park/fi-xf ] && step "$1" fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check
+}
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
 #   0  the FA3 backward's device tests (the newest builds, d = 192 / 256 / (192, 128), first run on a GPU): a failure or
@@ -121,38 +138,35 @@ spellings() {
 #      CLI's builds fill Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README,
 #      hardware runners)
 #   B  tox -e gpu
-#   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers; installed here from the carried vendor
-#      folder, parked in /tmp/park/fi-xf by the session stage)
+#   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers)
 #   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
 #   D  the benchmarks, then ncu
+# ONE_PASS=1 (a session with less than 25 minutes of device time): C's runs move into A (the CLI over every adapter
+# and every spelling in one run; FlashInfer and xformers beside it once installed), so that the correctness runs and
+# tox -e gpu end ~7 minutes sooner.
 session_pipeline() {
-    local d=/tmp/session fx
+    local d=/tmp/session
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
     step $d fa3_bwd 240 python3 -m pytest -q -p no:randomly -m gpu tests/kernels/test_cuda_fa3_bwd_device.py
-    step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
+    if [ -n "${ONE_PASS:-}" ]; then
+        # shellcheck disable=SC2046
+        step $d cli "${CLI_S:-540}" cli_gpu $d/cli_all 8 all $(spellings) &
+        (fixf_install $d; fixf_runs $d) &
+    else
+        step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
+        fixf_install $d &
+    fi
     step $d memcheck 300 sanitize memcheck &
     step $d racecheck 300 sanitize racecheck &
     step $d synccheck 300 sanitize synccheck &
-    if [ -d /tmp/park/fi-xf ]; then
-        step $d fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check &
-    fi
     wait
     step $d tox "${TOX_S:-600}" tox_gpu
-    # shellcheck disable=SC2046
-    step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
-    if [ -f /tmp/fx-site/.done ]; then
-        # one run per library, in turn: an --impl that cannot run stops its run (exit 2), not the other library's
-        (
-            for lib in flashinfer xformers; do
-                fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
-print(' '.join(e('$lib')))")
-                # shellcheck disable=SC2086
-                step $d "$lib" "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
-                    bash tools/device/fi_xf.sh run $d/cli_$lib $lib $fx
-            done
-        ) &
+    if [ -z "${ONE_PASS:-}" ]; then
+        # shellcheck disable=SC2046
+        step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
+        fixf_runs $d &
+        wait
     fi
-    wait
     # the smallest failures' standalone repro files, written here where FlashInfer and the device are (CPU only)
     # shellcheck disable=SC2046
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
