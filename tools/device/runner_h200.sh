@@ -92,16 +92,20 @@ benches() {
             --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
     )
 }
-ncu_d64() {  # where d = 64 loses to FA4: the warps' stall reasons of both forward kernels, into DIR
-    local dir=$1 who k f
+# ncu_profile DIR KERNEL:D:REGEX...: the warps' stall reasons (per SASS line, summed by code region) and the details
+# page of one launch of each FA3-shape kernel (tools/fa3_profile_case.py --kernel KERNEL --d D), into DIR/ncu_KERNEL_dD.*
+ncu_profile() {
+    local dir=$1 who k d f n
+    shift
     export PYTHONPATH=tools  # tools/fa3_profile_case.py imports its neighbours
-    for who in fwd:fa3_fwd_kernel fa4:ForwardSm90; do
-        k=${who%%:*}; f=${who#*:}
-        step "$dir" "ncu_$k" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 --launch-count 1 \
-            -f -o "$dir/ncu_${k}_d64" python3 tools/fa3_profile_case.py --kernel "$k" --d 64
-        ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page source --csv --print-source sass > "$dir/ncu_${k}_d64.csv" 2>/dev/null
-        python3 tools/ncu_sass_stalls.py "$dir/ncu_${k}_d64.csv" --regions > "$dir/ncu_${k}_d64.md" 2>&1
-        ncu -i "$dir/ncu_${k}_d64.ncu-rep" --page details --csv > "$dir/ncu_${k}_d64_details.csv" 2>&1
+    for who in "$@"; do
+        IFS=: read -r k d f <<< "$who"
+        n="$dir/ncu_${k}_d$d"
+        step "$dir" "ncu_${k}_d$d" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 \
+            --launch-count 1 -f -o "$n" python3 tools/fa3_profile_case.py --kernel "$k" --d "$d"
+        ncu -i "$n.ncu-rep" --page source --csv --print-source sass > "$n.csv" 2>/dev/null
+        python3 tools/ncu_sass_stalls.py "$n.csv" --regions > "$n.md" 2>&1
+        ncu -i "$n.ncu-rep" --page details --csv > "${n}_details.csv" 2>&1
     done
 }
 # every entry-point spelling of the GPU report: torch SDPA's 16 and flash-attn-4's 5
@@ -140,7 +144,7 @@ fixf_install() {
 #   B  tox -e gpu
 #   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers)
 #   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
-#   D  the benchmarks, then ncu
+#   D  ncu of the d = 256 backward, the benchmarks, ncu of the d = 64 forwards
 # ONE_PASS=1 (a session with less than 25 minutes of device time): C's runs move into A (the CLI over every adapter
 # and every spelling in one run; FlashInfer and xformers beside it once installed), so that the correctness runs and
 # tox -e gpu end ~7 minutes sooner.
@@ -172,8 +176,11 @@ session_pipeline() {
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
         $(for r in cli_all cli_variants cli_flashinfer cli_xformers; do [ -f $d/$r/report.json ] && echo $d/$r; done) \
         --out $d/repros
+    # where the d = 256 backward loses to cuDNN (issue 40's next kernel work), before the tables
+    ncu_profile $d bwd:256:fa3_bwd_wide
     benches $d
-    ncu_d64 $d
+    # where d = 64 loses to FA4: both forward kernels
+    ncu_profile $d fwd:64:fa3_fwd_kernel fa4:64:ForwardSm90
     echo done >> $d/steps
 }
 # wait_for DIR: until DIR/steps has a line for step UNTIL (default done; the whole name: "fi" is not "fi_xf_install"),
