@@ -5,7 +5,7 @@
 //     int attn_fa1_bwd(const AttnBwdParams*, const AttnLaunch*, char* err, int errlen);
 //     int64_t attn_fa1_fwd_workspace(const AttnFwdParams*);
 // Kernels: include/fa1_fwd_kernel.cuh, include/fa1_bwd_kernel.cuh; D and dQ pre/post passes:
-// include/bwd_prepost.cuh. Notes and measurements: NOTES_BWD.md.
+// include/bwd_prepost.cuh. Notes and measurements: docs/fa1_fa2.md.
 #include <cuda_runtime.h>
 
 #include "include/attn_params.h"

@@ -9,7 +9,7 @@
 // holding dK and the other dV); bwd_convert_dq and, for GQA, bwd_reduce_gqa (host side: hopper/bwd_launch.cuh). The
 // deterministic entry point adds the dQ partials in a fixed order (a semaphore per query tile, in the launch's
 // workspace), so two runs on the same inputs give bit-identical dq, dk, dv; attn_fa3_bwd's dQ sum order follows the
-// atomics (dk, dv are deterministic in both). Scratch and semantics as attn_fa2_bwd's (attn_params.h, NOTES_BWD.md).
+// atomics (dk, dv are deterministic in both). Scratch and semantics as attn_fa2_bwd's (attn_params.h, docs/fa1_fa2.md).
 // Not handled here (ATTN_ERR_UNSUPPORTED, naming the argument): other head dims (and dv != d but (192, 128)), devices
 // other than sm_90, strides TMA cannot express, dk / dv not 4-byte aligned. The ablation builds (dQ by atomics, the GEMM / element-wise
 // overlap, other tiles and dQ splits) are the lab's (kernels/cuda/lab/fa3_bwd_lab.cu), not this library's.

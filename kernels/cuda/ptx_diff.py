@@ -42,7 +42,7 @@ from attention_conformance.kernels.build import CUDA_DIR, REPO_ROOT, find_nvcc
 
 __all__ = ["DEFAULT_RENAMES", "compile_ptx", "entries", "entry_key", "main", "match_kernels", "normalise"]
 
-#: namespace moves of the "One CUDA house" merge (NOTES.md): old demangled prefix -> new
+#: namespace moves of the "One CUDA house" merge (docs/README.md): old demangled prefix -> new
 DEFAULT_RENAMES = ("attn_bwd::=attn::bwd::", "attn_fa1::=attn::fa1::")
 LAB_DIR = "lab"
 _SYM = re.compile(r"_Z[A-Za-z0-9_$]+")

@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(Tr::THREADS, Tr::MINB) fa2_bwd_kernel(AttnBwdP
             // The element loop is instantiated per (softcap on, masking needed) and the choice is
             // made once per tile: tested inside the loop, the two flags put a branch around every
             // element, and the unmasked, uncapped case (almost every tile) lost its straight-line
-            // exp2 / FMA schedule (measured: SASS of the previous version, NOTES_BWD.md).
+            // exp2 / FMA schedule (measured: SASS of the previous version, docs/fa1_fa2.md).
             auto epilogue = [&](auto capped_c, auto masked_c) {
                 constexpr bool CAPPED = decltype(capped_c)::value, MASKED = decltype(masked_c)::value;
 #pragma unroll

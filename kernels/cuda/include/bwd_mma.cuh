@@ -85,7 +85,7 @@ enum class FragmentLoads { kInOrder, kPipelined };
 // layouts as in load_frags). FragmentLoads::kPipelined software-pipelines the fragment loads: the ldmatrix of
 // k-step ks + 1 are issued before the mma of k-step ks (two fragment buffers, 4 (MT + NT / 2) more
 // registers). On the H200 it measured within 2 % of the plain order (ptxas interleaves LDSM and
-// HMMA either way; NOTES_BWD.md, history row 5).
+// HMMA either way; docs/fa1_fa2.md).
 template <typename T, int MT, int NT, int K, bool A_T, bool B_T, FragmentLoads kLoads = FragmentLoads::kInOrder>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, const T* sB, int ldb,
                                           int m0, int n0) {

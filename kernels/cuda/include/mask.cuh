@@ -16,7 +16,7 @@
 //            block of rows (keys_for_rows), full-tile test (tile_full); visible() also tests i < sq.
 // The two visible() bodies are the same predicate in int32 and in 64-bit arithmetic. They stay written
 // out in each struct: routing both through one templated predicate changed the instructions of
-// fa2_fwd, fa1 and fa2_bwd (PTX comparison in NOTES.md, "One CUDA house"), and those kernels were
+// fa2_fwd, fa1 and fa2_bwd (PTX comparison in docs/README.md, "One CUDA house"), and those kernels were
 // verified on the GPU as they are.
 #pragma once
 #include <math.h>

@@ -6,7 +6,7 @@
 
 namespace attn::hopper {
 
-// The fastest measured on the H200 (NOTES_FA3_BWD.md has the table of the alternatives). Both add dQ through shared
+// The fastest measured on the H200 (docs/fa3_backward.md has the table of the alternatives). Both add dQ through shared
 // memory and a TMA reduce-add issued by a producer warp (+8-10% non-deterministic, +36-48% deterministic over the
 // consumers' atomics), without the GEMM / element-wise overlap. d = 64: 128-row query tiles, each tile's dQ computed by one consumer, the two taking turns
 // (+7-8% over splitting it by rows); d = 128: 64-row tiles, every tile's dQ split by columns between the consumers
@@ -34,8 +34,8 @@ template <>
 struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
 
 // The wide head dims (bwd_wide.cuh: the consumers share 64 keys, consumer 0 holds dK, consumer 1 dV, S^T / dP^T split
-// by queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory) and not yet run on
-// a GPU:
+// by queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory), not yet timed
+// against alternatives (on the H200 the d = 256 backward runs at 0.74-0.88x cuDNN's: docs/fa3_backward.md):
 // d = 256: dQ by the consumers' atomics (a [64 x 256] fp32 dQ tile beside two Q / dO stages and the P^T / dS^T double
 //   buffer does not fit in 227 KB; flash-attention's hopper backward makes the same choice at d = 256).
 // d = 192 and (192, 128): dQ through shared memory (three 16 KB fp32 blocks) and the TMA reduce-add, the narrow builds'

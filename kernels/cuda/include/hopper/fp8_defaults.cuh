@@ -1,5 +1,5 @@
 // The shipped schedules of the FA3 FP8 forward (fp8_config.cuh Fp8Schedule), for each head dim and V layout: the
-// fastest measured on the H200 (NOTES_FA3_FP8.md has the table of the alternatives). attn_fa3_fp8_fwd runs these;
+// fastest measured on the H200 (docs/fp8.md has the table of the alternatives). attn_fa3_fp8_fwd runs these;
 // the lab's builds (kernels/cuda/lab) derive from them.
 //
 // V as rows (the producer warpgroup transposes each tile): two consumer warpgroups, key tiles of 128 (64 at d = 256,

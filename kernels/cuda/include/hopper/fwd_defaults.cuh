@@ -1,5 +1,5 @@
 // The shipped schedule of the FA3 forward for each head dim (config.cuh Fa3Schedule): the fastest measured on the
-// H200 (B=4 H=16 N=8192, causal and not, builds timed in one process in alternating rounds; NOTES_FA3.md has the
+// H200 (B=4 H=16 N=8192, causal and not, builds timed in one process in alternating rounds; docs/fa3_forward.md has the
 // table of the alternatives). attn_fa3_fwd runs these; the lab's builds (kernels/cuda/lab) derive from them.
 //
 // All: a producer warpgroup, intra-warpgroup overlap, a K / V ring as deep as shared memory allows (3, 3, 2 stages).

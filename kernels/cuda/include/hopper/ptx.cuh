@@ -44,7 +44,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 }
 // An arrival on the mbarrier at bar's offset in the shared memory of CTA `cta` of the cluster, with the default
 // semantics (release at CTA scope, as CUTLASS's cluster barrier arrives; `.release.cluster` measured 0.77-0.84x,
-// NOTES_FA3.md): the caller arrives only after its wgmma reads of the stage have completed (wgmma_wait).
+// docs/fa3_forward.md): the caller arrives only after its wgmma reads of the stage have completed (wgmma_wait).
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t cta) {
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
@@ -84,7 +84,7 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
 // Blocks until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done). The suspend-time
 // hint (10 ms, an upper bound: the thread resumes when the phase completes) makes ptxas emit TRYWAIT, NANOSLEEP.SYNCS,
 // PHASECHK: a waiting warp sleeps until the barrier moves. Without it try_wait returns after a short, system-dependent
-// time and the loop spins: in an H200 ncu profile (NOTES_FA3.md) the forward's producer warp re-tried ~240
+// time and the loop spins: in an H200 ncu profile (docs/fa3_forward.md) the forward's producer warp re-tried ~240
 // times per key tile (~6% of the d = 128 kernel's instructions, all on one scheduler beside two consumer warps), the
 // backward's producer, LSE / D and dQ-writer warps ~23% of the d = 64 backward's.
 constexpr uint32_t kMbarSuspendHintNs = 10000000;
@@ -136,7 +136,7 @@ __device__ __forceinline__ void wgmma_wait() {
 // callers pass a kernel parameter the launchers guarantee true). ptxas schedules a wgmma.wait_group as early as its
 // basic block allows (waiting earlier than asked is legal), so a softmax written between `wait_group 1` and
 // `wait_group 0` runs after the wait for O += P V instead of under it (the SASS of both forward kernels;
-// NOTES_FA3.md); the block boundary keeps the wait after the softmax. Whether that pays is measured per build.
+// docs/fa3_forward.md); the block boundary keeps the wait after the softmax. Whether that pays is measured per build.
 template <bool kOwnBlock, class F>
 __device__ __forceinline__ void before_wait(bool taken, F&& work) {
     if constexpr (kOwnBlock) {
