@@ -92,21 +92,29 @@ benches() {
             --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
     )
 }
-# ncu_profile DIR KERNEL:D:REGEX...: the warps' stall reasons (per SASS line, summed by code region) and the details
-# page of one launch of each FA3-shape kernel (tools/fa3_profile_case.py --kernel KERNEL --d D), into DIR/ncu_KERNEL_dD.*
+# ncu_profile DIR KERNEL:D:REGEX[:causal]...: the warps' stall reasons (per SASS line, summed by code region) and the
+# details page of one launch of each FA3-shape kernel (tools/fa3_profile_case.py --kernel KERNEL --d D [--causal]),
+# into DIR/ncu_KERNEL_dD[_causal].*
 ncu_profile() {
-    local dir=$1 who k d f n
+    local dir=$1 who k d f c n
     shift
-    export PYTHONPATH=tools  # tools/fa3_profile_case.py imports its neighbours
+    export PYTHONPATH=tools${PYTHONPATH:+:$PYTHONPATH}  # tools/fa3_profile_case.py imports its neighbours
     for who in "$@"; do
-        IFS=: read -r k d f <<< "$who"
-        n="$dir/ncu_${k}_d$d"
-        step "$dir" "ncu_${k}_d$d" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 \
-            --launch-count 1 -f -o "$n" python3 tools/fa3_profile_case.py --kernel "$k" --d "$d"
+        IFS=: read -r k d f c <<< "$who"
+        n="$dir/ncu_${k}_d$d${c:+_$c}"
+        step "$dir" "ncu_${k}_d$d${c:+_$c}" 150 ncu --set full --clock-control none -k "regex:$f" --launch-skip 1 \
+            --launch-count 1 -f -o "$n" python3 tools/fa3_profile_case.py --kernel "$k" --d "$d" ${c:+--$c}
         ncu -i "$n.ncu-rep" --page source --csv --print-source sass > "$n.csv" 2>/dev/null
         python3 tools/ncu_sass_stalls.py "$n.csv" --regions > "$n.md" 2>&1
         ncu -i "$n.ncu-rep" --page details --csv > "${n}_details.csv" 2>&1
     done
+}
+# where the d = 256 backward stands: ncu of one launch, causal and not, then its table beside cuDNN and torch-flash
+bwd_wide_look() {
+    local dir=$1
+    ncu_profile "$dir" bwd:256:fa3_bwd_wide bwd:256:fa3_bwd_wide:causal
+    step "$dir" bwd256 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn --head-dims 256 \
+        --out "$dir/bwd"
 }
 # every entry-point spelling of the GPU report: torch SDPA's 16 and flash-attn-4's 5
 spellings() {
@@ -192,6 +200,18 @@ wait_for() {
 }
 
 case "$stage" in
+carried)
+    # one call without the install stage, for a session short of device time: the sm_90a library built off-device
+    # and carried (build/ru), the few wheels the checks need (build/wheels-min), this checkout by links
+    # (checkout_env.sh); then the rest of the command line, e.g. `carried bash tools/device/runner_h200.sh _call
+    # ncu_profile $OUT bwd:256:fa3_bwd_wide`
+    python3 -m pip install -q --no-index --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
+        threadpoolctl packaging pytest pytest-xdist hypothesis 2>&1 | tail -2
+    export PYTHONPATH=/tmp/site
+    # shellcheck disable=SC1091
+    . tools/checkout_env.sh
+    export ATTN_KERNELS_LIB=$PWD/build/ru/libattn_kernels.so ATTN_KERNELS_NO_BUILD=1
+    "$@" ;;
 park1)
     cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/ && mkdir -p /tmp/park/wheels-test && cp .wheels-test/* /tmp/park/wheels-test/
     ls /tmp/park | head ;;
