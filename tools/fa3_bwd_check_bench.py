@@ -240,6 +240,11 @@ def _dims(r: dict) -> str:
     return f"d{r['d']}" if dv == r["d"] else f"d{r['d']}x{dv}"
 
 
+def _ratio(x: float) -> str:
+    """A ratio to two places, "-" where a candidate did not run."""
+    return "-" if math.isnan(x) else f"{x:.2f}"
+
+
 def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], command: str) -> str:
     """The report: environment, correctness, determinism and the timing table."""
     out = [f"# FA3 backward (sm_90a) vs FA2 backward, torch flash and cuDNN ({env['gpu']})", "",
@@ -290,7 +295,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                        f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
-                       f"{rf:.2f} | {rc:.2f} | {r4:.2f} |")
+                       f"{_ratio(rf)} | {_ratio(rc)} | {_ratio(r4)} |")
     return "\n".join(out) + "\n"
 
 

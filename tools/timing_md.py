@@ -3,8 +3,6 @@ time per call beside the GPU time, from the rows `attention_conformance.kernels.
 
 from __future__ import annotations
 
-import math
-
 __all__ = ["TIMING_NOTE", "host_table"]
 
 TIMING_NOTE = (
@@ -25,6 +23,12 @@ def _candidates(rows: list[dict]) -> list[str]:
     return seen
 
 
+def _host_wall(row: dict, name: str) -> str:
+    """"host us / wall ms" of candidate ``name`` in ``row``, "-" for a figure it lacks (it did not run)."""
+    host, wall = row.get(name + "_host_us"), row.get(name + "_wall_ms")
+    return f"{'-' if host is None else f'{host:.1f}'} / {'-' if wall is None else f'{wall:.3f}'}"
+
+
 def host_table(rows: list[dict], label) -> list[str]:
     """Lines of a table: per row (``label(row)``), each candidate's host time per call (us), wall time per call (ms:
     event, call, event, synchronize: the timer before GPU time) and the GPU timing method; [] when no row has them."""
@@ -36,7 +40,7 @@ def host_table(rows: list[dict], label) -> list[str]:
            "| row | " + " | ".join(f"{n} host us / wall ms" for n in names) + " | method |",
            "|---|" + "---|" * (len(names) + 1)]
     for r in rows:
-        cells = [f"{r.get(n + '_host_us', math.nan):.1f} / {r.get(n + '_wall_ms', math.nan):.3f}" for n in names]
+        cells = [_host_wall(r, n) for n in names]
         methods = sorted({str(r[k]) for k in r if k.endswith("_method")})
         out.append(f"| {label(r)} | " + " | ".join(cells) + f" | {', '.join(methods) or '?'} |")
     return out + [""]
