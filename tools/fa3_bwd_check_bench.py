@@ -1,11 +1,11 @@
 """Correctness check and benchmark of the FA3 backward (kernels/cuda/fa3_bwd.cu, sm_90a) (lab script).
 
 Correctness: every case of `attention_conformance.kernels.check.cases.FA3_BWD_CASES` through both launchers and the
-builds beside the default, every case of `FA3_BWD_WIDE_CASES` (d = 192, 256, (192, 128): the wide builds, which have no
-lab variants) through both launchers (`attention_conformance.kernels.check.backward.check_backward`: the conformance
-judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of conformance/TOLERANCES.md),
-and `check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit; FA3_BWD_DETERMINISM_CASES and
-FA3_BWD_WIDE_DETERMINISM_CASES).
+builds beside the default, every case of `FA3_BWD_WIDE_CASES` (d = 192, 256, (192, 128): the wide builds and their
+lab variant wide_dq_float4) through both launchers (`attention_conformance.kernels.check.backward.check_backward`: the
+conformance judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of
+conformance/TOLERANCES.md), and `check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit;
+FA3_BWD_DETERMINISM_CASES and FA3_BWD_WIDE_DETERMINISM_CASES).
 
 Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the
 forward's 4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd,
@@ -167,6 +167,9 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
                       if d == ROWS128_D else [])]
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
                      *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
+        if d > max(LAB_DIMS):  # the wide builds' lab variant: dQ by float4 atomics
+            bwd.append(("fa3_dq_f4", _calls(bwd3, variant="wide_dq_float4")))
+            both.append(("fa3_dq_f4", _calls(fwd3, bwd3, variant="wide_dq_float4")))
         if fa2_ok:
             bwd.append(("fa2", _calls(("attn_fa2_bwd", pb2))))
             both.append(("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))))
@@ -271,11 +274,12 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 "(lab variant atomic_dq); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
                 f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
                 "(lab variant rows64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
-                "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split).", "",
+                "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split); FA3 dQ f4: "
+                "the wide builds (d > 128) with dQ added by float4 atomics (lab variant wide_dq_float4).", "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
-                "FA3 atomic det | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA2 | flash | cuDNN | "
-                "FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "FA3 atomic det | FA3 dQ f4 | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA3 dQ f4 | "
+                "FA2 | flash | cuDNN | FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -289,10 +293,11 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                        f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_atomic_tflops')} | "
-                       f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa2_tflops')} | "
+                       f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa3_dq_f4_tflops')} | "
+                       f"{g(r, 'bwd_fa2_tflops')} | "
                        f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa3_m64_tflops')} | "
-                       f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | "
+                       f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | {g(r, 'fwdbwd_fa3_dq_f4_tflops')} | "
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
                        f"{_ratio(rf)} | {_ratio(rc)} | {_ratio(r4)} |")
@@ -320,8 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             print(checks[-1], flush=True)
     for i, spec in enumerate([] if args.no_check else FA3_BWD_WIDE_CASES):
         for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
-            checks.append(check_backward(spec, launcher, seed=500 + i))
-            print(checks[-1], flush=True)
+            for variant in ("default", "wide_dq_float4"):
+                checks.append(check_backward(spec, launcher, seed=500 + i, variant=variant))
+                print(checks[-1], flush=True)
     dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")
                                      for i, s in enumerate(FA3_BWD_DETERMINISM_CASES)]
     dets += [] if args.no_check else [check_determinism(s, seed=600 + i)

@@ -138,6 +138,19 @@ def test_fa3_bwd_wide_matches_fp64_oracle(index, launcher):
     assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
 
 
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(16), ids=[f"wide-{i}" for i in range(16)])
+def test_fa3_bwd_wide_float4_dq_build_matches_fp64_oracle(index, launcher):
+    """The lab's wide build with dQ added by float4 atomics (lab variant wide_dq_float4: two lanes swap halves so that
+    each adds four columns of one row; rows past the real length skipped by the lane that holds them)."""
+    _lib()
+    lab_library_or_skip()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    res = check_case(_wide_cases()[index], launcher, seed=700 + index, variant="wide_dq_float4")
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
 @pytest.mark.parametrize("index", range(3), ids=["wide-256", "wide-192", "wide-192x128"])
 def test_fa3_bwd_wide_deterministic_is_bit_identical(index):
     _lib()

@@ -32,6 +32,7 @@ from attention_conformance.kernels.build import DEFAULT_OUT, LAB_LIB_NAME
 __all__ = [
     "FA2_BWD_VARIANTS",
     "FA3_BWD_VARIANTS",
+    "FA3_BWD_WIDE_VARIANTS",
     "FA3_FWD_EXACT_VARIANTS",
     "FA3_FWD_VARIANTS",
     "FP8_KMAJOR_VARIANTS",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 #: attn_lab.h ATTN_LAB_VERSION
-LAB_VERSION = 1
+LAB_VERSION = 2
 #: attn_lab.h AttnLabFa3FwdVariant, by name ("default": the shipped build of each head dim)
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,
@@ -66,7 +67,11 @@ FP8_VARIANTS = {"default": 0, "no_transpose": 1, "no_exp": 2, "no_pv": 3, "smem_
 FP8_ROWS_VARIANTS = ("no_transpose", "no_exp", "no_pv", "smem_q", "narrow_transpose", "no_fold")
 FP8_KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persistent", "one_cta_per_tile")
 #: attn_lab.h AttnLabFa3BwdVariant, by name
-FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, "rows64": 3, "other_dq_split": 4}
+FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, "rows64": 3, "other_dq_split": 4,
+                    "wide_dq_float4": 5}
+#: the FA3 backward variants of the wide head dims (d = 192, 256, (192, 128)); the others but "default" are builds of
+#: d = dv in {64, 96, 128}
+FA3_BWD_WIDE_VARIANTS = ("wide_dq_float4",)
 #: attn_lab.h AttnLabFa2BwdVariant, by name
 FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p": 5, "p2": 6, "bc128": 7, "fa2p": 8}
 

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 1
+#define ATTN_LAB_VERSION 2
 
 int attn_lab_version(int* params_version);
 
@@ -85,13 +85,16 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // changing one thing of the shipped main loop of its head dim: ATOMIC_DQ (the consumers add dQ with fp32 atomics, with
 // the GEMM / element-wise overlap at d = 64 only), ATOMIC_DQ_OTHER_OVERLAP (the same with the overlap at d = 128 only;
 // not deterministic), ROWS64 (d = 64: 64-row query tiles), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
-// between the consumers; d = 128: the consumers take turns computing a whole tile's dQ).
+// between the consumers; d = 128: the consumers take turns computing a whole tile's dQ); those of d = dv in {64, 96,
+// 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): WIDE_DQ_FLOAT4 (dQ by the consumers'
+// float4 atomics: DqAtomicWidth::kFloat4). DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP = 2,
     ATTN_LAB_FA3_BWD_ROWS64 = 3,
     ATTN_LAB_FA3_BWD_OTHER_DQ_SPLIT = 4,
+    ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 = 5,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

@@ -32,6 +32,27 @@ struct OtherDqSplit : Fa3BwdDefault<D> {
     static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
 };
 
+// The wide head dims' alternative (bwd_wide.cuh): dQ by the consumers' float4 atomics (at d = 192 and (192, 128) in
+// place of the shipped TMA reduce-add).
+template <int D, int DV>
+struct WideDqFloat4 : Fa3BwdDefault<D, DV> {
+    static constexpr DqAdd dq_add = DqAdd::kAtomics;
+    static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat4;
+};
+
+// f(schedule) with the schedule of `variant` for the wide head dims (D, DV); the reason it has none in *why.
+template <int D, int DV, class F>
+int with_wide_schedule(int variant, F&& f, const char** why) {
+    switch (variant) {
+        case ATTN_LAB_FA3_BWD_DEFAULT: return f(Fa3BwdDefault<D, DV>{});
+        case ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4: return f(WideDqFloat4<D, DV>{});
+        default: break;
+    }
+    *why = variant >= 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 ? "is a build of d = dv in {64, 96, 128}"
+                                                                    : "is not a variant (0 to 5)";
+    return -1;
+}
+
 // f(schedule) with the schedule of `variant` for head dim D, deterministic or not; the reason it has none in *why.
 template <int D, bool kDeterministic, class F>
 int with_schedule(int variant, F&& f, const char** why) {
@@ -50,21 +71,30 @@ int with_schedule(int variant, F&& f, const char** why) {
     *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build"
            : variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
-               : "is not a variant (0 to 4)";
+           : variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4
+               ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
+               : "is not a variant (0 to 5)";
     return -1;
 }
 
-// f(config, elem) with the build of variant for p as values of its Fa3BwdConfig and element types.
+// f(config, elem) with the build of variant for p as values of its configuration (Fa3BwdConfig, or Fa3BwdWideConfig
+// for the wide head dims: Fa3BwdConfigOf) and element types.
 template <class F>
 int with_build(const AttnBwdParams& p, int variant, bool deterministic, F&& f, const char** why) {
-    return bwd_by_head_dim(p, [&](auto dim, auto elem) {
-        constexpr int D = decltype(dim)::value;
+    return bwd_by_dims(p, [&](auto dk, auto dv, auto elem) {
+        constexpr int D = decltype(dk)::value, DV = decltype(dv)::value;
         using E = decltype(elem);
-        if (deterministic)
-            return with_schedule<D, true>(
-                variant, [&](auto s) { return f(Fa3BwdConfig<D, E, Deterministic<decltype(s)>>{}, elem); }, why);
-        return with_schedule<D, false>(variant, [&](auto s) { return f(Fa3BwdConfig<D, E, decltype(s)>{}, elem); },
-                                       why);
+        auto run = [&](auto s) {
+            using S = decltype(s);
+            if (deterministic) return f(Fa3BwdConfigOf<D, DV, E, Deterministic<S>>{}, elem);
+            return f(Fa3BwdConfigOf<D, DV, E, S>{}, elem);
+        };
+        if constexpr (D > 128)
+            return with_wide_schedule<D, DV>(variant, run, why);
+        else if (deterministic)
+            return with_schedule<D, true>(variant, run, why);
+        else
+            return with_schedule<D, false>(variant, run, why);
     });
 }
 
@@ -73,7 +103,7 @@ int with_build(const AttnBwdParams& p, int variant, bool deterministic, F&& f, c
 extern "C" int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic,
                                 const AttnLaunch* launch, char* err, int errlen) {
     bool empty = false;
-    int rc = bwd_preflight(p, kName, &empty, err, errlen, fa3_bwd_narrow_head_dims);
+    int rc = bwd_preflight(p, kName, &empty, err, errlen);
     if (rc != ATTN_OK) return rc;
     const char* why = nullptr;
     if (empty) {  // still name an unknown variant
@@ -91,9 +121,7 @@ extern "C" int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t
 }
 
 extern "C" int64_t attn_lab_fa3_bwd_workspace(const AttnBwdParams* p, int32_t variant, int32_t deterministic) {
-    if (p == nullptr || attn::check_bwd_params(p, kName, nullptr, 0, true) != ATTN_OK ||
-        (p->fwd.head_dim != 64 && p->fwd.head_dim != 128))
-        return -1;
+    if (p == nullptr || attn::check_bwd_params(p, kName, nullptr, 0, true, fa3_bwd_head_dims) != ATTN_OK) return -1;
     const char* why = nullptr;
     int64_t bytes = 0;
     with_build(*p, variant, deterministic != 0, [&](auto c, auto) { bytes = bwd_workspace_bytes<decltype(c)>(*p); return 0; },

@@ -99,6 +99,14 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
         if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, msg, sizeof msg))
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
+    if constexpr (C::kWide) {
+        if constexpr (C::kDqFloat4) {
+            if (reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0)
+                return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
+                                  "%s: dq_accum=%p: this build adds dQ by float4 atomics (16-byte aligned rows)", name,
+                                  p.dq_accum);
+        }
+    }
     auto kernel = bwd_main_kernel<C>();
     int rc = attn::kernel_smem_opt_in(reinterpret_cast<const void*>(kernel), C::kSmemBytes, name, err, errlen);
     if (rc != ATTN_OK) return rc;

@@ -47,6 +47,12 @@
 
 namespace attn::hopper {
 
+// How a consumer adds a dQ block by atomics (DqAdd::kAtomics): each thread its accumulator's two adjacent columns per
+// row (a float2 red, 16 a block and 64-row tile), or four (a float4 red: the two lanes that hold a row's four adjacent
+// columns first swap halves with one shuffle each way, so that one of them holds the four of the row and the other
+// those of the row 8 below; 8 reds and 16 shuffles a block instead of 16 reds).
+enum class DqAtomicWidth { kFloat2, kFloat4 };
+
 // A wide backward schedule (derive and override by name; Deterministic<S> of bwd_mainloop.cuh applies).
 struct Fa3BwdWideSchedule {
     static constexpr BwdTiling tiling = BwdTiling::kSharedKeys;
@@ -54,6 +60,7 @@ struct Fa3BwdWideSchedule {
     // kTmaReduce needs a 16 KB fp32 buffer per 64 columns of dQ beside the rings (d = 192: 48 KB; d = 256: does not
     // fit, static_assert).
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
+    static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat2;
     static constexpr int stages = 2;  // the Q / dO ring
 };
 
@@ -67,6 +74,8 @@ struct Fa3BwdWideConfig {
                   "wide backward: whole 64-column blocks, dv <= d <= 256");
     static constexpr bool kDeterministic = Schedule::deterministic;
     static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
+    // float4 reds need dq_accum 16-byte aligned (launch_bwd_main checks it)
+    static constexpr bool kDqFloat4 = !kTmaDq && Schedule::dq_atomic_width == DqAtomicWidth::kFloat4;
     static constexpr int kBlockN = 64;  // keys per CTA, shared by both consumers
     static constexpr int kBlockM = 64;  // query rows per streamed tile, 32 per consumer for S^T / dP^T
     static constexpr int kHalfM = 32;
@@ -287,19 +296,36 @@ struct BwdWideConsumer {
         }
     }
 
-    // dq_accum[rows of the tile, block qb] += one dQ block from registers (fp32 vector atomics; rows past the real
-    // length are not written).
+    // dq_accum[rows of the tile, block qb] += one dQ block from registers (fp32 vector atomics, float2 or float4 by
+    // C::kDqFloat4; rows past the real length are not written).
     __device__ __forceinline__ void atomic_dq_block(float* dqa_head, int m0, int qb, const float (&acc)[32]) const {
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        if constexpr (C::kDqFloat4) {
+            // Lanes 2 t and 2 t + 1 hold columns [4 t, 4 t + 4) of an 8-column chunk (two each) of rows r and r + 8:
+            // the even lane keeps row r (sends its row r + 8 pair), the odd lane row r + 8 (sends its row r pair).
+            const bool odd = lane & 1;
+            const int i = m0 + 16 * warp + lane / 4 + (odd ? 8 : 0);
+            float* row = dqa_head + static_cast<size_t>(i) * DK + 64 * qb + 4 * ((lane % 4) / 2);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
-            if (i < T.mask.sq) {
-                float* row = dqa_head + static_cast<size_t>(i) * DK + 64 * qb + 2 * (lane % 4);
+            for (int j = 0; j < 64 / 8; ++j) {
+                const float send0 = odd ? acc[4 * j] : acc[4 * j + 2], send1 = odd ? acc[4 * j + 1] : acc[4 * j + 3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, acc[4 * j + 2], acc[4 * j + 3])
+                                     : make_float4(acc[4 * j], acc[4 * j + 1], got0, got1);
+                if (i < T.mask.sq) atomicAdd(reinterpret_cast<float4*>(row + 8 * j), v);
+            }
+        } else {
 #pragma unroll
-                for (int j = 0; j < 64 / 8; ++j)
-                    atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
-                              make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]));
+            for (int hh = 0; hh < 2; ++hh) {
+                const int i = m0 + 16 * warp + lane / 4 + 8 * hh;
+                if (i < T.mask.sq) {
+                    float* row = dqa_head + static_cast<size_t>(i) * DK + 64 * qb + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < 64 / 8; ++j)
+                        atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                                  make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]));
+                }
             }
         }
     }
