@@ -109,12 +109,15 @@ ncu_profile() {
         ncu -i "$n.ncu-rep" --page details --csv > "${n}_details.csv" 2>&1
     done
 }
-# where the d = 256 backward stands: ncu of one launch, causal and not, then its table beside cuDNN and torch-flash
+# where the d = 256 backward stands: the wide builds' device tests (the lab's too, where build/kernels has the lab
+# library), ncu of one launch, causal and not, then its table beside cuDNN and torch-flash (and the lab's variant)
 bwd_wide_look() {
     local dir=$1
+    step "$dir" wide_tests 180 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -n 8 -k wide \
+        tests/kernels/test_cuda_fa3_bwd_device.py
     ncu_profile "$dir" bwd:256:fa3_bwd_wide bwd:256:fa3_bwd_wide:causal
-    step "$dir" bwd256 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn --head-dims 256 \
-        --out "$dir/bwd"
+    step "$dir" bwd256 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa3_dq_f4,flash,cudnn \
+        --head-dims 256 --out "$dir/bwd"
 }
 # every entry-point spelling of the GPU report: torch SDPA's 16 and flash-attn-4's 5
 spellings() {
@@ -201,16 +204,22 @@ wait_for() {
 
 case "$stage" in
 carried)
-    # one call without the install stage, for a session short of device time: the sm_90a library built off-device
-    # and carried (build/ru), the few wheels the checks need (build/wheels-min), this checkout by links
-    # (checkout_env.sh); then the rest of the command line, e.g. `carried bash tools/device/runner_h200.sh _call
-    # ncu_profile $OUT bwd:256:fa3_bwd_wide`
+    # one call without the install stage, for a session short of device time: the sm_90a libraries built off-device
+    # and carried xz-compressed (build/carry/libattn_kernels.so.xz and, for the lab's variants,
+    # libattn_kernels_lab.so.xz: `python -m attention_conformance.kernels.build --arch 90a [--lab] --out DIR`, then
+    # `xz -c`), the few wheels the checks need (build/wheels-min), this checkout by links (checkout_env.sh); then the
+    # rest of the command line, e.g. `carried bash tools/device/runner_h200.sh _call bwd_wide_look $OUT`
     python3 -m pip install -q --no-index --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
         threadpoolctl packaging pytest pytest-xdist hypothesis 2>&1 | tail -2
+    mkdir -p /tmp/carried build/kernels
+    xz -dc build/carry/libattn_kernels.so.xz > /tmp/carried/libattn_kernels.so || exit 1
+    if [ -f build/carry/libattn_kernels_lab.so.xz ]; then  # where kernels.cuda.lab looks for it
+        xz -dc build/carry/libattn_kernels_lab.so.xz > build/kernels/libattn_kernels_lab.so
+    fi
     export PYTHONPATH=/tmp/site
     # shellcheck disable=SC1091
     . tools/checkout_env.sh
-    export ATTN_KERNELS_LIB=$PWD/build/ru/libattn_kernels.so ATTN_KERNELS_NO_BUILD=1
+    export ATTN_KERNELS_LIB=/tmp/carried/libattn_kernels.so ATTN_KERNELS_NO_BUILD=1
     "$@" ;;
 park1)
     cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/ && mkdir -p /tmp/park/wheels-test && cp .wheels-test/* /tmp/park/wheels-test/
