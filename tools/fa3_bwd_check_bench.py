@@ -167,9 +167,12 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
                       if d == ROWS128_D else [])]
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
                      *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
-        if d > max(LAB_DIMS):  # the wide builds' lab variant: dQ by float4 atomics
+        if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float4 atomics; TMA dQ with one dO stage
             bwd.append(("fa3_dq_f4", _calls(bwd3, variant="wide_dq_float4")))
             both.append(("fa3_dq_f4", _calls(fwd3, bwd3, variant="wide_dq_float4")))
+            if (d, dv_) != (192, 192):
+                bwd.append(("fa3_dq_tma1", _calls(bwd3, variant="wide_tma_dq_one_do_stage")))
+                both.append(("fa3_dq_tma1", _calls(fwd3, bwd3, variant="wide_tma_dq_one_do_stage")))
         if fa2_ok:
             bwd.append(("fa2", _calls(("attn_fa2_bwd", pb2))))
             both.append(("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))))
@@ -275,11 +278,15 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
                 "(lab variant rows64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
                 "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split); FA3 dQ f4: "
-                "the wide builds (d > 128) with dQ added by float4 atomics (lab variant wide_dq_float4).", "",
+                "the wide builds (d > 128) with dQ added by float4 atomics (lab variant wide_dq_float4); FA3 TMA dQ 1: "
+                "dQ through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage (lab variant "
+                "wide_tma_dq_one_do_stage; not d = dv = 192).", "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
-                "FA3 atomic det | FA3 dQ f4 | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA3 dQ f4 | "
-                "FA2 | flash | cuDNN | FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "FA3 atomic det | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | "
+                "FA3 dQ other | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | FA4 | FA3/flash bwd | "
+                "FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+                "---|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -294,10 +301,12 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                        f"{g(r, 'bwd_fa3_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_atomic_tflops')} | "
                        f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa3_dq_f4_tflops')} | "
+                       f"{g(r, 'bwd_fa3_dq_tma1_tflops')} | "
                        f"{g(r, 'bwd_fa2_tflops')} | "
                        f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa3_m64_tflops')} | "
                        f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | {g(r, 'fwdbwd_fa3_dq_f4_tflops')} | "
+                       f"{g(r, 'fwdbwd_fa3_dq_tma1_tflops')} | "
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
                        f"{_ratio(rf)} | {_ratio(rc)} | {_ratio(r4)} |")
@@ -325,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             print(checks[-1], flush=True)
     for i, spec in enumerate([] if args.no_check else FA3_BWD_WIDE_CASES):
         for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
-            for variant in ("default", "wide_dq_float4"):
+            for variant in ("default", "wide_dq_float4") + (() if spec["d"] == spec.get("dv", spec["d"]) == 192
+                                                            else ("wide_tma_dq_one_do_stage",)):
                 checks.append(check_backward(spec, launcher, seed=500 + i, variant=variant))
                 print(checks[-1], flush=True)
     dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")

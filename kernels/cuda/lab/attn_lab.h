@@ -87,7 +87,9 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // not deterministic), ROWS64 (d = 64: 64-row query tiles), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
 // between the consumers; d = 128: the consumers take turns computing a whole tile's dQ); those of d = dv in {64, 96,
 // 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): WIDE_DQ_FLOAT4 (dQ by the consumers'
-// float4 atomics: DqAtomicWidth::kFloat4). DEFAULT runs every head dim.
+// float4 atomics: DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ through one 16 KB buffer per consumer and the
+// TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer, do_stages = 1; not d = dv = 192). DEFAULT runs every
+// head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
@@ -95,6 +97,7 @@ enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_ROWS64 = 3,
     ATTN_LAB_FA3_BWD_OTHER_DQ_SPLIT = 4,
     ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 = 5,
+    ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE = 6,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

@@ -39,6 +39,15 @@ struct WideDqFloat4 : Fa3BwdDefault<D, DV> {
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
     static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat4;
 };
+// dQ through shared memory and the TMA reduce-add at d = 256 too: one 16 KB buffer per consumer (its blocks in turn)
+// and one dO stage, 32 KB each, so that it fits beside two Q stages (not at d = dv = 192, whose third dQ block
+// alternates between the consumers).
+template <int D, int DV>
+struct WideTmaDqOneDoStage : Fa3BwdDefault<D, DV> {
+    static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+    static constexpr DqStaging dq_staging = DqStaging::kBufferPerConsumer;
+    static constexpr int do_stages = 1;
+};
 
 // f(schedule) with the schedule of `variant` for the wide head dims (D, DV); the reason it has none in *why.
 template <int D, int DV, class F>
@@ -48,8 +57,14 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
         case ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4: return f(WideDqFloat4<D, DV>{});
         default: break;
     }
+    if constexpr (!(D == 192 && DV == 192)) {
+        if (variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE) return f(WideTmaDqOneDoStage<D, DV>{});
+    } else if (variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE) {
+        *why = "has no build at d = dv = 192 (its third dQ block alternates between the consumers)";
+        return -1;
+    }
     *why = variant >= 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 ? "is a build of d = dv in {64, 96, 128}"
-                                                                    : "is not a variant (0 to 5)";
+                                                                    : "is not a variant (0 to 6)";
     return -1;
 }
 
@@ -71,9 +86,9 @@ int with_schedule(int variant, F&& f, const char** why) {
     *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build"
            : variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
-           : variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4
+           : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
-               : "is not a variant (0 to 5)";
+               : "is not a variant (0 to 6)";
     return -1;
 }
 

@@ -52,6 +52,10 @@ namespace attn::hopper {
 // columns first swap halves with one shuffle each way, so that one of them holds the four of the row and the other
 // those of the row 8 below; 8 reds and 16 shuffles a block instead of 16 reds).
 enum class DqAtomicWidth { kFloat2, kFloat4 };
+// Where the consumers stage dQ for the TMA reduce-add (DqAdd::kTmaReduce): one 16 KB fp32 buffer per 64-column block
+// (d / 64 buffers, each written once a tile), or one per consumer, its blocks passing through it in turn (32 KB at
+// any d: what fits at d = 256 beside one dO stage).
+enum class DqStaging { kBufferPerBlock, kBufferPerConsumer };
 
 // A wide backward schedule (derive and override by name; Deterministic<S> of bwd_mainloop.cuh applies).
 struct Fa3BwdWideSchedule {
@@ -61,7 +65,9 @@ struct Fa3BwdWideSchedule {
     // fit, static_assert).
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
     static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat2;
-    static constexpr int stages = 2;  // the Q / dO ring
+    static constexpr DqStaging dq_staging = DqStaging::kBufferPerBlock;
+    static constexpr int stages = 2;     // the Q ring (LSE and D with it)
+    static constexpr int do_stages = 2;  // the dO ring: stages, or 1 (its own barriers; consumer 1 runs dV first)
 };
 
 // DK: the head dim of Q, K, dQ, dK; DV: of V, dO, O, dV. Both whole 64-column blocks, DV <= DK.
@@ -80,6 +86,11 @@ struct Fa3BwdWideConfig {
     static constexpr int kBlockM = 64;  // query rows per streamed tile, 32 per consumer for S^T / dP^T
     static constexpr int kHalfM = 32;
     static constexpr int kStages = Schedule::stages;
+    // dO in a ring of its own, one stage (kSplitDo: released by consumer 0 after dP^T and by consumer 1 after dV,
+    // which it then issues before its dQ blocks), or in the Q ring's stages
+    static constexpr int kDoStages = Schedule::do_stages;
+    static_assert(kDoStages == kStages || kDoStages == 1, "dO: the Q ring's stages or one");
+    static constexpr bool kSplitDo = kDoStages != kStages;
     static constexpr int kKBlocks = DK / 64, kVBlocks = DV / 64;  // 64-column blocks of Q, K / of V, dO
     static constexpr int kThreads = 384, kConsumerThreads = 256;
     // setmaxnreg: 40 * 128 + 232 * 256 = 64512 of 65536. ptxas: with 24 the producer spills (its TMA loops); the
@@ -95,22 +106,28 @@ struct Fa3BwdWideConfig {
     static constexpr int kDq1End = kKBlocks - (kDqAltLast ? 1 : 0);
     static_assert(kDq0 >= 1 && kDq1End - kDq0 >= 1 && kDq0 + kDqAltLast <= 2 && kDq1End - kDq0 + kDqAltLast <= 2,
                   "each consumer computes one or two dQ blocks a tile");
+    // TMA dQ staged per consumer: the same number of blocks every tile (no alternating block)
+    static constexpr bool kDqPerConsumer = kTmaDq && Schedule::dq_staging == DqStaging::kBufferPerConsumer;
+    static_assert(!kDqPerConsumer || !kDqAltLast, "per-consumer dQ staging: a fixed number of blocks per consumer");
+    static constexpr int kDqBufs = !kTmaDq ? 0 : kDqPerConsumer ? 2 : kDqBlocks;
     // Shared memory (every tile 1024-byte aligned: 128-byte swizzle atoms of 8 rows)
     static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
     static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
     static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one Elem (fp16 / bf16) [64 keys][64 queries] P^T or dS^T
     static constexpr uint32_t kDqBytes = 64 * 64 * 4;               // one fp32 [64 x 64] dQ block (TMA dQ)
-    static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * (kQBytes + kDOBytes);
-    static constexpr uint32_t kDqAreaBytes = kTmaDq ? kDqBlocks * kDqBytes : 0;
+    static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * kQBytes + kDoStages * kDOBytes;
+    static constexpr uint32_t kDqAreaBytes = kDqBufs * kDqBytes;
     static constexpr uint32_t kVecBytes = 2 * kStages * kBlockM * 4;  // LSE, D
-    static constexpr int kNumBars = 1 + 2 * kStages + (kTmaDq ? 2 * kDqBlocks : 0);
+    // full_kv, full / empty per Q stage, full_dq / empty_dq per dQ block (BwdRingSmem's layout), full_do / empty_do
+    static constexpr int kBarDo = 1 + 2 * kStages + (kTmaDq ? 2 * kDqBlocks : 0);
+    static constexpr int kNumBars = kBarDo + (kSplitDo ? 2 : 0);
     static constexpr uint32_t kFixedBytes = kRingBytes + kDqAreaBytes + kVecBytes + kNumBars * 8 + 1024;
     static constexpr int kPdsBufs = kFixedBytes + 4 * kTileBytes <= 232448 ? 2 : 1;
     static constexpr uint32_t kOffK = 0;
     static constexpr uint32_t kOffV = kOffK + kKBytes;
     static constexpr uint32_t kOffQ = kOffV + kVBytes;
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
-    static constexpr uint32_t kOffP = kOffDO + kStages * kDOBytes;
+    static constexpr uint32_t kOffP = kOffDO + kDoStages * kDOBytes;
     static constexpr uint32_t kOffDS = kOffP + kPdsBufs * kTileBytes;
     static constexpr uint32_t kOffDq = kOffDS + kPdsBufs * kTileBytes;
     static constexpr uint32_t kOffLse = kOffDq + kDqAreaBytes;
@@ -128,6 +145,8 @@ struct WideSmem : BwdRingSmem<C> {
         BwdRingSmem<C>::full_dq, BwdRingSmem<C>::empty_dq;
     __device__ __forceinline__ unsigned char* pt(int i) const { return base + C::kOffP + i * C::kTileBytes; }
     __device__ __forceinline__ unsigned char* dst(int i) const { return base + C::kOffDS + i * C::kTileBytes; }
+    __device__ __forceinline__ uint64_t* full_do() const { return this->bar(C::kBarDo); }
+    __device__ __forceinline__ uint64_t* empty_do() const { return this->bar(C::kBarDo + 1); }
 
     __device__ __forceinline__ void init() const {
         mbar_init(full_kv(), 1);
@@ -136,10 +155,14 @@ struct WideSmem : BwdRingSmem<C> {
             mbar_init(empty(s), C::kConsumerThreads);
         }
         if constexpr (C::kTmaDq) {
-            for (int qb = 0; qb < C::kDqBlocks; ++qb) {
-                mbar_init(full_dq(qb), 128);  // every thread of the consumer that computed block qb this tile
+            for (int qb = 0; qb < C::kDqBufs; ++qb) {
+                mbar_init(full_dq(qb), 128);  // every thread of the consumer that stored a block there
                 mbar_init(empty_dq(qb), 1);   // the dQ writer, once TMA has read the block
             }
+        }
+        if constexpr (C::kSplitDo) {
+            mbar_init(full_do(), 1);                      // the TMA thread's expect_tx arrival
+            mbar_init(empty_do(), C::kConsumerThreads);  // both consumers, after their last read of the tile's dO
         }
         mbar_init_fence();
     }
@@ -181,24 +204,51 @@ __device__ void bwd_wide_dq_writer(const Fa3BwdParams& P, WideSmem<C> sm, const 
             } while (v != expect);
             fence_proxy_async_global();
         }
+        if constexpr (C::kDqPerConsumer) {
+            // the x-th block of each consumer w, block (w ? kDq0 : 0) + x, through buffer w: its use (n it + x)
+            constexpr int n0 = C::kDq0, n1 = C::kDq1End - C::kDq0, nmax = n0 > n1 ? n0 : n1;
 #pragma unroll
-        for (int qb = 0; qb < C::kDqBlocks; ++qb) {
-            mbar_wait(sm.full_dq(qb), it & 1);
+            for (int x = 0; x < nmax; ++x) {
 #pragma unroll
-            for (int cb = 0; cb < 2; ++cb)
-                tma_reduce_add_4d(&P.dq_map, sm.dq(qb) + cb * (64 * 128), 64 * qb + 32 * cb, m0, h, b);
-        }
-        bulk_commit();
-        if constexpr (C::kDeterministic) {
-            bulk_wait_all();
-            fence_proxy_async_global();
-            __threadfence();
-            atomicAdd(sem_head + m_tile, 1);
+                for (int w = 0; w < 2; ++w) {
+                    const int n = w ? n1 : n0;
+                    if (x >= n) continue;
+                    const int qb = (w ? C::kDq0 : 0) + x;
+                    mbar_wait(sm.full_dq(w), (n * it + x) & 1);
+#pragma unroll
+                    for (int cb = 0; cb < 2; ++cb)
+                        tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), 64 * qb + 32 * cb, m0, h, b);
+                    bulk_commit();
+                    bulk_wait_read();
+                    mbar_arrive(sm.empty_dq(w));
+                }
+            }
+            if constexpr (C::kDeterministic) {
+                bulk_wait_all();
+                fence_proxy_async_global();
+                __threadfence();
+                atomicAdd(sem_head + m_tile, 1);
+            }
         } else {
-            bulk_wait_read();
-        }
 #pragma unroll
-        for (int qb = 0; qb < C::kDqBlocks; ++qb) mbar_arrive(sm.empty_dq(qb));
+            for (int qb = 0; qb < C::kDqBlocks; ++qb) {
+                mbar_wait(sm.full_dq(qb), it & 1);
+#pragma unroll
+                for (int cb = 0; cb < 2; ++cb)
+                    tma_reduce_add_4d(&P.dq_map, sm.dq(qb) + cb * (64 * 128), 64 * qb + 32 * cb, m0, h, b);
+            }
+            bulk_commit();
+            if constexpr (C::kDeterministic) {
+                bulk_wait_all();
+                fence_proxy_async_global();
+                __threadfence();
+                atomicAdd(sem_head + m_tile, 1);
+            } else {
+                bulk_wait_read();
+            }
+#pragma unroll
+            for (int qb = 0; qb < C::kDqBlocks; ++qb) mbar_arrive(sm.empty_dq(qb));
+        }
     }
     bulk_wait_all();
 }
@@ -222,14 +272,23 @@ __device__ void bwd_wide_producer(const Fa3BwdParams& P, WideSmem<C> sm, const B
         for (int it = 0; it < T.n_tiles; ++it) {
             const int m0 = T.tile(it) * C::kBlockM;
             mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
-            mbar_arrive_expect_tx(sm.full(ps.stage), C::kQBytes + C::kDOBytes);
+            mbar_arrive_expect_tx(sm.full(ps.stage), C::kQBytes + (C::kSplitDo ? 0 : C::kDOBytes));
 #pragma unroll
             for (int cb = 0; cb < C::kKBlocks; ++cb)
                 tma_load_4d(sm.q(ps.stage) + cb * (C::kBlockM * 128), &P.q.map, sm.full(ps.stage), cb * 64, m0,
                             h * P.q.head_mul, b * P.q.batch_mul);
+            // dO into the Q ring's stage, or into its own one-stage ring once both consumers released the last tile's
+            uint64_t* do_full = sm.full(ps.stage);
+            int do_stage = ps.stage;
+            if constexpr (C::kSplitDo) {
+                mbar_wait(sm.empty_do(), (it & 1) ^ 1);
+                mbar_arrive_expect_tx(sm.full_do(), C::kDOBytes);
+                do_full = sm.full_do();
+                do_stage = 0;
+            }
 #pragma unroll
             for (int cb = 0; cb < C::kVBlocks; ++cb)
-                tma_load_4d(sm.dout(ps.stage) + cb * (C::kBlockM * 128), &P.dout.map, sm.full(ps.stage), cb * 64, m0,
+                tma_load_4d(sm.dout(do_stage) + cb * (C::kBlockM * 128), &P.dout.map, do_full, cb * 64, m0,
                             h * P.dout.head_mul, b * P.dout.batch_mul);
             ps.advance();
         }
@@ -358,16 +417,17 @@ struct BwdWideConsumer {
         PipeState<C::kStages> ps;
         for (int it = 0; it < T.n_tiles; ++it) {
             const int m_tile = T.tile(it), m0 = m_tile * BM;
-            const int st = ps.stage;
+            const int st = ps.stage, dos = C::kSplitDo ? 0 : st;  // the Q stage, the dO stage
             mbar_wait(sm.full(st), ps.phase);
+            if constexpr (C::kSplitDo) mbar_wait(sm.full_do(), it & 1);
             if (m0 + BM > mask.sq && mask.sq < f.seqlen_q) {  // varlen padding inside the tensor: zero it
                 const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
                 zero_rows<C::kKBlocks>(sm.q(st), BM, lo, hi);
-                zero_rows<C::kVBlocks>(sm.dout(st), BM, lo, hi);
+                zero_rows<C::kVBlocks>(sm.dout(dos), BM, lo, hi);
                 fence_proxy_async();
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
             }
-            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(st));
+            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(dos));
             // This consumer's 32 query rows K-major (B of S^T, dP^T: 4 swizzle atoms in), all 64 MN-major (B of dK,
             // dV).
             const uint64_t q_kh = sw128_desc(q_addr + cw * HM * 128, 16, 1024);
@@ -391,6 +451,9 @@ struct BwdWideConsumer {
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
+            if constexpr (C::kSplitDo) {  // consumer 0's last read of this tile's dO (consumer 1's is dV)
+                if (cw == 0) mbar_arrive(sm.empty_do());
+            }
 
             // P^T and dS^T of this consumer's [64 keys x 32 queries] in the accumulator layout: element e at key row
             // 16 warp + lane / 4 + 8 ((e / 2) % 2), query column 32 cw + 8 (e / 4) + 2 (lane % 4) + e % 2 of the tile,
@@ -465,69 +528,98 @@ struct BwdWideConsumer {
             const WideDqBlocks<C> blocks = WideDqBlocks<C>::of(cw, it);
             float dq[2][32];
             // (a wgmma.fence opens every branch that issues: ptxas would otherwise inject one there, C7519)
-            wgmma_fence();
-            issue_dq(dq[0], ds_mn, sw128_desc(k_addr + blocks.qb[0] * (BN * 128), BN * 128, 1024));
-            if (blocks.n == 2) {
+            auto issue_dq_blocks = [&] {
                 wgmma_fence();
-                issue_dq(dq[1], ds_mn, sw128_desc(k_addr + blocks.qb[1] * (BN * 128), BN * 128, 1024));
-            }
-            wgmma_commit();
-            const uint64_t q_mn = sw128_desc(q_addr, BM * 128, 1024), do_mn = sw128_desc(do_addr, BM * 128, 1024);
-            const uint64_t ds_k = sw128_desc(ds_addr, 16, 1024), p_k = sw128_desc(p_addr, 16, 1024);
-            if constexpr (DK == DV) {
-                issue_kv<DK>(acc, cw == 0 ? ds_k : p_k, cw == 0 ? q_mn : do_mn);
-            } else if (cw == 0) {
-                wgmma_fence();
-                issue_kv<DK>(acc, ds_k, q_mn);
-            } else {
-                wgmma_fence();
-                issue_kv<DV>(reinterpret_cast<float(&)[DV / 2]>(acc), p_k, do_mn);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();
-            fence_regs(dq[0]);
-            fence_regs(dq[1]);
+                issue_dq(dq[0], ds_mn, sw128_desc(k_addr + blocks.qb[0] * (BN * 128), BN * 128, 1024));
+                if (blocks.n == 2) {
+                    wgmma_fence();
+                    issue_dq(dq[1], ds_mn, sw128_desc(k_addr + blocks.qb[1] * (BN * 128), BN * 128, 1024));
+                }
+                wgmma_commit();
+            };
+            auto issue_dkv = [&] {
+                const uint64_t q_mn = sw128_desc(q_addr, BM * 128, 1024);
+                const uint64_t do_mn = sw128_desc(do_addr, BM * 128, 1024);
+                const uint64_t ds_k = sw128_desc(ds_addr, 16, 1024), p_k = sw128_desc(p_addr, 16, 1024);
+                if constexpr (DK == DV) {
+                    issue_kv<DK>(acc, cw == 0 ? ds_k : p_k, cw == 0 ? q_mn : do_mn);
+                } else if (cw == 0) {
+                    wgmma_fence();
+                    issue_kv<DK>(acc, ds_k, q_mn);
+                } else {
+                    wgmma_fence();
+                    issue_kv<DV>(reinterpret_cast<float(&)[DV / 2]>(acc), p_k, do_mn);
+                }
+                wgmma_commit();
+            };
+            // The dQ blocks leave the registers (shared memory for the writer, or atomics), then dK / dV completes.
+            // Instantiated once per GEMM order, so that ptxas sees each path's waits whole (a join between the two
+            // orders made it inject a wait for dK / dV before the dQ stores, C7517).
+            auto finish = [&](auto dv_first_tag) {
+                constexpr bool kDvFirst = decltype(dv_first_tag)::value;
+                fence_regs(dq[0]);
+                fence_regs(dq[1]);
 
-            if constexpr (C::kTmaDq) {
-                // each block into its buffer once the writer's TMA has read the previous tile's
+                if constexpr (C::kTmaDq) {
+                    // each block into its buffer once the writer's TMA has read what was there (the previous tile's
+                    // block, or with per-consumer staging this consumer's previous block: its use n it + x)
 #pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    if (x < blocks.n) {
-                        mbar_wait(sm.empty_dq(blocks.qb[x]), (it & 1) ^ 1);
-                        store_dq_block(sm.dq(blocks.qb[x]), dq[x]);
-                        fence_proxy_async();
-                        mbar_arrive(sm.full_dq(blocks.qb[x]));
+                    for (int x = 0; x < 2; ++x) {
+                        if (x < blocks.n) {
+                            const int buf = C::kDqPerConsumer ? cw : blocks.qb[x];
+                            const uint32_t use = C::kDqPerConsumer ? blocks.n * it + x : it;
+                            mbar_wait(sm.empty_dq(buf), (use & 1) ^ 1);
+                            store_dq_block(sm.dq(buf), dq[x]);
+                            fence_proxy_async();
+                            mbar_arrive(sm.full_dq(buf));
+                        }
+                    }
+                } else {
+                    // Deterministic: every lower key tile that sees this query tile has added (2 counts a CTA, one per
+                    // consumer; the two consumers of one CTA add disjoint blocks, in any order).
+                    if constexpr (C::kDeterministic) {
+                        int klo, khi;
+                        mask.keys_for_rows(m0, m0 + BM, &klo, &khi);
+                        const int expect = 2 * (n0 / BN - klo / BN);
+                        if (tid == 0) {
+                            const int* sem = sem_head + m_tile;
+                            int v;
+                            do {
+                                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+                            } while (v < expect);
+                        }
+                        wg_sync();
+                    }
+#pragma unroll
+                    for (int x = 0; x < 2; ++x) {
+                        if (x < blocks.n) atomic_dq_block(dqa_head, m0, blocks.qb[x], dq[x]);
+                    }
+                    if constexpr (C::kDeterministic) {
+                        __threadfence();
+                        wg_sync();
+                        if (tid == 0) atomicAdd(sem_head + m_tile, 1);
                     }
                 }
+                if constexpr (!kDvFirst) wgmma_wait<0>();
+                fence_regs(acc);
+            };
+            // kSplitDo: consumer 1 runs dV first, so that the one dO stage is released (the next tile's dO loads)
+            // while its dQ blocks and consumer 0's dK still run
+            if (C::kSplitDo && cw == 1) {
+                wgmma_fence();
+                issue_dkv();
+                issue_dq_blocks();
+                wgmma_wait<1>();
+                mbar_arrive(sm.empty_do());
+                wgmma_wait<0>();
+                finish(std::true_type{});
             } else {
-                // Deterministic: every lower key tile that sees this query tile has added (2 counts a CTA, one per
-                // consumer; the two consumers of one CTA add disjoint blocks, in any order).
-                if constexpr (C::kDeterministic) {
-                    int klo, khi;
-                    mask.keys_for_rows(m0, m0 + BM, &klo, &khi);
-                    const int expect = 2 * (n0 / BN - klo / BN);
-                    if (tid == 0) {
-                        const int* sem = sem_head + m_tile;
-                        int v;
-                        do {
-                            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-                        } while (v < expect);
-                    }
-                    wg_sync();
-                }
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    if (x < blocks.n) atomic_dq_block(dqa_head, m0, blocks.qb[x], dq[x]);
-                }
-                if constexpr (C::kDeterministic) {
-                    __threadfence();
-                    wg_sync();
-                    if (tid == 0) atomicAdd(sem_head + m_tile, 1);
-                }
+                issue_dq_blocks();
+                issue_dkv();
+                wgmma_wait<1>();
+                finish(std::false_type{});
             }
-            wgmma_wait<0>();
-            fence_regs(acc);
-            mbar_arrive(sm.empty(st));  // Q, dO, LSE, D of this stage are no longer read
+            mbar_arrive(sm.empty(st));  // Q, LSE, D (and dO, unless kSplitDo) of this stage are no longer read
             ps.advance();
         }
     }
