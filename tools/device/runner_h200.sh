@@ -212,9 +212,10 @@ carried)
     python3 -m pip install -q --no-index --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
         threadpoolctl packaging pytest pytest-xdist hypothesis 2>&1 | tail -2
     mkdir -p /tmp/carried build/kernels
-    xz -dc build/carry/libattn_kernels.so.xz > /tmp/carried/libattn_kernels.so || exit 1
+    unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
+    unxz build/carry/libattn_kernels.so.xz /tmp/carried/libattn_kernels.so || exit 1
     if [ -f build/carry/libattn_kernels_lab.so.xz ]; then  # where kernels.cuda.lab looks for it
-        xz -dc build/carry/libattn_kernels_lab.so.xz > build/kernels/libattn_kernels_lab.so
+        unxz build/carry/libattn_kernels_lab.so.xz build/kernels/libattn_kernels_lab.so
     fi
     export PYTHONPATH=/tmp/site
     # shellcheck disable=SC1091
