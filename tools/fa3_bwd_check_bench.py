@@ -167,7 +167,8 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
                       if d == ROWS128_D else [])]
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
                      *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
-        if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float4 atomics; TMA dQ with one dO stage
+        if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float2 / float4 atomics; TMA dQ, one dO stage
+            bwd.append(("fa3_atomic", _calls(bwd3, variant="atomic_dq")))
             bwd.append(("fa3_dq_f4", _calls(bwd3, variant="wide_dq_float4")))
             both.append(("fa3_dq_f4", _calls(fwd3, bwd3, variant="wide_dq_float4")))
             if (d, dv_) != (192, 192):
@@ -280,7 +281,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split); FA3 dQ f4: "
                 "the wide builds (d > 128) with dQ added by float4 atomics (lab variant wide_dq_float4); FA3 TMA dQ 1: "
                 "dQ through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage (lab variant "
-                "wide_tma_dq_one_do_stage; not d = dv = 192).", "",
+                "wide_tma_dq_one_do_stage: the d = 256 default; not d = dv = 192).", "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
                 "FA3 atomic det | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | "
                 "FA3 dQ other | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | FA4 | FA3/flash bwd | "
@@ -334,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             print(checks[-1], flush=True)
     for i, spec in enumerate([] if args.no_check else FA3_BWD_WIDE_CASES):
         for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
-            for variant in ("default", "wide_dq_float4") + (() if spec["d"] == spec.get("dv", spec["d"]) == 192
-                                                            else ("wide_tma_dq_one_do_stage",)):
+            for variant in ("default", "atomic_dq", "wide_dq_float4") + (
+                    () if spec["d"] == spec.get("dv", spec["d"]) == 192 else ("wide_tma_dq_one_do_stage",)):
                 checks.append(check_backward(spec, launcher, seed=500 + i, variant=variant))
                 print(checks[-1], flush=True)
     dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")

@@ -138,14 +138,15 @@ def test_fa3_bwd_wide_matches_fp64_oracle(index, launcher):
     assert res["ok"], f"{res['case']} [{launcher}]: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("variant", ["wide_dq_float4", "wide_tma_dq_one_do_stage"])
+@pytest.mark.parametrize("variant", ["atomic_dq", "wide_dq_float4", "wide_tma_dq_one_do_stage"])
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(16), ids=[f"wide-{i}" for i in range(16)])
 def test_fa3_bwd_wide_lab_builds_match_fp64_oracle(index, launcher, variant):
-    """The lab's wide builds: dQ added by float4 atomics (wide_dq_float4: two lanes swap halves so that each adds four
-    columns of one row; rows past the real length skipped by the lane that holds them), and dQ through one buffer per
-    consumer and the TMA reduce-add with dO in one stage (wide_tma_dq_one_do_stage: consumer 1 runs dV first and
-    releases dO; not built at d = dv = 192)."""
+    """The lab's wide builds: dQ added by float2 atomics with dO in the Q ring (atomic_dq: the d = 256 build before),
+    by float4 atomics (wide_dq_float4: two lanes swap halves so that each adds four columns of one row; rows past the
+    real length skipped by the lane that holds them), and through one buffer per consumer and the TMA reduce-add with
+    dO in one stage (wide_tma_dq_one_do_stage, shipped at d = 256: consumer 1 runs dV first and releases dO; not built
+    at d = dv = 192)."""
     _lib()
     lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_backward as check_case

@@ -116,7 +116,7 @@ bwd_wide_look() {
     step "$dir" wide_tests 180 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -n 8 -k wide \
         tests/kernels/test_cuda_fa3_bwd_device.py
     ncu_profile "$dir" bwd:256:fa3_bwd_wide bwd:256:fa3_bwd_wide:causal
-    step "$dir" bwd256 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa3_dq_f4,fa3_dq_tma1,flash,cudnn \
+    step "$dir" bwd256 240 python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa3_atomic,fa3_dq_f4,flash,cudnn,fa4 \
         --head-dims 256 --out "$dir/bwd"
 }
 # every entry-point spelling of the GPU report: torch SDPA's 16 and flash-attn-4's 5

@@ -86,10 +86,10 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // the GEMM / element-wise overlap at d = 64 only), ATOMIC_DQ_OTHER_OVERLAP (the same with the overlap at d = 128 only;
 // not deterministic), ROWS64 (d = 64: 64-row query tiles), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
 // between the consumers; d = 128: the consumers take turns computing a whole tile's dQ); those of d = dv in {64, 96,
-// 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): WIDE_DQ_FLOAT4 (dQ by the consumers'
-// float4 atomics: DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ through one 16 KB buffer per consumer and the
-// TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer, do_stages = 1; not d = dv = 192). DEFAULT runs every
-// head dim.
+// 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): ATOMIC_DQ (dQ by the consumers' float2
+// atomics, dO in the Q ring), WIDE_DQ_FLOAT4 (float4 atomics: DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ
+// through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer,
+// do_stages = 1, the shipped d = 256 build; not d = dv = 192). DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,

@@ -32,16 +32,20 @@ struct OtherDqSplit : Fa3BwdDefault<D> {
     static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
 };
 
-// The wide head dims' alternative (bwd_wide.cuh): dQ by the consumers' float4 atomics (at d = 192 and (192, 128) in
-// place of the shipped TMA reduce-add).
+// dQ by the consumers' float2 atomics, dO in the Q ring's stages (the shipped d = 256 build until the TMA reduce-add
+// with one dO stage replaced it).
 template <int D, int DV>
-struct WideDqFloat4 : Fa3BwdDefault<D, DV> {
+struct WideAtomicDq : Fa3BwdWideSchedule {
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
+};
+
+// dQ by the consumers' float4 atomics (in place of the shipped TMA reduce-add).
+template <int D, int DV>
+struct WideDqFloat4 : WideAtomicDq<D, DV> {
     static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat4;
 };
-// dQ through shared memory and the TMA reduce-add at d = 256 too: one 16 KB buffer per consumer (its blocks in turn)
-// and one dO stage, 32 KB each, so that it fits beside two Q stages (not at d = dv = 192, whose third dQ block
-// alternates between the consumers).
+// dQ through one 16 KB buffer per consumer (its blocks in turn) and the TMA reduce-add, dO in one stage: the shipped
+// d = 256 build, here for (192, 128) (not at d = dv = 192, whose third dQ block alternates between the consumers).
 template <int D, int DV>
 struct WideTmaDqOneDoStage : Fa3BwdDefault<D, DV> {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
@@ -54,6 +58,7 @@ template <int D, int DV, class F>
 int with_wide_schedule(int variant, F&& f, const char** why) {
     switch (variant) {
         case ATTN_LAB_FA3_BWD_DEFAULT: return f(Fa3BwdDefault<D, DV>{});
+        case ATTN_LAB_FA3_BWD_ATOMIC_DQ: return f(WideAtomicDq<D, DV>{});
         case ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4: return f(WideDqFloat4<D, DV>{});
         default: break;
     }
@@ -63,7 +68,7 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
         *why = "has no build at d = dv = 192 (its third dQ block alternates between the consumers)";
         return -1;
     }
-    *why = variant >= 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 ? "is a build of d = dv in {64, 96, 128}"
+    *why = variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 ? "is a build of d = dv in {64, 96, 128}"
                                                                     : "is not a variant (0 to 6)";
     return -1;
 }

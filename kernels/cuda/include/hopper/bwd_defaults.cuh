@@ -34,15 +34,19 @@ template <>
 struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
 
 // The wide head dims (bwd_wide.cuh: the consumers share 64 keys, consumer 0 holds dK, consumer 1 dV, S^T / dP^T split
-// by queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory), not yet timed
-// against alternatives (on the H200 the d = 256 backward runs at 0.74-0.88x cuDNN's: docs/fa3_backward.md):
-// d = 256: dQ by the consumers' atomics (a [64 x 256] fp32 dQ tile beside two Q / dO stages and the P^T / dS^T double
-//   buffer does not fit in 227 KB; flash-attention's hopper backward makes the same choice at d = 256).
+// by queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory) and, at d = 256, by
+// the alternatives timed there:
+// d = 256: dQ through shared memory and the TMA reduce-add too, in 227 KB by one 16 KB buffer per consumer (its two
+//   blocks in turn) and dO in one stage of its own (two Q stages kept): 1.48x the consumers' atomics in the backward
+//   (H100, B = 4, H = 16, N = 8192, bf16: 412 against 279 TFLOPs/s; cuDNN 350), whose reds held 40% of the warps'
+//   stall samples (ncu: lg throttle). float4 reds instead of float2 changed nothing (278).
 // d = 192 and (192, 128): dQ through shared memory (three 16 KB fp32 blocks) and the TMA reduce-add, the narrow builds'
 //   measured choice (+8-10% over atomics at d = 128).
 template <>
 struct Fa3BwdDefault<256> : Fa3BwdWideSchedule {
-    static constexpr DqAdd dq_add = DqAdd::kAtomics;
+    static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+    static constexpr DqStaging dq_staging = DqStaging::kBufferPerConsumer;
+    static constexpr int do_stages = 1;
 };
 
 template <>
