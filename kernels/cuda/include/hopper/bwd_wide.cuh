@@ -194,6 +194,13 @@ __device__ void bwd_wide_dq_writer(const Fa3BwdParams& P, WideSmem<C> sm, const 
     int* sem_head = C::kDeterministic ? P.dq_sem + (static_cast<size_t>(b) * f.heads_q + h) * num_m : nullptr;
     for (int it = 0; it < T.n_tiles; ++it) {
         const int m_tile = T.tile(it), m0 = m_tile * C::kBlockM;
+        // deterministic: once this CTA's additions of the tile have landed, count it (the next key tile's CTA waits)
+        auto count_cta = [&] {
+            bulk_wait_all();
+            fence_proxy_async_global();
+            __threadfence();
+            atomicAdd(sem_head + m_tile, 1);
+        };
         if constexpr (C::kDeterministic) {
             int klo, khi;
             T.mask.keys_for_rows(m0, m0 + C::kBlockM, &klo, &khi);
@@ -223,12 +230,7 @@ __device__ void bwd_wide_dq_writer(const Fa3BwdParams& P, WideSmem<C> sm, const 
                     mbar_arrive(sm.empty_dq(w));
                 }
             }
-            if constexpr (C::kDeterministic) {
-                bulk_wait_all();
-                fence_proxy_async_global();
-                __threadfence();
-                atomicAdd(sem_head + m_tile, 1);
-            }
+            if constexpr (C::kDeterministic) count_cta();
         } else {
 #pragma unroll
             for (int qb = 0; qb < C::kDqBlocks; ++qb) {
@@ -238,14 +240,10 @@ __device__ void bwd_wide_dq_writer(const Fa3BwdParams& P, WideSmem<C> sm, const 
                     tma_reduce_add_4d(&P.dq_map, sm.dq(qb) + cb * (64 * 128), 64 * qb + 32 * cb, m0, h, b);
             }
             bulk_commit();
-            if constexpr (C::kDeterministic) {
-                bulk_wait_all();
-                fence_proxy_async_global();
-                __threadfence();
-                atomicAdd(sem_head + m_tile, 1);
-            } else {
+            if constexpr (C::kDeterministic)
+                count_cta();
+            else
                 bulk_wait_read();
-            }
 #pragma unroll
             for (int qb = 0; qb < C::kDqBlocks; ++qb) mbar_arrive(sm.empty_dq(qb));
         }
