@@ -209,7 +209,7 @@ carried)
     # libattn_kernels_lab.so.xz: `python -m attention_conformance.kernels.build --arch 90a [--lab] --out DIR`, then
     # `xz -c`), the few wheels the checks need (build/wheels-min), this checkout by links (checkout_env.sh); then the
     # rest of the command line, e.g. `carried bash tools/device/runner_h200.sh _call bwd_wide_look $OUT`
-    python3 -m pip install -q --no-index --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
+    python3 -m pip install -q --no-index --no-deps --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
         threadpoolctl packaging pytest pytest-xdist hypothesis 2>&1 | tail -2
     mkdir -p /tmp/carried build/kernels
     unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
