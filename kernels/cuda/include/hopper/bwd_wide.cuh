@@ -19,9 +19,10 @@
 //   both: dQ_i[:, 64-column block c] = dS K_c  wgmma SS m64n64, A = dS^T MN-major, B = K MN-major, for the blocks the
 //                                               consumer owns this tile (Fa3BwdWideConfig::dq_blocks): the N-work of
 //                                               dK / dV plus dQ is the same for both consumers (or alternates a block)
-// and dQ goes into the fp32 dq_accum: by the consumers' atomics (d = 256: a [64 x 256] fp32 tile does not fit beside
-// the rings) or through shared memory and a producer warp's TMA reduce-add (DqAdd::kTmaReduce, d = 192), in any order
-// or, deterministic, in key-tile order (a semaphore per (batch, head, query tile), as bwd_mainloop.cuh).
+// and dQ goes into the fp32 dq_accum through shared memory and a producer warp's TMA reduce-add (DqAdd::kTmaReduce:
+// a buffer per 64-column block at d = 192; at d = 256, where four do not fit beside the rings, one per consumer and dO
+// in one stage) or by the consumers' atomics (DqAdd::kAtomics, the lab's), in any order or, deterministic, in key-tile
+// order (a semaphore per (batch, head, query tile), as bwd_mainloop.cuh).
 //
 // Invariants:
 // - P^T and dS^T are double-buffered (tile it uses buffer it % 2) where shared memory allows (every shipped build):
@@ -61,8 +62,8 @@ enum class DqStaging { kBufferPerBlock, kBufferPerConsumer };
 struct Fa3BwdWideSchedule {
     static constexpr BwdTiling tiling = BwdTiling::kSharedKeys;
     static constexpr bool deterministic = false;
-    // kTmaReduce needs a 16 KB fp32 buffer per 64 columns of dQ beside the rings (d = 192: 48 KB; d = 256: does not
-    // fit, static_assert).
+    // kTmaReduce stages dQ in 16 KB fp32 buffers beside the rings: one per 64 columns (d = 192: 48 KB; d = 256: 64 KB,
+    // which does not fit beside two dO stages, static_assert), or one per consumer (32 KB; DqStaging).
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
     static constexpr DqAtomicWidth dq_atomic_width = DqAtomicWidth::kFloat2;
     static constexpr DqStaging dq_staging = DqStaging::kBufferPerBlock;
