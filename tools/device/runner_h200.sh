@@ -89,7 +89,7 @@ benches() {
         step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
-            --head-dims "${BWD_DIMS:-64,128,256,192x128,96,192}" --out "$dir/bwd"
+            --head-dims "${BWD_DIMS:-256,64,128,192x128,96,192}" --out "$dir/bwd"
     )
 }
 # ncu_profile DIR KERNEL:D:REGEX[:causal]...: the warps' stall reasons (per SASS line, summed by code region) and the
@@ -128,6 +128,12 @@ spellings() {
     for e in func varlen_func seqused paged deterministic; do v="$v flash-attn-4@$e"; done
     echo "$v"
 }
+# compute-sanitizer memcheck, racecheck and synccheck over the kernels' case set into DIR, in the background
+sanitizers() {
+    step "$1" memcheck 300 sanitize memcheck &
+    step "$1" racecheck 300 sanitize racecheck &
+    step "$1" synccheck 300 sanitize synccheck &
+}
 # FlashInfer and xformers through their variants into DIR/cli_flashinfer, DIR/cli_xformers (installed from the carried
 # vendor folder, parked in /tmp/park/fi-xf by the session stage): one run per library, in turn, so that an --impl that
 # cannot run stops its run (exit 2), not the other library's
@@ -155,10 +161,10 @@ fixf_install() {
 #   B  tox -e gpu
 #   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers)
 #   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
-#   D  ncu of the d = 256 backward, the benchmarks, ncu of the d = 64 forwards
+#   D  the benchmarks (the backward's d = 256 row first), ncu of the d = 64 forwards
 # ONE_PASS=1 (a session with less than 25 minutes of device time): C's runs move into A (the CLI over every adapter
-# and every spelling in one run; FlashInfer and xformers beside it once installed), so that the correctness runs and
-# tox -e gpu end ~7 minutes sooner.
+# and every spelling in one run; FlashInfer and xformers beside it once installed) and the sanitizers after B, so that
+# the correctness runs and tox -e gpu end ~7 minutes sooner.
 session_pipeline() {
     local d=/tmp/session
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
@@ -170,13 +176,14 @@ session_pipeline() {
     else
         step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
         fixf_install $d &
+        sanitizers $d
     fi
-    step $d memcheck 300 sanitize memcheck &
-    step $d racecheck 300 sanitize racecheck &
-    step $d synccheck 300 sanitize synccheck &
     wait
     step $d tox "${TOX_S:-600}" tox_gpu
-    if [ -z "${ONE_PASS:-}" ]; then
+    if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu: phase A's cores are the CLI's and FlashInfer's
+        sanitizers $d
+        wait
+    else
         # shellcheck disable=SC2046
         step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
         fixf_runs $d &
@@ -187,8 +194,6 @@ session_pipeline() {
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
         $(for r in cli_all cli_variants cli_flashinfer cli_xformers; do [ -f $d/$r/report.json ] && echo $d/$r; done) \
         --out $d/repros
-    # where the d = 256 backward loses to cuDNN (issue 40's next kernel work), before the tables
-    ncu_profile $d bwd:256:fa3_bwd_wide
     benches $d
     # where d = 64 loses to FA4: both forward kernels
     ncu_profile $d fwd:64:fa3_fwd_kernel fa4:64:ForwardSm90
