@@ -32,7 +32,6 @@ from attention_conformance.kernels.build import DEFAULT_OUT, LAB_LIB_NAME
 __all__ = [
     "FA2_BWD_VARIANTS",
     "FA3_BWD_VARIANTS",
-    "FA3_BWD_WIDE_VARIANTS",
     "FA3_FWD_EXACT_VARIANTS",
     "FA3_FWD_VARIANTS",
     "FP8_KMAJOR_VARIANTS",
@@ -69,9 +68,6 @@ FP8_KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persist
 #: attn_lab.h AttnLabFa3BwdVariant, by name
 FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, "rows64": 3, "other_dq_split": 4,
                     "wide_dq_float4": 5, "wide_tma_dq_one_do_stage": 6}
-#: the FA3 backward variants of the wide head dims (d = 192, 256, (192, 128)) besides "default"; the others are builds
-#: of d = dv in {64, 96, 128} ("atomic_dq" of both)
-FA3_BWD_WIDE_VARIANTS = ("atomic_dq", "wide_dq_float4", "wide_tma_dq_one_do_stage")
 #: attn_lab.h AttnLabFa2BwdVariant, by name
 FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p": 5, "p2": 6, "bc128": 7, "fa2p": 8}
 
