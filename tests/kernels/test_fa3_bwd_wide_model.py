@@ -224,3 +224,76 @@ def test_dq_blocks_balance_the_consumers():
                 work[cw] += own + 64 * len(dq_blocks(d, dv, cw, it))
         assert work[0] == work[1], (d, dv, work)
         assert all(1 <= len(dq_blocks(d, dv, cw, it)) <= 2 for cw in (0, 1) for it in (0, 1))
+
+
+def _float4_reds(block: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """bwd_wide.cuh BwdWideConsumer::atomic_dq_block with kDqFloat4, on one [64 x 64] dQ block: the accumulator layout
+    (thread (warp, lane) holds element 4 j + 2 hh + e at row 16 warp + lane / 4 + 8 hh, column 8 j + 2 (lane % 4) + e),
+    the swap between lanes 2t and 2t + 1 (__shfl_xor_sync(.., 1)), then each lane's float4 red: (row, first column,
+    four values)."""
+    acc = np.zeros((4, 32, 32))
+    for warp in range(4):
+        for lane in range(32):
+            for j in range(8):
+                for hh in range(2):
+                    for e in range(2):
+                        acc[warp, lane, 4 * j + 2 * hh + e] = block[16 * warp + lane // 4 + 8 * hh,
+                                                                    8 * j + 2 * (lane % 4) + e]
+    reds = []
+    for warp in range(4):
+        for j in range(8):
+            sends = {}
+            for lane in range(32):
+                odd = lane & 1
+                sends[lane] = (acc[warp, lane, 4 * j], acc[warp, lane, 4 * j + 1]) if odd else (
+                    acc[warp, lane, 4 * j + 2], acc[warp, lane, 4 * j + 3])
+            for lane in range(32):
+                odd = lane & 1
+                got = sends[lane ^ 1]
+                own = acc[warp, lane, 4 * j + 2: 4 * j + 4] if odd else acc[warp, lane, 4 * j: 4 * j + 2]
+                v = np.concatenate([got, own]) if odd else np.concatenate([own, got])
+                row = 16 * warp + lane // 4 + (8 if odd else 0)
+                reds.append((row, 8 * j + 4 * ((lane % 4) // 2), v))
+    return reds
+
+
+def test_float4_dq_reds_add_each_element_of_a_block_once():
+    """The float4 dQ atomics (lab variant wide_dq_float4) write every element of a [64 x 64] block exactly once, with
+    its own value: the two lanes of a pair hold rows r and r + 8 and swap the halves of each 8-column chunk."""
+    block = np.arange(64 * 64, dtype=np.float64).reshape(64, 64)
+    out = np.zeros_like(block)
+    hits = np.zeros(block.shape, dtype=int)
+    reds = _float4_reds(block)
+    assert len(reds) == 64 * 64 // 4
+    for row, col, v in reds:
+        assert col % 4 == 0, "16-byte aligned reds"
+        out[row, col:col + 4] += v
+        hits[row, col:col + 4] += 1
+    assert (hits == 1).all()
+    np.testing.assert_array_equal(out, block)
+
+
+def _staging_uses(d: int, dv: int, tiles: int) -> list[tuple[int, int, int, int]]:
+    """bwd_wide.cuh with DqStaging::kBufferPerConsumer: the writer's order of (tile, consumer w, block, use of buffer w)
+    (bwd_wide_dq_writer: x over each consumer's blocks, w inside), the use being n_w it + x as both sides compute it."""
+    out = []
+    n = [len(dq_blocks(d, dv, w, 0)) for w in (0, 1)]
+    for it in range(tiles):
+        for x in range(max(n)):
+            for w in (0, 1):
+                if x < n[w]:
+                    out.append((it, w, dq_blocks(d, dv, w, it)[x], n[w] * it + x))
+    return out
+
+
+@pytest.mark.parametrize(("d", "dv"), [(256, 256), (192, 128)])
+def test_per_consumer_dq_staging_uses_each_buffer_in_order(d, dv):
+    """Per-consumer dQ staging (the shipped d = 256 build): each consumer's blocks are the same every tile, each
+    buffer's uses come 0, 1, 2, ... in the writer's order (so the mbarrier parities (use & 1) of full_dq and
+    (use & 1) ^ 1 of empty_dq alternate), and every block of every tile is reduced exactly once."""
+    assert all(dq_blocks(d, dv, w, 0) == dq_blocks(d, dv, w, 1) for w in (0, 1)), "no alternating block"
+    uses = _staging_uses(d, dv, tiles=5)
+    for w in (0, 1):
+        assert [u for _, ww, _, u in uses if ww == w] == list(range(sum(1 for _, ww, _, _ in uses if ww == w)))
+    for it in range(5):
+        assert sorted(b for t, _, b, _ in uses if t == it) == list(range(d // 64))
