@@ -67,10 +67,13 @@ def runs_text(found: list[list[int]], size: int, limit: int = MAX_RANGES) -> str
     return f"{text} of {size}" + (f" (+{more} more range{'s' if more > 1 else ''})" if more > 0 else "")
 
 
-def axes_text(mask: np.ndarray, labels: list[str] | None = None) -> str:
+def axes_text(mask: np.ndarray, labels: list[str] | None = None,
+              axis_runs: list[list[list[int]]] | None = None) -> str:
     """For each axis of the boolean ``mask``, the indices holding at least one True, as ranges (``axis 2 16 of 17``,
-    or ``labels[i]`` for ``axis i``), joined by commas."""
-    return ", ".join(f"{labels[axis] if labels else f'axis {axis}'} {index_ranges(_hits(mask, axis), mask.shape[axis])}"
+    or ``labels[i]`` for ``axis i``), joined by commas. ``axis_runs``: its `failing_runs`, when the caller has them
+    already."""
+    found = failing_runs(mask) if axis_runs is None else axis_runs
+    return ", ".join(f"{labels[axis] if labels else f'axis {axis}'} {runs_text(found[axis], mask.shape[axis])}"
                      for axis in range(mask.ndim))
 
 
@@ -82,11 +85,7 @@ def where_failing(name: str, failing: np.ndarray, compared: int,
     n = int(failing.sum())
     if n == 0 or failing.ndim not in (3, 4):
         return None
-    found = failing_runs(failing) if axis_runs is None else axis_runs
-    return f"failing: {n} of {compared} values, " + ", ".join(
-        f"{label} {runs_text(r, size)}" for label, r, size in zip(axis_labels(name, failing.ndim), found,
-                                                                   failing.shape))
-
+    return f"failing: {n} of {compared} values, " + axes_text(failing, axis_labels(name, failing.ndim), axis_runs)
 
 
 def change_text(name: str, changed: np.ndarray, value_before, value_after) -> str:
