@@ -2,10 +2,10 @@
 
 Correctness: every case of `attention_conformance.kernels.check.cases.FA3_BWD_CASES` through both launchers and the
 builds beside the default, every case of `FA3_BWD_WIDE_CASES` (d = 192, 256, (192, 128): the wide builds and their
-lab variant wide_dq_float4) through both launchers (`attention_conformance.kernels.check.backward.check_backward`: the
-conformance judge's verdict on O, LSE, dq, dk, dv against the FP64 oracle under the a-priori bounds of
-conformance/TOLERANCES.md), and `check_determinism` (attn_fa3_bwd_deterministic twice, bit for bit;
-FA3_BWD_DETERMINISM_CASES and FA3_BWD_WIDE_DETERMINISM_CASES).
+lab variants, `lab.fa3_bwd_wide_variants`) through both launchers
+(`attention_conformance.kernels.check.backward.check_backward`: the conformance judge's verdict on O, LSE, dq, dk, dv
+against the FP64 oracle under the a-priori bounds of conformance/TOLERANCES.md), and `check_determinism`
+(attn_fa3_bwd_deterministic twice, bit for bit; FA3_BWD_DETERMINISM_CASES and FA3_BWD_WIDE_DETERMINISM_CASES).
 
 Benchmark (`bench_rows`): B=4, H=16, N=8192 bf16 by default, TFLOPs/s of the backward alone (2.5x the
 forward's 4 B H N^2 d) and of forward + backward (3.5x), halved for causal, for FA3 (attn_fa3_fwd + attn_fa3_bwd,
@@ -42,6 +42,7 @@ from attention_conformance.kernels.check.cases import (
     OVERLAP_DEFAULT_D,
     ROWS128_D,
 )
+from attention_conformance.kernels.cuda.lab import fa3_bwd_wide_variants
 from attention_conformance.kernels.timing import time_round_robin
 
 __all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "parse_head_dims", "sdpa_fwd_bwd"]
@@ -168,12 +169,12 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
                      *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
         if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float2 / float4 atomics; TMA dQ, one dO stage
-            bwd.append(("fa3_atomic", _calls(bwd3, variant="atomic_dq")))
-            bwd.append(("fa3_dq_f4", _calls(bwd3, variant="wide_dq_float4")))
-            both.append(("fa3_dq_f4", _calls(fwd3, bwd3, variant="wide_dq_float4")))
-            if (d, dv_) != (192, 192):
-                bwd.append(("fa3_dq_tma1", _calls(bwd3, variant="wide_tma_dq_one_do_stage")))
-                both.append(("fa3_dq_tma1", _calls(fwd3, bwd3, variant="wide_tma_dq_one_do_stage")))
+            names = {"atomic_dq": "fa3_atomic", "wide_dq_float4": "fa3_dq_f4",
+                     "wide_tma_dq_one_do_stage": "fa3_dq_tma1"}
+            for variant in fa3_bwd_wide_variants(d, dv_)[1:]:
+                bwd.append((names[variant], _calls(bwd3, variant=variant)))
+                if variant != "atomic_dq":
+                    both.append((names[variant], _calls(fwd3, bwd3, variant=variant)))
         if fa2_ok:
             bwd.append(("fa2", _calls(("attn_fa2_bwd", pb2))))
             both.append(("fa2", _calls(("attn_fa2_fwd", pf2), ("attn_fa2_bwd", pb2))))
@@ -335,8 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             print(checks[-1], flush=True)
     for i, spec in enumerate([] if args.no_check else FA3_BWD_WIDE_CASES):
         for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic"):
-            for variant in ("default", "atomic_dq", "wide_dq_float4") + (
-                    () if spec["d"] == spec.get("dv", spec["d"]) == 192 else ("wide_tma_dq_one_do_stage",)):
+            for variant in fa3_bwd_wide_variants(spec["d"], spec.get("dv", spec["d"])):
                 checks.append(check_backward(spec, launcher, seed=500 + i, variant=variant))
                 print(checks[-1], flush=True)
     dets = [] if args.no_check else [check_determinism(s, seed=i, variant=v) for v in ("default", "atomic_dq")

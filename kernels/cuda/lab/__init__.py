@@ -44,6 +44,7 @@ __all__ = [
     "call_fa3_bwd",
     "call_fa3_fwd",
     "call_fp8_fwd",
+    "fa3_bwd_wide_variants",
     "fp8_key_tile",
     "library",
     "library_path",
@@ -70,6 +71,14 @@ FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, 
                     "wide_dq_float4": 5, "wide_tma_dq_one_do_stage": 6}
 #: attn_lab.h AttnLabFa2BwdVariant, by name
 FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p": 5, "p2": 6, "bc128": 7, "fa2p": 8}
+
+
+def fa3_bwd_wide_variants(d: int, dv: int) -> tuple[str, ...]:
+    """The FA3 backward variants with a build at the wide head dims (d, dv) (d = 192, 256, (192, 128); attn_lab.h):
+    every one but wide_tma_dq_one_do_stage at d = dv = 192, whose third dQ block alternates between the consumers."""
+    per_consumer = () if (d, dv) == (192, 192) else ("wide_tma_dq_one_do_stage",)
+    return ("default", "atomic_dq", "wide_dq_float4", *per_consumer)
+
 
 _i32 = ctypes.c_int32
 _lock = threading.Lock()
