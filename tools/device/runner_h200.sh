@@ -110,7 +110,7 @@ ncu_profile() {
     done
 }
 # where the d = 256 backward stands: the wide builds' device tests (the lab's too, where build/kernels has the lab
-# library), ncu of one launch, causal and not, then its table beside cuDNN and torch-flash (and the lab's variant)
+# library), ncu of one launch, causal and not, then its table beside cuDNN, torch-flash, flash-attn-4 and the lab's variants
 bwd_wide_look() {
     local dir=$1
     step "$dir" wide_tests 180 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -n 8 -k wide \
@@ -214,8 +214,8 @@ carried)
     # libattn_kernels_lab.so.xz: `python -m attention_conformance.kernels.build --arch 90a [--lab] --out DIR`, then
     # `xz -c`), the few wheels the checks need (build/wheels-min), this checkout by links (checkout_env.sh); then the
     # rest of the command line, e.g. `carried bash tools/device/runner_h200.sh _call bwd_wide_look $OUT`
-    python3 -m pip install -q --no-index --no-deps --find-links build/wheels-min --target /tmp/site ml_dtypes mpmath \
-        threadpoolctl packaging pytest pytest-xdist hypothesis 2>&1 | tail -2
+    # every wheel there, without resolving dependencies (the device's numpy serves ml_dtypes)
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site build/wheels-min/*.whl 2>&1 | tail -2
     mkdir -p /tmp/carried build/kernels
     unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
     unxz build/carry/libattn_kernels.so.xz /tmp/carried/libattn_kernels.so || exit 1
