@@ -9,7 +9,12 @@ a CUDA device the harness asks `unusable`, and the process that made the call st
 that would follow in the same process are HARNESS_ERROR with the reason (`running.engine.Runner`).
 
 The probe synchronizes the device and runs one tiny kernel through torch; it needs torch with CUDA initialised (an
-adapter that never touched CUDA cannot have broken it) and costs microseconds, only after a failed call.
+adapter that never touched CUDA cannot have broken it) and costs microseconds, only after a failed call. A probe
+that runs out of device memory is not a lost context: an allocation that fails is an error of that moment, not a
+sticky one, and beside N workers the device can be full while the call's own memory is being released (on an
+80 GB H100 under `tox -e gpu` with 8 workers, one such probe had made an xdist worker's every later call a
+HARNESS_ERROR); the probe releases this process's cached blocks and tries again, and a context whose probe
+never finds memory counts as usable.
 
 `release_cached` hands the blocks torch's caching allocator keeps after a call back to the device: N worker
 processes share one GPU, and the blocks one worker keeps idle from its largest case are memory the others' next
@@ -19,8 +24,13 @@ call may need (the H200's 8-worker gpu profile: calls of small FP8 cases ran out
 from __future__ import annotations
 
 import sys
+import time
 
 __all__ = ["release_cached", "unusable"]
+
+#: probes of a context whose probe ran out of device memory, and the wait before the next one (times the attempt)
+PROBE_ATTEMPTS = 3
+PROBE_WAIT_SECONDS = 0.5
 
 
 def unusable(device: str) -> str | None:
@@ -30,14 +40,28 @@ def unusable(device: str) -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return None
-    try:
-        torch.cuda.synchronize()
-        x = torch.ones(1, device=device)
-        if float((x + x).item()) != 2.0:
-            return "a probe kernel computed 1 + 1 != 2"
-    except Exception as exc:  # the sticky error, as CUDA reports it to the next call
-        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    for attempt in range(PROBE_ATTEMPTS):
+        try:
+            torch.cuda.synchronize()
+            x = torch.ones(1, device=device)
+            if float((x + x).item()) != 2.0:
+                return "a probe kernel computed 1 + 1 != 2"
+            return None
+        except Exception as exc:  # the sticky error, as CUDA reports it to the next call
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            if not _out_of_memory(first):
+                return f"{type(exc).__name__}: {first}"
+            # the device is full right now (the other workers' memory): not sticky, the probe's own allocation
+            # failed; the context is judged once the probe can allocate, or usable when it never can
+            release_cached(device)
+            time.sleep(PROBE_WAIT_SECONDS * (attempt + 1))
     return None
+
+
+def _out_of_memory(message: str) -> bool:
+    """Whether a CUDA error message is an allocation that failed (cudaErrorMemoryAllocation, torch's
+    OutOfMemoryError): an error of that moment, which leaves the context usable, unlike the sticky errors."""
+    return "out of memory" in message.lower()
 
 
 def release_cached(device: str) -> None:

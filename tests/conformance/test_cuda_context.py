@@ -75,3 +75,34 @@ def test_run_workers_replaces_a_pool_worker_whose_context_is_lost(toys):
     # same case is a harness error, never a FAIL
     assert outcomes == {(A.id, "toy-breaks-cuda-context"): "FAIL", (A.id, "toy-oracle-any-device"): "HARNESS_ERROR",
                         (B.id, "toy-breaks-cuda-context"): "FAIL", (B.id, "toy-oracle-any-device"): "HARNESS_ERROR"}
+
+
+def test_a_probe_that_runs_out_of_memory_is_not_a_lost_context(monkeypatch):
+    """Beside other workers the device can be full when the probe allocates: that error is of the moment, not sticky
+    (an 8-worker tox -e gpu on an 80 GB H100 had lost an xdist worker to it), so the probe releases the cache and
+    tries again, and the context stays usable; a sticky error after it is still reported."""
+    monkeypatch.setattr(cuda_context, "PROBE_WAIT_SECONDS", 0.0)
+    errors = ["CUDA error: out of memory", "CUDA out of memory. Tried to allocate 2.00 MiB"]
+    emptied = []
+
+    def synchronize():
+        if errors:
+            raise RuntimeError(errors.pop(0))
+
+    class Ones:
+        def __add__(self, other):
+            return self
+
+        def item(self):
+            return 2.0
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True, synchronize=synchronize,
+                                                empty_cache=lambda: emptied.append(1)),
+                           ones=lambda *a, **k: Ones())
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert cuda_context.unusable("cuda") is None
+    assert not errors and len(emptied) == 2  # the third probe ran; the cache was released after each failed one
+    errors.extend(["CUDA error: out of memory"] * cuda_context.PROBE_ATTEMPTS)
+    assert cuda_context.unusable("cuda") is None  # never found memory: not a lost context
+    errors.extend(["CUDA error: out of memory", "CUDA error: an illegal memory access was encountered"])
+    assert cuda_context.unusable("cuda") == "RuntimeError: CUDA error: an illegal memory access was encountered"
