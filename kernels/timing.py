@@ -29,17 +29,20 @@ a simulated device on the CPU.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
     "Device", "Telemetry", "NoTelemetry", "NvmlTelemetry", "TorchCuda", "Timing", "Method", "CaptureFailed",
-    "measure", "host_times_us", "wall_times_ms", "calls_per_sample", "l2_flush_bytes", "spread", "round_order",
-    "rounds_row", "round_timing", "time_round_robin", "nvml_telemetry", "cuda_event_times_ms", "cuda_event_median_ms",
+    "measure", "release_frames", "host_times_us", "wall_times_ms", "calls_per_sample", "l2_flush_bytes", "spread",
+    "round_order", "rounds_row", "round_timing", "time_round_robin", "nvml_telemetry", "cuda_event_times_ms",
+    "cuda_event_median_ms",
 ]
 
 Method = Literal["cuda_graph", "back_to_back"]
@@ -95,6 +98,22 @@ class Device(Protocol):
 
     def telemetry(self) -> Telemetry:
         """The clock and power readings of this device."""
+
+
+def release_frames(excs: Sequence[BaseException]) -> None:
+    """Clear the local variables of every finished frame in the tracebacks of `excs` and of the exceptions they
+    chain to (``__cause__``, ``__context__``), so that what those frames held (the tensors a call made before it
+    raised) is freed now, not when a garbage collection finds the cycle exception -> traceback -> frame -> exception.
+    Frames still running (the caller's) are left as they are."""
+    seen: set[int] = set()
+    todo = list(excs)
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        todo.extend((exc.__cause__, exc.__context__))
 
 
 class CaptureFailed(RuntimeError):
@@ -426,12 +445,13 @@ class TorchCuda:
 
         generators = list(torch.cuda.default_generators)
         states = [g.clone_state() for g in generators]  # each one's state before the capture marks it capturing
+        stream = torch.cuda.current_stream()
         began = False
         try:
-            side.wait_stream(torch.cuda.current_stream())
+            side.wait_stream(stream)
             with torch.cuda.stream(side):
                 fn()
-            torch.cuda.current_stream().wait_stream(side)
+            stream.wait_stream(side)
             with torch.cuda.graph(graph, stream=side):
                 began = True
                 calls_of_fn()
@@ -439,8 +459,16 @@ class TorchCuda:
             # the capture ended (its end released nothing wrong) when the call's own exception came through the end
             # of the capture unchanged; a capture the call invalidated fails at its end with another error
             ended = bool(raised) and exc is raised[-1]
+            reason = f"capture failed: {_reason(raised[0] if raised else exc)}"
+            # torch.cuda.graph's exit leaves the capture's stream current when the capture's end raises
+            torch.cuda.set_stream(stream)
+            # the tensors the call made while capturing live on in its frames, which the exceptions' tracebacks keep
+            # (in reference cycles: until a collection): they are freed here, so that the pool below can be released
+            release_frames([*raised, exc])
+            raised.clear()
+            del exc
             self._undo_capture(graph, generators, states, release_pool=began and not ended)
-            raise CaptureFailed(f"capture failed: {_reason(raised[0] if raised else exc)}") from exc
+            raise CaptureFailed(reason) from None
         return graph.replay
 
     def _undo_capture(self, graph: Any, generators: list, states: list, release_pool: bool) -> None:
@@ -449,7 +477,10 @@ class TorchCuda:
         a capture that failed before its end (`release_pool`) keeps its private memory pool in use (~17 GB per
         failed capture of a forward+backward; later allocations ran out of memory; a capture that ended is released
         by ``graph.reset``). The generators get their states from before the capture back and the pool is released;
-        each step is best effort (private torch API), the capture's own error is what is reported."""
+        each step is best effort (private torch API), the capture's own error is what is reported. The pool's blocks
+        go back to the device only once the tensors in them are freed: `capture` has released the failed call's
+        frames before this (on an H100 a failed capture of a call that allocates 256 MiB left 516 MiB reserved while
+        the exceptions' tracebacks held them), and a collection here frees what other cycles hold."""
         torch = self._torch
         try:
             torch.cuda.synchronize()
@@ -469,6 +500,7 @@ class TorchCuda:
             graph.reset()
         except Exception:
             pass
+        gc.collect()  # what else of the capture a reference cycle holds
         torch.cuda.empty_cache()
 
     def hold(self, ms: float) -> None:

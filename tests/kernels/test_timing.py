@@ -395,7 +395,8 @@ def test_gpu_a_failed_capture_leaves_the_generator_and_the_memory_as_they_were()
     """A capture that fails inside (here: a call that allocates 256 MiB, draws random numbers, then synchronizes)
     must leave no trace: on the H200 one such failure made every later ``torch.randn`` raise "Offset increment
     outside graph capture" and kept its private pool reserved (~17 GB per torch forward+backward) until an
-    allocation ran out of memory."""
+    allocation ran out of memory; on an H100 the call's 256 MiB stayed reserved twice over while the failed call's
+    frames lived on in the exceptions' tracebacks."""
     torch = _torch_cuda()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -407,9 +408,53 @@ def test_gpu_a_failed_capture_leaves_the_generator_and_the_memory_as_they_were()
             torch.cuda.synchronize()  # not allowed while capturing: the capture fails
         return x.sum()
 
+    stream = torch.cuda.current_stream()
     t = measure(allocates_then_syncs, reps=3, warmup=1)
     assert t.method == "back_to_back" and t.fallback_reason, t.describe()
+    # torch.cuda.graph's exit skips restoring the stream when the capture's end raises
+    assert torch.cuda.current_stream() == stream
     torch.randn(16, device="cuda")  # raised "Offset increment outside graph capture" before the undo
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() - reserved < 2**28, (reserved, torch.cuda.memory_reserved())
+
+
+def test_release_frames_frees_what_a_failed_call_held_without_a_collection():
+    """A call that raises while capturing keeps its tensors in its frame, which the exception's traceback keeps, in a
+    reference cycle when the exception is stored (the capture's `raised` list): freed only by a collection. The frames
+    are cleared instead (TorchCuda.capture on a failed capture), so its private pool can be released at once."""
+    import gc
+    import weakref
+
+    from attention_conformance.kernels.timing import release_frames
+
+    class Block:  # stands for a tensor in the capture's pool
+        pass
+
+    alive: list[weakref.ref] = []
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        x = Block()
+        alive.append(weakref.ref(x))
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    def calls() -> None:
+        try:
+            call()
+        except RuntimeError as exc:
+            raised.append(exc)  # the cycle: exc -> traceback -> this frame -> raised -> exc
+            raise ValueError("the capture's end failed") from exc
+
+    gc.disable()
+    try:
+        try:
+            calls()
+        except ValueError as outer:
+            caught = outer
+        assert alive[0]() is not None
+        release_frames([caught])  # reaches the call's frame through __cause__
+        del caught
+        assert alive[0]() is None  # freed without gc.collect()
+    finally:
+        gc.enable()
