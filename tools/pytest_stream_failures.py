@@ -1,8 +1,9 @@
 """A pytest plugin for runs that may be cut off (a device call's time limit): every failed or errored test report
-is appended to ``$STREAM_FAILURES`` (default ``failures.txt``) as it arrives, with its node id, phase and the first
-lines of its message, and every finished test's duration to the same file's ``.durations`` twin, so what ran is
-known even when the session never reaches its summary. ``PYTHONPATH=tools python -m pytest -p
-pytest_stream_failures ...``; under pytest-xdist the controller receives the reports and writes them."""
+is appended to ``$STREAM_FAILURES`` (default ``failures.txt``) as it arrives, with its node id, phase, the first
+lines of its message and the place it was raised (`message_lines`), and every finished test's duration to the same
+file's ``.durations`` twin, so what ran is known even when the session never reaches its summary.
+``PYTHONPATH=tools python -m pytest -p pytest_stream_failures ...``; under pytest-xdist the controller receives the
+reports and writes them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ def pytest_runtest_logreport(report) -> None:
             f.write(f"{report.duration:.2f}\t{report.outcome}\t{report.when}\t{report.nodeid}\n")
     if not report.failed:
         return
-    text = report.longreprtext or ""
-    lines = [ln for ln in text.splitlines() if ln.strip()][-40:]
     with open(_PATH, "a") as f:
-        f.write(f"=== {report.nodeid} [{report.when}]\n" + "\n".join(lines) + "\n")
+        f.write(f"=== {report.nodeid} [{report.when}]\n" + "\n".join(message_lines(report.longreprtext or "")) + "\n")
+
+
+def message_lines(text: str, head: int = 30, tail: int = 10) -> list[str]:
+    """The lines of a failure worth keeping: its error lines (``E   ...``: the message, which a Hypothesis failure
+    follows with 40 lines of the falsifying example) first, at most `head`, then the last `tail` lines (where it was
+    raised); a report without error lines keeps its last head + tail lines."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("E ")]
+    if not errors:
+        return lines[-(head + tail):]
+    rest = [ln for ln in lines[-tail:] if ln not in errors[:head]]
+    return errors[:head] + (["..."] if len(errors) > head else []) + rest

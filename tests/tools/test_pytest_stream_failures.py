@@ -1,0 +1,23 @@
+"""tools/pytest_stream_failures.py keeps what says why a test failed: a Hypothesis failure's message comes before its
+falsifying example's 40 lines, which the last lines alone (as it kept before) would have been."""
+
+from __future__ import annotations
+
+import pytest_stream_failures
+
+
+def test_the_message_comes_first_then_where_it_was_raised():
+    example = [f"E            field_{i}={i}," for i in range(40)]
+    text = "\n".join(["    def test_kernel_property(kind):", ">       run.test()",
+                      "E   PropertyFailure: cuda-fa2: property 'backward' failed [FAIL]: dq: error 3e-3 > tolerance",
+                      "E     Falsifying example: test(", *example, "", "property_tests/kernel_properties.py:356: "
+                      "PropertyFailure"])
+    kept = pytest_stream_failures.message_lines(text)
+    assert kept[0].startswith("E   PropertyFailure: cuda-fa2") and "dq: error" in kept[0]
+    assert len(kept) <= 30 + 1 + 10 and kept[30] == "..."
+    assert kept[-1] == "property_tests/kernel_properties.py:356: PropertyFailure"
+
+
+def test_a_report_without_error_lines_keeps_its_last_lines():
+    text = "\n".join(f"line {i}" for i in range(100))
+    assert pytest_stream_failures.message_lines(text) == [f"line {i}" for i in range(60, 100)]
