@@ -31,7 +31,8 @@ Declared support comes from the installed library: each operator's ``SUPPORTED_D
 ``SUPPORTS_PARTIAL`` (`op_capabilities`); `supports` then asks xformers about the case's actual tensors and bias: the
 operator's ``not_supported_reasons`` or the dispatcher (``No operator found ...``), and declines in its words.
 The operator the dispatcher picks is recorded first in ``ForwardOutput.kernels`` (``xformers:<op NAME>``), then the
-CUDA kernels the profiler saw. Without the library the adapter claims nothing.
+CUDA kernels the profiler saw. Without the library the adapter claims nothing; with a build whose C++/CUDA extensions do
+not load beside this torch it is unavailable, with xformers' reason (`cpp_library_reason`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ from attention_conformance.adapters.spelling import (
 from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["BIASES", "HIDDEN_NOTE", "LIBRARY_CHECK", "OPS", "BiasRefused", "BiasSpelling", "Translated", "Xformers",
-           "flash_attn_without_fa2", "importing_xformers", "op_capabilities", "translate", "window_size"]
+           "cpp_library_reason", "flash_attn_without_fa2", "importing_xformers", "op_capabilities", "translate",
+           "window_size"]
 
 DISTRIBUTION = "xformers"
 
@@ -332,6 +334,23 @@ def importing_xformers() -> Iterator[bool]:
             sys.modules["flash_attn"] = saved
 
 
+def cpp_library_reason() -> str | None:
+    """Why the imported xformers cannot run any operator (None: its C++/CUDA extensions loaded, or no xformers).
+
+    An xformers wheel is built for one PyTorch and CUDA (0.0.35 on PyPI: torch 2.10 + CUDA 12.8). Beside another
+    torch its extensions do not load and every operator declines every call with "xFormers wasn't build with CUDA
+    support": cutlassF-pt and fa2F-pt too, though they call PyTorch's own kernels, and Triton's split-KV (an H100 with
+    torch 2.11 + cu130: all 6,336 (case, variant) pairs of the gpu profile declined). That is said once, as the
+    adapter's reason to be unavailable, in xformers' own words (its load exception), not as NOT_SUPPORTED on every
+    case."""
+    xformers = sys.modules.get("xformers")
+    if xformers is None or getattr(xformers, "_has_cpp_library", True):
+        return None
+    exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
+    words = " ".join(str(exc).split()).split(" Please reinstall")[0] if exc is not None else "no load exception"
+    return f"xformers cannot load its C++/CUDA extensions, without which none of its operators runs: {words}"
+
+
 class Xformers(LibraryAdapter):
     """xformers' memory_efficient_attention through its attn_bias and op= spellings (see the module docstring)."""
 
@@ -347,6 +366,12 @@ class Xformers(LibraryAdapter):
     def __init__(self, entry_point: str | None = None) -> None:
         super().__init__(entry_point)
         self.capabilities = self._declared()
+
+    def unavailable_reason(self, device: str) -> str | None:
+        reason = super().unavailable_reason(device)
+        if reason is None and device.startswith("cuda"):
+            return cpp_library_reason()
+        return reason
 
     def import_library(self) -> Any:
         """``xformers.ops.fmha``, imported as `importing_xformers` says (beside flash-attn-4 too)."""

@@ -382,6 +382,29 @@ def test_without_the_library_nothing_is_claimed(monkeypatch):
     assert a.capabilities.dtypes == frozenset() and a.module() is None and "not importable" in a._import_error
 
 
+def test_a_build_whose_extensions_do_not_load_is_unavailable_in_xformers_words(stand_in, monkeypatch):
+    """xformers' wheel is built for one torch: beside another its C++/CUDA extensions do not load and every operator
+    declines every call (on an H100 with torch 2.11 + cu130 the PyPI 0.0.35 wheel, built for torch 2.10 + cu128,
+    declined all of the gpu profile); the adapter says so once, as why it is unavailable."""
+    stand_in()
+    top = sys.modules["xformers"]
+    assert xf.cpp_library_reason() is None and xf.Xformers("cutlass").unavailable_reason("cuda") is None
+
+    class InvalidLib(Exception):
+        def __str__(self):
+            return ("xFormers can't load C++/CUDA extensions. xFormers was built for:\n    PyTorch 2.10.0+cu128 with "
+                    "CUDA 1208 (you have 2.11.0+cu130)\n  Please reinstall xformers (see https://github.com/...)")
+
+    monkeypatch.setattr(top, "_has_cpp_library", False, raising=False)
+    monkeypatch.setattr(top, "_cpp_lib", types.SimpleNamespace(_cpp_library_load_exception=InvalidLib()),
+                        raising=False)
+    for entry in (None, "cutlass", "flash", "triton_splitk", "partial"):
+        reason = xf.Xformers(entry).unavailable_reason("cuda")
+        assert reason == ("xformers cannot load its C++/CUDA extensions, without which none of its operators runs: "
+                          "xFormers can't load C++/CUDA extensions. xFormers was built for: PyTorch 2.10.0+cu128 "
+                          "with CUDA 1208 (you have 2.11.0+cu130)"), (entry, reason)
+
+
 def test_spellings_decline_what_they_cannot_say(stand_in):
     fmha = stand_in()
     base = Case("t", 2, 4, 2, 8, 12, 64, 64)

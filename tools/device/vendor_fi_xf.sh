@@ -8,12 +8,14 @@
 #                           unpacks it on the host (no xz binary needed there)
 #   wheels/                 apache-tvm-ffi (cp312; FlashInfer's only requirement the host lacks at import: numpy,
 #                           einops, ninja, packaging, requests, tabulate, tqdm, click, nvidia-ml-py, cuda-bindings
-#                           are there) and xformers (built against torch 2.10 + CUDA 12.8: its C++ extension does not
-#                           load beside torch 2.11 + cu130, it needs libcudart.so.12; memory_efficient_attention then
-#                           runs PyTorch's own kernels, cutlassF-pt / fa2F-pt, and Triton's split-KV)
+#                           are there) and xformers (PyPI's is built against torch 2.10 + CUDA 12.8: beside torch
+#                           2.11 + cu130 its C++ extension does not load, and then none of its operators runs, not
+#                           even cutlassF-pt / fa2F-pt over PyTorch's kernels, nor Triton's split-KV: XF must name a
+#                           build for the host's torch, e.g. from PyTorch's cu130 index with XF_INDEX below)
 #   curand-include.tar.xz   curand headers (nvidia-curand, CUDA 13): FlashInfer's sm90 modules include
 #                           curand_kernel.h through CUTLASS's utilities; a toolkit without curand cannot build them
-# Versions: FI, TVM_FFI, XF, CURAND below (override from the environment).
+# Versions: FI, TVM_FFI, XF, CURAND below (override from the environment); XF_INDEX: the index XF comes from (default
+# the configured one), e.g. https://download.pytorch.org/whl/cu130 for a build against torch 2.11 + CUDA 13.
 set -euo pipefail
 DEST=${1:-.vendor-fi-xf}
 FI=${FI:-flashinfer-python==0.7.2.post1}
@@ -27,7 +29,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$DEST" && mkdir -p "$DEST/wheels"
 # shellcheck disable=SC2086
-for p in "$TVM_FFI" "$XF"; do python3 -m pip download -q --no-deps $plat -d "$DEST/wheels" "$p"; done
+python3 -m pip download -q --no-deps $plat -d "$DEST/wheels" "$TVM_FFI"
+# shellcheck disable=SC2086
+python3 -m pip download -q --no-deps $plat -d "$DEST/wheels" ${XF_INDEX:+--index-url "$XF_INDEX"} "$XF"
 # shellcheck disable=SC2086
 for p in "$FI" "$CURAND"; do python3 -m pip download -q --no-deps $plat -d "$tmp" "$p"; done
 python3 -m zipfile -e "$tmp"/flashinfer_python-*.whl "$tmp/fi"
