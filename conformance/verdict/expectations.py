@@ -7,7 +7,7 @@ An expectations file (TOML, ``schema = 1``) lists entries::
     adapters = ["torch-sdpa-flash"]                     # adapter names or --impl specs (fnmatch patterns)
     versions = ">=2.13,<2.14"                           # optional: the adapter's version() (first x.y.z in it)
     devices = ["cpu"]                                   # optional: "cpu", "cuda"
-    gpu = "H200"                                        # optional: a substring of a visible GPU's name
+    gpu = ["H100", "H200"]                              # optional: a substring (or a list) of a visible GPU's name
     cases = "scale and causal"                          # optional: a -k expression over case ids
     where = {family = "scale", causal = true, scale = {max = 0.0}}   # optional: Case fields (value, list, range)
     outcome = "FAIL"                                    # expected outcome(s), `EXPECTABLE`; default FAIL
@@ -100,7 +100,7 @@ class Expectation:
     source: str = ""
     versions: str | None = None
     devices: tuple[str, ...] | None = None
-    gpu: str | None = None
+    gpu: tuple[str, ...] | None = None  # any of these substrings of a visible GPU's name
     cases: str | None = None
     where: dict[str, Any] = field(default_factory=dict)
     outcomes: tuple[str, ...] = ("FAIL",)
@@ -236,9 +236,10 @@ def _entry(raw: dict, source: str, index: int, base: Path | None = None) -> Expe
             catalog.select([], str(cases))
         except ValueError as exc:
             raise ExpectationError(f"{where_}: cases {cases!r}: {exc}") from None
+    gpu = None if raw.get("gpu") is None else _strings(raw["gpu"], f"{where_} gpu")
     return Expectation(id=ident, adapters=adapters, reason=raw["reason"].strip(), source=source,
                        versions=None if versions is None else str(versions), devices=devices_t,
-                       gpu=raw.get("gpu"), cases=None if cases is None else str(cases), where=dict(where),
+                       gpu=gpu, cases=None if cases is None else str(cases), where=dict(where),
                        outcomes=outcomes, symptom=raw.get("symptom"), finding=raw.get("finding"),
                        link=raw.get("link"), repro=_repro(raw.get("repro"), base, where_))
 
@@ -321,7 +322,7 @@ def applicable(e: Expectation, adapter: str, spec: str, ctx: RunContext) -> bool
         return False
     if e.devices is not None and ctx.device.split(":")[0] not in e.devices:
         return False
-    if e.gpu is not None and not any(e.gpu.lower() in g.lower() for g in ctx.gpus):
+    if e.gpu is not None and not any(name.lower() in g.lower() for name in e.gpu for g in ctx.gpus):
         return False
     if e.versions:
         version = ctx.versions.get(adapter, ctx.versions.get(spec, ""))

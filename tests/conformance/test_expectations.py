@@ -161,6 +161,31 @@ def test_selectors_gpu_and_case_expression(tmp_path):
     assert ex.decide(entries, OTHER, "torch-sdpa-cudnn", "torch-sdpa-cudnn", "FAIL", "x", [], h200).outcome == "FAIL"
 
 
+def test_an_entry_names_several_gpus(tmp_path):
+    """A defect of one architecture's code path, seen on each of its cards (sm90: an H100 and an H200)."""
+    entries = ex.load(_file(tmp_path, """
+        [[expectation]]
+        id = "hopper"
+        adapters = ["torch-sdpa-*"]
+        gpu = ["H100", "H200"]
+        reason = "r"
+    """))
+    assert entries[0].gpu == ("H100", "H200")
+    cards = (("NVIDIA H100 80GB HBM3", "KNOWN"), ("NVIDIA H200", "KNOWN"), ("NVIDIA A100-SXM4-80GB", "FAIL"))
+    for name, outcome in cards:
+        ctx = ex.RunContext("cuda", (name,), {})
+        got = ex.decide(entries, SCALE, "torch-sdpa-cudnn", "torch-sdpa-cudnn", "FAIL", "x", [], ctx).outcome
+        assert got == outcome, name
+    with pytest.raises(ex.ExpectationError, match="gpu: expected a non-empty string or list of strings"):
+        ex.load(_file(tmp_path, """
+            [[expectation]]
+            id = "bad"
+            adapters = ["x"]
+            gpu = []
+            reason = "r"
+        """))
+
+
 def test_apply_counts_and_reports_unused_entries(tmp_path):
     entries = ex.load(_file(tmp_path, ENTRY + """
     [[expectation]]
