@@ -10,9 +10,17 @@ from __future__ import annotations
 import os
 
 _PATH = os.environ.get("STREAM_FAILURES", "failures.txt")
+_WORKER = False  # an xdist worker: its reports reach the controller, which writes them (else each is written twice)
+
+
+def pytest_configure(config) -> None:
+    global _WORKER
+    _WORKER = hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report) -> None:
+    if _WORKER:
+        return
     if report.when == "call" or report.failed:
         with open(_PATH + ".durations", "a") as f:
             f.write(f"{report.duration:.2f}\t{report.outcome}\t{report.when}\t{report.nodeid}\n")
