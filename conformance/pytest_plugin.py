@@ -19,7 +19,9 @@ with ``-p no:attention_conformance``). It provides:
   conformance and property tests ordered largest estimated seconds first (`conformance.running.schedule`; other
   tests keep their places), the tests of one case spread apart, on CUDA handed to the workers one at a time
   (``--maxschedchunk 1`` unless given); the workers share each case's inputs and FP64 oracle, and the memory
-  family's raw results, through a folder the controller makes and removes (`conformance.running.oracle_store`);
+  family's raw results, through a folder the controller makes and removes (`conformance.running.oracle_store`); on
+  CUDA they share the GPU through it too, and a call that ran out of device memory beside the others runs again
+  alone, as the CLI re-runs it (`conformance.running.gpu_share`);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
@@ -49,6 +51,7 @@ project lives under the repository's ``tests/``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections import OrderedDict
 from typing import Any
@@ -398,11 +401,16 @@ class ConformanceSession:
     results of the memory family (its growth verdict spans a series of cases), and the final verdict of a test."""
 
     def __init__(self, run: Any, cases: list[Any], store: Any = None):
+        from attention_conformance.running.gpu_share import GpuShare
+
         self.run = run
         self.device = run.device
         self.cases = cases  # the profile's cases: a memory case's series is looked up among them
         self.store = store  # under pytest-xdist: oracles and the memory family's raw results shared by the workers
-        self.runner = run.runner(store=store)
+        # under pytest-xdist on a GPU: the workers' cases share it, and a call that ran out of memory beside them
+        # runs again alone (`running.gpu_share`), as the CLI re-runs it alone
+        self.share = GpuShare(store.folder) if store is not None and self.device.startswith("cuda") else None
+        self.runner = run.runner(store=store, share=self.share)
         self.by_spec = {la.spec: la for la in run.loaded}
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
@@ -417,19 +425,23 @@ class ConformanceSession:
             old, _ = self.recent.popitem(last=False)
             self.runner.cache.evict(old)
 
+    def _run_case(self, la: Any, case: Any) -> Any:
+        with self.share.shared() if self.share is not None else contextlib.nullcontext():
+            return self.runner.run_case(la, case)
+
     def _raw(self, la: Any, case: Any) -> Any:
         from attention_conformance.verdict import growth
 
         if case.family != growth.FAMILY:
             self.touch(case.id)
-            return self.runner.run_case(la, case)
+            return self._run_case(la, case)
         key = (case.id, la.spec)
         if key not in self.raw:
             self.touch(case.id)
             if self.store is None:
-                self.raw[key] = self.runner.run_case(la, case)
+                self.raw[key] = self._run_case(la, case)
             else:  # the series' other tests, in other workers, need this result too
-                self.raw[key] = self.store.fetch(f"raw {case.id} {la.spec}", lambda: self.runner.run_case(la, case))
+                self.raw[key] = self.store.fetch(f"raw {case.id} {la.spec}", lambda: self._run_case(la, case))
         return self.raw[key]
 
     def applicable(self, spec: str, family: str) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ The engine keeps iteration, the oracle cache and isolation; outcome names and se
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import traceback
@@ -31,6 +32,7 @@ from attention_conformance.cases.catalog import estimated_cost
 from attention_conformance.running import memory_policy
 from attention_conformance.running.cuda_context import release_cached
 from attention_conformance.running.eta import EtaModel
+from attention_conformance.running.gpu_share import GpuShare
 from attention_conformance.running.oracle_store import OracleStore
 from attention_conformance.running.worker import (
     CallResult,
@@ -150,8 +152,11 @@ class Runner:
 
     def __init__(self, adapters: Sequence[LoadedAdapter], device: str = "cpu", *, timeout: float = 300.0,
                  determinism: str = "sampled", worker_env: dict[str, str] | None = None, strict: bool = False,
-                 store: OracleStore | None = None):
+                 store: OracleStore | None = None, share: GpuShare | None = None):
         self.adapters = list(adapters)
+        #: the GPU this process shares with the run's other processes (pytest-xdist's workers): a call that ran
+        #: out of device memory runs again alone on it (`GpuShare.alone`); None = nothing to wait for
+        self.share = share
         self.strict = strict  # named findings are FAIL (SEMANTICS.md §17)
         self.device = device
         self.timeout = timeout
@@ -189,11 +194,14 @@ class Runner:
             release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
         if ran_out_of_memory(v.outcome, v.message) and (la.isolate or not self.context_lost):
             # the device was full at that moment (other workers' memory): once more, with this process's cache
-            # released; the pytest plugin has no later pass that re-runs it alone (`running.parallel` has)
+            # released, and with the GPU to itself where the run's processes share it (`share`: pytest-xdist's
+            # workers, which have no later pass that re-runs it alone, as `running.parallel` has)
             first = v.message.strip().splitlines()[0]
-            v = self.verdict(la, case)
-            v.notes.append(f"run a second time: the first run was a HARNESS_ERROR ({first[:200]})")
-            release_cached(self.device)
+            with self.share.alone() if self.share is not None else contextlib.nullcontext():
+                v = self.verdict(la, case)
+                release_cached(self.device)
+            alone = " alone (every other process's case ended first)" if self.share is not None else ""
+            v.notes.append(f"run a second time{alone}: the first run was a HARNESS_ERROR ({first[:200]})")
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
                           findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,

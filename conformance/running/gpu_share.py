@@ -1,0 +1,88 @@
+"""One GPU shared by the processes of a run, and a call that must have it to itself (issue 43: one verdict per
+(case, adapter), whatever the front end).
+
+A call that runs out of device memory beside other workers is not the kernel's verdict (HARNESS_ERROR,
+`verdict.judge.ran_out_of_memory`). The CLI's pool re-runs such a case alone once every other worker is idle
+(`running.parallel`); pytest-xdist has no such later pass, so its workers share the GPU through `GpuShare`: every
+case runs holding the share (`shared`), and the retry of a call that ran out of memory runs `alone`, after the calls
+in flight on the other workers have ended and before any other starts. The verdict of that retry is then what the
+CLI's re-run alone gives.
+
+Two files in a folder the run's processes share (the oracle store's, `running.oracle_store`) carry it, with
+``flock``: ``gpu.lock``, held shared by each running case and exclusively by the call alone, and ``gpu.gate``, which
+a process waiting to be alone holds exclusively so that no new case slips in ahead of it (a stream of shared holders
+would otherwise keep it waiting for ever). Without ``fcntl`` (not POSIX) both are no-ops.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["GpuShare"]
+
+
+class GpuShare:
+    """The run's GPU, shared by its processes through ``folder`` (see the module docstring)."""
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+        self._held: IO[str] | None = None  # this process's shared hold of gpu.lock, while a case runs
+
+    def _open(self, name: str) -> IO[str]:
+        return open(self.folder / name, "a")
+
+    def _take_shared(self) -> None:
+        gate = self._open("gpu.gate")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while a process waits to be alone
+            held = self._open("gpu.lock")
+            fcntl.flock(held, fcntl.LOCK_SH)
+        finally:
+            gate.close()  # closing releases the gate: a later process that wants to be alone may take it
+        self._held = held
+
+    def _drop_shared(self) -> None:
+        if self._held is not None:
+            self._held.close()  # releases the lock
+            self._held = None
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Hold the GPU beside the run's other processes while the block runs (a case's calls)."""
+        if fcntl is None or self._held is not None:
+            yield
+            return
+        self._take_shared()
+        try:
+            yield
+        finally:
+            self._drop_shared()
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """Run the block with the GPU to this process alone: no other process's case runs meanwhile. Inside
+        `shared`, this process's own hold is given up for the block and taken again after it."""
+        if fcntl is None:
+            yield
+            return
+        was_held = self._held is not None
+        self._drop_shared()
+        gate, lock = self._open("gpu.gate"), self._open("gpu.lock")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # no new case starts from here on
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the cases in flight have ended
+            yield
+        finally:
+            lock.close()
+            gate.close()
+            if was_held:
+                self._take_shared()
