@@ -409,7 +409,7 @@ class ConformanceSession:
         self.store = store  # under pytest-xdist: oracles and the memory family's raw results shared by the workers
         # under pytest-xdist on a GPU: the workers' cases share it, and a call that ran out of memory beside them
         # runs again alone (`running.gpu_share`), as the CLI re-runs it alone
-        self.share = GpuShare(store.folder) if store is not None and self.device.startswith("cuda") else None
+        self.share = GpuShare.of_run(store.folder if store is not None else None, self.device)
         self.runner = run.runner(store=store, share=self.share)
         self.by_spec = {la.spec: la for la in run.loaded}
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran

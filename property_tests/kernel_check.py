@@ -1,8 +1,9 @@
 """Judge one (adapter, case) pair against the FP64 oracle for the property suite: the engine's verdict.
 
 The property suite and the mutant runner call `evaluate`, which runs the engine's own per-case
-evaluation (`conformance.running.engine.Runner.verdict`: NOT_SUPPORTED, the calls, in-process or in a worker
-for isolated adapters, then `conformance.verdict.judge.judge`), so a verdict here is the verdict ``python -m
+evaluation (`conformance.running.engine.Runner.settled_verdict`: NOT_SUPPORTED, the calls, in-process or in a worker
+for isolated adapters, then `conformance.verdict.judge.judge`; a call that ran out of device memory once more, alone
+on the GPU where `share_gpu` gave the run's share), so a verdict here is the verdict ``python -m
 attention_conformance run`` gives: the same `conformance.verdict.judge.Verdict`, the same checks and the same LSE
 convention rules (SEMANTICS.md §8: +inf on fully masked rows passes where the adapter's
 `ForwardOutput.lse_convention` declares it, in-process and isolated alike).
@@ -14,15 +15,17 @@ fresh copies of the inputs, so a kernel that writes into its inputs cannot poiso
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 
 from attention_conformance.adapters.base import Adapter
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases.case import Case
 from attention_conformance.running.engine import OracleCache, Runner
+from attention_conformance.running.gpu_share import GpuShare
 from attention_conformance.verdict.judge import Verdict
 
-__all__ = ["Verdict", "evaluate", "oracle_data", "clear_cache"]
+__all__ = ["Verdict", "evaluate", "oracle_data", "clear_cache", "share_gpu"]
 
 _CACHE_MAX = 1024
 
@@ -57,6 +60,16 @@ def _copy_inputs(inputs):
 
 
 _RUNNERS: dict[tuple[int, str, str], tuple] = {}
+_SHARE: GpuShare | None = None
+
+
+def share_gpu(share: GpuShare | None) -> None:
+    """The GPU this process shares with the run's others (pytest-xdist's workers on CUDA, `running.gpu_share`): each
+    evaluation on a CUDA device then holds it, and a call that ran out of device memory runs again alone."""
+    global _SHARE
+    _SHARE = share
+    for _, runner in _RUNNERS.values():
+        runner.share = share
 
 
 def _close_runners() -> None:
@@ -75,7 +88,7 @@ def _runner_for(adapter: Adapter, device: str, spec: str | None):
     if hit is not None:  # the entry holds a reference to the adapter, so its id cannot be reused meanwhile
         return hit
     la = LoadedAdapter(spec or adapter.name, adapter.name, adapter, None)
-    runner = Runner([la], device, determinism="sampled")
+    runner = Runner([la], device, determinism="sampled", share=_SHARE)
     runner.cache = _CACHE
     if len(_RUNNERS) > 64:
         _close_runners()
@@ -89,7 +102,9 @@ def evaluate(adapter: Adapter, case: Case, device: str = "cpu", spec: str | None
     A failing verdict's message ends with the case id, so a property failure names its case.
     """
     la, runner = _runner_for(adapter, device, spec)
-    v = runner.verdict(la, case)
+    on_gpu = _SHARE is not None and device.startswith("cuda")
+    with _SHARE.shared() if on_gpu else contextlib.nullcontext():
+        v = runner.settled_verdict(la, case)
     if v.failed:
         v.message = f"{v.message} (case {case.id})"
     return v

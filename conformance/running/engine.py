@@ -188,26 +188,32 @@ class Runner:
 
     # -- one case ---------------------------------------------------------------------------------
     def run_case(self, la: LoadedAdapter, case: Case) -> CaseResult:
-        """The `CaseResult` of `la` on `case` (the verdict of `verdict`, with the case's identity)."""
-        v = self.verdict(la, case)
-        if v.outcome != NOT_SUPPORTED:
-            release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
-        if ran_out_of_memory(v.outcome, v.message) and (la.isolate or not self.context_lost):
-            # the device was full at that moment (other workers' memory): once more, with this process's cache
-            # released, and with the GPU to itself where the run's processes share it (`share`: pytest-xdist's
-            # workers, which have no later pass that re-runs it alone, as `running.parallel` has)
-            first = v.message.strip().splitlines()[0]
-            with self.share.alone() if self.share is not None else contextlib.nullcontext():
-                v = self.verdict(la, case)
-                release_cached(self.device)
-            alone = " alone (every other process's case ended first)" if self.share is not None else ""
-            v.notes.append(f"run a second time{alone}: the first run was a HARNESS_ERROR ({first[:200]})")
+        """The `CaseResult` of `la` on `case` (the verdict of `settled_verdict`, with the case's identity)."""
+        v = self.settled_verdict(la, case)
         return CaseResult(case_id=case.id, adapter=la.name, spec=la.spec, outcome=v.outcome, family=case.family,
                           features=features_of(case), message=v.message, stats=v.stats, checks=v.checks,
                           findings=v.findings, warnings=v.warnings, kernels=v.kernels, notes=v.notes, memory=v.memory,
                           raised_at=v.raised_at, seconds=v.seconds, oracle_seconds=v.oracle_seconds,
                           tolerance_model=v.tolerance_model,
                           case=case.to_dict(), seed=case.seed, repro=repro_command(case.id, la.spec, self.device))
+
+    def settled_verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
+        """`verdict`, the GPU's idle cached blocks released after it, and a call that ran out of device memory run
+        once more: the device was full at that moment (other workers' memory), so the second run has this process's
+        cache released, and the GPU to itself where the run's processes share it (`share`: pytest-xdist's workers,
+        which have no later pass that re-runs a case alone, as `running.parallel` has). The conformance cases
+        (`run_case`) and the property suite's examples (`property_tests.kernel_check`) both decide through it."""
+        v = self.verdict(la, case)
+        if v.outcome != NOT_SUPPORTED:
+            release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
+        if ran_out_of_memory(v.outcome, v.message) and (la.isolate or not self.context_lost):
+            first = v.message.strip().splitlines()[0]
+            with self.share.alone() if self.share is not None else contextlib.nullcontext():
+                v = self.verdict(la, case)
+                release_cached(self.device)
+            alone = " alone (every other process's case ended first)" if self.share is not None else ""
+            v.notes.append(f"run a second time{alone}: the first run was a HARNESS_ERROR ({first[:200]})")
+        return v
 
     def verdict(self, la: LoadedAdapter, case: Case) -> Verdict:
         """NOT_SUPPORTED, CRASH / TIMEOUT (isolated adapters), HARNESS_ERROR, or `judge` on every call made."""

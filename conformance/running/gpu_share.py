@@ -37,6 +37,12 @@ class GpuShare:
         self.folder = Path(folder)
         self._held: IO[str] | None = None  # this process's shared hold of gpu.lock, while a case runs
 
+    @classmethod
+    def of_run(cls, folder: str | os.PathLike[str] | None, device: str) -> GpuShare | None:
+        """The share of a run whose processes have the folder `folder` in common (pytest-xdist's workers: the oracle
+        store's), on a CUDA device; None for a run of one process (no folder) or on the CPU."""
+        return cls(folder) if folder is not None and str(device).startswith("cuda") else None
+
     def _open(self, name: str) -> IO[str]:
         return open(self.folder / name, "a")
 

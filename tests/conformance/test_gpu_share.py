@@ -119,3 +119,23 @@ def test_the_plugin_runs_each_case_holding_the_share_on_cuda(tmp_path):
         made.clear()
         ConformanceSession(SimpleNamespace(device=device, loaded=[], runner=runner), [], store)
         assert made["share"] is None
+
+
+def test_the_property_suite_retries_alone_through_the_same_rule(monkeypatch, tmp_path):
+    """The property suite's examples decide through `Runner.settled_verdict` too: a call that ran out of device memory
+    runs again, alone on the share `kernel_check.share_gpu` gave (the H100's tox -e gpu had property failures that
+    were only this)."""
+    from attention_conformance.property_tests import kernel_check
+
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
+    monkeypatch.syspath_prepend(HERE)
+    share = _RecordingShare()
+    kernel_check.share_gpu(share)
+    try:
+        toy = load("engine_toys:OutOfMemoryBesideOthers").adapter
+        v = kernel_check.evaluate(toy, EMPTY_ROWS, "cpu")  # on the CPU: no shared hold, the retry alone all the same
+    finally:
+        kernel_check.share_gpu(None)
+    assert v.outcome == "PASS", v.message
+    assert share.events == ["alone", "shared again"]
+    assert any("run a second time alone" in n for n in v.notes), v.notes

@@ -125,7 +125,7 @@ def test_the_memory_family_raw_results_are_shared_by_the_workers(tmp_path):
             calls.append(case.id)
             return {"case": case.id, "spec": la.spec}
 
-    run = SimpleNamespace(device="cpu", loaded=[SimpleNamespace(spec="x")], runner=lambda store=None, share=None: Runner())
+    run = SimpleNamespace(device="cpu", loaded=[SimpleNamespace(spec="x")], runner=lambda **kw: Runner())
     memory = next(c for c in catalog.cases("gpu") if c.family == growth.FAMILY)
     mine, theirs = (ConformanceSession(run, [memory], OracleStore(tmp_path)) for _ in range(2))
     la = run.loaded[0]
