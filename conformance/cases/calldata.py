@@ -179,7 +179,7 @@ class CallResult:
     mutated_where: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     #: who raised `error`: "adapter" (the code under test), "harness" (code around it) or "resources" (the device ran
-    #: out of memory: `running.worker.out_of_memory`; HARNESS_ERROR, not a verdict)
+    #: out of memory: `running.cuda_context.out_of_memory`; HARNESS_ERROR, not a verdict)
     error_origin: str | None = None
     error_site: str | None = None  # `raise_site` of the exception
     memory: dict | None = None  # peak device memory of the call on CUDA (running.peak_memory.MemoryRecord), else None

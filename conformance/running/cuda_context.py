@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import time
 
-__all__ = ["release_cached", "unusable"]
+__all__ = ["out_of_memory", "release_cached", "unusable"]
 
 #: probes of a context whose probe ran out of device memory, and the wait before the next one (times the attempt)
 PROBE_ATTEMPTS = 3
@@ -48,9 +48,8 @@ def unusable(device: str) -> str | None:
                 return "a probe kernel computed 1 + 1 != 2"
             return None
         except Exception as exc:  # the sticky error, as CUDA reports it to the next call
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            if not _out_of_memory(first):
-                return f"{type(exc).__name__}: {first}"
+            if not out_of_memory(exc):
+                return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
             # the device is full right now (the other workers' memory): not sticky, the probe's own allocation
             # failed; the context is judged once the probe can allocate, or usable when it never can
             release_cached(device)
@@ -58,10 +57,18 @@ def unusable(device: str) -> str | None:
     return None
 
 
-def _out_of_memory(message: str) -> bool:
-    """Whether a CUDA error message is an allocation that failed (cudaErrorMemoryAllocation, torch's
-    OutOfMemoryError): an error of that moment, which leaves the context usable, unlike the sticky errors."""
-    return "out of memory" in message.lower()
+#: what the device runtime and libraries say when an allocation fails (torch, the CUDA runtime, cuBLAS, cuDNN)
+_OOM_WORDS = ("out of memory", "cudaErrorMemoryAllocation", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is the device running out of memory (``torch.OutOfMemoryError``, or an error that says so):
+    the machine's state (other processes on the GPU, too many workers), not the kernel's answer, and an error of
+    that moment, which leaves the context usable, unlike the sticky errors."""
+    if type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return any(word in text for word in _OOM_WORDS)
 
 
 def release_cached(device: str) -> None:

@@ -58,19 +58,6 @@ def _snapshot(inputs) -> dict[str, np.ndarray]:
     return snap
 
 
-#: what the device runtime and libraries say when an allocation fails (torch, the CUDA runtime, cuBLAS, cuDNN)
-_OOM_WORDS = ("out of memory", "cudaErrorMemoryAllocation", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is the device running out of memory (``torch.OutOfMemoryError``, or an error that says so):
-    the machine's state (other processes on the GPU, too many workers), not the kernel's answer."""
-    if type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError):
-        return True
-    text = str(exc)
-    return any(word in text for word in _OOM_WORDS)
-
-
 def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
     """Call ``adapter.forward`` or ``adapter.backward``; never raises for adapter errors."""
     from attention_conformance.running.peak_memory import PeakMemory, io_bytes
@@ -88,7 +75,7 @@ def call_adapter(adapter, kind: str, inputs, case, device: str) -> CallResult:
             res.error_type = type(exc).__name__
             res.error_site = raise_site(exc)
             ours = bool(getattr(adapter, "marks_code_under_test", False))
-            if out_of_memory(exc):
+            if cuda_context.out_of_memory(exc):
                 res.error_origin = "resources"
             else:
                 res.error_origin = "adapter" if (raised_under_test(exc) or not ours) else "harness"
