@@ -38,7 +38,14 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.inputs import round_to_dtype
 from attention_conformance.verdict import naive
 from attention_conformance.verdict.oracle_values import oracle_values
-from attention_conformance.verdict.precision import LAMBDA, PrecisionModel, gamma, precision_model, unit_roundoff
+from attention_conformance.verdict.precision import (
+    LAMBDA,
+    PrecisionModel,
+    gamma,
+    precision_model,
+    subnormal_half_spacing,
+    unit_roundoff,
+)
 
 __all__ = [
     "OracleData",
@@ -248,6 +255,7 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
     absscale = abs(p.scale)
     gdv = gamma(p.dv)
     p_dt, out_dt = model.p_dtype, model.out_dtype
+    eta_ds = subnormal_half_spacing(p_dt)  # dS rounded to T for the dQ / dK GEMMs
     tol_lse = lse_tolerance(od)
     for b in range(p.B):
         sq, sk = int(p.seqlens_q[b]), int(p.seqlens_k[b])
@@ -301,11 +309,13 @@ def _backward_pass(p, od: OracleData, tol_o, dq_t, dk_t, dv_t, ndq, ndk, ndv, ac
                 tau = (u_a * gdv) * (absdo[r0:r1] @ absv.T)
                 dD = (absdo[r0:r1] * tol_o[b, h, r0:r1]).sum(axis=1) + u_a * gdv * (absdo[r0:r1] * np.abs(O)).sum(1)
                 e = dP_err * np.abs(dPm - D[:, None]) + P * (tau + dD[:, None]) + (u_p + 4 * u_a) * np.abs(dS)
-                e = np.where(vis, e, 0.0)
+                # a tiny P: the fp32 exp's flush (TOLERANCES.md §4: p_flush |dP - D|) and dS's subnormal rounding to T
+                e = np.where(vis, e + model.p_flush * np.abs(dPm - D[:, None]) + eta_ds, 0.0)
                 adS = np.abs(dS_r)
                 dq_t[b, h, r0:r1] += absscale * (e @ absk + gq * u_a * (adS @ absk))
                 dk_t[b, hk, :sk] += absscale * (e.T @ absq[r0:r1] + gk * u_a * (adS.T @ absq[r0:r1]))
-                dv_t[b, hk, :sk] += (dP_err + (u_p + 4 * u_a) * P).T @ absdo[r0:r1] + gk * u_a * (P.T @ absdo[r0:r1])
+                dv_t[b, hk, :sk] += ((dP_err + (u_p + 4 * u_a) * P + model.eta_p * vis).T @ absdo[r0:r1]
+                                     + gk * u_a * (P.T @ absdo[r0:r1]))
                 # naive same-precision backward
                 gq_rows, gk_rows, gv_rows = naive.backward_rows(p, b, h, r0, r1, q32, k32, v32, do32, vis, L, O, acc,
                                                                 p_dt, out_dt)

@@ -24,6 +24,7 @@ __all__ = [
     "precision_model",
     "smallest_normal",
     "subnormal_half_spacing",
+    "tiny_p_error",
     "unit_roundoff",
 ]
 
@@ -60,6 +61,12 @@ def smallest_normal(dtype: str) -> float:
     return 2.0**emin
 
 
+def tiny_p_error(p_dtype: str, p_flush: float) -> float:
+    """Absolute error of a tiny probability P (TOLERANCES.md §1, `eta_p`): rounding to P's format in its subnormal
+    range, or the softmax exponential's flush to zero (`p_flush`), whichever is larger."""
+    return max(subnormal_half_spacing(p_dtype), p_flush)
+
+
 def gamma(n: int | np.ndarray) -> np.ndarray | float:
     """Growth factor of an n-term fp sum / dot product: min(n, LAMBDA sqrt(n)) (TOLERANCES.md §2)."""
     n = np.asarray(n, dtype=np.float64)
@@ -72,9 +79,11 @@ class PrecisionModel:
     """Unit roundoffs of a correct kernel for one case (TOLERANCES.md §1).
 
     u_out: output dtype; u_p: P for the PV product (the input dtype, FP8 format for FP8 cases);
-    u_s: score GEMM accumulation; u_a: softmax / PV / gradient accumulation; eta_p: absolute
-    rounding error of a subnormal P; floor: smallest normal of the output dtype (flush-to-zero), over
-    out_scale for an FP8 output written as codes of O * out_scale (SEMANTICS.md §10).
+    u_s: score GEMM accumulation; u_a: softmax / PV / gradient accumulation; eta_p: absolute error of a tiny P
+    (`tiny_p_error`: its subnormal rounding, or `p_flush`); floor: smallest normal of the output dtype
+    (flush-to-zero), over out_scale for an FP8 output written as codes of O * out_scale (SEMANTICS.md §10);
+    p_flush: the P below which an fp32 softmax may give 0, fp32's smallest normal 2^-126 (``ex2.approx.ftz.f32``,
+    the exponential of FlashAttention's kernels), 0 for an fp64 softmax.
     """
 
     in_dtype: str
@@ -87,6 +96,7 @@ class PrecisionModel:
     eta_p: float
     floor: float
     out_scale: float = 1.0
+    p_flush: float = 0.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -110,15 +120,18 @@ def precision_model(case: Case, out_dtype: str | None = None, out_scale: float =
         p_dt = in_dt
         out_dt = out_dtype or "bfloat16"
         u_s = u_a = FP8_ACCUMULATOR_U
+        softmax = "float32"  # the FP8 GEMMs accumulate into fp32 registers; softmax runs there
     else:
         in_dt = case.dtype
         p_dt = in_dt
         out_dt = out_dtype or in_dt
-        u_s = u_a = unit_roundoff("float64") if in_dt == "float64" else unit_roundoff("float32")
+        softmax = "float64" if in_dt == "float64" else "float32"
+        u_s = u_a = unit_roundoff(softmax)
     if out_dt not in _FORMAT_BITS:
         out_dt = "float32"
+    p_flush = smallest_normal("float32") if softmax == "float32" else 0.0
     return PrecisionModel(
         in_dtype=in_dt, out_dtype=out_dt, p_dtype=p_dt, u_out=unit_roundoff(out_dt), u_p=unit_roundoff(p_dt),
-        u_s=u_s, u_a=u_a, eta_p=subnormal_half_spacing(p_dt), floor=smallest_normal(out_dt) / out_scale,
-        out_scale=out_scale,
+        u_s=u_s, u_a=u_a, eta_p=tiny_p_error(p_dt, p_flush), floor=smallest_normal(out_dt) / out_scale,
+        out_scale=out_scale, p_flush=p_flush,
     )

@@ -14,7 +14,8 @@ from engine_toys import EmulatedKernel
 
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases import catalog
-from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.cases.case import Case
+from attention_conformance.cases.inputs import make_inputs, round_to_dtype
 from attention_conformance.running.engine import Runner
 from attention_conformance.verdict.bounds import compute_oracle, forward_tolerance
 from attention_conformance.verdict.precision import gamma, precision_model, unit_roundoff
@@ -102,3 +103,33 @@ def test_bf16_scores_with_large_logits_fail():
     assert _run(EmulatedKernel(), case).outcome == "PASS"
     res = _run(EmulatedKernel(score_fmt="bfloat16"), case)
     assert res.outcome == "FAIL", res.message
+
+
+def test_a_kernel_that_flushes_tiny_probabilities_to_zero_passes():
+    """FlashAttention's kernels take exp as ``ex2.approx.ftz.f32``: a probability below 2^-126 is 0 (TOLERANCES.md
+    §1 `p_flush`). The case the H100 found (cuda-fa2's backward: out 0 against -1.9e-38, dQ -0.0 against -5.9e-37):
+    bf16, large logits, a negative scale and a sink, where 121 of 257 rows have P < 2^-126. An exact kernel but for
+    that flush is within every bound; one that drops a P above it is not."""
+    case = Case(family="hyp-bwd", B=1, Hq=1, Hkv=1, Lq=257, Lk=1, d=128, dv=128, dtype="bfloat16", scale=-1.5,
+                distribution="large_logits", backward=True, seed=1, sinks="small")
+    inputs = make_inputs(case)
+    od = compute_oracle(case, inputs)
+    q, k, v, dout = (np.asarray(x, np.float64)[0, 0] for x in (inputs.q, inputs.k, inputs.v, inputs.dout))
+    p = np.exp((q @ k.T)[:, 0] * case.scale - od.lse[0, 0])  # one key: P of each row
+    flushed = p < 2.0**-126
+    assert 0 < flushed.sum() < len(p) and (p[flushed] > 0).any()
+
+    def kernel(p_kept):
+        out = round_to_dtype(p_kept[:, None] * v[0], "bfloat16")
+        ds = p_kept * (dout @ v[0] - (dout * od.out[0, 0]).sum(axis=1))  # dS = P (dP - D), §13
+        return out, round_to_dtype(case.scale * ds[:, None] * k[0], "bfloat16")
+
+    out, dq = kernel(np.where(flushed, 0.0, p))
+    assert (np.abs(out - od.out[0, 0]) <= forward_tolerance(od)[0, 0]).all()
+    assert (np.abs(dq - od.grads["dq"][0, 0]) <= od.grad_tol["dq"][0, 0]).all()
+    # the allowance is for P below 2^-126 only: dropping the smallest P above it fails
+    above = np.flatnonzero(~flushed & (p < 1e-30))
+    assert above.size, p[~flushed].min()
+    i = above[np.argmin(p[above])]
+    out, dq = kernel(np.where(flushed | (np.arange(len(p)) == i), 0.0, p))
+    assert (np.abs(out - od.out[0, 0]) > forward_tolerance(od)[0, 0])[i].any()
