@@ -26,9 +26,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from bench_shapes import parse_head_dims
 from cuda_fwd_check_bench import env_info
 from timing_md import TIMING_NOTE, host_table
 
@@ -51,16 +53,6 @@ BF = torch.bfloat16
 #: the head dims the lab's FA3 backward variants are built for (hopper/bwd_launch.cuh fa3_bwd_narrow_head_dims)
 LAB_DIMS = (64, 96, 128)
 FA2_DIMS = (64, 128, 256)
-
-
-def parse_head_dims(text: str) -> list[tuple[int, int]]:
-    """``--head-dims``: comma-separated d (dv = d) or d x dv, e.g. "64,128,192x128" -> [(64, 64), (128, 128),
-    (192, 128)]."""
-    out = []
-    for item in text.split(","):
-        d, _, dv = item.strip().lower().partition("x")
-        out.append((int(d), int(dv) if dv else int(d)))
-    return out
 
 
 def _calls(*pairs: tuple, variant: str = "default"):
@@ -130,9 +122,11 @@ def fa4_fwd_bwd(q, k, v, dout, causal: bool):
     return f, _grad_fn(out[0] if isinstance(out, tuple) else out, leaves, g)
 
 
-def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> list[dict]:
+def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset(),
+               row_done: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """One row per (B, H, N, d, causal): backward-only and forward+backward TFLOPs/s of every candidate (of those
-    named in `only`, when given)."""
+    named in `only`, when given); `row_done(rows so far)` after each row (the files written then: a run that its
+    time limit cuts short keeps the table of the rows it finished)."""
     from torch.nn.attention import SDPBackend
 
     rows = []
@@ -210,6 +204,8 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset()) -> l
             row["max_diff_vs_flash_error"] = str(exc).splitlines()[0]
         print(json.dumps(row, default=str), flush=True)  # each row as it ends: a run cut short keeps them
         rows.append(row)
+        if row_done is not None:
+            row_done(rows)
         del q, k, v, dout, o3, o2, dq, dk, dv, sc
         torch.cuda.empty_cache()
     return rows
@@ -349,20 +345,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"correctness: {nok}/{len(checks) + len(dets)} ok (cases and determinism)", flush=True)
     dims = parse_head_dims(args.head_dims)
     only = frozenset(x for x in args.only.split(",") if x)
-    rows = [] if args.no_bench else bench_rows([(4, 16, 8192, d, dv, c) for d, dv in dims for c in (False, True)],
-                                               args.rounds, only)
-    env = env_info()
     command = "python tools/fa3_bwd_check_bench.py" + (
         " --no-bench" if args.no_bench else "") + (" --no-check" if args.no_check else "") + (
         f" --head-dims {args.head_dims}" if dims != [(64, 64), (128, 128)] else "") + (
         f" --only {args.only}" if only else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,
-                                                      bench=rows), indent=1, default=str))
-    md = markdown(env, checks, dets, rows, command)
-    (out / "fa3_bwd.md").write_text(md)
-    print(md)
+    env = env_info()
+    shapes = [(4, 16, 8192, d, dv, c) for d, dv in dims for c in (False, True)]
+
+    def write(rows: list[dict]) -> str:
+        cut = "" if len(rows) == len(shapes) or args.no_bench else f" (rows so far: {len(rows)} of {len(shapes)})"
+        (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command + cut, checks=checks,
+                                                          determinism=dets, bench=rows), indent=1, default=str))
+        md = markdown(env, checks, dets, rows, command + cut)
+        (out / "fa3_bwd.md").write_text(md)
+        return md
+
+    rows = [] if args.no_bench else bench_rows(shapes, args.rounds, only, row_done=write)
+    print(write(rows))
     return 0 if all(c["ok"] for c in checks) and all(d["ok"] for d in dets) else 1
 
 

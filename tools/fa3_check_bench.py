@@ -6,13 +6,15 @@
    NaN between guard bands, the conformance judge's verdict against the FP64 oracle, inputs checked unmodified):
    head dims 64/128/256, fp16/bf16, tails, causal in both alignments, windows, softcap, GQA, varlen,
    [B, L, H, D] strides, Lk = 0; then every ablation build on a few d = 128 cases.
-2. Timing (CUDA events, warm-up, median of 25; the candidates of a row timed round-robin 3 times, the
-   median kept) at B=4, H=16, N=8192, d in {64, 128, 256}, causal or not,
+2. Timing (GPU time, `kernels.timing.measure`; the candidates of a row timed round-robin 3 times, the
+   median kept) at B=4, H=16, N=8192, ``--head-dims`` (default d in {64, 128, 256, 96, 192} and d x dv = 192 x 128),
+   causal or not,
    beside torch SDPA's flash and cuDNN backends and, when ``flash_attn.cute`` imports, flash-attn-4
    (``flash_attn.cute.interface.flash_attn_func``); ``--ablation``: the ablation builds at d = 128;
-   ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 4*B*H*N*N*d (halved for causal).
+   ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 2*B*H*N*N*(d + dv) (halved for causal).
 
-Prints a short table last; writes fa3.json and fa3.md (and fa3_curves.svg with --curves) under --out.
+Prints a short table last; writes fa3.json and fa3.md (after each row of the table too, so that a run its time
+limit cuts short keeps its rows; fa3_curves.svg with --curves) under --out.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_shapes import dims_label, parse_head_dims
 from cuda_fwd_check_bench import env_info, sdpa_fn
 from timing_md import TIMING_NOTE, host_table
 from vendor_rows import flashinfer_prefill_fn, xformers_fn
@@ -133,22 +136,24 @@ ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale", "eager_res
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
-def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]:
-    """Timing rows: FA3 (attn_fa3_fwd, plus each build in `variants` as ``fa3_<variant>``) beside the
-    references on the same inputs."""
+def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS, row_done=None) -> list[dict]:
+    """Timing rows of shapes (B, H, N, d[, dv], causal): FA3 (attn_fa3_fwd, plus each build in `variants` as
+    ``fa3_<variant>``) beside the references on the same inputs; `row_done(rows so far)` after each row."""
     from torch.nn.attention import SDPBackend
 
     rows = []
-    for B, H, N, d, causal in shapes:
-        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(3))
-        o = torch.empty_like(q)
+    for shape in shapes:
+        B, H, N, d, dv, causal = shape if len(shape) == 6 else (*shape[:4], shape[3], shape[4])
+        q, k = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(2))
+        v = torch.randn(B, H, N, dv, device="cuda", dtype=BF)
+        o = torch.empty_like(v)
         lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
-        flops = 4 * B * H * N * N * d / (2 if causal else 1)
-        row = dict(B=B, H=H, N=N, d=d, causal=causal)
+        flops = 2 * B * H * N * N * (d + dv) / (2 if causal else 1)
+        row = dict(B=B, H=H, N=N, d=d, dv=dv, causal=causal)
         cands = [("fa3", cuda_lib.bind("attn_fa3_fwd", p))]  # the bound call: struct filled once
         cands += [("fa3_" + v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in variants
-                  if v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128)]
+                  if dv == d and (v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128))]
         if with_refs:
             cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                       ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
@@ -165,6 +170,8 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS) -> list[dict]
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
         rows.append(row)
+        if row_done is not None:
+            row_done(rows)
         del q, k, v, o
     return rows
 
@@ -237,7 +244,7 @@ REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinf
 
 
 def _key(r: dict) -> tuple:
-    return r["B"], r["H"], r["N"], r["d"], bool(r["causal"])
+    return r["B"], r["H"], r["N"], r["d"], r.get("dv", r["d"]), bool(r["causal"])
 
 
 def _previous_note(rows, previous: list[dict], date: str | None) -> str:
@@ -263,12 +270,12 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
            f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/fa3_check_bench.py --skip-check --out DIR`", "",
-           TIMING_NOTE + " Rows: 3 rounds of 25 calls; bf16, TFLOPs/s = 4*B*H*N*N*d (halved for causal).", "",
+           TIMING_NOTE + " Rows: 3 rounds of 25 calls; bf16, TFLOPs/s = 2*B*H*N*N*(d + dv) (halved for causal).", "",
            "| B, H, N, d | causal | FA3 TFLOPs/s | " + " | ".join(title for _, title in REFS) + " | "
            + " | ".join(f"/{title}" for _, title in REFS) + " |" + (" /FA4 before | change |" if before else ""),
            "|---|---|---|" + "---|---|" * len(REFS) + ("---|---|" if before else "")]
     for r in rows:
-        line = (f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+        line = (f"| {r['B']}, {r['H']}, {r['N']}, {dims_label(r)} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
                 + " | ".join(f"{r.get(ref + '_tflops', nan):.0f}" for ref, _ in REFS) + " | "
                 + " | ".join(f"{r.get('ratio_vs_' + ref, nan):.2f}" for ref, _ in REFS) + " |")
         if before:
@@ -282,7 +289,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
         declined = sorted({r[ref + "_declined"] for r in rows if ref + "_declined" in r})
         out += ["", f"*{title}*: " + ("; ".join(calls) if calls else "no row ran")
                 + (f" (declined: {'; '.join(declined)})" if declined else "") + "."]
-    out += [""] + host_table(rows, lambda r: f"{r['B']}, {r['H']}, {r['N']}, {r['d']}"
+    out += [""] + host_table(rows, lambda r: f"{r['B']}, {r['H']}, {r['N']}, {dims_label(r)}"
                                              + (" causal" if r["causal"] else ""))
     extra = sorted({k[4:-7] for r in rows for k in r
                     if k.startswith("fa3_") and k.endswith("_tflops") and k != "fa3_tflops"})
@@ -290,7 +297,8 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
         out += ["", "| B, H, N, d | causal | attn_fa3_fwd | " + " | ".join(extra) + " |",
                 "|---|---|---|" + "---|" * len(extra)]
         for r in rows:
-            out.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
+            out.append(f"| {r['B']}, {r['H']}, {r['N']}, {dims_label(r)} | {r['causal']} | "
+                       f"{r.get('fa3_tflops', nan):.0f} | "
                        + " | ".join(f"{r.get('fa3_' + v + '_tflops', nan):.0f}" for v in extra) + " |")
     if abl:
         out += ["", "Ablation: `full` is the default (attn_fa3_fwd); every other build changes one thing of",
@@ -314,6 +322,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="")
     ap.add_argument("--previous", default="", help="an earlier fa3.json: each FA4 ratio's change is shown beside it")
     ap.add_argument("--curves-only", action="store_true", help="skip the N=8192 table")
+    ap.add_argument("--head-dims", default="64,128,256,96,192,192x128",
+                    help="the N=8192 table's rows: comma-separated d, or d x dv (default: every head dim FA3 builds)")
     ap.add_argument("--curves-no-refs", action="store_true", help="curves: time FA3 builds only")
     ap.add_argument("--curve-variants", default="", help="comma-separated FA3 builds to add to the curves")
     ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
@@ -335,11 +345,21 @@ def main(argv=None) -> int:
     nbad = sum(not r["ok"] for r in res)
     print(f"correctness: {len(res) - nbad}/{len(res)} ok ({time.time() - t0:.1f} s)", flush=True)
     rows, abl, curves = [], [], []
+    prev = json.loads(Path(args.previous).read_text()) if args.previous else None
+
+    def write(rows: list[dict]) -> str:  # after each row of the table too: a run cut short keeps its rows
+        (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
+                                                                 curves=curves), indent=1))
+        md = markdown(env, rows, abl, prev and prev["bench"], prev and prev.get("env", {}).get("date"))
+        (out / f"fa3{args.tag}.md").write_text(md)
+        return md
+
     if not args.skip_bench:
-        shapes = [(4, 16, 8192, d, c) for d in (64, 128, 256) for c in (False, True)]
+        shapes = [(4, 16, 8192, d, dv, c) for d, dv in parse_head_dims(args.head_dims) for c in (False, True)]
         if args.quick:
             shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
-        rows = [] if args.curves_only else bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v])
+        rows = [] if args.curves_only else bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v],
+                                                      row_done=write)
         if args.ablation:
             abl = ablation_rows()
         if args.curves:
@@ -349,12 +369,7 @@ def main(argv=None) -> int:
                                 variants=[v for v in args.curve_variants.split(",") if v])
     if curves:
         (out / f"fa3_curves{args.tag}.svg").write_text(curves_svg(curves))
-    (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
-                                                             curves=curves), indent=1))
-    prev = json.loads(Path(args.previous).read_text()) if args.previous else None
-    md = markdown(env, rows, abl, prev and prev["bench"], prev and prev.get("env", {}).get("date"))
-    (out / f"fa3{args.tag}.md").write_text(md)
-    print(md)
+    print(write(rows))
     return 1 if nbad else 0
 
 

@@ -68,10 +68,11 @@ def variant_call(p, variant: str) -> None:
     lab.call_fp8_fwd(p, variant)
 
 
-def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
+def bench_rows(shapes, rounds: int = 3, probes: bool = False, row_done=None) -> list[dict]:
     """FP8 (each granularity) and BF16 FA3 on the same shapes, and cuDNN's FP8 forward on the same codes where
     cudnn-frontend imports (``cudnn_fp8``; ``cudnn_fp8_declined``: why not), timed round-robin ``rounds`` times
-    (median kept); ``probes``: also the `PROBES` builds (per-tensor descales) on the d = 128 shapes."""
+    (median kept); ``probes``: also the `PROBES` builds (per-tensor descales) on the d = 128 shapes;
+    `row_done(rows so far)` after each row."""
     rows = []
     for B, H, N, d, causal in shapes:
         x = [torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
@@ -105,14 +106,19 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False) -> list[dict]:
                 cands += [("fp8_probe_" + pr, lambda p=p, pr=pr: variant_call(p, pr)) for pr in PROBES]
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         time_round_robin(row, cands, flops, rounds)
-        row["fp8_over_bf16"] = row["bf16_ms"] / row["fp8_per_tensor_ms"]
-        row["fp8kmajor_over_bf16"] = row["bf16_ms"] / row["fp8kmajor_per_tensor_ms"]
+        nan = float("nan")
+        row["fp8_over_bf16"] = row.get("bf16_ms", nan) / row.get("fp8_per_tensor_ms", nan)
+        row["fp8kmajor_over_bf16"] = row.get("bf16_ms", nan) / row.get("fp8kmajor_per_tensor_ms", nan)
         row["pack_vt_ms"] = time_fn(lambda v=x8[2]: cuda_lib.pack_vt(v))[0]
         rows.append(row)
+        print(json.dumps(row), flush=True)
+        if row_done is not None:
+            row_done(rows)
     return rows
 
 
 def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> str:
+    nan = float("nan")
     out = [f"# FA3 FP8 forward on {env.get('gpu', '?')}", "",
            f"Date {env.get('date')}; driver {env.get('driver')}; CUDA {env.get('cuda')}; torch {env.get('torch')}.", "",
            f"Reproduce: `{command}`", ""]
@@ -142,14 +148,16 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
         probe_rows = [r for r in att if any(k.startswith("fp8_probe_") for k in r)]
         var_rows = [r for r in att if any(f"fp8_{v}_per_tensor_tflops" in r for v in VARIANTS)]
         for r in att:
-            out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {r['bf16_tflops']:.0f} | "
-                       f"{r['fp8_per_tensor_tflops']:.0f} | {r['fp8_per_head_tflops']:.0f} | "
-                       f"{r['fp8_per_tile_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
-                       f"{r['fp8kmajor_per_tensor_tflops']:.0f} | {r['fp8kmajor_per_head_tflops']:.0f} | "
-                       f"{r['fp8kmajor_per_tile_tflops']:.0f} | {r['fp8kmajor_over_bf16']:.2f} | "
-                       f"{r['pack_vt_ms']:.3f} | " + (
-                           f"{r['cudnn_fp8_tflops']:.0f} | {r['cudnn_fp8_ms'] / r['fp8kmajor_per_tensor_ms']:.2f} |"
-                           if "cudnn_fp8_tflops" in r else "- | - |"))
+            def g(key: str, fmt: str = ".0f", r=r) -> str:
+                return format(r.get(key, nan), fmt)
+
+            over_cudnn = r.get("cudnn_fp8_ms", nan) / r.get("fp8kmajor_per_tensor_ms", nan)
+            out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {g('bf16_tflops')} | "
+                       f"{g('fp8_per_tensor_tflops')} | {g('fp8_per_head_tflops')} | {g('fp8_per_tile_tflops')} | "
+                       f"{g('fp8_over_bf16', '.2f')} | {g('fp8kmajor_per_tensor_tflops')} | "
+                       f"{g('fp8kmajor_per_head_tflops')} | {g('fp8kmajor_per_tile_tflops')} | "
+                       f"{g('fp8kmajor_over_bf16', '.2f')} | {g('pack_vt_ms', '.3f')} | "
+                       + (f"{g('cudnn_fp8_tflops')} | {over_cudnn:.2f} |" if "cudnn_fp8_tflops" in r else "- | - |"))
         out.append("")
         c8 = sorted({r["cudnn_fp8_o"] for r in att if "cudnn_fp8_o" in r})
         declined = sorted({r["cudnn_fp8_declined"] for r in att if "cudnn_fp8_declined" in r})
@@ -165,8 +173,8 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
             for r in var_rows:
                 cells = [f"{r.get(f'fp8_{v}_{g}_tflops', float('nan')):.0f}" for v in VARIANTS
                          for g in ("per_tensor", "per_head", "per_tile")]
-                out.append(f"| {r['d']} | {r['causal']} | {r['fp8_per_tensor_tflops']:.0f} | " + " | ".join(cells)
-                           + " |")
+                out.append(f"| {r['d']} | {r['causal']} | {r.get('fp8_per_tensor_tflops', nan):.0f} | "
+                           + " | ".join(cells) + " |")
             out.append("")
         kv_rows = [r for r in att if any(f"fp8kmajor_{v}_per_tensor_tflops" in r for v in KMAJOR_VARIANTS)]
         if kv_rows:
@@ -176,7 +184,7 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
             for r in kv_rows:
                 cells = [f"{r[f'fp8kmajor_{v}_per_tensor_tflops']:.0f}" if f"fp8kmajor_{v}_per_tensor_tflops" in r
                          else "-" for v in KMAJOR_VARIANTS]
-                out.append(f"| {r['d']} | {r['causal']} | {r['fp8kmajor_per_tensor_tflops']:.0f} | "
+                out.append(f"| {r['d']} | {r['causal']} | {r.get('fp8kmajor_per_tensor_tflops', nan):.0f} | "
                            + " | ".join(cells) + " |")
             out.append("")
         if probe_rows:
@@ -199,7 +207,8 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="device correctness cases (kernels.check.cases.FP8_CASES)")
-    ap.add_argument("--bench", action="store_true", help="B=4 H=16 N=8192 d in {64, 128, 256}, causal and not")
+    ap.add_argument("--bench", action="store_true", help="B=4 H=16 N=8192 for each --head-dims, causal and not")
+    ap.add_argument("--head-dims", default="128,256,64,96,192", help="--bench rows: comma-separated d")
     ap.add_argument("--probes", action="store_true", help="--bench: also the timing probes (PROBES) at d = 128")
     ap.add_argument("--out", type=Path, default=None, help="directory for fa3_fp8.json and fa3_fp8.md")
     args = ap.parse_args(argv)
@@ -221,19 +230,21 @@ def main(argv: list[str] | None = None) -> int:
             checks.append(r)
             print(("OK  " if r["ok"] else "FAIL") + f" {r['case']} {r.get('rel_err_vs_reference', float('nan')):.2e}"
                   f" {'; '.join(r['problems'])}", flush=True)
+    command = "python tools/fa3_fp8_check_bench.py " + " ".join(argv or sys.argv[1:])
+
+    def write(rows: list[dict]) -> None:
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "fa3_fp8.json").write_text(json.dumps(dict(env=env, command=command, checks=checks,
+                                                                   rows=rows), indent=1))
+            (args.out / "fa3_fp8.md").write_text(markdown(env, checks, rows, command))
+
     rows = []
     if args.bench:
-        shapes = [(4, 16, 8192, d, c) for d in (128, 256, 64) for c in (False, True)]
-        rows = bench_rows(shapes, probes=args.probes)
+        shapes = [(4, 16, 8192, int(d), c) for d in args.head_dims.split(",") for c in (False, True)]
+        rows = bench_rows(shapes, probes=args.probes, row_done=write)
         rows.append(scaled_mm_row())
-        for r in rows:
-            print(json.dumps(r), flush=True)
-    command = "python tools/fa3_fp8_check_bench.py " + " ".join(argv or sys.argv[1:])
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "fa3_fp8.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, rows=rows),
-                                                          indent=1))
-        (args.out / "fa3_fp8.md").write_text(markdown(env, checks, rows, command))
+    write(rows)
     return 0 if all(c["ok"] for c in checks) else 1
 
 

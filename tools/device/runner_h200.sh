@@ -2,7 +2,8 @@
 # The H200 (no package index, ~64 MiB per call, /tmp kept while the machine stays warm) as a hardware runner
 # would use it, in stages, one device call each, from the repository root:
 #   park1 / park2  park a part of flash-attn-4's CUTLASS DSL (.vendor/, ../shared/tools/vendor_wheels.sh) and the
-#                  test wheels (.wheels-test/, ../shared/tools/test_wheels.sh) in /tmp
+#                  test wheels (.wheels-test/: `EXTRA_WHEELS=threadpoolctl bash ../shared/tools/test_wheels.sh`, whose
+#                  own list lacks threadpoolctl, a requirement of the project: without it tox's install fails) in /tmp
 #   install        FA4 and cudnn-frontend (.whl/) into the runner's torch venv, tox into /tmp/toxsite, this
 #                  checkout (pip install -e, no index), the kernel library for sm_90a
 #   cli [SPECS]    python -m attention_conformance run --profile gpu over SPECS (default: all) into /tmp/cli_NAME,
@@ -82,10 +83,11 @@ benches() {
             export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
         fi
         # short ones first, so that a session cut short still brings back whole tables (the FA3 forward first: its
-        # table has every library's row)
-        step "$dir" fa3 200 python3 tools/fa3_check_bench.py --skip-check \
+        # table has every library's row); each script writes its table after every row, so a step its limit cuts
+        # short keeps the rows it finished (12 rows of the FA3 forward: d 64 / 128 / 256 / 96 / 192 / 192 x 128)
+        step "$dir" fa3 320 python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
-        step "$dir" fp8 150 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
+        step "$dir" fp8 240 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,fa2,flash,cudnn,fa4 \
@@ -229,6 +231,7 @@ carried)
     "$@" ;;
 park1)
     cp .vendor/parts/p1/* .vendor/bin/* /tmp/park/ && mkdir -p /tmp/park/wheels-test && cp .wheels-test/* /tmp/park/wheels-test/
+    compgen -G ".wheels-test/threadpoolctl-*.whl" > /dev/null || echo "park1: .wheels-test has no threadpoolctl wheel"
     ls /tmp/park | head ;;
 park2)
     cp .vendor/parts/p2/* /tmp/park/ && ls /tmp/park | wc -l ;;
