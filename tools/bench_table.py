@@ -63,7 +63,9 @@ def header(data: dict) -> list[str]:
     env = info.get("attention_conformance", {})
     commit = data.get("commit_info", {})
     rev = (commit.get("id") or "?")[:7] + (" (dirty tree)" if commit.get("dirty") else "")
-    gpus = ", ".join(env.get("gpus") or []) or "no GPU recorded"
+    # running.environment's entries: {"index", "name", "capability", "memory_gib"} per GPU
+    gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) \
+        or "no GPU recorded"
     versions = "; ".join(f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "cudnn", "flash-attn-4",
                                                      "nvidia-cudnn-frontend") if env.get(k))
     return [

@@ -155,6 +155,10 @@ def _bench_row(path: Path, root: Path) -> list[str]:
     data = load_json(path) if path.suffix == ".json" else {}
     data = data if isinstance(data, dict) else {}
     env = data.get("env") or data.get("machine_info") or {}
+    if isinstance(env.get("attention_conformance"), dict):  # pytest-benchmark's machine_info: tests/conftest.py's entry
+        ours = env["attention_conformance"]
+        gpus = ", ".join(g.get("name", "?") for g in ours.get("gpus") or [] if isinstance(g, dict))
+        env = {**ours, "gpu": gpus or None, "python_version": None if ours.get("python") else env.get("python_version")}
     date = env.get("date") or data.get("datetime") or _md_date(md) or "?"
     versions = ", ".join(f"{k} {env[k]}" for k in ("gpu", "driver", "cuda", "torch", "cudnn", "python",
                                                     "python_version") if env.get(k))

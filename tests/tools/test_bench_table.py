@@ -61,11 +61,12 @@ def test_gpu_time_is_the_headline_with_host_and_wall_time_beside_it():
 
 
 def test_the_header_says_where_when_and_what_each_figure_means():
-    """Commit, GPU, driver and versions from the JSON's machine_info (tests/conftest.py's hook), the command, and the
-    meaning of GPU ms, host us and the ratios."""
+    """Commit, GPU, driver and versions from the JSON's machine_info (tests/conftest.py's hook: the GPUs as
+    running.environment lists them, a dict each), the command, and the meaning of GPU ms, host us and the ratios."""
     doc = dict(DOC, commit_info=dict(id="0123456789abcdef", dirty=True),
                machine_info=dict(python_version="3.12.3", attention_conformance=dict(
-                   gpus=["NVIDIA H200"], driver="580.159.04", torch="2.11.0+cu130", **{"flash-attn-4": "4.0.0b36"})))
+                   gpus=[dict(index=0, name="NVIDIA H200", capability="9.0", memory_gib=139.8)],
+                   driver="580.159.04", torch="2.11.0+cu130", **{"flash-attn-4": "4.0.0b36"})))
     head = "\n".join(markdown(doc).splitlines()[:8])
     for text in ("tox -e bench", "commit 0123456 (dirty tree)", "NVIDIA H200", "driver 580.159.04",
                  "torch 2.11.0+cu130", "flash-attn-4 4.0.0b36", "3 benchmarks", "GPU ms is the headline"):

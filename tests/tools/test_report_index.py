@@ -112,3 +112,19 @@ def test_index_rows_read_gzip_reports_and_tables_without_json(tmp_path):
     assert "(benchmarks/t.md) | 2026-01-03 10:00 UTC |" in text
     assert "`python -m attention_conformance.reporting.fp8_accuracy`" in text
     assert text.split("## Other files")[1].count("- [") == 1 and "(notes.md)" in text
+
+
+def test_a_pytest_benchmark_json_names_its_gpu_and_versions(tmp_path):
+    """`tox -e bench`'s JSON keeps the environment in machine_info's attention_conformance entry (tests/conftest.py:
+    running.environment, a dict per GPU): the index row names the GPU, driver and torch from there."""
+    import json
+
+    (tmp_path / "benchmarks").mkdir()
+    info = dict(python_version="3.12.3", attention_conformance=dict(
+        python="3.12.3", torch="2.11.0+cu130", driver="580.159.04",
+        gpus=[dict(index=0, name="NVIDIA H100 80GB HBM3", capability="9.0", memory_gib=79.2)]))
+    (tmp_path / "benchmarks" / "pytest_bench.json").write_text(json.dumps(
+        dict(machine_info=info, datetime="2026-12-05T15:00:14+00:00", benchmarks=[])))
+    row = next(line for line in index.render_index(tmp_path).splitlines() if "pytest_bench.json" in line)
+    assert "gpu NVIDIA H100 80GB HBM3, driver 580.159.04" in row and "torch 2.11.0+cu130" in row, row
+    assert row.count("3.12.3") == 1, row
