@@ -337,17 +337,31 @@ def importing_xformers() -> Iterator[bool]:
 def cpp_library_reason() -> str | None:
     """Why the imported xformers cannot run any operator (None: its C++/CUDA extensions loaded, or no xformers).
 
-    An xformers wheel is built for one PyTorch and CUDA (0.0.35 on PyPI: torch 2.10 + CUDA 12.8). Beside another
-    torch its extensions do not load and every operator declines every call with "xFormers wasn't build with CUDA
-    support": cutlassF-pt and fa2F-pt too, though they call PyTorch's own kernels, and Triton's split-KV (an H100 with
-    torch 2.11 + cu130: all 6,336 (case, variant) pairs of the gpu profile declined). That is said once, as the
-    adapter's reason to be unavailable, in xformers' own words (its load exception), not as NOT_SUPPORTED on every
+    An xformers wheel is built for one CUDA runtime (0.0.35 on PyPI: CUDA 12.8, beside torch 2.10). Where its
+    extension does not load, every operator declines every call with "xFormers wasn't build with CUDA support":
+    cutlassF-pt and fa2F-pt too, though they call PyTorch's own kernels, and Triton's split-KV (an H100 with torch
+    2.11 + cu130: all 6,336 (case, variant) pairs of the gpu profile declined). That is said once, as the adapter's
+    reason to be unavailable, in xformers' own words (its load exception) and the loader's (the exception's cause,
+    e.g. "libcudart.so.12: cannot open shared object file": 0.0.35's extension uses only torch's stable C ABI besides
+    the CUDA 12 runtime, so that file on LD_LIBRARY_PATH is what a cu130 torch lacks), not as NOT_SUPPORTED on every
     case."""
     xformers = sys.modules.get("xformers")
     if xformers is None or getattr(xformers, "_has_cpp_library", True):
         return None
     exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
     words = " ".join(str(exc).split()).split(" Please reinstall")[0] if exc is not None else "no load exception"
+    cause, seen = getattr(exc, "__cause__", None), set()
+    while cause is not None and id(cause) not in seen:  # the innermost: torch.ops.load_library wraps dlopen's error
+        seen.add(id(cause))
+        inner = cause.__cause__ or cause.__context__
+        if inner is None or not str(inner).strip():
+            break
+        cause = inner
+    if cause is not None and str(cause).strip():
+        words += f" ({type(cause).__name__}: {str(cause).strip().splitlines()[0]})"
+        if "libcudart.so.12" in str(cause):
+            words += ("; the CUDA 12 runtime this build links is not on the loader's path (LD_LIBRARY_PATH: "
+                      "libcudart.so.12, e.g. from nvidia-cuda-runtime-cu12)")
     return f"xformers cannot load its C++/CUDA extensions, without which none of its operators runs: {words}"
 
 

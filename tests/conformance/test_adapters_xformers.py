@@ -403,6 +403,14 @@ def test_a_build_whose_extensions_do_not_load_is_unavailable_in_xformers_words(s
         assert reason == ("xformers cannot load its C++/CUDA extensions, without which none of its operators runs: "
                           "xFormers can't load C++/CUDA extensions. xFormers was built for: PyTorch 2.10.0+cu128 "
                           "with CUDA 1208 (you have 2.11.0+cu130)"), (entry, reason)
+    # the loader's own error, where the load exception has one, and what it means for the CUDA 12 runtime
+    failed = InvalidLib()
+    failed.__cause__ = OSError("Could not load this library: .../xformers/_C.so")  # torch.ops.load_library's
+    failed.__cause__.__context__ = OSError("libcudart.so.12: cannot open shared object file: No such file or directory")
+    monkeypatch.setattr(top, "_cpp_lib", types.SimpleNamespace(_cpp_library_load_exception=failed), raising=False)
+    reason = xf.Xformers("cutlass").unavailable_reason("cuda")
+    assert "(OSError: libcudart.so.12: cannot open shared object file: No such file or directory)" in reason, reason
+    assert "LD_LIBRARY_PATH" in reason and "nvidia-cuda-runtime-cu12" in reason, reason
 
 
 def test_spellings_decline_what_they_cannot_say(stand_in):

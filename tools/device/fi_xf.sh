@@ -63,6 +63,7 @@ install() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$VENDOR"/wheels/*.whl \
         || return 1
     unpack_vendor || return 1
+    if [ -d "$VENDOR/cudart12" ]; then mkdir -p "$SITE/.cudart12" && cp "$VENDOR"/cudart12/* "$SITE/.cudart12/"; fi
     if compgen -G "$VENDOR/fi_jit.tar.xz.*" > /dev/null; then add_jit "$VENDOR" || return 1; fi
     touch "$SITE/.done"
 }
@@ -95,6 +96,9 @@ setup() {  # install ($1: install, or offline_install) and set the environment t
     if [ ! -f "$cuda_inc/curand_kernel.h" ]; then
         export FLASHINFER_EXTRA_CUDAFLAGS="-I$SITE/.curand-include"
     fi
+    # xformers' extension needs the CUDA 12 runtime beside a cu130 torch (vendor_fi_xf.sh, cudart12/); the loader
+    # reads LD_LIBRARY_PATH when a process starts, so it is set here, before python3
+    if [ -d "$SITE/.cudart12" ]; then export LD_LIBRARY_PATH="$SITE/.cudart12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 }
 
 mode=${1:-check}

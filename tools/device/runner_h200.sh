@@ -81,6 +81,10 @@ benches() {
         export PYTHONPATH=tools
         if [ -f /tmp/fx-site/.done ]; then
             export PYTHONPATH=tools:/tmp/fx-site FLASHINFER_WORKSPACE_BASE=/tmp/fx-jit FLASHINFER_CUDA_ARCH_LIST=9.0a
+            # xformers' extension and the CUDA 12 runtime it links (fi_xf.sh)
+            if [ -d /tmp/fx-site/.cudart12 ]; then
+                export LD_LIBRARY_PATH="/tmp/fx-site/.cudart12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            fi
         fi
         # short ones first, so that a session cut short still brings back whole tables (the FA3 forward first: its
         # table has every library's row); each script writes its table after every row, so a step its limit cuts
