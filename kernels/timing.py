@@ -446,14 +446,15 @@ class TorchCuda:
         generators = list(torch.cuda.default_generators)
         states = [g.clone_state() for g in generators]  # each one's state before the capture marks it capturing
         stream = torch.cuda.current_stream()
-        began = False
+        # the capture's memory pool named here, not asked of the graph: CUDAGraph.pool() raises for a capture that
+        # did not end ("without a preceding successful capture"), and the undo below needs the id exactly then
+        pool = torch.cuda.graph_pool_handle()
         try:
             side.wait_stream(stream)
             with torch.cuda.stream(side):
                 fn()
             stream.wait_stream(side)
-            with torch.cuda.graph(graph, stream=side):
-                began = True
+            with torch.cuda.graph(graph, pool=pool, stream=side):
                 calls_of_fn()
         except Exception as exc:
             # the capture ended (its end released nothing wrong) when the call's own exception came through the end
@@ -467,20 +468,23 @@ class TorchCuda:
             release_frames([*raised, exc])
             raised.clear()
             del exc
-            self._undo_capture(graph, generators, states, release_pool=began and not ended)
+            self._undo_capture(graph, generators, states, None if ended else pool)
             raise CaptureFailed(reason) from None
         return graph.replay
 
-    def _undo_capture(self, graph: Any, generators: list, states: list, release_pool: bool) -> None:
-        """What a capture that failed leaves behind, undone (measured on the H200, torch 2.11): the CUDA generators
-        stay marked capturing, so that the next ``torch.randn`` raises "Offset increment outside graph capture", and
-        a capture that failed before its end (`release_pool`) keeps its private memory pool in use (~17 GB per
-        failed capture of a forward+backward; later allocations ran out of memory; a capture that ended is released
-        by ``graph.reset``). The generators get their states from before the capture back and the pool is released;
+    def _undo_capture(self, graph: Any, generators: list, states: list, pool: Any) -> None:
+        """What a capture that failed leaves behind, undone (measured on the H200 and an H100, torch 2.11): the CUDA
+        generators stay marked capturing, so that the next ``torch.randn`` raises "Offset increment outside graph
+        capture"; and a capture whose end failed (`pool`: its memory pool, None where the end succeeded) stays
+        registered with the caching allocator, because ``CUDAGraph::capture_end`` ends the stream's capture before it
+        ends the allocator's and the first raises: while a capture is registered, ``empty_cache`` releases no block of
+        any pool (~17 GB held per failed capture of a forward+backward, until later allocations ran out of memory; a
+        failed capture of a call that allocates 256 MiB kept 516 MiB reserved), and ``graph.reset`` releases the pool
+        only of a capture that ended. The generators get their states from before the capture back, the allocator's
+        capture is ended and the pool released by its id (``graph.pool()`` raises for a capture that did not end);
         each step is best effort (private torch API), the capture's own error is what is reported. The pool's blocks
-        go back to the device only once the tensors in them are freed: `capture` has released the failed call's
-        frames before this (on an H100 a failed capture of a call that allocates 256 MiB left 516 MiB reserved while
-        the exceptions' tracebacks held them), and a collection here frees what other cycles hold."""
+        go back to the device once the tensors in them are freed: `capture` has released the failed call's frames
+        before this, and a collection here frees what other cycles hold."""
         torch = self._torch
         try:
             torch.cuda.synchronize()
@@ -491,10 +495,10 @@ class TorchCuda:
                 gen.graphsafe_set_state(state)
             except Exception:
                 pass
-        for undo in ("_cuda_endAllocateToPool", "_cuda_releasePool") if release_pool else ():
+        for undo in ("_cuda_endAllocateToPool", "_cuda_releasePool") if pool is not None else ():
             try:  # stop routing allocations to the pool, then drop it
-                getattr(torch._C, undo)(self.index, graph.pool())
-            except Exception:  # not this torch's API
+                getattr(torch._C, undo)(self.index, pool)
+            except Exception:  # not this torch's API, or a capture that failed before it began allocating
                 pass
         try:
             graph.reset()

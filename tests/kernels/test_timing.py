@@ -395,8 +395,9 @@ def test_gpu_a_failed_capture_leaves_the_generator_and_the_memory_as_they_were()
     """A capture that fails inside (here: a call that allocates 256 MiB, draws random numbers, then synchronizes)
     must leave no trace: on the H200 one such failure made every later ``torch.randn`` raise "Offset increment
     outside graph capture" and kept its private pool reserved (~17 GB per torch forward+backward) until an
-    allocation ran out of memory; on an H100 the call's 256 MiB stayed reserved twice over while the failed call's
-    frames lived on in the exceptions' tracebacks."""
+    allocation ran out of memory; on an H100 the call's 256 MiB stayed reserved twice over (its block in the capture's
+    pool and the warm-up's on the side stream): the allocator still counted the failed capture as under way, and
+    releases no block while one is (`test_a_failed_capture_is_ended_and_its_pool_released_by_the_id_given_it`)."""
     torch = _torch_cuda()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -461,3 +462,88 @@ def test_release_frames_frees_what_a_failed_call_held_without_a_collection():
         assert alive[0]() is None  # freed without gc.collect()
     finally:
         gc.enable()
+
+
+class _FakeCaptureTorch:
+    """torch as TorchCuda.capture uses it, with torch 2.11's behaviour on a failed capture (aten/src/ATen/cuda/
+    CUDAGraph.cpp): ``capture_end`` ends the stream's capture first, which raises for a capture the call invalidated,
+    so the allocator's capture is never ended; ``CUDAGraph.pool()`` raises for a capture that did not end. Records the
+    allocator calls the undo makes."""
+
+    POOL = (0, 7)
+
+    def __init__(self, end_fails: bool):
+        import types
+        from contextlib import nullcontext
+
+        fake = self
+        self.calls: list[tuple] = []
+        self.capturing = False
+
+        class Graph:
+            def pool(self):
+                raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
+
+            def reset(self):
+                fake.calls.append(("reset",))
+
+        class Capture:
+            def __init__(self, graph, pool=None, stream=None):
+                fake.calls.append(("capture_begin", pool))
+
+            def __enter__(self):
+                fake.capturing = True
+
+            def __exit__(self, *exc):
+                fake.capturing = False
+                if end_fails:
+                    raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+        class Generator:
+            state = "before"
+
+            def clone_state(self):
+                return self.state
+
+            def graphsafe_set_state(self, state):
+                fake.calls.append(("generator", state))
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        stream = Stream()
+        self.cuda = types.SimpleNamespace(
+            CUDAGraph=Graph, Stream=Stream, graph=Capture, graph_pool_handle=lambda: self.POOL,
+            default_generators=[Generator()], current_stream=lambda: stream, stream=lambda s: nullcontext(),
+            set_stream=lambda s: self.calls.append(("set_stream", s is stream)),
+            synchronize=lambda: None, empty_cache=lambda: self.calls.append(("empty_cache",)))
+        self._C = types.SimpleNamespace(
+            _cuda_endAllocateToPool=lambda dev, pool: self.calls.append(("endAllocateToPool", dev, pool)),
+            _cuda_releasePool=lambda dev, pool: self.calls.append(("releasePool", dev, pool)))
+
+
+@pytest.mark.parametrize("end_fails", [True, False])
+def test_a_failed_capture_is_ended_and_its_pool_released_by_the_id_given_it(end_fails):
+    """Where the capture's end fails (the call invalidated it: a synchronize while capturing), the allocator still
+    counts the capture as under way, and while it does ``empty_cache`` releases nothing (on an H100 a failed capture of
+    a call that allocates 256 MiB kept 516 MiB reserved): the undo ends it and releases its pool by the id the capture
+    was given (``graph.pool()`` raises then). Where the end succeeded and only the call raised, ``graph.reset``
+    releases the pool and the undo leaves the allocator alone."""
+    from attention_conformance.kernels.timing import TorchCuda
+
+    fake = _FakeCaptureTorch(end_fails)
+    device = TorchCuda.__new__(TorchCuda)
+    device._torch, device.index = fake, 3
+
+    def call():
+        if fake.capturing:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    with pytest.raises(CaptureFailed, match="operation not permitted when stream is capturing"):
+        device.capture(call, calls=2)
+    assert ("capture_begin", fake.POOL) in fake.calls
+    undo = [c for c in fake.calls if c[0] in ("endAllocateToPool", "releasePool")]
+    assert undo == ([("endAllocateToPool", 3, fake.POOL), ("releasePool", 3, fake.POOL)] if end_fails else [])
+    assert ("set_stream", True) in fake.calls and ("generator", "before") in fake.calls
+    assert fake.calls[-1] == ("empty_cache",) and ("reset",) in fake.calls
