@@ -350,6 +350,7 @@ def _sink_bound(p, od: OracleData, tol_o, tol_lse, b: int, sq: int, acc, sink_ac
         p_sink = np.exp(sink - L)
         Dm = (dO * O).sum(axis=1) - dl
         dD = (np.abs(dO) * tol_o[b, h, :sq]).sum(axis=1) + u_a * gdv * (np.abs(dO) * np.abs(O)).sum(axis=1)
-        bound[h] += float(np.sum(p_sink * ((tol_lse[b, h, :sq] + u_a) * np.abs(Dm) + dD)))
+        bound[h] += float(np.sum(p_sink * ((tol_lse[b, h, :sq] + u_a) * np.abs(Dm) + dD)
+                                 + od.model.p_flush * np.abs(Dm)))  # a P_sink below 2^-126 flushed (TOLERANCES §4a)
         terms[h] += float(np.sum(p_sink * np.abs(Dm)))
         naive_ds[h] += naive.sink_grad(sink, L, O, dO, dl, acc, od.model.out_dtype)
