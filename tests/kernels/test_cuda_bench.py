@@ -14,10 +14,13 @@ replay or, where the call cannot be captured, back-to-back launches: ``gpu_metho
 kept as ``cuda_event_median_ms`` for bench_table.py), the SM clock and board power during the samples, and the rate
 by GPU time (``tflops`` or ``TBps``: 4·B·H·Lq·Lk·d FLOPs, halved for causal, backward 2.5x the forward; bytes of K
 and V for decoding; ``*_cuda_event`` and ``*_median`` the same by the wall time and by pytest-benchmark's clock).
-The shapes are the issue-6 ones, with torch SDPA's flash backend (vendored FA2), cuDNN and, when ``flash_attn.cute``
-is importable (flash-attn-4; tools/run_fa4.sh installs it on the H200), FA4's ``flash_attn_func`` timed
-on the same inputs in the same run: each shape is one benchmark *group* (``--benchmark-group-by=group``), so the
-table pytest-benchmark prints puts ours, torch-flash, cuDNN and FA4 side by side.
+Our kernels are called as a caller that launches them repeatedly would, through `cuda_lib.bind` (the params struct
+filled and the workspace sized once, one foreign call per launch, capturable), as the tables of tools/ do; the FA2
+backward through `cuda_bwd_lib.backward`. The shapes are the issue-6 ones, with torch SDPA's flash backend
+(vendored FA2), cuDNN and, when ``flash_attn.cute`` is importable (flash-attn-4; tools/run_fa4.sh installs it on
+the H200), FA4's ``flash_attn_func`` timed on the same inputs in the same run: each shape is one benchmark *group*
+(``--benchmark-group-by=group``), so the table pytest-benchmark prints puts ours, torch-flash, cuDNN and FA4 side by
+side.
 
 - FA2 forward, B=4, H=16, N=8192, d=128, bf16, causal and not;
 - FA2 backward, same shape (o and LSE from our forward; torch's from its own forward);
@@ -170,7 +173,7 @@ def _forward(impl: str, launcher: str, d: int, causal: bool):
         o = torch.empty_like(q)
         lse = torch.empty(B, H, N, device="cuda")
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
-        return lambda: cuda_lib.call(launcher, p)
+        return cuda_lib.bind(launcher, p)  # the struct filled and the workspace sized once, as a caller would
     if impl == "flash-attn-4":
         return _fa4(q, k, v, causal)[0]
     return _sdpa(impl, q, k, v, causal)
@@ -220,7 +223,7 @@ def test_decode_128k(bench, impl):
         part_o = torch.empty(splits * 32 * 128, device="cuda")
         part_l = torch.empty(splits * 32, device="cuda")
         p = cuda_lib.fwd_params(q, k, v, o, lse, num_splits=splits, o_partial=part_o, lse_partial=part_l)
-        fn = lambda: cuda_lib.call("attn_splitkv_fwd", p)  # noqa: E731
+        fn = cuda_lib.bind("attn_splitkv_fwd", p)
     elif impl == "flash-attn-4":  # GQA native; sm90 FA4 has no split-KV (num_splits=1)
         fn, _ = _fa4(q, k, v, False)
     else:
@@ -292,7 +295,8 @@ def test_fa3_fwd_bwd_8k(bench, d, causal, impl):
         pf = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         pb = cuda_bwd_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, causal=causal,
                                      **cuda_bwd_lib.bwd_scratch(q, k))
-        fn = lambda: (cuda_lib.call("attn_fa3_fwd", pf), cuda_lib.call("attn_fa3_bwd", pb))  # noqa: E731
+        fwd, bwd = cuda_lib.bind("attn_fa3_fwd", pf), cuda_lib.bind("attn_fa3_bwd", pb)
+        fn = lambda: (fwd(), bwd())  # noqa: E731
     elif impl == "flash-attn-4":
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         call, leaves = _fa4(qg, kg, vg, causal)
@@ -327,7 +331,7 @@ def test_fa3_fp8_fwd_8k(bench, d, causal, impl):
         v8 = cuda_lib.pack_vt(x8[2]) if v_layout == "kmajor" else x8[2]
         p = cuda_lib.fp8_fwd_params(x8[0], x8[1], v8, o, lse, *ones, format="e4m3fn", granularity="per_tensor",
                                     causal=causal, v_layout=v_layout)
-        return lambda: cuda_lib.call("attn_fa3_fp8_fwd", p)
+        return cuda_lib.bind("attn_fa3_fp8_fwd", p)
 
     work = 4 * B * H * N * N * d / (2 if causal else 1)
     if impl == "cudnn-fp8":
@@ -344,6 +348,5 @@ def test_fa3_fp8_fwd_8k(bench, d, causal, impl):
     elif impl.startswith("ours-fp8"):
         fn = ours_fp8("kmajor" if impl == "ours-fp8-vt" else "rows")
     else:
-        p = cuda_lib.fwd_params(*x, o, lse, causal=causal)
-        fn = lambda: cuda_lib.call("attn_fa3_fwd", p)  # noqa: E731
+        fn = cuda_lib.bind("attn_fa3_fwd", cuda_lib.fwd_params(*x, o, lse, causal=causal))
     _bench(bench, fn, 20, f"fa3-fp8-fwd B{B} H{H} N{N} d{d} {'causal' if causal else 'full'}", work)
