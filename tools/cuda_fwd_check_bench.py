@@ -30,6 +30,10 @@ from attention_conformance.kernels import cuda_lib
 from attention_conformance.kernels.check.forward import check_forward
 from attention_conformance.kernels.timing import time_round_robin
 
+#: FA1 is timed at N up to this only: it runs at ~9 TFLOPs/s (14.7 ms a call at N = 2048, d = 128 in tox -e bench on
+#: an H100), so ~0.23 s a call at N = 8192 and tens of seconds per row of rounds (on the H100 this step's 240 s
+#: ended before its first row)
+FA1_MAX_N = 2048
 ROUNDS = 3  # each row's candidates timed in turn, ROUNDS times (odd rounds backwards); the median of the rounds
 
 __all__ = ["correctness", "env_info", "main", "sdpa_fn", "time_fn"]
@@ -147,9 +151,12 @@ def bench(quick, row_done=None):
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row = dict(kernel="fa2_fwd", B=B, H=H, N=N, d=d, causal=causal)
-        time_round_robin(row, [("ours", cuda_lib.bind("attn_fa2_fwd", p)), ("fa1", cuda_lib.bind("attn_fa1_fwd", p)),
-                               ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
-                               ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))], flops, ROUNDS)
+        cands = [("ours", cuda_lib.bind("attn_fa2_fwd", p)),
+                 ("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
+                 ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
+        if N <= FA1_MAX_N:  # FA1, the fp32 SIMT reference
+            cands.insert(1, ("fa1", cuda_lib.bind("attn_fa1_fwd", p)))
+        time_round_robin(row, cands, flops, ROUNDS)
         if "ours_ms" in row:
             for ref in ("fa1", "flash", "cudnn"):
                 if ref + "_ms" in row:
