@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 (no package index, ~64 MiB per call, /tmp kept while the machine stays warm) as a hardware runner
 # would use it, in stages, one device call each, from the repository root:
+# (what the stages carry: `bash tools/device/prepare_local.sh` here first)
 #   park1 / park2  park a part of flash-attn-4's CUTLASS DSL (.vendor/, ../shared/tools/vendor_wheels.sh) and the
 #                  test wheels (.wheels-test/: `EXTRA_WHEELS=threadpoolctl bash ../shared/tools/test_wheels.sh`, whose
 #                  own list lacks threadpoolctl, a requirement of the project: without it tox's install fails) in /tmp
