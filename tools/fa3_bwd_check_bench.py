@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_shapes import parse_head_dims
+from bench_shapes import dims_label, parse_head_dims
 from cuda_fwd_check_bench import env_info
 from timing_md import TIMING_NOTE, host_table
 
@@ -47,7 +47,7 @@ from attention_conformance.kernels.check.cases import (
 from attention_conformance.kernels.cuda.lab import fa3_bwd_wide_variants
 from attention_conformance.kernels.timing import time_round_robin
 
-__all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "parse_head_dims", "sdpa_fwd_bwd"]
+__all__ = ["bench_rows", "fa4_fwd_bwd", "main", "markdown", "sdpa_fwd_bwd"]
 
 BF = torch.bfloat16
 #: the head dims the lab's FA3 backward variants are built for (hopper/bwd_launch.cuh fa3_bwd_narrow_head_dims)
@@ -239,11 +239,6 @@ def _memory_logged(log: list[dict]):
     return timer
 
 
-def _dims(r: dict) -> str:
-    dv = r.get("dv", r["d"])
-    return f"d{r['d']}" if dv == r["d"] else f"d{r['d']}x{dv}"
-
-
 def _ratio(x: float) -> str:
     """A ratio to two places, "-" where a candidate did not run."""
     return "-" if math.isnan(x) else f"{x:.2f}"
@@ -268,7 +263,8 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
         out.append("")
     if rows:
         out += [TIMING_NOTE, ""]
-        out += host_table(rows, lambda r: f"B{r['B']} H{r['H']} N{r['N']} {_dims(r)} {'causal' if r['causal'] else ''}")
+        out += host_table(rows, lambda r: f"B{r['B']} H{r['H']} N{r['N']} d{dims_label(r)} "
+                                          f"{'causal' if r['causal'] else ''}")
         out += ["## TFLOPs/s (bf16; backward = 2.5x, forward+backward = 3.5x the forward's 4 B H N^2 d; "
                 "causal halved)", "",
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
@@ -293,7 +289,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
             rf = r.get("bwd_flash_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             rc = r.get("bwd_cudnn_ms", math.nan) / r.get("bwd_fa3_ms", math.nan)
             r4 = r.get("fwdbwd_fa4_ms", math.nan) / r.get("fwdbwd_fa3_ms", math.nan)
-            out.append(f"| B{r['B']} H{r['H']} N{r['N']} {_dims(r)} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
+            out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{dims_label(r)} | {r['causal']} | {g(r, 'bwd_fa3_tflops')} | "
                        f"{g(r, 'bwd_fa3_det_tflops')} | {g(r, 'bwd_fa3_m64_tflops')} | "
                        f"{g(r, 'bwd_fa3_m64_det_tflops')} | {g(r, 'bwd_fa3_dq_other_tflops')} | "
                        f"{g(r, 'bwd_fa3_other_tflops')} | "

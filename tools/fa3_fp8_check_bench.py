@@ -147,17 +147,19 @@ def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> s
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         probe_rows = [r for r in att if any(k.startswith("fp8_probe_") for k in r)]
         var_rows = [r for r in att if any(f"fp8_{v}_per_tensor_tflops" in r for v in VARIANTS)]
-        for r in att:
-            def g(key: str, fmt: str = ".0f", r=r) -> str:
-                return format(r.get(key, nan), fmt)
 
+        def g(r: dict, key: str, fmt: str = ".0f") -> str:
+            return format(r.get(key, nan), fmt)
+
+        for r in att:
             over_cudnn = r.get("cudnn_fp8_ms", nan) / r.get("fp8kmajor_per_tensor_ms", nan)
-            out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {g('bf16_tflops')} | "
-                       f"{g('fp8_per_tensor_tflops')} | {g('fp8_per_head_tflops')} | {g('fp8_per_tile_tflops')} | "
-                       f"{g('fp8_over_bf16', '.2f')} | {g('fp8kmajor_per_tensor_tflops')} | "
-                       f"{g('fp8kmajor_per_head_tflops')} | {g('fp8kmajor_per_tile_tflops')} | "
-                       f"{g('fp8kmajor_over_bf16', '.2f')} | {g('pack_vt_ms', '.3f')} | "
-                       + (f"{g('cudnn_fp8_tflops')} | {over_cudnn:.2f} |" if "cudnn_fp8_tflops" in r else "- | - |"))
+            out.append(f"| {r['B']} | {r['H']} | {r['N']} | {r['d']} | {r['causal']} | {g(r, 'bf16_tflops')} | "
+                       f"{g(r, 'fp8_per_tensor_tflops')} | {g(r, 'fp8_per_head_tflops')} | "
+                       f"{g(r, 'fp8_per_tile_tflops')} | {g(r, 'fp8_over_bf16', '.2f')} | "
+                       f"{g(r, 'fp8kmajor_per_tensor_tflops')} | "
+                       f"{g(r, 'fp8kmajor_per_head_tflops')} | {g(r, 'fp8kmajor_per_tile_tflops')} | "
+                       f"{g(r, 'fp8kmajor_over_bf16', '.2f')} | {g(r, 'pack_vt_ms', '.3f')} | "
+                       + (f"{g(r, 'cudnn_fp8_tflops')} | {over_cudnn:.2f} |" if "cudnn_fp8_tflops" in r else "- | - |"))
         out.append("")
         c8 = sorted({r["cudnn_fp8_o"] for r in att if "cudnn_fp8_o" in r})
         declined = sorted({r["cudnn_fp8_declined"] for r in att if "cudnn_fp8_declined" in r})
