@@ -51,7 +51,6 @@ project lives under the repository's ``tests/``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from collections import OrderedDict
 from typing import Any
@@ -426,7 +425,9 @@ class ConformanceSession:
             self.runner.cache.evict(old)
 
     def _run_case(self, la: Any, case: Any) -> Any:
-        with self.share.shared() if self.share is not None else contextlib.nullcontext():
+        from attention_conformance.running import gpu_share
+
+        with gpu_share.shared(self.share):
             return self.runner.run_case(la, case)
 
     def _raw(self, la: Any, case: Any) -> Any:

@@ -15,12 +15,12 @@ fresh copies of the inputs, so a kernel that writes into its inputs cannot poiso
 from __future__ import annotations
 
 import atexit
-import contextlib
 import copy
 
 from attention_conformance.adapters.base import Adapter
 from attention_conformance.adapters.registry import LoadedAdapter
 from attention_conformance.cases.case import Case
+from attention_conformance.running import gpu_share
 from attention_conformance.running.engine import OracleCache, Runner
 from attention_conformance.running.gpu_share import GpuShare
 from attention_conformance.verdict.judge import Verdict
@@ -102,8 +102,7 @@ def evaluate(adapter: Adapter, case: Case, device: str = "cpu", spec: str | None
     A failing verdict's message ends with the case id, so a property failure names its case.
     """
     la, runner = _runner_for(adapter, device, spec)
-    on_gpu = _SHARE is not None and device.startswith("cuda")
-    with _SHARE.shared() if on_gpu else contextlib.nullcontext():
+    with gpu_share.shared(_SHARE if device.startswith("cuda") else None):
         v = runner.settled_verdict(la, case)
     if v.failed:
         v.message = f"{v.message} (case {case.id})"

@@ -15,7 +15,6 @@ The engine keeps iteration, the oracle cache and isolation; outcome names and se
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 import traceback
@@ -29,7 +28,7 @@ from attention_conformance.cases import features
 from attention_conformance.cases.calldata import raise_site
 from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
-from attention_conformance.running import memory_policy
+from attention_conformance.running import gpu_share, memory_policy
 from attention_conformance.running.cuda_context import release_cached
 from attention_conformance.running.eta import EtaModel
 from attention_conformance.running.gpu_share import GpuShare
@@ -208,7 +207,7 @@ class Runner:
             release_cached(self.device)  # workers share the GPU: no idle cached blocks between calls
         if ran_out_of_memory(v.outcome, v.message) and (la.isolate or not self.context_lost):
             first = v.message.strip().splitlines()[0]
-            with self.share.alone() if self.share is not None else contextlib.nullcontext():
+            with gpu_share.alone(self.share):
                 v = self.verdict(la, case)
                 release_cached(self.device)
             alone = " alone (every other process's case ended first)" if self.share is not None else ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import IO
 
@@ -27,7 +27,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["GpuShare"]
+__all__ = ["GpuShare", "alone", "shared"]
 
 
 class GpuShare:
@@ -92,3 +92,13 @@ class GpuShare:
             gate.close()
             if was_held:
                 self._take_shared()
+
+
+def shared(share: GpuShare | None) -> AbstractContextManager[None]:
+    """`GpuShare.shared` of `share`, or nothing to hold where there is none (one process, or the CPU)."""
+    return share.shared() if share is not None else nullcontext()
+
+
+def alone(share: GpuShare | None) -> AbstractContextManager[None]:
+    """`GpuShare.alone` of `share`, or nothing to wait for where there is none (one process, or the CPU)."""
+    return share.alone() if share is not None else nullcontext()
