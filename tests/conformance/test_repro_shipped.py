@@ -83,21 +83,37 @@ def _adapter_version(spec: str) -> str:
     return str(loaded.adapter.version()) if loaded.adapter is not None else ""
 
 
+def _applies_here(entry, gpu: str, version: str) -> bool:
+    """The run's own rule (`expectations.applicable`: adapter, device, GPU names, version) for the entry's first
+    adapter on this CUDA runner."""
+    spec = entry.adapters[0]
+    ctx = expectations.RunContext(device="cuda", gpus=(gpu,), versions={spec: version})
+    return expectations.applicable(entry, spec, spec, ctx)
+
+
+def test_applies_here_matches_a_gpu_list_and_the_version():
+    (entry,) = [e for e in CUDA if e.id == "fa4-sm90-nonpositive-scale"]
+    assert entry.gpu == ("H100", "H200")
+    assert _applies_here(entry, "NVIDIA H100 80GB HBM3", "4.0.0b36")
+    assert _applies_here(entry, "NVIDIA H200", "4.0.0b36")
+    assert not _applies_here(entry, "NVIDIA A100-SXM4-80GB", "4.0.0b36")
+    assert not _applies_here(entry, "NVIDIA H200", "4.0.0")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("entry", CUDA, ids=lambda e: e.id)
 def test_cuda_repro_exits_1_where_the_entry_applies(entry):
     """On a CUDA runner: a separate process, as a maintainer runs it. Skipped where the entry does not apply (another
-    GPU or library version) or the library is not installed; any other exit status 2 fails."""
+    GPU or library version, by the rule a run applies: `expectations.applicable`) or the library is not installed;
+    any other exit status 2 fails."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     gpu = torch.cuda.get_device_name()
-    if entry.gpu and entry.gpu.lower() not in gpu.lower():
-        pytest.skip(f"the entry was measured on {entry.gpu}; this GPU is {gpu}")
     version = _adapter_version(entry.adapters[0])
-    if entry.versions and not version_in(version, entry.versions):
-        pytest.skip(f"{entry.adapters[0]} {version or 'is not installed'}: outside the entry's versions "
-                    f"{entry.versions}")
+    if not _applies_here(entry, gpu, version):
+        pytest.skip(f"the entry (GPU {entry.gpu}, {entry.adapters[0]} {entry.versions}) does not apply to {gpu}, "
+                    f"{entry.adapters[0]} {version or 'not installed'}")
     p = subprocess.run([sys.executable, str(_path(entry))], capture_output=True, text=True, timeout=900)
     if p.returncode == 2 and "cannot run here: needs " in p.stderr:
         pytest.skip(p.stderr.strip().splitlines()[-1])
