@@ -36,3 +36,30 @@ def test_under_xdist_only_the_controller_writes(tmp_path, monkeypatch):
         pytest_stream_failures.pytest_runtest_logreport(report)
     assert path.read_text() == "=== t::x [call]\nE   boom\n"
     assert path.with_name("failures.txt.durations").read_text().count("t::x") == 1
+
+
+def test_the_case_and_repro_lines_are_kept_past_a_long_traceback():
+    """A property whose call raised: 30 lines of traceback come first, then the case and its repro command."""
+    traceback = [f"E         File \"x.py\", line {i}, in f" for i in range(40)]
+    text = "\n".join(["E   PropertyFailure: flash-attn-4: property 'edges' failed [FAIL in forward]", *traceback,
+                      "E     case: hyp-edge-b1h1x1-q2k1-d8-f16 (B=1 Hq=1 Hkv=1 Lq=2 Lk=1 d=8 dv=40 dtype=float16)",
+                      "E     repro: python -m attention_conformance repro '{}' --impl flash-attn-4 --device cuda --run",
+                      "property_tests/kernel_properties.py:356: PropertyFailure"])
+    kept = pytest_stream_failures.message_lines(text)
+    assert any(ln.lstrip("E ").startswith("case: hyp-edge-b1h1x1-q2k1") for ln in kept)
+    assert any(ln.lstrip("E ").startswith("repro: python -m attention_conformance") for ln in kept)
+    assert kept.index("...") < [i for i, ln in enumerate(kept) if "case: " in ln][0]
+
+
+def test_long_setups_have_their_duration_written(tmp_path, monkeypatch):
+    """A conformance test decides its verdict while it is set up: where a run's time went is in its setups."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "failures.txt"
+    monkeypatch.setattr(pytest_stream_failures, "_PATH", str(path))
+    pytest_stream_failures.pytest_configure(SimpleNamespace())
+    for when, duration, nodeid in (("setup", 12.5, "t::slow"), ("setup", 0.01, "t::fast"), ("teardown", 9.0, "t::td")):
+        pytest_stream_failures.pytest_runtest_logreport(SimpleNamespace(
+            when=when, failed=False, duration=duration, outcome="passed", nodeid=nodeid, longreprtext=""))
+    written = path.with_name("failures.txt.durations").read_text()
+    assert "12.50\tpassed\tsetup\tt::slow" in written and "t::fast" not in written and "t::td" not in written
