@@ -44,6 +44,7 @@ from attention_conformance.cases.case import Case
 
 __all__ = [
     "TORCH_DTYPES",
+    "TORCH_PROCESS_GROUP",
     "KernelRecorder",
     "Materialized",
     "autograd_output",
@@ -67,6 +68,11 @@ __all__ = [
     "translate_empty_lse",
     "visibility",
 ]
+
+#: the worker process torch's own attention shares on CUDA (`running.worker.worker_key`): SDPA's four backends, flex and
+#: cuDNN's FP8 graph are one library, as one program loads them; a process per adapter made 8 CUDA contexts of ~620 MiB
+#: per run worker (tox -e gpu on the H100: 60-odd processes, and the gpu profile's large cases ran out of memory)
+TORCH_PROCESS_GROUP = "torch"
 
 TORCH_DTYPES: dict[str, str] = {
     "float64": "float64",

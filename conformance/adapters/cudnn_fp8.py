@@ -155,6 +155,7 @@ class CudnnFP8(Adapter):
                    "P scaled by 2^8 before its FP8 rounding, O as e4m3 codes with an output scale, Stats as LSE")
     isolate: ClassVar[bool] = True
     marks_code_under_test: ClassVar[bool] = True
+    process_group: ClassVar[str | None] = tc.TORCH_PROCESS_GROUP
     capabilities = Capabilities(
         dtypes=frozenset(), devices=frozenset({"cuda"}), dv_ne_d=False, alignments=frozenset(ALIGNMENTS),
         gqa=True, custom_scale=True, layouts=frozenset({"contiguous", "bshd"}), lse=True,

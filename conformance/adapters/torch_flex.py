@@ -32,6 +32,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -180,6 +181,7 @@ class FlexAttention(Adapter):
     description = "torch FlexAttention with mask_mod/score_mod (eager on CPU, torch.compile on CUDA)"
     capabilities = _CPU_CAPS
     marks_code_under_test = True  # torch's flex calls (and autograd through them) are the code under test
+    process_group: ClassVar[str | None] = tc.TORCH_PROCESS_GROUP
     _compiled: dict = {}
 
     def __init__(self) -> None:

@@ -254,6 +254,7 @@ class SdpaAdapter(Adapter):
     #: LSE value the CPU op writes on fully masked rows (SEMANTICS.md §8 names conventions)
     cpu_lse_convention: ClassVar[str] = "-inf"
     marks_code_under_test = True  # torch's SDPA calls (and autograd through them) are the code under test
+    process_group: ClassVar[str | None] = tc.TORCH_PROCESS_GROUP
 
     entry_points: ClassVar[tuple[str, ...]] = SDPA_ENTRY_POINTS
 

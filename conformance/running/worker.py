@@ -148,8 +148,8 @@ def _recv(fd: int, deadline: float | None):
 
 def worker_key(spec: str, group: str | None = None) -> str:
     """The worker process a spec runs in: one per library, so a built-in adapter's spellings (``NAME@ENTRY``) share
-    their base's, and adapters that name one ``process_group`` (our CUDA kernels: one library) share one; any other
-    spec (``module:attr``, a file path) has its own."""
+    their base's, and adapters that name one ``process_group`` share one (our CUDA kernels: one library; torch's SDPA
+    backends, flex and cuDNN's FP8 graph: torch's); any other spec (``module:attr``, a file path) has its own."""
     if group:
         return group
     if "@" in spec and ":" not in spec:

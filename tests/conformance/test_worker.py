@@ -40,6 +40,20 @@ def test_our_cuda_adapters_share_one_worker_process():
     assert {worker_key(la.spec, getattr(la.adapter, "process_group", None)) for la in cuda} == {"attn_kernels"}
 
 
+def test_torch_attention_shares_one_worker_process():
+    """SDPA's four backends (and their spellings), flex and cuDNN's FP8 graph are torch's: one process per run worker,
+    not eight (tox -e gpu on the H100 held 60-odd CUDA contexts of ~620 MiB each, and large cases ran out of memory)."""
+    from attention_conformance.adapters.registry import builtin_names, load
+
+    names = [n for n in builtin_names() if n.startswith(("torch-sdpa-", "torch-flex", "cudnn-fp8"))]
+    names += ["torch-sdpa-cudnn@causal_lower_right", "torch-sdpa-math@bool_mask"]
+    loaded = [load(n, "cpu") for n in names]
+    assert len(loaded) >= 7
+    keys = {worker_key(la.spec, getattr(la.adapter, "process_group", None)) for la in loaded if la.adapter is not None}
+    assert keys == {"torch"}
+    assert worker_key("flash-attn-4@paged") == "flash-attn-4"  # another library keeps its own
+
+
 def test_one_worker_process_serves_several_specs_each_loaded_once(toys_on_path):
     client = WorkerClient("engine_toys:IsolatedCorrect", "cpu", timeout=120)
     try:
