@@ -295,6 +295,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(f"warning: expectation {label} matched no test of this session")
 
 
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """After a test marked ``gpu`` on a CUDA run, this process's idle cached device memory goes back to the GPU
+    (`running.cuda_context.release_cached`), as the engine releases it after each call: pytest-xdist's workers share
+    the card, and a kernel test's cached blocks (GBs after a large shape) made other workers' cases run out of memory
+    (tox -e gpu on the H100)."""
+    if item.get_closest_marker("gpu") is not None and device_option(item.config) == "cuda":
+        from attention_conformance.running.cuda_context import release_cached
+
+        release_cached("cuda")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(_STORE, None)
     if folder is not None:

@@ -81,3 +81,25 @@ def test_findings_and_unused_expectations_are_summarised_with_and_without_xdist(
     assert "conformance: quality warnings and named findings (passing)" in out, out[-3000:]
     assert sum(line.startswith("FINDING nan_padding-") for line in out.splitlines()) >= 3, out[-3000:]
     assert "warning: expectation never-matches" in out and "matched no test of this session" in out, out[-3000:]
+
+
+def test_gpu_tests_on_cuda_give_their_cached_device_memory_back(monkeypatch):
+    """pytest-xdist's workers share the GPU: after each test marked gpu on a CUDA run, the idle cached blocks of the
+    worker's torch are released (as the engine does after each call); not after other tests or on a CPU run."""
+    from types import SimpleNamespace
+
+    from attention_conformance import pytest_plugin
+    from attention_conformance.running import cuda_context
+
+    released = []
+    monkeypatch.setattr(cuda_context, "release_cached", released.append)
+
+    def item(gpu: bool, device: str):
+        config = SimpleNamespace(getoption=lambda dest: device if dest == "conformance_device" else None)
+        marker = object() if gpu else None
+        return SimpleNamespace(config=config, get_closest_marker=lambda name: marker if name == "gpu" else None)
+
+    pytest_plugin.pytest_runtest_teardown(item(True, "cuda"))
+    pytest_plugin.pytest_runtest_teardown(item(False, "cuda"))
+    pytest_plugin.pytest_runtest_teardown(item(True, "cpu"))
+    assert released == ["cuda"]
