@@ -21,7 +21,8 @@ with ``-p no:attention_conformance``). It provides:
   (``--maxschedchunk 1`` unless given); the workers share each case's inputs and FP64 oracle, and the memory
   family's raw results, through a folder the controller makes and removes (`conformance.running.oracle_store`); on
   CUDA they share the GPU through it too, and a call that ran out of device memory beside the others runs again
-  alone, as the CLI re-runs it (`conformance.running.gpu_share`);
+  alone, as the CLI re-runs it (`conformance.running.gpu_share`), and after each test marked ``gpu`` the process's
+  idle cached device memory goes back to the card (`pytest_runtest_teardown`);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
