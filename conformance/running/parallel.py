@@ -119,6 +119,17 @@ class _Worker:
         except (OSError, subprocess.TimeoutExpired):
             pass
 
+    def stop(self, wait: float = 30.0) -> None:
+        """End an idle worker the way its loop ends (its input closed): its engine closes its worker processes
+        (`engine.Runner.close`), so their CUDA contexts and cached memory leave the GPU; killed if still there after
+        `wait` seconds."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=wait)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
 
 def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, timeout: float = 300.0,
                  determinism: str = "sampled", progress: Callable[[str], None] | None = None,
@@ -194,13 +205,18 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
 
     def rerun_alone(w: _Worker) -> None:
         """Cases a call of which ran out of device memory beside the other workers, once more in a fresh worker
-        with the GPU to itself (every other worker is idle by now); their new results replace the old ones."""
+        with the GPU to itself: every other worker is idle by now and is stopped first, with the worker processes
+        it holds (each a CUDA context and its cache: idle, 7 run workers with a process per library held ~35 GB of
+        an H100, and 6 of 30 cases ran out of memory again); their new results replace the old ones."""
         again = [c for c in cases if any(ran_out_of_memory(r.outcome, r.message) for r in results.get(c.id, []))]
         if not again or workers < 2:
             return
         if progress is not None:
             progress(f"re-running {len(again)} case(s) alone that ran out of device memory beside {workers - 1} "
                      "other workers")
+        for x in pool:
+            if x is not w:
+                x.stop()
         w = restart(w)  # a fresh process: nothing cached from the cases it ran before
         for case in again:
             w.submit(case)

@@ -103,6 +103,34 @@ def test_a_case_that_ran_out_of_memory_twice_is_rerun_alone_at_the_end(toys_on_p
     assert any("re-running 1 case(s) alone" in line for line in lines), lines
 
 
+def test_the_other_workers_are_stopped_before_the_rerun_alone(toys_on_path, monkeypatch, tmp_path):
+    """Alone means alone: the idle workers (and the worker processes they hold, each a CUDA context) have exited
+    when the re-run's first case is handed out."""
+    monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
+    monkeypatch.setenv("TOY_OOM_TIMES", "2")
+    started: list[parallel._Worker] = []
+    init, submit = parallel._Worker.__init__, parallel._Worker.submit
+    others_alive: list[list[bool]] = []
+
+    def recording_init(self, *a, **k):
+        init(self, *a, **k)
+        started.append(self)
+
+    def recording_submit(self, case):
+        if case.id == EMPTY_ROWS.id and (tmp_path / "ran-out").exists():
+            others_alive.append([x.proc.poll() is None for x in started if x is not self])
+        submit(self, case)
+
+    monkeypatch.setattr(parallel._Worker, "__init__", recording_init)
+    monkeypatch.setattr(parallel._Worker, "submit", recording_submit)
+    lines: list[str] = []
+    results = parallel.run_parallel([load("engine_toys:OutOfMemoryBesideOthers")], [SMALL, EMPTY_ROWS, BIG], "cpu",
+                                    workers=2, determinism="none", progress=lines.append)
+    assert [r.outcome for r in results] == ["PASS"] * 3
+    assert any("re-running 1 case(s) alone" in line for line in lines), lines
+    assert others_alive and others_alive[-1] and not any(others_alive[-1]), others_alive
+
+
 def test_out_of_memory_every_time_stays_a_harness_error(toys_on_path, monkeypatch, tmp_path):
     monkeypatch.setenv("TOY_OOM_MARKER", str(tmp_path / "ran-out"))
     monkeypatch.setenv("TOY_OOM_TIMES", "99")
