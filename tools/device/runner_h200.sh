@@ -18,6 +18,8 @@
 #                  selected by VALIDATE_K (pytest -k) beside the gpu profile through the CUDA adapters, then the
 #                  sanitizers on the kernels' case set, then the GPU-time benchmarks (FA3 forward with FA4 and cuDNN,
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
+#   fi-session     FlashInfer alone (fi_pipeline below: its JIT modules built with every core, its spellings, its rows
+#                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside FlashInfer and xformers when this call carries
 #                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
@@ -147,13 +149,24 @@ sanitizers() {
     step "$1" racecheck 300 sanitize racecheck &
     step "$1" synccheck 300 sanitize synccheck &
 }
+# whether FlashInfer's JIT modules are at hand: carried as AOT parts (fi_xf.sh pack-jit), or built by a prebuild on this
+# machine (fi-session); without them every call compiles its module first, and on the H100 beside the spellings'
+# 8 workers no case of the gpu profile finished in 420 s (FI_RUN=1 runs it anyway)
+fi_modules_ready() {
+    [ -n "${FI_RUN:-}" ] || compgen -G "/tmp/fx-site/flashinfer/data/aot/*" > /dev/null \
+        || grep -qx "exit 0" /tmp/fx-prebuild.done 2>/dev/null
+}
 # FlashInfer and xformers through their variants into DIR/cli_flashinfer, DIR/cli_xformers (installed from the carried
 # vendor folder, parked in /tmp/park/fi-xf by the session stage): one run per library, in turn, so that an --impl that
-# cannot run stops its run (exit 2), not the other library's
+# cannot run stops its run (exit 2), not the other library's; FlashInfer only where its modules are ready
 fixf_runs() {
     local d=$1 lib fx
     [ -f /tmp/fx-site/.done ] || return 0
     for lib in flashinfer xformers; do
+        if [ "$lib" = flashinfer ] && ! fi_modules_ready; then
+            echo "flashinfer: skipped (no JIT modules carried or built: the fi-session stage builds them)" >> "$d/steps"
+            continue
+        fi
         fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
 print(' '.join(e('$lib')))")
         # shellcheck disable=SC2086
@@ -210,6 +223,24 @@ session_pipeline() {
     benches $d
     # where d = 64 loses to FA4: both forward kernels
     ncu_profile $d fwd:64:fa3_fwd_kernel fa4:64:ForwardSm90
+    echo done >> $d/steps
+}
+# FlashInfer's own session (its JIT modules are not carried: a checkout starts without them): install, every module the
+# gpu profile needs built with all cores and nothing else running, its 14 spellings (8 workers), then the FA3 forward
+# table and the decode row with its (and xformers') candidates; into /tmp/session like the session, so session-collect
+# brings it back
+fi_pipeline() {
+    local d=/tmp/session
+    fixf_install $d
+    step $d fi_prebuild "${PREBUILD_S:-900}" env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh prebuild
+    grep -q "^fi_prebuild: exit 0 " $d/steps && echo "exit 0" > /tmp/fx-prebuild.done
+    local fx
+    fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
+print(' '.join(e('flashinfer')))")
+    # shellcheck disable=SC2086
+    step $d flashinfer "${FIXF_S:-480}" env CONF_S="${FIXF_S:-480}" WORKERS=8 VENDOR=/tmp/park/fi-xf \
+        bash tools/device/fi_xf.sh run $d/cli_flashinfer flashinfer $fx
+    step $d fi_bench "${FIBENCH_S:-360}" env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh bench $d
     echo done >> $d/steps
 }
 # wait_for DIR: until DIR/steps has a line for step UNTIL (default done; the whole name: "fi" is not "fi_xf_install"),
@@ -311,6 +342,14 @@ session)
     echo "started the session pipeline in /tmp/session" ;;
 _session)
     session_pipeline ;;
+fi-session)
+    # FlashInfer's session (fi_pipeline above) in the background; carry .vendor-fi-xf with this call
+    rm -rf /tmp/session && mkdir -p /tmp/session
+    rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf || exit 1
+    setsid bash "$SELF" _fi_session < /dev/null > /dev/null 2>&1 &
+    echo "started FlashInfer's session in /tmp/session" ;;
+_fi_session)
+    fi_pipeline ;;
 _call)
     "$@" ;;
 session-collect)
@@ -322,7 +361,7 @@ session-collect)
     rm -rf /tmp/collect && mkdir -p $c
     cp /tmp/session/steps /tmp/session/*.log /tmp/tox_run/gpu_junit.xml /tmp/tox_run/failures.txt* $c/ 2>/dev/null
     cp /tmp/session/ncu_*.md /tmp/session/ncu_*_details.csv $c/ 2>/dev/null
-    for d in cli_all cli_variants cli_flashinfer cli_xformers bench fa3 fwd bwd fp8; do
+    for d in cli_all cli_variants cli_flashinfer cli_xformers bench bench/fa3 bench/fwd fa3 fwd bwd fp8; do
         [ -d /tmp/session/$d ] || continue
         mkdir -p $c/$d && cp /tmp/session/$d/*.json /tmp/session/$d/*.md $c/$d/ 2>/dev/null
         gzip -f $c/$d/report.json 2>/dev/null
