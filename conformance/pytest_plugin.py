@@ -17,12 +17,13 @@ with ``-p no:attention_conformance``). It provides:
 - under pytest-xdist with ``--device cuda``: worker ``gwN`` pinned to one GPU through
   ``CUDA_VISIBLE_DEVICES`` (`conformance.running.parallel.gpu_for_worker`); under pytest-xdist on any device, the
   conformance and property tests ordered largest estimated seconds first (`conformance.running.schedule`; other
-  tests keep their places), the tests of one case spread apart, on CUDA handed to the workers one at a time
-  (``--maxschedchunk 1`` unless given); the workers share each case's inputs and FP64 oracle, and the memory
-  family's raw results, through a folder the controller makes and removes (`conformance.running.oracle_store`); on
-  CUDA they share the GPU through it too, and a call that ran out of device memory beside the others runs again
-  alone, as the CLI re-runs it (`conformance.running.gpu_share`), and after each test marked ``gpu`` the process's
-  idle cached device memory goes back to the card (`pytest_runtest_teardown`);
+  tests keep their places), the tests of one case spread apart, on CUDA and for the gpu profile handed to the
+  workers one at a time (``--maxschedchunk 1`` unless given); the workers share each case's inputs and FP64
+  oracle, and the memory family's raw results, through a folder the controller makes and removes
+  (`conformance.running.oracle_store`); on CUDA they share the GPU through it too, and a call that ran out of
+  device memory beside the others runs again alone, as the CLI re-runs it (`conformance.running.gpu_share`), and
+  after each test marked ``gpu`` the process's idle cached device memory goes back to the card
+  (`pytest_runtest_teardown`);
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
@@ -180,11 +181,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
     if (getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None
-            and device_option(config) == "cuda"):
-        # on CUDA, one test at a time to each xdist worker, so the largest-first order (pytest_collection_modifyitems)
-        # holds: by default xdist's --dist load hands each worker a quarter of its share up front, and the first
-        # worker would start with every long test (kernels built per shape take seconds each); a CPU run of many
-        # short tests keeps xdist's chunks, and with them its module fixtures on one worker
+            and (device_option(config) == "cuda" or profile_option(config) == "gpu")):
+        # on CUDA, and for the gpu profile's large cases on any device, one test at a time to each xdist worker, so
+        # the largest-first order (pytest_collection_modifyitems) holds: by default xdist's --dist load hands each
+        # worker a quarter of its share up front, and the first worker would start with every long test (kernels
+        # built per shape take seconds each; on 2 CPU cores the gpu profile through 3 adapters took 95 s so, 58 s one
+        # at a time, the CLI 70 s); a CPU run of the ci or full profile's many short tests keeps xdist's chunks, and
+        # with them its module fixtures on one worker (the same wall time either way there)
         config.option.maxschedchunk = 1
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # N xdist workers share the cores, as run --workers N does (`running.parallel.share_cores`)

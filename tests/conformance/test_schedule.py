@@ -96,8 +96,8 @@ def test_without_xdist_the_order_is_pytests(monkeypatch):
 
 def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
     """``-n 2 --device cuda`` without ``--maxschedchunk``: the plugin sets it to 1, so xdist's first hand-out is not
-    a quarter of each worker's share in collection order; a value the user gives stays; a CPU run keeps xdist's
-    chunks."""
+    a quarter of each worker's share in collection order; the gpu profile's large cases on the CPU too; a value the
+    user gives stays; a CPU run of another profile keeps xdist's chunks."""
     pytest.importorskip("xdist")
     import os
     import subprocess
@@ -111,7 +111,8 @@ def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
     (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not a worker of this run's
     for extra, want in ((["--device", "cuda"], "1"), (["--device", "cuda", "--maxschedchunk", "7"], "7"),
-                        (["--device", "cpu"], "None")):
+                        (["--device", "cpu"], "None"), (["--device", "cpu", "--profile", "gpu"], "1"),
+                        (["--device", "cpu", "--profile", "full"], "None")):
         p = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-s", "-p", "no:randomly",
                             "-p", "no:cacheprovider", *extra, str(tmp_path)],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
