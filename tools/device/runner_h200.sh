@@ -243,6 +243,18 @@ print(' '.join(e('flashinfer')))")
     step $d fi_bench "${FIBENCH_S:-360}" env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh bench $d
     echo done >> $d/steps
 }
+# snapshot: this checkout as it is now, in /tmp/session_tree (the files of the tree and the library the install stage
+# built), where a background pipeline runs: every later device call re-sends the working tree, and a step that imports
+# or reads a file while it is replaced failed ("could not get source code": the H100's repros step, during a
+# session-collect call); in the snapshot the package imports from it (checkout_env.sh) and tox builds its env there
+snapshot() {
+    local snap=/tmp/session_tree
+    rm -rf $snap && mkdir -p $snap/build || return 1
+    tar cf - --exclude=./.vendor --exclude=./.vendor-fi-xf --exclude=./.wheels-test --exclude=./.whl \
+        --exclude=./.tox --exclude=./.venv --exclude=./build --exclude=./.git . | tar xf - -C $snap || return 1
+    if [ -d build/kernels ]; then cp -a build/kernels $snap/build/; fi
+    echo $snap
+}
 # wait_for DIR: until DIR/steps has a line for step UNTIL (default done; the whole name: "fi" is not "fi_xf_install"),
 # at most WAIT_S seconds
 wait_for() {
@@ -338,17 +350,21 @@ session)
     # include FlashInfer and xformers (parked in /tmp/park/fi-xf: the next call's tree replaces the checkout's copy)
     rm -rf /tmp/session /tmp/tox_run && mkdir -p /tmp/session /tmp/tox_run
     if [ -d .vendor-fi-xf ]; then rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf; fi
-    setsid bash "$SELF" _session < /dev/null > /dev/null 2>&1 &
-    echo "started the session pipeline in /tmp/session" ;;
+    snap=$(snapshot) || exit 1
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh _session < /dev/null > /dev/null 2>&1 &)
+    echo "started the session pipeline in /tmp/session (from the snapshot $snap)" ;;
 _session)
+    . tools/checkout_env.sh  # the snapshot's package first on the path (its own tox env installs it too)
     session_pipeline ;;
 fi-session)
     # FlashInfer's session (fi_pipeline above) in the background; carry .vendor-fi-xf with this call
     rm -rf /tmp/session && mkdir -p /tmp/session
     rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf || exit 1
-    setsid bash "$SELF" _fi_session < /dev/null > /dev/null 2>&1 &
-    echo "started FlashInfer's session in /tmp/session" ;;
+    snap=$(snapshot) || exit 1
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh _fi_session < /dev/null > /dev/null 2>&1 &)
+    echo "started FlashInfer's session in /tmp/session (from the snapshot $snap)" ;;
 _fi_session)
+    . tools/checkout_env.sh
     fi_pipeline ;;
 _call)
     "$@" ;;
