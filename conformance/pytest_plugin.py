@@ -384,8 +384,9 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist: the conformance and property tests largest estimated seconds first
     (`conformance.running.schedule`: a kernel built per shape counts), the tests of one case spread apart
-    (`schedule.spread`), in the slots they occupy; other tests keep their places. Each worker identical (xdist
-    compares the collections)."""
+    (`schedule.spread`), in the slots they occupy; other tests keep their places, except that the tests estimated at
+    `schedule.LONG_SECONDS` or more go before all of them (the longest pieces start first; the short ones fill the
+    end). Each worker identical (xdist compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
     # the run's adapters by spec (looked up once; only a session with conformance tests has opened the run)
@@ -405,9 +406,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1)
     window = 2 * workers if workers > 1 else 1
     ordered = [ordered[j] for j in spread([c.id if c is not None else None for c in cases], window)]
+    # the ordered run up to its last long test goes ahead of the tests without an estimate (tests/ is collected before
+    # conformance/: on the H100 the kernels' ~600 device tests went first, and compiled flex's 327 s property test
+    # started late and ended the run), the spread's interleaving kept; the rest fills the later slots in order
+    from attention_conformance.running.schedule import LONG_SECONDS
+
     moved = [items[i] for i in ordered]
-    for i, item in zip(slots, moved):
-        items[i] = item
+    cut = 1 + max((j for j, i in enumerate(ordered) if estimates[i] >= LONG_SECONDS), default=-1)
+    fill = dict(zip(slots[cut:], moved[cut:]))
+    dropped = set(slots[:cut])
+    items[:] = moved[:cut] + [fill.get(i, item) for i, item in enumerate(items) if i not in dropped]
 
 
 class ConformanceSession:

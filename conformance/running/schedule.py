@@ -30,7 +30,7 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
 __all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "FLOAT32_BUILD_SECONDS",
-           "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "io_elements",
+           "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "LONG_SECONDS", "io_elements",
            "claims", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
@@ -52,6 +52,9 @@ BACKWARD_BUILD_FACTOR = 2.5
 FLOAT32_BUILD_SECONDS = 14.0
 #: one drawn example of a property test of a kernel built once (small shapes)
 PROPERTY_EXAMPLE_SECONDS = 0.05
+#: a piece estimated at least this long starts before the pieces no estimate covers (the pytest plugin: the
+#: project's other tests, mostly short): compiled flex's and flash-attn-4's property tests, the largest cases
+LONG_SECONDS = 10.0
 
 
 def claims(adapter: Any, case: Case, device: str) -> bool:

@@ -81,9 +81,34 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
         _Item("p::unavailable", {"impl_kind": (built, None)}, skip=True),
     ]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
+    # the per-shape builds (a float32 one: 14 s) are long and go before every other test
     assert [i.nodeid for i in items] == [
-        "t/plain_test::plain", "p::built-prop", "c::small-built", "t/param_test::param[1]", "c::big-once",
+        "p::built-prop", "c::small-built", "t/plain_test::plain", "t/param_test::param[1]", "c::big-once",
         "c::small-once", "c::f16-built", "p::unavailable"]
+
+
+def test_tests_estimated_long_go_before_the_tests_without_an_estimate(monkeypatch):
+    """tests/ is collected before conformance/: a long property test (a kernel built per shape, 8 examples) goes ahead
+    of the kernels' device tests instead of waiting behind them; the short estimated ones stay in their slots."""
+    once = SimpleNamespace(spec="once", available=True, adapter=_adapter(False))
+    built = SimpleNamespace(spec="built", available=True, adapter=_adapter(True))
+    run = SimpleNamespace(loaded=[once, built])
+    monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
+    monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    assert schedule.property_seconds(8, True) >= schedule.LONG_SECONDS > schedule.call_seconds(BIG, False)
+    items = [
+        _Item("tests/kernels/test_a.py::t1", None),
+        _Item("tests/kernels/test_a.py::t2", {"x": 2}),
+        _Item("p::small-once", {"impl_kind": (once, "forward")}),
+        _Item("p::built-prop", {"impl_kind": (built, "forward")}),
+        _Item("c::big-once", {"conformance_case": BIG, "conformance_spec": "once"}),
+    ]
+    pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
+    assert [i.nodeid for i in items] == [
+        "p::built-prop", "tests/kernels/test_a.py::t1", "tests/kernels/test_a.py::t2", "p::small-once",
+        "c::big-once"]
 
 
 def test_without_xdist_the_order_is_pytests(monkeypatch):
