@@ -99,15 +99,15 @@ def test_tests_estimated_long_go_before_the_tests_without_an_estimate(monkeypatc
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
     assert schedule.property_seconds(8, True) >= schedule.LONG_SECONDS > schedule.call_seconds(BIG, False)
     items = [
-        _Item("tests/kernels/test_a.py::t1", None),
-        _Item("tests/kernels/test_a.py::t2", {"x": 2}),
+        _Item("k/device_test::t1", None),
+        _Item("k/device_test::t2", {"x": 2}),
         _Item("p::small-once", {"impl_kind": (once, "forward")}),
         _Item("p::built-prop", {"impl_kind": (built, "forward")}),
         _Item("c::big-once", {"conformance_case": BIG, "conformance_spec": "once"}),
     ]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
     assert [i.nodeid for i in items] == [
-        "p::built-prop", "tests/kernels/test_a.py::t1", "tests/kernels/test_a.py::t2", "p::small-once",
+        "p::built-prop", "k/device_test::t1", "k/device_test::t2", "p::small-once",
         "c::big-once"]
 
 
