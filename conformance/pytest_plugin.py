@@ -384,9 +384,9 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist: the conformance and property tests largest estimated seconds first
     (`conformance.running.schedule`: a kernel built per shape counts), the tests of one case spread apart
-    (`schedule.spread`), in the slots they occupy; other tests keep their places, except that the tests estimated at
-    `schedule.LONG_SECONDS` or more go before all of them (the longest pieces start first; the short ones fill the
-    end). Each worker identical (xdist compares the collections)."""
+    (`schedule.spread`), in the slots they occupy; other tests keep their places, except that the ordered tests up to
+    the last one estimated at `schedule.LONG_SECONDS` or more go before all of them (the longest pieces start first;
+    the short ones fill the end). Each worker identical (xdist compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
     # the run's adapters by spec (looked up once; only a session with conformance tests has opened the run)
@@ -400,7 +400,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ordered = sorted(slots, key=lambda i: (-estimates[i], items[i].nodeid))
     # the tests of one case apart by twice the number of workers (xdist keeps two tests handed to each worker: the
     # one running and the next), so that no two run together: they share its oracle (`running.oracle_store`)
-    from attention_conformance.running.schedule import spread
+    from attention_conformance.running.schedule import LONG_SECONDS, spread
 
     cases = [_case_of(items[i]) for i in ordered]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1)
@@ -409,8 +409,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the ordered run up to its last long test goes ahead of the tests without an estimate (tests/ is collected before
     # conformance/: on the H100 the kernels' ~600 device tests went first, and compiled flex's 327 s property test
     # started late and ended the run), the spread's interleaving kept; the rest fills the later slots in order
-    from attention_conformance.running.schedule import LONG_SECONDS
-
     moved = [items[i] for i in ordered]
     cut = 1 + max((j for j, i in enumerate(ordered) if estimates[i] >= LONG_SECONDS), default=-1)
     fill = dict(zip(slots[cut:], moved[cut:]))
