@@ -60,16 +60,23 @@ class _Item:
         return object() if (name == "skip" and self._skip) else None
 
 
-def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_slots(monkeypatch):
-    """Under xdist, the long tests first (a per-shape build before a large case of a kernel built once), a skipped or
-    unclaimed one last, other tests where they were."""
+def _one_xdist_worker(monkeypatch) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """The plugin as one xdist worker of one (nothing spread; this suite's own xdist aside) over two adapters: "once"
+    (a kernel built once) and "built" (a kernel built per shape)."""
     once = SimpleNamespace(spec="once", available=True, adapter=_adapter(False))
     built = SimpleNamespace(spec="built", available=True, adapter=_adapter(True))
     run = SimpleNamespace(loaded=[once, built])
     monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
     monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")  # one worker: nothing spread (this suite's own xdist aside)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    return once, built
+
+
+def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_slots(monkeypatch):
+    """Under xdist, the long tests first (a per-shape build before a large case of a kernel built once), a skipped or
+    unclaimed one last, other tests where they were."""
+    once, built = _one_xdist_worker(monkeypatch)
     items = [
         _Item("t/plain_test::plain", None),
         _Item("c::small-once", {"conformance_case": SMALL, "conformance_spec": "once"}),
@@ -90,13 +97,7 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
 def test_tests_estimated_long_go_before_the_tests_without_an_estimate(monkeypatch):
     """tests/ is collected before conformance/: a long property test (a kernel built per shape, 8 examples) goes ahead
     of the kernels' device tests instead of waiting behind them; the short estimated ones stay in their slots."""
-    once = SimpleNamespace(spec="once", available=True, adapter=_adapter(False))
-    built = SimpleNamespace(spec="built", available=True, adapter=_adapter(True))
-    run = SimpleNamespace(loaded=[once, built])
-    monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: run)
-    monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    once, built = _one_xdist_worker(monkeypatch)
     assert schedule.property_seconds(8, True) >= schedule.LONG_SECONDS > schedule.call_seconds(BIG, False)
     items = [
         _Item("k/device_test::t1", None),
