@@ -60,8 +60,8 @@ from typing import Any
 import pytest
 
 __all__ = ["cases_option", "device_option", "impl_option", "profile_option", "run_settings", "conformance_run",
-           "ConformanceSession", "store_of", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY", "OUTCOME_PROPERTY",
-           "SummaryLines"]
+           "ConformanceSession", "store_of", "worker_pool", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY",
+           "OUTCOME_PROPERTY", "SummaryLines"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
           "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect",
@@ -311,6 +311,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.close()
     folder = config.stash.get(_STORE, None)
     if folder is not None:
         import shutil
@@ -332,6 +335,20 @@ class _StoreHandOver:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[_STORE_INPUT] = self.folder
+
+
+_POOL = pytest.StashKey["Any"]()
+
+
+def worker_pool(config: pytest.Config) -> Any:
+    """This pytest process's `running.worker.WorkerPool`: the conformance tests and the property suite run an
+    isolated adapter in one worker process per library (closed when the session ends)."""
+    pool = config.stash.get(_POOL, None)
+    if pool is None:
+        from attention_conformance.running.worker import WorkerPool
+
+        pool = config.stash[_POOL] = WorkerPool()
+    return pool
 
 
 def store_of(config: pytest.Config) -> Any:
@@ -420,7 +437,7 @@ class ConformanceSession:
     """One engine `Runner` per pytest session over the run's adapters, a small window of cached oracles, the raw
     results of the memory family (its growth verdict spans a series of cases), and the final verdict of a test."""
 
-    def __init__(self, run: Any, cases: list[Any], store: Any = None):
+    def __init__(self, run: Any, cases: list[Any], store: Any = None, workers: Any = None):
         from attention_conformance.running.gpu_share import GpuShare
 
         self.run = run
@@ -430,7 +447,7 @@ class ConformanceSession:
         # under pytest-xdist on a GPU: the workers' cases share it, and a call that ran out of memory beside them
         # runs again alone (`running.gpu_share`), as the CLI re-runs it alone
         self.share = GpuShare.of_run(store.folder if store is not None else None, self.device)
-        self.runner = run.runner(store=store, share=self.share)
+        self.runner = run.runner(store=store, share=self.share, workers=workers)  # `worker_pool`: shared
         self.by_spec = {la.spec: la for la in run.loaded}
         self.ran: dict[str, Any] = {}  # spec -> LoadedAdapter that some test ran
         self.recent: OrderedDict[str, None] = OrderedDict()
@@ -491,7 +508,8 @@ def conformance_session(request: pytest.FixtureRequest):
     from attention_conformance.cases import catalog
 
     config = request.config
-    s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)), store_of(config))
+    s = ConformanceSession(conformance_run(config), catalog.cases(profile_option(config)), store_of(config),
+                           worker_pool(config))
     config.stash[_SESSION] = s
     yield s
     s.runner.close()

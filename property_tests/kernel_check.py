@@ -23,6 +23,7 @@ from attention_conformance.cases.case import Case
 from attention_conformance.running import gpu_share
 from attention_conformance.running.engine import OracleCache, Runner
 from attention_conformance.running.gpu_share import GpuShare
+from attention_conformance.running.worker import WorkerPool
 from attention_conformance.verdict.judge import Verdict
 
 __all__ = ["Verdict", "evaluate", "oracle_data", "clear_cache", "share_gpu"]
@@ -59,22 +60,29 @@ def _copy_inputs(inputs):
     return copy.deepcopy(inputs)
 
 
-_RUNNERS: dict[tuple[int, str, str], tuple] = {}
+_LOADED: dict[tuple[int, str], LoadedAdapter] = {}
+_RUNNERS: dict[str, Runner] = {}
 _SHARE: GpuShare | None = None
+_POOL: WorkerPool | None = None
 
 
-def share_gpu(share: GpuShare | None) -> None:
+def share_gpu(share: GpuShare | None, workers: WorkerPool | None = None) -> None:
     """The GPU this process shares with the run's others (pytest-xdist's workers on CUDA, `running.gpu_share`): each
-    evaluation on a CUDA device then holds it, and a call that ran out of device memory runs again alone."""
-    global _SHARE
+    evaluation on a CUDA device then holds it, and a call that ran out of device memory runs again alone.
+    ``workers``: the worker processes of this process's conformance tests (the pytest plugin's `worker_pool`), which
+    the isolated adapters' evaluations then share (None: the suite's own, one per library)."""
+    global _SHARE, _POOL
     _SHARE = share
-    for _, runner in _RUNNERS.values():
+    if workers is not _POOL:
+        _close_runners()
+        _POOL = workers
+    for runner in _RUNNERS.values():
         runner.share = share
 
 
 def _close_runners() -> None:
-    for _, runner in _RUNNERS.values():
-        runner.close()
+    for runner in _RUNNERS.values():
+        runner.close()  # a shared pool is closed by its owner
     _RUNNERS.clear()
 
 
@@ -82,17 +90,19 @@ atexit.register(_close_runners)
 
 
 def _runner_for(adapter: Adapter, device: str, spec: str | None):
-    """One engine Runner per adapter object (isolated adapters keep their worker process between cases)."""
-    key = (id(adapter), device, spec or adapter.name)
-    hit = _RUNNERS.get(key)
-    if hit is not None:  # the entry holds a reference to the adapter, so its id cannot be reused meanwhile
-        return hit
-    la = LoadedAdapter(spec or adapter.name, adapter.name, adapter, None)
-    runner = Runner([la], device, determinism="sampled", share=_SHARE)
-    runner.cache = _CACHE
-    if len(_RUNNERS) > 64:
-        _close_runners()
-    _RUNNERS[key] = (la, runner)
+    """(the adapter's `LoadedAdapter`, the device's engine Runner): one Runner per device for every adapter, so the
+    isolated adapters of one library share one worker process (`running.worker.worker_key`), kept between cases."""
+    name = spec or adapter.name
+    key = (id(adapter), name)
+    la = _LOADED.get(key)
+    if la is None or la.adapter is not adapter:  # the entry holds a reference to the adapter: its id stays unique
+        if len(_LOADED) > 256:
+            _LOADED.clear()
+        la = _LOADED[key] = LoadedAdapter(name, adapter.name, adapter, None)
+    runner = _RUNNERS.get(device)
+    if runner is None:
+        runner = _RUNNERS[device] = Runner([], device, determinism="sampled", share=_SHARE, workers=_POOL)
+        runner.cache = _CACHE
     return la, runner
 
 

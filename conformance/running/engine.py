@@ -35,8 +35,8 @@ from attention_conformance.running.gpu_share import GpuShare
 from attention_conformance.running.oracle_store import OracleStore
 from attention_conformance.running.worker import (
     CallResult,
-    WorkerClient,
     WorkerCrash,
+    WorkerPool,
     WorkerTimeout,
     call_adapter,
     collect_calls,
@@ -151,7 +151,8 @@ class Runner:
 
     def __init__(self, adapters: Sequence[LoadedAdapter], device: str = "cpu", *, timeout: float = 300.0,
                  determinism: str = "sampled", worker_env: dict[str, str] | None = None, strict: bool = False,
-                 store: OracleStore | None = None, share: GpuShare | None = None):
+                 store: OracleStore | None = None, share: GpuShare | None = None,
+                 workers: WorkerPool | None = None):
         self.adapters = list(adapters)
         #: the GPU this process shares with the run's other processes (pytest-xdist's workers): a call that ran
         #: out of device memory runs again alone on it (`GpuShare.alone`); None = nothing to wait for
@@ -161,7 +162,10 @@ class Runner:
         self.timeout = timeout
         self.determinism = determinism
         self.cache = OracleCache(store)
-        self._workers: dict[str, WorkerClient] = {}
+        #: the worker processes of isolated adapters: ``workers`` where another runner of this process shares them
+        #: (it then closes them), else this runner's own
+        self._workers = workers if workers is not None else WorkerPool()
+        self._own_workers = workers is None
         self.worker_env = worker_env or {}
         #: set when an in-process call left this process's CUDA context unusable (`running.cuda_context`): which
         #: call, and the error; the in-process calls after it are HARNESS_ERROR, not verdicts
@@ -175,15 +179,13 @@ class Runner:
                 self.context_lost = f"{la.spec} ({kind}) on {case.id}: {result.context_lost}"
             return result
         key = worker_key(la.spec, getattr(la.adapter, "process_group", None))
-        client = self._workers.get(key)
-        if client is None:
-            client = self._workers[key] = WorkerClient(la.spec, self.device, self.timeout, self.worker_env)
+        client = self._workers.client(key, la.spec, self.device, self.timeout, self.worker_env)
         return client.call(kind, inputs, case, spec=la.spec)
 
     def close(self) -> None:
-        for c in self._workers.values():
-            c.close()
-        self._workers.clear()
+        """Stop this runner's worker processes (a shared pool's owner closes it)."""
+        if self._own_workers:
+            self._workers.close()
 
     # -- one case ---------------------------------------------------------------------------------
     def run_case(self, la: LoadedAdapter, case: Case) -> CaseResult:

@@ -37,7 +37,7 @@ import numpy as np
 from attention_conformance.cases.calldata import AdapterResults, CallResult, raise_site, raised_under_test
 from attention_conformance.running import cuda_context
 
-__all__ = ["CallResult", "call_adapter", "collect_calls", "worker_key", "WorkerClient", "WorkerCrash",
+__all__ = ["CallResult", "call_adapter", "collect_calls", "worker_key", "WorkerClient", "WorkerCrash", "WorkerPool",
            "WorkerTimeout"]
 
 
@@ -246,6 +246,36 @@ class WorkerClient:
             self.close()
             self.restarts += 1
         return result
+
+
+class WorkerPool:
+    """The worker processes of one process's runs, one per `worker_key`: the engine `Runner`s that share a pool share
+    the processes (the pytest plugin's conformance tests and the property suite in one pytest-xdist worker: one
+    process per library there, not one per adapter and suite; each holds a CUDA context, about 0.6 GiB, and on the
+    H100 tox -e gpu's 8 workers had 65 of them on the card, where the large cases then ran out of memory). A client
+    keeps the device, timeout and environment of the runner that started it."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, WorkerClient] = {}
+
+    def client(self, key: str, spec: str, device: str, timeout: float, env: dict[str, str] | None) -> WorkerClient:
+        """The pool's client for `key`, started for `spec` on first use."""
+        c = self._clients.get(key)
+        if c is None:
+            c = self._clients[key] = WorkerClient(spec, device, timeout, env)
+        return c
+
+    def __getitem__(self, key: str) -> WorkerClient:
+        return self._clients[key]
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def close(self) -> None:
+        """Stop every process (a later call starts a fresh client)."""
+        for c in self._clients.values():
+            c.close()
+        self._clients.clear()
 
 
 # -- worker side ---------------------------------------------------------------------------------

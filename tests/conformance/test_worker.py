@@ -67,3 +67,30 @@ def test_one_worker_process_serves_several_specs_each_loaded_once(toys_on_path):
         assert client._loaded == {"engine_toys:IsolatedCorrect", "engine_toys:OracleToy"}
     finally:
         client.close()
+
+
+def test_the_conformance_tests_and_the_property_suite_share_a_pool_of_worker_processes(toys_on_path):
+    """The pytest plugin hands one `WorkerPool` to its conformance runner and to the property suite
+    (`kernel_check.share_gpu`): an isolated adapter runs in one process per pytest-xdist worker, not one per suite and
+    adapter (the H100's tox -e gpu held 65 CUDA contexts, ~0.6 GiB each, and its large cases ran out of memory)."""
+    from attention_conformance.adapters.registry import load
+    from attention_conformance.property_tests import kernel_check
+    from attention_conformance.running.engine import Runner
+    from attention_conformance.running.worker import WorkerPool
+
+    pool = WorkerPool()
+    la = load("engine_toys:IsolatedCorrect", "cpu")
+    runner = Runner([la], "cpu", determinism="none", workers=pool)
+    try:
+        assert runner.run_case(la, CASE).outcome == "PASS"
+        key = worker_key(la.spec)
+        pid = pool[key].proc.pid
+        kernel_check.share_gpu(None, pool)
+        assert kernel_check.evaluate(la.adapter, CASE, "cpu", spec=la.spec).outcome == "PASS"
+        assert len(pool) == 1 and pool[key].proc.pid == pid and pool[key].restarts == 0
+        runner.close()  # a runner leaves a pool it was given to its owner
+        assert pool[key].proc is not None
+    finally:
+        kernel_check.share_gpu(None)
+        pool.close()
+    assert len(pool) == 0

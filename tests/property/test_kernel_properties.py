@@ -65,14 +65,15 @@ def test_kernel_property(impl_kind, request):
     failures an expectations entry expects (KNOWN, listed in the terminal summary)."""
     from attention_conformance.property_tests.kernel_check import share_gpu
     from attention_conformance.property_tests.known import known_in
-    from attention_conformance.pytest_plugin import store_of
+    from attention_conformance.pytest_plugin import store_of, worker_pool
     from attention_conformance.running.gpu_share import GpuShare
 
     loaded, kind = impl_kind
     conformance = _run(request.config)
     device = conformance.device
     store = store_of(request.config)  # pytest-xdist's workers share the GPU (conformance/running/gpu_share.py)
-    share_gpu(GpuShare.of_run(store.folder if store is not None else None, device))
+    # the GPU and the worker processes of this process's conformance tests (one per library)
+    share_gpu(GpuShare.of_run(store.folder if store is not None else None, device), worker_pool(request.config))
     run = build_property(kind, loaded.adapter, device, adapter_name=loaded.spec, known=known_in(conformance, loaded))
     try:
         run.test()
