@@ -2,9 +2,10 @@
 JUNIT_XML REPORT_JSON``.
 
 JUNIT_XML is pytest's ``--junitxml`` of ``pytest -m gpu ... --impl ...`` (each conformance test records its final
-outcome as the property ``conformance_outcome``); REPORT_JSON is ``python -m attention_conformance run``'s
-report.json over the same profile and adapters (either plain or gzip-compressed). Prints the counts of both, every
-(case, adapter) both ran whose outcome differs, and exits 1 when one does.
+outcome as the property ``conformance_outcome``) or, for a session cut off before it wrote one, the ``.outcomes`` file
+of ``tools/pytest_stream_failures.py`` (``OUTCOME<TAB>nodeid`` per conformance test); REPORT_JSON is ``python -m
+attention_conformance run``'s report.json over the same profile and adapters (either plain or gzip-compressed).
+Prints the counts of both, every (case, adapter) both ran whose outcome differs, and exits 1 when one does.
 """
 
 from __future__ import annotations
@@ -19,19 +20,34 @@ from pathlib import Path
 PROPERTY = "conformance_outcome"
 
 
+def _pair(nodeid: str) -> tuple[str, str] | None:
+    """(case id, spec) of a conformance test's name or node id; None for any other test."""
+    name = nodeid[nodeid.find("test_case["):] if "::test_case[" in nodeid else nodeid
+    if not name.startswith("test_case[") or "::" not in name:
+        return None
+    case_id, spec = name[len("test_case["):-1].split("::", 1)
+    return case_id, spec
+
+
 def plugin_outcomes(junit: Path) -> dict[tuple[str, str], str]:
-    """(case id, spec) -> the final outcome a conformance test recorded."""
+    """(case id, spec) -> the final outcome a conformance test recorded (junit XML, or a ``.outcomes`` file)."""
     out = {}
     raw = junit.read_bytes()
+    if junit.name.endswith(".outcomes"):
+        for line in raw.decode().splitlines():
+            outcome, _, nodeid = line.partition("\t")
+            pair = _pair(nodeid)
+            if pair is not None:
+                out[pair] = outcome
+        return out
     root = ET.fromstring(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     for tc in root.iter("testcase"):
-        name = tc.get("name", "")
-        if not name.startswith("test_case["):
+        pair = _pair(tc.get("name", ""))
+        if pair is None:
             continue
         for prop in tc.iter("property"):
             if prop.get("name") == PROPERTY:
-                case_id, spec = name[len("test_case["):-1].split("::", 1)
-                out[(case_id, spec)] = prop.get("value", "")
+                out[pair] = prop.get("value", "")
     return out
 
 

@@ -3,13 +3,19 @@ is appended to ``$STREAM_FAILURES`` (default ``failures.txt``) as it arrives, wi
 lines of its message and the place it was raised (`message_lines`), and the duration of every test's call and of
 every setup that took at least `SETUP_SECONDS` (a conformance test decides its verdict while it is set up) to the same
 file's ``.durations`` twin, so what ran and where the time went are known even when the session never reaches its
-summary.
+summary. Each conformance test's final outcome (its ``conformance_outcome`` user property, the one junit XML carries)
+goes to the ``.outcomes`` twin as ``OUTCOME<TAB>nodeid``, which `tools/compare_front_ends.py` reads in place of
+the junit XML that an interrupted session may never write (tox -e gpu on the H100: 9290 of 9340 tests had ended when
+its limit cut it; the teardown of the workers outlasted tox's grace and no XML came back). When the session ends or is
+interrupted, the tests that had started and not ended are appended to ``.durations`` as ``SECONDS<TAB>running<TAB>
+-<TAB>nodeid`` (the seconds they had run by then): the stragglers that kept it from its end.
 ``PYTHONPATH=tools python -m pytest -p pytest_stream_failures ...``; under pytest-xdist the controller receives the
 reports and writes them."""
 
 from __future__ import annotations
 
 import os
+import time
 
 _PATH = os.environ.get("STREAM_FAILURES", "failures.txt")
 #: a setup at least this long has its duration written (a conformance test's verdict, a session fixture's start)
@@ -22,9 +28,25 @@ def pytest_configure(config) -> None:
     _WORKER = hasattr(config, "workerinput")
 
 
+#: the user property a conformance test records its final outcome under (`conformance.pytest_plugin.OUTCOME_PROPERTY`)
+OUTCOME_PROPERTY = "conformance_outcome"
+_STARTED: dict[str, float] = {}  # node id -> when it started (the controller's clock), until its teardown reports
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    if not _WORKER:
+        _STARTED[nodeid] = time.monotonic()
+
+
 def pytest_runtest_logreport(report) -> None:
     if _WORKER:
         return
+    if report.when == "teardown":
+        _STARTED.pop(report.nodeid, None)
+    outcome = next((v for k, v in getattr(report, "user_properties", ()) if k == OUTCOME_PROPERTY), None)
+    if outcome is not None and report.when == "setup":  # decided while set up; the call's report carries it again
+        with open(_PATH + ".outcomes", "a") as f:
+            f.write(f"{outcome}\t{report.nodeid}\n")
     if report.when == "call" or report.failed or (report.when == "setup" and report.duration >= SETUP_SECONDS):
         with open(_PATH + ".durations", "a") as f:
             f.write(f"{report.duration:.2f}\t{report.outcome}\t{report.when}\t{report.nodeid}\n")
@@ -51,3 +73,23 @@ def message_lines(text: str, head: int = 30, tail: int = 10) -> list[str]:
     named = [ln for ln in errors[head:] if ln[1:].lstrip().startswith(_NAMED)]
     rest = [ln for ln in lines[-tail:] if ln not in errors[:head] and ln not in named]
     return errors[:head] + (["..."] if len(errors) > head else []) + named + rest
+
+
+def write_running() -> None:
+    """Append the tests that started and have not ended to ``.durations`` (once: the interrupt, then the session's end,
+    both call it)."""
+    if _WORKER or not _STARTED:
+        return
+    now = time.monotonic()
+    with open(_PATH + ".durations", "a") as f:
+        for nodeid, started in sorted(_STARTED.items(), key=lambda kv: kv[1]):
+            f.write(f"{now - started:.2f}\trunning\t-\t{nodeid}\n")
+    _STARTED.clear()
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    write_running()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    write_running()

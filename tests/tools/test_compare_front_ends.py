@@ -74,3 +74,14 @@ def test_the_h200_comparison_end_to_end_on_cpu_adapters(tmp_path, capsys):
     rc = cfe.main([str(junit), str(tmp_path / "cli" / "report.json")])
     said = capsys.readouterr().out
     assert rc == 0 and "\n0 of " in "\n" + said.split("CLI:", 1)[1], said[-2000:]
+
+
+def test_the_stream_plugins_outcomes_file_serves_when_no_junit_xml_was_written(tmp_path, capsys):
+    """tox -e gpu cut off at its limit wrote no junit XML; the outcomes streamed as the tests ended stand in for it."""
+    lines = ["PASS\tconformance/test_conformance.py::test_case[c1::a]",
+             "KNOWN\tconformance/test_conformance.py::test_case[c2::a@x]"]
+    (tmp_path / "failures.txt.outcomes").write_text("\n".join(lines) + "\n")
+    rep = _report(tmp_path, {("c1", "a"): "PASS", ("c2", "a@x"): "FAIL"}, compress=True)
+    assert cfe.plugin_outcomes(tmp_path / "failures.txt.outcomes") == {("c1", "a"): "PASS", ("c2", "a@x"): "KNOWN"}
+    assert cfe.main([str(tmp_path / "failures.txt.outcomes"), str(rep)]) == 1
+    assert "DIFFER c2 on a@x: CLI FAIL, plugin KNOWN" in capsys.readouterr().out

@@ -63,3 +63,26 @@ def test_long_setups_have_their_duration_written(tmp_path, monkeypatch):
             when=when, failed=False, duration=duration, outcome="passed", nodeid=nodeid, longreprtext=""))
     written = path.with_name("failures.txt.durations").read_text()
     assert "12.50\tpassed\tsetup\tt::slow" in written and "t::fast" not in written and "t::td" not in written
+
+
+def test_outcomes_are_written_once_and_the_tests_still_running_at_the_end_are_named(tmp_path, monkeypatch):
+    """The conformance outcome of each test (for tools/compare_front_ends.py when no junit XML comes back), and the
+    stragglers of a session cut off at its limit, with the seconds they had run."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "failures.txt"
+    monkeypatch.setattr(pytest_stream_failures, "_PATH", str(path))
+    pytest_stream_failures.pytest_configure(SimpleNamespace())
+    done, stuck = "conformance/test_conformance.py::test_case[c1::a]", "tests/property/t.py::test_kernel_property[x]"
+    for nodeid in (done, stuck):
+        pytest_stream_failures.pytest_runtest_logstart(nodeid, None)
+    for when in ("setup", "call", "teardown"):
+        pytest_stream_failures.pytest_runtest_logreport(SimpleNamespace(
+            when=when, failed=False, duration=0.1, outcome="passed", nodeid=done, longreprtext="",
+            user_properties=[("conformance_outcome", "PASS")]))
+    pytest_stream_failures.pytest_keyboard_interrupt(None)
+    pytest_stream_failures.pytest_sessionfinish(None, 2)  # after the interrupt: nothing written twice
+    assert path.with_name("failures.txt.outcomes").read_text() == f"PASS\t{done}\n"
+    running = [ln.split("\t") for ln in path.with_name("failures.txt.durations").read_text().splitlines()
+               if "\trunning\t" in ln]
+    assert [(r[1], r[3]) for r in running] == [("running", stuck)]
