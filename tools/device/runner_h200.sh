@@ -24,7 +24,9 @@
 #                  sanitizers, tox -e gpu alone, the spellings beside FlashInfer and xformers when this call carries
 #                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
 #                  SKIP_STEPS names steps to leave out);
-#                  session-collect (WAIT_S, UNTIL=step) copies what has finished
+#                  session-collect (WAIT_S, UNTIL=step) copies what has finished; collect in calls of a few minutes
+#                  (WAIT_S=240), not one long one: a machine taken back mid-call loses what that call would have
+#                  brought (on the H100 a 570 s collect of tox -e gpu was lost so, with 440 s of the budget)
 # Then, here: python tools/compare_front_ends.py gpu_junit.xml cli_all/report.json.gz
 set -uo pipefail
 stage=${1:?stage}
