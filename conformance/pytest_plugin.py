@@ -24,6 +24,8 @@ with ``-p no:attention_conformance``). It provides:
   device memory beside the others runs again alone, as the CLI re-runs it (`conformance.running.gpu_share`), and
   after each test marked ``gpu`` the process's idle cached device memory goes back to the card
   (`pytest_runtest_teardown`);
+- one pool of worker processes per pytest process (`worker_pool`): the conformance tests and the property suite run an
+  isolated adapter in the same process per library, as the CLI's workers do;
 - the parametrization of ``conformance/test_conformance.py::test_case`` over (case, adapter) of the
   chosen profile, case-major so the shared oracle cache (one FP64 oracle result per case, shared by
   every adapter) stays small, and its session fixture ``conformance_session``.
