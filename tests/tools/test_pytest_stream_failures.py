@@ -73,7 +73,8 @@ def test_outcomes_are_written_once_and_the_tests_still_running_at_the_end_are_na
     path = tmp_path / "failures.txt"
     monkeypatch.setattr(pytest_stream_failures, "_PATH", str(path))
     pytest_stream_failures.pytest_configure(SimpleNamespace())
-    done, stuck = "conformance/test_conformance.py::test_case[c1::a]", "tests/property/t.py::test_kernel_property[x]"
+    done = "conformance/test_conformance.py::test_case[c1::a]"
+    stuck = "property-suite::test_kernel_property[x]"
     for nodeid in (done, stuck):
         pytest_stream_failures.pytest_runtest_logstart(nodeid, None)
     for when in ("setup", "call", "teardown"):
