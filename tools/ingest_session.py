@@ -167,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     reports = conformance_reports(session)
     if junit is not None:
         print("== tox -e gpu (junit):", dict(junit_counts(junit)))
+    elif (session / "failures.txt.outcomes").is_file():  # cut off before pytest wrote its junit XML
+        junit = session / "failures.txt.outcomes"
+        print("== tox -e gpu: no junit XML; the outcomes streamed as the tests ended stand in for it")
+    if (session / "failures.txt.durations").is_file():  # where tox -e gpu's time went, stragglers included
+        print("== tox -e gpu's time (tools/durations_summary.py)")
+        subprocess.call([sys.executable, str(ROOT / "tools" / "durations_summary.py"),
+                         str(session / "failures.txt.durations")])
+    if junit is not None:
         cli_all = next((r for r in reports if r.parent.name == "cli_all"), None)
         if cli_all is not None:
             print("== the plugin's verdicts against the CLI's")

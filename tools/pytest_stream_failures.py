@@ -1,14 +1,17 @@
 """A pytest plugin for runs that may be cut off (a device call's time limit): every failed or errored test report
 is appended to ``$STREAM_FAILURES`` (default ``failures.txt``) as it arrives, with its node id, phase, the first
-lines of its message and the place it was raised (`message_lines`), and the duration of every test's call and of
-every setup that took at least `SETUP_SECONDS` (a conformance test decides its verdict while it is set up) to the same
-file's ``.durations`` twin, so what ran and where the time went are known even when the session never reaches its
-summary. Each conformance test's final outcome (its ``conformance_outcome`` user property, the one junit XML carries)
-goes to the ``.outcomes`` twin as ``OUTCOME<TAB>nodeid``, which `tools/compare_front_ends.py` reads in place of
-the junit XML that an interrupted session may never write (tox -e gpu on the H100: 9290 of 9340 tests had ended when
-its limit cut it; the teardown of the workers outlasted tox's grace and no XML came back). When the session ends or is
-interrupted, the tests that had started and not ended are appended to ``.durations`` as ``SECONDS<TAB>running<TAB>
--<TAB>nodeid`` (the seconds they had run by then): the stragglers that kept it from its end.
+lines of its message and the place it was raised (`message_lines`), and the duration of every test's setup and call
+(a conformance test decides its verdict while it is set up) and of every teardown that took at least `SLOW_SECONDS` to
+the same file's ``.durations`` twin, one line each: ``SECONDS<TAB>OUTCOME<TAB>PHASE<TAB>nodeid<TAB>AT<TAB>WORKER``
+(AT: seconds since the session began when the report arrived; WORKER: the pytest-xdist worker, ``-`` without one), so
+what ran, where the time went and which worker was busy when are known even when the session never reaches its
+summary (`tools/durations_summary.py` reads it). Each conformance test's final outcome (its ``conformance_outcome``
+user property, the one junit XML carries) goes to the ``.outcomes`` twin as ``OUTCOME<TAB>nodeid``, which
+`tools/compare_front_ends.py` reads in place of the junit XML that an interrupted session may never write (tox -e gpu
+on the H100: 9290 of 9340 tests had ended when its limit cut it; the teardown of the workers outlasted tox's grace
+and no XML came back). When the session ends or is interrupted, the tests that had started and not ended are appended
+to ``.durations`` with the outcome ``running`` and the seconds they had run by then: the stragglers that kept it from
+its end.
 ``PYTHONPATH=tools python -m pytest -p pytest_stream_failures ...``; under pytest-xdist the controller receives the
 reports and writes them."""
 
@@ -18,14 +21,22 @@ import os
 import time
 
 _PATH = os.environ.get("STREAM_FAILURES", "failures.txt")
-#: a setup at least this long has its duration written (a conformance test's verdict, a session fixture's start)
-SETUP_SECONDS = 0.5
+#: a teardown at least this long has its duration written
+SLOW_SECONDS = 0.5
 _WORKER = False  # an xdist worker: its reports reach the controller, which writes them (else each is written twice)
+_BEGAN = time.monotonic()  # the session's start on the controller's clock (pytest_configure)
 
 
 def pytest_configure(config) -> None:
-    global _WORKER
+    global _WORKER, _BEGAN
     _WORKER = hasattr(config, "workerinput")
+    _BEGAN = time.monotonic()
+
+
+def _worker_of(report) -> str:
+    """The pytest-xdist worker a report came from (``gw3``; the controller sets ``report.node``), or ``-``."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return str(getattr(gateway, "id", "-"))
 
 
 #: the user property a conformance test records its final outcome under (`conformance.pytest_plugin.OUTCOME_PROPERTY`)
@@ -47,9 +58,10 @@ def pytest_runtest_logreport(report) -> None:
     if outcome is not None and report.when == "setup":  # decided while set up; the call's report carries it again
         with open(_PATH + ".outcomes", "a") as f:
             f.write(f"{outcome}\t{report.nodeid}\n")
-    if report.when == "call" or report.failed or (report.when == "setup" and report.duration >= SETUP_SECONDS):
+    if report.when != "teardown" or report.failed or report.duration >= SLOW_SECONDS:
         with open(_PATH + ".durations", "a") as f:
-            f.write(f"{report.duration:.2f}\t{report.outcome}\t{report.when}\t{report.nodeid}\n")
+            f.write(f"{report.duration:.2f}\t{report.outcome}\t{report.when}\t{report.nodeid}\t"
+                    f"{time.monotonic() - _BEGAN:.1f}\t{_worker_of(report)}\n")
     if not report.failed:
         return
     with open(_PATH, "a") as f:
@@ -83,7 +95,7 @@ def write_running() -> None:
     now = time.monotonic()
     with open(_PATH + ".durations", "a") as f:
         for nodeid, started in sorted(_STARTED.items(), key=lambda kv: kv[1]):
-            f.write(f"{now - started:.2f}\trunning\t-\t{nodeid}\n")
+            f.write(f"{now - started:.2f}\trunning\t-\t{nodeid}\t{now - _BEGAN:.1f}\t-\n")
     _STARTED.clear()
 
 
