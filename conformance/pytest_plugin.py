@@ -385,18 +385,19 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
             return 0.0
         return schedule.call_seconds(case, bool(getattr(la.adapter, "builds_per_shape", False)))
     impl_kind = cs.params.get("impl_kind")
-    if isinstance(impl_kind, tuple) and len(impl_kind) == 2:
-        loaded, kind = impl_kind
+    if isinstance(impl_kind, tuple) and len(impl_kind) in (2, 3):
+        loaded, kind, shard = (*impl_kind, None)[:3]  # (loaded, kind[, (index, count) of a sharded property])
         if kind is None or getattr(loaded, "adapter", None) is None:
             return 0.0
         from hypothesis import settings
 
-        from attention_conformance.property_tests.profiles import build_per_shape_examples
+        from attention_conformance.property_tests.profiles import build_per_shape_examples, shard_examples
 
         builds = bool(getattr(loaded.adapter, "builds_per_shape", False))
-        examples = settings().max_examples
-        return schedule.property_seconds(build_per_shape_examples(examples) if builds else examples, builds,
-                                         backward=kind == "backward")
+        examples = build_per_shape_examples(settings().max_examples) if builds else settings().max_examples
+        if shard is not None:
+            examples = shard_examples(examples, *shard)
+        return schedule.property_seconds(examples, builds, backward=kind == "backward")
     return None
 
 

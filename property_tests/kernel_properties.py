@@ -41,18 +41,20 @@ from __future__ import annotations
 
 import json
 import shlex
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import event, example, given, reject, settings, target
+from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
 
 from attention_conformance.adapters.base import Adapter, Capabilities, capability_reason
 from attention_conformance.cases.case import LAYOUTS, Case, FP8Spec
 from attention_conformance.property_tests.kernel_check import evaluate
 from attention_conformance.property_tests.known import KnownFindings
-from attention_conformance.property_tests.profiles import build_per_shape_examples
+from attention_conformance.property_tests.profiles import build_per_shape_examples, shard_examples
 from attention_conformance.property_tests.strategies import (
     FP8_FORMATS,
     FP8_GRANULARITIES,
@@ -321,10 +323,13 @@ def _shape_line(case: Case) -> str:
 
 def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_name: str | None = None,
                    settings_obj: settings | None = None, pinned: bool = True,
-                   known: KnownFindings | None = None) -> PropertyRun:
+                   known: KnownFindings | None = None, shard: tuple[int, int] | None = None) -> PropertyRun:
     """A Hypothesis test of property ``kind`` on ``adapter``; call ``run.test()`` to execute it.
 
-    ``known``: the expectations entries in force (`property_tests.known.known_findings`); None = raw verdicts."""
+    ``known``: the expectations entries in force (`property_tests.known.known_findings`); None = raw verdicts.
+    ``shard``: (index, count) for an adapter that builds per shape, whose examples run as `count` tests
+    (`profiles.build_per_shape_shards`): this one draws its share of them (`profiles.shard_examples`), from a seed of
+    its own where the profile is derandomized, and the pinned examples are the first shard's."""
     name = adapter_name or adapter.name
     caps = declaration(adapter, device)
     run = PropertyRun(kind, adapter, lambda: None)
@@ -386,25 +391,36 @@ def build_property(kind: str, adapter: Adapter, device: str = "cpu", *, adapter_
                 target(min(verdict.usage, 1e6), label="fp8_offset tolerance usage")
 
         test = given(drawn=property_strategy(kind, adapter, device))(check_peaked)
-        run.test = _budgeted(run, test, settings_obj)
+        run.test = _budgeted(run, test, settings_obj, shard)
         return run
 
     test = given(case=property_strategy(kind, adapter, device))(check)
-    if pinned:
+    if pinned and (shard is None or shard[0] == 0):
         for case in reversed(PINNED.get(kind, ())):
             if capability_reason(caps, case, device) is None:  # what the declaration claims (a decline then fails)
                 test = example(case=case)(test)
-    test = _budgeted(run, test, settings_obj)
+    test = _budgeted(run, test, settings_obj, shard)
     run.test = test
     return run
 
 
-def _budgeted(run: PropertyRun, test, settings_obj: settings | None):
+def _budgeted(run: PropertyRun, test, settings_obj: settings | None, shard: tuple[int, int] | None = None):
     """``test`` under ``settings_obj``; for an adapter that builds a kernel per shape (``builds_per_shape``), with the
-    example count `profiles.build_per_shape_examples` gives, recorded in ``run.budget``."""
+    example count `profiles.build_per_shape_examples` gives (of a ``shard``: its share, `profiles.shard_examples`,
+    drawn from a seed of its own where the profile is derandomized; the first shard keeps the profile's seed),
+    recorded in ``run.budget``."""
     if getattr(run.adapter, "builds_per_shape", False):
         profile = settings_obj.max_examples if settings_obj is not None else settings.default.max_examples
         n = build_per_shape_examples(profile)
+        if shard is not None:
+            index, count = shard
+            total, n = n, shard_examples(n, index, count)
+            run.budget = (f"{n} of {total} examples (shard {index + 1} of {count}) instead of the profile's "
+                          f"{profile}: {run.adapter.name} builds a kernel for each new shape (seconds per example)")
+            chosen = settings(settings_obj or settings.default, max_examples=n)
+            if index > 0 and chosen.derandomize:  # the shards draw different examples
+                test = fixed_seed(zlib.crc32(f"{run.kind} shard {index}".encode()))(test)
+            return chosen(test)
         if n < profile:
             run.budget = (f"{n} examples instead of the profile's {profile}: {run.adapter.name} builds a kernel for "
                           f"each new shape (seconds per example)")

@@ -19,7 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-__all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "build_per_shape_examples", "register", "load", "active_profile"]
+__all__ = ["DATABASE_DIR", "PROFILES", "EXAMPLES", "BUILD_PER_SHAPE_EXAMPLES_PER_SHARD", "build_per_shape_examples",
+           "build_per_shape_shards", "shard_examples", "register", "load", "active_profile"]
 
 #: where failing examples are stored (dev, thorough, gpu): the repo root's .hypothesis/examples
 DATABASE_DIR = Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
@@ -33,6 +34,26 @@ BUILD_PER_SHAPE_DIVISOR, BUILD_PER_SHAPE_MIN = 25, 8
 def build_per_shape_examples(profile_examples: int) -> int:
     """The example count for a property of an adapter that builds per shape, given the profile's count."""
     return min(profile_examples, max(BUILD_PER_SHAPE_MIN, profile_examples // BUILD_PER_SHAPE_DIVISOR))
+
+
+#: examples per test of a property of an adapter that builds per shape: its examples run as several tests (shards,
+#: `shard_examples`), which pytest-xdist's workers run side by side. One such property ran as one test for over 450 s
+#: on the H100 (compiled FlexAttention's backward: a forward and a backward build per example), longer than the
+#: whole run's goal
+BUILD_PER_SHAPE_EXAMPLES_PER_SHARD = 2
+
+
+def build_per_shape_shards(profile_examples: int) -> int:
+    """How many tests (shards) a property of an adapter that builds per shape runs as, given the profile's count."""
+    return -(-build_per_shape_examples(profile_examples) // BUILD_PER_SHAPE_EXAMPLES_PER_SHARD)
+
+
+def shard_examples(examples: int, index: int, count: int) -> int:
+    """The examples of shard `index` of `count` when `examples` are split as evenly as they go (the first shards take
+    the remainder)."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} of {count}")
+    return examples // count + (index < examples % count)
 
 
 #: examples per property per mutant in the mutant runner (derandomized like ci)

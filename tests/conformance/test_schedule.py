@@ -112,6 +112,24 @@ def test_tests_estimated_long_go_before_the_tests_without_an_estimate(monkeypatc
         "c::big-once"]
 
 
+def test_a_shard_of_a_property_is_estimated_at_its_share_of_the_examples(monkeypatch):
+    """A sharded property (an adapter that builds per shape) counts the examples of its shard, the 3-tuple's (index,
+    count); the whole property's estimate is the sum of its shards'."""
+    from hypothesis import settings
+
+    from attention_conformance.property_tests.profiles import build_per_shape_examples, build_per_shape_shards
+
+    once, built = _one_xdist_worker(monkeypatch)
+    config = SimpleNamespace(option=SimpleNamespace())
+    profile = settings().max_examples  # the active Hypothesis profile's, as the plugin reads it
+    n = build_per_shape_shards(profile)
+    whole = pytest_plugin._estimated_seconds(config, _Item("p::whole", {"impl_kind": (built, "backward")}), {})
+    shards = [pytest_plugin._estimated_seconds(config, _Item(f"p::s{i}", {"impl_kind": (built, "backward", (i, n))}),
+                                               {}) for i in range(n)]
+    assert whole == schedule.property_seconds(build_per_shape_examples(profile), True, backward=True)
+    assert sum(shards) == pytest.approx(whole) and max(shards) < whole
+
+
 def test_without_xdist_the_order_is_pytests(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     items = [_Item("c::small", {"conformance_case": SMALL, "conformance_spec": "x"}),

@@ -228,3 +228,41 @@ def test_an_adapter_that_builds_per_shape_draws_fewer_examples_and_says_so():
     assert 0 < run.examples_run <= 12 and "12 examples instead of the profile's 300" in run.budget
     plain = build_property("forward", load("reference-fa2").adapter, settings_obj=FEW, pinned=False)
     assert plain.budget == ""
+
+
+def test_a_property_of_an_adapter_that_builds_per_shape_runs_as_shards_that_draw_different_examples():
+    """One such property ran for over 450 s as one test on the H100 (compiled FlexAttention's backward); its examples
+    now run as tests of `profiles.BUILD_PER_SHAPE_EXAMPLES_PER_SHARD` each, side by side under pytest-xdist. Together
+    they draw the budget's count; under a derandomized profile each shard has a seed of its own (else every shard would
+    draw the first one's examples); the pinned examples are the first shard's."""
+    from attention_conformance.property_tests import kernel_properties
+    from attention_conformance.property_tests.profiles import build_per_shape_shards, shard_examples
+
+    assert build_per_shape_shards(100) == 4 and build_per_shape_shards(300) == 6
+    assert [shard_examples(8, i, 4) for i in range(4)] == [2, 2, 2, 2]
+    assert [shard_examples(7, i, 3) for i in range(3)] == [3, 2, 2]
+    with pytest.raises(ValueError):
+        shard_examples(8, 4, 4)
+    adapter = load("reference-fa2").adapter
+    adapter.builds_per_shape = True
+    seen = []
+    for index in range(2):
+        drawn = []
+        real = kernel_properties.evaluate
+
+        def spy(a, case, device, *rest, _drawn=drawn, _real=real):
+            _drawn.append(case.id)
+            return _real(a, case, device, *rest)
+
+        kernel_properties.evaluate = spy
+        try:
+            run = build_property("forward", adapter, settings_obj=settings(FEW, max_examples=100, derandomize=True),
+                                 shard=(index, 4))
+            run.test()
+        finally:
+            kernel_properties.evaluate = real
+        assert f"2 of 8 examples (shard {index + 1} of 4)" in run.budget
+        pinned = [c for c in drawn if c.startswith("pinned")]
+        assert bool(pinned) == (index == 0)  # the pinned examples run in the first shard only
+        seen.append({c for c in drawn if not c.startswith("pinned")})
+    assert seen[0] and seen[1] and seen[0] != seen[1]

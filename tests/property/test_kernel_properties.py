@@ -15,8 +15,10 @@ CUDA device is marked ``gpu``).
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
+from attention_conformance.property_tests.profiles import build_per_shape_shards
 from attention_conformance.pytest_plugin import impl_option
 
 _DEFAULT_RUN = pytest.StashKey[object]()
@@ -49,14 +51,21 @@ def pytest_generate_tests(metafunc):
     for loaded in run.loaded:
         spec = loaded.spec
         if not loaded.available:
-            params.append(pytest.param((loaded, None), id=f"{spec}-unavailable",
+            params.append(pytest.param((loaded, None, None), id=f"{spec}-unavailable",
                                        marks=pytest.mark.skip(reason=f"{spec}: {loaded.reason}")))
             continue
+        # an adapter that builds a kernel per shape: each property's examples as several tests, side by side under
+        # pytest-xdist (property_tests/profiles.py build_per_shape_shards)
+        shards = build_per_shape_shards(settings().max_examples) if loaded.adapter.builds_per_shape else 1
         for kind in properties_for(loaded.adapter, device):
             marks = [getattr(pytest.mark, kind)] if kind in ("fp8", "backward") else []
             if device != "cpu":
                 marks.append(pytest.mark.gpu)
-            params.append(pytest.param((loaded, kind), id=f"{spec}-{kind}", marks=marks))
+            if shards == 1:
+                params.append(pytest.param((loaded, kind, None), id=f"{spec}-{kind}", marks=marks))
+                continue
+            params.extend(pytest.param((loaded, kind, (i, shards)), id=f"{spec}-{kind}-{i + 1}of{shards}", marks=marks)
+                          for i in range(shards))
     metafunc.parametrize("impl_kind", params)
 
 
@@ -68,13 +77,14 @@ def test_kernel_property(impl_kind, request):
     from attention_conformance.pytest_plugin import store_of, worker_pool
     from attention_conformance.running.gpu_share import GpuShare
 
-    loaded, kind = impl_kind
+    loaded, kind, shard = impl_kind
     conformance = _run(request.config)
     device = conformance.device
     store = store_of(request.config)  # pytest-xdist's workers share the GPU (conformance/running/gpu_share.py)
     # the GPU and the worker processes of this process's conformance tests (one per library)
     share_gpu(GpuShare.of_run(store.folder if store is not None else None, device), worker_pool(request.config))
-    run = build_property(kind, loaded.adapter, device, adapter_name=loaded.spec, known=known_in(conformance, loaded))
+    run = build_property(kind, loaded.adapter, device, adapter_name=loaded.spec, known=known_in(conformance, loaded),
+                         shard=shard)
     try:
         run.test()
     finally:
