@@ -56,7 +56,8 @@ def pytest_generate_tests(metafunc):
             continue
         # an adapter that builds a kernel per shape: each property's examples as several tests, side by side under
         # pytest-xdist (property_tests/profiles.py build_per_shape_shards)
-        shards = build_per_shape_shards(settings().max_examples) if loaded.adapter.builds_per_shape else 1
+        shards = (build_per_shape_shards(settings().max_examples) if getattr(loaded.adapter, "builds_per_shape", False)
+                  else 1)
         for kind in properties_for(loaded.adapter, device):
             marks = [getattr(pytest.mark, kind)] if kind in ("fp8", "backward") else []
             if device != "cpu":
