@@ -385,8 +385,8 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
             return 0.0
         return schedule.call_seconds(case, bool(getattr(la.adapter, "builds_per_shape", False)))
     impl_kind = cs.params.get("impl_kind")
-    if isinstance(impl_kind, tuple) and len(impl_kind) in (2, 3):
-        loaded, kind, shard = (*impl_kind, None)[:3]  # (loaded, kind[, (index, count) of a sharded property])
+    if isinstance(impl_kind, tuple) and len(impl_kind) == 3:
+        loaded, kind, shard = impl_kind  # shard: (index, count) of a sharded property, or None
         if kind is None or getattr(loaded, "adapter", None) is None:
             return 0.0
         from hypothesis import settings

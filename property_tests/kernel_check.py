@@ -95,7 +95,7 @@ def _runner_for(adapter: Adapter, device: str, spec: str | None):
     name = spec or adapter.name
     key = (id(adapter), name)
     la = _LOADED.get(key)
-    if la is None or la.adapter is not adapter:  # the entry holds a reference to the adapter: its id stays unique
+    if la is None:  # an entry holds a reference to its adapter, so no other object takes its id meanwhile
         if len(_LOADED) > 256:
             _LOADED.clear()
         la = _LOADED[key] = LoadedAdapter(name, adapter.name, adapter, None)

@@ -20,7 +20,7 @@ from pathlib import Path
 PROPERTY = "conformance_outcome"
 
 
-def _pair(nodeid: str) -> tuple[str, str] | None:
+def conformance_pair(nodeid: str) -> tuple[str, str] | None:
     """(case id, spec) of a conformance test's name or node id; None for any other test."""
     name = nodeid[nodeid.find("test_case["):] if "::test_case[" in nodeid else nodeid
     if not name.startswith("test_case[") or "::" not in name:
@@ -36,13 +36,13 @@ def plugin_outcomes(junit: Path) -> dict[tuple[str, str], str]:
     if junit.name.endswith(".outcomes"):
         for line in raw.decode().splitlines():
             outcome, _, nodeid = line.partition("\t")
-            pair = _pair(nodeid)
+            pair = conformance_pair(nodeid)
             if pair is not None:
                 out[pair] = outcome
         return out
     root = ET.fromstring(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     for tc in root.iter("testcase"):
-        pair = _pair(tc.get("name", ""))
+        pair = conformance_pair(tc.get("name", ""))
         if pair is None:
             continue
         for prop in tc.iter("property"):

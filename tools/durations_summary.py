@@ -16,6 +16,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from compare_front_ends import conformance_pair  # a neighbour in tools/, the folder a script runs from
+
 __all__ = ["Row", "group_of", "main", "read", "summary"]
 
 
@@ -43,9 +45,8 @@ def read(path: Path) -> list[Row]:
 
 def group_of(nodeid: str) -> str:
     """The test file, or ``conformance: ADAPTER`` for a conformance test (``test_case[CASE::SPEC]``)."""
-    if "::test_case[" in nodeid and "::" in nodeid.split("::test_case[", 1)[1]:
-        return "conformance: " + nodeid.rsplit("::", 1)[1].rstrip("]")
-    return nodeid.split("::", 1)[0]
+    pair = conformance_pair(nodeid)
+    return f"conformance: {pair[1]}" if pair is not None else nodeid.split("::", 1)[0]
 
 
 def summary(rows: list[Row], top: int = 15) -> str:

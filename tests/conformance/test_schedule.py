@@ -84,8 +84,8 @@ def test_the_plugin_orders_conformance_and_property_tests_by_seconds_in_their_sl
         _Item("t/param_test::param[1]", {"x": 1}),
         _Item("c::f16-built", {"conformance_case": F16, "conformance_spec": "built"}),  # not claimed
         _Item("c::small-built", {"conformance_case": SMALL, "conformance_spec": "built"}),
-        _Item("p::built-prop", {"impl_kind": (built, "forward")}),
-        _Item("p::unavailable", {"impl_kind": (built, None)}, skip=True),
+        _Item("p::built-prop", {"impl_kind": (built, "forward", None)}),
+        _Item("p::unavailable", {"impl_kind": (built, None, None)}, skip=True),
     ]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
     # the per-shape builds (a float32 one: 14 s) are long and go before every other test
@@ -102,8 +102,8 @@ def test_tests_estimated_long_go_before_the_tests_without_an_estimate(monkeypatc
     items = [
         _Item("k/device_test::t1", None),
         _Item("k/device_test::t2", {"x": 2}),
-        _Item("p::small-once", {"impl_kind": (once, "forward")}),
-        _Item("p::built-prop", {"impl_kind": (built, "forward")}),
+        _Item("p::small-once", {"impl_kind": (once, "forward", None)}),
+        _Item("p::built-prop", {"impl_kind": (built, "forward", None)}),
         _Item("c::big-once", {"conformance_case": BIG, "conformance_spec": "once"}),
     ]
     pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
@@ -123,7 +123,7 @@ def test_a_shard_of_a_property_is_estimated_at_its_share_of_the_examples(monkeyp
     config = SimpleNamespace(option=SimpleNamespace())
     profile = settings().max_examples  # the active Hypothesis profile's, as the plugin reads it
     n = build_per_shape_shards(profile)
-    whole = pytest_plugin._estimated_seconds(config, _Item("p::whole", {"impl_kind": (built, "backward")}), {})
+    whole = pytest_plugin._estimated_seconds(config, _Item("p::whole", {"impl_kind": (built, "backward", None)}), {})
     shards = [pytest_plugin._estimated_seconds(config, _Item(f"p::s{i}", {"impl_kind": (built, "backward", (i, n))}),
                                                {}) for i in range(n)]
     assert whole == schedule.property_seconds(build_per_shape_examples(profile), True, backward=True)
