@@ -70,7 +70,7 @@ from attention_conformance.adapters.base import (
 from attention_conformance.adapters.declared import Claims, claims_of, claims_reason, cli_claims_for
 from attention_conformance.adapters.sdpa_probes import PROBE_DTYPES, first_tensor, head_dim_reason, probe, sdpa_kwargs
 from attention_conformance.adapters.sdpa_signature import signature_notes
-from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case, page_size_of
+from attention_conformance.cases.case import ALIGNMENTS, LAYOUTS, Case
 
 __all__ = ["PROBE_DTYPES", "SdpaFunctionAdapter", "load_impl", "wrap_sdpa_function"]
 
@@ -176,24 +176,13 @@ class SdpaFunctionAdapter(Adapter):
         return need
 
     def supports(self, case: Case, device: str) -> str | None:
+        """The declaration's limits (`declared.claims_reason`), then the probes' errors for the features `case`
+        uses (in the function's words), then what `caps_for` states (the signature carries no FP8, softcap, sinks,
+        LSE, KV append or block table: its fields, stated there once), then the head-dim probe (a call of the
+        function, made only for a case the signature can carry)."""
         reason = tc.device_unavailable_reason(device)
         if reason:
             return reason
-        if case.fp8 is not None:
-            return "the SDPA signature has no FP8 inputs or descales"
-        if case.softcap is not None:
-            return "the SDPA signature cannot express softcap (tanh is not an additive bias)"
-        if case.sinks is not None:
-            return "the SDPA signature cannot express attention sinks (a logit with no value, SEMANTICS.md §18)"
-        if case.kv_append is not None:
-            return "the SDPA signature has no KV cache to append to (SEMANTICS.md §20)"
-        if case.lse_grad:
-            return "the SDPA signature returns no LSE, so it takes no LSE cotangent (SEMANTICS.md §13)"
-        if case.dtype not in PROBE_DTYPES:
-            return f"dtype {case.dtype} is not one the SDPA-signature probes cover {PROBE_DTYPES}"
-        if page_size_of(case.layout) is not None:
-            return (f"paged K/V layout {case.layout} (block table, SEMANTICS.md §16) is not expressible through "
-                    "torch SDPA's signature (dense K/V tensors only)")
         from attention_conformance.adapters.torch_sdpa import _needs_attn_mask
 
         declined = claims_reason(self.claims, case, needs_mask=_needs_attn_mask(case))
@@ -203,11 +192,14 @@ class SdpaFunctionAdapter(Adapter):
         for feature in self.needs(case):
             if p.get(feature) is not None:
                 return f"probe '{feature}' raised on {device}: {p[feature]}"
+        reason = capability_reason(self.caps_for(device), case, device)
+        if reason:
+            return reason
         if self.claims.head_dims is None:
             err = head_dim_reason(self.fn, self.claims, device, case.d, case.dv)
             if err is not None:
                 return f"probe 'head_dim:{case.d}x{case.dv}' raised on {device}: {err}"
-        return capability_reason(self.caps_for(device), case, device)
+        return None
 
     # -- the call ---------------------------------------------------------------------------------
     def _call(self, t: tc.Materialized, mask_t, is_causal: bool, case: Case):
