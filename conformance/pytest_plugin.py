@@ -368,9 +368,11 @@ def _case_of(item: pytest.Item) -> Any:
     return cs.params.get("conformance_case") if cs is not None else None
 
 
-def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[str, Any]) -> float | None:
+def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[str, Any],
+                       builds: Any = None) -> float | None:
     """`conformance.running.schedule`'s seconds for a conformance test or a property test (0 where it skips at
-    collection or its adapter, from `by_spec`, does not claim the case); None for any other test."""
+    collection or its adapter, from `by_spec`, does not claim the case); None for any other test. ``builds``
+    (`schedule.Builds`, the tests given in collection order): a build an earlier test charged is not charged again."""
     from attention_conformance.running import schedule
 
     cs = getattr(item, "callspec", None)
@@ -383,7 +385,9 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
         la = by_spec.get(cs.params.get("conformance_spec"))
         if la is None or not la.available or not schedule.claims(la.adapter, case, device_option(config)):
             return 0.0
-        return schedule.call_seconds(case, bool(getattr(la.adapter, "builds_per_shape", False)))
+        per_shape = bool(getattr(la.adapter, "builds_per_shape", False))
+        cached = per_shape and builds is not None and not builds.first(la.spec, case)
+        return schedule.call_seconds(case, per_shape, cached)
     impl_kind = cs.params.get("impl_kind")
     if isinstance(impl_kind, tuple) and len(impl_kind) == 3:
         loaded, kind, shard = impl_kind  # shard: (index, count) of a sharded property, or None
@@ -393,27 +397,30 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
 
         from attention_conformance.property_tests.profiles import build_per_shape_examples, shard_examples
 
-        builds = bool(getattr(loaded.adapter, "builds_per_shape", False))
-        examples = build_per_shape_examples(settings().max_examples) if builds else settings().max_examples
+        per_shape = bool(getattr(loaded.adapter, "builds_per_shape", False))
+        examples = build_per_shape_examples(settings().max_examples) if per_shape else settings().max_examples
         if shard is not None:
             examples = shard_examples(examples, *shard)
-        return schedule.property_seconds(examples, builds, backward=kind == "backward")
+        return schedule.property_seconds(examples, per_shape, backward=kind == "backward")
     return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist: the conformance and property tests largest estimated seconds first
-    (`conformance.running.schedule`: a kernel built per shape counts), the tests of one case spread apart
-    (`schedule.spread`), in the slots they occupy; other tests keep their places, except that the ordered tests up to
-    the last one estimated at `schedule.LONG_SECONDS` or more go before all of them (the longest pieces start first;
-    the short ones fill the end). Each worker identical (xdist compares the collections)."""
+    (`conformance.running.schedule`: a kernel built per shape counts, once per build), the tests of one case spread
+    apart (`schedule.spread`), in the slots they occupy; other tests keep their places, except that the ordered tests
+    up to the last one estimated at `schedule.LONG_SECONDS` or more go before all of them (the longest pieces start
+    first; the short ones fill the end). Each worker identical (xdist compares the collections)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and not getattr(config.option, "numprocesses", None):
         return
     # the run's adapters by spec (looked up once; only a session with conformance tests has opened the run)
     by_spec = ({x.spec: x for x in conformance_run(config).loaded}
                if any(_case_of(item) is not None for item in items) else {})
+    from attention_conformance.running.schedule import Builds
+
+    builds = Builds()  # of the tests needing one build, the first in collection order pays it
     estimates = {i: sec for i, item in enumerate(items)
-                 if (sec := _estimated_seconds(config, item, by_spec)) is not None}
+                 if (sec := _estimated_seconds(config, item, by_spec, builds)) is not None}
     if not estimates:
         return
     slots = sorted(estimates)

@@ -141,7 +141,8 @@ def run_parallel(loaded, cases: Sequence[Case], device: str, *, workers: int, ti
 
     specs = [la.spec for la in loaded]
     adapters = [la.adapter for la in loaded if la.available]
-    seconds = {c.id: schedule.case_seconds(c, adapters, device) for c in cases}
+    builds = schedule.Builds()  # a build two cases need is charged to the first (catalog order)
+    seconds = {c.id: schedule.case_seconds(c, adapters, device, builds) for c in cases}
     order = sorted(cases, key=lambda c: (-seconds[c.id], -estimated_cost(c)))
     gpus = visible_gpus() if device == "cuda" else []
     pool = [_Worker(i, specs, device, timeout, determinism, gpu_for_worker(i, gpus) if gpus else None,

@@ -18,10 +18,17 @@ flash-attn-4's CUTLASS DSL, mean 1.85 s). Measured without it, the torch-flex te
 ``tox -e gpu`` run spent its final minutes on them one after another in two workers (2026-12-04). A property test
 costs its examples: ``build_per_shape_examples`` builds for such an adapter, else ``PROPERTY_EXAMPLE_SECONDS``
 each. Only the order depends on these figures, never a verdict.
+
+Of the cases that need the same build (`build_key`: the same shapes, dtype and features; another input distribution
+or seed), only the first in the run's order pays it: the builds of compiled FlexAttention go to Inductor's on-disk
+cache, where the others find them, in any process of the run. Estimated each at the full build, they sorted side by
+side and compiled the same kernel at the same time in several workers (the H100's CLI run: same-shape float32 cases,
+35-42 s each on 6 workers; 27 of the gpu profile's 280 flex cases repeat a build).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -30,8 +37,8 @@ from attention_conformance.cases.case import Case
 from attention_conformance.cases.catalog import estimated_cost
 
 __all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "FLOAT32_BUILD_SECONDS",
-           "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "LONG_SECONDS", "io_elements",
-           "claims", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
+           "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "LONG_SECONDS", "io_elements", "claims",
+           "build_key", "Builds", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
 CALL_SECONDS = 0.05
@@ -81,10 +88,41 @@ def build_seconds(builds_per_shape: bool, backward: bool, dtype: str | None = No
     return BUILD_SECONDS * (BACKWARD_BUILD_FACTOR if backward else 1.0)
 
 
-def call_seconds(case: Case, builds_per_shape: bool) -> float:
-    """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge)."""
+#: the fields of a `Case` that do not change its build: its family, inputs and note; the mask, bias and sink
+#: recipes count as present or absent (their values reach a kernel as tensors, not as code)
+_INPUT_FIELDS = ("family", "distribution", "seed", "note")
+_RECIPE_FIELDS = ("mask", "bias", "sinks")
+
+
+def build_key(case: Case) -> tuple:
+    """What a kernel built per shape is built for, read from `case`: every field but its family, input
+    distribution, seed and note, with the mask, bias and sink recipes as present or not. Cases of one key need one
+    build (an estimate: a library may build for less, never for more)."""
+    fields = dataclasses.asdict(case)
+    return tuple((k, (v is not None) if k in _RECIPE_FIELDS else repr(v)) for k, v in sorted(fields.items())
+                 if k not in _INPUT_FIELDS)
+
+
+class Builds:
+    """The builds a run's order has charged so far, per adapter: `first` says whether a (case, adapter) piece is
+    the first of its `build_key` (it pays the build; later ones find it in the cache)."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[Hashable, tuple]] = set()
+
+    def first(self, adapter: Hashable, case: Case) -> bool:
+        key = (adapter, build_key(case))
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def call_seconds(case: Case, builds_per_shape: bool, cached: bool = False) -> float:
+    """Expected seconds of one adapter on `case` (forward, backward where the case asks, oracle, judge);
+    ``cached``: an earlier case of the run needed the same build (`Builds`), so this one pays none."""
     return (CALL_SECONDS + SECONDS_PER_COST * estimated_cost(case) + SECONDS_PER_ELEMENT * io_elements(case)
-            + build_seconds(builds_per_shape, case.backward, case.dtype))
+            + (0.0 if cached else build_seconds(builds_per_shape, case.backward, case.dtype)))
 
 
 def io_elements(case: Case) -> int:
@@ -95,10 +133,18 @@ def io_elements(case: Case) -> int:
     return (q + kv + o) * (2 if case.backward else 1)
 
 
-def case_seconds(case: Case, adapters: Iterable[Any], device: str) -> float:
-    """Expected seconds of `case` through every adapter of `adapters` that claims it (a ``run --workers`` piece)."""
-    return sum(call_seconds(case, bool(getattr(a, "builds_per_shape", False)))
-               for a in adapters if a is not None and claims(a, case, device))
+def case_seconds(case: Case, adapters: Iterable[Any], device: str, builds: Builds | None = None) -> float:
+    """Expected seconds of `case` through every adapter of `adapters` that claims it (a ``run --workers`` piece);
+    with ``builds`` (one per run, the cases given in catalog order) a build an earlier case charged is not charged
+    again."""
+    total = 0.0
+    for a in adapters:
+        if a is None or not claims(a, case, device):
+            continue
+        per_shape = bool(getattr(a, "builds_per_shape", False))
+        cached = per_shape and builds is not None and not builds.first(id(a), case)
+        total += call_seconds(case, per_shape, cached)
+    return total
 
 
 def property_seconds(examples: int, builds_per_shape: bool, backward: bool = False) -> float:

@@ -212,3 +212,41 @@ def test_a_case_with_large_tensors_and_few_multiply_adds_is_expected_to_take_sec
     case = next(c for c in catalog.cases("gpu") if c.id.startswith("paged-b4h32x8-q1k16384"))
     assert schedule.io_elements(case) > 1e8
     assert schedule.call_seconds(case, False) > 10
+
+
+def test_cases_of_one_build_charge_it_once_and_the_repeats_sort_after_the_builds(monkeypatch):
+    """Two cases that differ only in their inputs (distribution, seed) need one build: the first in collection order
+    is charged it, the other not, so the repeat runs after the builds (Inductor's cache has it by then) and not
+    beside the first in another worker, compiling the same kernel (the H100's CLI run: 35-42 s each, 6 at once)."""
+    import dataclasses
+
+    first = catalog._seeded(catalog._mk("distribution", Lq=65, Lk=129, d=64, dtype="float32"))
+    again = dataclasses.replace(first, family="other", distribution="outliers", seed=first.seed + 1)
+    wider = dataclasses.replace(first, Lk=130)
+    masked, masked_again = (dataclasses.replace(first, mask=m) for m in ("random", "full_rows"))
+    assert schedule.build_key(first) == schedule.build_key(again) != schedule.build_key(wider)
+    # a recipe's values reach the kernel as a tensor: present or not decides the build, not which recipe
+    assert schedule.build_key(masked) == schedule.build_key(masked_again) != schedule.build_key(first)
+
+    builds = schedule.Builds()
+    assert builds.first("flex", first) and not builds.first("flex", again) and builds.first("fa4", again)
+    assert schedule.call_seconds(again, True, cached=True) == schedule.call_seconds(again, False)
+
+    # the CLI's pieces (`case_seconds` with the run's Builds): the repeat costs what a kernel built once costs
+    built, once = _adapter(True), _adapter(False)
+    builds = schedule.Builds()
+    assert schedule.case_seconds(first, [built, once], "cpu", builds) == pytest.approx(
+        schedule.call_seconds(first, True) + schedule.call_seconds(first, False))
+    assert schedule.case_seconds(again, [built, once], "cpu", builds) == pytest.approx(
+        2 * schedule.call_seconds(again, False))
+
+    # the plugin: the repeat of the build goes after a smaller case of its own build
+    la = SimpleNamespace(spec="flex", available=True, adapter=_adapter(True))
+    monkeypatch.setattr(pytest_plugin, "conformance_run", lambda config: SimpleNamespace(loaded=[la]))
+    monkeypatch.setattr(pytest_plugin, "device_option", lambda config: "cpu")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    items = [_Item(f"c::{name}", {"conformance_case": case, "conformance_spec": "flex"})
+             for name, case in (("first", first), ("again", again), ("small", SMALL))]
+    pytest_plugin.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace()), items)
+    assert [i.nodeid for i in items] == ["c::first", "c::small", "c::again"]
