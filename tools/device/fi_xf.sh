@@ -12,7 +12,8 @@
 #   pack-jit [DIR]          the modules built so far as FlashInfer AOT modules, xz-compressed in parts of 15 MB
 #                           (default DIR $OUT; parts already in DIR are replaced): bring them back, carry them in a
 #                           later session, skip the compile. Pack after the build has ended (a module being linked
-#                           would go in half-written)
+#                           would go in half-written); each module is loaded first (tvm_ffi.load_module, where
+#                           tvm-ffi imports) and one that does not load is left out, to compile on the host
 #   add-jit DIR             install parts DIR/fi_jit.tar.xz.* (carried, or parked there across calls) as AOT modules
 #                           (install does this for parts found in VENDOR)
 #   bench [DIR]             the FA3 forward table (tools/fa3_check_bench.py) and the decode row
@@ -162,12 +163,27 @@ pack-jit)
     rm -f "$dir"/fi_jit.tar.xz.*
     python3 - "$dir" "$JIT" <<'PY'
 import pathlib, sys, tarfile
+sys.path[:0] = ["/tmp/fx-site-offline", "/tmp/fx-site"]  # tvm-ffi of offline-prebuild's or the host's install
 out = pathlib.Path(sys.argv[1]) / "fi_jit.tar.xz"
 sos = sorted(pathlib.Path(sys.argv[2], ".cache/flashinfer").glob("*/*/cached_ops/*/*.so"))
+try:  # each module loads (its symbols resolve against tvm-ffi and libcudart.so.13); one that does not stays behind
+    import tvm_ffi
+except ImportError:
+    tvm_ffi = None
+    print("tvm-ffi does not import here: the modules are packed without a load check")
+bad = []
+for so in sos if tvm_ffi is not None else ():
+    try:
+        tvm_ffi.load_module(str(so))
+    except Exception as exc:
+        bad.append(so)
+        print(f"left out, does not load: {so.name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+sos = [so for so in sos if so not in bad]
 with tarfile.open(out, "w:xz", preset=9) as t:
     for so in sos:
         t.add(so, arcname=f"{so.parent.name}/{so.name}")  # flashinfer/data/aot/<module>/<module>.so
-print(f"{len(sos)} module(s), {out.stat().st_size / 1e6:.1f} MB")
+checked = "each loaded here by tvm_ffi.load_module" if tvm_ffi is not None else "not load-checked"
+print(f"{len(sos)} module(s), {checked}, {out.stat().st_size / 1e6:.1f} MB")
 PY
     (cd "$dir" && split -b 15000000 -d -a 1 fi_jit.tar.xz fi_jit.tar.xz. && rm fi_jit.tar.xz && ls -la fi_jit.tar.xz.*)
     ;;
