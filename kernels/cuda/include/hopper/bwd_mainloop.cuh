@@ -329,6 +329,46 @@ __device__ __forceinline__ float bwd_p_elem(float& s, float lse2, float sl2, flo
     return pij;
 }
 
+// The element-wise pass of a tile as the four straight-line paths of bwd_p_elem (both backward mainloops):
+// pass(cap, mask) with std::true_type / std::false_type for "a softcap applies" and "the tile needs per-element
+// masks". (The FA2 backward, ../bwd_fa2_kernel.cuh, writes the same dispatch out: routed through this, its PTX
+// changed, and that kernel was validated on the GPU as it is.)
+template <class Pass>
+__device__ __forceinline__ void dispatch_cap_mask(bool capped, bool need_mask, Pass&& pass) {
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (capped) {
+        if (need_mask)
+            pass(Yes{}, Yes{});
+        else
+            pass(Yes{}, No{});
+    } else if (need_mask) {
+        pass(No{}, Yes{});
+    } else {
+        pass(No{}, No{});
+    }
+}
+
+// Chunk j (8 query columns, 4 values a thread) of a consumer's P^T or dS^T in the accumulator layout, packed into
+// the A fragments of an RS wgmma / one stmatrix.x4 per 16 queries: frag[j / 2][2 (j % 2) + {0, 1}] = Elem pairs
+// (v0, v1), (v2, v3) (both backward mainloops).
+template <typename Elem, int N>
+__device__ __forceinline__ void bwd_pack_chunk(uint32_t (&frag)[N][4], int j, const float (&v)[4]) {
+    frag[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(v[0], v[1]);
+    frag[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(v[2], v[3]);
+}
+
+// dS^T = P^T (dP^T - D) for chunk j, packed (bwd_pack_chunk): s holds P^T (times 1 - tanh^2 under a softcap, from
+// bwd_p_elem), dp dP^T, d2 the D values of the chunk's two query columns.
+template <typename Elem, int N, int M>
+__device__ __forceinline__ void bwd_ds_chunk(uint32_t (&dsa)[N][4], int j, const float (&s)[M], const float (&dp)[M],
+                                             float2 d2) {
+    float dsv[4];
+#pragma unroll
+    for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
+    bwd_pack_chunk<Elem>(dsa, j, dsv);
+}
+
 // The producer's warp 1 (both backward mainloops: this one's and bwd_wide.cuh's): per query tile of T, LSE_i * log2 e
 // (-inf, a row with no visible key, becomes +inf so that P = 2^-inf = 0, not NaN; rows past the real length also read
 // +inf) and D_i (0 past the real length) into the ring stage's vectors, then its arrival on the stage's full barrier
@@ -594,17 +634,11 @@ struct BwdConsumer {
 #pragma unroll
                 for (int x = 0; x < 4; ++x)
                     pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
-                pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
-                pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
+                bwd_pack_chunk<Elem>(pa, j, pv);
             };
             // dS^T = P^T (dP^T - D)
             auto ds_chunk = [&](int j) {
-                const float2 d2 = lds_f2_in_order(sm.dd(st) + 8 * j + 2 * (lane % 4));
-                float dsv[4];
-#pragma unroll
-                for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
-                dsa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(dsv[0], dsv[1]);
-                dsa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(dsv[2], dsv[3]);
+                bwd_ds_chunk<Elem>(dsa, j, s, dp, lds_f2_in_order(sm.dd(st) + 8 * j + 2 * (lane % 4)));
             };
             auto issue_dv = [&] {
                 fence_regs(dv);
@@ -631,18 +665,7 @@ struct BwdConsumer {
                     }
                 }
             };
-            using Yes = std::true_type;
-            using No = std::false_type;
-            if (capped) {
-                if (need_mask)
-                    elementwise(Yes{}, Yes{});
-                else
-                    elementwise(Yes{}, No{});
-            } else if (need_mask) {
-                elementwise(No{}, Yes{});
-            } else {
-                elementwise(No{}, No{});
-            }
+            dispatch_cap_mask(capped, need_mask, elementwise);
 
             // dS^T to shared memory (this warpgroup's 64 key rows of each 64-query block, 128-byte swizzle). Single
             // buffer (no split): every warp of the warpgroup has finished the previous tile's dQ GEMM, which read

@@ -472,31 +472,14 @@ struct BwdWideConsumer {
 #pragma unroll
                 for (int x = 0; x < 4; ++x)
                     pv[x] = p_elem(cap_tag, mask_tag, 4 * j + x, x % 2 ? l2.y : l2.x, m0 + c0 + x % 2);
-                pa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(pv[0], pv[1]);
-                pa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(pv[2], pv[3]);
-                const float2 d2 = lds_f2_in_order(sm.dd(st) + c0);
-                float dsv[4];
-#pragma unroll
-                for (int x = 0; x < 4; ++x) dsv[x] = s[4 * j + x] * (dp[4 * j + x] - (x % 2 ? d2.y : d2.x));
-                dsa[j / 2][2 * (j % 2)] = MmaOp<Elem>::pack(dsv[0], dsv[1]);
-                dsa[j / 2][2 * (j % 2) + 1] = MmaOp<Elem>::pack(dsv[2], dsv[3]);
+                bwd_pack_chunk<Elem>(pa, j, pv);
+                bwd_ds_chunk<Elem>(dsa, j, s, dp, lds_f2_in_order(sm.dd(st) + c0));
             };
             auto elementwise = [&](auto cap_tag, auto mask_tag) {
 #pragma unroll
                 for (int j = 0; j < HM / 8; ++j) chunk(cap_tag, mask_tag, j);
             };
-            using Yes = std::true_type;
-            using No = std::false_type;
-            if (capped) {
-                if (need_mask)
-                    elementwise(Yes{}, Yes{});
-                else
-                    elementwise(Yes{}, No{});
-            } else if (need_mask) {
-                elementwise(No{}, Yes{});
-            } else {
-                elementwise(No{}, No{});
-            }
+            dispatch_cap_mask(capped, need_mask, elementwise);
 
             // P^T and dS^T halves to shared memory: columns [32 cw, 32 cw + 32) of the [64 keys][64 queries] tiles.
             // pa[ks][r] holds key row 16 warp + lane / 4 + 8 (r % 2), query columns qc0 + 8 (2 ks + r / 2) +
