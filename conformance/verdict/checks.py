@@ -185,6 +185,7 @@ def compare_lse(
     empty = rows & np.isneginf(ref)
     finite_rows = rows & np.isfinite(ref)
     msg = None
+    nan_empty = None  # fully masked rows whose LSE is NaN, where every wrong one is: counted as non-finite below
     if empty.any():
         g = got[empty]
         if np.isposinf(g).all():
@@ -204,13 +205,35 @@ def compare_lse(
                 k = tuple(int(i) for i in np.argwhere(bad)[0])
                 msg = (f"lse: fully masked row {list(k)} must have LSE = -inf (SEMANTICS.md §8); got "
                        f"{numfmt.value(got[k])} (shape {list(ref.shape)})")
+                if np.isnan(got[bad]).all():
+                    nan_empty = bad
         if declared == "+inf" and "lse_convention:+inf" not in findings and msg is None:
             findings.append("lse_convention:declared_+inf_but_-inf_seen")
     safe_ref = np.where(np.isfinite(ref), ref, 0.0)
     stats, msg2 = compare_values("lse", np.where(finite_rows, got, 0.0), safe_ref, tol, rows=finite_rows)
     if msg is not None:
         stats.ok = False
+    if nan_empty is not None:
+        # NaN is graded like NaN anywhere (the judge asks whether planted NaN could reach it, SEMANTICS.md §17):
+        # a keyless row of a padded sequence sees only masked-out padding, where a case may have planted NaN
+        _add_nonfinite(stats, got, nan_empty)
     return stats, msg or msg2, findings
+
+
+def _add_nonfinite(stats: QuantityStats, got: np.ndarray, bad: np.ndarray) -> None:
+    """Count the NaN / Inf elements ``bad`` of ``got`` among `stats`'s non-finite ones (index, value and batch
+    entries of the first kept where `compare_values` found some already)."""
+    n = int(bad.sum())
+    if n == 0:
+        return
+    if stats.nonfinite_index is None:
+        stats.nonfinite_index = _idx(int(np.argmax(bad)), bad.shape)
+        stats.nonfinite_value = float(got[stats.nonfinite_index])
+    stats.nonfinite += n
+    stats.failing += n
+    if bad.ndim >= 1:
+        batches = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))
+        stats.nonfinite_batches = sorted(set(stats.nonfinite_batches) | {int(b) for b in batches})
 
 
 def quality_warning(stats: QuantityStats) -> str | None:

@@ -184,3 +184,37 @@ def test_torch_cpu_finding_is_recorded(spec):
     assert still.outcome == "FAIL" and "another failure" in still.message, "--strict must keep the finding a FAIL"
     clean = _run(la.adapter, case.replace(distribution="normal"))
     assert clean.outcome == "PASS" and expect.apply([clean])[0].outcome == "PASS"
+
+
+def test_nan_lse_of_a_keyless_row_is_graded_as_nan_elsewhere():
+    """A sequence with no keys (seqlens_k 0) hands its rows only masked-out padding, where the case planted NaN:
+    torch 2.13's CPU flash kernel returns LSE NaN there (0 x NaN), as it returns out NaN. The LSE's NaN is the named
+    finding masked_nan like out's (it had been a FAIL: `checks.compare_lse` kept NaN on a keyless row out of the
+    non-finite count, so the judge never asked whether planted NaN could reach it; the property suite drew this
+    case); FAIL under strict; without planted NaN the row's LSE is right."""
+    case = catalog._seeded(catalog._mk("unit", B=2, Lq=1, Lk=1, d=8, dtype="float16", seqlens_q=(1, 1),
+                                       seqlens_k=(0, 1), distribution="nan_padding"))
+    adapter = load("torch-sdpa-flash").adapter
+    found = _run(adapter, case)
+    assert found.outcome == "FINDING" and "masked_nan:lse" in found.findings, found.message
+    assert _run(adapter, case, strict=True).outcome == "FAIL"
+    assert _run(adapter, case.replace(distribution="normal")).outcome == "PASS"
+
+
+def test_nan_lse_of_a_keyless_row_that_no_planted_nan_reaches_fails():
+    """The same NaN LSE where nothing was planted (no padding: every row of the case is real, its keyless rows are
+    bottom-right causal ones) is the kernel's own: FAIL."""
+    from attention_conformance.verdict import checks
+
+    ref = np.array([[[-np.inf, 0.5]]])
+    got = np.array([[[np.nan, 0.5]]])
+    stats, msg, _ = checks.compare_lse(got, ref, np.full(ref.shape, 1e-3), np.ones(ref.shape, bool))
+    assert msg is not None and "must have LSE = -inf" in msg and stats.nonfinite == 1
+    from attention_conformance.adapters.base import Capabilities
+    from attention_conformance.verdict.judge import Verdict, _Judgement
+
+    case = catalog._seeded(catalog._mk("unit", B=1, Lq=2, Lk=1, d=8, dtype="float16", causal=True))
+    j = _Judgement(Verdict(outcome="PASS"), case, Capabilities(dtypes=frozenset({"float16"}), padding_as_mask=True),
+                   strict=False)
+    j.lse(stats, msg)
+    assert j.v.checks["lse"] == "fail" and not j.v.findings and "must have LSE = -inf" in j.v.failures[0]
