@@ -1,12 +1,12 @@
 """Kernel properties under pytest: ``pytest tests/property/ [--impl NAME ...] [--hypothesis-profile P]``.
 
-For each adapter selected with ``--impl`` (the option of the installed plugin `conformance.pytest_plugin`; default: the
-``reference-*`` adapters) and each property kind it declares (`kernel_properties.properties_for`),
-Hypothesis draws cases from the adapter's declaration, judges them against the FP64 oracle under the tolerance
-policy, targets the worst tolerance usage and replays the pinned bug examples first. A failure an expectations
-entry expects (the shipped file and ``--expect FILE``; ``--no-expect`` for raw verdicts) is KNOWN: the property
-holds and the terminal summary lists it. An adapter unavailable here is skipped with its reason. A failure prints
-the shrunk case and a one-line repro command.
+For each adapter selected with ``--impl`` (the option of the installed plugin `conformance.pytest_plugin`; without
+it, as the CLI and the conformance tests: every built-in adapter available on the device) and each property kind it
+declares (`kernel_properties.properties_for`), Hypothesis draws cases from the adapter's declaration, judges them
+against the FP64 oracle under the tolerance policy, targets the worst tolerance usage and replays the pinned bug
+examples first. A failure an expectations entry expects (the shipped file and ``--expect FILE``; ``--no-expect``
+for raw verdicts) is KNOWN: the property holds and the terminal summary lists it. An adapter unavailable here is
+skipped with its reason. A failure prints the shrunk case and a one-line repro command.
 
 On a GPU runner: ``pytest tests/property/test_kernel_properties.py -m gpu --device cuda --impl all`` (each test of a
 CUDA device is marked ``gpu``).
@@ -19,27 +19,17 @@ from hypothesis import settings
 
 from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
 from attention_conformance.property_tests.profiles import build_per_shape_shards
-from attention_conformance.pytest_plugin import impl_option
-
-_DEFAULT_RUN = pytest.StashKey[object]()
-DEFAULT_IMPLS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv")
 
 
 def _run(config):
-    """The run context (`conformance.running.run_context`): ``--impl`` resolved by the same rules as the conformance
-    tests and the CLI (an adapter named that cannot run here stops the session), default the reference kernels; the
-    expectations in this machine's context (``--expect`` / ``--no-expect``)."""
-    from attention_conformance.pytest_plugin import conformance_run, run_settings
-    from attention_conformance.running.run_context import UsageError, open_run
+    """The run context (`conformance.running.run_context`) the conformance tests use: ``--impl`` resolved by the
+    same rules as theirs and the CLI's (an adapter named that cannot run here stops the session; without ``--impl``
+    every built-in adapter available on the device: on the CPU torch's math, flash and flex besides the references,
+    whose property draws had not run by default), the expectations in this machine's context (``--expect`` /
+    ``--no-expect``)."""
+    from attention_conformance.pytest_plugin import conformance_run
 
-    if impl_option(config):
-        return conformance_run(config)
-    if _DEFAULT_RUN not in config.stash:
-        try:
-            config.stash[_DEFAULT_RUN] = open_run(run_settings(config), list(DEFAULT_IMPLS))
-        except UsageError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    return config.stash[_DEFAULT_RUN]
+    return conformance_run(config)
 
 
 def pytest_generate_tests(metafunc):
