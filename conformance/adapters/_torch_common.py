@@ -402,13 +402,17 @@ def translate_empty_lse(lse: np.ndarray, empty: np.ndarray, declared: str) -> tu
     `empty` is bool, broadcastable to lse.shape: the rows with no visible key. -inf is the contract;
     +inf (the FA2 kernels' convention) is left as is: the engine accepts it and reports it by name.
     The adapter's `declared` finite convention (e.g. "0", the torch CPU flash op) is mapped to -inf,
-    and only where every empty row holds exactly that value; a note records the mapping. Anything else
-    is returned unchanged, with a note, for the engine to fail. Returns (lse, convention seen, note).
+    and only where every empty row that is not NaN holds exactly that value; a note records the mapping. NaN is
+    left as it is, for the engine to grade as NaN anywhere (NaN the case planted in padding can reach a keyless row,
+    SEMANTICS.md §17: with one NaN padded row beside them, the rows of the declared value had gone untranslated and
+    failed). Anything else is returned unchanged, with a note, for the engine to fail. Returns (lse, convention
+    seen, note).
     """
     empty = np.broadcast_to(empty, lse.shape)
-    if not empty.any():
-        return lse, declared, None
     seen = lse[empty]
+    seen = seen[~np.isnan(seen)]
+    if seen.size == 0:
+        return lse, declared, None
     if np.all(np.isneginf(seen)):
         return lse, "-inf", None
     if np.all(np.isposinf(seen)):
@@ -417,8 +421,9 @@ def translate_empty_lse(lse: np.ndarray, empty: np.ndarray, declared: str) -> tu
         want = float(declared)
         if np.all(seen == want):
             out = lse.copy()
-            out[empty] = -math.inf
-            return out, declared, (f"LSE = {declared} on {int(empty.sum())} fully masked row(s) (the kernel's "
+            mapped = empty & (lse == want)
+            out[mapped] = -math.inf
+            return out, declared, (f"LSE = {declared} on {int(mapped.sum())} fully masked row(s) (the kernel's "
                                    f"convention), mapped to -inf (SEMANTICS.md §8)")
     sample = sorted({repr(float(x)) for x in seen[:16]})
     return lse, "inconsistent", (f"LSE on {int(empty.sum())} fully masked row(s) is neither -inf nor the declared "

@@ -97,6 +97,16 @@ def test_translate_empty_lse():
     assert conv == "inconsistent" and "left untranslated" in note and out[0, 0, 1] == 3.5
     out, conv, note = tc.translate_empty_lse(np.array([[[1.0, -np.inf, 2.0]]]), empty, "0")
     assert conv == "-inf" and note is None
+    # NaN on another empty row (planted NaN in a padded sequence reaches it through 0 x NaN) stays NaN, for the
+    # judge to grade; the rows of the declared value are still mapped (the property suite's draw
+    # hyp-bwd-b2h1x1-q1k1-d8-f16-mask-full_rows-nan_padding had failed on torch's CPU flash LSE 0)
+    two = np.array([[[1.0, 0.0, 2.0]], [[np.nan, np.nan, 0.0]]])
+    empty2 = np.array([[[False, True, False]], [[True, False, True]]])
+    out, conv, note = tc.translate_empty_lse(two, empty2, "0")
+    assert conv == "0" and "on 2 fully masked row(s)" in note
+    assert out[0, 0, 1] == out[1, 0, 2] == -np.inf and np.isnan(out[1, 0, 0]) and np.isnan(out[1, 0, 1])
+    out, conv, note = tc.translate_empty_lse(np.array([[[1.0, np.nan, 2.0]]]), empty, "0")  # only NaN: the judge's
+    assert conv == "0" and note is None and np.isnan(out[0, 0, 1])
 
 
 def test_changed_is_bitwise():
