@@ -470,7 +470,8 @@ def attention_cases(
     """`Case` objects, restricted to what ``capabilities`` claims on ``device`` when given.
 
     ``fp8``: True = only FP8 cases, False = none, None = both when the capabilities allow. ``backward``
-    likewise. ``features=False`` draws only plain attention (no causal/window/mask/bias/softcap/varlen).
+    likewise. ``features=False`` draws only plain attention (no causal/window/mask/bias/softcap/varlen; causal
+    where the declaration claims no non-causal attention).
     The strategy is built from the declaration (module docstring), so every drawn case satisfies
     ``capability_reason(capabilities, case, device) is None``; ``strict=True`` raises `UndeclaredDraw` for a draw
     it would otherwise have to filter out (tests of the strategy use it). ValueError when the declaration cannot
@@ -491,6 +492,12 @@ def attention_cases(
         max_len = min(max_len, caps.max_seqlen)
     multiple = caps.seqlen_multiple if caps is not None else None
     alignments_ = sorted(caps.alignments) if caps is not None else list(ALIGNMENTS)
+    # a declaration of causal attention alone (a causal-only function, the `causal_lower_right` spellings): every draw
+    # is causal, plain ones included (drawn non-causal and rejected, the edges property of such a spelling drew no
+    # case at all: Hypothesis' Unsatisfiable)
+    causal_only = caps is not None and not caps.noncausal
+    if causal_only and not alignments_:
+        raise ValueError("the declaration claims neither non-causal attention nor a causal alignment")
     made: dict[tuple, st.SearchStrategy] = {}  # strategies built once per (backward, fp8) or power-of-two d
 
     def shapes(want_bwd: bool, want_fp8: bool) -> st.SearchStrategy[dict[str, int]]:
@@ -533,7 +540,7 @@ def attention_cases(
             kw["scale"] = draw(scales(d))
         if features:
             can_causal = bool(alignments_)
-            if can_causal and draw(st.booleans()):
+            if can_causal and (causal_only or draw(st.booleans())):
                 kw["causal"] = True
                 kw["alignment"] = draw(st.sampled_from(alignments_))
             elif caps is not None and alignments_:
@@ -559,6 +566,8 @@ def attention_cases(
                     and draw(st.integers(0, 3)) == 3):
                 kw["kv_append"] = draw(cache_lengths(B, Lq, Lk))
                 kw["causal"], kw["alignment"] = True, "bottom_right"
+        elif causal_only:  # plain attention of a causal-only declaration
+            kw["causal"], kw["alignment"] = True, draw(st.sampled_from(alignments_))
         if kw.get("seqlens_k") is not None and "nan_padding" in value_distributions and draw(st.booleans()):
             # padding exists: half the time fill it with NaN, so a kernel that reads padded rows shows it
             kw["distribution"] = "nan_padding"
