@@ -304,6 +304,8 @@ def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
     """The property kinds ``adapter`` declares work for on ``device``."""
     caps = declaration(adapter, device)
     kinds = []
+    if not caps.noncausal and not caps.alignments:  # a spelling that carries nothing here (no causal alignment)
+        return kinds
     plain = [d for d in caps.dtypes if not d.startswith("float8")]
     if plain:
         kinds.append("forward")
@@ -311,7 +313,7 @@ def properties_for(adapter: Adapter, device: str = "cpu") -> list[str]:
             kinds.append("backward")
         if edge_kinds(caps):
             kinds.append("edges")
-    if caps.fp8:
+    if caps.fp8 and any(x in caps.layouts for x in LAYOUTS):  # FP8 codes are drawn in dense layouts only
         kinds.extend(["fp8", "fp8_offset"])
     return kinds
 

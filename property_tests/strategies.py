@@ -466,6 +466,7 @@ def attention_cases(
     value_distributions: Sequence[str] = DISTRIBUTIONS,
     edges_only: bool = False,
     strict: bool = False,
+    declared_only: bool = True,
 ) -> st.SearchStrategy[Case]:
     """`Case` objects, restricted to what ``capabilities`` claims on ``device`` when given.
 
@@ -476,6 +477,8 @@ def attention_cases(
     ``capability_reason(capabilities, case, device) is None``; ``strict=True`` raises `UndeclaredDraw` for a draw
     it would otherwise have to filter out (tests of the strategy use it). ValueError when the declaration cannot
     give what is asked (``fp8=True`` without an FP8 granularity, ``backward=True`` without a backward, no dtype).
+    ``declared_only=False`` leaves the final check to a caller that changes the draw first (`edge_cases`: a plain
+    draw that an `Exclusion` declines, e.g. a spelling that takes only a windowed mask, gets its window there).
     """
     caps = capabilities
     plain, can_fp8 = _declared(caps, device) if caps is not None else (list(_FLOAT_DTYPES), True)
@@ -557,6 +560,8 @@ def attention_cases(
                 kw["softcap"] = draw(softcaps())
             if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 3:
                 kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
+                if caps is not None and not caps.query_lengths:  # key lengths only (a KV cache's spelling)
+                    kw["seqlens_q"] = None
             if not want_fp8 and (caps is None or caps.sinks) and draw(st.integers(0, 3)) == 3:
                 kw["sinks"] = draw(st.sampled_from(SINK_RECIPES))
             if not want_fp8 and (caps is None or caps.chunk) and draw(st.integers(0, 3)) == 3:
@@ -581,7 +586,8 @@ def attention_cases(
         if want_bwd and (caps is None or caps.lse_grad) and draw(st.integers(0, 2)) == 2:
             kw["lse_grad"] = True  # an LSE cotangent: d sink's dLSE term, dS = P (dP - D + dlse) (§13, §18)
         kw["seed"] = draw(st.integers(0, 2**31 - 1))
-        return declared_or_reject(caps, Case(family=family, **shape, **kw), device, strict)
+        case = Case(family=family, **shape, **kw)
+        return declared_or_reject(caps, case, device, strict) if declared_only else case
 
     return _draw()
 
@@ -601,7 +607,7 @@ def edge_kinds(caps: Capabilities | None) -> list[str]:
         kinds.append("causal_lq_gt_lk")
     if caps is None or caps.varlen:
         kinds.append("varlen_empty")
-    if caps is None or (caps.window and "bottom_right" in caps.alignments):
+    if caps is None or (caps.window and caps.alignments):
         kinds.append("window_narrow")
     if caps is None or (caps.sinks and caps.mask):
         kinds.append("sink_empty_rows")
@@ -629,7 +635,8 @@ def edge_cases(
                          "bottom-right causal, varlen, window)")
     base = attention_cases(capabilities=caps, device=device, family=family, fp8=False, backward=False,
                            max_len=max_len, max_work=max_work, max_batch=2, max_hq=4, tile_sizes=tile_sizes,
-                           features=False, edges_only=True, strict=strict)
+                           features=False, edges_only=True, strict=strict, declared_only=False)
+    window_alignments = sorted(caps.alignments) if caps is not None else ["bottom_right"]
 
     @st.composite
     def _draw(draw) -> Case:
@@ -649,12 +656,14 @@ def edge_cases(
             sq, sk = draw(varlen_seqlens(case.B, case.Lq, case.Lk))
             empty = draw(st.integers(0, case.B - 1))
             sk = tuple(0 if b == empty else x for b, x in enumerate(sk)) if case.B > 1 else sk
+            if caps is not None and not caps.query_lengths:
+                sq = None
             case = case.replace(seqlens_q=sq, seqlens_k=sk)
         elif kind == "sink_empty_rows":  # no visible key with a sink: O = 0, LSE = the sink (§18)
             case = case.replace(mask="full_rows", sinks=draw(st.sampled_from(SINK_RECIPES)))
         else:
             w = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
-            case = case.replace(window=w, alignment="bottom_right")
+            case = case.replace(window=w, alignment=draw(st.sampled_from(window_alignments)))
         return declared_or_reject(caps, case, device, strict)
 
     return _draw()

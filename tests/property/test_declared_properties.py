@@ -273,3 +273,41 @@ def test_a_property_of_an_adapter_that_builds_per_shape_runs_as_shards_that_draw
         assert bool(pinned) == (index == 0)  # the pinned examples run in the first shard only
         seen.append({c for c in drawn if not c.startswith("pinned")})
     assert seen[0] and seen[1] and seen[0] != seen[1]
+
+
+def _every_spelling() -> list:
+    """(declaration, device) of every built-in adapter and entry-point spelling on each device it declares (read
+    without the library where the declaration does not need it), one param per distinct declaration."""
+    from attention_conformance.adapters.registry import BUILTIN, _import_attr
+
+    named: dict[tuple[Capabilities, str], list[str]] = {}
+    for base, target in sorted(BUILTIN.items()):
+        entries = tuple(getattr(_import_attr(target), "entry_points", ()) or ())
+        for spec in (base, *(f"{base}@{e}" for e in entries)):
+            adapter = load(spec, "cuda").adapter
+            for device in ("cpu", "cuda"):
+                try:
+                    caps = declaration(adapter, device)
+                except Exception:  # a declaration that needs the library or the device: read where they are
+                    continue
+                if device in caps.devices:
+                    named.setdefault((caps, device), []).append(f"{spec}@{device}" if "@" not in spec
+                                                                else f"{spec}/{device}")
+    return [pytest.param(caps, device, id=names[0] + (f"+{len(names) - 1}" if len(names) > 1 else ""))
+            for (caps, device), names in named.items()]
+
+
+@pytest.mark.parametrize("caps,device", _every_spelling())
+def test_every_spellings_properties_draw_declared_cases(caps, device):
+    """Each property of each built-in spelling draws cases its declaration claims, and draws at all (a causal-only
+    spelling's edges had drawn none: every plain draw non-causal; xformers' local-attention spellings' none: the
+    plain draw had no window; FA2 / FA3's KV-cache spelling drew query lengths it cannot take; FA3's paged one drew
+    FP8 codes in a dense layout it does not take; the CUDA flash backend's causal_lower_right, which carries nothing
+    there, had properties)."""
+    adapter = types.SimpleNamespace(capabilities=caps, name="declared")
+    for kind in properties_for(adapter, device):
+        drawn = _draws(property_strategy(kind, adapter, device, strict=True), 8)
+        assert drawn, kind
+        for x in drawn:
+            case = x[0] if isinstance(x, tuple) else x
+            assert capability_reason(caps, case, device) is None, (kind, case.id)
