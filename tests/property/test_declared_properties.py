@@ -221,6 +221,28 @@ def test_pytest_expect_turns_a_property_failure_into_known(tmp_path):
     assert "known findings" in out and "KNOWN toy-bias" in out, out[-3000:]
 
 
+def test_without_impl_and_with_nothing_available_the_properties_skip_as_the_conformance_tests_do(tmp_path):
+    """``pytest tests/property/test_kernel_properties.py --device cuda`` where no adapter runs on CUDA: skipped with the
+    CLI's reason, as ``pytest conformance/`` is (it had been an error at collection once the property suite took the
+    same default adapters); an ``--impl`` named that cannot run there still stops the session."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: adapters are available on cuda")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-rs",
+           str(HERE / "test_kernel_properties.py"), "--device", "cuda"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "1 skipped" in out and "no adapter available on cuda" in out, out[-3000:]
+    r = subprocess.run(cmd + ["--impl", "torch-sdpa-cudnn"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 4 and "--impl torch-sdpa-cudnn is unavailable on cuda" in out, out[-3000:]
+
+
 def test_an_adapter_that_builds_per_shape_draws_fewer_examples_and_says_so():
     """Compiled FlexAttention and flash-attn-4 build a kernel per shape (seconds an example): their properties draw
     `profiles.build_per_shape_examples` examples, not the profile's count, and the run records why."""

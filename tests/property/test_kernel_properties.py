@@ -19,6 +19,7 @@ from hypothesis import settings
 
 from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
 from attention_conformance.property_tests.profiles import build_per_shape_shards
+from attention_conformance.pytest_plugin import impl_option
 
 
 def _run(config):
@@ -35,7 +36,14 @@ def _run(config):
 def pytest_generate_tests(metafunc):
     if "impl_kind" not in metafunc.fixturenames:
         return
-    run = _run(metafunc.config)
+    try:
+        run = _run(metafunc.config)
+    except pytest.UsageError as exc:  # no --impl and nothing available on this device: as the conformance tests do
+        if impl_option(metafunc.config):
+            raise
+        skip = pytest.mark.skip(reason=str(exc))
+        metafunc.parametrize("impl_kind", [pytest.param(None, id="no-adapter", marks=skip)])
+        return
     device = run.device
     params = []
     for loaded in run.loaded:
