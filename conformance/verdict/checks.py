@@ -123,7 +123,7 @@ def compare_values(
     sel = np.ones(ref.shape, dtype=bool) if rows is None else np.broadcast_to(rows, ref.shape)
     stats.compared = int(sel.sum())
     bad = sel & np.isfinite(ref) & ~np.isfinite(got)
-    stats.nonfinite = int(bad.sum())
+    _add_nonfinite(stats, got, bad)
     with np.errstate(invalid="ignore"):
         err = np.where(sel & np.isfinite(got), np.abs(got - ref), 0.0)
         ratio = np.where(sel & np.isfinite(got), err / tol, 0.0)
@@ -143,10 +143,6 @@ def compare_values(
         stats.ref_at_max_ratio = float(ref.flat[j])
     parts = []
     if stats.nonfinite:
-        stats.nonfinite_index = _idx(int(np.argmax(bad)), bad.shape)
-        stats.nonfinite_value = float(got[stats.nonfinite_index])
-        if bad.ndim:
-            stats.nonfinite_batches = [int(b) for b in np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))]
         parts.append(_nonfinite_sentence(name, got, ref, bad, stats.compared))
     if stats.max_ratio > 1.0:
         parts.append(("the finite values: " if parts else f"{name}: ") + _bound_sentence(stats, ref.shape))
@@ -221,8 +217,9 @@ def compare_lse(
 
 
 def _add_nonfinite(stats: QuantityStats, got: np.ndarray, bad: np.ndarray) -> None:
-    """Count the NaN / Inf elements ``bad`` of ``got`` among `stats`'s non-finite ones (index, value and batch
-    entries of the first kept where `compare_values` found some already)."""
+    """Count the NaN / Inf elements ``bad`` of ``got`` among `stats`'s non-finite ones: `compare_values`' compared
+    elements, and `compare_lse`'s NaN on rows with no visible key after them (the index and value of the first kept,
+    the batch entries joined)."""
     n = int(bad.sum())
     if n == 0:
         return
