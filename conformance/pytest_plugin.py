@@ -385,9 +385,7 @@ def _estimated_seconds(config: pytest.Config, item: pytest.Item, by_spec: dict[s
         la = by_spec.get(cs.params.get("conformance_spec"))
         if la is None or not la.available or not schedule.claims(la.adapter, case, device_option(config)):
             return 0.0
-        per_shape = bool(getattr(la.adapter, "builds_per_shape", False))
-        cached = per_shape and builds is not None and not builds.first(la.spec, case)
-        return schedule.call_seconds(case, per_shape, cached)
+        return schedule.adapter_seconds(case, la.adapter, la.spec, builds)
     impl_kind = cs.params.get("impl_kind")
     if isinstance(impl_kind, tuple) and len(impl_kind) == 3:
         loaded, kind, shard = impl_kind  # shard: (index, count) of a sharded property, or None

@@ -38,7 +38,8 @@ from attention_conformance.cases.catalog import estimated_cost
 
 __all__ = ["CALL_SECONDS", "SECONDS_PER_COST", "BUILD_SECONDS", "BACKWARD_BUILD_FACTOR", "FLOAT32_BUILD_SECONDS",
            "SECONDS_PER_ELEMENT", "PROPERTY_EXAMPLE_SECONDS", "LONG_SECONDS", "io_elements", "claims",
-           "build_key", "Builds", "build_seconds", "call_seconds", "case_seconds", "property_seconds", "spread"]
+           "build_key", "Builds", "build_seconds", "call_seconds", "adapter_seconds", "case_seconds",
+           "property_seconds", "spread"]
 
 #: one call of a kernel built before, oracle and judge included (median per case, H200)
 CALL_SECONDS = 0.05
@@ -133,18 +134,18 @@ def io_elements(case: Case) -> int:
     return (q + kv + o) * (2 if case.backward else 1)
 
 
+def adapter_seconds(case: Case, adapter: Any, key: Hashable, builds: Builds | None = None) -> float:
+    """`call_seconds` of `adapter` (``key`` names it in ``builds``) on `case`: with ``builds`` (one per run, the pieces
+    given in the run's order) a build an earlier piece charged is not charged again."""
+    per_shape = bool(getattr(adapter, "builds_per_shape", False))
+    cached = per_shape and builds is not None and not builds.first(key, case)
+    return call_seconds(case, per_shape, cached)
+
+
 def case_seconds(case: Case, adapters: Iterable[Any], device: str, builds: Builds | None = None) -> float:
-    """Expected seconds of `case` through every adapter of `adapters` that claims it (a ``run --workers`` piece);
-    with ``builds`` (one per run, the cases given in catalog order) a build an earlier case charged is not charged
-    again."""
-    total = 0.0
-    for a in adapters:
-        if a is None or not claims(a, case, device):
-            continue
-        per_shape = bool(getattr(a, "builds_per_shape", False))
-        cached = per_shape and builds is not None and not builds.first(id(a), case)
-        total += call_seconds(case, per_shape, cached)
-    return total
+    """Expected seconds of `case` through every adapter of `adapters` that claims it (a ``run --workers`` piece;
+    ``builds``: `adapter_seconds`)."""
+    return sum(adapter_seconds(case, a, id(a), builds) for a in adapters if a is not None and claims(a, case, device))
 
 
 def property_seconds(examples: int, builds_per_shape: bool, backward: bool = False) -> float:
