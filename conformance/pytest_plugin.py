@@ -62,8 +62,8 @@ from typing import Any
 import pytest
 
 __all__ = ["cases_option", "device_option", "impl_option", "profile_option", "run_settings", "conformance_run",
-           "ConformanceSession", "store_of", "worker_pool", "EXPECTATIONS_PROPERTY", "NOTABLE_PROPERTY",
-           "OUTCOME_PROPERTY", "SummaryLines"]
+           "conformance_run_or_skip", "ConformanceSession", "store_of", "worker_pool", "EXPECTATIONS_PROPERTY",
+           "NOTABLE_PROPERTY", "OUTCOME_PROPERTY", "SummaryLines"]
 
 _DESTS = {"impl": "conformance_impl", "profile": "conformance_profile", "device": "conformance_device",
           "cases": "conformance_cases", "expect": "conformance_expect", "no-expect": "conformance_no_expect",
@@ -170,6 +170,17 @@ def conformance_run(config: pytest.Config) -> Any:
     return run
 
 
+def conformance_run_or_skip(config: pytest.Config) -> tuple[Any, Any]:
+    """(`conformance_run`, None), or (None, a skip mark with the CLI's message) where no ``--impl`` was given and no
+    adapter is available on the device (``--device cuda`` without a GPU): a test parametrized over the run's adapters
+    (the conformance tests, the property suite) is then one skipped test. An ``--impl`` or ``--expect`` that cannot be
+    used stopped the session at configure (`pytest_configure`)."""
+    try:
+        return conformance_run(config), None
+    except pytest.UsageError as exc:
+        return None, pytest.mark.skip(reason=str(exc))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     expr = cases_option(config)
     if expr:
@@ -223,12 +234,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     config = metafunc.config
     device = device_option(config)
-    try:
-        specs = [la.spec for la in conformance_run(config).loaded]
-    except pytest.UsageError as exc:  # no --impl and nothing available on this device (--device cuda, no GPU)
+    run, skip = conformance_run_or_skip(config)
+    if run is None:
         metafunc.parametrize(("conformance_case", "conformance_spec"),
-                             [pytest.param(None, None, id="no-adapter", marks=pytest.mark.skip(reason=str(exc)))])
+                             [pytest.param(None, None, id="no-adapter", marks=skip)])
         return
+    specs = [la.spec for la in run.loaded]
     try:
         cases = catalog.select(catalog.cases(profile_option(config)), cases_option(config))
     except SelectorError as exc:

@@ -19,29 +19,16 @@ from hypothesis import settings
 
 from attention_conformance.property_tests.kernel_properties import STATS, build_property, declaration, properties_for
 from attention_conformance.property_tests.profiles import build_per_shape_shards
-from attention_conformance.pytest_plugin import impl_option
-
-
-def _run(config):
-    """The run context (`conformance.running.run_context`) the conformance tests use: ``--impl`` resolved by the
-    same rules as theirs and the CLI's (an adapter named that cannot run here stops the session; without ``--impl``
-    every built-in adapter available on the device: on the CPU torch's math, flash and flex besides the references,
-    whose property draws had not run by default), the expectations in this machine's context (``--expect`` /
-    ``--no-expect``)."""
-    from attention_conformance.pytest_plugin import conformance_run
-
-    return conformance_run(config)
+from attention_conformance.pytest_plugin import conformance_run, conformance_run_or_skip
 
 
 def pytest_generate_tests(metafunc):
     if "impl_kind" not in metafunc.fixturenames:
         return
-    try:
-        run = _run(metafunc.config)
-    except pytest.UsageError as exc:  # no --impl and nothing available on this device: as the conformance tests do
-        if impl_option(metafunc.config):
-            raise
-        skip = pytest.mark.skip(reason=str(exc))
+    # the conformance tests' run (`conformance.running.run_context`): ``--impl`` by the CLI's rules, without it every
+    # built-in adapter available on the device, the expectations in this machine's context
+    run, skip = conformance_run_or_skip(metafunc.config)
+    if run is None:  # no --impl and nothing available on this device
         metafunc.parametrize("impl_kind", [pytest.param(None, id="no-adapter", marks=skip)])
         return
     device = run.device
@@ -77,7 +64,7 @@ def test_kernel_property(impl_kind, request):
     from attention_conformance.running.gpu_share import GpuShare
 
     loaded, kind, shard = impl_kind
-    conformance = _run(request.config)
+    conformance = conformance_run(request.config)
     device = conformance.device
     store = store_of(request.config)  # pytest-xdist's workers share the GPU (conformance/running/gpu_share.py)
     # the GPU and the worker processes of this process's conformance tests (one per library)
