@@ -37,10 +37,6 @@ from attention_conformance.verdict.expectations import Expectation, RunContext
 HERE = Path(__file__).resolve().parent
 CPU_BUILTINS = ("reference-fa1", "reference-fa2", "reference-fa3", "reference-fa3-fp8", "reference-splitkv",
                 "torch-sdpa-math")
-#: the entry-point spellings of torch SDPA on the CPU: each declares what its spelling carries (the causal_* ones
-#: causal attention alone, whose edges property had drawn nothing: every plain draw non-causal and rejected)
-CPU_SPELLINGS = tuple(f"torch-sdpa-{b}@{e}" for b in ("math", "flash")
-                      for e in ("is_causal", "bool_mask", "causal_upper_left", "causal_lower_right"))
 DRAWS = 25
 #: a handful of examples, no shrinking (a failure's first example is enough here)
 FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.generate],
@@ -65,8 +61,6 @@ def _declarations() -> list:
     named: dict[tuple[Capabilities, str], list[str]] = {}
     for name in CPU_BUILTINS:
         named.setdefault((load(name).adapter.capabilities, "cpu"), []).append(name)
-    for name in CPU_SPELLINGS:
-        named.setdefault((declaration(load(name).adapter, "cpu"), "cpu"), []).append(name)
     for name, caps in _cuda_declarations().items():
         named.setdefault((caps, "cuda"), []).append(f"{name}@cuda")
     return [pytest.param(caps, device, id=",".join(names)) for (caps, device), names in named.items()]
