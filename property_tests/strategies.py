@@ -292,16 +292,18 @@ def _fp8_specs(pow2: bool, granularities: Sequence[str], formats: Sequence[str],
     return _draw()
 
 
-def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True) -> st.SearchStrategy[tuple]:
+def varlen_seqlens(B: int, Lq: int, Lk: int, *, allow_empty: bool = True,
+                   query_lengths: bool = True) -> st.SearchStrategy[tuple]:
     """Per-batch real lengths ``(seqlens_q, seqlens_k)`` (SEMANTICS.md §7); each <= the padded length.
 
-    At least one sequence keeps its full length, so the padded shape is the true maximum.
+    At least one sequence keeps its full length, so the padded shape is the true maximum. ``query_lengths=False``
+    (a declaration of key lengths only, `Capabilities.query_lengths`: a KV cache's spelling): seqlens_q is None.
     """
     lo = 0 if allow_empty else 1
 
-    def made(sq: list[int], sk: list[int], full: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def made(sq: list[int], sk: list[int], full: int) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
         sq[full], sk[full] = Lq, Lk
-        return tuple(sq), tuple(sk)
+        return (tuple(sq) if query_lengths else None), tuple(sk)
 
     return st.builds(made, st.lists(st.integers(min(lo, Lq), Lq), min_size=B, max_size=B),
                      st.lists(st.integers(min(lo, Lk), Lk), min_size=B, max_size=B), st.integers(0, B - 1))
@@ -499,6 +501,7 @@ def attention_cases(
     # is causal, plain ones included (drawn non-causal and rejected, the edges property of such a spelling drew no
     # case at all: Hypothesis' Unsatisfiable)
     causal_only = caps is not None and not caps.noncausal
+    query_lengths = caps is None or caps.query_lengths
     if causal_only and not alignments_:
         raise ValueError("the declaration claims neither non-causal attention nor a causal alignment")
     made: dict[tuple, st.SearchStrategy] = {}  # strategies built once per (backward, fp8) or power-of-two d
@@ -559,9 +562,7 @@ def attention_cases(
             if (caps is None or caps.softcap) and draw(st.integers(0, 3)) == 3:
                 kw["softcap"] = draw(softcaps())
             if (caps is None or caps.varlen) and draw(st.integers(0, 3)) == 3:
-                kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk))
-                if caps is not None and not caps.query_lengths:  # key lengths only (a KV cache's spelling)
-                    kw["seqlens_q"] = None
+                kw["seqlens_q"], kw["seqlens_k"] = draw(varlen_seqlens(B, Lq, Lk, query_lengths=query_lengths))
             if not want_fp8 and (caps is None or caps.sinks) and draw(st.integers(0, 3)) == 3:
                 kw["sinks"] = draw(st.sampled_from(SINK_RECIPES))
             if not want_fp8 and (caps is None or caps.chunk) and draw(st.integers(0, 3)) == 3:
@@ -653,11 +654,9 @@ def edge_cases(
             assume(lq > lk)
             case = case.replace(causal=True, alignment="bottom_right", Lq=lq, Lk=lk)
         elif kind == "varlen_empty":
-            sq, sk = draw(varlen_seqlens(case.B, case.Lq, case.Lk))
+            sq, sk = draw(varlen_seqlens(case.B, case.Lq, case.Lk, query_lengths=caps is None or caps.query_lengths))
             empty = draw(st.integers(0, case.B - 1))
             sk = tuple(0 if b == empty else x for b, x in enumerate(sk)) if case.B > 1 else sk
-            if caps is not None and not caps.query_lengths:
-                sq = None
             case = case.replace(seqlens_q=sq, seqlens_k=sk)
         elif kind == "sink_empty_rows":  # no visible key with a sink: O = 0, LSE = the sink (§18)
             case = case.replace(mask="full_rows", sinks=draw(st.sampled_from(SINK_RECIPES)))
