@@ -29,6 +29,13 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
 
 
+def _settle(torch, t) -> None:
+    """Wait for the set-up call's kernels: a fault they raise (an illegal address is reported by whichever CUDA call
+    comes next) is then this library's decline, not the next candidate's."""
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
 def _indptr(torch, B: int, n: int, device) -> Any:
     return torch.arange(B + 1, dtype=torch.int32, device=device) * n
 
@@ -50,6 +57,7 @@ def flashinfer_prefill_fn(q, k, v, causal: bool) -> Fn:
         w.plan(_indptr(torch, B, N, q.device), _indptr(torch, B, k.shape[2], q.device), Hq, Hkv, d,
                head_dim_vo=v.shape[3], causal=causal, q_data_type=q.dtype, kv_data_type=k.dtype)
         w.run(qp, kp, vp)  # builds or loads the module before any timing
+        _settle(torch, q)
     except Exception as exc:
         return None, f"BatchPrefillWithRaggedKVCacheWrapper: {_first_line(exc)}"
     return (lambda: w.run(qp, kp, vp)), "flashinfer.BatchPrefillWithRaggedKVCacheWrapper (NHD, planned once)"
@@ -90,6 +98,7 @@ def flashinfer_paged_decode_fn(q, k, v, page_size: int = DECODE_PAGE_SIZE) -> Fn
                q_data_type=q.dtype, kv_data_type=k.dtype)
         kv = (p["k_cache"], p["v_cache"])
         w.run(q1, kv)
+        _settle(torch, q)
     except Exception as exc:
         return None, f"BatchDecodeWithPagedKVCacheWrapper: {_first_line(exc)}"
     return (lambda: w.run(q1, kv)), (f"flashinfer.BatchDecodeWithPagedKVCacheWrapper (NHD, page size {page_size}, "
@@ -100,7 +109,7 @@ def xformers_fn(q, k, v, causal: bool) -> Fn:
     """``xformers.ops.memory_efficient_attention`` on BMHK copies, ``LowerTriangularMask`` when causal; the note
     names the forward operator xformers' dispatcher picks for these inputs."""
     try:
-        import torch  # noqa: F401
+        import torch
 
         from attention_conformance.adapters.xformers import importing_xformers
 
@@ -119,6 +128,7 @@ def xformers_fn(q, k, v, causal: bool) -> Fn:
         op = f"operator not read ({_first_line(exc)})"
     try:
         fmha.memory_efficient_attention(qb, kb, vb, attn_bias=bias)
+        _settle(torch, q)
     except Exception as exc:
         return None, f"memory_efficient_attention: {_first_line(exc)}"
     return (lambda: fmha.memory_efficient_attention(qb, kb, vb, attn_bias=bias)), (
