@@ -117,7 +117,8 @@ def screenshot(html: Path, png: Path, dry: bool) -> None:
 
 
 def join_gpu_report(reports: list[Path], note: str | None, root: Path, dry: bool) -> None:
-    """reports/gpu/ := the join of ``reports``, re-judged, with its page, screenshot and gzip'd data."""
+    """reports/gpu/ := the join of ``reports``, re-judged: its report.md, gzip'd data and a screenshot of its page
+    (the page itself is not kept: `python -m attention_conformance.reporting.page` renders it from the data)."""
     gpu = root / "reports" / "gpu"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -133,11 +134,11 @@ def join_gpu_report(reports: list[Path], note: str | None, root: Path, dry: bool
             return
         for sub in [p for p in gpu.iterdir() if p.is_dir()]:
             shutil.rmtree(sub)  # the satellite reports (e.g. fa4_spellings/): the joined report supersedes them
-        for name in ("report.md", "report.html"):
-            shutil.copyfile(out / name, gpu / name)
+        shutil.copyfile(out / "report.md", gpu / "report.md")
+        (gpu / "report.html").unlink(missing_ok=True)  # not kept: the JSON renders it (tools/report_index.py)
         with open(out / "report.json", "rb") as src, gzip.GzipFile(gpu / "report.json.gz", "wb", 9, mtime=0) as dst:
             shutil.copyfileobj(src, dst)
-        screenshot(gpu / "report.html", gpu / "report.png", dry)
+        screenshot(out / "report.html", gpu / "report.png", dry)
 
 
 def unpacked(path: Path) -> Path:

@@ -7,9 +7,11 @@ versions and command (lab tool: it reads the repository's reports/ folder; not i
 Run outputs are not source: a run writes to ``reports/latest/`` (git-ignored); a report becomes current by being
 copied into reports/ and listed here, replacing the one it supersedes (git history keeps the older ones). The report
 data files are git-ignored (.gitignore), so a current one is added with ``git add -f``. A conformance report is
-kept as ``report.json.gz`` (gzip of the run's report.json) beside its ``report.md`` / ``.html`` / ``.png``, so the
-tracked reports stay small (tests/tools/test_report_index.py: at most `MAX_TRACKED_BYTES`). The commit column is
-the last commit that touched the file (for a file not committed yet, HEAD: the tree the report was made from).
+kept as ``report.json.gz`` (gzip of the run's report.json) beside its ``report.md`` and ``.png`` (a screenshot of
+the page); its ``report.html`` is not tracked (``python -m attention_conformance.reporting.page report.json.gz``
+renders it), so that the tracked reports stay small (tests/tools/test_report_index.py: at most
+`MAX_TRACKED_BYTES`). The commit column is the last commit that touched the file (for a file not committed yet or
+changed since, HEAD: the tree the report was made from).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ REPORTS_DIR = REPO_ROOT / "reports"
 INDEX = REPORTS_DIR / "index.md"
 #: the most bytes the tracked files under reports/ may hold together
 MAX_TRACKED_BYTES = 5_000_000
-_DATA_SUFFIXES = (".json", ".gz", ".md", ".html", ".png")
+_DATA_SUFFIXES = (".json", ".gz", ".md", ".png")
 _SKIP_DIRS = {"latest", "__pycache__"}
 _REPORT_NAMES = ("report.json.gz", "report.json")
 
@@ -61,7 +63,9 @@ def _commit(path: Path) -> str:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return git("log", "-1", "--format=%h %cs", "--", str(path)) or (git("rev-parse", "--short", "HEAD") + " (HEAD)")
+    if git("status", "--porcelain", "--", str(path)):  # new or changed since its last commit: made from this tree
+        return git("rev-parse", "--short", "HEAD") + " (HEAD)"
+    return git("log", "-1", "--format=%h %cs", "--", str(path))
 
 
 def _link(p: Path, root: Path) -> str:
@@ -71,9 +75,9 @@ def _link(p: Path, root: Path) -> str:
 
 
 def _siblings(p: Path) -> list[Path]:
-    """The .md / .html / .png views of a conformance report (``report.json.gz`` or ``report.json``)."""
+    """The .md / .png views of a conformance report (``report.json.gz`` or ``report.json``; its .html is not kept)."""
     stem = p.parent / "report"
-    return [stem.with_suffix(s) for s in (".md", ".html", ".png") if stem.with_suffix(s).is_file()]
+    return [stem.with_suffix(s) for s in (".md", ".png") if stem.with_suffix(s).is_file()]
 
 
 def _env_line(env: dict) -> str:
@@ -192,7 +196,7 @@ def render_index(root: Path = REPORTS_DIR) -> str:
              "To make a conformance run current: render its page first",
              "(`python -m attention_conformance.reporting.page reports/latest/report.json "
              "--bench reports/benchmarks`),",
-             "copy report.md / .html (and a .png screenshot of the page) to `reports/<cpu|gpu>/`, store the JSON as",
+             "copy report.md (and a .png screenshot of the page) to `reports/<cpu|gpu>/`, store the JSON as",
              "`gzip -9 -n -c reports/latest/report.json > reports/<cpu|gpu>/report.json.gz`, then run",
              "`python tools/report_index.py` and `python tools/readme_figures.py`, and `git add -f` the files",
              "(report data is git-ignored so that no run lands in the tree by accident).", "",

@@ -61,15 +61,15 @@ def test_the_joined_report_replaces_reports_gpu_and_its_satellites(tmp_path, mon
     (gpu / "fa4_spellings" / "report.md").write_text("old")
     (tmp_path / "reports" / "benchmarks").mkdir()
     shots = []
-    monkeypatch.setattr(ingest, "screenshot", lambda html, png, dry: shots.append(png))
+    monkeypatch.setattr(ingest, "screenshot", lambda html, png, dry: shots.append((html, png)))
     reports = ingest.conformance_reports(session)
     assert reports == [session / "cli_all" / "report.json.gz"]
     ingest.join_gpu_report(reports, "joined for a test", tmp_path, dry=False)
     assert not (gpu / "fa4_spellings").exists()
-    assert {p.name for p in gpu.iterdir()} == {"report.md", "report.html", "report.json.gz"}
+    assert {p.name for p in gpu.iterdir()} == {"report.md", "report.json.gz"}  # and the screenshot, faked here
     data = json.loads(gzip.decompress((gpu / "report.json.gz").read_bytes()))
     assert data["results"] and "joined for a test" in (gpu / "report.md").read_text()
-    assert shots == [gpu / "report.png"]
+    assert [png for _, png in shots] == [gpu / "report.png"] and shots[0][0].name == "report.html"
 
 
 def test_session_collects_one_file_unpacked_beside_itself(tmp_path):
