@@ -12,6 +12,7 @@
 - `by_case` / `others_line`: what the other adapters that ran a failing case got (``the same case: PASS on
   torch-sdpa-math, reference-fa2``): a kernel's bug fails it alone; `failed_by_all` lists the cases every adapter that
   ran them failed, where the harness (oracle, bound, inputs) is the first suspect;
+- `run_line`: when the run was made, its wall time, size and workers (a joined report: each run's);
 - `named_findings`: per adapter and named finding class (`conformance.verdict.judge.FINDING_CLASSES`, SEMANTICS.md
   §17), the number of cases and the smallest one.
 
@@ -29,7 +30,8 @@ from attention_conformance.verdict.judge import finding_class
 from attention_conformance.verdict.outcomes import FAILING, SEVERITY
 
 __all__ = ["by_case", "call_notes", "failed_by_all", "failure_order", "first_located", "memory_table", "named_findings",
-           "others_line", "partial_text", "quantity_line", "shape_of", "size_of", "smallest_failing", "where_of"]
+           "others_line", "partial_text", "quantity_line", "run_line", "shape_of", "size_of", "smallest_failing",
+           "where_of"]
 
 
 #: the most notes a failure block shows, and the most characters of each
@@ -209,3 +211,18 @@ def memory_table(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str, list[str]
         body.append([str(r["adapter"]), str(r["claim"] or "-"), str(r["shape"]), per_n, exp(r["exponent"]), drv,
                      str(r["verdict"])])
     return "Peak device memory (family `memory`, CUDA)", intro, header, body
+
+
+def run_line(rep: Mapping[str, Any]) -> str:
+    """``created ..., wall time 246.0 s, 396 cases x 22 adapters, workers 8``; for a report joined from several runs
+    or shards (``merged_from``, conformance/reporting/merge.py) each one's wall time and workers, not one figure for
+    all."""
+    size = f"{rep['summary'].get('cases', '?')} cases x {len(rep.get('adapters', []))} adapters"
+    runs = rep.get("merged_from") or []
+    if len(runs) < 2:
+        return (f"created {rep.get('created')}, wall time {float(rep.get('wall_seconds') or 0):.1f} s, {size}, "
+                f"workers {rep.get('workers', 1)}")
+    walls = ", ".join(f"{float(r.get('wall_seconds') or 0):.0f}" for r in runs)
+    workers = ", ".join(str(r.get("workers", "?")) for r in runs)
+    return (f"created {rep.get('created')}, joined from {len(runs)} runs (wall times {walls} s; workers {workers}), "
+            f"{size}")

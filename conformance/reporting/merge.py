@@ -126,7 +126,7 @@ def merge_shards(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseRe
     extra["cases_planned"] = ref["selection_cases"]
     extra["cpu_seconds"] = round(sum(float(shards[k][1].get("wall_seconds", 0.0)) for k in shards), 3)
     extra["merged_from"] = [{"path": shards[k][0], "shard": f"{k}/{n}", "created": shards[k][1].get("created"),
-                             "wall_seconds": shards[k][1].get("wall_seconds"),
+                             "wall_seconds": shards[k][1].get("wall_seconds"), "workers": shards[k][1].get("workers"),
                              "cases": len(shards[k][1]["shard"]["positions"]),
                              "estimated_cost": shards[k][1]["shard"].get("estimated_cost"),
                              "environment": shards[k][1].get("environment")} for k in sorted(shards)]
@@ -174,7 +174,8 @@ def combine(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]
         for a in rep.get("adapters", []):
             adapters[a.get("spec") or a.get("name")] = a
         merged_from.append({"path": path, "created": rep.get("created"), "command": rep.get("command"),
-                            "wall_seconds": rep.get("wall_seconds"), "partial": bool(rep.get("partial")),
+                            "wall_seconds": rep.get("wall_seconds"), "workers": rep.get("workers"),
+                            "partial": bool(rep.get("partial")),
                             "results": len(rep.get("results", [])), "replaced": replaced,
                             "adapters": [a.get("spec") for a in rep.get("adapters", [])],
                             "environment": rep.get("environment")})

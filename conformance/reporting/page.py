@@ -35,6 +35,7 @@ from attention_conformance.reporting.digest import (
     others_line,
     partial_text,
     quantity_line,
+    run_line,
     shape_of,
     smallest_failing,
     where_of,
@@ -92,8 +93,7 @@ def render_html(rep: dict, benchmarks: dict | None = None) -> str:
     parts += [f"<p class='note'><b>Note</b>: {_e(n)}</p>" for n in rep.get("notes", [])]
     parts.append(
         "<ul>"
-        f"<li>created {_e(rep.get('created'))}, wall time {rep.get('wall_seconds', 0):.1f} s, "
-        f"{rep['summary'].get('cases', '?')} cases x {len(names)} adapters, workers {_e(rep.get('workers', 1))}</li>"
+        f"<li>{_e(run_line(rep))}</li>"
         f"<li>command: <code>{_e(' '.join(rep.get('command', [])))}</code></li>"
         f"<li>{_e(env.get('cpu'))} ({_e(env.get('cpu_count'))} cores); GPU: {_e(gpus)}; driver "
         f"{_e(env.get('driver'))}; torch {_e(env.get('torch'))}, CUDA {_e(env.get('cuda'))}, cuDNN "

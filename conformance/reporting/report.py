@@ -45,6 +45,7 @@ from attention_conformance.reporting.digest import (
     others_line,
     partial_text,
     quantity_line,
+    run_line,
     shape_of,
     smallest_failing,
     where_of,
@@ -151,8 +152,7 @@ def render_markdown(rep: dict, results: Sequence[CaseResult], max_failures: int 
     lines += [f"**Note**: {n}" for n in rep.get("notes", [])] + ([""] if rep.get("notes") else [])
     env = rep["environment"]
     gpus = ", ".join(g["name"] for g in env.get("gpus", [])) or "none"
-    lines += [f"- created {rep['created']}, wall time {rep['wall_seconds']:.1f} s, "
-              f"{rep['summary']['cases']} cases x {len(rep['adapters'])} adapters",
+    lines += [f"- {run_line(rep)}",
               f"- environment: {env['cpu']} ({env['cpu_count']} cores); GPU: {gpus}; driver {env.get('driver')}; "
               f"torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}; numpy {env['numpy']}",
               "- outcomes: " + "; ".join(f"{SHORT[o]} = {o}: {LEGEND[o]}" if SHORT[o] != o else f"{o}: {LEGEND[o]}"

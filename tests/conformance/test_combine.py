@@ -110,3 +110,16 @@ def test_a_note_is_shown_at_the_top_of_the_joined_report(runs, tmp_path):
     assert merged["notes"] == [note]
     assert f"**Note**: {note}" in (tmp_path / "noted" / "report.md").read_text()
     assert note in (tmp_path / "noted" / "report.html").read_text()
+
+
+def test_a_joined_report_gives_each_runs_wall_time_and_workers(runs):
+    """The header of a joined report says how each run was made (`digest.run_line`), not one wall time summed over
+    runs and "workers 1"; a single run's header is unchanged."""
+    tmp, (_, one, _), (_, _, pa), (_, _, pb) = runs
+    _, merged = _merge(tmp, "walls", pa, pb)
+    assert [m["workers"] for m in merged["merged_from"]] == [1, 1]
+    md = (tmp / "walls" / "report.md").read_text()
+    walls = ", ".join(f"{m['wall_seconds']:.0f}" for m in merged["merged_from"])
+    assert f"joined from 2 runs (wall times {walls} s; workers 1, 1)" in md
+    assert "joined from" not in (tmp / "one" / "report.md").read_text()
+    assert f"wall time {one['wall_seconds']:.1f} s" in (tmp / "one" / "report.md").read_text()
