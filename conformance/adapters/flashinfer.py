@@ -174,6 +174,8 @@ class LibrarySupport:
     dtypes: frozenset[str]
     head_dims: frozenset[int]
     fp8_formats: frozenset[str]
+    #: every (head_dim_qk, head_dim_vo) of its FA2 and FA3 (sm90) builds, e.g. (192, 128)
+    head_dim_pairs: frozenset[tuple[int, int]] = frozenset()
 
     @classmethod
     def from_config(cls, config: dict) -> LibrarySupport:
@@ -181,9 +183,11 @@ class LibrarySupport:
             return str(dtype).removeprefix("torch.")
 
         pairs = [tuple(p) for p in config.get("fa2_head_dim", ())]
+        every = pairs + [tuple(p) for p in config.get("fa3_head_dim", ())]
         return cls(dtypes=frozenset(name(d) for d in config.get("f16_dtype", ())),
                    head_dims=frozenset(int(qk) for qk, vo in pairs if qk == vo),
-                   fp8_formats=frozenset(name(d).removeprefix("float8_") for d in config.get("f8_dtype", ())))
+                   fp8_formats=frozenset(name(d).removeprefix("float8_") for d in config.get("f8_dtype", ())),
+                   head_dim_pairs=frozenset((int(qk), int(vo)) for qk, vo in every))
 
 
 NOTHING = LibrarySupport(frozenset(), frozenset(), frozenset())

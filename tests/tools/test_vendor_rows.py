@@ -82,3 +82,25 @@ def test_the_forward_table_has_a_column_per_stack_and_says_why_one_is_empty():
     assert "| FlashInfer | xformers |" in md and "| /FlashInfer | /xformers |" in md and "| 1.25 |" in md
     assert "*FlashInfer*: no row ran (declined: flashinfer does not import" in md
     assert "*xformers*: xformers.ops.memory_efficient_attention" in md
+
+
+def test_flashinfer_rows_only_at_the_head_dims_its_release_builds(monkeypatch):
+    """FlashInfer's candidates run at the (d, dv) pairs of its FA2 / FA3 builds (`flashinfer.aot`'s default config,
+    as the adapter reads it), (192, 128) included; another shape is left out with the reason, before any call."""
+    import sys
+    import types
+
+    fi = types.ModuleType("fakefi")
+    aot = types.ModuleType("fakefi.aot")
+    aot.get_default_config = lambda: {"fa2_head_dim": [(64, 64), (128, 128), (256, 256)],
+                                      "fa3_head_dim": [(192, 128), (128, 128), (64, 64), (256, 256)]}
+    fi.__version__ = "0.0-test"
+    monkeypatch.setitem(sys.modules, "fakefi", fi)
+    monkeypatch.setitem(sys.modules, "fakefi.aot", aot)
+    assert vendor_rows._unshipped(fi, 128, 128) is None and vendor_rows._unshipped(fi, 192, 128) is None
+    why = vendor_rows._unshipped(fi, 96, 96)
+    assert why is not None and "not (96, 96)" in why and "(192, 128)" in why and "0.0-test" in why
+    monkeypatch.setitem(sys.modules, "flashinfer", fi)  # the candidates themselves decline it, calling nothing
+    q = torch.randn(1, 2, 16, 96)
+    assert vendor_rows.flashinfer_prefill_fn(q, q, q, False) == (None, why)
+    assert vendor_rows.flashinfer_paged_decode_fn(q[:, :, :1], q, q) == (None, why)
