@@ -14,7 +14,9 @@
    ``--curves``: N in {512 ... 16k} per head dim. TFLOPs/s = 2*B*H*N*N*(d + dv) (halved for causal).
 
 Prints a short table last; writes fa3.json and fa3.md (after each row of the table too, so that a run its time
-limit cuts short keeps its rows; fa3_curves.svg with --curves) under --out.
+limit cuts short keeps its rows; fa3_curves.svg with --curves) under --out. A candidate that leaves the CUDA context
+unusable (an illegal address) costs its own row only: the row is kept with ``context_lost``, and the script runs
+again in a fresh process with ``--resume`` for the rows left.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from attention_conformance.kernels.check.forward import check_forward
 from attention_conformance.kernels.cuda import lab
 from attention_conformance.kernels.timing import time_round_robin
 
-__all__ = ["ablation_rows", "bench_rows", "correctness", "curves_svg", "fa4_fn", "main"]
+__all__ = ["ContextLost", "ablation_rows", "bench_rows", "context_lost", "correctness", "curves_svg", "fa4_fn", "main",
+           "remaining_shapes", "resume_argv", "shape_key"]
 
 BF, HF = torch.bfloat16, torch.float16
 
@@ -131,6 +134,39 @@ def fa4_fn(q, k, v, causal):
     return f
 
 
+class ContextLost(RuntimeError):
+    """A candidate left the process's CUDA context unusable (an illegal address is sticky: every later CUDA call of
+    the process fails), so the rest of the table must run in a fresh process (`main` restarts with ``--resume``)."""
+
+
+def context_lost() -> str | None:
+    """The first line of the error a small CUDA operation raises now, or None while the context works."""
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    except Exception as exc:
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return None
+
+
+def shape_key(shape: tuple) -> tuple:
+    """`_key` of a table row for a shape (B, H, N, d[, dv], causal) of `bench_rows`."""
+    B, H, N, d, dv, causal = shape if len(shape) == 6 else (*shape[:4], shape[3], shape[4])
+    return B, H, N, d, dv, bool(causal)
+
+
+def remaining_shapes(shapes: list[tuple], done: list[dict]) -> list[tuple]:
+    """The shapes whose row is not among ``done`` (an earlier process's rows, ``--resume``), in order."""
+    have = {_key(r) for r in done}
+    return [s for s in shapes if shape_key(s) not in have]
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """The command line of the process that carries on after a lost context: the same, with ``--resume`` once (the
+    ablation and curves, which follow the table, run in that process)."""
+    return [a for a in argv if a != "--resume"] + ["--resume"]
+
+
 # builds that exist for every head dim
 ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale", "eager_rescale")
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
@@ -169,9 +205,14 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS, row_done=None
         for ref, _ in REFS:
             if ref + "_ms" in row and "fa3_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["fa3_ms"]
+        lost = context_lost()
+        if lost is not None:  # this row's timings after the fault are errors; the next rows need a fresh process
+            row["context_lost"] = lost
         rows.append(row)
         if row_done is not None:
             row_done(rows)
+        if lost is not None:
+            raise ContextLost(f"the CUDA context was lost in row {shape_key(shape)}: {lost}")
         del q, k, v, o
     return rows
 
@@ -289,6 +330,14 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
         declined = sorted({r[ref + "_declined"] for r in rows if ref + "_declined" in r})
         out += ["", f"*{title}*: " + ("; ".join(calls) if calls else "no row ran")
                 + (f" (declined: {'; '.join(declined)})" if declined else "") + "."]
+    for r in rows:
+        if "context_lost" in r:
+            errors = "; ".join(f"{name}: {r[name + '_error']}" for name in ["fa3", *(ref for ref, _ in REFS)]
+                               if name + "_error" in r)
+            out += ["", f"*Row {r['B']}, {r['H']}, {r['N']}, {dims_label(r)}{' causal' if r['causal'] else ''}*: a "
+                        f"candidate left the CUDA context unusable ({r['context_lost']}); its timings after the "
+                        f"fault are errors ({errors or 'none recorded'}), and the rows after it ran in a fresh "
+                        "process."]
     out += [""] + host_table(rows, lambda r: f"{r['B']}, {r['H']}, {r['N']}, {dims_label(r)}"
                                              + (" causal" if r["causal"] else ""))
     extra = sorted({k[4:-7] for r in rows for k in r
@@ -329,6 +378,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bench-variants", default="", help="comma-separated FA3 builds to time beside attn_fa3_fwd")
     ap.add_argument("--variants", default=",".join(lab.FA3_FWD_EXACT_VARIANTS),
                     help="comma-separated builds to check (full = attn_fa3_fwd; see lab.FA3_FWD_VARIANTS)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows of --out's fa3.json and time the rest (how a run goes on in a fresh process "
+                         "after a candidate left the CUDA context unusable)")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -341,7 +394,12 @@ def main(argv=None) -> int:
         env["fa4"] = "not installed"
     print(json.dumps(env), flush=True)
     t0 = time.time()
-    res = [] if args.skip_check else correctness(args.variants.split(","))
+    earlier = json.loads((out / f"fa3{args.tag}.json").read_text()) if args.resume and (
+        out / f"fa3{args.tag}.json").is_file() else {}
+    if earlier:
+        args.skip_check = True  # the first process checked
+    res = earlier.get("correctness", []) if earlier else ([] if args.skip_check else
+                                                          correctness(args.variants.split(",")))
     nbad = sum(not r["ok"] for r in res)
     print(f"correctness: {len(res) - nbad}/{len(res)} ok ({time.time() - t0:.1f} s)", flush=True)
     rows, abl, curves = [], [], []
@@ -358,8 +416,15 @@ def main(argv=None) -> int:
         shapes = [(4, 16, 8192, d, dv, c) for d, dv in parse_head_dims(args.head_dims) for c in (False, True)]
         if args.quick:
             shapes = [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True)]
-        rows = [] if args.curves_only else bench_rows(shapes, variants=[v for v in args.bench_variants.split(",") if v],
-                                                      row_done=write)
+        done = earlier.get("bench", [])
+        try:
+            rows = done if args.curves_only else done + bench_rows(
+                remaining_shapes(shapes, done), variants=[v for v in args.bench_variants.split(",") if v],
+                row_done=lambda new: write(done + new))
+        except ContextLost as exc:
+            print(f"{exc}; the rest of the table in a fresh process", flush=True)
+            sys.stdout.flush()
+            os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *resume_argv(argv)])
         if args.ablation:
             abl = ablation_rows()
         if args.curves:

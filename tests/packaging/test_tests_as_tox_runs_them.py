@@ -21,7 +21,7 @@ LAB = "attention_conformance.kernels.cuda.lab"
 #: the tests that use the lab (by their source): run, not only collected, without it
 LAB_USERS = ("tests/kernels/test_cuda_lab_params.py", "tests/kernels/test_cuda_sanitize_cases.py",
              "tests/tools/test_ab_libs_inproc.py", "tests/tools/test_vendor_rows.py",
-             "tests/kernels/test_generated_wgmma.py")
+             "tests/tools/test_fa3_check_bench.py", "tests/kernels/test_generated_wgmma.py")
 
 
 def _pytest_as_tox_runs_it(*args: str) -> subprocess.CompletedProcess:
