@@ -21,8 +21,8 @@
 #   fi-session     FlashInfer alone (fi_pipeline below: its JIT modules built with every core, its spellings, its rows
 #                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
-#                  sanitizers, tox -e gpu alone, the spellings beside FlashInfer and xformers when this call carries
-#                  .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
+#                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
+#                  call carries .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
 #                  SKIP_STEPS names steps to leave out);
 #                  session-collect (WAIT_S, UNTIL=step) copies what has finished; collect in calls of a few minutes
 #                  (WAIT_S=240), not one long one: a machine taken back mid-call loses what that call would have
@@ -160,13 +160,14 @@ fi_modules_ready() {
     [ -n "${FI_RUN:-}" ] || compgen -G "/tmp/fx-site/flashinfer/data/aot/*" > /dev/null \
         || grep -qx "exit 0" /tmp/fx-prebuild.done 2>/dev/null
 }
-# FlashInfer and xformers through their variants into DIR/cli_flashinfer, DIR/cli_xformers (installed from the carried
-# vendor folder, parked in /tmp/park/fi-xf by the session stage): one run per library, in turn, so that an --impl that
-# cannot run stops its run (exit 2), not the other library's; FlashInfer only where its modules are ready
+# fixf_runs DIR WORKERS LIB...: FlashInfer and / or xformers through their variants into DIR/cli_LIB (installed from
+# the carried vendor folder, parked in /tmp/park/fi-xf by the session stage): one run per library, in turn, so that an
+# --impl that cannot run stops its run (exit 2), not the other library's; FlashInfer only where its modules are ready
 fixf_runs() {
-    local d=$1 lib fx
+    local d=$1 workers=$2 lib fx
+    shift 2
     [ -f /tmp/fx-site/.done ] || return 0
-    for lib in flashinfer xformers; do
+    for lib in "$@"; do
         if [ "$lib" = flashinfer ] && ! fi_modules_ready; then
             echo "flashinfer: skipped (no JIT modules carried or built: the fi-session stage builds them)" >> "$d/steps"
             continue
@@ -174,7 +175,7 @@ fixf_runs() {
         fx=$(python3 -c "from attention_conformance.adapters.registry import entry_point_names as e
 print(' '.join(e('$lib')))")
         # shellcheck disable=SC2086
-        step $d "$lib" "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS=4 VENDOR=/tmp/park/fi-xf \
+        step $d "$lib" "${FIXF_S:-420}" env CONF_S="${FIXF_S:-420}" WORKERS="$workers" VENDOR=/tmp/park/fi-xf \
             bash tools/device/fi_xf.sh run $d/cli_$lib $lib $fx
     done
 }
@@ -189,12 +190,13 @@ fixf_install() {
 #      CLI's builds fill Inductor's, Triton's and flash-attn-4's caches, so B is a runner's second run (README,
 #      hardware runners)
 #   B  tox -e gpu
-#   C  the spellings (8 workers) beside FlashInfer and xformers (4 workers)
+#   C  the spellings (8 workers) beside xformers (4 workers), then FlashInfer alone (8 workers)
 #   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
 #   D  the benchmarks (the backward's d = 256 row first), ncu of the d = 64 forwards
-# ONE_PASS=1 (a session with less than 25 minutes of device time): C's runs move into A (the CLI over every adapter
-# and every spelling in one run; FlashInfer and xformers beside it once installed) and the sanitizers after B, so that
-# the correctness runs and tox -e gpu end ~7 minutes sooner; with NO_SPELLINGS=1 the CLI leaves the spellings out.
+# ONE_PASS=1 (a session with less than 25 minutes of device time): the spellings move into A (the CLI over every
+# adapter and every spelling in one run; xformers beside it once installed) and the sanitizers after B, so that the
+# correctness runs and tox -e gpu end ~7 minutes sooner; FlashInfer still runs alone after them; with NO_SPELLINGS=1
+# the CLI leaves the spellings out.
 session_pipeline() {
     local d=/tmp/session
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
@@ -204,7 +206,7 @@ session_pipeline() {
         [ -n "${NO_SPELLINGS:-}" ] || sp=$(spellings)
         # shellcheck disable=SC2086
         step $d cli "${CLI_S:-540}" cli_gpu $d/cli_all 8 all $sp &
-        (fixf_install $d; fixf_runs $d) &
+        (fixf_install $d; fixf_runs $d 4 xformers) &
     else
         step $d cli "${CLI_S:-480}" cli_gpu $d/cli_all 8 all &
         fixf_install $d &
@@ -212,15 +214,18 @@ session_pipeline() {
     fi
     wait
     STEP_SIGNAL=INT step $d tox "${TOX_S:-600}" tox_gpu
-    if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu: phase A's cores are the CLI's and FlashInfer's
+    if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu: phase A's cores are the CLI's and xformers'
         sanitizers $d
         wait
     else
         # shellcheck disable=SC2046
         step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
-        fixf_runs $d &
+        fixf_runs $d 4 xformers &
         wait
     fi
+    # FlashInfer alone, every core's worker: beside the CLI's 8 it reached 100 of 396 cases in 400 s on an H100,
+    # alone all 396 in 139 s
+    fixf_runs $d 8 flashinfer
     # the smallest failures' standalone repro files, written here where FlashInfer and the device are (CPU only)
     # shellcheck disable=SC2046
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
