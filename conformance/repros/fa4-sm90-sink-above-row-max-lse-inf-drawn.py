@@ -212,11 +212,12 @@ def check_values(name, expected, observed, tolerance, compared):
         lines.append(f"{name}: {int(bad.sum())} of {int(sel.sum())} compared values are NaN/Inf where the expected "
                      f"value is finite; first at {_where(name, i)}: expected {float(expected[i])!r}, observed "
                      f"{float(observed[i])!r}")
-    if err.size == 0:
+    finite = sel & np.isfinite(observed)
+    if not finite.any():  # nothing finite to compare: the NaN/Inf line says it all
         return bool(bad.any()), lines or [f"{name}: nothing to compare"]
     tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), err.shape)  # one bound, or one per element
     usage = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
-    i = np.unravel_index(int(np.argmax(usage)), usage.shape)
+    i = np.unravel_index(int(np.argmax(np.where(finite, usage, -1.0))), usage.shape)  # the worst finite element
     over = bool((err > tol).any())
     lines.append(f"{name}: worst |observed - expected| against its tolerance at {_where(name, i)}: {err[i]:.6g}, "
                  f"expected {float(expected[i])!r}, observed {float(observed[i])!r}, tolerance {tol[i]:.6g} "

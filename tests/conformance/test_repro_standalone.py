@@ -108,6 +108,21 @@ def test_round_to_rounds_once_from_float64():
     assert np.array_equal(got, want, equal_nan=True) and got[0] == 1 + 2**-7
 
 
+def test_the_worst_element_line_names_a_finite_one():
+    """The comparison's worst-element line is about the finite values: beside a NaN/Inf line it never reports an
+    infinite observation as "0, within" (as the standalone repro of a +inf LSE once printed), and with nothing finite
+    left it is left out."""
+    expected = np.array([0.5, 1.0, 2.0])
+    tol = np.full(3, 1e-3)
+    defect, lines = repro_source.check_values("lse", expected, np.array([np.inf, 1.0, 2.01]), tol, True)
+    assert defect and "1 of 3 compared values are NaN/Inf" in lines[0]
+    assert "lse[2]" in lines[1] and "observed 2.01" in lines[1] and "EXCEEDED" in lines[1]
+    defect, lines = repro_source.check_values("lse", expected[:1], np.array([np.inf]), tol[:1], True)
+    assert defect and len(lines) == 1 and "NaN/Inf" in lines[0]
+    defect, lines = repro_source.check_values("out", expected, expected.copy(), tol, True)
+    assert not defect and "within" in lines[0]
+
+
 EXPECTED = [c for c in (
     _smallest(lambda c: c.window is not None and c.causal),
     _smallest(lambda c: c.chunk is not None),
