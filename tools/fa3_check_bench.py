@@ -150,7 +150,8 @@ def context_lost() -> str | None:
 
 
 def shape_key(shape: tuple) -> tuple:
-    """`_key` of a table row for a shape (B, H, N, d[, dv], causal) of `bench_rows`."""
+    """A shape (B, H, N, d[, dv], causal) of `bench_rows` as (B, H, N, d, dv, causal): how `bench_rows` reads it, and
+    `_key` of its row."""
     B, H, N, d, dv, causal = shape if len(shape) == 6 else (*shape[:4], shape[3], shape[4])
     return B, H, N, d, dv, bool(causal)
 
@@ -179,7 +180,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS, row_done=None
 
     rows = []
     for shape in shapes:
-        B, H, N, d, dv, causal = shape if len(shape) == 6 else (*shape[:4], shape[3], shape[4])
+        B, H, N, d, dv, causal = shape_key(shape)
         q, k = (torch.randn(B, H, N, d, device="cuda", dtype=BF) for _ in range(2))
         v = torch.randn(B, H, N, dv, device="cuda", dtype=BF)
         o = torch.empty_like(v)
@@ -394,20 +395,19 @@ def main(argv=None) -> int:
         env["fa4"] = "not installed"
     print(json.dumps(env), flush=True)
     t0 = time.time()
-    earlier = json.loads((out / f"fa3{args.tag}.json").read_text()) if args.resume and (
-        out / f"fa3{args.tag}.json").is_file() else {}
-    if earlier:
-        args.skip_check = True  # the first process checked
-    res = earlier.get("correctness", []) if earlier else ([] if args.skip_check else
-                                                          correctness(args.variants.split(",")))
+    data = out / f"fa3{args.tag}.json"
+    earlier = json.loads(data.read_text()) if args.resume and data.is_file() else {}
+    if earlier:  # the first process checked
+        res = earlier.get("correctness", [])
+    else:
+        res = [] if args.skip_check else correctness(args.variants.split(","))
     nbad = sum(not r["ok"] for r in res)
     print(f"correctness: {len(res) - nbad}/{len(res)} ok ({time.time() - t0:.1f} s)", flush=True)
     rows, abl, curves = [], [], []
     prev = json.loads(Path(args.previous).read_text()) if args.previous else None
 
     def write(rows: list[dict]) -> str:  # after each row of the table too: a run cut short keeps its rows
-        (out / f"fa3{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl,
-                                                                 curves=curves), indent=1))
+        data.write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl, curves=curves), indent=1))
         md = markdown(env, rows, abl, prev and prev["bench"], prev and prev.get("env", {}).get("date"))
         (out / f"fa3{args.tag}.md").write_text(md)
         return md
@@ -423,7 +423,6 @@ def main(argv=None) -> int:
                 row_done=lambda new: write(done + new))
         except ContextLost as exc:
             print(f"{exc}; the rest of the table in a fresh process", flush=True)
-            sys.stdout.flush()
             os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *resume_argv(argv)])
         if args.ablation:
             abl = ablation_rows()
