@@ -100,10 +100,10 @@ benches() {
         # short ones first, so that a session cut short still brings back whole tables (the FA3 forward first: its
         # table has every library's row); each script writes its table after every row, so a step its limit cuts
         # short keeps the rows it finished (12 rows of the FA3 forward: d 64 / 128 / 256 / 96 / 192 / 192 x 128)
-        step "$dir" fa3 320 python3 tools/fa3_check_bench.py --skip-check \
+        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
-        step "$dir" fp8 240 python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
-        step "$dir" fwd 240 python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
+        step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
+        step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         # without our FA2 backward (its own table, cuda_bwd; 58 ms a call at d = 256): on an H100 the five candidates
         # reached 7 of the 12 rows in 480 s
@@ -194,9 +194,9 @@ fixf_install() {
 #   (the smallest failures' standalone repro files: tools/standalone_repros.py, CPU only, seconds)
 #   D  the benchmarks (the backward's d = 256 row first), ncu of the d = 64 forwards
 # ONE_PASS=1 (a session with less than 25 minutes of device time): the spellings move into A (the CLI over every
-# adapter and every spelling in one run; xformers beside it once installed) and the sanitizers after B, so that the
-# correctness runs and tox -e gpu end ~7 minutes sooner; FlashInfer still runs alone after them; with NO_SPELLINGS=1
-# the CLI leaves the spellings out.
+# adapter and every spelling in one run; xformers beside it once installed) and the sanitizers after B, beside
+# FlashInfer's run, so that the correctness runs end ~10 minutes sooner; with NO_SPELLINGS=1 the CLI leaves the
+# spellings out. FA3_S, FP8_S, FWD_S, BWD_S: the benchmarks' limits (each keeps the rows it finished).
 session_pipeline() {
     local d=/tmp/session
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
@@ -214,9 +214,8 @@ session_pipeline() {
     fi
     wait
     STEP_SIGNAL=INT step $d tox "${TOX_S:-600}" tox_gpu
-    if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu: phase A's cores are the CLI's and xformers'
-        sanitizers $d
-        wait
+    if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu (phase A's cores are the CLI's and xformers'),
+        sanitizers $d                 # beside FlashInfer's run below (verdicts do not depend on the GPU being theirs)
     else
         # shellcheck disable=SC2046
         step $d variants "${VARIANTS_S:-420}" cli_gpu $d/cli_variants 8 $(spellings) &
@@ -226,6 +225,7 @@ session_pipeline() {
     # FlashInfer alone, every core's worker: beside the CLI's 8 it reached 100 of 396 cases in 400 s on an H100,
     # alone all 396 in 139 s
     fixf_runs $d 8 flashinfer
+    wait
     # the smallest failures' standalone repro files, written here where FlashInfer and the device are (CPU only)
     # shellcheck disable=SC2046
     step $d repros 120 env PYTHONPATH="/tmp/fx-site${PYTHONPATH:+:$PYTHONPATH}" python3 tools/standalone_repros.py \
