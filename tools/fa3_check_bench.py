@@ -113,6 +113,10 @@ def correctness(variants) -> list[dict]:
                      dict(B=2, Hq=5, Hkv=5, Lq=333, Lk=512, d=256, dtype=BF, layout="bshd"),
                      dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF)]
             res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 4000 + i, c) for i, c in enumerate(keys)]
+        elif variant.startswith("d96_"):  # d = 96 builds: the variant cases and a softcap one at d = 96
+            d96 = [dict(c, d=96) for c in vcases]
+            d96.append(dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=96, dtype=HF, softcap=5.0))
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 5000 + i, c) for i, c in enumerate(d96)]
         elif variant == "full":
             res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
         else:
@@ -190,7 +194,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS, row_done=None
         row = dict(B=B, H=H, N=N, d=d, dv=dv, causal=causal)
         cands = [("fa3", cuda_lib.bind("attn_fa3_fwd", p))]  # the bound call: struct filled once
         cands += [("fa3_" + v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in variants
-                  if dv == d and (v in ANY_DIM_VARIANTS or d == (64 if v.startswith("d64") else 128))]
+                  if dv == d and (v in ANY_DIM_VARIANTS or d == {"d64": 64, "d96": 96}.get(v[:3], 128))]
         if with_refs:
             cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                       ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]

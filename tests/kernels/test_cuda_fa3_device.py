@@ -94,6 +94,22 @@ def test_fa3_ablation_builds_match_reference(variant):
         assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
 
 
+@pytest.mark.parametrize("variant", ["d96_pv96", "d96_pv96_n96", "d96_pv96_n112"])
+def test_fa3_d96_pv96_builds_match_reference(variant):
+    """O += P V as m64n96 at d = 96 (PvColumns::kHeadDim: the wgmma reads 32 columns of V's second 128-byte block),
+    through every feature of the d = 96 cases."""
+    cuda_lib = _lib()
+    lab = lab_library_or_skip()
+    from attention_conformance.kernels.check.forward import check_forward as check_case
+
+    def run(q, k, v, o, lse, **kw):
+        lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
+
+    for i, shape in enumerate(NEW_DIM_SHAPES):
+        res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **dict(shape, d=96))
+        assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
 def test_fa3_d64_two_warpgroup_build_matches_reference():
     cuda_lib = _lib()
     lab = lab_library_or_skip()

@@ -100,7 +100,10 @@ benches() {
         # short ones first, so that a session cut short still brings back whole tables (the FA3 forward first: its
         # table has every library's row); each script writes its table after every row, so a step its limit cuts
         # short keeps the rows it finished (12 rows of the FA3 forward: d 64 / 128 / 256 / 96 / 192 / 192 x 128)
-        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check \
+        local bv=""  # the lab's d = 96 builds beside attn_fa3_fwd in the d = 96 rows, where their tests passed
+        [ -f /tmp/park/lab_d96.ok ] && bv="--bench-variants $(cat /tmp/park/lab_d96.ok)"
+        # shellcheck disable=SC2086
+        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
@@ -182,6 +185,16 @@ print(' '.join(e('$lib')))")
 fixf_install() {
     [ -d /tmp/park/fi-xf ] && step "$1" fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check
 }
+# The lab's d = 96 builds (O += P V as m64n96, kernels/cuda/lab fa3_fwd_lab.cu), where the session stage found the lab
+# library built off-device (build/carry/libattn_kernels_lab.so.xz, parked in /tmp/park): put in place after tox -e gpu,
+# which never sees the lab build, then their device tests; LAB_D96 (the fa3 table's extra candidates) once they pass
+lab_d96() {
+    [ -f /tmp/park/libattn_kernels_lab.so ] || return 0
+    cp /tmp/park/libattn_kernels_lab.so build/kernels/ || return 0
+    step "$1" lab_d96 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k d96_pv96 \
+        tests/kernels/test_cuda_fa3_device.py
+    if grep -q "^lab_d96: exit 0 " "$1/steps"; then echo d96_pv96,d96_pv96_n96,d96_pv96_n112 > /tmp/park/lab_d96.ok; fi
+}
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
 #   0  the FA3 backward's device tests (the newest builds, d = 192 / 256 / (192, 128), first run on a GPU): a failure or
@@ -214,6 +227,7 @@ session_pipeline() {
     fi
     wait
     STEP_SIGNAL=INT step $d tox "${TOX_S:-600}" tox_gpu
+    lab_d96 $d &
     if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu (phase A's cores are the CLI's and xformers'),
         sanitizers $d                 # beside FlashInfer's run below (verdicts do not depend on the GPU being theirs)
     else
@@ -359,7 +373,11 @@ _validate)
 session)
     # the whole plan of a session (session_pipeline above) in the background; carry .vendor-fi-xf with this call to
     # include FlashInfer and xformers (parked in /tmp/park/fi-xf: the next call's tree replaces the checkout's copy)
-    rm -rf /tmp/session /tmp/tox_run && mkdir -p /tmp/session /tmp/tox_run
+    rm -rf /tmp/session /tmp/tox_run /tmp/park/lab_d96.ok && mkdir -p /tmp/session /tmp/tox_run
+    if [ -f build/carry/libattn_kernels_lab.so.xz ]; then
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            build/carry/libattn_kernels_lab.so.xz /tmp/park/libattn_kernels_lab.so
+    fi
     if [ -d .vendor-fi-xf ]; then rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf; fi
     snap=$(snapshot) || exit 1
     (cd "$snap" && setsid bash tools/device/runner_h200.sh _session < /dev/null > /dev/null 2>&1 &)

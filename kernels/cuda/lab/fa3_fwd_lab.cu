@@ -89,6 +89,13 @@ struct Cluster2 : Fa3Default<D> {
     static constexpr Grid grid = Grid::kCluster2;
 };
 
+// d = 96 with O += P V over dv's 96 columns (m64n96) and key tiles of BN.
+template <int BN>
+struct D96Pv96 : Fa3Default<96> {
+    static constexpr PvColumns pv_columns = PvColumns::kHeadDim;
+    static constexpr int block_n = BN;
+};
+
 // f(schedule) with the schedule of `variant` for head dim D as a value of its type; ATTN_ERR_UNSUPPORTED for a variant
 // that has no build at D (`unsupported` gets the reason).
 template <int D, class F>
@@ -125,8 +132,20 @@ int with_schedule(int variant, F&& f, const char** unsupported) {
     *unsupported = variant == ATTN_LAB_FA3_D64_TWO_WG ? "is a head_dim 64 build"
                    : variant == ATTN_LAB_FA3_CLUSTER2 ? "is built for head_dim 128 / 256"
                    : variant > 0 && variant <= ATTN_LAB_FA3_EAGER_RESCALE ? "is a head_dim 128 build"
-                                                                        : "is not a variant (0 to 17)";
+                                                                        : "is not a variant (0 to 20)";
     return -1;
+}
+
+bool is_d96_variant(int variant) { return variant >= ATTN_LAB_FA3_D96_PV96 && variant <= ATTN_LAB_FA3_D96_PV96_N112; }
+
+// f(schedule) with the d = 96 schedule of `variant` (is_d96_variant).
+template <class F>
+int with_d96_schedule(int variant, F&& f) {
+    switch (variant) {
+        case ATTN_LAB_FA3_D96_PV96: return f(D96Pv96<80>{});
+        case ATTN_LAB_FA3_D96_PV96_N96: return f(D96Pv96<96>{});
+        default: return f(D96Pv96<112>{});
+    }
 }
 
 int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch* launch, char* err, int errlen) {
@@ -134,9 +153,9 @@ int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch*
     bool empty = false;
     int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen, fa3_fwd_head_dims);
     if (rc != ATTN_OK) return rc;
-    if (variant < 0 || variant > ATTN_LAB_FA3_EAGER_RESCALE)
+    if (variant < 0 || variant > ATTN_LAB_FA3_D96_PV96_N112)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: variant=%d: 0 (the shipped build) to %d", kName, variant,
-                          ATTN_LAB_FA3_EAGER_RESCALE);
+                          ATTN_LAB_FA3_D96_PV96_N112);
     if (empty) return ATTN_OK;
     const long long budget = l2_budget_mb > 0 ? static_cast<long long>(l2_budget_mb) << 20 : fwd_l2_budget(*p);
     if (variant == ATTN_LAB_FA3_DEFAULT)  // the shipped builds, every head dim of attn_fa3_fwd
@@ -145,6 +164,17 @@ int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch*
             return launch_scaled<D, decltype(elem), Fa3Default<D, DV>, DV>(*p, launch, sms, budget, kName, err,
                                                                           errlen);
         });
+    if (is_d96_variant(variant)) {
+        if (p->head_dim != 96 || p->head_dim_v != 96)
+            return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d: variant=%d is built "
+                              "for d = dv = 96", kName, p->head_dim, p->head_dim_v, variant);
+        return with_d96_schedule(variant, [&](auto schedule) {
+            using S = decltype(schedule);
+            return p->dtype == ATTN_BF16
+                       ? launch_scaled<96, __nv_bfloat16, S>(*p, launch, sms, budget, kName, err, errlen)
+                       : launch_scaled<96, __half, S>(*p, launch, sms, budget, kName, err, errlen);
+        });
+    }
     if (const char* built = attn::head_dims_64_128_256(p->head_dim, p->head_dim_v))  // the ablation builds' dims
         return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,
                           "%s: head_dim=%d, head_dim_v=%d: variant=%d is built for %s", kName, p->head_dim,
@@ -197,6 +227,15 @@ extern "C" int64_t attn_lab_fa3_fwd_workspace(const AttnFwdParams* p, int32_t va
             constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
             return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D, DV>, ScoreScale::kFolded, DV>>();
         });
+    if (is_d96_variant(variant)) {
+        if (p->head_dim != 96 || p->head_dim_v != 96) return -1;
+        return with_d96_schedule(variant, [&](auto schedule) -> int64_t {
+            using S = decltype(schedule);
+            return p->dtype == ATTN_BF16
+                       ? fwd_workspace_bytes<Fa3Config<96, __nv_bfloat16, S, ScoreScale::kFolded>>()
+                       : fwd_workspace_bytes<Fa3Config<96, __half, S, ScoreScale::kFolded>>();
+        });
+    }
     if (attn::head_dims_64_128_256(p->head_dim, p->head_dim_v)) return -1;
     const char* why = nullptr;
     int64_t bytes = 0;

@@ -39,6 +39,8 @@ struct Fa3Schedule {
     // two-warpgroup build with 128-key tiles measured +2-6% on the H200; with 176-key tiles, and with three
     // warpgroups, it spills).
     static constexpr QOperand q_operand = QOperand::kSharedMemory;
+    // O += P V over dv in whole 64-column blocks or over dv itself (schedule.cuh PvColumns; differs at d = 96 only).
+    static constexpr PvColumns pv_columns = PvColumns::kWholeBlocks;
     // The consumer loop's stages (schedule.cuh RunEveryStage; a lab timing build leaves one out).
     using Stages = RunEveryStage;
 };
@@ -47,7 +49,7 @@ struct Fa3Schedule {
 // whole 64-column (128-byte) blocks: a head dim that is not a multiple of 64 (96) takes the next whole block, whose
 // columns past the tensor TMA fills with zeros (tma_host.cuh: the map's extent is the real head dim), so S = Q K^T
 // runs over the D / 16 real k-steps only and O += P V over whole blocks, whose padding columns of O stay 0 and are
-// never stored (epilogue.cuh).
+// never stored (epilogue.cuh), or over dv's columns alone (Fa3Schedule::pv_columns).
 template <int D, typename Elem_, class Schedule, ScoreScale kScale, int DV = D>
 struct Fa3Config {
     using Elem = Elem_;
@@ -108,7 +110,8 @@ struct Fa3Config {
             wgmma_rs<0>(Wgmma<Elem, kBlockN>{}, s, a, b, acc);
         }
     };
-    static constexpr int kHeadDimVPad = 64 * kColBlocksV;  // O's columns in registers (the N of O += P V)
+    // O's columns in registers, the N of O += P V: whole blocks, or dv (V's layout stays whole blocks either way).
+    static constexpr int kHeadDimVPad = Schedule::pv_columns == PvColumns::kHeadDim ? DV : 64 * kColBlocksV;
     static constexpr uint32_t kQBytes = kBlockM * kColBlocks * 128;
     static constexpr uint32_t kKBytes = kBlockN * kColBlocks * 128;
     static constexpr uint32_t kVBytes = kBlockN * kColBlocksV * 128;

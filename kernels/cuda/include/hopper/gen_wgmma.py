@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NS_SS = (32, 64, 80, 112, 128, 176, 192, 256)  # S = Q K^T: N = key tile; 32: S^T halves of the wide backward
-NS_RS = (64, 128, 176, 192, 256)  # O += P V: N = dv in whole 64-column blocks; Q in registers: N = key tile
+NS_SS = (32, 64, 80, 96, 112, 128, 176, 192, 256)  # S = Q K^T: N = key tile; 32: S^T halves of the wide backward
+NS_RS = (64, 96, 128, 176, 192, 256)  # O += P V: N = dv (in whole 64-column blocks, or 96); Q in registers: key tile
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 NS_SS_FP8 = (64, 128, 192, 256)  # S = Q K^T: N = key tile (V as rows: 64 at d = 256; k-major: 192, 256)
 NS_RS_FP8 = (64, 128, 192, 256)  # O += P V: N = head dim; S = Q K^T with Q in registers: N = key tile

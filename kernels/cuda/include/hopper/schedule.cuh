@@ -27,6 +27,11 @@ enum class Rescale { kEager, kLazy };
 // cores then fetch only K from shared memory, at the cost of the registers).
 enum class QOperand { kSharedMemory, kRegisters };
 
+// The N of O += P V: dv in whole 64-column blocks of shared memory (d = 96: m64n128, whose last 32 columns of O are
+// padding), or dv itself (d = 96: m64n96, which reads the second block's first 32 columns: a quarter less tensor work
+// and 16 fewer accumulator registers per thread).
+enum class PvColumns { kWholeBlocks, kHeadDim };
+
 // ScoreScale (launch_common.cuh, namespace attn): how the score scale reaches the softmax, chosen per call by the
 // launcher; the FA2 kernels use the same type.
 
