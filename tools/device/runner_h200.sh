@@ -103,7 +103,7 @@ benches() {
         local bv=""  # the lab's d = 96 builds beside attn_fa3_fwd in the d = 96 rows, where their tests passed
         [ -f /tmp/park/lab_d96.ok ] && bv="--bench-variants $(cat /tmp/park/lab_d96.ok)"
         # shellcheck disable=SC2086
-        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv \
+        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv ${FA3_DIMS:+--head-dims $FA3_DIMS} \
             --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
