@@ -342,8 +342,8 @@ def _sleep_cycles(torch, ms: float) -> int:
     return int(probe * ms / sorted(times[1:])[2])
 
 
-def _host_then_kernel(torch, refuse_capture: bool = False):
-    cycles = _sleep_cycles(torch, 0.2)
+def _host_then_kernel(torch, refuse_capture: bool = False, cycles: int | None = None):
+    cycles = _sleep_cycles(torch, 0.2) if cycles is None else cycles
 
     def call():
         if refuse_capture and torch.cuda.is_current_stream_capturing():
@@ -354,6 +354,20 @@ def _host_then_kernel(torch, refuse_capture: bool = False):
     return call
 
 
+def _charged_as_the_kernel_alone(torch, refuse_capture: bool = False, **kw):
+    """`measure` of the host-work-then-kernel call, and its bounds: the same kernel alone, measured the same way just
+    before and just after it, each within 25%. On a quiet GPU the kernel alone is the calibrated 0.2 ms; under
+    ``tox -e gpu`` the 8 workers' contexts share the GPU by time slices and stretch every GPU time alike (measured on
+    an H100: the kernel charged 0.263 ms, while alone on the same GPU it passed at 0.2), so the reference is taken in
+    the same conditions as the measurement, not assumed."""
+    cycles = _sleep_cycles(torch, 0.2)
+    alone = [measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms]
+    t = measure(_host_then_kernel(torch, refuse_capture, cycles), **kw)
+    alone.append(measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms)
+    assert 0.5 * 0.2 <= min(alone) and max(alone) <= 2 * 0.2, f"the 0.2 ms kernel alone took {alone} ms"
+    return t, 0.75 * min(alone), 1.25 * max(alone)
+
+
 @pytest.mark.gpu
 def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
     """2 ms of host work, then a 0.2 ms kernel: ~0.2 ms of GPU time (within 25%), ~2.2 ms of wall time.
@@ -362,9 +376,9 @@ def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
     workers) the 2 ms busy wait itself stretches (measured on the H200: host 5.55 ms, wall 5.69 ms, GPU 0.199 ms),
     so the wall time is bounded by the host time measured in the same call of `measure`, not by 2.2 ms."""
     torch = _torch_cuda()
-    t = measure(_host_then_kernel(torch), reps=15, warmup=3)
+    t, lo, hi = _charged_as_the_kernel_alone(torch, reps=15, warmup=3)
     assert t.method == "cuda_graph", t.describe()
-    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
     assert t.host_us >= 2000, t.describe()  # the host work is host time (under load the thread also waits its turn)
     host_ms = t.host_us / 1e3
     assert 0.95 * 2.2 <= t.wall_ms <= 1.25 * (host_ms + 0.2), t.describe()  # wall = host work + kernel
@@ -374,9 +388,9 @@ def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
 @pytest.mark.gpu
 def test_gpu_back_to_back_fallback_hides_the_host_time_too():
     torch = _torch_cuda()
-    t = measure(_host_then_kernel(torch, refuse_capture=True), reps=10, warmup=2)
+    t, lo, hi = _charged_as_the_kernel_alone(torch, refuse_capture=True, reps=10, warmup=2)
     assert t.method == "back_to_back" and "refuses to be captured" in t.fallback_reason, t.describe()
-    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
     # a sample whose enqueueing outlasted the hold (the thread descheduled under load: measured once in 10 on the
     # H200 under tox -e gpu) is counted and lengthens the next hold; the median stays a hidden-host sample
     assert t.host_bound_samples < len(t.gpu_samples_ms) / 2, t.describe()
@@ -385,9 +399,9 @@ def test_gpu_back_to_back_fallback_hides_the_host_time_too():
 @pytest.mark.gpu
 def test_gpu_l2_flush_is_not_charged():
     torch = _torch_cuda()
-    t = measure(_host_then_kernel(torch), reps=10, warmup=2, flush_l2=True)
+    t, lo, hi = _charged_as_the_kernel_alone(torch, reps=10, warmup=2, flush_l2=True)
     assert t.l2_flushed and t.calls_per_sample == 1
-    assert abs(t.gpu_ms - 0.2) <= 0.25 * 0.2, t.describe()
+    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
 
 
 @pytest.mark.gpu

@@ -185,15 +185,15 @@ print(' '.join(e('$lib')))")
 fixf_install() {
     [ -d /tmp/park/fi-xf ] && step "$1" fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check
 }
-# The lab's d = 96 builds (O += P V as m64n96, kernels/cuda/lab fa3_fwd_lab.cu), where the session stage found the lab
+# The lab's d = 96 builds (kernels/cuda/lab fa3_fwd_lab.cu), where the session stage found the lab
 # library built off-device (build/carry/libattn_kernels_lab.so.xz, parked in /tmp/park): put in place after tox -e gpu,
 # which never sees the lab build, then their device tests; LAB_D96 (the fa3 table's extra candidates) once they pass
 lab_d96() {
     [ -f /tmp/park/libattn_kernels_lab.so ] || return 0
     cp /tmp/park/libattn_kernels_lab.so build/kernels/ || return 0
-    step "$1" lab_d96 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k d96_pv96 \
+    step "$1" lab_d96 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k "test_fa3_d96_builds" \
         tests/kernels/test_cuda_fa3_device.py
-    if grep -q "^lab_d96: exit 0 " "$1/steps"; then echo d96_pv96,d96_pv96_n96,d96_pv96_n112 > /tmp/park/lab_d96.ok; fi
+    if grep -q "^lab_d96: exit 0 " "$1/steps"; then echo d96_whole_blocks,d96_n80,d96_n96 > /tmp/park/lab_d96.ok; fi
 }
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).

@@ -56,7 +56,7 @@ LAB_VERSION = 2
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,
                     "probe_no_exp": 11, "probe_no_pv": 12, "probe_no_softmax": 13, "smem_q": 14, "two_wg": 15,
-                    "cluster2": 16, "eager_rescale": 17, "d96_pv96": 18, "d96_pv96_n96": 19, "d96_pv96_n112": 20}
+                    "cluster2": 16, "eager_rescale": 17, "d96_whole_blocks": 18, "d96_n80": 19, "d96_n96": 20}
 #: the FA3 forward variants that compute attention (the probes leave a stage out: timing only)
 FA3_FWD_EXACT_VARIANTS = tuple(v for v in FA3_FWD_VARIANTS if not v.startswith("probe_"))
 #: attn_lab.h AttnLabFp8Variant, by name
@@ -118,8 +118,10 @@ def library(path: str | Path | None = None) -> ctypes.CDLL:
                 f"v{LAB_VERSION} and params v{cuda_lib.ATTN_PARAMS_VERSION} (rebuild it with --lab --force)")
         cuda_lib.declare(lib, ("attn_lab_fa3_bwd",), (_i32, _i32))
         cuda_lib.declare(lib, ("attn_lab_fa3_fp8_fwd", "attn_lab_fa2_bwd"), (_i32,))
+        # (params, variant, l2_budget_mb, launch, err, errlen): the error buffer as a plain address, as a bound call
+        # passes it (cuda_lib.declare; its workspace function takes the variant alone, below)
         lib.attn_lab_fa3_fwd.restype = ctypes.c_int
-        lib.attn_lab_fa3_fwd.argtypes = [ctypes.c_void_p, _i32, _i32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        lib.attn_lab_fa3_fwd.argtypes = [ctypes.c_void_p, _i32, _i32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.attn_lab_fa3_fwd_workspace.restype = ctypes.c_int64
         lib.attn_lab_fa3_fwd_workspace.argtypes = [ctypes.c_void_p, _i32]
         lib.attn_lab_fa3_fp8_key_tile.restype = ctypes.c_int

@@ -46,11 +46,12 @@ enum AttnLabFa3FwdVariant {
     ATTN_LAB_FA3_CLUSTER2 = 16,  // d = 128 / 256, no causal mask, window or varlen: the shipped build with one CTA per
                                  // work tile in clusters of two on adjacent query tiles sharing every K / V load
     ATTN_LAB_FA3_EAGER_RESCALE = 17,  // any head dim: the shipped build with O rescaled after every key tile
-    // d = 96 only: the shipped build with O += P V as m64n96 (hopper/schedule.cuh PvColumns::kHeadDim) and key tiles of
-    // 80, 96 or 112 (O's 48 accumulator registers, 16 fewer than m64n128's, leave room for wider S and P)
-    ATTN_LAB_FA3_D96_PV96 = 18,
-    ATTN_LAB_FA3_D96_PV96_N96 = 19,
-    ATTN_LAB_FA3_D96_PV96_N112 = 20,
+    // d = 96 only: the shipped build (O += P V as m64n96, hopper/schedule.cuh PvColumns::kHeadDim, key tiles of 112)
+    // with one thing changed: O += P V as m64n128 over whole 64-column blocks and key tiles of 80 (d = 128's schedule,
+    // the shipped d = 96 build before); key tiles of 80; key tiles of 96
+    ATTN_LAB_FA3_D96_WHOLE_BLOCKS = 18,
+    ATTN_LAB_FA3_D96_N80 = 19,
+    ATTN_LAB_FA3_D96_N96 = 20,
 };
 // l2_budget_mb > 0: the heads per L2 section sized for that many MB of K / V instead of the shipped rule
 // (hopper/fwd_launch.cuh fwd_l2_budget: 8 MB, 32 MB with a right bound).

@@ -14,11 +14,15 @@
 //   that), no pingpong (1.005-1.015x with it; flash-attn-4's sm90 forward issues no named barrier per key tile there
 //   either: ncu, 29 BAR per CTA against 1684), the lazy rescale (1.02-1.04x).
 //
+// d = 96: d = 128's schedule with O += P V over dv's 96 columns (m64n96, PvColumns::kHeadDim) and key tiles of 112.
+//   Q, K and V take two 64-column blocks in shared memory as at d = 128 (the second block's last 32 columns
+//   zero-filled by TMA, config.cuh); S = Q K^T runs its 6 real k-steps. O is 48 registers, so S and P of 112 keys fit
+//   beside it (48 + 56 + 28 of 160; no spill with the scale folded); Q 48 KB + 3 stages of 2 x 28 KB. Measured on an
+//   H100 (B=4 H=16 N=8192 bf16, in one process in alternating rounds) against d = 128's schedule with m64n128 P V
+//   (the lab's d96_whole_blocks): 1.09x, causal 1.08x; against m64n96 with 80 / 96 keys (d96_n80, d96_n96):
+//   1.03-1.05x / 1.03-1.07x.
 // The head dims below were chosen by the reasoning above (registers, 227 KB of shared memory, the wgmma N of the key
 // tile a multiple of 16) and not yet timed against alternatives:
-// d = 96: d = 128's schedule. Q, K and V take two 64-column blocks in shared memory as at d = 128 (the second block's
-//   last 32 columns zero-filled by TMA, config.cuh), so O += P V is the m64n128 of d = 128 and O, S and P take the
-//   same 64 + 40 + 20 registers of 160; S = Q K^T runs its 6 real k-steps. Q 48 KB + 3 stages of 2 x 20 KB.
 // d = 192: d = 256's schedule with key tiles of 112: two consumer warpgroups (O alone is 96 registers: with S and P of
 //   even a 64-key tile it exceeds the 160 of three), no pingpong, the lazy rescale; 112 keys since O + S + P = 96 + 56
 //   + 28 of 240 registers and Q 48 KB + 2 stages of 2 x 42 KB = 216 KB fit, where 128-key tiles need 240 KB.
@@ -56,7 +60,10 @@ struct Fa3Default<256> : Fa3Schedule {
 };
 
 template <>
-struct Fa3Default<96> : Fa3Default<128> {};
+struct Fa3Default<96> : Fa3Default<128> {
+    static constexpr PvColumns pv_columns = PvColumns::kHeadDim;
+    static constexpr int block_n = 112;
+};
 
 template <>
 struct Fa3Default<192> : Fa3Default<256> {
