@@ -173,7 +173,7 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 # builds that exist for every head dim
-ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "skip_rescale", "eager_rescale")
+ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "lazy_rescale_one_cta", "eager_rescale")
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
@@ -233,7 +233,7 @@ def ablation_rows() -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
-        names = [v for v in lab.FA3_FWD_VARIANTS if not v.startswith("d64") and v != "one_cta_per_tile"
+        names = [v for v in lab.FA3_FWD_VARIANTS if not v.startswith(("d64", "d96")) and v != "one_cta_per_tile"
                  and not (causal and v == "cluster2")]
         time_round_robin(row, [(v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in names], flops, ROUNDS)
         for variant in names:
@@ -356,8 +356,8 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
                        + " | ".join(f"{r.get('fa3_' + v + '_tflops', nan):.0f}" for v in extra) + " |")
     if abl:
         out += ["", "Ablation: `full` is the default (attn_fa3_fwd); every other build changes one thing of",
-                "`two_wg`, the two-warpgroup 128-key build (attn_params.h AttnFa3Variant; `persistent` and",
-                "`skip_rescale`, `eager_rescale`: of the default).", "",
+                "`two_wg`, the two-warpgroup 128-key build (kernels/cuda/lab/attn_lab.h AttnLabFa3FwdVariant;",
+                "`persistent`, `lazy_rescale_one_cta`, `eager_rescale`, `cluster2`: of the default).", "",
                 "| ablation (B=4, H=16, N=8192, d=128 bf16) | causal | TFLOPs/s | ms |", "|---|---|---|---|"]
         for r in abl:
             out.append(f"| {r['variant']} | {r['causal']} | {r.get('fa3_tflops', nan):.0f} | "
