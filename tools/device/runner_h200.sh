@@ -22,8 +22,8 @@
 #                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
-#                  call carries .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S, FIXF_S;
-#                  SKIP_STEPS names steps to leave out);
+#                  call carries .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S,
+#                  FIXF_S; SKIP_STEPS names steps to leave out);
 #                  session-collect (WAIT_S, UNTIL=step) copies what has finished; collect in calls of a few minutes
 #                  (WAIT_S=240), not one long one: a machine taken back mid-call loses what that call would have
 #                  brought (on the H100 a 570 s collect of tox -e gpu was lost so, with 440 s of the budget)
@@ -36,6 +36,8 @@ mkdir -p "$OUT" /tmp/park
 export PYTHONUNBUFFERED=1
 SELF=$(readlink -f "$0")
 site() { python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+# unxz SRC.xz DST: a file carried xz-compressed, through Python's lzma module
+unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
 
 # --- each command once; the stages below compose them -------------------------------------------------------------
 # step DIR NAME SECONDS CMD...: CMD under a time limit, its output in DIR/NAME.log, "NAME: exit RC in S s" in DIR/steps;
@@ -103,8 +105,8 @@ benches() {
         local bv=""  # the lab's d = 96 builds beside attn_fa3_fwd in the d = 96 rows, where their tests passed
         [ -f /tmp/park/lab_d96.ok ] && bv="--bench-variants $(cat /tmp/park/lab_d96.ok)"
         # shellcheck disable=SC2086
-        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv ${FA3_DIMS:+--head-dims $FA3_DIMS} \
-            --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
+        step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv \
+            ${FA3_DIMS:+--head-dims $FA3_DIMS} --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
@@ -187,13 +189,15 @@ fixf_install() {
 }
 # The lab's d = 96 builds (kernels/cuda/lab fa3_fwd_lab.cu), where the session stage found the lab
 # library built off-device (build/carry/libattn_kernels_lab.so.xz, parked in /tmp/park): put in place after tox -e gpu,
-# which never sees the lab build, then their device tests; LAB_D96 (the fa3 table's extra candidates) once they pass
+# which never sees the lab build, then their device tests; once they pass, /tmp/park/lab_d96.ok names those builds (the
+# lab's table, kernels/cuda/lab FA3_FWD_VARIANTS), which benches times beside attn_fa3_fwd
 lab_d96() {
     [ -f /tmp/park/libattn_kernels_lab.so ] || return 0
     cp /tmp/park/libattn_kernels_lab.so build/kernels/ || return 0
     step "$1" lab_d96 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k "test_fa3_d96_builds" \
         tests/kernels/test_cuda_fa3_device.py
-    if grep -q "^lab_d96: exit 0 " "$1/steps"; then echo d96_whole_blocks,d96_n80,d96_n96 > /tmp/park/lab_d96.ok; fi
+    grep -q "^lab_d96: exit 0 " "$1/steps" && python3 -c "from attention_conformance.kernels.cuda import lab
+print(','.join(v for v in lab.FA3_FWD_VARIANTS if v.startswith('d96_')))" > /tmp/park/lab_d96.ok
 }
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
@@ -298,7 +302,6 @@ carried)
     # every wheel there, without resolving dependencies (the device's numpy serves ml_dtypes)
     python3 -m pip install -q --no-index --no-deps --target /tmp/site build/wheels-min/*.whl 2>&1 | tail -2
     mkdir -p /tmp/carried build/kernels
-    unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
     unxz build/carry/libattn_kernels.so.xz /tmp/carried/libattn_kernels.so || exit 1
     if [ -f build/carry/libattn_kernels_lab.so.xz ]; then  # where kernels.cuda.lab looks for it
         unxz build/carry/libattn_kernels_lab.so.xz build/kernels/libattn_kernels_lab.so
@@ -375,8 +378,7 @@ session)
     # include FlashInfer and xformers (parked in /tmp/park/fi-xf: the next call's tree replaces the checkout's copy)
     rm -rf /tmp/session /tmp/tox_run /tmp/park/lab_d96.ok && mkdir -p /tmp/session /tmp/tox_run
     if [ -f build/carry/libattn_kernels_lab.so.xz ]; then
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-            build/carry/libattn_kernels_lab.so.xz /tmp/park/libattn_kernels_lab.so
+        unxz build/carry/libattn_kernels_lab.so.xz /tmp/park/libattn_kernels_lab.so
     fi
     if [ -d .vendor-fi-xf ]; then rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf; fi
     snap=$(snapshot) || exit 1
