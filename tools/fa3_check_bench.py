@@ -40,8 +40,8 @@ from attention_conformance.kernels.check.forward import check_forward
 from attention_conformance.kernels.cuda import lab
 from attention_conformance.kernels.timing import time_round_robin
 
-__all__ = ["ContextLost", "ablation_rows", "bench_rows", "context_lost", "correctness", "curves_svg", "fa4_fn", "main",
-           "remaining_shapes", "resume_argv", "shape_key"]
+__all__ = ["ContextLost", "ablation_rows", "bench_rows", "built_head_dim", "context_lost", "correctness",
+           "curves_svg", "fa4_fn", "main", "remaining_shapes", "resume_argv", "shape_key"]
 
 BF, HF = torch.bfloat16, torch.float16
 
@@ -174,6 +174,14 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 # builds that exist for every head dim
 ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "lazy_rescale_one_cta", "eager_rescale")
+
+
+def built_head_dim(variant: str) -> int | None:
+    """The head dim d = dv a lab FA3 forward build exists for (kernels/cuda/lab/attn_lab.h): None for the builds of
+    every head dim, 64 / 96 for the ``d64_`` / ``d96_`` ones, else 128 (the ablations of the d = 128 build)."""
+    if variant in ANY_DIM_VARIANTS:
+        return None
+    return {"d64_": 64, "d96_": 96}.get(variant[:4], 128)
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
@@ -194,7 +202,7 @@ def bench_rows(shapes, with_refs=True, variants=(), rounds=ROUNDS, row_done=None
         row = dict(B=B, H=H, N=N, d=d, dv=dv, causal=causal)
         cands = [("fa3", cuda_lib.bind("attn_fa3_fwd", p))]  # the bound call: struct filled once
         cands += [("fa3_" + v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in variants
-                  if dv == d and (v in ANY_DIM_VARIANTS or d == {"d64": 64, "d96": 96}.get(v[:3], 128))]
+                  if dv == d and built_head_dim(v) in (None, d)]
         if with_refs:
             cands += [("flash", sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)),
                       ("cudnn", sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal))]
@@ -233,7 +241,7 @@ def ablation_rows() -> list[dict]:
         p = cuda_lib.fwd_params(q, k, v, o, lse, causal=causal)
         flops = 4 * B * H * N * N * d / (2 if causal else 1)
         row: dict = {}
-        names = [v for v in lab.FA3_FWD_VARIANTS if not v.startswith(("d64", "d96")) and v != "one_cta_per_tile"
+        names = [v for v in lab.FA3_FWD_VARIANTS if built_head_dim(v) in (None, d) and v != "one_cta_per_tile"
                  and not (causal and v == "cluster2")]
         time_round_robin(row, [(v, lambda p=p, v=v: lab.call_fa3_fwd(p, v)) for v in names], flops, ROUNDS)
         for variant in names:

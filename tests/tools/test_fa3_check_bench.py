@@ -68,3 +68,12 @@ def test_a_lost_context_restarts_for_the_rows_left_and_keeps_the_rows_done(tmp_p
     assert calls[1] == [(4, 16, 8192, 96, 96, False), (4, 16, 8192, 96, 96, True)]  # the rows left, in order
     final = json.loads((tmp_path / "fa3.json").read_text())["bench"]
     assert [bench._key(r)[3:] for r in final] == [(64, 64, False), (64, 64, True), (96, 96, False), (96, 96, True)]
+
+
+def test_each_lab_build_times_at_the_head_dim_it_is_built_for():
+    from attention_conformance.kernels.cuda import lab
+
+    dims = {v: bench.built_head_dim(v) for v in lab.FA3_FWD_VARIANTS}
+    assert dims["persistent"] is None and dims["eager_rescale"] is None  # every head dim
+    assert dims["d64_two_wg"] == 64 and dims["two_wg"] == 128 and dims["cluster2"] == 128
+    assert {v for v, d in dims.items() if d == 96} == {v for v in lab.FA3_FWD_VARIANTS if v.startswith("d96_")} != set()
