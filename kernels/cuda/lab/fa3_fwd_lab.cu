@@ -143,13 +143,17 @@ int with_schedule(int variant, F&& f, const char** unsupported) {
 
 bool is_d96_variant(int variant) { return variant >= ATTN_LAB_FA3_D96_WHOLE_BLOCKS && variant <= ATTN_LAB_FA3_D96_N96; }
 
-// f(schedule) with the d = 96 schedule of `variant` (is_d96_variant).
+// f(schedule, elem) with the d = 96 schedule of `variant` (is_d96_variant) and p's element type, each as a value of its
+// type; f's result type (a launch status, a workspace size).
 template <class F>
-int with_d96_schedule(int variant, F&& f) {
+auto with_d96_build(const AttnFwdParams& p, int variant, F&& f) {
+    auto with_elem = [&](auto schedule) {
+        return p.dtype == ATTN_BF16 ? f(schedule, __nv_bfloat16{}) : f(schedule, __half{});
+    };
     switch (variant) {
-        case ATTN_LAB_FA3_D96_WHOLE_BLOCKS: return f(D96WholeBlocks{});
-        case ATTN_LAB_FA3_D96_N80: return f(D96KeyTiles<80>{});
-        default: return f(D96KeyTiles<96>{});
+        case ATTN_LAB_FA3_D96_WHOLE_BLOCKS: return with_elem(D96WholeBlocks{});
+        case ATTN_LAB_FA3_D96_N80: return with_elem(D96KeyTiles<80>{});
+        default: return with_elem(D96KeyTiles<96>{});
     }
 }
 
@@ -173,11 +177,8 @@ int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch*
         if (p->head_dim != 96 || p->head_dim_v != 96)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d: variant=%d is built "
                               "for d = dv = 96", kName, p->head_dim, p->head_dim_v, variant);
-        return with_d96_schedule(variant, [&](auto schedule) {
-            using S = decltype(schedule);
-            return p->dtype == ATTN_BF16
-                       ? launch_scaled<96, __nv_bfloat16, S>(*p, launch, sms, budget, kName, err, errlen)
-                       : launch_scaled<96, __half, S>(*p, launch, sms, budget, kName, err, errlen);
+        return with_d96_build(*p, variant, [&](auto schedule, auto elem) {
+            return launch_scaled<96, decltype(elem), decltype(schedule)>(*p, launch, sms, budget, kName, err, errlen);
         });
     }
     if (const char* built = attn::head_dims_64_128_256(p->head_dim, p->head_dim_v))  // the ablation builds' dims
@@ -234,11 +235,8 @@ extern "C" int64_t attn_lab_fa3_fwd_workspace(const AttnFwdParams* p, int32_t va
         });
     if (is_d96_variant(variant)) {
         if (p->head_dim != 96 || p->head_dim_v != 96) return -1;
-        return with_d96_schedule(variant, [&](auto schedule) -> int64_t {
-            using S = decltype(schedule);
-            return p->dtype == ATTN_BF16
-                       ? fwd_workspace_bytes<Fa3Config<96, __nv_bfloat16, S, ScoreScale::kFolded>>()
-                       : fwd_workspace_bytes<Fa3Config<96, __half, S, ScoreScale::kFolded>>();
+        return with_d96_build(*p, variant, [&](auto schedule, auto elem) -> int64_t {
+            return fwd_workspace_bytes<Fa3Config<96, decltype(elem), decltype(schedule), ScoreScale::kFolded>>();
         });
     }
     if (attn::head_dims_64_128_256(p->head_dim, p->head_dim_v)) return -1;
