@@ -78,10 +78,8 @@ def test_fa3_new_head_dims_match_float64_reference(spec):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
 
 
-@pytest.mark.parametrize("variant",
-                         ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2", "smem_q",
-                          "lazy_rescale_one_cta", "eager_rescale", "two_wg"])
-def test_fa3_ablation_builds_match_reference(variant):
+def _lab_build_matches_reference(variant: str, specs, seeds) -> None:
+    """The lab's FA3 forward build ``variant`` on each spec (with its seed) within the float64 reference's bounds."""
     cuda_lib = _lib()
     lab = lab_library_or_skip()
     from attention_conformance.kernels.check.forward import check_forward as check_case
@@ -89,37 +87,28 @@ def test_fa3_ablation_builds_match_reference(variant):
     def run(q, k, v, o, lse, **kw):
         lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
 
-    for i, spec in enumerate((CASES[4], dict(B=1, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True))):
-        res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **spec)
+    for seed, spec in zip(seeds, specs, strict=True):
+        res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=seed, **spec)
         assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+
+
+@pytest.mark.parametrize("variant",
+                         ["no_pingpong", "no_overlap", "persistent", "no_ws", "stage1", "n176", "stages2", "smem_q",
+                          "lazy_rescale_one_cta", "eager_rescale", "two_wg"])
+def test_fa3_ablation_builds_match_reference(variant):
+    _lab_build_matches_reference(
+        variant, (CASES[4], dict(B=1, Hq=8, Hkv=2, Lq=513, Lk=1000, d=128, dtype=BF, causal=True)), range(2))
 
 
 @pytest.mark.parametrize("variant", ["d96_whole_blocks", "d96_n80", "d96_n96"])
 def test_fa3_d96_builds_match_reference(variant):
     """The lab's d = 96 builds (O += P V as m64n128 over whole blocks; m64n96 with other key tiles) through every
     feature of the d = 96 cases."""
-    cuda_lib = _lib()
-    lab = lab_library_or_skip()
-    from attention_conformance.kernels.check.forward import check_forward as check_case
-
-    def run(q, k, v, o, lse, **kw):
-        lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), variant)
-
-    for i, shape in enumerate(NEW_DIM_SHAPES):
-        res = check_case(f"attn_fa3_fwd[{variant}]", runner=run, seed=i, **dict(shape, d=96))
-        assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+    _lab_build_matches_reference(variant, [dict(shape, d=96) for shape in NEW_DIM_SHAPES], range(len(NEW_DIM_SHAPES)))
 
 
 def test_fa3_d64_two_warpgroup_build_matches_reference():
-    cuda_lib = _lib()
-    lab = lab_library_or_skip()
-    from attention_conformance.kernels.check.forward import check_forward as check_case
-
-    def run(q, k, v, o, lse, **kw):
-        lab.call_fa3_fwd(cuda_lib.fwd_params(q, k, v, o, lse, **kw), "d64_two_wg")
-
-    res = check_case("attn_fa3_fwd[d64_two_wg]", runner=run, seed=7, **dict(CASES[4], d=64))
-    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])} (rel err {res['rel_err']:.3e})"
+    _lab_build_matches_reference("d64_two_wg", [dict(CASES[4], d=64)], [7])
 
 
 def test_fa3_variant_rejects_other_head_dims():
