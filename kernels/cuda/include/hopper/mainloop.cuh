@@ -168,7 +168,8 @@ struct Consumer : ConsumerSteps<C, Consumer<C>> {
     using Steps::rescale;
     using Steps::softmax;
     using Elem = typename C::Elem;
-    // D: Q K^T's depth; DVP: O's columns in registers (kHeadDimVPad: dv in whole 64-column blocks, config.cuh).
+    // D: Q K^T's depth; DVP: O's columns in registers, the N of O += P V (config.cuh kHeadDimVPad: dv in whole
+    // 64-column blocks, or dv itself, by the schedule's pv_columns).
     static constexpr int D = C::kHeadDim, DVP = C::kHeadDimVPad, BN = C::kBlockN;
     const Fa3Params& P;
     Smem<C> sm;
