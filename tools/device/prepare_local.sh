@@ -8,6 +8,7 @@
 #                   (../shared/tools/test_wheels.sh with EXTRA_WHEELS): park1
 #   .whl/           cudnn-frontend for the host's Python (cp312): install
 #   .vendor-fi-xf/  FlashInfer, xformers, curand headers, libcudart.so.12 (vendor_fi_xf.sh): session
+#   build/wheels-min/  pytest, its plugins and hypothesis, taken from .wheels-test: the `carried` stage (build/ is ignored)
 # Each folder already there is kept (delete it to make it again). About 5 minutes on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,4 +25,11 @@ if [ ! -d .whl ]; then
         -d .whl "nvidia-cudnn-frontend>=1.14"
 fi
 [ -d .vendor-fi-xf ] || bash "$here/vendor_fi_xf.sh"
-du -sh .vendor .wheels-test .whl .vendor-fi-xf
+if [ ! -d build/wheels-min ]; then
+    mkdir -p build/wheels-min
+    for w in execnet hypothesis iniconfig packaging pluggy pygments pytest-[0-9] pytest_benchmark pytest_timeout \
+        pytest_xdist py_cpuinfo sortedcontainers threadpoolctl typing_extensions; do
+        cp .wheels-test/"$w"*.whl build/wheels-min/
+    done
+fi
+du -sh .vendor .wheels-test .whl .vendor-fi-xf build/wheels-min
