@@ -182,6 +182,8 @@ def built_head_dim(variant: str) -> int | None:
     if variant in ANY_DIM_VARIANTS:
         return None
     return {"d64_": 64, "d96_": 96}.get(variant[:4], 128)
+
+
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept
 
 
