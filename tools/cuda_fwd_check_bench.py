@@ -177,7 +177,39 @@ def env_info():
                 library=str(cuda_lib.library_path()))
 
 
-def markdown(env, rows):
+def _row_key(r: dict) -> tuple:
+    return r["kernel"], r["B"], r.get("N", r.get("Lk")), r["d"], bool(r.get("causal"))
+
+
+def _row_label(r: dict) -> str:
+    if r["kernel"] == "splitkv_decode":
+        return f"decode B{r['B']} Lk{r['Lk']}"
+    return f"FA2 fwd B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else "")
+
+
+def before_section(env: dict, rows: list[dict], previous: dict) -> list[str]:
+    """Each row beside the same row of the set this one replaces (`previous`: its JSON): ours and ours / flash then
+    and now, and what differs between the two runs (card, timer), so that a changed figure says by how much."""
+    nan = float("nan")
+    old = {_row_key(r): r for r in previous.get("bench", [])}
+    penv = previous.get("env", {})
+    timer = ("GPU time, as this one" if any("ours_method" in r for r in previous.get("bench", [])) else
+             "CUDA events around each launch, the call's host time included")
+    card = f"{penv.get('gpu', '?')}" + (" (another card)" if penv.get("gpu") != env["gpu"] else "")
+    out = ["", f"Before: the set this one replaces ({penv.get('date', '?')}, {card}; timer: {timer}).", "",
+           "| row | ours then | ours now | ours / flash then | now | change |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        o = old.get(_row_key(r))
+        if o is None:
+            continue
+        unit = "TBps" if r["kernel"] == "splitkv_decode" else "tflops"
+        was, now = o.get("ratio_vs_flash", nan), r.get("ratio_vs_flash", nan)
+        out.append(f"| {_row_label(r)} | {o.get('ours_' + unit, nan):.2f} | {r.get('ours_' + unit, nan):.2f} | "
+                   f"{was:.2f} | {now:.2f} | {now - was:+.2f} |")
+    return out + ["", "ours: TFLOPs/s (FA2 forward) or TB/s (decoding)."]
+
+
+def markdown(env, rows, previous: dict | None = None):
     out = [f"# CUDA forward kernels vs torch SDPA ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}.", "",
@@ -210,6 +242,8 @@ def markdown(env, rows):
     out += host_table([r for r in rows if r["kernel"] == "fa2_fwd"],
                       lambda r: f"FA2 B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else ""))
     out += [""] + host_table(dec, lambda r: f"decode B{r['B']} Lk{r['Lk']}")
+    if previous:
+        out += before_section(env, rows, previous)
     return "\n".join(out) + "\n"
 
 
@@ -220,7 +254,9 @@ def main(argv=None):
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output files (tuning variants)")
+    ap.add_argument("--previous", default="", help="an earlier cuda_fwd.json: each row beside its figures")
     args = ap.parse_args(argv)
+    prev = json.loads(Path(args.previous).read_text()) if args.previous else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = env_info()
@@ -236,7 +272,7 @@ def main(argv=None):
     def write(rows):
         (out / f"cuda_fwd{args.tag}.json").write_text(json.dumps(dict(env=env, correctness=res, bench=rows),
                                                                   indent=1))
-        md = markdown(env, rows)
+        md = markdown(env, rows, prev)
         (out / f"cuda_fwd{args.tag}.md").write_text(md)
         return md
 

@@ -303,20 +303,24 @@ def _key(r: dict) -> tuple:
     return r["B"], r["H"], r["N"], r["d"], r.get("dv", r["d"]), bool(r["causal"])
 
 
-def _previous_note(rows, previous: list[dict], date: str | None) -> str:
+def _previous_note(rows, previous: list[dict], prev_env: dict, gpu: str) -> str:
     """What the */FA4 before* column compares with: the same timer (a set with a GPU-time method per row), or the
-    wall timer that charged each call's host time."""
-    when = f" ({date})" if date else ""
+    wall timer that charged each call's host time; and the card it ran on where that is not this one."""
+    other = prev_env.get("gpu")
+    when = ", ".join(x for x in (prev_env.get("date"), other if other and other != gpu else None) if x)
+    when = f" ({when})" if when else ""
     if any("fa4_method" in r for r in previous):
-        return (f"the set this one replaces{when}, by GPU time as this one: the change is run-to-run (clocks, "
-                "power, the kernels' own changes in between).")
+        cause = (f"the card ({other} then, {gpu} now), the run (clocks, power) and the kernels' own changes in "
+                 "between" if other and other != gpu else "run-to-run (clocks, power, the kernels' own changes in "
+                 "between)")
+        return f"the set this one replaces{when}, by GPU time as this one: the change is {cause}."
     fa4_host = [r["fa4_host_us"] / 1e3 for r in rows if "fa4_host_us" in r]
     entry = f" ({min(fa4_host):.2f}-{max(fa4_host):.2f} ms a call in this run)" if fa4_host else ""
     return (f"the set this one replaces{when}, timed per call with the call's host time included (event, call, "
             f"event, synchronize), which charged FA4's Python entry{entry} to FA4.")
 
 
-def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: str | None = None) -> str:
+def markdown(env, rows, abl, previous: list[dict] | None = None, previous_env: dict | None = None) -> str:
     """The tables: TFLOPs/s and ratios by GPU time (the headline), then host and wall time per call beside them;
     with `previous` (an earlier run's rows, e.g. the wall-timer figures this set replaces), each ratio's change."""
     nan = float("nan")
@@ -339,7 +343,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_date: 
             line += f" {old:.2f} | {r.get('ratio_vs_fa4', nan) - old:+.2f} |"
         out.append(line)
     if before:
-        out += ["", "*/FA4 before*: " + _previous_note(rows, previous or [], previous_date)]
+        out += ["", "*/FA4 before*: " + _previous_note(rows, previous or [], previous_env or {}, env["gpu"])]
     for ref, title in REFS[3:]:  # the serving / diffusion stacks: what each column called, or why it is empty
         calls = sorted({r[ref + "_call"] for r in rows if ref + "_call" in r})
         declined = sorted({r[ref + "_declined"] for r in rows if ref + "_declined" in r})
@@ -422,7 +426,7 @@ def main(argv=None) -> int:
 
     def write(rows: list[dict]) -> str:  # after each row of the table too: a run cut short keeps its rows
         data.write_text(json.dumps(dict(env=env, correctness=res, bench=rows, ablation=abl, curves=curves), indent=1))
-        md = markdown(env, rows, abl, prev and prev["bench"], prev and prev.get("env", {}).get("date"))
+        md = markdown(env, rows, abl, prev and prev["bench"], prev and prev.get("env", {}))
         (out / f"fa3{args.tag}.md").write_text(md)
         return md
 

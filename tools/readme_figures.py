@@ -112,31 +112,40 @@ def _bench(root: Path) -> str:
     dec = [r for r in fwd.get("bench", []) if r.get("kernel") == "splitkv_decode"]
     if dec:
         lines += ["", "Split-KV decoding (TB/s of K and V read; Lq=1):", "",
-                  "| B | Lk | Hq / Hkv | d | ours | torch-flash | cuDNN | ours / flash | ours / cuDNN |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| B | Lk | Hq / Hkv | d | ours | torch-flash | cuDNN | FlashInfer paged | ours / flash "
+                  "| ours / cuDNN | ours / FlashInfer |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in dec:
-            lines.append(f"| {r['B']} | {r['Lk']} | {r['Hq']} / {r['Hkv']} | {r['d']} | {r['ours_TBps']:.2f} | "
-                         f"{r['flash_TBps']:.2f} | {r['cudnn_TBps']:.2f} | {r['ours_TBps'] / r['flash_TBps']:.2f}x | "
-                         f"{r['ours_TBps'] / r['cudnn_TBps']:.2f}x |")
+            ours, refs = r["ours_TBps"], [r.get(f"{k}_TBps") for k in ("flash", "cudnn", "flashinfer_paged")]
+            tbps = " | ".join(f"{t:.2f}" if t else "n/a" for t in refs)
+            rel = " | ".join(f"{ours / t:.2f}x" if t else "n/a" for t in refs)
+            lines.append(f"| {r['B']} | {r['Lk']} | {r['Hq']} / {r['Hkv']} | {r['d']} | {ours:.2f} | {tbps} | {rel} |")
     return "\n".join(lines) + "\n"
+
+
+#: the FA3 forward table's other candidates, in the README's column order: (JSON key, column name)
+FA3_OTHERS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
+              ("xformers", "xformers"))
 
 
 def _fa3(root: Path) -> str:
     rep = _load(root / "benchmarks" / "fa3_side_by_side.json")
     env = rep.get("env", {})
+    names = " | ".join(n for _, n in FA3_OTHERS)
+    ratios = " | ".join(f"ours / {n}" for _, n in FA3_OTHERS if n != "torch-flash")
     lines = [f"{env.get('gpu', '?')}, {env.get('date', '?')}, driver {env.get('driver', '?')}, CUDA "
              f"{env.get('cuda', '?')}, torch {env.get('torch', '?')}, cuDNN {env.get('cudnn', '?')}, flash-attn-4 "
-             f"{env.get('fa4', '?')}; bf16, forward (`reports/benchmarks/fa3_side_by_side.json`; TFLOPs/s, all timed "
-             "in the same run):", "",
-             "| B, H, N, d | causal | FA3 (ours) | torch-flash | cuDNN | FA4 | ours / cuDNN | ours / FA4 |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"{env.get('fa4', '?')}; bf16, forward (`reports/benchmarks/fa3_side_by_side.json`; TFLOPs/s by GPU "
+             "time, all timed in the same run; n/a: that library declined or has no build of the row):", "",
+             f"| B, H, N, d | causal | FA3 (ours) | {names} | {ratios} |",
+             "|---|---|---|" + "---|" * (2 * len(FA3_OTHERS) - 1)]
     for r in rep.get("bench", []):
-        ours, fa4 = r["fa3_tflops"], r.get("fa4_tflops")
-        fa4_cols = f"{fa4:.0f} | {ours / fa4:.2f}x" if fa4 else "n/a | n/a"
-        cells = fa4_cols.split(" | ")
-        lines.append(f"| {r['B']}, {r['H']}, {r['N']}, {r['d']} | {r['causal']} | {ours:.0f} | "
-                     f"{r['flash_tflops']:.0f} | {r['cudnn_tflops']:.0f} | {cells[0]} | "
-                     f"{ours / r['cudnn_tflops']:.2f}x | {cells[1]} |")
+        ours = r["fa3_tflops"]
+        others = [r.get(f"{k}_tflops") for k, _ in FA3_OTHERS]
+        dims = f"{r['d']}x{r['dv']}" if r.get("dv", r["d"]) != r["d"] else f"{r['d']}"
+        tflops = " | ".join(f"{t:.0f}" if t else "n/a" for t in others)
+        rel = " | ".join(f"{ours / t:.2f}x" if t else "n/a"
+                         for (_, n), t in zip(FA3_OTHERS, others) if n != "torch-flash")
+        lines.append(f"| {r['B']}, {r['H']}, {r['N']}, {dims} | {r['causal']} | {ours:.0f} | {tflops} | {rel} |")
     return "\n".join(lines) + "\n"
 
 

@@ -59,6 +59,23 @@ def test_stale_reason_names_the_build_command(tmp_path):
     assert not (tmp_path / "obj").exists(), "stale_reason must not start a build"
 
 
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found: the stamp hashes its version")
+def test_a_moved_checkout_finds_its_build_up_to_date(tmp_path, monkeypatch):
+    """The stamp hashes the sources, headers, flags and nvcc, not where the checkout lies: the same kernels/cuda
+    copied elsewhere (tox's session tree, a runner's second checkout) has the same stamp; one changed byte does not."""
+    import shutil
+
+    nvcc, flags = kbuild.find_nvcc(), kbuild.nvcc_flags()
+    here = kbuild._stamp(nvcc, flags)
+    moved = tmp_path / "elsewhere" / "cuda"
+    shutil.copytree(kbuild.CUDA_DIR, moved, ignore=shutil.ignore_patterns("lab"))
+    monkeypatch.setattr(kbuild, "CUDA_DIR", moved)
+    assert kbuild._stamp(nvcc, kbuild.nvcc_flags()) == here
+    src = sorted(moved.glob("*.cu"))[0]
+    src.write_text(src.read_text() + "\n")
+    assert kbuild._stamp(nvcc, kbuild.nvcc_flags()) != here
+
+
 def test_library_is_never_built_under_pytest():
     """The plugin sets ATTN_KERNELS_NO_BUILD, so cuda_lib.library() cannot compile inside a test."""
     import os

@@ -322,6 +322,10 @@ def _torch_cuda():
     return torch
 
 
+#: the host work before the kernel in the GPU-time tests (issue: 2 ms of host work, then a 0.2 ms kernel)
+HOST_WORK_MS = 2.0
+
+
 def _busy_wait(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -348,7 +352,7 @@ def _host_then_kernel(torch, refuse_capture: bool = False, cycles: int | None = 
     def call():
         if refuse_capture and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("this call refuses to be captured")
-        _busy_wait(2e-3)
+        _busy_wait(HOST_WORK_MS / 1e3)
         torch.cuda._sleep(cycles)
 
     return call
@@ -359,13 +363,17 @@ def _charged_as_the_kernel_alone(torch, refuse_capture: bool = False, **kw):
     before and just after it, each within 25%. On a quiet GPU the kernel alone is the calibrated 0.2 ms; under
     ``tox -e gpu`` the 8 workers' contexts share the GPU by time slices and stretch every GPU time alike (measured on
     an H100: the kernel charged 0.263 ms, while alone on the same GPU it passed at 0.2), so the reference is taken in
-    the same conditions as the measurement, not assumed."""
+    the same conditions as the measurement, not assumed. The time slices also vary from one measurement to the next
+    (an H100 under tox -e gpu: 0.476 ms, then 0.244 ms), so the reference itself is only held to what keeps the test
+    able to fail: the kernel ran (at least half its calibrated 0.2 ms) and the band stays clear of the 2 ms of host
+    work a timer that charged it would add."""
     cycles = _sleep_cycles(torch, 0.2)
     alone = [measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms]
     t = measure(_host_then_kernel(torch, refuse_capture, cycles), **kw)
     alone.append(measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms)
-    assert 0.5 * 0.2 <= min(alone) and max(alone) <= 2 * 0.2, f"the 0.2 ms kernel alone took {alone} ms"
-    return t, 0.75 * min(alone), 1.25 * max(alone)
+    lo, hi = 0.75 * min(alone), 1.25 * max(alone)
+    assert 0.5 * 0.2 <= min(alone) and hi < HOST_WORK_MS, f"the 0.2 ms kernel alone took {alone} ms"
+    return t, lo, hi
 
 
 @pytest.mark.gpu

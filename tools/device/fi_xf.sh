@@ -208,7 +208,8 @@ bench)
     export PYTHONPATH="$here/..:$PYTHONPATH"
     python3 "$here/../fa3_check_bench.py" --skip-check --previous reports/benchmarks/fa3_side_by_side.json \
         --out "$dir/fa3" 2>&1 | tail -15
-    python3 "$here/../cuda_fwd_check_bench.py" --skip-check --out "$dir/fwd" 2>&1 | tail -15
+    python3 "$here/../cuda_fwd_check_bench.py" --skip-check --previous reports/benchmarks/cuda_fwd.json \
+        --out "$dir/fwd" 2>&1 | tail -15
     ;;
 *)
     echo "fi_xf.sh: unknown mode $mode (check, prebuild, prebuild-bg, wait, pack-jit, add-jit, run, bench," \

@@ -108,7 +108,8 @@ benches() {
         step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv \
             ${FA3_DIMS:+--head-dims $FA3_DIMS} --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
-        step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check --out "$dir/fwd"
+        step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check \
+            --previous reports/benchmarks/cuda_fwd.json --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         # without our FA2 backward (its own table, cuda_bwd; 58 ms a call at d = 256): on an H100 the five candidates
         # reached 7 of the 12 rows in 480 s
