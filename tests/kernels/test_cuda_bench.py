@@ -38,8 +38,8 @@ time, as the table's last column), both spreads, host times and methods; bench_t
 sequential ratio.
 
 The committed figures with correctness checks next to them come from
-``tools/cuda_fwd_check_bench.py`` and ``tests/kernels/test_cuda_bwd_device.py --bench``
-(reports/benchmarks/cuda_fwd.md, cuda_bwd.md).
+``tools/cuda_fwd_check_bench.py`` and ``tools/fa3_bwd_check_bench.py`` (its FA2 column)
+(reports/benchmarks/cuda_fwd.md, fa3_bwd_side_by_side.md).
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ benches() {
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check \
             --previous reports/benchmarks/cuda_fwd.json --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
-        # without our FA2 backward (its own table, cuda_bwd; 58 ms a call at d = 256): on an H100 the five candidates
-        # reached 7 of the 12 rows in 480 s
+        # without our FA2 backward (58 ms a call at d = 256; the table in main has its column): on an H100 the five
+        # candidates reached 7 of the 12 rows in 480 s
         step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 \
             --head-dims "${BWD_DIMS:-256,64,128,192x128,96,192}" --out "$dir/bwd"
     )
