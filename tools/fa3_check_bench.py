@@ -113,10 +113,10 @@ def correctness(variants) -> list[dict]:
                      dict(B=2, Hq=5, Hkv=5, Lq=333, Lk=512, d=256, dtype=BF, layout="bshd"),
                      dict(B=1, Hq=132, Hkv=66, Lq=700, Lk=900, d=128, dtype=BF)]
             res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 4000 + i, c) for i, c in enumerate(keys)]
-        elif variant.startswith("d96_"):  # d = 96 builds: the variant cases and a softcap one at d = 96
-            d96 = [dict(c, d=96) for c in vcases]
-            d96.append(dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=96, dtype=HF, softcap=5.0))
-            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 5000 + i, c) for i, c in enumerate(d96)]
+        elif (own := built_head_dim(variant)) in (96, 192):  # one head dim's builds: the variant cases and a softcap
+            at = [dict(c, d=own) for c in vcases]                # one at that head dim
+            at.append(dict(B=2, Hq=4, Hkv=2, Lq=128, Lk=256, d=own, dtype=HF, softcap=5.0))
+            res += [_checked(f"attn_fa3_fwd[{variant}]", variant, 5000 + i, c) for i, c in enumerate(at)]
         elif variant == "full":
             res += [_checked("attn_fa3_fwd", "full", i, c) for i, c in enumerate(cases)]
         else:
@@ -178,10 +178,12 @@ ANY_DIM_VARIANTS = ("persistent", "one_cta_per_tile", "lazy_rescale_one_cta", "e
 
 def built_head_dim(variant: str) -> int | None:
     """The head dim d = dv a lab FA3 forward build exists for (kernels/cuda/lab/attn_lab.h): None for the builds of
-    every head dim, 64 / 96 for the ``d64_`` / ``d96_`` ones, else 128 (the ablations of the d = 128 build)."""
+    every head dim, 64 / 96 / 192 for the ``d64_`` / ``d96_`` / ``d192_`` ones, else 128 (the ablations of the
+    d = 128 build)."""
     if variant in ANY_DIM_VARIANTS:
         return None
-    return {"d64_": 64, "d96_": 96}.get(variant[:4], 128)
+    own = variant.split("_", 1)[0]
+    return {"d64": 64, "d96": 96, "d192": 192}.get(own, 128)
 
 
 ROUNDS = 3  # each row's candidates are timed in turn, ROUNDS times; the median of the round medians is kept

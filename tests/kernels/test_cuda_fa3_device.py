@@ -107,6 +107,14 @@ def test_fa3_d96_builds_match_reference(variant):
     _lab_build_matches_reference(variant, [dict(shape, d=96) for shape in NEW_DIM_SHAPES], range(len(NEW_DIM_SHAPES)))
 
 
+@pytest.mark.parametrize("variant", ["d192_pingpong", "d192_n96", "d192_n80", "d192_eager_rescale"])
+def test_fa3_d192_builds_match_reference(variant):
+    """The lab's d = 192 builds (pingpong, key tiles of 96 / 80, O rescaled every key tile) through every feature of
+    the d = 192 cases."""
+    _lab_build_matches_reference(variant, [dict(shape, d=192) for shape in NEW_DIM_SHAPES],
+                                 range(len(NEW_DIM_SHAPES)))
+
+
 def test_fa3_d64_two_warpgroup_build_matches_reference():
     _lab_build_matches_reference("d64_two_wg", [dict(CASES[4], d=64)], [7])
 

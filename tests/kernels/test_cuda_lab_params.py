@@ -136,7 +136,8 @@ def test_lab_fp8_variant_without_a_build_says_why(d, granularity, variant, reaso
 
 @pytest.mark.parametrize("d, variant, want", [(128, "persistent", 256), (64, "default", 256),
                                               (64, "one_cta_per_tile", 0), (128, "two_wg", 0), (64, "no_ws", -1),
-                                              (64, "cluster2", -1)])
+                                              (64, "cluster2", -1), (192, "d192_n96", 0), (128, "d192_pingpong", -1),
+                                              (96, "d96_n80", 0)])
 def test_lab_fa3_forward_workspace(d, variant, want):
     """attn_lab_fa3_fwd_workspace: the tile counter of a persistent build, none otherwise, -1 for a variant the head
     dim has no build of."""

@@ -77,3 +77,5 @@ def test_each_lab_build_times_at_the_head_dim_it_is_built_for():
     assert dims["persistent"] is None and dims["eager_rescale"] is None  # every head dim
     assert dims["d64_two_wg"] == 64 and dims["two_wg"] == 128 and dims["cluster2"] == 128
     assert {v for v, d in dims.items() if d == 96} == {v for v in lab.FA3_FWD_VARIANTS if v.startswith("d96_")} != set()
+    assert {v for v, d in dims.items() if d == 192} == {v for v in lab.FA3_FWD_VARIANTS if v.startswith("d192_")} \
+        != set()

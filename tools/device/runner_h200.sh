@@ -102,8 +102,8 @@ benches() {
         # short ones first, so that a session cut short still brings back whole tables (the FA3 forward first: its
         # table has every library's row); each script writes its table after every row, so a step its limit cuts
         # short keeps the rows it finished (12 rows of the FA3 forward: d 64 / 128 / 256 / 96 / 192 / 192 x 128)
-        local bv=""  # the lab's d = 96 builds beside attn_fa3_fwd in the d = 96 rows, where their tests passed
-        [ -f /tmp/park/lab_d96.ok ] && bv="--bench-variants $(cat /tmp/park/lab_d96.ok)"
+        local bv=""  # the lab's builds of one head dim beside attn_fa3_fwd in that head dim's rows, where their tests
+        [ -f /tmp/park/lab_dims.ok ] && bv="--bench-variants $(cat /tmp/park/lab_dims.ok)"  # passed (lab_dims)
         # shellcheck disable=SC2086
         step "$dir" fa3 "${FA3_S:-320}" python3 tools/fa3_check_bench.py --skip-check $bv \
             ${FA3_DIMS:+--head-dims $FA3_DIMS} --previous reports/benchmarks/fa3_side_by_side.json --out "$dir/fa3"
@@ -188,17 +188,22 @@ print(' '.join(e('$lib')))")
 fixf_install() {
     [ -d /tmp/park/fi-xf ] && step "$1" fi_xf_install 300 env VENDOR=/tmp/park/fi-xf bash tools/device/fi_xf.sh check
 }
-# The lab's d = 96 builds (kernels/cuda/lab fa3_fwd_lab.cu), where the session stage found the lab
-# library built off-device (build/carry/libattn_kernels_lab.so.xz, parked in /tmp/park): put in place after tox -e gpu,
-# which never sees the lab build, then their device tests; once they pass, /tmp/park/lab_d96.ok names those builds (the
-# lab's table, kernels/cuda/lab FA3_FWD_VARIANTS), which benches times beside attn_fa3_fwd
-lab_d96() {
+# The lab's FA3 forward builds of one head dim (kernels/cuda/lab fa3_fwd_lab.cu: LAB_DIMS names them, default d192,
+# the ones not yet timed; d96 the earlier ones), where the session stage found the lab library built off-device
+# (build/carry/libattn_kernels_lab.so.xz, parked in /tmp/park): put in place after tox -e gpu, which never sees the lab
+# build, then their device tests; once they pass, /tmp/park/lab_dims.ok names those builds (the lab's table,
+# kernels/cuda/lab FA3_FWD_VARIANTS), which benches times beside attn_fa3_fwd in their head dim's rows
+lab_dims() {
     [ -f /tmp/park/libattn_kernels_lab.so ] || return 0
     cp /tmp/park/libattn_kernels_lab.so build/kernels/ || return 0
-    step "$1" lab_d96 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k "test_fa3_d96_builds" \
+    local dims=${LAB_DIMS:-d192} k=""
+    for x in $dims; do k="${k:+$k or }test_fa3_${x}_builds"; done
+    step "$1" lab_dims 240 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -k "$k" \
         tests/kernels/test_cuda_fa3_device.py
-    grep -q "^lab_d96: exit 0 " "$1/steps" && python3 -c "from attention_conformance.kernels.cuda import lab
-print(','.join(v for v in lab.FA3_FWD_VARIANTS if v.startswith('d96_')))" > /tmp/park/lab_d96.ok
+    # shellcheck disable=SC2086
+    grep -q "^lab_dims: exit 0 " "$1/steps" && python3 -c "import sys
+from attention_conformance.kernels.cuda import lab
+print(','.join(v for v in lab.FA3_FWD_VARIANTS if v.split('_')[0] in sys.argv[1:]))" $dims > /tmp/park/lab_dims.ok
 }
 # The session, in phases by what may share the GPU: correctness runs together (their verdicts do not depend on the
 # GPU being theirs alone), tox -e gpu alone (its wall time is a bar), the benchmarks alone (they time).
@@ -232,7 +237,7 @@ session_pipeline() {
     fi
     wait
     STEP_SIGNAL=INT step $d tox "${TOX_S:-600}" tox_gpu
-    lab_d96 $d &
+    lab_dims $d &
     if [ -n "${ONE_PASS:-}" ]; then  # the sanitizers after tox -e gpu (phase A's cores are the CLI's and xformers'),
         sanitizers $d                 # beside FlashInfer's run below (verdicts do not depend on the GPU being theirs)
     else
@@ -377,7 +382,7 @@ _validate)
 session)
     # the whole plan of a session (session_pipeline above) in the background; carry .vendor-fi-xf with this call to
     # include FlashInfer and xformers (parked in /tmp/park/fi-xf: the next call's tree replaces the checkout's copy)
-    rm -rf /tmp/session /tmp/tox_run /tmp/park/lab_d96.ok && mkdir -p /tmp/session /tmp/tox_run
+    rm -rf /tmp/session /tmp/tox_run /tmp/park/lab_dims.ok && mkdir -p /tmp/session /tmp/tox_run
     if [ -f build/carry/libattn_kernels_lab.so.xz ]; then
         unxz build/carry/libattn_kernels_lab.so.xz /tmp/park/libattn_kernels_lab.so
     fi

@@ -51,12 +51,13 @@ __all__ = [
 ]
 
 #: attn_lab.h ATTN_LAB_VERSION
-LAB_VERSION = 2
+LAB_VERSION = 3
 #: attn_lab.h AttnLabFa3FwdVariant, by name ("default": the shipped build of each head dim)
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,
                     "probe_no_exp": 11, "probe_no_pv": 12, "probe_no_softmax": 13, "smem_q": 14, "two_wg": 15,
-                    "cluster2": 16, "eager_rescale": 17, "d96_whole_blocks": 18, "d96_n80": 19, "d96_n96": 20}
+                    "cluster2": 16, "eager_rescale": 17, "d96_whole_blocks": 18, "d96_n80": 19, "d96_n96": 20,
+                    "d192_pingpong": 21, "d192_n96": 22, "d192_n80": 23, "d192_eager_rescale": 24}
 #: the FA3 forward variants that compute attention (the probes leave a stage out: timing only)
 FA3_FWD_EXACT_VARIANTS = tuple(v for v in FA3_FWD_VARIANTS if not v.startswith("probe_"))
 #: attn_lab.h AttnLabFp8Variant, by name

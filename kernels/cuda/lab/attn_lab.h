@@ -8,6 +8,8 @@
 // ATTN_LAB_VERSION versions the variant codes and the launchers below; attn_lab_version() returns it and writes the
 // ATTN_PARAMS_VERSION the lab was built against, so a loader can refuse a stale build.
 //   1: the first lab ABI (the FA3 forward's variant codes are attn_params.h v4's AttnFa3Variant codes).
+//   2: the wide FA3 backward's variants (wide_dq_float4; the lab's backward dispatches every head dim).
+//   3: the d = 192 FA3 forward builds (ATTN_LAB_FA3_D192_*, codes 21-24).
 #pragma once
 #include <stdint.h>
 
@@ -17,7 +19,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 2
+#define ATTN_LAB_VERSION 3
 
 int attn_lab_version(int* params_version);
 
@@ -52,6 +54,14 @@ enum AttnLabFa3FwdVariant {
     ATTN_LAB_FA3_D96_WHOLE_BLOCKS = 18,
     ATTN_LAB_FA3_D96_N80 = 19,
     ATTN_LAB_FA3_D96_N96 = 20,
+    // d = dv = 192 only: the shipped build (two consumer warpgroups, key tiles of 112, no pingpong, the lazy rescale,
+    // a 2-stage K / V ring; flash-attn-4's sm90 schedule there too) with one thing changed: the two warpgroups take
+    // turns on the tensor cores (pingpong); key tiles of 96; key tiles of 80 (a 3-stage ring fits); O rescaled after
+    // every key tile
+    ATTN_LAB_FA3_D192_PINGPONG = 21,
+    ATTN_LAB_FA3_D192_N96 = 22,
+    ATTN_LAB_FA3_D192_N80 = 23,
+    ATTN_LAB_FA3_D192_EAGER_RESCALE = 24,
 };
 // l2_budget_mb > 0: the heads per L2 section sized for that many MB of K / V instead of the shipped rule
 // (hopper/fwd_launch.cuh fwd_l2_budget: 8 MB, 32 MB with a right bound).

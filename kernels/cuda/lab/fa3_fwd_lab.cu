@@ -3,6 +3,8 @@
 // (hopper/config.cuh Fa3Schedule) launched through the shipped host side (hopper/fwd_launch.cuh).
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "attn_lab.h"
 #include "hopper/fwd_defaults.cuh"
 #include "hopper/fwd_launch.cuh"
@@ -101,6 +103,19 @@ struct D96KeyTiles : Fa3Default<96> {
     static constexpr int block_n = BN;
 };
 
+// d = 192 (d = dv) with one thing of the shipped build changed (attn_lab.h ATTN_LAB_FA3_D192_*): the first A / B of
+// that build's schedule, which fwd_defaults.cuh chose by reasoning.
+struct D192Pingpong : Fa3Default<192> {
+    static constexpr bool pingpong = true;
+};
+template <int BN>
+struct D192KeyTiles : Fa3Default<192> {
+    static constexpr int block_n = BN;
+};
+struct D192EagerRescale : Fa3Default<192> {
+    static constexpr Rescale rescale = Rescale::kEager;
+};
+
 // f(schedule) with the schedule of `variant` for head dim D as a value of its type; ATTN_ERR_UNSUPPORTED for a variant
 // that has no build at D (`unsupported` gets the reason).
 template <int D, class F>
@@ -137,23 +152,37 @@ int with_schedule(int variant, F&& f, const char** unsupported) {
     *unsupported = variant == ATTN_LAB_FA3_D64_TWO_WG ? "is a head_dim 64 build"
                    : variant == ATTN_LAB_FA3_CLUSTER2 ? "is built for head_dim 128 / 256"
                    : variant > 0 && variant <= ATTN_LAB_FA3_EAGER_RESCALE ? "is a head_dim 128 build"
-                                                                        : "is not a variant (0 to 20)";
+                                                                        : "is not a variant of this build";
     return -1;
 }
 
-bool is_d96_variant(int variant) { return variant >= ATTN_LAB_FA3_D96_WHOLE_BLOCKS && variant <= ATTN_LAB_FA3_D96_N96; }
+constexpr int kLastVariant = ATTN_LAB_FA3_D192_EAGER_RESCALE;
 
-// f(schedule, elem) with the d = 96 schedule of `variant` (is_d96_variant) and p's element type, each as a value of its
-// type; f's result type (a launch status, a workspace size).
+// The head dim d = dv a build of one head dim is for (the d = 96 and d = 192 builds), 0 for the others.
+int own_head_dim(int variant) {
+    if (variant >= ATTN_LAB_FA3_D96_WHOLE_BLOCKS && variant <= ATTN_LAB_FA3_D96_N96) return 96;
+    if (variant >= ATTN_LAB_FA3_D192_PINGPONG && variant <= ATTN_LAB_FA3_D192_EAGER_RESCALE) return 192;
+    return 0;
+}
+
+// f(d, schedule, elem) with the schedule of a build of one head dim (`own_head_dim(variant)` != 0), its head dim as a
+// std::integral_constant and p's element type, each as a value of its type; f's result type (a launch status, a
+// workspace size).
 template <class F>
-auto with_d96_build(const AttnFwdParams& p, int variant, F&& f) {
-    auto with_elem = [&](auto schedule) {
-        return p.dtype == ATTN_BF16 ? f(schedule, __nv_bfloat16{}) : f(schedule, __half{});
+auto with_own_dim_build(const AttnFwdParams& p, int variant, F&& f) {
+    auto with_elem = [&](auto dim, auto schedule) {
+        return p.dtype == ATTN_BF16 ? f(dim, schedule, __nv_bfloat16{}) : f(dim, schedule, __half{});
     };
+    using D96 = std::integral_constant<int, 96>;
+    using D192 = std::integral_constant<int, 192>;
     switch (variant) {
-        case ATTN_LAB_FA3_D96_WHOLE_BLOCKS: return with_elem(D96WholeBlocks{});
-        case ATTN_LAB_FA3_D96_N80: return with_elem(D96KeyTiles<80>{});
-        default: return with_elem(D96KeyTiles<96>{});
+        case ATTN_LAB_FA3_D96_WHOLE_BLOCKS: return with_elem(D96{}, D96WholeBlocks{});
+        case ATTN_LAB_FA3_D96_N80: return with_elem(D96{}, D96KeyTiles<80>{});
+        case ATTN_LAB_FA3_D96_N96: return with_elem(D96{}, D96KeyTiles<96>{});
+        case ATTN_LAB_FA3_D192_PINGPONG: return with_elem(D192{}, D192Pingpong{});
+        case ATTN_LAB_FA3_D192_N96: return with_elem(D192{}, D192KeyTiles<96>{});
+        case ATTN_LAB_FA3_D192_N80: return with_elem(D192{}, D192KeyTiles<80>{});
+        default: return with_elem(D192{}, D192EagerRescale{});
     }
 }
 
@@ -162,9 +191,9 @@ int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch*
     bool empty = false;
     int rc = fwd_preflight(p, kName, &sms, &empty, err, errlen, fa3_fwd_head_dims);
     if (rc != ATTN_OK) return rc;
-    if (variant < 0 || variant > ATTN_LAB_FA3_D96_N96)
+    if (variant < 0 || variant > kLastVariant)
         return attn::fail(err, errlen, ATTN_ERR_INVALID, "%s: variant=%d: 0 (the shipped build) to %d", kName, variant,
-                          ATTN_LAB_FA3_D96_N96);
+                          kLastVariant);
     if (empty) return ATTN_OK;
     const long long budget = l2_budget_mb > 0 ? static_cast<long long>(l2_budget_mb) << 20 : fwd_l2_budget(*p);
     if (variant == ATTN_LAB_FA3_DEFAULT)  // the shipped builds, every head dim of attn_fa3_fwd
@@ -173,12 +202,13 @@ int run(const AttnFwdParams* p, int variant, int l2_budget_mb, const AttnLaunch*
             return launch_scaled<D, decltype(elem), Fa3Default<D, DV>, DV>(*p, launch, sms, budget, kName, err,
                                                                           errlen);
         });
-    if (is_d96_variant(variant)) {
-        if (p->head_dim != 96 || p->head_dim_v != 96)
+    if (const int own = own_head_dim(variant)) {
+        if (p->head_dim != own || p->head_dim_v != own)
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: head_dim=%d, head_dim_v=%d: variant=%d is built "
-                              "for d = dv = 96", kName, p->head_dim, p->head_dim_v, variant);
-        return with_d96_build(*p, variant, [&](auto schedule, auto elem) {
-            return launch_scaled<96, decltype(elem), decltype(schedule)>(*p, launch, sms, budget, kName, err, errlen);
+                              "for d = dv = %d", kName, p->head_dim, p->head_dim_v, variant, own);
+        return with_own_dim_build(*p, variant, [&](auto dim, auto schedule, auto elem) {
+            return launch_scaled<decltype(dim)::value, decltype(elem), decltype(schedule)>(*p, launch, sms, budget,
+                                                                                          kName, err, errlen);
         });
     }
     if (const char* built = attn::head_dims_64_128_256(p->head_dim, p->head_dim_v))  // the ablation builds' dims
@@ -233,10 +263,11 @@ extern "C" int64_t attn_lab_fa3_fwd_workspace(const AttnFwdParams* p, int32_t va
             constexpr int D = decltype(dims)::value, DV = decltype(dims)::dv;
             return fwd_workspace_bytes<Fa3Config<D, decltype(elem), Fa3Default<D, DV>, ScoreScale::kFolded, DV>>();
         });
-    if (is_d96_variant(variant)) {
-        if (p->head_dim != 96 || p->head_dim_v != 96) return -1;
-        return with_d96_build(*p, variant, [&](auto schedule, auto elem) -> int64_t {
-            return fwd_workspace_bytes<Fa3Config<96, decltype(elem), decltype(schedule), ScoreScale::kFolded>>();
+    if (const int own = own_head_dim(variant)) {
+        if (p->head_dim != own || p->head_dim_v != own) return -1;
+        return with_own_dim_build(*p, variant, [&](auto dim, auto schedule, auto elem) -> int64_t {
+            return fwd_workspace_bytes<
+                Fa3Config<decltype(dim)::value, decltype(elem), decltype(schedule), ScoreScale::kFolded>>();
         });
     }
     if (attn::head_dims_64_128_256(p->head_dim, p->head_dim_v)) return -1;
