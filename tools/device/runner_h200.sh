@@ -112,8 +112,11 @@ benches() {
             --previous reports/benchmarks/cuda_fwd.json --out "$dir/fwd"
         step "$dir" tox_bench 300 tox_bench "$dir/bench"
         # without our FA2 backward (58 ms a call at d = 256; the table in main has its column): on an H100 the five
-        # candidates reached 7 of the 12 rows in 480 s
-        step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 \
+        # candidates reached 7 of the 12 rows in 480 s; with the lab library in place (lab_dims), the wide builds'
+        # TMA-dQ variant with one dO stage (fa3_dq_tma1, untimed at (192, 128)) beside them
+        local only=fa3,flash,cudnn,fa4
+        [ -f build/kernels/libattn_kernels_lab.so ] && only="$only,fa3_dq_tma1"
+        step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only "$only" \
             --head-dims "${BWD_DIMS:-256,64,128,192x128,96,192}" --out "$dir/bwd"
     )
 }
