@@ -56,8 +56,8 @@ enum AttnLabFa3FwdVariant {
     ATTN_LAB_FA3_D96_N96 = 20,
     // d = dv = 192 only: the shipped build (two consumer warpgroups, key tiles of 112, no pingpong, the lazy rescale,
     // a 2-stage K / V ring; flash-attn-4's sm90 schedule there too) with one thing changed: the two warpgroups take
-    // turns on the tensor cores (pingpong); key tiles of 96; key tiles of 80 (a 3-stage ring fits); O rescaled after
-    // every key tile
+    // turns on the tensor cores (pingpong); key tiles of 96; key tiles of 80 (still 2 stages: 3 would need 230 KB);
+    // O rescaled after every key tile
     ATTN_LAB_FA3_D192_PINGPONG = 21,
     ATTN_LAB_FA3_D192_N96 = 22,
     ATTN_LAB_FA3_D192_N80 = 23,
