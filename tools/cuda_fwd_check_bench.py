@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from timing_md import TIMING_NOTE, host_table
+from timing_md import TIMING_NOTE, by_gpu_time, host_table
 from vendor_rows import flashinfer_paged_decode_fn
 
 from attention_conformance.kernels import cuda_lib
@@ -193,7 +193,7 @@ def before_section(env: dict, rows: list[dict], previous: dict) -> list[str]:
     nan = float("nan")
     old = {_row_key(r): r for r in previous.get("bench", [])}
     penv = previous.get("env", {})
-    timer = ("GPU time, as this one" if any("ours_method" in r for r in previous.get("bench", [])) else
+    timer = ("GPU time, as this one" if by_gpu_time(previous.get("bench", [])) else
              "CUDA events around each launch, the call's host time included")
     card = f"{penv.get('gpu', '?')}" + (" (another card)" if penv.get("gpu") != env["gpu"] else "")
     out = ["", f"Before: the set this one replaces ({penv.get('date', '?')}, {card}; timer: {timer}).", "",

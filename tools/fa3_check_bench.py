@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 from bench_shapes import dims_label, parse_head_dims
 from cuda_fwd_check_bench import env_info, sdpa_fn
-from timing_md import TIMING_NOTE, host_table
+from timing_md import FA3_REFS as REFS
+from timing_md import TIMING_NOTE, by_gpu_time, host_table
 from vendor_rows import flashinfer_prefill_fn, xformers_fn
 
 from attention_conformance.kernels import cuda_lib
@@ -297,8 +298,6 @@ def curves_svg(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
-        ("xformers", "xformers"))
 
 
 def _key(r: dict) -> tuple:
@@ -311,7 +310,7 @@ def _previous_note(rows, previous: list[dict], prev_env: dict, gpu: str) -> str:
     other = prev_env.get("gpu")
     when = ", ".join(x for x in (prev_env.get("date"), other if other and other != gpu else None) if x)
     when = f" ({when})" if when else ""
-    if any("fa4_method" in r for r in previous):
+    if by_gpu_time(previous):
         cause = (f"the card ({other} then, {gpu} now), the run (clocks, power) and the kernels' own changes in "
                  "between" if other and other != gpu else "run-to-run (clocks, power, the kernels' own changes in "
                  "between)")

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from timing_md import FA3_REFS, by_gpu_time  # tools/, beside this script
+
 from attention_conformance.verdict.outcomes import OUTCOMES, SHORT
 
 __all__ = ["BLOCKS", "README", "render_block", "rewrite", "main"]
@@ -93,8 +95,7 @@ def _bench(root: Path) -> str:
     bwd = _load(root / "benchmarks" / "fa3_bwd_side_by_side.json")  # its FA2 column: our FA2 backward
     def run(doc: dict, name: str, rows: list[dict]) -> str:  # the card, date and timer of one file's rows
         env = doc.get("env", {})
-        timer = "GPU time" if any(k.endswith("_method") for r in rows for k in r) else \
-            "CUDA events around each launch, host time included"
+        timer = "GPU time" if by_gpu_time(rows) else "CUDA events around each launch, host time included"
         return (f"`reports/benchmarks/{name}`: {env.get('gpu', '?')}, {env.get('date', '?')}, driver "
                 f"{env.get('driver', '?')}, torch {env.get('torch', '?')}, cuDNN {env.get('cudnn', '?')}, {timer}")
 
@@ -129,29 +130,24 @@ def _bench(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the FA3 forward table's other candidates, in the README's column order: (JSON key, column name)
-FA3_OTHERS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
-              ("xformers", "xformers"))
-
-
 def _fa3(root: Path) -> str:
     rep = _load(root / "benchmarks" / "fa3_side_by_side.json")
     env = rep.get("env", {})
-    names = " | ".join(n for _, n in FA3_OTHERS)
-    ratios = " | ".join(f"ours / {n}" for _, n in FA3_OTHERS if n != "torch-flash")
+    names = " | ".join(n for _, n in FA3_REFS)
+    ratios = " | ".join(f"ours / {n}" for _, n in FA3_REFS if n != "torch-flash")
     lines = [f"{env.get('gpu', '?')}, {env.get('date', '?')}, driver {env.get('driver', '?')}, CUDA "
              f"{env.get('cuda', '?')}, torch {env.get('torch', '?')}, cuDNN {env.get('cudnn', '?')}, flash-attn-4 "
              f"{env.get('fa4', '?')}; bf16, forward (`reports/benchmarks/fa3_side_by_side.json`; TFLOPs/s by GPU "
              "time, all timed in the same run; n/a: that library declined or has no build of the row):", "",
              f"| B, H, N, d | causal | FA3 (ours) | {names} | {ratios} |",
-             "|---|---|---|" + "---|" * (2 * len(FA3_OTHERS) - 1)]
+             "|---|---|---|" + "---|" * (2 * len(FA3_REFS) - 1)]
     for r in rep.get("bench", []):
         ours = r["fa3_tflops"]
-        others = [r.get(f"{k}_tflops") for k, _ in FA3_OTHERS]
+        others = [r.get(f"{k}_tflops") for k, _ in FA3_REFS]
         dims = f"{r['d']}x{r['dv']}" if r.get("dv", r["d"]) != r["d"] else f"{r['d']}"
         tflops = " | ".join(f"{t:.0f}" if t else "n/a" for t in others)
         rel = " | ".join(f"{ours / t:.2f}x" if t else "n/a"
-                         for (_, n), t in zip(FA3_OTHERS, others) if n != "torch-flash")
+                         for (_, n), t in zip(FA3_REFS, others) if n != "torch-flash")
         lines.append(f"| {r['B']}, {r['H']}, {r['N']}, {dims} | {r['causal']} | {ours:.0f} | {tflops} | {rel} |")
     return "\n".join(lines) + "\n"
 

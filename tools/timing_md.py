@@ -3,7 +3,7 @@ time per call beside the GPU time, from the rows `attention_conformance.kernels.
 
 from __future__ import annotations
 
-__all__ = ["TIMING_NOTE", "host_table"]
+__all__ = ["FA3_REFS", "TIMING_NOTE", "by_gpu_time", "host_table"]
 
 TIMING_NOTE = (
     "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured call, "
@@ -12,6 +12,16 @@ TIMING_NOTE = (
     "the other's time over ours (> 1: ours is faster). Our kernels are called as a caller that launches them "
     "repeatedly would: `cuda_lib.bind` (the params struct filled and the workspace sized once, one foreign call "
     "per launch; capturable); the others through their Python entry points.")
+
+#: the other candidates of the FA3 forward table (tools/fa3_check_bench.py), in its column order: (row key, title)
+FA3_REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
+            ("xformers", "xformers"))
+
+
+def by_gpu_time(rows: list[dict]) -> bool:
+    """Whether a benchmark set was timed by GPU time (its rows name a ``*_method`` per candidate), not by the wall
+    timer before it, which charged each call's host time."""
+    return any(k.endswith("_method") for r in rows for k in r)
 
 
 def _candidates(rows: list[dict]) -> list[str]:
