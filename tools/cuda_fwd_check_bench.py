@@ -182,9 +182,10 @@ def _row_key(r: dict) -> tuple:
 
 
 def _row_label(r: dict) -> str:
+    """A row's name in the host table and the before table."""
     if r["kernel"] == "splitkv_decode":
         return f"decode B{r['B']} Lk{r['Lk']}"
-    return f"FA2 fwd B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else "")
+    return f"FA2 B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else "")
 
 
 def before_section(env: dict, rows: list[dict], previous: dict) -> list[str]:
@@ -239,9 +240,8 @@ def markdown(env, rows, previous: dict | None = None):
     if notes:
         out += ["", "*FlashInfer paged*: " + "; ".join(notes) + ". TB/s: K and V bytes read once per call."]
     out += ["", TIMING_NOTE, ""]
-    out += host_table([r for r in rows if r["kernel"] == "fa2_fwd"],
-                      lambda r: f"FA2 B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else ""))
-    out += [""] + host_table(dec, lambda r: f"decode B{r['B']} Lk{r['Lk']}")
+    out += host_table([r for r in rows if r["kernel"] == "fa2_fwd"], _row_label)
+    out += [""] + host_table(dec, _row_label)
     if previous:
         out += before_section(env, rows, previous)
     return "\n".join(out) + "\n"
