@@ -115,6 +115,11 @@ class Case:
         return self.Hq // self.Hkv
 
     @property
+    def dv_ratio(self) -> float:
+        """head_dim_v / head_dim (1.0 where dv = d)."""
+        return self.dv / self.d
+
+    @property
     def varlen(self) -> bool:
         return self.seqlens_q is not None or self.seqlens_k is not None
 

@@ -10,6 +10,7 @@ An expectations file (TOML, ``schema = 1``) lists entries::
     gpu = ["H100", "H200"]                              # optional: a substring (or a list) of a visible GPU's name
     cases = "scale and causal"                          # optional: a -k expression over case ids
     where = {family = "scale", causal = true, scale = {max = 0.0}}   # optional: Case fields (value, list, range)
+                                                        # or the derived gqa_ratio, dv_ratio (dv / d), varlen
     outcome = "FAIL"                                    # expected outcome(s), `EXPECTABLE`; default FAIL
     symptom = "non-finite value(s)"                     # optional: a substring of the verdict's message
     finding = "masked_nan"                              # optional: a named finding the verdict must carry
@@ -77,7 +78,9 @@ _PASSING = (PASS, QUALITY_WARNING, FINDING)
 _INERT = (NOT_SUPPORTED, HARNESS_ERROR)
 #: what an entry may expect
 EXPECTABLE = tuple(o for o in OUTCOMES if o not in (PASS, NOT_SUPPORTED, HARNESS_ERROR, KNOWN, UNEXPECTED_PASS))
-_CASE_FIELDS = {f.name for f in dataclasses.fields(Case)}
+#: what a ``where`` may name: the Case's fields and the quantities it derives from them
+_DERIVED = ("gqa_ratio", "dv_ratio", "varlen")
+_CASE_FIELDS = {f.name for f in dataclasses.fields(Case)} | set(_DERIVED)
 _KEYS = {"id", "adapter", "adapters", "versions", "device", "devices", "gpu", "cases", "where", "outcome",
          "symptom", "finding", "reason", "link", "repro"}
 #: a PEP 440 version inside free text ("torch 2.13.0+cpu", "flash-attn-4 4.0.0b36", "0.7.2.post1"): release,
@@ -221,7 +224,8 @@ def _entry(raw: dict, source: str, index: int, base: Path | None = None) -> Expe
         raise ExpectationError(f"{where_}: 'where' must be a table of Case fields")
     unknown = sorted(set(where) - _CASE_FIELDS)
     if unknown:
-        raise ExpectationError(f"{where_}: 'where' names unknown Case field(s) {unknown}")
+        raise ExpectationError(f"{where_}: 'where' names unknown Case field(s) {unknown} (fields, or the derived "
+                               f"{', '.join(_DERIVED)})")
     versions = raw.get("versions")
     if versions is not None:
         try:

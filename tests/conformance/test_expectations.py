@@ -214,6 +214,24 @@ def test_apply_counts_and_reports_unused_entries(tmp_path):
 
 
 
+def test_where_matches_a_derived_quantity(tmp_path):
+    """``where`` may name what a Case derives (dv_ratio = dv / d): flash-attn-4's sm90 crash at dv > 2 d is one
+    region, not a list of drawn head dims."""
+    entries = ex.load(_file(tmp_path, """
+    [[expectation]]
+    id = "wide-dv"
+    adapters = ["torch-sdpa-flash"]
+    where = { dv_ratio = { min = 2.01 } }
+    symptom = "illegal memory access"
+    reason = "r"
+    """))
+    wide, at_two = OTHER.replace(d=32, dv=80), OTHER.replace(d=32, dv=64)
+    assert wide.dv_ratio == 2.5 and at_two.dv_ratio == 2.0
+    crash = "CUDA error: an illegal memory access was encountered"
+    out, _ = ex.apply(entries, [(wide, _result(wide, "FAIL", crash)), (at_two, _result(at_two, "PASS"))], CPU)
+    assert [r.outcome for r in out] == ["KNOWN", "PASS"]
+
+
 # -- through the command line ----------------------------------------------------------------------
 SCALE_CASES = "scale-b1h2x2-q45k45"
 
