@@ -13,6 +13,10 @@
   hold is counted in `Timing.host_bound_samples` (its GPU figure may include host time) and lengthens the next hold.
 - **host time** (`Timing.host_us`): ``perf_counter`` around one call, the GPU drained before it: what the call costs
   the calling thread (Python, argument checks, launches; all of the GPU time too if the call synchronizes).
+  Beside it `Timing.host_queued_us`: the host time of one call issued behind queued GPU work, as a training step
+  issues its calls (the first GPU estimate's calls, at least `PROBE_MIN_CALLS` launched back to back behind a hold,
+  their enqueue time per call, the events around them left out). On an H100 the two differ most
+  for calls of several launches: the FA3 backward read 16-109 us from a drained GPU, 17-26 us behind queued work.
 - **wall time** (`Timing.wall_ms`): event, call, event, synchronize; the figure this module gave before issue 40,
   which charges the call's host time to every sample (`cuda_event_times_ms`).
 
@@ -35,7 +39,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
@@ -55,6 +59,9 @@ MAX_CALLS = 100
 CAPTURE_CHECK = 0.5
 #: samples of the calls launched directly before the graph is captured (`measure`)
 PROBES = 3
+#: the first GPU estimate launches at least this many calls back to back (one per sample when L2 is flushed), so that
+#: its enqueue time gives `Timing.host_queued_us`
+PROBE_MIN_CALLS = 4
 #: the hold before a sample lasts this many times the time to enqueue the sample, plus `HOLD_MARGIN_MS`, at most
 #: `HOLD_CAP_MS`
 HOLD_FACTOR = 1.5
@@ -148,13 +155,17 @@ class Timing:
     power_w: float | None
     #: why the clock or power is None
     telemetry_reason: str | None
+    #: host time of one call issued behind queued GPU work, in microseconds (the median over the first GPU estimate's
+    #: samples of their enqueue time per call); None where not measured
+    host_queued_us: float | None = None
 
     def describe(self) -> str:
         """One line: the three figures and how the GPU time was measured."""
         how = self.method + (f" ({self.fallback_reason})" if self.fallback_reason else "")
         extra = f", SM {self.sm_clock_mhz:.0f} MHz" if self.sm_clock_mhz is not None else ""
         extra += f", {self.power_w:.0f} W" if self.power_w is not None else ""
-        return (f"GPU {self.gpu_ms:.4f} ms by {how}, host {self.host_us:.1f} us, wall {self.wall_ms:.4f} ms"
+        queued = f" ({self.host_queued_us:.1f} us queued)" if self.host_queued_us is not None else ""
+        return (f"GPU {self.gpu_ms:.4f} ms by {how}, host {self.host_us:.1f} us{queued}, wall {self.wall_ms:.4f} ms"
                 f"{extra}")
 
 
@@ -234,6 +245,8 @@ class _GpuSampler:
     hold_ms: float
     flush_l2: bool
     host_bound: int = 0
+    #: each sample's time to enqueue its calls alone (between the events), in ms
+    calls_ms: list[float] = field(default_factory=list)
 
     def sample(self, enqueue: Callable[[], object], readings: list[tuple[float | None, float | None]]) -> float:
         if self.flush_l2:
@@ -241,7 +254,9 @@ class _GpuSampler:
         self.device.hold(self.hold_ms)
         t0 = self.host_clock()
         start = self.device.record()
+        t1 = self.host_clock()
         enqueue()
+        self.calls_ms.append((self.host_clock() - t1) * 1e3)
         end = self.device.record()
         enqueue_ms = (self.host_clock() - t0) * 1e3
         readings.append(self.telemetry.read())
@@ -304,10 +319,13 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
     host_ms = statistics.median(host) / 1e3
 
     # a first GPU estimate from calls launched back to back, the least of `PROBES` samples (host time that leaks
-    # into a sample only adds to it): it sizes the samples and checks the graph
+    # into a sample only adds to it): it sizes the samples and checks the graph; its enqueue time per call is the
+    # host time of a call issued behind queued work
     n = calls or calls_per_sample(statistics.median(wall), flush_l2)
-    probe = _GpuSampler(device, telemetry, host_clock, n, _hold_ms(n * host_ms), flush_l2)
-    direct_ms = min(probe.sample(_repeat(fn, n), []) for _ in range(PROBES))
+    m = n if flush_l2 else max(n, PROBE_MIN_CALLS)
+    probe = _GpuSampler(device, telemetry, host_clock, m, _hold_ms(m * host_ms), flush_l2)
+    direct_ms = min(probe.sample(_repeat(fn, m), []) for _ in range(PROBES))
+    host_queued_us = statistics.median(probe.calls_ms) / m * 1e3
     n = calls or calls_per_sample(direct_ms, flush_l2)
 
     method: Method = "cuda_graph"
@@ -328,6 +346,7 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
         host_samples_us=tuple(host), wall_samples_ms=tuple(wall), l2_flushed=flush_l2,
         host_bound_samples=sampler.host_bound, sm_clock_mhz=_median_or_none([c for c, _ in readings]),
         power_w=_median_or_none([p for _, p in readings]), telemetry_reason=telemetry.reason,
+        host_queued_us=host_queued_us,
     )
 
 
@@ -545,7 +564,8 @@ def round_order(cands: Sequence[tuple[str, Callable[[], object]]], round_index: 
 def rounds_row(name: str, results: Sequence[Timing | float], flops: float) -> dict[str, Any]:
     """The row entries of one candidate from its rounds' results (a `Timing`, or a time in ms from a timer that gives
     only that): ``name + "_ms"`` the median GPU time of the rounds, ``_tflops`` from `flops`, ``_spread`` of the
-    rounds' GPU times; for `Timing` results also ``_host_us`` and ``_wall_ms`` (medians), ``_method`` (the methods
+    rounds' GPU times; for `Timing` results also ``_host_us``, ``_host_queued_us`` (where measured) and ``_wall_ms``
+    (medians), ``_method`` (the methods
     of the rounds, joined by "+" where they differ), ``_fallback_reason`` (where a round fell back), and
     ``_sm_clock_mhz`` / ``_power_w`` (medians, where read)."""
     ms = [r.gpu_ms if isinstance(r, Timing) else float(r) for r in results]
@@ -554,6 +574,9 @@ def rounds_row(name: str, results: Sequence[Timing | float], flops: float) -> di
     timings = [r for r in results if isinstance(r, Timing)]
     if timings:
         row[name + "_host_us"] = statistics.median(t.host_us for t in timings)
+        queued = _median_or_none([t.host_queued_us for t in timings])
+        if queued is not None:
+            row[name + "_host_queued_us"] = queued
         row[name + "_wall_ms"] = statistics.median(t.wall_ms for t in timings)
         row[name + "_method"] = "+".join(sorted({t.method for t in timings}))
         reasons = sorted({t.fallback_reason for t in timings if t.fallback_reason})

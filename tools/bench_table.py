@@ -51,7 +51,8 @@ def rows_of(data: dict) -> dict[str, dict[str, dict]]:
             unit = "TB/s" if "TBps_cuda_event" in info else "TFLOPs/s"
             rate = info.get("TBps_cuda_event", info.get("tflops_cuda_event"))
         out[b.get("group") or b["name"]][_impl(b["name"])] = {
-            "ms": ms, "rate": rate, "unit": unit, "host_us": info.get("host_us"), "wall_ms": info.get("wall_ms"),
+            "ms": ms, "rate": rate, "unit": unit, "host_us": info.get("host_us"),
+            "host_queued_us": info.get("host_queued_us"), "wall_ms": info.get("wall_ms"),
             "method": method, "paired": info.get("paired_ours_over_impl")}
     return out
 
@@ -76,7 +77,8 @@ def header(data: dict) -> list[str]:
         f"- {data.get('datetime', '?')}, commit {rev}; {gpus}" + (f"; {versions}" if versions else "")
         + f"; Python {info.get('python_version', '?')}, pytest-benchmark {data.get('version', '?')}.",
         "- GPU ms is the headline: GPU time of one call without host launch overhead (`kernels/timing.py`, the method "
-        "in *timed by*); host us is the CPU time of issuing one call, wall ms the per-call time of event, call, event, "
+        "in *timed by*); host us is the CPU time of issuing one call from a drained GPU (after the /: behind queued "
+        "work, as a training step issues its calls, where measured), wall ms the per-call time of event, call, event, "
         "synchronize (the earlier timer). *speed ours / impl* > 1: ours is faster (the other's GPU time over ours, "
         "measured one after the other); *paired*: the same ratio from alternating rounds in one process, where the "
         "benchmark took it.", "",
@@ -99,6 +101,8 @@ def markdown(data: dict) -> str:
             rate = f"{r['rate']:.1f} {r['unit']}" if r["rate"] is not None else ""
             paired = f"{r['paired']:.2f}" if r.get("paired") is not None else ""
             host = f"{r['host_us']:.0f}" if r.get("host_us") is not None else ""
+            if host and r.get("host_queued_us") is not None:
+                host += f" / {r['host_queued_us']:.0f}"
             wall = f"{r['wall_ms']:.3f}" if r.get("wall_ms") is not None else ""
             lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {host} | {wall} | {r['method']} | {ratio} "
                          f"| {paired} |")

@@ -33,24 +33,33 @@ def _candidates(rows: list[dict]) -> list[str]:
     return seen
 
 
-def _host_wall(row: dict, name: str) -> str:
-    """"host us / wall ms" of candidate ``name`` in ``row``, "-" for a figure it lacks (it did not run)."""
-    host, wall = row.get(name + "_host_us"), row.get(name + "_wall_ms")
-    return f"{'-' if host is None else f'{host:.1f}'} / {'-' if wall is None else f'{wall:.3f}'}"
+def _host_wall(row: dict, name: str, queued: bool = False) -> str:
+    """"host us / wall ms" (with ``queued``: "host us / queued us / wall ms") of candidate ``name`` in ``row``, "-"
+    for a figure it lacks (it did not run)."""
+    def fmt(key: str, spec: str) -> str:
+        value = row.get(name + key)
+        return "-" if value is None else format(value, spec)
+    parts = [fmt("_host_us", ".1f")] + ([fmt("_host_queued_us", ".1f")] if queued else []) + [fmt("_wall_ms", ".3f")]
+    return " / ".join(parts)
 
 
 def host_table(rows: list[dict], label) -> list[str]:
-    """Lines of a table: per row (``label(row)``), each candidate's host time per call (us), wall time per call (ms:
-    event, call, event, synchronize: the timer before GPU time) and the GPU timing method; [] when no row has them."""
+    """Lines of a table: per row (``label(row)``), each candidate's host time per call (us: from a drained GPU, and
+    behind queued work where measured), wall time per call (ms: event, call, event, synchronize: the timer before GPU
+    time) and the GPU timing method; [] when no row has them."""
     names = _candidates(rows)
     if not names:
         return []
-    out = ["Host time per call (us: the CPU time of issuing one call), wall time per call (ms: event, call, event, "
-           "synchronize: what the earlier timer measured) and how the GPU time was taken:", "",
-           "| row | " + " | ".join(f"{n} host us / wall ms" for n in names) + " | method |",
+    queued = any(k.endswith("_host_queued_us") for r in rows for k in r)
+    what = "host us / queued us / wall ms" if queued else "host us / wall ms"
+    out = ["Host time per call (us: the CPU time of issuing one call, the GPU drained before it"
+           + ("; queued: behind queued GPU work, as a training step issues its calls" if queued else "")
+           + "), wall time per call (ms: event, call, event, synchronize: what the earlier timer measured) and how "
+           "the GPU time was taken:", "",
+           "| row | " + " | ".join(f"{n} {what}" for n in names) + " | method |",
            "|---|" + "---|" * (len(names) + 1)]
     for r in rows:
-        cells = [_host_wall(r, n) for n in names]
+        cells = [_host_wall(r, n, queued) for n in names]
         methods = sorted({str(r[k]) for k in r if k.endswith("_method")})
         out.append(f"| {label(r)} | " + " | ".join(cells) + f" | {', '.join(methods) or '?'} |")
     return out + [""]

@@ -150,7 +150,8 @@ def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "t
     benchmark.pedantic(fn, rounds=rounds, warmup_rounds=3)
     t = measure(call, reps=rounds, warmup=1)
     info = benchmark.extra_info
-    info.update(gpu_ms=t.gpu_ms, host_us=t.host_us, wall_ms=t.wall_ms, gpu_method=t.method,
+    info.update(gpu_ms=t.gpu_ms, host_us=t.host_us, host_queued_us=t.host_queued_us, wall_ms=t.wall_ms,
+                gpu_method=t.method,
                 calls_per_sample=t.calls_per_sample, host_bound_samples=t.host_bound_samples,
                 sm_clock_mhz=t.sm_clock_mhz, power_w=t.power_w)
     if t.fallback_reason:

@@ -149,6 +149,7 @@ def test_host_work_is_charged_to_host_and_wall_time_not_to_gpu_time():
     assert t.method == "cuda_graph" and t.fallback_reason is None
     assert t.gpu_ms == pytest.approx(0.2)
     assert t.host_us == pytest.approx((2.0 + LAUNCH_MS) * 1e3)
+    assert t.host_queued_us == pytest.approx((2.0 + LAUNCH_MS) * 1e3)  # behind queued work too: host work is not hidden
     assert t.wall_ms == pytest.approx(2.2 + LAUNCH_MS)  # the start event, the host work, the kernel's launch
     assert t.calls_per_sample == 5 and t.host_bound_samples == 0
     assert len(t.gpu_samples_ms) == len(t.host_samples_us) == len(t.wall_samples_ms) == 5
@@ -191,8 +192,9 @@ def test_a_call_that_synchronizes_falls_back_and_its_samples_are_marked_host_bou
 
     t = _measure(sim, call)
     assert t.method == "back_to_back" and "when stream is capturing" in t.fallback_reason
-    # each call waits for the one before it: no hold can hide the host time, and the samples say so
-    assert t.host_bound_samples > 0 and t.gpu_ms > 1.0
+    # each call waits for the one before it: no hold can hide the host time of the calls after a sample's first, and
+    # the samples say so
+    assert t.host_bound_samples > 0 and t.calls_per_sample > 1 and t.gpu_ms > 2 * 0.2
 
 
 def test_a_graph_that_misses_the_call_s_work_falls_back():
@@ -251,11 +253,11 @@ def test_wall_timer_brackets_each_call():
         pytest.approx(3.0 + LAUNCH_MS)
 
 
-def _timing(gpu_ms: float, method="cuda_graph", reason=None, clock=None) -> Timing:
+def _timing(gpu_ms: float, method="cuda_graph", reason=None, clock=None, queued=None) -> Timing:
     return Timing(gpu_ms=gpu_ms, host_us=gpu_ms * 100, wall_ms=gpu_ms + 0.5, method=method, fallback_reason=reason,
                   calls_per_sample=1, gpu_samples_ms=(gpu_ms,), host_samples_us=(), wall_samples_ms=(),
                   l2_flushed=False, host_bound_samples=0, sm_clock_mhz=clock, power_w=None,
-                  telemetry_reason="no NVML")
+                  telemetry_reason="no NVML", host_queued_us=queued)
 
 
 def test_round_order_reverses_odd_rounds():
@@ -271,6 +273,10 @@ def test_rounds_row_from_timings():
     assert row == {"x_ms": 2.0, "x_tflops": 2e12 / 2.0 / 1e9, "x_spread": 1.0, "x_host_us": 200.0, "x_wall_ms": 2.5,
                    "x_method": "back_to_back+cuda_graph", "x_fallback_reason": "capture failed: no",
                    "x_sm_clock_mhz": 1800.0}
+    # the host time behind queued work: the median of the rounds that measured it
+    row = rounds_row("x", [_timing(1.0, queued=30.0), _timing(1.0), _timing(1.0, queued=10.0),
+                           _timing(1.0, queued=20.0)], flops=1.0)
+    assert row["x_host_queued_us"] == 20.0
 
 
 def test_round_robin_interleaves_candidates_and_keeps_the_median_of_rounds():
@@ -388,6 +394,7 @@ def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
     assert t.method == "cuda_graph", t.describe()
     assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
     assert t.host_us >= 2000, t.describe()  # the host work is host time (under load the thread also waits its turn)
+    assert t.host_queued_us is not None and t.host_queued_us >= 2000, t.describe()  # behind queued work as well
     host_ms = t.host_us / 1e3
     assert 0.95 * 2.2 <= t.wall_ms <= 1.25 * (host_ms + 0.2), t.describe()  # wall = host work + kernel
     assert (t.sm_clock_mhz is None) == (t.telemetry_reason is not None), t.describe()

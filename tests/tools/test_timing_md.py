@@ -11,3 +11,16 @@ def test_a_set_with_a_method_per_candidate_is_gpu_time():
 def test_a_set_without_methods_is_the_wall_timer():
     assert not by_gpu_time([{"d": 64, "ours_ms": 1.0, "ratio_vs_flash": 1.2}])
     assert not by_gpu_time([])
+
+
+def test_host_table_shows_the_queued_host_time_where_a_set_has_it():
+    from timing_md import host_table
+
+    old = [{"d": 64, "fa3_host_us": 9.04, "fa3_wall_ms": 1.5, "fa3_method": "cuda_graph"}]
+    lines = host_table(old, lambda r: f"d{r['d']}")
+    assert "| fa3 host us / wall ms | method |" in lines[2] and lines[4] == "| d64 | 9.0 / 1.500 | cuda_graph |"
+    new = [{**old[0], "fa3_host_queued_us": 7.25, "fa4_host_us": 300.0, "fa4_method": "cuda_graph"}]
+    lines = host_table(new, lambda r: f"d{r['d']}")
+    assert "queued: behind queued GPU work" in lines[0]
+    assert "| fa3 host us / queued us / wall ms | fa4 host us / queued us / wall ms |" in lines[2]
+    assert lines[4] == "| d64 | 9.0 / 7.2 / 1.500 | 300.0 / - / - | cuda_graph |"
