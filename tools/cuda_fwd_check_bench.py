@@ -34,6 +34,11 @@ from attention_conformance.kernels.timing import time_round_robin
 #: an H100), so ~0.23 s a call at N = 8192 and tens of seconds per row of rounds (on the H100 this step's 240 s
 #: ended before its first row)
 FA1_MAX_N = 2048
+#: the copy that gives this card's copy bandwidth, the decode bar's reference (issue 40: 90% of it): the size of the
+#: B = 4 decode row's K and V together
+COPY_BYTES = 2 * 4 * 8 * 131072 * 128 * 2
+#: the decode bar, as a fraction of the copy bandwidth
+DECODE_BAR = 0.9
 ROUNDS = 3  # each row's candidates timed in turn, ROUNDS times (odd rounds backwards); the median of the rounds
 
 __all__ = ["correctness", "env_info", "main", "sdpa_fn", "time_fn"]
@@ -100,12 +105,26 @@ def sdpa_fn(backend, q, k, v, causal, gqa=False):
     return f
 
 
+def copy_row(nbytes: int = COPY_BYTES) -> dict:
+    """This card's copy bandwidth: ``dst.copy_(src)`` of `nbytes` on the device by GPU time, TB/s of the bytes read and
+    written (2 x `nbytes`): the reference of the decode rows (their reads over it, `DECODE_BAR`)."""
+    src = torch.empty(nbytes, device="cuda", dtype=torch.uint8).random_(0, 255)
+    dst = torch.empty_like(src)
+    row: dict = dict(kernel="copy", bytes=nbytes)
+    time_round_robin(row, [("copy", lambda: dst.copy_(src))], 0.0, ROUNDS)
+    if "copy_ms" in row:
+        row["copy_TBps"] = 2 * nbytes / row["copy_ms"] / 1e9
+    return row
+
+
 def bench(quick, row_done=None):
-    """The decode rows first (split-KV, the TB/s bar), then FA2 forward's rows at N = 8192 for each head dim, then the
-    N sweep at d = 128; `row_done(rows so far)` after each row (a run its time limit cuts short keeps them)."""
+    """This card's copy bandwidth (`copy_row`), the decode rows (split-KV, the TB/s bar: their reads over the copy
+    bandwidth), then FA2 forward's rows at N = 8192 for each head dim, then the N sweep at d = 128; `row_done(rows so
+    far)` after each row (a run its time limit cuts short keeps them)."""
     from torch.nn.attention import SDPBackend
 
-    rows = []
+    rows = [copy_row()]
+    copy_tbps = rows[0].get("copy_TBps")
     shapes = [(4, 16, 8192, d, c) for d in (128, 64, 256) for c in (False, True)]
     shapes += [(4, 16, n, 128, c) for n in (1024, 2048, 4096, 16384) for c in (False, True)]
     if quick:
@@ -140,6 +159,8 @@ def bench(quick, row_done=None):
         for ref in ("flash", "cudnn", "flashinfer_paged"):
             if ref + "_ms" in row and "ours_ms" in row:
                 row["ratio_vs_" + ref] = row[ref + "_ms"] / row["ours_ms"]
+        if copy_tbps and "ours_TBps" in row:
+            row["ours_of_copy"] = row["ours_TBps"] / copy_tbps
         rows.append(row)
         if row_done is not None:
             row_done(rows)
@@ -178,6 +199,8 @@ def env_info():
 
 
 def _row_key(r: dict) -> tuple:
+    if r["kernel"] == "copy":
+        return r["kernel"], r["bytes"]
     return r["kernel"], r["B"], r.get("N", r.get("Lk")), r["d"], bool(r.get("causal"))
 
 
@@ -185,6 +208,8 @@ def _row_label(r: dict) -> str:
     """A row's name in the host table and the before table."""
     if r["kernel"] == "splitkv_decode":
         return f"decode B{r['B']} Lk{r['Lk']}"
+    if r["kernel"] == "copy":
+        return f"copy {r['bytes'] / 2**30:.0f} GiB"
     return f"FA2 B{r['B']} H{r['H']} N{r['N']} d{r['d']}" + (" causal" if r["causal"] else "")
 
 
@@ -201,7 +226,7 @@ def before_section(env: dict, rows: list[dict], previous: dict) -> list[str]:
            "| row | ours then | ours now | ours / flash then | now | change |", "|---|---|---|---|---|---|"]
     for r in rows:
         o = old.get(_row_key(r))
-        if o is None:
+        if o is None or r["kernel"] == "copy":  # the copy is the decode bar's reference, not a kernel of ours
             continue
         unit = "TBps" if r["kernel"] == "splitkv_decode" else "tflops"
         was, now = o.get("ratio_vs_flash", nan), r.get("ratio_vs_flash", nan)
@@ -239,9 +264,15 @@ def markdown(env, rows, previous: dict | None = None):
                     for r in dec if "flashinfer_paged_call" in r or "flashinfer_paged_declined" in r})
     if notes:
         out += ["", "*FlashInfer paged*: " + "; ".join(notes) + ". TB/s: K and V bytes read once per call."]
+    copy = next((r for r in rows if r["kernel"] == "copy" and "copy_TBps" in r), None)
+    if copy is not None:
+        shares = ", ".join(f"B{r['B']} {r['ours_of_copy']:.0%}" for r in dec if "ours_of_copy" in r)
+        out += ["", f"*Copy bandwidth* of this card: {copy['copy_TBps']:.2f} TB/s (`dst.copy_(src)` of "
+                    f"{copy['bytes'] / 2**30:.0f} GiB, bytes read + written, GPU time); the decode rows read K and V "
+                    f"at {shares or '-'} of it (the bar: {DECODE_BAR:.0%})."]
     out += ["", TIMING_NOTE, ""]
     out += host_table([r for r in rows if r["kernel"] == "fa2_fwd"], _row_label)
-    out += [""] + host_table(dec, _row_label)
+    out += [""] + host_table(dec + ([copy] if copy is not None else []), _row_label)
     if previous:
         out += before_section(env, rows, previous)
     return "\n".join(out) + "\n"

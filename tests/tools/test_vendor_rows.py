@@ -104,3 +104,20 @@ def test_flashinfer_rows_only_at_the_head_dims_its_release_builds(monkeypatch):
     q = torch.randn(1, 2, 16, 96)
     assert vendor_rows.flashinfer_prefill_fn(q, q, q, False) == (None, why)
     assert vendor_rows.flashinfer_paged_decode_fn(q[:, :, :1], q, q) == (None, why)
+
+
+def test_the_decode_rows_are_read_against_this_card_s_copy_bandwidth():
+    """Issue 40's decode bar is 90% of the card's copy bandwidth: the set measures that copy and says each decode
+    row's share of it (H100 and H200 differ by 1.4x in bandwidth, so a TB/s figure alone is not the bar)."""
+    bench = pytest.importorskip("cuda_fwd_check_bench")
+    env = dict(gpu="H100", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
+    copy = dict(kernel="copy", bytes=2 << 30, copy_ms=1.3, copy_TBps=2 * (2 << 30) / 1.3 / 1e9,
+                copy_host_us=9.0, copy_wall_ms=1.31, copy_method="cuda_graph")
+    dec = dict(kernel="splitkv_decode", B=4, Hq=32, Hkv=8, Lq=1, Lk=131072, d=128, num_splits=8, ours_ms=0.7,
+               ours_TBps=3.07, ours_of_copy=3.07 / copy["copy_TBps"], ours_host_us=9.0, ours_wall_ms=0.72,
+               ours_method="cuda_graph")
+    md = bench.markdown(env, [copy, dec], {"env": {"gpu": "H200", "date": "before"}, "bench": [dec]})
+    assert f"*Copy bandwidth* of this card: {copy['copy_TBps']:.2f} TB/s" in md
+    assert f"at B4 {dec['ours_of_copy']:.0%} of it (the bar: 90%)" in md
+    assert "| copy 2 GiB |" in md  # its host time in the host table; not in the before table
+    assert md.count("copy 2 GiB") == 1
