@@ -15,8 +15,8 @@
   the calling thread (Python, argument checks, launches; all of the GPU time too if the call synchronizes).
   Beside it `Timing.host_queued_us`: the host time of one call issued behind queued GPU work, as a training step
   issues its calls (the first GPU estimate's calls, at least `PROBE_MIN_CALLS` launched back to back behind a hold,
-  their enqueue time per call, the events around them left out). On an H100 the two differ most
-  for calls of several launches: the FA3 backward read 16-109 us from a drained GPU, 17-26 us behind queued work.
+  their enqueue time per call, the events around them left out). On an H100 the two differ most for calls of several
+  launches: the FA3 backward read 16-134 us from a drained GPU, 17-38 us behind queued work (docs/fa3_backward.md).
 - **wall time** (`Timing.wall_ms`): event, call, event, synchronize; the figure this module gave before issue 40,
   which charges the call's host time to every sample (`cuda_event_times_ms`).
 
