@@ -256,9 +256,10 @@ class _GpuSampler:
         start = self.device.record()
         t1 = self.host_clock()
         enqueue()
-        self.calls_ms.append((self.host_clock() - t1) * 1e3)
+        t2 = self.host_clock()
         end = self.device.record()
         enqueue_ms = (self.host_clock() - t0) * 1e3
+        self.calls_ms.append((t2 - t1) * 1e3)
         readings.append(self.telemetry.read())
         ms = self.device.elapsed_ms(start, end) / self.calls
         if enqueue_ms > self.hold_ms:
