@@ -9,8 +9,10 @@ In order:
 1. prints the pipeline's steps (exit status and seconds of each) and tox -e gpu's counts from its junit XML;
 2. compares the plugin's verdicts with the CLI's (``tools/compare_front_ends.py``) where both are there;
 3. joins the conformance reports the session holds into ``reports/gpu/`` (``python -m attention_conformance merge
-   --reexpect``: re-judged by the shipped expectations), renders its page beside the benchmark set and a PNG screenshot
-   of it (headless chromium, where installed), and removes the folders of reports it supersedes (``reports/gpu/*/``);
+   --reexpect``: re-judged by the shipped expectations; ``--onto-current``: on top of the current GPU report, so that
+   a session without FlashInfer or xformers keeps their results), renders its page beside the benchmark set and a PNG
+   screenshot of it (headless chromium, where installed), and removes the folders of reports it supersedes
+   (``reports/gpu/*/``);
 4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`;
    ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``);
 5. regenerates ``reports/index.md`` and the README's figure blocks (``tools/report_index.py``,
@@ -157,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("session", type=Path, help="what session-collect brought back ($OUT/session.tar.gz, or the folder "
                                                "it holds)")
     ap.add_argument("--note", help="a note at the top of the joined GPU report")
+    ap.add_argument("--onto-current", action="store_true",
+                    help="join the session's reports on top of the current reports/gpu/report.json.gz: a session "
+                         "without a vendor library keeps the current report's results of it (merge keeps an adapter "
+                         "a later run could not load); without it the session's reports alone make the GPU report")
     ap.add_argument("--dry-run", action="store_true", help="print what would be written, write nothing")
     args = ap.parse_args(argv)
     session = unpacked(args.session)
@@ -181,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             print("== the plugin's verdicts against the CLI's")
             subprocess.call([sys.executable, str(ROOT / "tools" / "compare_front_ends.py"), str(junit), str(cli_all)])
     if reports:
+        current = Path("reports", "gpu", "report.json.gz")  # as the merge command names it (run from ROOT)
+        if args.onto_current and (ROOT / current).is_file():
+            reports = [current, *reports]
         print("== the GPU report from", ", ".join(str(r) for r in reports))
         join_gpu_report(reports, args.note, ROOT, args.dry_run)
     for src, dst in bench_copies(session):

@@ -10,8 +10,10 @@ returns the report one run would have written: the results in catalog order, the
 A device report is often assembled from several runs: the torch backends and our CUDA kernels in one call, a
 vendor library that must be installed first in another, a re-run of a few cases after a fix. `combine` keys every
 result by (case id, adapter spec): a later report's result replaces an earlier one's for the same key (the
-replaced count is recorded per input in ``merged_from``), results come out in the profile's catalog order,
-and the report is ``partial`` when an input was, or when an adapter lacks a result for a case another
+replaced count is recorded per input in ``merged_from``, where a joined input stands for its runs), except an
+adapter the later run could not load (not installed there: ``available`` false) where an earlier run had it, whose
+results and version stay the earlier run's (``kept_from_earlier``); results come out in the profile's catalog
+order, and the report is ``partial`` when an input was, or when an adapter lacks a result for a case another
 input has. Both recount the summary from the joined results (`conformance.reporting.report.build_report`) and
 are reached through ``python -m attention_conformance merge``.
 """
@@ -167,17 +169,30 @@ def combine(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]
     for path, rep in reports:
         for row in rep.get("memory_growth", []):
             growth[(row.get("adapter", ""), row.get("shape", ""))] = row
+        # an adapter this run could not load (not installed here) undoes nothing an earlier run that had it said
+        unloaded = {spec for spec, a in ((a.get("spec") or a.get("name"), a) for a in rep.get("adapters", []))
+                    if a.get("available") is False and adapters.get(spec, {}).get("available", False)}
         replaced = 0
         for r in results_of(rep):
+            if r.spec in unloaded:
+                continue
             replaced += (r.case_id, r.spec) in by_key
             by_key[(r.case_id, r.spec)] = r
         for a in rep.get("adapters", []):
-            adapters[a.get("spec") or a.get("name")] = a
+            if (a.get("spec") or a.get("name")) not in unloaded:
+                adapters[a.get("spec") or a.get("name")] = a
+        # a joined report among the inputs: its runs, each with its own command, time and environment
+        merged_from.extend(dict(m, path=f"{path}: {m.get('path')}") for m in rep.get("merged_from", []))
+        if rep.get("merged_from"):
+            merged_from[-1]["replaced"] = merged_from[-1].get("replaced", 0) + replaced
+            merged_from[-1]["kept_from_earlier"] = sorted(unloaded)
+            continue
         merged_from.append({"path": path, "created": rep.get("created"), "command": rep.get("command"),
                             "wall_seconds": rep.get("wall_seconds"), "workers": rep.get("workers"),
                             "partial": bool(rep.get("partial")),
                             "results": len(rep.get("results", [])), "replaced": replaced,
                             "adapters": [a.get("spec") for a in rep.get("adapters", [])],
+                            "kept_from_earlier": sorted(unloaded),
                             "environment": rep.get("environment")})
     order = _catalog_order(first["profile"])
     case_ids = sorted({cid for cid, _ in by_key}, key=lambda c: (order.get(c, len(order)), c))

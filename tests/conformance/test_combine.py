@@ -123,3 +123,41 @@ def test_a_joined_report_gives_each_runs_wall_time_and_workers(runs):
     assert f"joined from 2 runs (wall times {walls} s; workers 1, 1)" in md
     assert "joined from" not in (tmp / "one" / "report.md").read_text()
     assert f"wall time {one['wall_seconds']:.1f} s" in (tmp / "one" / "report.md").read_text()
+
+
+def test_a_later_run_without_a_library_keeps_the_earlier_runs_results_of_it(runs, tmp_path):
+    """A device report joins a full session (vendor libraries installed) with a later run on a machine that lacks
+    one: that adapter's "adapter unavailable" NOT_SUPPORTED results and its version ("not installed") must not
+    replace what the run that had the library said, or the expectations keyed on its version stop applying."""
+    tmp, _, (_, a, pa), _ = runs
+    later = json.loads(json.dumps(a))
+    for ad in later["adapters"]:
+        if ad["spec"] == "reference-fa2":
+            ad.update(available=False, version="not installed", reason="not importable here")
+    for r in later["results"]:
+        r["seconds"] = -1.0
+        if r["spec"] == "reference-fa2":
+            r.update(outcome="NOT_SUPPORTED", message="adapter unavailable: not importable here")
+    p = tmp_path / "later.json"
+    p.write_text(json.dumps(later))
+    _, merged = _merge(tmp_path, "kept", pa, str(p))
+    assert _outcomes(merged) == _outcomes(a)
+    spec = {r["spec"]: r["seconds"] for r in merged["results"]}
+    assert spec["torch-sdpa-flash"] == -1.0 and spec["reference-fa2"] >= 0  # the loaded adapter's results replaced
+    assert {ad["spec"]: ad["available"] for ad in merged["adapters"]}["reference-fa2"] is True
+    assert merged["merged_from"][1]["kept_from_earlier"] == ["reference-fa2"]
+    # alone, or first, the run without the library says what it says
+    _, alone = _merge(tmp_path, "alone", str(p), pa)
+    assert _outcomes(alone) == _outcomes(a) and alone["merged_from"][1]["kept_from_earlier"] == []
+
+
+def test_a_joined_report_joined_again_lists_each_of_its_runs(runs, tmp_path):
+    """Joining onto the current device report (itself a join of a session's runs) keeps each run's command, wall
+    time and workers in ``merged_from``, not one entry for the joined file with workers None."""
+    tmp, _, (_, _, pa), (_, _, pb) = runs
+    _, ab = _merge(tmp_path, "ab", pa, pb)
+    _, again = _merge(tmp_path, "ab_a", str(tmp_path / "ab" / "report.json"), pa)
+    assert [m["workers"] for m in again["merged_from"]] == [1, 1, 1]
+    assert [m["command"] for m in again["merged_from"][:2]] == [m["command"] for m in ab["merged_from"]]
+    assert again["merged_from"][2]["replaced"] == len([r for r in ab["results"] if r["spec"] in A])
+    assert _outcomes(again) == _outcomes(ab)

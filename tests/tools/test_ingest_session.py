@@ -88,3 +88,17 @@ def test_session_collects_one_file_unpacked_beside_itself(tmp_path):
     assert got == packed.parent / "session" and (got / "steps").read_text().startswith("cli: exit 0")
     assert ingest.conformance_reports(got) == [got / "cli_all" / "report.json.gz"]
     assert ingest.unpacked(got) == got  # a folder is taken as it is
+
+
+def test_onto_current_joins_the_session_on_top_of_the_current_gpu_report(tmp_path, capsys):
+    """A session without FlashInfer or xformers: ``--onto-current`` puts the current GPU report first in the join
+    (merge keeps the results of an adapter a later run could not load), so their results stay; without the flag the
+    session's reports alone make the report."""
+    session = tmp_path / "session"
+    (session / "cli_all").mkdir(parents=True)
+    (session / "cli_all" / "report.json.gz").write_bytes((_ROOT / "reports" / "cpu" / "report.json.gz").read_bytes())
+    current = "reports/gpu/report.json.gz"  # relative to the checkout: the report's command names no machine path
+    for flags, first in ((["--onto-current"], current), ([], str(session / "cli_all" / "report.json.gz"))):
+        assert ingest.main([*flags, "--dry-run", str(session)]) == 0
+        merge = next(line for line in capsys.readouterr().out.splitlines() if " merge " in line)
+        assert merge.split(" merge ", 1)[1].startswith(first + " ")

@@ -111,13 +111,16 @@ def test_the_decode_rows_are_read_against_this_card_s_copy_bandwidth():
     row's share of it (H100 and H200 differ by 1.4x in bandwidth, so a TB/s figure alone is not the bar)."""
     bench = pytest.importorskip("cuda_fwd_check_bench")
     env = dict(gpu="H100", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
-    copy = dict(kernel="copy", bytes=2 << 30, copy_ms=1.3, copy_TBps=2 * (2 << 30) / 1.3 / 1e9,
-                copy_host_us=9.0, copy_wall_ms=1.31, copy_method="cuda_graph")
+    tbps = 2 * (2 << 30) / 1.3 / 1e9
+    copy = dict(kernel="copy", bytes=2 << 30, copy_ms=1.6, copy_TBps=2 * (2 << 30) / 1.6 / 1e9, copy_sm_ms=1.3,
+                copy_sm_TBps=tbps, copy_by="copy_sm", bandwidth_TBps=tbps, copy_host_us=9.0, copy_wall_ms=1.31,
+                copy_method="cuda_graph", copy_sm_host_us=9.0, copy_sm_wall_ms=1.31, copy_sm_method="cuda_graph")
     dec = dict(kernel="splitkv_decode", B=4, Hq=32, Hkv=8, Lq=1, Lk=131072, d=128, num_splits=8, ours_ms=0.7,
-               ours_TBps=3.07, ours_of_copy=3.07 / copy["copy_TBps"], ours_host_us=9.0, ours_wall_ms=0.72,
+               ours_TBps=3.07, ours_of_copy=3.07 / tbps, ours_host_us=9.0, ours_wall_ms=0.72,
                ours_method="cuda_graph")
     md = bench.markdown(env, [copy, dec], {"env": {"gpu": "H200", "date": "before"}, "bench": [dec]})
-    assert f"*Copy bandwidth* of this card: {copy['copy_TBps']:.2f} TB/s" in md
+    assert f"*Copy bandwidth* of this card: {tbps:.2f} TB/s, the faster of" in md
+    assert f"element-wise kernel (`torch.neg(src, out=dst)`, float32) {tbps:.2f} TB/s" in md
     assert f"at B4 {dec['ours_of_copy']:.0%} of it (the bar: 90%)" in md
     assert "| copy 2 GiB |" in md  # its host time in the host table; not in the before table
     assert md.count("copy 2 GiB") == 1
