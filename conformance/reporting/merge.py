@@ -169,8 +169,9 @@ def combine(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]
     for path, rep in reports:
         for row in rep.get("memory_growth", []):
             growth[(row.get("adapter", ""), row.get("shape", ""))] = row
+        entries = {a.get("spec") or a.get("name"): a for a in rep.get("adapters", [])}
         # an adapter this run could not load (not installed here) undoes nothing an earlier run that had it said
-        unloaded = {spec for spec, a in ((a.get("spec") or a.get("name"), a) for a in rep.get("adapters", []))
+        unloaded = {spec for spec, a in entries.items()
                     if a.get("available") is False and adapters.get(spec, {}).get("available", False)}
         replaced = 0
         for r in results_of(rep):
@@ -178,9 +179,7 @@ def combine(reports: Sequence[tuple[str, dict]]) -> tuple[dict, list[CaseResult]
                 continue
             replaced += (r.case_id, r.spec) in by_key
             by_key[(r.case_id, r.spec)] = r
-        for a in rep.get("adapters", []):
-            if (a.get("spec") or a.get("name")) not in unloaded:
-                adapters[a.get("spec") or a.get("name")] = a
+        adapters.update((spec, a) for spec, a in entries.items() if spec not in unloaded)
         # a joined report among the inputs: its runs, each with its own command, time and environment
         merged_from.extend(dict(m, path=f"{path}: {m.get('path')}") for m in rep.get("merged_from", []))
         if rep.get("merged_from"):
