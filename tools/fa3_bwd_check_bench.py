@@ -158,10 +158,9 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset(),
                     ("fa3_atomic_det", _calls(det3, variant="atomic_dq")),
                     ("fa3_other", _calls(bwd3, variant="atomic_dq_other_overlap")),
                     ("fa3_dq_other", _calls(bwd3, variant="other_dq_split")),
-                    *([("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64"))]
-                      if d == ROWS128_D else [])]
+                    ("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64"))]
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
-                     *([("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))] if d == ROWS128_D else [])]
+                     ("fa3_m64", _calls(fwd3, bwd3, variant="rows64"))]
         if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float2 / float4 atomics; TMA dQ, one dO stage
             names = {"atomic_dq": "fa3_atomic", "wide_dq_float4": "fa3_dq_f4",
                      "wide_tma_dq_one_do_stage": "fa3_dq_tma1"}
@@ -269,18 +268,18 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 "causal halved)", "",
                 "FA3 (default): dQ through TMA reduce-add; FA3 atomic / atomic det: dQ by fp32 atomics "
                 "(lab variant atomic_dq); FA3 other: the atomics build with (d = 128) / without (d = 64) the GEMM / "
-                f"element-wise overlap; FA3 m64 (det): the default build with 64-row query tiles at d = {ROWS128_D} "
-                "(lab variant rows64; by default 128 there); FA3 dQ other: the other dQ mode (d = 64: every "
-                "tile's dQ split by rows; d = 128: the consumers take turns; lab variant other_dq_split); FA3 dQ f4: "
-                "the wide builds (d > 128) with dQ added by float4 atomics (lab variant wide_dq_float4); FA3 TMA dQ 1: "
+                "element-wise overlap; FA3 m64 (det): 64-row query tiles (lab variant rows64; the default build has "
+                f"128 at d = {ROWS128_D}, 80 with dQ^T = K^T dS^T at d = 96, 128); FA3 dQ other: the other dQ mode "
+                "(d = 64: every tile's dQ split by rows; d = 128: the consumers take turns; lab variant "
+                "other_dq_split); FA3 dQ f4: the wide builds (d > 128) with dQ added by float4 atomics (lab variant "
+                "wide_dq_float4); FA3 TMA dQ 1: "
                 "dQ through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage (lab variant "
                 "wide_tma_dq_one_do_stage: the d = 256 default; not d = dv = 192).", "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
                 "FA3 atomic det | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | fwd+bwd FA3 | FA3 m64 | "
                 "FA3 dQ other | FA3 dQ f4 | FA3 TMA dQ 1 | FA2 | flash | cuDNN | FA4 | FA3/flash bwd | "
                 "FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-                "---|"]
+                "|---" * 27 + "|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -320,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else FA3_BWD_CASES):
-        variants = ["default", "atomic_dq", "other_dq_split"] + (["rows64"] if spec["d"] == ROWS128_D else [])
+        variants = ["default", "atomic_dq", "other_dq_split", "rows64"]
         runs = [(launcher, v) for v in variants for launcher in ("attn_fa3_bwd", "attn_fa3_bwd_deterministic")]
         runs.append(("attn_fa3_bwd", "atomic_dq_other_overlap"))
         for launcher, variant in runs:

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: attn_lab.h ATTN_LAB_VERSION
-LAB_VERSION = 3
+LAB_VERSION = 4
 #: attn_lab.h AttnLabFa3FwdVariant, by name ("default": the shipped build of each head dim)
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,

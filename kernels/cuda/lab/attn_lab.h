@@ -10,6 +10,7 @@
 //   1: the first lab ABI (the FA3 forward's variant codes are attn_params.h v4's AttnFa3Variant codes).
 //   2: the wide FA3 backward's variants (wide_dq_float4; the lab's backward dispatches every head dim).
 //   3: the d = 192 FA3 forward builds (ATTN_LAB_FA3_D192_*, codes 21-24).
+//   4: ATTN_LAB_FA3_BWD_ROWS64 at d = 96, 128 too (their 64-row build, the shipped one before the 80-row tiles).
 #pragma once
 #include <stdint.h>
 
@@ -19,7 +20,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 3
+#define ATTN_LAB_VERSION 4
 
 int attn_lab_version(int* params_version);
 
@@ -100,9 +101,10 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // FA3 backward builds (kernels/cuda/lab/fa3_bwd_lab.cu), deterministic (dQ added in a fixed order) or not, each
 // changing one thing of the shipped main loop of its head dim: ATOMIC_DQ (the consumers add dQ with fp32 atomics, with
 // the GEMM / element-wise overlap at d = 64 only), ATOMIC_DQ_OTHER_OVERLAP (the same with the overlap at d = 128 only;
-// not deterministic), ROWS64 (d = 64: 64-row query tiles), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
-// between the consumers; d = 128: the consumers take turns computing a whole tile's dQ); those of d = dv in {64, 96,
-// 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): ATOMIC_DQ (dQ by the consumers' float2
+// not deterministic), ROWS64 (64-row query tiles: d = 64, where the shipped build has 128; d = 96, 128 with dQ = dS K
+// split by columns, where it has 80 with dQ^T = K^T dS^T), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
+// between the consumers; d = 128: 64-row tiles, the consumers taking turns computing a whole tile's dQ); those of
+// d = dv in {64, 96, 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): ATOMIC_DQ (dQ by the consumers' float2
 // atomics, dO in the Q ring), WIDE_DQ_FLOAT4 (float4 atomics: DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ
 // through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer,
 // do_stages = 1, the shipped d = 256 build; not d = dv = 192). DEFAULT runs every head dim.

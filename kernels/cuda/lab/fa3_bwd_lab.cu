@@ -22,13 +22,15 @@ template <bool kOverlap>
 struct AtomicDq : Fa3BwdSchedule {
     static constexpr bool overlap = kOverlap;
 };
-// d = 64 with the TMA reduce-add and 64-row query tiles, each consumer adding a full-width partial over its own keys.
+// The TMA reduce-add with 64-row query tiles and dQ = dS K: at d = 64 each consumer adding a full-width partial over
+// its own keys (the shipped build has 128-row tiles); at d = 96, 128 every tile's dQ split by columns between the
+// consumers (the shipped build until the 80-row tiles with dQ^T = K^T dS^T).
 struct Rows64 : Fa3BwdSchedule {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
 };
-// The other way of sharing a tile's dQ: split by rows at d = 64 (128-row tiles), turns at d = 128.
+// The other way of sharing a tile's dQ: split by rows at d = 64 (128-row tiles), turns at d = 128 (64-row tiles).
 template <int D>
-struct OtherDqSplit : Fa3BwdDefault<D> {
+struct OtherDqSplit : std::conditional_t<D == 64, Fa3BwdDefault<64>, Rows64> {
     static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
 };
 
@@ -85,11 +87,8 @@ int with_schedule(int variant, F&& f, const char** why) {
     if constexpr (!kDeterministic) {
         if (variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP) return f(AtomicDq<D != 64>{});
     }
-    if constexpr (D == 64) {
-        if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
-    }
-    *why = variant == ATTN_LAB_FA3_BWD_ROWS64 ? "is a head_dim 64 build"
-           : variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
+    if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
+    *why = variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
            : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"

@@ -8,9 +8,10 @@ namespace attn::hopper {
 
 // The fastest measured on the H200 (docs/fa3_backward.md has the table of the alternatives). Both add dQ through shared
 // memory and a TMA reduce-add issued by a producer warp (+8-10% non-deterministic, +36-48% deterministic over the
-// consumers' atomics), without the GEMM / element-wise overlap. d = 64: 128-row query tiles, each tile's dQ computed by one consumer, the two taking turns
-// (+7-8% over splitting it by rows); d = 128: 64-row tiles, every tile's dQ split by columns between the consumers
-// (the turns were 2-7% slower there).
+// consumers' atomics), without the GEMM / element-wise overlap. d = 64: 128-row query tiles, each tile's dQ computed by
+// one consumer, the two taking turns (+7-8% over splitting it by rows); d = 128: 80-row tiles, dQ^T = K^T dS^T split by
+// head-dim columns between the consumers (H100, B = 4, H = 16, N = 8192, bf16: the backward 1.03-1.06x the 64-row
+// tiles with dQ = dS K, the lab's rows64; with 64-row tiles taking turns was 2-7% slower than the column split).
 // D: the head dim of Q and K; DV: of V and O.
 template <int D, int DV = D>
 struct Fa3BwdDefault;
@@ -25,11 +26,13 @@ struct Fa3BwdDefault<64> : Fa3BwdSchedule {
 template <>
 struct Fa3BwdDefault<128> : Fa3BwdSchedule {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+    static constexpr DqForm dq_form = DqForm::kKtDsT;
+    static constexpr int block_m = 80;
 };
 
-// d = 96 (not yet timed against alternatives): d = 128's. Its tiles and dK / dV accumulators are d = 128's (two
-// 64-column blocks, the last 32 columns zero-filled by TMA: bwd_mainloop.cuh Fa3BwdConfig), so its registers and
-// shared memory are too; consumer 1's dQ column block is half padding, whose box the dQ writer skips.
+// d = 96: d = 128's schedule. Its shared-memory tiles are d = 128's (two 64-column blocks, the last 32 columns
+// zero-filled by TMA: bwd_mainloop.cuh Fa3BwdConfig); the dK / dV accumulators have 96 columns (kAccDim); consumer
+// 1's rows of dQ^T are half padding, whose box the dQ writer skips.
 template <>
 struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
 

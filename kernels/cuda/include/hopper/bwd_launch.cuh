@@ -23,8 +23,9 @@ inline bool even_aligned(const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
 }
 
 // The fp32 dq_accum [B, Hq, Lq, d] (contiguous) as a TMA map for the reduce-add of kTmaDq builds: dims
-// (d, Lq, Hq, B), box (32, 64, 1, 1) = one 128-byte-swizzled 32-column block of a consumer's 64-row tile.
-inline int make_dq_map(CUtensorMap& map, const AttnBwdParams& p, char* err, int errlen) {
+// (d, Lq, Hq, B), box (32, rows, 1, 1) = one 128-byte-swizzled 32-column block of a consumer's dQ block (the build's
+// kDqRows: 64, or the query tile's rows with dQ^T = K^T dS^T).
+inline int make_dq_map(CUtensorMap& map, const AttnBwdParams& p, int rows, char* err, int errlen) {
     EncodeTiledFn fn = encode_tiled_fn();
     if (fn == nullptr) {
         snprintf(err, errlen, "cuTensorMapEncodeTiled is not available from the driver");
@@ -35,7 +36,7 @@ inline int make_dq_map(CUtensorMap& map, const AttnBwdParams& p, char* err, int 
     cuuint64_t gdim[4] = {d, static_cast<cuuint64_t>(f.seqlen_q), static_cast<cuuint64_t>(f.heads_q),
                           static_cast<cuuint64_t>(f.batch)};
     cuuint64_t gstride[3] = {d * 4, d * 4 * f.seqlen_q, d * 4 * f.seqlen_q * f.heads_q};
-    cuuint32_t box[4] = {32, 64, 1, 1};
+    cuuint32_t box[4] = {32, static_cast<cuuint32_t>(rows), 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
     CUresult r = fn(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, p.dq_accum, gdim, gstride, box, estride,
                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -96,7 +97,7 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
         P.dout = P.k;
     }
     if constexpr (C::kTmaDq) {
-        if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, msg, sizeof msg))
+        if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, C::kDqRows, msg, sizeof msg))
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
     if constexpr (C::kWide) {

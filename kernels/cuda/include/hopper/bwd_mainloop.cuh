@@ -8,8 +8,8 @@
 //
 // Warps: a producer warpgroup (warp 0 lane 0 issues every TMA load: K and V once, then Q_i and dO_i into a
 // ring of kStages; warp 1 copies LSE_i * log2(e) and D_i into the same stage) and two consumer warpgroups,
-// consumer w owning keys [64 w, 64 w + 64) of the tile. Per query tile i (kBlockM rows: 64, or 128 at
-// d = 64), consumer w computes
+// consumer w owning keys [64 w, 64 w + 64) of the tile. Per query tile i (kBlockM rows: 128 at d = 64, 80 at
+// d = 96 / 128, 64 in the lab's builds), consumer w computes
 //   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T          wgmma SS, both K-major, [64 keys x kBlockM queries]
 //   P^T  = exp2(S^T * scale * log2 e - LSE_i * log2 e)  (0 where not visible; LSE = -inf reads as +inf)
 //   dS^T = P^T (dP^T - D_i)                      (times 1 - tanh^2 with a softcap)
@@ -22,6 +22,10 @@
 //                                                 [64 w, 64 w + 64) (d = 128) or query rows [64 w, 64 w + 64)
 //                                                 (d = 64, 128-row tiles); with 64-row tiles at d = 64 each
 //                                                 consumer a full-width partial over its own keys
+//   or dQ_i^T = K^T dS^T (DqForm::kKtDsT, d = 96 / 128: M = the head dim, so the tile's rows are wgmma's N, 80):
+//                                                 dS stored [queries][keys] (stmatrix .trans) and read K-major,
+//                                                 K MN-major (imm-trans-a); consumer w computes head-dim
+//                                                 columns [64 w, 64 w + 64) over all 128 keys
 // and adds it into the fp32 dq_accum (through shared memory and a producer warp's TMA reduce-add, or the
 // consumers' atomics): in any order, or (kDeterministic) in a fixed order: a semaphore per (batch, head, query
 // tile) counts the CTAs (atomics: consumers) that have added so far, and key tile n adds only after every key tile
@@ -64,6 +68,12 @@ enum class DqAdd { kTmaReduce, kAtomics };
 // tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
 // other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
 enum class DqSplit { kSplit, kAlternate };
+// The GEMM that gives a tile's dQ: dQ = dS K (M = the tile's query rows, 64 or 128: wgmma's M is 64 a warpgroup), A =
+// dS^T stored [keys][queries] and read MN-major; or transposed, dQ^T = K^T dS^T (M = the head dim, N = the tile's
+// query rows: any multiple of 16), B = dS stored [queries][keys] (stmatrix .trans) and read K-major, A = K read
+// MN-major. The transposed form frees the query tile from M = 64 (flash-attn-4's sm90 backward at d <= 128 streams
+// 80-row tiles so: 20% fewer tiles, and their fixed costs, per key tile).
+enum class DqForm { kDsK, kKtDsT };
 // How the CTA's keys and the dK / dV accumulators are shared by the two consumers: each owns 64 of 128 keys and their
 // dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128), or both share 64 keys, consumer 0 holding dK and
 // consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)).
@@ -80,8 +90,10 @@ struct Fa3BwdSchedule {
     static constexpr bool overlap = false;
     static constexpr DqAdd dq_add = DqAdd::kAtomics;
     static constexpr DqSplit dq_split = DqSplit::kSplit;
+    static constexpr DqForm dq_form = DqForm::kDsK;
     // Query rows per streamed tile: 64, or 128 at D = 64 (half the per-tile fixed costs, one dQ addition per element
-    // and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers).
+    // and CTA; at D = 128 the accumulators of 128-row tiles would not fit in the registers); with dQ^T = K^T dS^T at
+    // D = 128 a multiple of 16 up to 80 (S^T, dP^T of 80 queries: 40 + 40 registers beside dK, dV's 128).
     static constexpr int block_m = 64;
     static constexpr int stages = 2;  // the Q / dO ring
 };
@@ -102,6 +114,9 @@ struct Fa3BwdConfig {
     static constexpr int kHeadDim = D;
     static constexpr int kTensorHeadDim = DH;  // the row length of q, k, v, dq_accum, dk_accum, ... in memory
     static constexpr int kTensorHeadDimV = DH;  // dv = d here (host side: the maps of v and dout)
+    // The columns of the dK / dV accumulators, the N of dK += dS^T Q and dV += P^T dO: the tensors' head dim (96 reads
+    // one and a half 64-column blocks of Q / dO, as the forward's O += P V reads V at dv = 96), not the padded D.
+    static constexpr int kAccDim = DH;
     static constexpr bool kWide = false;       // bwd_wide.cuh's builds: true
     static_assert(Schedule::tiling == BwdTiling::kKeysPerConsumer, "shared-key schedules: bwd_wide.cuh");
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
@@ -110,14 +125,21 @@ struct Fa3BwdConfig {
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
     static constexpr int kBlockM = Schedule::block_m;  // query rows per streamed tile
-    static_assert(kBlockM == 64 || (kBlockM == 128 && D == 64), "128-row query tiles at head dim 64 only");
+    // dQ^T = K^T dS^T (DqForm::kKtDsT): consumer w computes head-dim rows [64 w, 64 w + 64) of dQ^T over all 128 keys
+    static constexpr bool kDqT = Schedule::dq_form == DqForm::kKtDsT;
+    static_assert(!kDqT || (D == 128 && kTmaDq && !Schedule::overlap && Schedule::dq_split == DqSplit::kSplit),
+                  "dQ^T = K^T dS^T: D = 128 (a 64-column block per consumer), TMA dQ, split, no overlap");
+    static_assert(kBlockM == 64 || (kBlockM == 128 && D == 64) || (kDqT && kBlockM % 16 == 0 && kBlockM <= 80),
+                  "query tiles: 64 rows, 128 at head dim 64, a multiple of 16 up to 80 with dQ^T = K^T dS^T");
     static constexpr int kStages = Schedule::stages;
     static constexpr int kColBlocks = D / 64;
     static constexpr int kThreads = 384;
     static constexpr int kConsumerThreads = 256;
     // setmaxnreg: the 128-row build at D = 64 gives the consumers 240 (H200: +2-3% over 40 / 232, fewer spills in its
     // consumer loop); the others keep 40 for the producer (24 / 240 at D = 128 measured no change).
-    static constexpr int kProducerRegs = kBlockM == 128 ? 24 : 40, kConsumerRegs = kBlockM == 128 ? 240 : 232;
+    // dQ^T = K^T dS^T with 80-row tiles: 24 / 240 too (S^T and dP^T of 80 queries beside dK and dV).
+    static constexpr int kProducerRegs = kBlockM == 128 || kDqT ? 24 : 40;
+    static constexpr int kConsumerRegs = kBlockM == 128 || kDqT ? 240 : 232;
     // dQ = dS K split over the consumers, each a [64 x 64] block over all 128 keys (both consumers' dS^T in shared
     // memory, double-buffered), so that each dQ element gets one addition per CTA: by head-dim columns at D = 128
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
@@ -142,12 +164,14 @@ struct Fa3BwdConfig {
     static constexpr uint32_t kOffQ = kOffV + kKVBytes;
     static constexpr uint32_t kDOBytes = kQBytes;  // dv = d here
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
-    // dS^T [kBlockN keys][kBlockM queries] in blocks of 64 queries (kBlockN * 128 bytes each, 128-byte swizzle)
+    // dS^T [kBlockN keys][kBlockM queries] in blocks of 64 queries (kBlockN * 128 bytes each, 128-byte swizzle);
+    // kDqT: dS [kBlockM queries][kBlockN keys] in blocks of 64 keys (kBlockM * 128 bytes each)
     static constexpr uint32_t kOffDS = kOffDO + kStages * kQBytes;
     static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;
-    // kTmaDq: two fp32 [64 rows][64 columns] dQ blocks (two 32-column blocks each, 128-byte swizzle), one per
-    // consumer, or (kDqAlt) both for the consumer whose turn it is
-    static constexpr uint32_t kDqBytes = 64 * 64 * 4;
+    // kTmaDq: two fp32 [kDqRows rows][64 columns] dQ blocks (two 32-column blocks each, 128-byte swizzle, the dQ
+    // map's box), one per consumer, or (kDqAlt) both for the consumer whose turn it is
+    static constexpr int kDqRows = kDqT ? kBlockM : 64;
+    static constexpr uint32_t kDqBytes = kDqRows * 64 * 4;
     static constexpr uint32_t kOffDq = kOffDS + kDsBufs * kDsBytes;
     static constexpr uint32_t kOffLse = kOffDq + (kTmaDq ? 2 * kDqBytes : 0);
     static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
@@ -272,8 +296,8 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
             } while (v != expect);
             fence_proxy_async_global();
         }
-        // Two [64 x 64] blocks dq(0), dq(1): one consumer's whole tile (kDqAlt, one hand-off) or each consumer's
-        // own block (one hand-off each).
+        // Two [kDqRows x 64] blocks dq(0), dq(1): one consumer's whole tile (kDqAlt, one hand-off) or each
+        // consumer's own block (one hand-off each).
         if constexpr (C::kDqAlt) mbar_wait(sm.full_dq(0), it & 1);
 #pragma unroll
         for (int w = 0; w < 2; ++w) {
@@ -283,7 +307,8 @@ __device__ void bwd_dq_writer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTil
 #pragma unroll
                 for (int cb = 0; cb < 2; ++cb) {
                     if (col0 + 32 * cb < C::kTensorHeadDim)  // a box past DH holds padding columns only
-                        tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (64 * 128), col0 + 32 * cb, row0, h, b);
+                        tma_reduce_add_4d(&P.dq_map, sm.dq(w) + cb * (C::kDqRows * 128), col0 + 32 * cb, row0, h,
+                                          b);
                 }
             }
             if (!C::kDqAlt || w == 1) {
@@ -382,9 +407,10 @@ __device__ __forceinline__ void bwd_copy_lse_d(const Fa3BwdParams& P, const Smem
     PipeState<C::kStages> ps;
     for (int it = 0; it < T.n_tiles; ++it) {
         const int m0 = T.tile(it) * C::kBlockM;
-        float l[C::kBlockM / 32], d[C::kBlockM / 32];
+        constexpr int kReps = (C::kBlockM + 31) / 32;  // 80-row tiles: the third pass has 16 lanes
+        float l[kReps], d[kReps];
 #pragma unroll
-        for (int r = 0; r < C::kBlockM / 32; ++r) {
+        for (int r = 0; r < kReps; ++r) {
             const int i = m0 + lane + 32 * r;
             const bool in = i < T.mask.sq;
             const float x = in ? lse[i] : INFINITY;
@@ -393,9 +419,11 @@ __device__ __forceinline__ void bwd_copy_lse_d(const Fa3BwdParams& P, const Smem
         }
         mbar_wait(sm.empty(ps.stage), ps.phase ^ 1);
 #pragma unroll
-        for (int r = 0; r < C::kBlockM / 32; ++r) {
-            sm.lse(ps.stage)[lane + 32 * r] = l[r];
-            sm.dd(ps.stage)[lane + 32 * r] = d[r];
+        for (int r = 0; r < kReps; ++r) {
+            if (C::kBlockM % 32 == 0 || lane + 32 * r < C::kBlockM) {
+                sm.lse(ps.stage)[lane + 32 * r] = l[r];
+                sm.dd(ps.stage)[lane + 32 * r] = d[r];
+            }
         }
         mbar_arrive(sm.full(ps.stage));
         ps.advance();
@@ -440,8 +468,8 @@ __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTile
 template <class C>
 struct BwdConsumer {
     using Elem = typename C::Elem;
-    // D: the head dim in shared memory and registers; DT: the tensors' (config: kTensorHeadDim).
-    static constexpr int D = C::kHeadDim, DT = C::kTensorHeadDim, BM = C::kBlockM, BN = C::kBlockN;
+    // D: the head dim in shared memory; DT: the tensors' (config: kTensorHeadDim); DA: the dK / dV accumulators'.
+    static constexpr int D = C::kHeadDim, DT = C::kTensorHeadDim, DA = C::kAccDim, BM = C::kBlockM, BN = C::kBlockN;
     const Fa3BwdParams& P;
     BwdSmem<C> sm;
     const BwdTiles& T;
@@ -461,12 +489,12 @@ struct BwdConsumer {
 
     // dK += dS^T Q (A: dS^T from registers, B: Q MN-major), one commit group.
     template <class DsA>
-    __device__ __forceinline__ void issue_dk(float (&dk)[D / 2], DsA& dsa, uint64_t q_mn) const {
+    __device__ __forceinline__ void issue_dk(float (&dk)[DA / 2], DsA& dsa, uint64_t q_mn) const {
         fence_regs(dk);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < BM / 16; ++ks)
-            wgmma_rs<1>(Wgmma<Elem, D>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
+            wgmma_rs<1>(Wgmma<Elem, DA>{}, dk, dsa[ks], desc_advance(q_mn, ks * 2048), 1);
         wgmma_commit();
     }
 
@@ -497,12 +525,44 @@ struct BwdConsumer {
         }
     }
 
+    // kDqT: acc = this consumer's [64 x BM] block of dQ^T = K^T dS^T over all 128 keys: rows = head-dim columns
+    // [64 cw, 64 cw + 64), A = K^T from k_desc (K's column block cw read MN-major, imm-trans-a), B = dS at ds_addr
+    // (K-major: [BM queries][64 keys] blocks of BM * 128 bytes, 128-byte swizzle); no commit.
+    __device__ __forceinline__ void issue_dqt_block(float (&acc)[BM / 2], uint32_t ds_addr, uint64_t k_desc) const {
+        const uint64_t ds_desc = sw128_desc(ds_addr, 16, 1024);
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            wgmma_ss_t<1, 0>(Wgmma<Elem, BM>{}, acc, desc_advance(k_desc, ks * 2048),
+                             desc_advance(ds_desc, (ks / 4) * (BM * 128) + (ks % 4) * 32), ks > 0 ? 1 : 0);
+    }
+
+    // kDqT: one fp32 [64 head-dim columns x BM queries] dQ^T block (accumulator layout: element 4 j + 2 hh + x at
+    // column 16 warp + lane / 4 + 8 hh, query 8 j + 2 (lane % 4) + x) to shared memory as the dQ map's boxes want it,
+    // [BM rows][32 columns] twice, 128-byte swizzle: one 4-byte store an element (the 8 columns and 4 queries a warp
+    // stores at once fall in 32 distinct banks: the queries' rows % 8 differ by 2, the XOR spreads the two chunks).
+    __device__ __forceinline__ void store_dqt_block(unsigned char* dqs, const float (&acc)[BM / 2]) const {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int col = 16 * warp + lane / 4 + 8 * hh, cb = col / 32, ch = (col % 32) / 4;
+            unsigned char* base = dqs + cb * (BM * 128) + (col % 4) * 4;
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int r = 8 * j + 2 * (lane % 4) + x;
+                    *reinterpret_cast<float*>(base + r * 128 + ((ch ^ (r % 8)) * 16)) = acc[4 * j + 2 * hh + x];
+                }
+            }
+        }
+    }
+
     // kDqAlt, the tile's dQ consumer: dQ = dS K over all 128 keys as two [64 x 64] blocks (D = 64: query block qb of
     // dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then dK += dS^T Q; once dQ has
     // landed the dS^T buffer is released to the other consumer and the fp32 tile goes to shared memory for the
     // writer while dK still runs.
     template <class DsA>
-    __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[D / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
+    __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[DA / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
                                                   int it, int n_tiles) const {
         // D = 64: both blocks at once (dK, dV hold 64 registers); D = 128: one block at a time (dK, dV hold 128),
         // block 0 beside dK, then block 1 into the same registers.
@@ -540,7 +600,7 @@ struct BwdConsumer {
         wgmma_wait<0>();
     }
 
-    __device__ __forceinline__ void run(float (&dk)[D / 2], float (&dv)[D / 2]) {
+    __device__ __forceinline__ void run(float (&dk)[DA / 2], float (&dv)[DA / 2]) {
         const AttnFwdParams& f = P.p.fwd;
         const SeqMask& mask = T.mask;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -645,7 +705,7 @@ struct BwdConsumer {
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < BM / 16; ++ks)
-                    wgmma_rs<1>(Wgmma<Elem, D>{}, dv, pa[ks], desc_advance(do_mn, ks * 2048), 1);
+                    wgmma_rs<1>(Wgmma<Elem, DA>{}, dv, pa[ks], desc_advance(do_mn, ks * 2048), 1);
             };
             auto elementwise = [&](auto cap_tag, auto mask_tag) {
                 if constexpr (C::kOverlap) {
@@ -687,7 +747,18 @@ struct BwdConsumer {
             // dsa[ks][r] holds row 16 warp + lane / 4 + 8 (r % 2), columns 8 (2 ks + r / 2) + 2 (lane % 4) + {0, 1}:
             // matrix r of one stmatrix.x4 per 16 queries, lane l addressing row l % 8 of matrix l / 8.
             unsigned char* ds_tile = sm.ds(dsb) + cw * 64 * 128;
-            {
+            if constexpr (C::kDqT) {
+                // dS (transposed by stmatrix .trans) into this warpgroup's 64-key block [BM queries][64 keys]: matrix
+                // r of dsa[ks] (keys 16 warp + 8 (r % 2) + [0, 8), queries 8 (2 ks + r / 2) + [0, 8)) lands as 8 query
+                // rows of one 16-byte key chunk; lane l addresses query row l % 8 of matrix l / 8.
+                const int mi = lane / 8, chunk = 2 * warp + mi % 2;
+                const uint32_t blk = smem_addr(sm.ds(dsb)) + cw * (BM * 128);
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks) {
+                    const int r = 8 * (2 * ks + mi / 2) + lane % 8;
+                    stmatrix_x4_trans(blk + r * 128 + ((chunk ^ (r % 8)) * 16), dsa[ks]);
+                }
+            } else {
                 const int mi = lane / 8, srow = 16 * warp + lane % 8 + 8 * (mi % 2);
                 const uint32_t row_addr = smem_addr(ds_tile) + srow * 128;
 #pragma unroll
@@ -732,9 +803,11 @@ struct BwdConsumer {
             wgmma_wait<0>();  // dV has landed: P^T's registers are free before dQ's are taken
             fence_regs(dv);
             fence_regs(pa);
-            float dq[C::kDqCols / 2];
+            float dq[C::kDqT ? BM / 2 : C::kDqCols / 2];
             wgmma_fence();
-            if constexpr (C::kSplitDq)  // all 128 keys; columns: column block cw of K (k_dq), rows: query block cw
+            if constexpr (C::kDqT)  // dQ^T rows [64 cw, 64 cw + 64) over all 128 keys (k_dq: column block cw of K)
+                issue_dqt_block(dq, smem_addr(sm.ds(dsb)), k_dq);
+            else if constexpr (C::kSplitDq)  // all 128 keys; columns: column block cw of K (k_dq), rows: query block cw
                 issue_dq_block<BN>(dq, smem_addr(sm.ds(dsb)) + (C::kSplitDqRows ? cw * (BN * 128) : 0), k_dq);
             else  // this warpgroup's 64 keys (its dS^T rows, k_dq at its K rows)
                 issue_dq_block<64>(dq, smem_addr(ds_tile), k_dq);
@@ -748,7 +821,10 @@ struct BwdConsumer {
             if constexpr (C::kTmaDq) {
                 // the fp32 dQ tile to shared memory for the dQ writer; the previous tile's must have been read by TMA
                 mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
-                store_dq_block(sm.dq(cw), dq);
+                if constexpr (C::kDqT)
+                    store_dqt_block(sm.dq(cw), dq);
+                else
+                    store_dq_block(sm.dq(cw), dq);
                 fence_proxy_async();
                 mbar_arrive(sm.full_dq(cw));
             }
@@ -803,7 +879,7 @@ struct BwdConsumer {
     // dK (times the scale) and dV of this warpgroup's 64 keys; rows past the padded length are not written,
     // rows past the real length hold 0 (no query sees them). GQA: fp32 per query head into dk_accum /
     // dv_accum, reduced over each group by the postprocess.
-    __device__ __forceinline__ void store(const float (&dk)[D / 2], const float (&dv)[D / 2]) const {
+    __device__ __forceinline__ void store(const float (&dk)[DA / 2], const float (&dv)[DA / 2]) const {
         const AttnFwdParams& f = P.p.fwd;
         const AttnBwdParams& pb = P.p;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -869,9 +945,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
     } else {
         regs_alloc<C::kConsumerRegs>();
         BwdConsumer<C> cs{P, sm, T, wg - 1, b, h};
-        float dk[C::kHeadDim / 2], dv[C::kHeadDim / 2];
+        float dk[C::kAccDim / 2], dv[C::kAccDim / 2];
 #pragma unroll
-        for (int e = 0; e < C::kHeadDim / 2; ++e) dk[e] = dv[e] = 0.f;
+        for (int e = 0; e < C::kAccDim / 2; ++e) dk[e] = dv[e] = 0.f;
         if (T.n_tiles > 0) cs.run(dk, dv);
         cs.store(dk, dv);
     }

@@ -115,6 +115,7 @@ struct Fa3BwdWideConfig {
     static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
     static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
     static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one Elem (fp16 / bf16) [64 keys][64 queries] P^T or dS^T
+    static constexpr int kDqRows = 64;                              // rows of a dQ block (the dQ map's box)
     static constexpr uint32_t kDqBytes = 64 * 64 * 4;               // one fp32 [64 x 64] dQ block (TMA dQ)
     static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * kQBytes + kDoStages * kDOBytes;
     static constexpr uint32_t kDqAreaBytes = kDqBufs * kDqBytes;

@@ -81,6 +81,15 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
                  : "memory");
 }
 
+// stmatrix_x4 with each matrix transposed on the way (.trans): the elements lane l holds in r[i] (row l / 4, columns
+// 2 (l % 4) + {0, 1} of matrix i) land in rows 2 (l % 4) + {0, 1}, column l / 4 of the 16 bytes lanes 8 i + [0, 8)
+// address: an accumulator block [rows][columns] is stored [columns][rows].
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Blocks until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done). The suspend-time
 // hint (10 ms, an upper bound: the thread resumes when the phase completes) makes ptxas emit TRYWAIT, NANOSLEEP.SYNCS,
 // PHASECHK: a waiting warp sleeps until the barrier moves. Without it try_wait returns after a short, system-dependent
