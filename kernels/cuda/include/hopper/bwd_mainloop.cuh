@@ -151,7 +151,7 @@ struct Fa3BwdConfig {
     static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;
     static constexpr bool kSplitDqRows = kBlockM == 128 && !kDqAlt;
     static constexpr bool kSplitDq = kSplitDqCols || kSplitDqRows;
-    static constexpr int kDqCols = 64;  // columns of one dQ block: [64 x 64] in every mode (D / 2 or D = 64)
+    static constexpr int kDqCols = 64;  // columns of one dQ block: [64 x 64] (dQ = dS K) or [kBlockM x 64] (dQ^T)
     // Where the two [64 x 64] dQ blocks of a tile go: rows [64 w, 64 w + 64) or columns [64 w, 64 w + 64) (else
     // both are full-width partials of the same rows, D = 64 with 64-row tiles)
     static constexpr bool kDqBlocksByRows = kSplitDqRows || (kDqAlt && D == 64);
