@@ -14,9 +14,11 @@
 - **host time** (`Timing.host_us`): ``perf_counter`` around one call, the GPU drained before it: what the call costs
   the calling thread (Python, argument checks, launches; all of the GPU time too if the call synchronizes).
   Beside it `Timing.host_queued_us`: the host time of one call issued behind queued GPU work, as a training step
-  issues its calls (the first GPU estimate's calls, at least `PROBE_MIN_CALLS` launched back to back behind a hold,
-  their enqueue time per call, the events around them left out). On an H100 the two differ most for calls of several
-  launches: the FA3 backward read 16-134 us from a drained GPU, 17-38 us behind queued work (docs/fa3_backward.md).
+  issues its calls (the first GPU estimate's calls, at least `PROBE_MIN_CALLS` a sample launched back to back behind
+  a hold, each call timed alone, the median of them all). Python's cyclic garbage collector is off while `measure`
+  runs, as in `timeit`, so that a collection does not land in one call's host time. On an H100 the two differ most
+  for calls of several launches: the FA3 backward read 16-134 us from a drained GPU, 17-38 us behind queued work
+  (docs/fa3_backward.md).
 - **wall time** (`Timing.wall_ms`): event, call, event, synchronize; the figure this module gave before issue 40,
   which charges the call's host time to every sample (`cuda_event_times_ms`).
 
@@ -39,7 +41,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
@@ -155,8 +157,8 @@ class Timing:
     power_w: float | None
     #: why the clock or power is None
     telemetry_reason: str | None
-    #: host time of one call issued behind queued GPU work, in microseconds (the median over the first GPU estimate's
-    #: samples of their enqueue time per call); None where not measured
+    #: host time of one call issued behind queued GPU work, in microseconds (the median of the first GPU estimate's
+    #: calls, each timed alone); None where not measured
     host_queued_us: float | None = None
 
     def describe(self) -> str:
@@ -245,8 +247,6 @@ class _GpuSampler:
     hold_ms: float
     flush_l2: bool
     host_bound: int = 0
-    #: each sample's time to enqueue its calls alone (between the events), in ms
-    calls_ms: list[float] = field(default_factory=list)
 
     def sample(self, enqueue: Callable[[], object], readings: list[tuple[float | None, float | None]]) -> float:
         if self.flush_l2:
@@ -254,12 +254,9 @@ class _GpuSampler:
         self.device.hold(self.hold_ms)
         t0 = self.host_clock()
         start = self.device.record()
-        t1 = self.host_clock()
         enqueue()
-        t2 = self.host_clock()
         end = self.device.record()
         enqueue_ms = (self.host_clock() - t0) * 1e3
-        self.calls_ms.append((t2 - t1) * 1e3)
         readings.append(self.telemetry.read())
         ms = self.device.elapsed_ms(start, end) / self.calls
         if enqueue_ms > self.hold_ms:
@@ -277,6 +274,17 @@ def _repeat(fn: Callable[[], object], n: int) -> Callable[[], None]:
     def enqueue() -> None:
         for _ in range(n):
             fn()
+    return enqueue
+
+
+def _repeat_timed(fn: Callable[[], object], n: int, host_clock: Callable[[], float],
+                  out_us: list[float]) -> Callable[[], None]:
+    """`_repeat`, appending each call's host time (microseconds, `host_clock` around the call alone) to `out_us`."""
+    def enqueue() -> None:
+        for _ in range(n):
+            t0 = host_clock()
+            fn()
+            out_us.append((host_clock() - t0) * 1e6)
     return enqueue
 
 
@@ -310,6 +318,19 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
     """
     if reps < 1:
         raise ValueError(f"measure: reps must be >= 1, got {reps}")
+    # as timeit does: no cyclic garbage collection inside the timed calls (a collection the calls of other candidates
+    # set up would otherwise land in this one's host samples); the caller's setting is restored on the way out
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _measure(fn, reps, warmup, flush_l2, calls, device, telemetry, host_clock)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _measure(fn: Callable[[], object], reps: int, warmup: int, flush_l2: bool, calls: int | None,
+             device: Device | None, telemetry: Telemetry | None, host_clock: Callable[[], float]) -> Timing:
     device = device if device is not None else TorchCuda.current()
     telemetry = telemetry if telemetry is not None else device.telemetry()
     for _ in range(warmup):
@@ -325,8 +346,9 @@ def measure(fn: Callable[[], object], *, reps: int = 25, warmup: int = 5, flush_
     n = calls or calls_per_sample(statistics.median(wall), flush_l2)
     m = n if flush_l2 else max(n, PROBE_MIN_CALLS)
     probe = _GpuSampler(device, telemetry, host_clock, m, _hold_ms(m * host_ms), flush_l2)
-    direct_ms = min(probe.sample(_repeat(fn, m), []) for _ in range(PROBES))
-    host_queued_us = statistics.median(probe.calls_ms) / m * 1e3
+    queued_us: list[float] = []
+    direct_ms = min(probe.sample(_repeat_timed(fn, m, host_clock, queued_us), []) for _ in range(PROBES))
+    host_queued_us = statistics.median(queued_us)
     n = calls or calls_per_sample(direct_ms, flush_l2)
 
     method: Method = "cuda_graph"

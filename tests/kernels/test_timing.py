@@ -157,6 +157,42 @@ def test_host_work_is_charged_to_host_and_wall_time_not_to_gpu_time():
     assert "cuda_graph" in t.describe() and "host 2005.0 us" in t.describe()
 
 
+def test_queued_host_time_is_the_median_call_not_a_sample_s_mean():
+    """One call in four does 1 ms of host work (a collection, a cache miss): the host time behind queued work is the
+    median of the calls timed alone, the common call's, not a four-call sample's mean (0.25 ms more)."""
+    sim = SimGpu()
+    count = [0]
+
+    def call():
+        count[0] += 1
+        sim.host_work(1.0 if count[0] % 4 == 0 else 0.01)
+        sim.kernel(2.0)
+
+    t = _measure(sim, call, calls=1)
+    assert t.host_queued_us == pytest.approx((0.01 + LAUNCH_MS) * 1e3)
+
+
+def test_measure_pauses_the_garbage_collector_and_restores_it():
+    import gc
+
+    sim = SimGpu()
+    seen = []
+
+    def call():
+        seen.append(gc.isenabled())
+        sim.kernel(0.2)
+
+    assert gc.isenabled()
+    _measure(sim, call)
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        _measure(sim, call)
+        assert not gc.isenabled()  # the caller's setting, not switched on behind its back
+    finally:
+        gc.enable()
+
+
 def test_short_calls_are_sampled_several_at_a_time():
     sim = SimGpu()
     t = _measure(sim, _call(sim, 0.0, [0.01, 0.02]))  # two kernels, 30 us in all
