@@ -86,19 +86,57 @@ def test_fa3_bwd_atomic_dq_build_matches_fp64_oracle(index, launcher):
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("variant", ["rows64", "other_dq_split"])
+@pytest.mark.parametrize("variant", ["rows64", "other_dq_split", "direct_dkv"])
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(12))
 def test_fa3_bwd_other_tile_builds_match_fp64_oracle(index, launcher, variant):
     """The lab's other tile settings: 64-row query tiles (rows64: the shipped build has 128 rows at d = 64, 80 with
     dQ^T = K^T dS^T at d = 96, 128), the dQ mode the shipped build does not run at the case's head dim
-    (other_dq_split)."""
+    (other_dq_split), dK / dV stored 4 bytes at a time from the accumulators instead of staged through shared memory
+    (direct_dkv)."""
     _lib()
     lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_backward as check_case
 
     res = check_case(_cases()[index], launcher, seed=300 + index, variant=variant)
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_fa3_bwd_staged_and_direct_dkv_stores_give_the_same_bits(d, causal):
+    """dK / dV into 16-byte aligned tensors (staged through shared memory, DkvStore::kStaged) and into tensors 4 bytes
+    off that alignment (the 4-byte stores the same build falls back to) are the same bits; every row of both is
+    written (the buffers start as NaN), and the element before the offset view is left as it was."""
+    cuda_lib = _lib()
+    from attention_conformance.kernels import cuda_bwd_lib
+
+    g = torch.Generator(device="cuda").manual_seed(d)
+    B, H, Lq, Lk = 2, 3, 200, 300  # a key tile of 44 rows after two whole ones; query tiles with tails
+
+    def rnd(L: int) -> torch.Tensor:
+        return torch.randn(B, H, L, d, device="cuda", generator=g).to(torch.bfloat16)
+
+    q, k, v, dout = rnd(Lq), rnd(Lk), rnd(Lk), rnd(Lq)
+    o, lse = torch.empty_like(q), torch.empty(B, H, Lq, device="cuda", dtype=torch.float32)
+    cuda_lib.call("attn_fa3_fwd", cuda_lib.fwd_params(q, k, v, o, lse, causal=causal))
+
+    def run(offset: int) -> tuple[torch.Tensor, ...]:
+        bufs = [torch.full((k.numel() + offset,), float("nan"), dtype=k.dtype, device="cuda") for _ in range(2)]
+        dk, dv = (b[offset:].view_as(k) for b in bufs)
+        dq = torch.empty_like(q)
+        params = cuda_bwd_lib.bwd_params(q, k, v, o, lse, dout, dq, dk, dv, causal=causal,
+                                         **cuda_bwd_lib.bwd_scratch(q, k, v))
+        cuda_lib.call("attn_fa3_bwd", params)
+        torch.cuda.synchronize()
+        return dk, dv, *(b[:offset] for b in bufs)
+
+    staged, direct = run(0), run(2)  # 2 bf16 elements: 4-byte aligned, not 16
+    assert direct[0].data_ptr() % 16 != 0
+    for name, a, b in (("dk", staged[0], direct[0]), ("dv", staged[1], direct[1])):
+        assert not a.isnan().any() and not b.isnan().any(), f"{name}: rows left unwritten"
+        assert torch.equal(a, b), f"{name}: staged and 4-byte stores differ (max {float((a - b).abs().max())})"
+    assert all(x.isnan().all() for x in direct[2:]), "the element before the view was written"
 
 
 @pytest.mark.parametrize("variant", ["default", "atomic_dq"])

@@ -34,6 +34,13 @@ struct OtherDqSplit : std::conditional_t<D == 64, Fa3BwdDefault<64>, Rows64> {
     static constexpr DqSplit dq_split = D == 64 ? DqSplit::kSplit : DqSplit::kAlternate;
 };
 
+// The shipped build of head dim D with dK / dV stored 4 bytes at a time from the accumulators (DkvStore::kDirect:
+// the shipped builds until dK / dV were staged through shared memory).
+template <int D>
+struct DirectDkv : Fa3BwdDefault<D> {
+    static constexpr DkvStore dkv_store = DkvStore::kDirect;
+};
+
 // dQ by the consumers' float2 atomics, dO in the Q ring's stages (the shipped d = 256 build until the TMA reduce-add
 // with one dO stage replaced it).
 template <int D, int DV>
@@ -70,8 +77,9 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
         *why = "has no build at d = dv = 192 (its third dQ block alternates between the consumers)";
         return -1;
     }
-    *why = variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 ? "is a build of d = dv in {64, 96, 128}"
-                                                                    : "is not a variant (0 to 6)";
+    *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV
+               ? "is a build of d = dv in {64, 96, 128}"
+                                                                    : "is not a variant (0 to 7)";
     return -1;
 }
 
@@ -88,11 +96,12 @@ int with_schedule(int variant, F&& f, const char** why) {
         if (variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP) return f(AtomicDq<D != 64>{});
     }
     if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
+    if (variant == ATTN_LAB_FA3_BWD_DIRECT_DKV) return f(DirectDkv<D>{});
     *why = variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
            : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
-               : "is not a variant (0 to 6)";
+               : "is not a variant (0 to 7)";
     return -1;
 }
 

@@ -11,8 +11,9 @@ namespace attn::hopper {
 // consumers' atomics), without the GEMM / element-wise overlap. d = 64: 128-row query tiles, each tile's dQ computed by
 // one consumer, the two taking turns (+7-8% over splitting it by rows); d = 128: 80-row tiles, dQ^T = K^T dS^T split by
 // head-dim columns between the consumers (H100, B = 4, H = 16, N = 8192, bf16: the backward 1.03-1.06x the 64-row
-// tiles with dQ = dS K, the lab's rows64; with 64-row tiles taking turns was 2-7% slower than the column split).
-// D: the head dim of Q and K; DV: of V and O.
+// tiles with dQ = dS K, the lab's rows64; with 64-row tiles taking turns was 2-7% slower than the column split). Both
+// stage dK / dV through shared memory (Fa3BwdSchedule's DkvStore::kStaged: 1.010-1.021x the 4-byte stores, the lab's
+// direct_dkv). D: the head dim of Q and K; DV: of V and O.
 template <int D, int DV = D>
 struct Fa3BwdDefault;
 

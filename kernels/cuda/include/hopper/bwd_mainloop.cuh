@@ -74,6 +74,14 @@ enum class DqSplit { kSplit, kAlternate };
 // MN-major. The transposed form frees the query tile from M = 64 (flash-attn-4's sm90 backward at d <= 128 streams
 // 80-row tiles so: 20% fewer tiles, and their fixed costs, per key tile).
 enum class DqForm { kDsK, kKtDsT };
+// How a consumer writes its dK (times the scale) and dV where they are the input dtype (not GQA's fp32 rows, which
+// always go straight from the registers): element pairs stored 4 bytes at a time from the accumulator fragments (a
+// warp's store touches 8 rows, 16 bytes of each); or staged, the fragments put by stmatrix into the K / V rows of the
+// consumer's own keys in shared memory (free once both consumers' last GEMMs have completed: an all-consumer barrier)
+// and copied out 16 bytes a thread, whole row segments a warp, where dk and dv are 16-byte aligned and their strides
+// whole groups of 8 elements (else the 4-byte path). Staged measured 1.010-1.021x the backward at d = 64, 96, 128
+// (H100, in-process; docs/fa3_backward.md): the CTA, which holds the SM alone, leaves sooner.
+enum class DkvStore { kDirect, kStaged };
 // How the CTA's keys and the dK / dV accumulators are shared by the two consumers: each owns 64 of 128 keys and their
 // dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128), or both share 64 keys, consumer 0 holding dK and
 // consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)).
@@ -96,6 +104,7 @@ struct Fa3BwdSchedule {
     // D = 128 a multiple of 16 up to 80 (S^T, dP^T of 80 queries: 40 + 40 registers beside dK, dV's 128).
     static constexpr int block_m = 64;
     static constexpr int stages = 2;  // the Q / dO ring
+    static constexpr DkvStore dkv_store = DkvStore::kStaged;  // how dK / dV leave the consumers (DkvStore)
 };
 
 // The schedule S with the dQ partials added in a fixed order (attn_fa3_bwd_deterministic).
@@ -122,6 +131,7 @@ struct Fa3BwdConfig {
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
     static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
     static constexpr bool kTmaDq = Schedule::dq_add == DqAdd::kTmaReduce;
+    static constexpr bool kStagedDkv = Schedule::dkv_store == DkvStore::kStaged;
     static_assert(D == 64 || D == 128, "head dims 64, 128");
     static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
     static constexpr int kBlockM = Schedule::block_m;  // query rows per streamed tile
@@ -885,6 +895,16 @@ struct BwdConsumer {
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         const bool gqa = f.heads_q != f.heads_kv;
         const int hkv = h / (f.heads_q / f.heads_kv);
+        if constexpr (C::kStagedDkv) {
+            // CTA-uniform, so both consumers take the same path (store_staged meets at an all-consumer barrier)
+            const bool vec = (reinterpret_cast<uintptr_t>(pb.dk) | reinterpret_cast<uintptr_t>(pb.dv)) % 16 == 0 &&
+                             (pb.dk_row_stride | pb.dk_head_stride | pb.dk_batch_stride | pb.dv_row_stride |
+                              pb.dv_head_stride | pb.dv_batch_stride) % 8 == 0;
+            if (!gqa && vec) {
+                store_staged(dk, dv, hkv);
+                return;
+            }
+        }
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int j = T.n0 + cw * 64 + 16 * warp + lane / 4 + 8 * hh;
@@ -906,6 +926,53 @@ struct BwdConsumer {
                     *reinterpret_cast<uint32_t*>(dkp) = MmaOp<Elem>::pack(k0, k1);
                     *reinterpret_cast<uint32_t*>(dvp) = MmaOp<Elem>::pack(v0, v1);
                 }
+            }
+        }
+    }
+
+    // DkvStore::kStaged: dK (times the scale) and dV of this warpgroup's 64 keys through its K / V rows in shared
+    // memory (the accumulator layout: thread lane holds row 16 warp + lane / 4 + 8 hh, columns 8 j + 2 (lane % 4) +
+    // {0, 1}; per 16 columns one stmatrix.x4 of the matrices (hh, j) = (0, 2 ks), (1, 2 ks), (0, 2 ks + 1),
+    // (1, 2 ks + 1), lane l addressing row l % 8 of matrix l / 8; 128-byte swizzle), then 16-byte row segments to
+    // global memory. Rows past the real length are not written.
+    __device__ __forceinline__ void store_staged(const float (&dk)[DA / 2], const float (&dv)[DA / 2], int hkv) const {
+        const AttnFwdParams& f = P.p.fwd;
+        const AttnBwdParams& pb = P.p;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        // both consumers' GEMMs have completed (each waited for its last before leaving its loop; dQ reads all of K),
+        // and K / V are loaded once per CTA: the rows of this consumer's keys are its own from here
+        named_sync(C::kBarConsumers, C::kConsumerThreads);
+        {
+            const int mi = lane / 8, r = cw * 64 + 16 * warp + lane % 8 + 8 * (mi % 2);
+            const uint32_t k_row = smem_addr(sm.k()) + r * 128, v_row = smem_addr(sm.v()) + r * 128;
+#pragma unroll
+            for (int ks = 0; ks < DT / 16; ++ks) {
+                uint32_t mk[4], mv[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int j = 2 * ks + i / 2, hh = i % 2;
+                    mk[i] = MmaOp<Elem>::pack(dk[4 * j + 2 * hh] * f.scale, dk[4 * j + 2 * hh + 1] * f.scale);
+                    mv[i] = MmaOp<Elem>::pack(dv[4 * j + 2 * hh], dv[4 * j + 2 * hh + 1]);
+                }
+                const int col = 8 * (2 * ks + mi / 2);
+                const int off = (col / 64) * (BN * 128) + (((col % 64) / 8) ^ (r % 8)) * 16;
+                stmatrix_x4(k_row + off, mk);
+                stmatrix_x4(v_row + off, mv);
+            }
+        }
+        wg_sync();
+        Elem* dkp = static_cast<Elem*>(pb.dk) + b * pb.dk_batch_stride + hkv * pb.dk_head_stride;
+        Elem* dvp = static_cast<Elem*>(pb.dv) + b * pb.dv_batch_stride + hkv * pb.dv_head_stride;
+        constexpr int kGroups = DT / 8;  // 16-byte groups of a row: the padding of a padded D is never stored
+#pragma unroll 4
+        for (int c = tid; c < 64 * kGroups; c += 128) {
+            const int rl = c / kGroups, cg = c % kGroups, r = cw * 64 + rl, j = T.n0 + r;
+            if (j < f.seqlen_k) {
+                const int off = (cg / 8) * (BN * 128) + r * 128 + (((cg % 8) ^ (r % 8)) * 16);
+                *reinterpret_cast<uint4*>(dkp + j * pb.dk_row_stride + cg * 8) =
+                    *reinterpret_cast<const uint4*>(sm.k() + off);
+                *reinterpret_cast<uint4*>(dvp + j * pb.dv_row_stride + cg * 8) =
+                    *reinterpret_cast<const uint4*>(sm.v() + off);
             }
         }
     }
