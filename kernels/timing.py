@@ -17,8 +17,8 @@
   issues its calls (the first GPU estimate's calls, at least `PROBE_MIN_CALLS` a sample launched back to back behind
   a hold, each call timed alone, the median of them all). Python's cyclic garbage collector is off while `measure`
   runs, as in `timeit`, so that a collection does not land in one call's host time. On an H100 the two differ most
-  for calls of several launches: the FA3 backward read 16-134 us from a drained GPU, 17-38 us behind queued work
-  (docs/fa3_backward.md).
+  for calls of several launches: the FA3 backward read 16-86 us from a drained GPU, 13-23 us behind queued work
+  (docs/fa3_backward.md, "Host time of a call").
 - **wall time** (`Timing.wall_ms`): event, call, event, synchronize; the figure this module gave before issue 40,
   which charges the call's host time to every sample (`cuda_event_times_ms`).
 
