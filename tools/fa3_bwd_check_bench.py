@@ -160,13 +160,9 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset(),
                     ("fa3_dq_other", _calls(bwd3, variant="other_dq_split")),
                     ("fa3_m64", _calls(bwd3, variant="rows64")), ("fa3_m64_det", _calls(det3, variant="rows64")),
                     ("fa3_dkv4", _calls(bwd3, variant="direct_dkv"))]
-            if d == ROWS128_D:
-                bwd.append(("fa3_lag", _calls(bwd3, variant="lagged_dq")))
             both += [("fa3_dq_other", _calls(fwd3, bwd3, variant="other_dq_split")),
                      ("fa3_m64", _calls(fwd3, bwd3, variant="rows64")),
                      ("fa3_dkv4", _calls(fwd3, bwd3, variant="direct_dkv"))]
-            if d == ROWS128_D:
-                both.append(("fa3_lag", _calls(fwd3, bwd3, variant="lagged_dq")))
         if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float2 / float4 atomics; TMA dQ, one dO stage
             names = {"atomic_dq": "fa3_atomic", "wide_dq_float4": "fa3_dq_f4",
                      "wide_tma_dq_one_do_stage": "fa3_dq_tma1"}

@@ -139,31 +139,6 @@ def test_fa3_bwd_staged_and_direct_dkv_stores_give_the_same_bits(d, causal):
     assert all(x.isnan().all() for x in direct[2:]), "the element before the view was written"
 
 
-@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
-@pytest.mark.parametrize("index", range(12))
-def test_fa3_bwd_lagged_dq_turns_match_fp64_oracle(index, launcher):
-    """d = 64 with the dQ turns one tile behind (lab variant lagged_dq: consumer it % 2 computes the dQ of tile it - 1,
-    the last tile's after the loop); the cases at their own head dim when it is 64, else at d = 64."""
-    _lib()
-    lab_library_or_skip()
-    from attention_conformance.kernels.check.backward import check_backward as check_case
-
-    res = check_case(dict(_cases()[index], d=64), launcher, seed=600 + index, variant="lagged_dq")
-    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
-
-
-def test_fa3_bwd_lagged_dq_turns_deterministic_is_bit_identical():
-    _lib()
-    lab_library_or_skip()
-    from attention_conformance.kernels.check.backward import check_determinism as determinism_case
-    from attention_conformance.kernels.check.cases import FA3_BWD_DETERMINISM_CASES as DET_CASES
-
-    spec = next(c for c in DET_CASES if c["d"] == 64)
-    res = determinism_case(spec, seed=7, variant="lagged_dq")
-    assert res["identical"], f"{res['case']}: two runs of the deterministic lagged_dq build differ"
-    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
-
-
 @pytest.mark.parametrize("variant", ["default", "atomic_dq"])
 @pytest.mark.parametrize("index", range(2))
 def test_fa3_bwd_deterministic_is_bit_identical(index, variant):

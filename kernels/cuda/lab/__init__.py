@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: attn_lab.h ATTN_LAB_VERSION
-LAB_VERSION = 6
+LAB_VERSION = 5
 #: attn_lab.h AttnLabFa3FwdVariant, by name ("default": the shipped build of each head dim)
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,
@@ -69,7 +69,7 @@ FP8_ROWS_VARIANTS = ("no_transpose", "no_exp", "no_pv", "smem_q", "narrow_transp
 FP8_KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persistent", "one_cta_per_tile")
 #: attn_lab.h AttnLabFa3BwdVariant, by name
 FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, "rows64": 3, "other_dq_split": 4,
-                    "wide_dq_float4": 5, "wide_tma_dq_one_do_stage": 6, "direct_dkv": 7, "lagged_dq": 8}
+                    "wide_dq_float4": 5, "wide_tma_dq_one_do_stage": 6, "direct_dkv": 7}
 #: attn_lab.h AttnLabFa2BwdVariant, by name
 FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p": 5, "p2": 6, "bc128": 7, "fa2p": 8}
 

@@ -12,7 +12,6 @@
 //   3: the d = 192 FA3 forward builds (ATTN_LAB_FA3_D192_*, codes 21-24).
 //   4: ATTN_LAB_FA3_BWD_ROWS64 at d = 96, 128 too (their 64-row build, the shipped one before the 80-row tiles).
 //   5: ATTN_LAB_FA3_BWD_DIRECT_DKV (dK / dV stored 4 bytes at a time: the shipped builds before they were staged).
-//   6: ATTN_LAB_FA3_BWD_LAGGED_DQ (d = 64: the dQ turns one tile behind).
 #pragma once
 #include <stdint.h>
 
@@ -22,7 +21,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 6
+#define ATTN_LAB_VERSION 5
 
 int attn_lab_version(int* params_version);
 
@@ -111,8 +110,8 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer,
 // do_stages = 1, the shipped d = 256 build; not d = dv = 192). DIRECT_DKV (d = dv in {64, 96, 128}): the shipped build
 // with dK / dV stored 4 bytes at a time from the accumulators (DkvStore::kDirect) instead of staged through shared
-// memory. LAGGED_DQ (d = 64): the consumers' dQ turns one tile behind (DqSplit::kAlternateLagged). DEFAULT runs every
-// head dim.
+// memory. DEFAULT runs every head
+// dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
@@ -122,7 +121,6 @@ enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 = 5,
     ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE = 6,
     ATTN_LAB_FA3_BWD_DIRECT_DKV = 7,
-    ATTN_LAB_FA3_BWD_LAGGED_DQ = 8,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

@@ -41,12 +41,6 @@ struct DirectDkv : Fa3BwdDefault<D> {
     static constexpr DkvStore dkv_store = DkvStore::kDirect;
 };
 
-// d = 64's shipped build with the dQ turns one tile behind (DqSplit::kAlternateLagged: consumer it % 2 computes the
-// dQ of tile it - 1).
-struct LaggedDq : Fa3BwdDefault<64> {
-    static constexpr DqSplit dq_split = DqSplit::kAlternateLagged;
-};
-
 // dQ by the consumers' float2 atomics, dO in the Q ring's stages (the shipped d = 256 build until the TMA reduce-add
 // with one dO stage replaced it).
 template <int D, int DV>
@@ -83,10 +77,9 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
         *why = "has no build at d = dv = 192 (its third dQ block alternates between the consumers)";
         return -1;
     }
-    *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV ||
-                       variant == ATTN_LAB_FA3_BWD_LAGGED_DQ
+    *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV
                ? "is a build of d = dv in {64, 96, 128}"
-                                                                    : "is not a variant (0 to 8)";
+                                                                    : "is not a variant (0 to 7)";
     return -1;
 }
 
@@ -104,17 +97,11 @@ int with_schedule(int variant, F&& f, const char** why) {
     }
     if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
     if (variant == ATTN_LAB_FA3_BWD_DIRECT_DKV) return f(DirectDkv<D>{});
-    if constexpr (D == 64) {
-        if (variant == ATTN_LAB_FA3_BWD_LAGGED_DQ) return f(LaggedDq{});
-    } else if (variant == ATTN_LAB_FA3_BWD_LAGGED_DQ) {
-        *why = "is a build of d = 64 only (the dQ turns of its 128-row tiles)";
-        return -1;
-    }
     *why = variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
            : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
-               : "is not a variant (0 to 8)";
+               : "is not a variant (0 to 7)";
     return -1;
 }
 

@@ -66,15 +66,8 @@ enum class DqAdd { kTmaReduce, kAtomics };
 // block (by head-dim columns at D = 128, by query rows with 128-row tiles at D = 64; with 64-row tiles at D = 64 each a
 // full-width partial over its own keys); or alternating: consumer (it % 2) computes the whole dQ of the CTA's it-th
 // tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
-// other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles); or alternating one
-// tile behind: consumer (it % 2) computes the dQ of tile it - 1 (the last tile's after the loop), whose dS^T both
-// stored a tile earlier, so the dQ consumer does not wait for the other's element-wise pass of the same tile (which,
-// late by the dQ work it did the tile before, set the pace of kAlternate: a period of a tile plus a dQ, instead of a
-// tile plus half a dQ).
-enum class DqSplit { kSplit, kAlternate, kAlternateLagged };
-// What the dQ consumer issues beside a tile's dQ (BwdConsumer::alt_dq): the tile's dK += dS^T Q, or nothing (the last
-// tile's dQ of kAlternateLagged, after the loop).
-enum class DqWith { kDk, kNothing };
+// other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
+enum class DqSplit { kSplit, kAlternate };
 // The GEMM that gives a tile's dQ: dQ = dS K (M = the tile's query rows, 64 or 128: wgmma's M is 64 a warpgroup), A =
 // dS^T stored [keys][queries] and read MN-major; or transposed, dQ^T = K^T dS^T (M = the head dim, N = the tile's
 // query rows: any multiple of 16), B = dS stored [queries][keys] (stmatrix .trans) and read K-major, A = K read
@@ -162,8 +155,7 @@ struct Fa3BwdConfig {
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
     // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
     // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
-    static constexpr bool kDqLag = Schedule::dq_split == DqSplit::kAlternateLagged;
-    static constexpr bool kDqAlt = Schedule::dq_split == DqSplit::kAlternate || kDqLag;
+    static constexpr bool kDqAlt = Schedule::dq_split == DqSplit::kAlternate;
     static_assert(!kDqAlt || (kBlockM * D == 128 * 64 && kTmaDq && !kOverlap),
                   "alternating dQ: [128 x 64] or [64 x 128] tiles, TMA dQ");
     static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;
@@ -575,18 +567,16 @@ struct BwdConsumer {
         }
     }
 
-    // kDqAlt, the dQ consumer of tile j (dS^T in buffer dsb): dQ = dS K over all 128 keys as two [64 x 64] blocks (D =
-    // 64: query block qb of dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then (kWith
-    // = kDk) the current tile's dK += dS^T Q; once dQ has landed the dS^T buffer is released to the other consumer
-    // (when a tile j + 2 will write it) and the fp32 tile, the writer's j-th hand-off, goes to shared memory while dK
-    // still runs.
-    template <DqWith kWith, class DsA>
-    __device__ __forceinline__ void alt_dq(float (&dk)[DA / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq, int j,
-                                           int n_tiles) const {
+    // kDqAlt, the tile's dQ consumer: dQ = dS K over all 128 keys as two [64 x 64] blocks (D = 64: query block qb of
+    // dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then dK += dS^T Q; once dQ has
+    // landed the dS^T buffer is released to the other consumer and the fp32 tile goes to shared memory for the
+    // writer while dK still runs.
+    template <class DsA>
+    __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[DA / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
+                                                  int it, int n_tiles) const {
         // D = 64: both blocks at once (dK, dV hold 64 registers); D = 128: one block at a time (dK, dV hold 128),
         // block 0 beside dK, then block 1 into the same registers.
         constexpr int kAtOnce = D == 64 ? 2 : 1;
-        constexpr int kLater = kWith == DqWith::kDk ? 1 : 0;  // commit groups issued after dQ's
         float dq[kAtOnce][32];
         auto issue_dq = [&](int qb, float (&acc)[32]) {
             const uint32_t a_off = D == 64 ? qb * (BN * 128) : 0, b_off = D == 64 ? 0 : qb * (BN * 128);
@@ -596,14 +586,14 @@ struct BwdConsumer {
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) issue_dq(qb, dq[qb]);
         wgmma_commit();
-        if constexpr (kWith == DqWith::kDk) issue_dk(dk, dsa, q_mn);
-        wgmma_wait<kLater>();
+        issue_dk(dk, dsa, q_mn);
+        wgmma_wait<1>();
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) fence_regs(dq[qb]);
         if constexpr (kAtOnce == 2) {
-            if (j + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
         }
-        mbar_wait(sm.empty_dq(0), (j & 1) ^ 1);
+        mbar_wait(sm.empty_dq(0), (it & 1) ^ 1);
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) store_dq_block(sm.dq(qb), dq[qb]);
         if constexpr (kAtOnce == 1) {
@@ -612,7 +602,7 @@ struct BwdConsumer {
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(dq[0]);
-            if (j + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
             store_dq_block(sm.dq(1), dq[0]);
         }
         fence_proxy_async();
@@ -757,12 +747,10 @@ struct BwdConsumer {
                 wgmma_commit();
             }
             // kDqAlt: the other consumer's dQ GEMM of tile it - 2 read this buffer (the dQ consumer itself read it
-            // earlier in its own order). kAlternate: the dQ consumer of tile it is (it % 2), so the other waits;
-            // kDqLag: tile it - 2's was ((it - 1) % 2), so consumer (it % 2) waits.
+            // earlier in its own order)
             const bool dq_mine = !C::kDqAlt || cw == (it & 1);
             if constexpr (C::kDqAlt) {
-                if ((C::kDqLag ? dq_mine : !dq_mine) && it >= 2)
-                    named_sync(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+                if (!dq_mine && it >= 2) named_sync(C::kBarDsEmpty + dsb, C::kConsumerThreads);
             } else if constexpr (!C::kSplitDq) {
                 wg_sync();
             }
@@ -790,10 +778,7 @@ struct BwdConsumer {
                 }
             }
             fence_proxy_async();
-            if constexpr (C::kDqLag) {
-                // tile it's dQ consumer is ((it + 1) % 2), at tile it + 1: the other announces its rows
-                if (dq_mine) named_arrive(C::kBarDsFull + dsb, C::kConsumerThreads);
-            } else if constexpr (C::kDqAlt) {
+            if constexpr (C::kDqAlt) {
                 if (dq_mine)
                     named_sync(C::kBarDsFull + dsb, C::kConsumerThreads);
                 else
@@ -804,14 +789,11 @@ struct BwdConsumer {
                 wg_sync();
             }
             if constexpr (C::kDqAlt) {
-                // kDqLag: the dQ of tile it - 1 (both halves of its dS^T stored a tile ago), beside this tile's dK
-                if (dq_mine && (!C::kDqLag || it >= 1)) {
-                    const int j = C::kDqLag ? it - 1 : it, jb = C::kDqLag ? dsb ^ 1 : dsb;
-                    if constexpr (C::kDqLag) named_sync(C::kBarDsFull + jb, C::kConsumerThreads);
+                if (dq_mine) {
                     wgmma_wait<0>();  // dV has landed: P^T's registers are free before dQ's are taken
                     fence_regs(dv);
                     fence_regs(pa);
-                    alt_dq<DqWith::kDk>(dk, dsa, jb, q_mn, k_dq, j, T.n_tiles);
+                    alt_dq_and_dk(dk, dsa, dsb, q_mn, k_dq, it, T.n_tiles);
                 } else {
                     issue_dk(dk, dsa, q_mn);
                     wgmma_wait<0>();
@@ -900,14 +882,6 @@ struct BwdConsumer {
                 __threadfence();
                 wg_sync();
                 if (tid == 0) atomicAdd(sem_head + m_tile, 1);
-            }
-        }
-        if constexpr (C::kDqLag) {  // the last tile's dQ: its consumer is (n_tiles % 2)
-            const int j = T.n_tiles - 1;
-            if (j >= 0 && cw == (T.n_tiles & 1)) {
-                named_sync(C::kBarDsFull + (j & 1), C::kConsumerThreads);
-                uint32_t none[1][4];
-                alt_dq<DqWith::kNothing>(dk, none, j & 1, 0, k_dq, j, T.n_tiles);
             }
         }
     }
