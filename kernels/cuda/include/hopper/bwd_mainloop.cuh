@@ -34,6 +34,10 @@
 // Varlen padding inside the tensors (rows past the real lengths) may hold anything (NaN): the consumers
 // zero K / V rows j >= lk and Q / dO rows i >= lq in shared memory before any GEMM reads them; rows past the
 // tensor extent arrive as zeros from TMA.
+// dK (times the scale) and dV leave at the end (DkvStore): staged through the K / V rows of the consumer's own keys
+// in shared memory once both consumers have passed an all-consumer barrier after their last GEMM (nothing reads or
+// loads K / V after that), then 16-byte row segments; GQA's fp32 rows and unaligned dk / dv by 4- / 8-byte stores
+// straight from the accumulators.
 #pragma once
 #include <math.h>
 
