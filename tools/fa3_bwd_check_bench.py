@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from bench_shapes import dims_label, parse_head_dims
 from cuda_fwd_check_bench import env_info
-from timing_md import TIMING_NOTE, host_table
+from timing_md import TIMING_NOTE, by_gpu_time, host_table
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.check.backward import check_backward, check_determinism
@@ -245,8 +245,41 @@ def _ratio(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.2f}"
 
 
-def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], command: str) -> str:
-    """The report: environment, correctness, determinism and the timing table."""
+def _key(r: dict) -> tuple:
+    return r["B"], r["H"], r["N"], r["d"], r.get("dv", r["d"]), bool(r["causal"])
+
+
+def change_table(rows: list[dict], previous: list[dict], previous_env: dict, gpu: str) -> list[str]:
+    """Each row against the set this one replaces (``--previous``): our backward's TFLOPs/s and our forward +
+    backward's ratio to FA4, then and now, and by how much they moved; what the previous set was."""
+    before = {_key(r): r for r in previous}
+    other = previous_env.get("gpu")
+    when = ", ".join(x for x in (previous_env.get("date"), other) if x)
+    timer = ("by GPU time as this one" if by_gpu_time(previous) else
+             "by the wall timer, which charged each call's host time")
+    cause = (f"the card ({other} then, {gpu} now), the run and the kernels' own changes in between"
+             if other and other != gpu else "the run (clocks, power) and the kernels' own changes in between")
+    out = ["## Against the set this one replaces", "",
+           f"The set this one replaces ({when}), {timer}: the change is {cause}.", "",
+           "| shape | causal | bwd FA3 before | now | change | fwd+bwd FA3/FA4 before | now | change |",
+           "|---" * 8 + "|"]
+    nan = math.nan
+    for r in rows:
+        o = before.get(_key(r))
+        if o is None:
+            continue
+        t0, t1 = o.get("bwd_fa3_tflops", nan), r.get("bwd_fa3_tflops", nan)
+        q0 = o.get("fwdbwd_fa4_ms", nan) / o.get("fwdbwd_fa3_ms", nan)
+        q1 = r.get("fwdbwd_fa4_ms", nan) / r.get("fwdbwd_fa3_ms", nan)
+        out.append(f"| B{r['B']} H{r['H']} N{r['N']} d{dims_label(r)} | {r['causal']} | {t0:.0f} | {t1:.0f} | "
+                   f"{t1 / t0 - 1:+.1%} | {_ratio(q0)} | {_ratio(q1)} | {q1 - q0:+.2f} |")
+    return out + [""]
+
+
+def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], command: str,
+             previous: list[dict] | None = None, previous_env: dict | None = None) -> str:
+    """The report: environment, correctness, determinism and the timing table; with ``previous`` (an earlier set's
+    rows) each row's change against it (`change_table`)."""
     out = [f"# FA3 backward (sm_90a) vs FA2 backward, torch flash and cuDNN ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}.", "", f"Command: `{command}`", ""]
@@ -307,6 +340,8 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
                        f"{_ratio(rf)} | {_ratio(rc)} | {_ratio(r4)} |")
+        if previous:
+            out += [""] + change_table(rows, previous, previous_env or {}, env["gpu"])
     return "\n".join(out) + "\n"
 
 
@@ -320,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="benchmark rows: comma-separated head dims, d or d x dv (e.g. 64,128,192,256,192x128)")
     ap.add_argument("--only", default="", help="benchmark only these candidates (comma-separated, e.g. fa3,cudnn)")
     ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds per row (the median is kept)")
+    ap.add_argument("--previous", default="", help="an earlier fa3_bwd.json: each row's change against it")
     args = ap.parse_args(argv)
+    prev = json.loads(Path(args.previous).read_text()) if args.previous else {}
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else FA3_BWD_CASES):
         variants = ["default", "atomic_dq", "other_dq_split", "rows64"]
@@ -357,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = "" if len(rows) == len(shapes) or args.no_bench else f" (rows so far: {len(rows)} of {len(shapes)})"
         (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command + cut, checks=checks,
                                                           determinism=dets, bench=rows), indent=1, default=str))
-        md = markdown(env, checks, dets, rows, command + cut)
+        md = markdown(env, checks, dets, rows, command + cut, prev.get("bench"), prev.get("env"))
         (out / "fa3_bwd.md").write_text(md)
         return md
 
