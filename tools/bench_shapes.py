@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["dims_label", "parse_head_dims"]
+__all__ = ["dims_label", "parse_head_dims", "row_key"]
 
 
 def parse_head_dims(text: str) -> list[tuple[int, int]]:
@@ -19,3 +19,9 @@ def dims_label(row: dict) -> str:
     """A row's head dims as written in the tables: "128", or "192x128" where dv differs from d."""
     dv = row.get("dv", row["d"])
     return f"{row['d']}" if dv == row["d"] else f"{row['d']}x{dv}"
+
+
+def row_key(row: dict) -> tuple:
+    """A table row's shape (B, H, N, d, dv, causal): what matches a row of one benchmark set to the same row of
+    another."""
+    return row["B"], row["H"], row["N"], row["d"], row.get("dv", row["d"]), bool(row["causal"])

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_shapes import dims_label, parse_head_dims
+from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info
 from timing_md import TIMING_NOTE, by_gpu_time, host_table
 
@@ -245,14 +245,10 @@ def _ratio(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.2f}"
 
 
-def _key(r: dict) -> tuple:
-    return r["B"], r["H"], r["N"], r["d"], r.get("dv", r["d"]), bool(r["causal"])
-
-
 def change_table(rows: list[dict], previous: list[dict], previous_env: dict, gpu: str) -> list[str]:
     """Each row against the set this one replaces (``--previous``): our backward's TFLOPs/s and our forward +
     backward's ratio to FA4, then and now, and by how much they moved; what the previous set was."""
-    before = {_key(r): r for r in previous}
+    before = {row_key(r): r for r in previous}
     other = previous_env.get("gpu")
     when = ", ".join(x for x in (previous_env.get("date"), other) if x)
     timer = ("by GPU time as this one" if by_gpu_time(previous) else
@@ -265,7 +261,7 @@ def change_table(rows: list[dict], previous: list[dict], previous_env: dict, gpu
            "|---" * 8 + "|"]
     nan = math.nan
     for r in rows:
-        o = before.get(_key(r))
+        o = before.get(row_key(r))
         if o is None:
             continue
         t0, t1 = o.get("bwd_fa3_tflops", nan), r.get("bwd_fa3_tflops", nan)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_shapes import dims_label, parse_head_dims
+from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info, sdpa_fn
 from timing_md import FA3_REFS as REFS
 from timing_md import TIMING_NOTE, by_gpu_time, host_table
@@ -156,14 +156,14 @@ def context_lost() -> str | None:
 
 def shape_key(shape: tuple) -> tuple:
     """A shape (B, H, N, d[, dv], causal) of `bench_rows` as (B, H, N, d, dv, causal): how `bench_rows` reads it, and
-    `_key` of its row."""
+    `bench_shapes.row_key` of its row."""
     B, H, N, d, dv, causal = shape if len(shape) == 6 else (*shape[:4], shape[3], shape[4])
     return B, H, N, d, dv, bool(causal)
 
 
 def remaining_shapes(shapes: list[tuple], done: list[dict]) -> list[tuple]:
     """The shapes whose row is not among ``done`` (an earlier process's rows, ``--resume``), in order."""
-    have = {_key(r) for r in done}
+    have = {row_key(r) for r in done}
     return [s for s in shapes if shape_key(s) not in have]
 
 
@@ -300,10 +300,6 @@ def curves_svg(rows: list[dict]) -> str:
 
 
 
-def _key(r: dict) -> tuple:
-    return r["B"], r["H"], r["N"], r["d"], r.get("dv", r["d"]), bool(r["causal"])
-
-
 def _previous_note(rows, previous: list[dict], prev_env: dict, gpu: str) -> str:
     """What the */FA4 before* column compares with: the same timer (a set with a GPU-time method per row), or the
     wall timer that charged each call's host time; and the card it ran on where that is not this one."""
@@ -325,7 +321,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_env: d
     """The tables: TFLOPs/s and ratios by GPU time (the headline), then host and wall time per call beside them;
     with `previous` (an earlier run's rows, e.g. the wall-timer figures this set replaces), each ratio's change."""
     nan = float("nan")
-    before = {_key(r): r for r in previous or []}
+    before = {row_key(r): r for r in previous or []}
     out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
            f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
            f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
@@ -340,7 +336,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_env: d
                 + " | ".join(f"{r.get(ref + '_tflops', nan):.0f}" for ref, _ in REFS) + " | "
                 + " | ".join(f"{r.get('ratio_vs_' + ref, nan):.2f}" for ref, _ in REFS) + " |")
         if before:
-            old = before.get(_key(r), {}).get("ratio_vs_fa4", nan)
+            old = before.get(row_key(r), {}).get("ratio_vs_fa4", nan)
             line += f" {old:.2f} | {r.get('ratio_vs_fa4', nan) - old:+.2f} |"
         out.append(line)
     if before:

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("attention_conformance.kernels.cuda.lab", reason="kernels.cuda.lab (the lab build's Python side) "
                     "is not in the installed package; run tools' tests from a checkout (pip install -e .)")
 bench = pytest.importorskip("fa3_check_bench")
+from bench_shapes import row_key  # noqa: E402  (beside the script, after the skip)
 
 ENV = dict(gpu="H200", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
 
@@ -60,14 +61,14 @@ def test_a_lost_context_restarts_for_the_rows_left_and_keeps_the_rows_done(tmp_p
         bench.main(argv)
     assert execs[0][-len(argv) - 1:] == [*argv, "--resume"]
     written = json.loads((tmp_path / "fa3.json").read_text())["bench"]
-    assert [bench._key(r) for r in written] == [(4, 16, 8192, 64, 64, False), lost_at]
+    assert [row_key(r) for r in written] == [(4, 16, 8192, 64, 64, False), lost_at]
     md = (tmp_path / "fa3.md").read_text()
     assert "left the CUDA context unusable (CUDA error: an illegal memory access" in md and "xformers: CUDA" in md
 
     assert bench.main([*argv, "--resume"]) == 0
     assert calls[1] == [(4, 16, 8192, 96, 96, False), (4, 16, 8192, 96, 96, True)]  # the rows left, in order
     final = json.loads((tmp_path / "fa3.json").read_text())["bench"]
-    assert [bench._key(r)[3:] for r in final] == [(64, 64, False), (64, 64, True), (96, 96, False), (96, 96, True)]
+    assert [row_key(r)[3:] for r in final] == [(64, 64, False), (64, 64, True), (96, 96, False), (96, 96, True)]
 
 
 def test_each_lab_build_times_at_the_head_dim_it_is_built_for():

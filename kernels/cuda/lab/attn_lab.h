@@ -104,14 +104,13 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // the GEMM / element-wise overlap at d = 64 only), ATOMIC_DQ_OTHER_OVERLAP (the same with the overlap at d = 128 only;
 // not deterministic), ROWS64 (64-row query tiles: d = 64, where the shipped build has 128; d = 96, 128 with dQ = dS K
 // split by columns, where it has 80 with dQ^T = K^T dS^T), OTHER_DQ_SPLIT (d = 64: every tile's dQ split by rows
-// between the consumers; d = 128: 64-row tiles, the consumers taking turns computing a whole tile's dQ); those of
-// d = dv in {64, 96, 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh): ATOMIC_DQ (dQ by the consumers' float2
-// atomics, dO in the Q ring), WIDE_DQ_FLOAT4 (float4 atomics: DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ
-// through one 16 KB buffer per consumer and the TMA reduce-add, dO in one stage: DqStaging::kBufferPerConsumer,
-// do_stages = 1, the shipped d = 256 build; not d = dv = 192). DIRECT_DKV (d = dv in {64, 96, 128}): the shipped build
-// with dK / dV stored 4 bytes at a time from the accumulators (DkvStore::kDirect) instead of staged through shared
-// memory. DEFAULT runs every head
-// dim.
+// between the consumers; d = 128: 64-row tiles, the consumers taking turns computing a whole tile's dQ), DIRECT_DKV
+// (dK / dV stored 4 bytes at a time from the accumulators, DkvStore::kDirect, instead of staged through shared
+// memory); those of d = dv in {64, 96, 128}. The wide head dims' (d = 192, 256, (192, 128); hopper/bwd_wide.cuh):
+// ATOMIC_DQ (dQ by the consumers' float2 atomics, dO in the Q ring), WIDE_DQ_FLOAT4 (float4 atomics:
+// DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ through one 16 KB buffer per consumer and the TMA reduce-add,
+// dO in one stage: DqStaging::kBufferPerConsumer, do_stages = 1, the shipped d = 256 build; not d = dv = 192).
+// DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
