@@ -5,8 +5,9 @@
 // Stages on the launch's stream: bwd_preprocess (D = rowsum(dO * O) - dlse, dq_accum := 0) and, with sinks,
 // bwd_dsinks (include/bwd_prepost.cuh, shared with attn_fa2_bwd); the wgmma main loop (include/hopper/
 // bwd_mainloop.cuh: TMA ring, producer warpgroup, two consumer warpgroups, dK / dV in registers, dQ added into
-// the fp32 dq_accum; d = 192, 256 and (192, 128): include/hopper/bwd_wide.cuh, the consumers sharing 64 keys, one
-// holding dK and the other dV); bwd_convert_dq and, for GQA, bwd_reduce_gqa (host side: hopper/bwd_launch.cuh). The
+// the fp32 dq_accum; d = 256: include/hopper/bwd_wide.cuh, the consumers sharing 64 keys, one holding dK and the
+// other dV; d = 192 and (192, 128): include/hopper/bwd_sliced.cuh, three consumers sharing 96 keys, each a 64-column
+// slice of dK, dV and dQ); bwd_convert_dq and, for GQA, bwd_reduce_gqa (host side: hopper/bwd_launch.cuh). The
 // deterministic entry point adds the dQ partials in a fixed order (a semaphore per query tile, in the launch's
 // workspace), so two runs on the same inputs give bit-identical dq, dk, dv; attn_fa3_bwd's dQ sum order follows the
 // atomics (dk, dv are deterministic in both). Scratch and semantics as attn_fa2_bwd's (attn_params.h, docs/fa1_fa2.md).

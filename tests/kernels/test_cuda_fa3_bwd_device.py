@@ -139,6 +139,44 @@ def test_fa3_bwd_staged_and_direct_dkv_stores_give_the_same_bits(d, causal):
     assert all(x.isnan().all() for x in direct[2:]), "the element before the view was written"
 
 
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(12))
+def test_fa3_bwd_alternate_dq_turns_match_fp64_oracle(index, launcher):
+    """d = 64 with the dQ turns on the same tile (lab variant alternate_dq: consumer it % 2 computes the dQ of tile it;
+    the shipped build takes them one tile behind, the last tile's after the loop); the cases at their own head dim
+    when it is 64, else at d = 64."""
+    _lib()
+    lab_library_or_skip()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    res = check_case(dict(_cases()[index], d=64), launcher, seed=600 + index, variant="alternate_dq")
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
+def test_fa3_bwd_alternate_dq_turns_deterministic_is_bit_identical():
+    _lib()
+    lab_library_or_skip()
+    from attention_conformance.kernels.check.backward import check_determinism as determinism_case
+    from attention_conformance.kernels.check.cases import FA3_BWD_DETERMINISM_CASES as DET_CASES
+
+    spec = next(c for c in DET_CASES if c["d"] == 64)
+    res = determinism_case(spec, seed=7, variant="alternate_dq")
+    assert res["identical"], f"{res['case']}: two runs of the deterministic alternate_dq build differ"
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(12))
+def test_fa3_bwd_d64_matches_fp64_oracle(index, launcher):
+    """The shipped d = 64 build (128-row tiles, the dQ turns one tile behind: consumer it % 2 computes the dQ of tile
+    it - 1, the last tile's after the loop) on every case at d = 64."""
+    _lib()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    res = check_case(dict(_cases()[index], d=64), launcher, seed=650 + index)
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
 @pytest.mark.parametrize("variant", ["default", "atomic_dq"])
 @pytest.mark.parametrize("index", range(2))
 def test_fa3_bwd_deterministic_is_bit_identical(index, variant):
@@ -201,6 +239,39 @@ def test_fa3_bwd_wide_deterministic_is_bit_identical(index):
 
     res = determinism_case(DET_CASES[index], seed=600 + index)
     assert res["identical"], f"{res['case']}: two runs of attn_fa3_bwd_deterministic differ"
+    assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
+
+
+@pytest.mark.parametrize("variant", ["default", "shared_keys64"])
+@pytest.mark.parametrize("dv", [192, 128])
+@pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
+@pytest.mark.parametrize("index", range(16), ids=[f"wide-{i}" for i in range(16)])
+def test_fa3_bwd_d192_builds_match_fp64_oracle(index, launcher, dv, variant):
+    """d = 192 (dv = 192 and 128) on every FA3_BWD_WIDE_CASES case: the shipped build (hopper/bwd_sliced.cuh: 96-key
+    tiles shared by three consumers, each owning 32 keys for S / dP and a 64-column slice of dK^T, dV^T and dQ; at
+    dv = 128 consumer 2 holds no dV slice) and the lab's shared_keys64 (hopper/bwd_wide.cuh's 64-key tiling, the
+    shipped build before): causal both alignments, fully masked rows, windows, GQA, varlen with NaN padding, softcap,
+    [B, L, H, D] views, Lk = 0."""
+    _lib()
+    if variant != "default":
+        lab_library_or_skip()
+    from attention_conformance.kernels.check.backward import check_backward as check_case
+
+    spec = _wide_cases()[index] | {"d": 192, "dv": dv}
+    res = check_case(spec, launcher, seed=800 + index + dv, variant=variant)
+    assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
+
+
+def test_fa3_bwd_shared_keys64_deterministic_is_bit_identical():
+    """The lab's shared_keys64 (d = dv = 192, the 64-key wide tiling), deterministic: two runs give the same bits."""
+    _lib()
+    lab_library_or_skip()
+    from attention_conformance.kernels.check.backward import check_determinism as determinism_case
+    from attention_conformance.kernels.check.cases import FA3_BWD_WIDE_DETERMINISM_CASES as DET_CASES
+
+    spec = next(c for c in DET_CASES if c["d"] == 192 and c.get("dv", 192) == 192)
+    res = determinism_case(spec, seed=17, variant="shared_keys64")
+    assert res["identical"], f"{res['case']}: two runs of the deterministic shared_keys64 build differ"
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 
 

@@ -12,6 +12,9 @@
 //   3: the d = 192 FA3 forward builds (ATTN_LAB_FA3_D192_*, codes 21-24).
 //   4: ATTN_LAB_FA3_BWD_ROWS64 at d = 96, 128 too (their 64-row build, the shipped one before the 80-row tiles).
 //   5: ATTN_LAB_FA3_BWD_DIRECT_DKV (dK / dV stored 4 bytes at a time: the shipped builds before they were staged).
+//   6: ATTN_LAB_FA3_BWD_ALTERNATE_DQ (d = 64: the dQ turns on the same tile, the shipped build before the turns went
+//      one tile behind), ATTN_LAB_FA3_BWD_SHARED_KEYS64 (d = 192: the wide 64-key tiling, the shipped build before
+//      hopper/bwd_sliced.cuh's 96-key tiles).
 #pragma once
 #include <stdint.h>
 
@@ -21,7 +24,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 5
+#define ATTN_LAB_VERSION 6
 
 int attn_lab_version(int* params_version);
 
@@ -110,7 +113,9 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // ATOMIC_DQ (dQ by the consumers' float2 atomics, dO in the Q ring), WIDE_DQ_FLOAT4 (float4 atomics:
 // DqAtomicWidth::kFloat4), WIDE_TMA_DQ_ONE_DO_STAGE (dQ through one 16 KB buffer per consumer and the TMA reduce-add,
 // dO in one stage: DqStaging::kBufferPerConsumer, do_stages = 1, the shipped d = 256 build; not d = dv = 192).
-// DEFAULT runs every head dim.
+// ALTERNATE_DQ (d = 64): the consumers' dQ turns on the same tile (DqSplit::kAlternate; the shipped build takes them
+// one tile behind). SHARED_KEYS64 (d = 192, dv = 192 or 128): hopper/bwd_wide.cuh's tiling, 64 keys shared by two
+// consumers, TMA dQ (the shipped builds have hopper/bwd_sliced.cuh's 96-key tiles). DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
@@ -120,6 +125,8 @@ enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 = 5,
     ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE = 6,
     ATTN_LAB_FA3_BWD_DIRECT_DKV = 7,
+    ATTN_LAB_FA3_BWD_ALTERNATE_DQ = 8,
+    ATTN_LAB_FA3_BWD_SHARED_KEYS64 = 9,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

@@ -41,6 +41,18 @@ struct DirectDkv : Fa3BwdDefault<D> {
     static constexpr DkvStore dkv_store = DkvStore::kDirect;
 };
 
+// d = 64's shipped build with the dQ turns on the same tile (DqSplit::kAlternate: consumer it % 2 computes the dQ of
+// tile it; the shipped build until the turns went one tile behind).
+struct AlternateDq : Fa3BwdDefault<64> {
+    static constexpr DqSplit dq_split = DqSplit::kAlternate;
+};
+
+// d = 192 and (192, 128) on bwd_wide.cuh's tiling: 64 keys shared by two consumers, dQ through shared memory and the
+// TMA reduce-add (the shipped builds until bwd_sliced.cuh's 96-key tiles).
+struct SharedKeys64 : Fa3BwdWideSchedule {
+    static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
+};
+
 // dQ by the consumers' float2 atomics, dO in the Q ring's stages (the shipped d = 256 build until the TMA reduce-add
 // with one dO stage replaced it).
 template <int D, int DV>
@@ -56,7 +68,7 @@ struct WideDqFloat4 : WideAtomicDq<D, DV> {
 // dQ through one 16 KB buffer per consumer (its blocks in turn) and the TMA reduce-add, dO in one stage: the shipped
 // d = 256 build, here for (192, 128) (not at d = dv = 192, whose third dQ block alternates between the consumers).
 template <int D, int DV>
-struct WideTmaDqOneDoStage : Fa3BwdDefault<D, DV> {
+struct WideTmaDqOneDoStage : Fa3BwdWideSchedule {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
     static constexpr DqStaging dq_staging = DqStaging::kBufferPerConsumer;
     static constexpr int do_stages = 1;
@@ -71,15 +83,22 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
         case ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4: return f(WideDqFloat4<D, DV>{});
         default: break;
     }
+    if constexpr (D == 192) {
+        if (variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64) return f(SharedKeys64{});
+    } else if (variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64) {
+        *why = "is a build of d = 192 only (the shipped d = 256 build has 64-key tiles)";
+        return -1;
+    }
     if constexpr (!(D == 192 && DV == 192)) {
         if (variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE) return f(WideTmaDqOneDoStage<D, DV>{});
     } else if (variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE) {
         *why = "has no build at d = dv = 192 (its third dQ block alternates between the consumers)";
         return -1;
     }
-    *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV
+    *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV ||
+                       variant == ATTN_LAB_FA3_BWD_ALTERNATE_DQ
                ? "is a build of d = dv in {64, 96, 128}"
-                                                                    : "is not a variant (0 to 7)";
+                                                                    : "is not a variant (0 to 9)";
     return -1;
 }
 
@@ -97,11 +116,18 @@ int with_schedule(int variant, F&& f, const char** why) {
     }
     if (variant == ATTN_LAB_FA3_BWD_ROWS64) return f(Rows64{});
     if (variant == ATTN_LAB_FA3_BWD_DIRECT_DKV) return f(DirectDkv<D>{});
+    if constexpr (D == 64) {
+        if (variant == ATTN_LAB_FA3_BWD_ALTERNATE_DQ) return f(AlternateDq{});
+    } else if (variant == ATTN_LAB_FA3_BWD_ALTERNATE_DQ) {
+        *why = "is a build of d = 64 only (the dQ turns of its 128-row tiles)";
+        return -1;
+    }
     *why = variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
-           : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE)
+           : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE ||
+              variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
-               : "is not a variant (0 to 7)";
+               : "is not a variant (0 to 9)";
     return -1;
 }
 

@@ -1,7 +1,7 @@
 // Host side of the FA3 backward (bwd_mainloop.cuh's kernel), shared by the shipped launchers (fa3_bwd.cu) and the
 // lab's (kernels/cuda/lab/fa3_bwd_lab.cu): the parameter checks, the tensor maps, the launch of one main-loop build
-// (Fa3BwdConfig, or bwd_wide.cuh's Fa3BwdWideConfig for d = 192, 256 and (192, 128)) between the pre- and postprocess
-// kernels of ../bwd_prepost.cuh.
+// (Fa3BwdConfig, bwd_wide.cuh's Fa3BwdWideConfig or bwd_sliced.cuh's Fa3BwdSlicedConfig) between the pre- and
+// postprocess kernels of ../bwd_prepost.cuh.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -13,6 +13,7 @@
 #include "../bwd_prepost.cuh"
 #include "../launch_common.cuh"
 #include "bwd_mainloop.cuh"
+#include "bwd_sliced.cuh"
 #include "bwd_wide.cuh"
 #include "tma_host.cuh"
 
@@ -64,11 +65,13 @@ int64_t bwd_workspace_bytes(const AttnBwdParams& p) {
                : 0;
 }
 
-// The main-loop kernel of build C: bwd_mainloop.cuh's, or bwd_wide.cuh's for the wide head dims.
+// The main-loop kernel of build C by its tiling: bwd_mainloop.cuh's, bwd_wide.cuh's or bwd_sliced.cuh's.
 template <class C>
 constexpr auto bwd_main_kernel() {
-    if constexpr (C::kWide)
+    if constexpr (C::kTiling == BwdTiling::kSharedKeys)
         return fa3_bwd_wide_kernel<C>;
+    else if constexpr (C::kTiling == BwdTiling::kHeadDimSlices)
+        return fa3_bwd_sliced_kernel<C>;
     else
         return fa3_bwd_kernel<C>;
 }

@@ -1,7 +1,7 @@
 // The FA3 backward main loop for Hopper (sm_90a): one CTA per (K/V tile of 128 keys, query head, batch),
 // dK and dV accumulated in registers while the CTA walks the query tiles that can see its keys. Head dims up to
-// 128 (d = dv); d = 192, 256 and (192, 128) are bwd_wide.cuh's (consumers sharing 64 keys, the accumulators' head
-// dim split between them).
+// 128 (d = dv); d = 256 is bwd_wide.cuh's (consumers sharing 64 keys, the accumulators' head dim split between them),
+// d = 192 and (192, 128) bwd_sliced.cuh's (three consumers sharing 96 keys).
 // Semantics: oracles/SEMANTICS.md (§2 scale, §3 softcap, §4 causal alignments, §5 windows, §7 varlen,
 // §8 fully masked rows, §9 GQA, §13 gradients). The pre- and postprocess kernels (D = rowsum(dO * O) - dlse,
 // dq = scale * dq_accum, the GQA reduction, d sinks) are ../bwd_prepost.cuh's, shared with the FA2 backward.
@@ -70,8 +70,15 @@ enum class DqAdd { kTmaReduce, kAtomics };
 // block (by head-dim columns at D = 128, by query rows with 128-row tiles at D = 64; with 64-row tiles at D = 64 each a
 // full-width partial over its own keys); or alternating: consumer (it % 2) computes the whole dQ of the CTA's it-th
 // tile and the other none, so that the consumers wait for each other one way per tile (the dQ consumer for the
-// other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles).
-enum class DqSplit { kSplit, kAlternate };
+// other's dS^T rows) instead of meeting at a barrier (TMA dQ only, [128 x 64] or [64 x 128] tiles); or alternating one
+// tile behind: consumer (it % 2) computes the dQ of tile it - 1 (the last tile's after the loop), whose dS^T both
+// stored a tile earlier, so the dQ consumer does not wait for the other's element-wise pass of the same tile (which,
+// late by the dQ work it did the tile before, set the pace of kAlternate: a period of a tile plus a dQ, instead of a
+// tile plus half a dQ).
+enum class DqSplit { kSplit, kAlternate, kAlternateLagged };
+// What the dQ consumer issues beside a tile's dQ (BwdConsumer::alt_dq): the tile's dK += dS^T Q, or nothing (the last
+// tile's dQ of kAlternateLagged, after the loop).
+enum class DqWith { kDk, kNothing };
 // The GEMM that gives a tile's dQ: dQ = dS K (M = the tile's query rows, 64 or 128: wgmma's M is 64 a warpgroup), A =
 // dS^T stored [keys][queries] and read MN-major; or transposed, dQ^T = K^T dS^T (M = the head dim, N = the tile's
 // query rows: any multiple of 16), B = dS stored [queries][keys] (stmatrix .trans) and read K-major, A = K read
@@ -86,10 +93,12 @@ enum class DqForm { kDsK, kKtDsT };
 // whole groups of 8 elements (else the 4-byte path). Staged measured 1.010-1.021x the backward at d = 64, 96, 128
 // (H100, in-process; docs/fa3_backward.md): the CTA, which holds the SM alone, leaves sooner.
 enum class DkvStore { kDirect, kStaged };
-// How the CTA's keys and the dK / dV accumulators are shared by the two consumers: each owns 64 of 128 keys and their
-// dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128), or both share 64 keys, consumer 0 holding dK and
-// consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)).
-enum class BwdTiling { kKeysPerConsumer, kSharedKeys };
+// How the CTA's keys and the dK / dV accumulators are shared by the consumers: each of two owns 64 of 128 keys and
+// their dK, dV over the whole head dim (this file's Fa3BwdConfig, d <= 128); or two share 64 keys, consumer 0 holding
+// dK and consumer 1 dV (bwd_wide.cuh's Fa3BwdWideConfig, d = 192, 256 and (192, 128)); or three share 96 keys, each
+// owning 32 of them for S and dP and a 64-column slice of dK, dV and dQ (bwd_sliced.cuh's Fa3BwdSlicedConfig,
+// d = dv = 192).
+enum class BwdTiling { kKeysPerConsumer, kSharedKeys, kHeadDimSlices };
 
 // A backward schedule (derive and override by name, as config.cuh's Fa3Schedule).
 struct Fa3BwdSchedule {
@@ -130,6 +139,7 @@ struct Fa3BwdConfig {
     // The columns of the dK / dV accumulators, the N of dK += dS^T Q and dV += P^T dO: the tensors' head dim (96 reads
     // one and a half 64-column blocks of Q / dO, as the forward's O += P V reads V at dv = 96), not the padded D.
     static constexpr int kAccDim = DH;
+    static constexpr BwdTiling kTiling = BwdTiling::kKeysPerConsumer;
     static constexpr bool kWide = false;       // bwd_wide.cuh's builds: true
     static_assert(Schedule::tiling == BwdTiling::kKeysPerConsumer, "shared-key schedules: bwd_wide.cuh");
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
@@ -159,7 +169,8 @@ struct Fa3BwdConfig {
     // (consumer w: columns [64 w, 64 w + 64); half the accumulator registers), by query rows with 128-row tiles
     // (consumer w: rows [64 w, 64 w + 64) of the tile). D = 64 with 64-row tiles (32-column halves would start
     // inside a 128-byte swizzle atom): each consumer computes a full-width partial over its own 64 keys and adds it.
-    static constexpr bool kDqAlt = Schedule::dq_split == DqSplit::kAlternate;
+    static constexpr bool kDqLag = Schedule::dq_split == DqSplit::kAlternateLagged;
+    static constexpr bool kDqAlt = Schedule::dq_split == DqSplit::kAlternate || kDqLag;
     static_assert(!kDqAlt || (kBlockM * D == 128 * 64 && kTmaDq && !kOverlap),
                   "alternating dQ: [128 x 64] or [64 x 128] tiles, TMA dQ");
     static constexpr bool kSplitDqCols = D == 128 && !kDqAlt;
@@ -571,16 +582,18 @@ struct BwdConsumer {
         }
     }
 
-    // kDqAlt, the tile's dQ consumer: dQ = dS K over all 128 keys as two [64 x 64] blocks (D = 64: query block qb of
-    // dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then dK += dS^T Q; once dQ has
-    // landed the dS^T buffer is released to the other consumer and the fp32 tile goes to shared memory for the
-    // writer while dK still runs.
-    template <class DsA>
-    __device__ __forceinline__ void alt_dq_and_dk(float (&dk)[DA / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq,
-                                                  int it, int n_tiles) const {
+    // kDqAlt, the dQ consumer of tile j (dS^T in buffer dsb): dQ = dS K over all 128 keys as two [64 x 64] blocks (D =
+    // 64: query block qb of dS^T times K; D = 128: dS^T times column block qb of K; dS^T and K MN-major), then (kWith
+    // = kDk) the current tile's dK += dS^T Q; once dQ has landed the dS^T buffer is released to the other consumer
+    // (when a tile j + 2 will write it) and the fp32 tile, the writer's j-th hand-off, goes to shared memory while dK
+    // still runs.
+    template <DqWith kWith, class DsA>
+    __device__ __forceinline__ void alt_dq(float (&dk)[DA / 2], DsA& dsa, int dsb, uint64_t q_mn, uint64_t k_dq, int j,
+                                           int n_tiles) const {
         // D = 64: both blocks at once (dK, dV hold 64 registers); D = 128: one block at a time (dK, dV hold 128),
         // block 0 beside dK, then block 1 into the same registers.
         constexpr int kAtOnce = D == 64 ? 2 : 1;
+        constexpr int kLater = kWith == DqWith::kDk ? 1 : 0;  // commit groups issued after dQ's
         float dq[kAtOnce][32];
         auto issue_dq = [&](int qb, float (&acc)[32]) {
             const uint32_t a_off = D == 64 ? qb * (BN * 128) : 0, b_off = D == 64 ? 0 : qb * (BN * 128);
@@ -590,14 +603,23 @@ struct BwdConsumer {
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) issue_dq(qb, dq[qb]);
         wgmma_commit();
-        issue_dk(dk, dsa, q_mn);
-        wgmma_wait<1>();
+        if constexpr (kWith == DqWith::kDk) issue_dk(dk, dsa, q_mn);
+        wgmma_wait<kLater>();
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) fence_regs(dq[qb]);
         if constexpr (kAtOnce == 2) {
-            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            if (j + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
         }
-        mbar_wait(sm.empty_dq(0), (it & 1) ^ 1);
+        // The writer's release of hand-off j - 1 (empty_dq's phase j - 1), waited on by parity: exact only while
+        // that barrier is no more than one phase behind. kAlternate keeps it so (the other consumer's hand-off
+        // j - 1 precedes this tile's dS^T barrier); the lagged turns do not (the other consumer may not yet have
+        // made hand-off j - 1, with the writer still holding j - 2: a deterministic writer waits on lower key
+        // tiles), so they first wait until hand-off j - 1 is made (full_dq's phase j - 1: this consumer made j - 2,
+        // so that barrier is at most one phase behind).
+        if constexpr (C::kDqLag) {
+            if (j >= 1) mbar_wait(sm.full_dq(0), (j - 1) & 1);
+        }
+        mbar_wait(sm.empty_dq(0), (j & 1) ^ 1);
 #pragma unroll
         for (int qb = 0; qb < kAtOnce; ++qb) store_dq_block(sm.dq(qb), dq[qb]);
         if constexpr (kAtOnce == 1) {
@@ -606,7 +628,7 @@ struct BwdConsumer {
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(dq[0]);
-            if (it + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+            if (j + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
             store_dq_block(sm.dq(1), dq[0]);
         }
         fence_proxy_async();
@@ -751,10 +773,12 @@ struct BwdConsumer {
                 wgmma_commit();
             }
             // kDqAlt: the other consumer's dQ GEMM of tile it - 2 read this buffer (the dQ consumer itself read it
-            // earlier in its own order)
+            // earlier in its own order). kAlternate: the dQ consumer of tile it is (it % 2), so the other waits;
+            // kDqLag: tile it - 2's was ((it - 1) % 2), so consumer (it % 2) waits.
             const bool dq_mine = !C::kDqAlt || cw == (it & 1);
             if constexpr (C::kDqAlt) {
-                if (!dq_mine && it >= 2) named_sync(C::kBarDsEmpty + dsb, C::kConsumerThreads);
+                if ((C::kDqLag ? dq_mine : !dq_mine) && it >= 2)
+                    named_sync(C::kBarDsEmpty + dsb, C::kConsumerThreads);
             } else if constexpr (!C::kSplitDq) {
                 wg_sync();
             }
@@ -782,7 +806,10 @@ struct BwdConsumer {
                 }
             }
             fence_proxy_async();
-            if constexpr (C::kDqAlt) {
+            if constexpr (C::kDqLag) {
+                // tile it's dQ consumer is ((it + 1) % 2), at tile it + 1: the other announces its rows
+                if (dq_mine) named_arrive(C::kBarDsFull + dsb, C::kConsumerThreads);
+            } else if constexpr (C::kDqAlt) {
                 if (dq_mine)
                     named_sync(C::kBarDsFull + dsb, C::kConsumerThreads);
                 else
@@ -793,11 +820,14 @@ struct BwdConsumer {
                 wg_sync();
             }
             if constexpr (C::kDqAlt) {
-                if (dq_mine) {
+                // kDqLag: the dQ of tile it - 1 (both halves of its dS^T stored a tile ago), beside this tile's dK
+                if (dq_mine && (!C::kDqLag || it >= 1)) {
+                    const int j = C::kDqLag ? it - 1 : it, jb = C::kDqLag ? dsb ^ 1 : dsb;
+                    if constexpr (C::kDqLag) named_sync(C::kBarDsFull + jb, C::kConsumerThreads);
                     wgmma_wait<0>();  // dV has landed: P^T's registers are free before dQ's are taken
                     fence_regs(dv);
                     fence_regs(pa);
-                    alt_dq_and_dk(dk, dsa, dsb, q_mn, k_dq, it, T.n_tiles);
+                    alt_dq<DqWith::kDk>(dk, dsa, jb, q_mn, k_dq, j, T.n_tiles);
                 } else {
                     issue_dk(dk, dsa, q_mn);
                     wgmma_wait<0>();
@@ -886,6 +916,14 @@ struct BwdConsumer {
                 __threadfence();
                 wg_sync();
                 if (tid == 0) atomicAdd(sem_head + m_tile, 1);
+            }
+        }
+        if constexpr (C::kDqLag) {  // the last tile's dQ: its consumer is (n_tiles % 2)
+            const int j = T.n_tiles - 1;
+            if (j >= 0 && cw == (T.n_tiles & 1)) {
+                named_sync(C::kBarDsFull + (j & 1), C::kConsumerThreads);
+                uint32_t none[1][4];
+                alt_dq<DqWith::kNothing>(dk, none, j & 1, 0, k_dq, j, T.n_tiles);
             }
         }
     }

@@ -1,4 +1,5 @@
-// The FA3 backward main loop for the wide head dims (sm_90a): d = dv in {192, 256} and (d, dv) = (192, 128). One CTA
+// The FA3 backward main loop for the wide head dims (sm_90a): d = dv in {192, 256} and (d, dv) = (192, 128), shipped
+// at d = 256 (d = 192 ships bwd_sliced.cuh's 96-key tiles; this tiling there is the lab's shared_keys64). One CTA
 // per (K/V tile of 64 keys, query head, batch); the two consumer warpgroups share the tile's 64 keys and split the
 // work of each query tile between them by queries (S^T, dP^T, the element-wise pass) and by output (dK, dV, dQ).
 // Semantics and everything not restated here as bwd_mainloop.cuh's (the narrow builds, d <= 128): TMA ring, LSE / D
@@ -75,6 +76,7 @@ struct Fa3BwdWideSchedule {
 template <int DK, int DV, typename Elem_, class Schedule>
 struct Fa3BwdWideConfig {
     using Elem = Elem_;
+    static constexpr BwdTiling kTiling = BwdTiling::kSharedKeys;
     static constexpr bool kWide = true;
     static constexpr int kHeadDim = DK, kTensorHeadDim = DK, kHeadDimV = DV, kTensorHeadDimV = DV;
     static_assert(DK % 64 == 0 && DV % 64 == 0 && DV <= DK && DK >= 128 && DK <= 256,
@@ -299,6 +301,23 @@ __device__ void bwd_wide_producer(const Fa3BwdParams& P, WideSmem<C> sm, const B
     }
 }
 
+// One fp32 [64 x 64] dQ block (accumulator layout) into shared memory for the dQ writer (this file's consumers and
+// bwd_sliced.cuh's): two 32-column blocks, 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), the dq_map's
+// box.
+__device__ __forceinline__ void wide_store_dq_block(unsigned char* dqs, const float (&acc)[32]) {
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+        for (int j = 0; j < 64 / 8; ++j) {
+            const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+            *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+        }
+    }
+}
+
 template <class C>
 struct BwdWideConsumer {
     using Elem = typename C::Elem;
@@ -337,22 +356,6 @@ struct BwdWideConsumer {
         for (int ks = 0; ks < BN / 16; ++ks)
             wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
                              ks > 0 ? 1 : 0);
-    }
-
-    // One fp32 [64 x 64] dQ block (accumulator layout) into shared memory for the dQ writer: two 32-column blocks,
-    // 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), the dq_map's box.
-    __device__ __forceinline__ static void store_dq_block(unsigned char* dqs, const float (&acc)[32]) {
-        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-            for (int j = 0; j < 64 / 8; ++j) {
-                const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-                *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
-                    make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
-            }
-        }
     }
 
     // dq_accum[rows of the tile, block qb] += one dQ block from registers (fp32 vector atomics, float2 or float4 by
@@ -552,7 +555,7 @@ struct BwdWideConsumer {
                             const int buf = C::kDqPerConsumer ? cw : blocks.qb[x];
                             const uint32_t use = C::kDqPerConsumer ? blocks.n * it + x : it;
                             mbar_wait(sm.empty_dq(buf), (use & 1) ^ 1);
-                            store_dq_block(sm.dq(buf), dq[x]);
+                            wide_store_dq_block(sm.dq(buf), dq[x]);
                             fence_proxy_async();
                             mbar_arrive(sm.full_dq(buf));
                         }

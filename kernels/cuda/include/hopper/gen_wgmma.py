@@ -27,7 +27,8 @@ TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 NS_SS_FP8 = (64, 128, 192, 256)  # S = Q K^T: N = key tile (V as rows: 64 at d = 256; k-major: 192, 256)
 NS_RS_FP8 = (64, 128, 192, 256)  # O += P V: N = head dim; S = Q K^T with Q in registers: N = key tile
 TYPES_FP8 = (("Fp8E4M3", "e4m3"), ("Fp8E5M2", "e5m2"))
-NS_SS_T = (64, 80, 128, 256)  # the backward's dQ = dS K (N = head dim) and dQ^T = K^T dS^T (N = 80 query rows)
+NS_SS_T = (64, 80, 96, 128, 256)  # the backward's dQ = dS K (N = head dim), dQ^T = K^T dS^T (N = 80 query rows),
+# dK^T = Q^T dS and dV^T = dO^T P of the sliced d = 192 build (N = 96 keys)
 
 
 def _wrapper(n: int, ctype: str, ptx: str, rs: bool, fp8: bool = False, trans_a: bool = False) -> str:
