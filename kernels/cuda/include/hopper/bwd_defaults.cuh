@@ -40,10 +40,10 @@ struct Fa3BwdDefault<128> : Fa3BwdSchedule {
 template <>
 struct Fa3BwdDefault<96> : Fa3BwdDefault<128> {};
 
-// d = 256 (bwd_wide.cuh: the consumers share 64 keys, consumer 0 holds dK, consumer 1 dV, S^T / dP^T split by
-// queries), chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory) and, at d = 256, by
-// the alternatives timed there:
-// dQ through shared memory and the TMA reduce-add too, in 227 KB by one 16 KB buffer per consumer (its two
+// The wide head dims, chosen by the reasoning in docs/fa3_backward.md (registers, 227 KB of shared memory) and the
+// alternatives timed there:
+// d = 256: bwd_wide.cuh (the consumers share 64 keys, consumer 0 holds dK, consumer 1 dV, S^T / dP^T split by
+//   queries); dQ through shared memory and the TMA reduce-add, in 227 KB by one 16 KB buffer per consumer (its two
 //   blocks in turn) and dO in one stage of its own (two Q stages kept): 1.48x the consumers' atomics in the backward
 //   (H100, B = 4, H = 16, N = 8192, bf16: 412 against 279 TFLOPs/s; cuDNN 350), whose reds held 40% of the warps'
 //   stall samples (ncu: lg throttle). float4 reds instead of float2 changed nothing (278).
