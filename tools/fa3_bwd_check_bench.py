@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info
-from timing_md import TIMING_NOTE, by_gpu_time, host_table
+from timing_md import TIMING_NOTE, host_table, replaced_set_note
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.check.backward import check_backward, check_determinism
@@ -253,14 +253,9 @@ def change_table(rows: list[dict], previous: list[dict], previous_env: dict, gpu
     """Each row against the set this one replaces (``--previous``): our backward's TFLOPs/s and our forward +
     backward's ratio to FA4, then and now, and by how much they moved; what the previous set was."""
     before = {row_key(r): r for r in previous}
-    other = previous_env.get("gpu")
-    when = ", ".join(x for x in (previous_env.get("date"), other) if x)
-    timer = ("by GPU time as this one" if by_gpu_time(previous) else
-             "by the wall timer, which charged each call's host time")
-    cause = (f"the card ({other} then, {gpu} now), the run and the kernels' own changes in between"
-             if other and other != gpu else "the run (clocks, power) and the kernels' own changes in between")
-    out = ["## Against the set this one replaces", "",
-           f"The set this one replaces ({when}), {timer}: the change is {cause}.", "",
+    note = replaced_set_note(previous, previous_env, gpu,
+                             "timed by the wall timer, which charged each call's host time")
+    out = ["## Against the set this one replaces", "", note[0].upper() + note[1:], "",
            "| shape | causal | bwd FA3 before | now | change | fwd+bwd FA3/FA4 before | now | change |",
            "|---" * 8 + "|"]
     nan = math.nan

@@ -33,7 +33,7 @@ import torch
 from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info, sdpa_fn
 from timing_md import FA3_REFS as REFS
-from timing_md import TIMING_NOTE, by_gpu_time, host_table
+from timing_md import TIMING_NOTE, host_table, replaced_set_note
 from vendor_rows import flashinfer_prefill_fn, xformers_fn
 
 from attention_conformance.kernels import cuda_lib
@@ -301,20 +301,12 @@ def curves_svg(rows: list[dict]) -> str:
 
 
 def _previous_note(rows, previous: list[dict], prev_env: dict, gpu: str) -> str:
-    """What the */FA4 before* column compares with: the same timer (a set with a GPU-time method per row), or the
-    wall timer that charged each call's host time; and the card it ran on where that is not this one."""
-    other = prev_env.get("gpu")
-    when = ", ".join(x for x in (prev_env.get("date"), other if other and other != gpu else None) if x)
-    when = f" ({when})" if when else ""
-    if by_gpu_time(previous):
-        cause = (f"the card ({other} then, {gpu} now), the run (clocks, power) and the kernels' own changes in "
-                 "between" if other and other != gpu else "run-to-run (clocks, power, the kernels' own changes in "
-                 "between)")
-        return f"the set this one replaces{when}, by GPU time as this one: the change is {cause}."
+    """What the */FA4 before* column compares with (`timing_md.replaced_set_note`): a set by GPU time, or by the wall
+    timer, which charged FA4's Python entry to FA4 (its cost a call in this run beside it)."""
     fa4_host = [r["fa4_host_us"] / 1e3 for r in rows if "fa4_host_us" in r]
     entry = f" ({min(fa4_host):.2f}-{max(fa4_host):.2f} ms a call in this run)" if fa4_host else ""
-    return (f"the set this one replaces{when}, timed per call with the call's host time included (event, call, "
-            f"event, synchronize), which charged FA4's Python entry{entry} to FA4.")
+    return replaced_set_note(previous, prev_env, gpu, "timed per call with the call's host time included (event, "
+                             f"call, event, synchronize), which charged FA4's Python entry{entry} to FA4")
 
 
 def markdown(env, rows, abl, previous: list[dict] | None = None, previous_env: dict | None = None) -> str:

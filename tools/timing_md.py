@@ -3,7 +3,7 @@ time per call beside the GPU time, from the rows `attention_conformance.kernels.
 
 from __future__ import annotations
 
-__all__ = ["FA3_REFS", "TIMING_NOTE", "by_gpu_time", "host_table"]
+__all__ = ["FA3_REFS", "TIMING_NOTE", "by_gpu_time", "host_table", "replaced_set_note"]
 
 TIMING_NOTE = (
     "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured call, "
@@ -22,6 +22,22 @@ def by_gpu_time(rows: list[dict]) -> bool:
     """Whether a benchmark set was timed by GPU time (its rows name a ``*_method`` per candidate), not by the wall
     timer before it, which charged each call's host time."""
     return any(k.endswith("_method") for r in rows for k in r)
+
+
+def replaced_set_note(previous: list[dict], previous_env: dict, gpu: str, wall_timer: str) -> str:
+    """What a table's "before" figures are: "the set this one replaces (its date, its card where not this one)", then
+    by GPU time as this one, what the change is made of (the card where it differs, the run, the kernels' own
+    changes); or, timed by the wall timer before GPU time, ``wall_timer`` (how that timer charged each call)."""
+    other = previous_env.get("gpu")
+    another_card = bool(other) and other != gpu
+    when = ", ".join(x for x in (previous_env.get("date"), other if another_card else None) if x)
+    head = "the set this one replaces" + (f" ({when})" if when else "")
+    if not by_gpu_time(previous):
+        return f"{head}, {wall_timer}."
+    cause = "the run (clocks, power) and the kernels' own changes in between"
+    if another_card:
+        cause = f"the card ({other} then, {gpu} now), " + cause
+    return f"{head}, by GPU time as this one: the change is {cause}."
 
 
 def _candidates(rows: list[dict]) -> list[str]:

@@ -1,6 +1,6 @@
 """tools/timing_md.py: which timer a benchmark set was measured by, read from its rows."""
 
-from timing_md import by_gpu_time
+from timing_md import by_gpu_time, replaced_set_note
 
 
 def test_a_set_with_a_method_per_candidate_is_gpu_time():
@@ -24,3 +24,18 @@ def test_host_table_shows_the_queued_host_time_where_a_set_has_it():
     assert "queued: behind queued GPU work" in lines[0]
     assert "| fa3 host us / queued us / wall ms | fa4 host us / queued us / wall ms |" in lines[2]
     assert lines[4] == "| d64 | 9.0 / 7.2 / 1.500 | 300.0 / - / - | cuda_graph |"
+
+
+def test_replaced_set_note_names_the_other_card_and_what_the_change_is_made_of():
+    gpu_rows = [{"ours_ms": 1.0, "ours_method": "cuda_graph"}]
+    note = replaced_set_note(gpu_rows, {"date": "monday", "gpu": "H100"}, "H200", "unused")
+    assert note == ("the set this one replaces (monday, H100), by GPU time as this one: the change is the card "
+                    "(H100 then, H200 now), the run (clocks, power) and the kernels' own changes in between.")
+    same = replaced_set_note(gpu_rows, {"date": "monday", "gpu": "H200"}, "H200", "unused")
+    assert same == ("the set this one replaces (monday), by GPU time as this one: the change is the run (clocks, "
+                    "power) and the kernels' own changes in between.")
+
+
+def test_replaced_set_note_of_a_wall_timer_set_says_how_that_timer_charged():
+    note = replaced_set_note([{"ours_ms": 1.0}], {}, "H200", "timed by the wall timer")
+    assert note == "the set this one replaces, timed by the wall timer."
