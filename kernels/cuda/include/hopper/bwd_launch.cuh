@@ -103,7 +103,7 @@ int launch_bwd_main(const AttnBwdParams& p, attn::LaunchScratch& scratch, const 
         if (f.seqlen_q > 0 && make_dq_map(P.dq_map, p, C::kDqRows, msg, sizeof msg))
             return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED, "%s: %s", name, msg);
     }
-    if constexpr (C::kWide) {
+    if constexpr (C::kTiling == BwdTiling::kSharedKeys) {
         if constexpr (C::kDqFloat4) {
             if (reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0)
                 return attn::fail(err, errlen, ATTN_ERR_UNSUPPORTED,

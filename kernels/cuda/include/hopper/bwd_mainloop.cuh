@@ -140,7 +140,6 @@ struct Fa3BwdConfig {
     // one and a half 64-column blocks of Q / dO, as the forward's O += P V reads V at dv = 96), not the padded D.
     static constexpr int kAccDim = DH;
     static constexpr BwdTiling kTiling = BwdTiling::kKeysPerConsumer;
-    static constexpr bool kWide = false;       // bwd_wide.cuh's builds: true
     static_assert(Schedule::tiling == BwdTiling::kKeysPerConsumer, "shared-key schedules: bwd_wide.cuh");
     static_assert(DH % 16 == 0, "head dims: multiples of 16");
     static constexpr bool kDeterministic = Schedule::deterministic, kOverlap = Schedule::overlap;
@@ -490,6 +489,34 @@ __device__ void bwd_producer(const Fa3BwdParams& P, BwdSmem<C> sm, const BwdTile
     }
 }
 
+// Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile of kBlocks column blocks := 0, every consumer
+// thread (threadIdx.x >= 128, kThreads of them) a share; the caller orders it before the tensor cores read (proxy
+// fence + an all-consumer barrier). Every backward tiling's (this file's, bwd_wide.cuh's, bwd_sliced.cuh's).
+template <int kBlocks, int kThreads>
+__device__ __forceinline__ void bwd_zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) {
+    const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
+    for (int c = threadIdx.x - 128; c < words * kBlocks; c += kThreads) {
+        const int cb = c / words, wi = c % words;
+        *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// One fp32 [64 x 64] dQ block (accumulator layout) into shared memory for the dQ writer: two 32-column blocks,
+// 128-byte swizzle (the 16-byte chunk c of row r at c ^ (r % 8)), the dq_map's box. Every backward tiling's.
+__device__ __forceinline__ void bwd_store_dq_block(unsigned char* dqs, const float (&acc)[32]) {
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = 16 * warp + lane / 4 + 8 * hh;
+#pragma unroll
+        for (int j = 0; j < 64 / 8; ++j) {
+            const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
+            *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
+                make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+        }
+    }
+}
+
 template <class C>
 struct BwdConsumer {
     using Elem = typename C::Elem;
@@ -501,16 +528,6 @@ struct BwdConsumer {
     int cw, b, h;
 
     __device__ __forceinline__ void wg_sync() const { named_sync(C::kBarWG + cw, 128); }
-
-    // Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile := 0 (every consumer thread a share),
-    // then ordered before the tensor cores read (proxy fence + a barrier of all consumers).
-    __device__ __forceinline__ void zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) const {
-        const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
-        for (int c = threadIdx.x - 128; c < words * C::kColBlocks; c += C::kConsumerThreads) {
-            const int cb = c / words, wi = c % words;
-            *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
-        }
-    }
 
     // dK += dS^T Q (A: dS^T from registers, B: Q MN-major), one commit group.
     template <class DsA>
@@ -532,22 +549,6 @@ struct BwdConsumer {
         for (int ks = 0; ks < kKeys / 16; ++ks)
             wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, acc, desc_advance(ds_desc, ks * 2048), desc_advance(k_desc, ks * 2048),
                              ks > 0 ? 1 : 0);
-    }
-
-    // One fp32 [64 x 64] dQ block (accumulator layout) to shared memory for the dQ writer: two 32-column blocks,
-    // 128-byte swizzle (the 16-byte chunk c of row r at c ^ (r % 8)).
-    __device__ __forceinline__ void store_dq_block(unsigned char* dqs, const float (&acc)[32]) const {
-        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-            for (int j = 0; j < 64 / 8; ++j) {
-                const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-                *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
-                    make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
-            }
-        }
     }
 
     // kDqT: acc = this consumer's [64 x BM] block of dQ^T = K^T dS^T over all 128 keys: rows = head-dim columns
@@ -621,7 +622,7 @@ struct BwdConsumer {
         }
         mbar_wait(sm.empty_dq(0), (j & 1) ^ 1);
 #pragma unroll
-        for (int qb = 0; qb < kAtOnce; ++qb) store_dq_block(sm.dq(qb), dq[qb]);
+        for (int qb = 0; qb < kAtOnce; ++qb) bwd_store_dq_block(sm.dq(qb), dq[qb]);
         if constexpr (kAtOnce == 1) {
             wgmma_fence();
             issue_dq(1, dq[0]);
@@ -629,7 +630,7 @@ struct BwdConsumer {
             wgmma_wait<0>();
             fence_regs(dq[0]);
             if (j + 2 < n_tiles) named_arrive(C::kBarDsEmpty + dsb, C::kConsumerThreads);
-            store_dq_block(sm.dq(1), dq[0]);
+            bwd_store_dq_block(sm.dq(1), dq[0]);
         }
         fence_proxy_async();
         mbar_arrive(sm.full_dq(0));
@@ -660,8 +661,8 @@ struct BwdConsumer {
         mbar_wait(sm.full_kv(), 0);
         if (T.n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row;
             // a finite dP^T keeps dS = P (dP - D) = 0 where P = 0)
-            zero_rows(sm.k(), BN, max(mask.sk - T.n0, 0), BN);
-            zero_rows(sm.v(), BN, max(mask.sk - T.n0, 0), BN);
+            bwd_zero_rows<C::kColBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - T.n0, 0), BN);
+            bwd_zero_rows<C::kColBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - T.n0, 0), BN);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
         }
@@ -672,8 +673,8 @@ struct BwdConsumer {
             mbar_wait(sm.full(st), ps.phase);
             if (m0 + BM > mask.sq && mask.sq < f.seqlen_q) {  // varlen padding inside the tensor: zero it
                 const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
-                zero_rows(sm.q(st), BM, lo, hi);
-                zero_rows(sm.dout(st), BM, lo, hi);
+                bwd_zero_rows<C::kColBlocks, C::kConsumerThreads>(sm.q(st), BM, lo, hi);
+                bwd_zero_rows<C::kColBlocks, C::kConsumerThreads>(sm.dout(st), BM, lo, hi);
                 fence_proxy_async();
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
             }
@@ -868,7 +869,7 @@ struct BwdConsumer {
                 if constexpr (C::kDqT)
                     store_dqt_block(sm.dq(cw), dq);
                 else
-                    store_dq_block(sm.dq(cw), dq);
+                    bwd_store_dq_block(sm.dq(cw), dq);
                 fence_proxy_async();
                 mbar_arrive(sm.full_dq(cw));
             }

@@ -50,7 +50,6 @@ template <int DK, int DV, typename Elem_, class Schedule>
 struct Fa3BwdSlicedConfig {
     using Elem = Elem_;
     static constexpr BwdTiling kTiling = BwdTiling::kHeadDimSlices;
-    static constexpr bool kWide = false;
     static constexpr int kHeadDim = DK, kTensorHeadDim = DK, kHeadDimV = DV, kTensorHeadDimV = DV;
     static_assert(DK == 192 && (DV == 192 || DV == 128), "sliced backward: d = 192 (three 64-column slices, three "
                                                          "consumers), dv = 192 or 128");
@@ -108,17 +107,6 @@ struct BwdSlicedConsumer {
     const BwdTiles& T;
     int cw, b, h;
 
-    // Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile of kBlocks column blocks := 0 (every consumer
-    // thread a share); the caller orders it before the tensor cores read (proxy fence + all-consumer barrier).
-    template <int kBlocks>
-    __device__ __forceinline__ void zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) const {
-        const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
-        for (int c = threadIdx.x - 128; c < words * kBlocks; c += C::kConsumerThreads) {
-            const int cb = c / words, wi = c % words;
-            *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
-        }
-    }
-
     // dkt, dvt: this consumer's dK^T, dV^T [64 head-dim columns x 96 keys] (accumulator layout: element e at column
     // 64 cw + 16 warp + lane / 4 + 8 ((e % 4) / 2), key 8 (e / 4) + 2 (lane % 4) + e % 2).
     __device__ __forceinline__ void run(float (&dkt)[BN / 2], float (&dvt)[BN / 2]) {
@@ -143,8 +131,8 @@ struct BwdSlicedConsumer {
 
         mbar_wait(sm.full_kv(), 0);
         if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row)
-            zero_rows<C::kKBlocks>(sm.k(), BN, max(mask.sk - n0, 0), BN);
-            zero_rows<C::kVBlocks>(sm.v(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
         }
@@ -157,8 +145,8 @@ struct BwdSlicedConsumer {
             if (pad) {  // varlen padding inside the tensor: zero it
                 mbar_wait(sm.full_do(), it & 1);
                 const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
-                zero_rows<C::kKBlocks>(sm.q(st), BM, lo, hi);
-                zero_rows<C::kVBlocks>(sm.dout(0), BM, lo, hi);
+                bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, lo, hi);
+                bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.dout(0), BM, lo, hi);
                 fence_proxy_async();
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
             }
@@ -259,7 +247,7 @@ struct BwdSlicedConsumer {
             wgmma_wait<1>();
             fence_regs(dq);
             mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
-            wide_store_dq_block(sm.dq(cw), dq);
+            bwd_store_dq_block(sm.dq(cw), dq);
             fence_proxy_async();
             mbar_arrive(sm.full_dq(cw));
             wgmma_wait<0>();

@@ -77,7 +77,6 @@ template <int DK, int DV, typename Elem_, class Schedule>
 struct Fa3BwdWideConfig {
     using Elem = Elem_;
     static constexpr BwdTiling kTiling = BwdTiling::kSharedKeys;
-    static constexpr bool kWide = true;
     static constexpr int kHeadDim = DK, kTensorHeadDim = DK, kHeadDimV = DV, kTensorHeadDimV = DV;
     static_assert(DK % 64 == 0 && DV % 64 == 0 && DV <= DK && DK >= 128 && DK <= 256,
                   "wide backward: whole 64-column blocks, dv <= d <= 256");
@@ -301,23 +300,6 @@ __device__ void bwd_wide_producer(const Fa3BwdParams& P, WideSmem<C> sm, const B
     }
 }
 
-// One fp32 [64 x 64] dQ block (accumulator layout) into shared memory for the dQ writer (this file's consumers and
-// bwd_sliced.cuh's): two 32-column blocks, 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), the dq_map's
-// box.
-__device__ __forceinline__ void wide_store_dq_block(unsigned char* dqs, const float (&acc)[32]) {
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = 16 * warp + lane / 4 + 8 * hh;
-#pragma unroll
-        for (int j = 0; j < 64 / 8; ++j) {
-            const int col = 8 * j + 2 * (lane % 4), cb = col / 32, ch = (col % 32) / 4;
-            *reinterpret_cast<float2*>(dqs + cb * (64 * 128) + r * 128 + ((ch ^ (r % 8)) * 16) + (col % 4) * 4) =
-                make_float2(acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
-        }
-    }
-}
-
 template <class C>
 struct BwdWideConsumer {
     using Elem = typename C::Elem;
@@ -328,17 +310,6 @@ struct BwdWideConsumer {
     int cw, b, h;
 
     __device__ __forceinline__ void wg_sync() const { named_sync(C::kBarWG + cw, 128); }
-
-    // Rows [r_lo, r_hi) of a [rows][64]-blocked, 128-byte-swizzled tile of kBlocks column blocks := 0 (every consumer
-    // thread a share); the caller orders it before the tensor cores read (proxy fence + all-consumer barrier).
-    template <int kBlocks>
-    __device__ __forceinline__ void zero_rows(unsigned char* tile, int rows, int r_lo, int r_hi) const {
-        const int words = (r_hi - r_lo) * 8;  // 16-byte words per 64-column block
-        for (int c = threadIdx.x - 128; c < words * kBlocks; c += C::kConsumerThreads) {
-            const int cb = c / words, wi = c % words;
-            *reinterpret_cast<uint4*>(tile + cb * (rows * 128) + r_lo * 128 + wi * 16) = make_uint4(0, 0, 0, 0);
-        }
-    }
 
     // acc (+)= A B over the tile's 64 queries: A a [64 keys][64 queries] tile K-major (P^T or dS^T), B MN-major (dO or
     // Q: kN columns in 64-column blocks of BM rows); no fence, no commit.
@@ -412,8 +383,8 @@ struct BwdWideConsumer {
         mbar_wait(sm.full_kv(), 0);
         if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row; a finite
             // dP^T keeps dS = P (dP - D) = 0 where P = 0)
-            zero_rows<C::kKBlocks>(sm.k(), BN, max(mask.sk - n0, 0), BN);
-            zero_rows<C::kVBlocks>(sm.v(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
         }
@@ -425,8 +396,8 @@ struct BwdWideConsumer {
             if constexpr (C::kSplitDo) mbar_wait(sm.full_do(), it & 1);
             if (m0 + BM > mask.sq && mask.sq < f.seqlen_q) {  // varlen padding inside the tensor: zero it
                 const int lo = max(mask.sq - m0, 0), hi = min(BM, f.seqlen_q - m0);
-                zero_rows<C::kKBlocks>(sm.q(st), BM, lo, hi);
-                zero_rows<C::kVBlocks>(sm.dout(dos), BM, lo, hi);
+                bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, lo, hi);
+                bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.dout(dos), BM, lo, hi);
                 fence_proxy_async();
                 named_sync(C::kBarConsumers, C::kConsumerThreads);
             }
@@ -555,7 +526,7 @@ struct BwdWideConsumer {
                             const int buf = C::kDqPerConsumer ? cw : blocks.qb[x];
                             const uint32_t use = C::kDqPerConsumer ? blocks.n * it + x : it;
                             mbar_wait(sm.empty_dq(buf), (use & 1) ^ 1);
-                            wide_store_dq_block(sm.dq(buf), dq[x]);
+                            bwd_store_dq_block(sm.dq(buf), dq[x]);
                             fence_proxy_async();
                             mbar_arrive(sm.full_dq(buf));
                         }
