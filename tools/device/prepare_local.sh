@@ -29,7 +29,7 @@ if [ ! -d build/wheels-min ]; then
     mkdir -p build/wheels-min
     for w in execnet hypothesis iniconfig packaging pluggy pygments pytest-[0-9] pytest_benchmark pytest_timeout \
         pytest_xdist py_cpuinfo sortedcontainers threadpoolctl typing_extensions; do
-        cp .wheels-test/"$w"*.whl build/wheels-min/
+        cp .wheels-test/$w*.whl build/wheels-min/  # unquoted: $w may be a glob (pytest-[0-9])
     done
 fi
 du -sh .vendor .wheels-test .whl .vendor-fi-xf build/wheels-min
