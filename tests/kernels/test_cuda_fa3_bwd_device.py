@@ -242,16 +242,17 @@ def test_fa3_bwd_wide_deterministic_is_bit_identical(index):
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 
 
-@pytest.mark.parametrize("variant", ["default", "shared_keys64"])
+@pytest.mark.parametrize("variant", ["default", "shared_keys64", "sliced_next_s_early"])
 @pytest.mark.parametrize("dv", [192, 128])
 @pytest.mark.parametrize("launcher", ["attn_fa3_bwd", "attn_fa3_bwd_deterministic"])
 @pytest.mark.parametrize("index", range(16), ids=[f"wide-{i}" for i in range(16)])
 def test_fa3_bwd_d192_builds_match_fp64_oracle(index, launcher, dv, variant):
     """d = 192 (dv = 192 and 128) on every FA3_BWD_WIDE_CASES case: the shipped build (hopper/bwd_sliced.cuh: 96-key
     tiles shared by three consumers, each owning 32 keys for S / dP and a 64-column slice of dK^T, dV^T and dQ; at
-    dv = 128 consumer 2 holds no dV slice) and the lab's shared_keys64 (hopper/bwd_wide.cuh's 64-key tiling, the
-    shipped build before): causal both alignments, fully masked rows, windows, GQA, varlen with NaN padding, softcap,
-    [B, L, H, D] views, Lk = 0."""
+    dv = 128 consumer 2 holds no dV slice), the lab's shared_keys64 (hopper/bwd_wide.cuh's 64-key tiling, the shipped
+    build before) and sliced_next_s_early (the 96-key tiles with the next tile's S issued behind dK^T; a padded tile's
+    Q rows zeroed after S has read them): causal both alignments, fully masked rows, windows, GQA, varlen with NaN
+    padding, softcap, [B, L, H, D] views, Lk = 0."""
     _lib()
     if variant != "default":
         lab_library_or_skip()
@@ -262,16 +263,18 @@ def test_fa3_bwd_d192_builds_match_fp64_oracle(index, launcher, dv, variant):
     assert res["ok"], f"{res['case']} [{res['launcher']}]: {'; '.join(res['problems'])}"
 
 
-def test_fa3_bwd_shared_keys64_deterministic_is_bit_identical():
-    """The lab's shared_keys64 (d = dv = 192, the 64-key wide tiling), deterministic: two runs give the same bits."""
+@pytest.mark.parametrize("variant", ["shared_keys64", "sliced_next_s_early"])
+def test_fa3_bwd_d192_lab_deterministic_is_bit_identical(variant):
+    """The lab's d = dv = 192 builds (shared_keys64: the 64-key wide tiling; sliced_next_s_early: the 96-key tiles
+    with the next tile's S issued behind dK^T), deterministic: two runs give the same bits."""
     _lib()
     lab_library_or_skip()
     from attention_conformance.kernels.check.backward import check_determinism as determinism_case
     from attention_conformance.kernels.check.cases import FA3_BWD_WIDE_DETERMINISM_CASES as DET_CASES
 
     spec = next(c for c in DET_CASES if c["d"] == 192 and c.get("dv", 192) == 192)
-    res = determinism_case(spec, seed=17, variant="shared_keys64")
-    assert res["identical"], f"{res['case']}: two runs of the deterministic shared_keys64 build differ"
+    res = determinism_case(spec, seed=17, variant=variant)
+    assert res["identical"], f"{res['case']}: two runs of the deterministic {variant} build differ"
     assert res["ok"], f"{res['case']}: {'; '.join(res['problems'])}"
 
 

@@ -15,6 +15,7 @@
 //   6: ATTN_LAB_FA3_BWD_ALTERNATE_DQ (d = 64: the dQ turns on the same tile, the shipped build before the turns went
 //      one tile behind), ATTN_LAB_FA3_BWD_SHARED_KEYS64 (d = 192: the wide 64-key tiling, the shipped build before
 //      hopper/bwd_sliced.cuh's 96-key tiles).
+//   7: ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY (d = 192: the 96-key tiles with the next tile's S issued behind dK^T).
 #pragma once
 #include <stdint.h>
 
@@ -24,7 +25,7 @@
 extern "C" {
 #endif
 
-#define ATTN_LAB_VERSION 6
+#define ATTN_LAB_VERSION 7
 
 int attn_lab_version(int* params_version);
 
@@ -115,7 +116,9 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // dO in one stage: DqStaging::kBufferPerConsumer, do_stages = 1, the shipped d = 256 build; not d = dv = 192).
 // ALTERNATE_DQ (d = 64): the consumers' dQ turns on the same tile (DqSplit::kAlternate; the shipped build takes them
 // one tile behind). SHARED_KEYS64 (d = 192, dv = 192 or 128): hopper/bwd_wide.cuh's tiling, 64 keys shared by two
-// consumers, TMA dQ (the shipped builds have hopper/bwd_sliced.cuh's 96-key tiles). DEFAULT runs every head dim.
+// consumers, TMA dQ (the shipped builds have hopper/bwd_sliced.cuh's 96-key tiles). SLICED_NEXT_S_EARLY (d = 192, dv
+// = 192 or 128): the 96-key tiles with the next tile's S issued right behind dK^T (Fa3BwdSlicedSchedule::next_s_early,
+// BwdSlicedConsumer::run_next_s_early; built and ptxas-clean, not yet run on a device). DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
@@ -127,6 +130,7 @@ enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DIRECT_DKV = 7,
     ATTN_LAB_FA3_BWD_ALTERNATE_DQ = 8,
     ATTN_LAB_FA3_BWD_SHARED_KEYS64 = 9,
+    ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY = 10,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

@@ -20,6 +20,8 @@
 //   dQ_i[:, block w] = dS K_w'                 wgmma SS m64n64: A = dS^T MN-major, B = K column block w MN-major,
 //                                              6 k-steps over the 96 keys; to shared memory for the dQ writer
 //   dK^T_w += Q_i^T dS                         wgmma SS m64n96: A = Q column block w MN-major, B = dS^T K-major
+// (Schedule::next_s_early, the lab's sliced_next_s_early: tile i + 1's S issued behind dK^T once dQ is stored;
+// run_next_s_early.)
 // Registers: dK^T, dV^T 48 + 48, dQ 32, S and dP 16 + 16 a thread; 3 x 128 x 160 + 128 x 32 = 65536.
 // Shared memory (dv = 192): K, V 36 KB each, Q two stages of 24 KB, dO one stage (released by every consumer after
 // its dV^T), P^T and dS^T 12 KB each, one buffer (a second all-consumer barrier before they are rewritten), dQ
@@ -29,7 +31,9 @@
 // - P^T and dS^T single-buffered: a consumer writes them at tile it only after the all-consumer barrier that every
 //   consumer reaches after its wgmma_wait<0> of tile it - 1 (the last reads).
 // - Every GEMM reads only zeroed or real rows: K, V rows j >= lk and Q, dO rows i >= lq (inside the tensors) are zeroed
-//   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly.
+//   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly. next_s_early: S reads
+//   a padded tile's Q rows before they are zeroed (the mask discards them: P and dS selected to 0); dP, dV^T and dK^T
+//   read only zeroed or real rows.
 // - dQ block w of a tile is written by consumer w alone (buffer w, its full / empty barriers, waited by parity it % 2:
 //   one hand-off a tile each, and the writer releases block w before the consumer's next hand-off of it).
 // - dK (times the scale) and dV of column block w leave consumer w's registers; GQA as fp32 rows per query head.
@@ -43,6 +47,9 @@ namespace attn::hopper {
 struct Fa3BwdSlicedSchedule {
     static constexpr BwdTiling tiling = BwdTiling::kHeadDimSlices;
     static constexpr bool deterministic = false;
+    // The next tile's S issued right behind this tile's dK^T (BwdSlicedConsumer::run_next_s_early); otherwise at the
+    // top of the tile's own iteration.
+    static constexpr bool next_s_early = false;
 };
 
 // DK = 192, DV = 192 or 128. The names bwd_wide.cuh's producer, dQ writer and WideSmem read are this config's too.
@@ -54,6 +61,7 @@ struct Fa3BwdSlicedConfig {
     static_assert(DK == 192 && (DV == 192 || DV == 128), "sliced backward: d = 192 (three 64-column slices, three "
                                                          "consumers), dv = 192 or 128");
     static constexpr bool kDeterministic = Schedule::deterministic;
+    static constexpr bool kNextSEarly = Schedule::next_s_early;
     static constexpr bool kTmaDq = true;
     static constexpr int kConsumers = DK / 64;
     static constexpr int kBlockN = 96;          // keys per CTA
@@ -258,6 +266,167 @@ struct BwdSlicedConsumer {
         }
     }
 
+    // The same tiles with the next tile's S issued right behind this tile's dK^T (Schedule::next_s_early): S is in
+    // flight at every loop head (a prologue issues the first), the last tile peeled off so that no join sees it both
+    // in flight and not (ptxas serialises the wgmma otherwise). A padded tile's Q rows are zeroed after every
+    // consumer's S has read them (between the two all-consumer barriers, before dK^T reads Q); its S rows there come
+    // from whatever the tensor holds and the mask discards them (P and dS selected to 0).
+    // kHasDv: this consumer holds a dV^T slice (a compile-time branch: at dv = 128 a runtime one around consumer 2's
+    // empty dV^T group made ptxas serialise the wgmma, C7515).
+    template <bool kHasDv>
+    __device__ __forceinline__ void run_next_s_early(float (&dkt)[BN / 2], float (&dvt)[BN / 2]) {
+        const AttnFwdParams& f = P.p.fwd;
+        const SeqMask& mask = T.mask;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const int n0 = T.n0;
+        const float sl2 = f.scale * kLog2e;
+        const bool capped = f.softcap > 0.f;
+        const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
+        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
+        const uint32_t p_addr = smem_addr(sm.pt(0)), ds_addr = smem_addr(sm.dst(0));
+        const uint64_t k_kw = sw128_desc(k_addr + cw * KW * 128, 16, 1024);
+        const uint64_t v_kw = sw128_desc(v_addr + cw * KW * 128, 16, 1024);
+        const uint64_t k_mn = sw128_desc(k_addr + cw * (BN * 128), BN * 128, 1024);
+        const uint64_t ds_mn = sw128_desc(ds_addr, BM * 128, 1024);
+        const uint64_t p_k = sw128_desc(p_addr, 16, 1024), ds_k = sw128_desc(ds_addr, 16, 1024);
+        const int kc0 = cw * KW;
+        const int r0 = 16 * warp + lane / 4;
+
+        mbar_wait(sm.full_kv(), 0);
+        if (n0 + BN > mask.sk) {
+            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+        }
+        float s[KW / 2];
+        auto issue_s = [&](int stage) {
+            const uint64_t qk = sw128_desc(smem_addr(sm.q(stage)), 16, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < DK / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                wgmma_ss<0>(Wgmma<Elem, KW>{}, s, desc_advance(qk, cb * (BM * 128) + kk * 32),
+                            desc_advance(k_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
+            }
+            wgmma_commit();
+        };
+        PipeState<C::kStages> ps;
+        auto tile = [&](int it, auto next_tag) {
+            constexpr bool kNext = decltype(next_tag)::value;
+            const int m0 = T.tile(it) * BM;
+            const int st = ps.stage;
+            const bool pad = m0 + BM > mask.sq && mask.sq < f.seqlen_q;
+            const int pad_lo = max(mask.sq - m0, 0), pad_hi = min(BM, f.seqlen_q - m0);
+            mbar_wait(sm.full_do(), it & 1);
+            if (pad) {  // dO's padded rows zeroed before dP reads them (Q's after S has read them, below)
+                bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.dout(0), BM, pad_lo, pad_hi);
+                fence_proxy_async();
+                named_sync(C::kBarConsumers, C::kConsumerThreads);
+            }
+            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(0));
+            const uint64_t do_k = sw128_desc(do_addr, 16, 1024);
+            float dp[KW / 2];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < DV / 16; ++ks) {
+                const int cb = ks / 4, kk = ks % 4;
+                wgmma_ss<0>(Wgmma<Elem, KW>{}, dp, desc_advance(do_k, cb * (BM * 128) + kk * 32),
+                            desc_advance(v_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            fence_regs(dp);
+
+            const bool need_mask = !mask.tile_full(m0, m0 + BM, n0 + kc0, n0 + kc0 + KW);
+            const float* lse = sm.lse(st);
+            const float* dd = sm.dd(st);
+            const float lse_r[2] = {lse[r0], lse[r0 + 8]}, d_r[2] = {dd[r0], dd[r0 + 8]};
+            uint32_t pa[KW / 16][4], dsa[KW / 16][4];
+            auto elementwise = [&](auto cap_tag, auto mask_tag) {
+#pragma unroll
+                for (int j = 0; j < KW / 8; ++j) {
+                    float pv[4], dsv[4];
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) {
+                        const int e = 4 * j + x;
+                        const int row = m0 + r0 + 8 * (x / 2), key = n0 + kc0 + 8 * j + 2 * (lane % 4) + x % 2;
+                        float pk = s[e];
+                        pv[x] = bwd_p_elem<decltype(cap_tag)::value, decltype(mask_tag)::value>(
+                            pk, lse_r[x / 2], sl2, scale_over_cap, f.softcap, mask, row, key);
+                        dsv[x] = pv[x] == 0.f ? 0.f : pk * (dp[e] - d_r[x / 2]);
+                    }
+                    bwd_pack_chunk<Elem>(pa, j, pv);
+                    bwd_pack_chunk<Elem>(dsa, j, dsv);
+                }
+            };
+            dispatch_cap_mask(capped, need_mask, elementwise);
+
+            if (it > 0 || pad) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs; S of it
+            if (pad) bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, pad_lo, pad_hi);
+            {
+                const int mi = lane / 8, chunk = 2 * warp + mi % 2;
+#pragma unroll
+                for (int ks = 0; ks < KW / 16; ++ks) {
+                    const int key = kc0 + 16 * ks + 8 * (mi / 2) + lane % 8;
+                    const uint32_t off = key * 128 + ((chunk ^ (key % 8)) * 16);
+                    stmatrix_x4_trans(p_addr + off, pa[ks]);
+                    stmatrix_x4_trans(ds_addr + off, dsa[ks]);
+                }
+            }
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+
+            const uint64_t do_mn = sw128_desc(do_addr + cw * (BM * 128), BM * 128, 1024);
+            const uint64_t q_mn = sw128_desc(q_addr + cw * (BM * 128), BM * 128, 1024);
+            float dq[32];
+            wgmma_fence();
+            if constexpr (kHasDv) {
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks)
+                    wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dvt, desc_advance(do_mn, ks * 2048),
+                                     desc_advance(p_k, ks * 32), 1);
+            }
+            wgmma_commit();
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BN / 16; ++ks)
+                wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, dq, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
+                                 ks > 0 ? 1 : 0);
+            wgmma_commit();
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dkt, desc_advance(q_mn, ks * 2048), desc_advance(ds_k, ks * 32), 1);
+            wgmma_commit();
+            wgmma_wait<2>();
+            mbar_arrive(sm.empty_do());
+            wgmma_wait<1>();
+            fence_regs(dq);
+            mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
+            bwd_store_dq_block(sm.dq(cw), dq);
+            fence_proxy_async();
+            mbar_arrive(sm.full_dq(cw));
+            if constexpr (kNext) {
+                PipeState<C::kStages> pn = ps;
+                pn.advance();
+                mbar_wait(sm.full(pn.stage), pn.phase);
+                issue_s(pn.stage);
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
+            }
+            fence_regs(dkt);
+            if constexpr (kHasDv) fence_regs(dvt);
+            mbar_arrive(sm.empty(st));
+            ps.advance();
+        };
+        mbar_wait(sm.full(ps.stage), ps.phase);
+        issue_s(ps.stage);
+        for (int it = 0; it + 1 < T.n_tiles; ++it) tile(it, std::true_type{});
+        tile(T.n_tiles - 1, std::false_type{});
+    }
+
     // dK (times the scale) and dV (w < dv / 64), head-dim columns [64 cw, 64 cw + 64) of the CTA's 96 keys, from dK^T
     // and dV^T: one element a store (the keys are the accumulators' columns); rows past the padded length are not
     // written, rows past the real length hold 0 (no query sees them). GQA: fp32 per query head into dk_accum /
@@ -314,7 +483,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_sliced_kernel(const __
         float dkt[C::kBlockN / 2], dvt[C::kBlockN / 2];
 #pragma unroll
         for (int e = 0; e < C::kBlockN / 2; ++e) dkt[e] = dvt[e] = 0.f;
-        if (T.n_tiles > 0) cs.run(dkt, dvt);
+        if (T.n_tiles > 0) {
+            if constexpr (C::kNextSEarly) {
+                if (C::kHeadDimV == C::kHeadDim || wg - 1 < C::kVBlocks)
+                    cs.template run_next_s_early<true>(dkt, dvt);
+                else
+                    cs.template run_next_s_early<false>(dkt, dvt);
+            } else
+                cs.run(dkt, dvt);
+        }
         cs.store(dkt, dvt);
     }
 #endif
