@@ -115,6 +115,80 @@ struct BwdSlicedConsumer {
     const BwdTiles& T;
     int cw, b, h;
 
+    // The steps both loops (run, run_next_s_early) take in the same way.
+    // K / V rows past the real length zeroed once the tile is in (dQ = dS K reads every row).
+    __device__ __forceinline__ void zero_kv_tail() {
+        const SeqMask& mask = T.mask;
+        const int n0 = T.n0;
+        mbar_wait(sm.full_kv(), 0);
+        if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row)
+            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
+            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
+            fence_proxy_async();
+            named_sync(C::kBarConsumers, C::kConsumerThreads);
+        }
+    }
+    // acc = X K_w^T (X = Q, k-steps over DK) or X V_w^T (X = dO, over DV): one commit group, m64n32 SS.
+    template <int kCols>
+    __device__ __forceinline__ void issue_x_kt(float (&acc)[KW / 2], uint64_t x_k, uint64_t kv_kw) {
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kCols / 16; ++ks) {
+            const int cb = ks / 4, kk = ks % 4;
+            wgmma_ss<0>(Wgmma<Elem, KW>{}, acc, desc_advance(x_k, cb * (BM * 128) + kk * 32),
+                        desc_advance(kv_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+    }
+    // P^T, dS^T rows [kc0, kc0 + 32): pa[ks][r] holds query rows 16 warp + 8 (r % 2) + [0, 8), keys
+    // kc0 + 16 ks + 8 (r / 2) + [0, 8) (matrix r); transposed, matrix r is key rows of 16 bytes (8 queries)
+    // at query chunk 2 warp + r % 2, lane l addressing key row l % 8 of matrix l / 8.
+    __device__ __forceinline__ void store_pds(uint32_t p_addr, uint32_t ds_addr, const uint32_t (&pa)[KW / 16][4],
+                                              const uint32_t (&dsa)[KW / 16][4]) const {
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const int kc0 = cw * KW;
+        const int mi = lane / 8, chunk = 2 * warp + mi % 2;
+#pragma unroll
+        for (int ks = 0; ks < KW / 16; ++ks) {
+            const int key = kc0 + 16 * ks + 8 * (mi / 2) + lane % 8;
+            const uint32_t off = key * 128 + ((chunk ^ (key % 8)) * 16);
+            stmatrix_x4_trans(p_addr + off, pa[ks]);
+            stmatrix_x4_trans(ds_addr + off, dsa[ks]);
+        }
+    }
+    // dV^T_w += dO_w^T P (an empty group where w has no dV slice), dQ block cw = dS K_cw, dK^T_w += Q_w^T dS: three
+    // commit groups.
+    __device__ __forceinline__ void issue_grads(bool has_dv, uint32_t q_addr, uint32_t do_addr, uint64_t p_k,
+                                                uint64_t ds_k, uint64_t ds_mn, uint64_t k_mn, float (&dq)[32],
+                                                float (&dkt)[BN / 2], float (&dvt)[BN / 2]) {
+        const uint64_t do_mn = sw128_desc(do_addr + cw * (BM * 128), BM * 128, 1024);
+        const uint64_t q_mn = sw128_desc(q_addr + cw * (BM * 128), BM * 128, 1024);
+        wgmma_fence();
+        if (has_dv) {
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dvt, desc_advance(do_mn, ks * 2048), desc_advance(p_k, ks * 32), 1);
+        }
+        wgmma_commit();
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, dq, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
+                             ks > 0 ? 1 : 0);
+        wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dkt, desc_advance(q_mn, ks * 2048), desc_advance(ds_k, ks * 32), 1);
+        wgmma_commit();
+    }
+    // dQ block cw of tile it to its buffer once the writer has released it, then handed to the writer.
+    __device__ __forceinline__ void hand_off_dq(const float (&dq)[32], int it) {
+        mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
+        bwd_store_dq_block(sm.dq(cw), dq);
+        fence_proxy_async();
+        mbar_arrive(sm.full_dq(cw));
+    }
+
     // dkt, dvt: this consumer's dK^T, dV^T [64 head-dim columns x 96 keys] (accumulator layout: element e at column
     // 64 cw + 16 warp + lane / 4 + 8 ((e % 4) / 2), key 8 (e / 4) + 2 (lane % 4) + e % 2).
     __device__ __forceinline__ void run(float (&dkt)[BN / 2], float (&dvt)[BN / 2]) {
@@ -137,13 +211,7 @@ struct BwdSlicedConsumer {
         const int kc0 = cw * KW;               // first key of this consumer in the tile
         const int r0 = 16 * warp + lane / 4;  // this thread's query rows r0, r0 + 8 of a tile (S, dP)
 
-        mbar_wait(sm.full_kv(), 0);
-        if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row)
-            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
-            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
-            fence_proxy_async();
-            named_sync(C::kBarConsumers, C::kConsumerThreads);
-        }
+        zero_kv_tail();
         PipeState<C::kStages> ps;
         for (int it = 0; it < T.n_tiles; ++it) {
             const int m0 = T.tile(it) * BM;
@@ -163,23 +231,9 @@ struct BwdSlicedConsumer {
 
             // S = Q K_w^T (its own commit group, issued before dO is awaited), dP = dO V_w^T
             float s[KW / 2], dp[KW / 2];
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < DK / 16; ++ks) {
-                const int cb = ks / 4, kk = ks % 4;
-                wgmma_ss<0>(Wgmma<Elem, KW>{}, s, desc_advance(q_k, cb * (BM * 128) + kk * 32),
-                            desc_advance(k_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
-            }
-            wgmma_commit();
+            issue_x_kt<DK>(s, q_k, k_kw);
             if (!pad) mbar_wait(sm.full_do(), it & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < DV / 16; ++ks) {
-                const int cb = ks / 4, kk = ks % 4;
-                wgmma_ss<0>(Wgmma<Elem, KW>{}, dp, desc_advance(do_k, cb * (BM * 128) + kk * 32),
-                            desc_advance(v_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
-            }
-            wgmma_commit();
+            issue_x_kt<DV>(dp, do_k, v_kw);
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
@@ -210,54 +264,18 @@ struct BwdSlicedConsumer {
             };
             dispatch_cap_mask(capped, need_mask, elementwise);
 
-            // P^T, dS^T rows [kc0, kc0 + 32): pa[ks][r] holds query rows 16 warp + 8 (r % 2) + [0, 8), keys
-            // kc0 + 16 ks + 8 (r / 2) + [0, 8) (matrix r); transposed, matrix r is key rows of 16 bytes (8 queries)
-            // at query chunk 2 warp + r % 2, lane l addressing key row l % 8 of matrix l / 8.
             if (it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs read them
-            {
-                const int mi = lane / 8, chunk = 2 * warp + mi % 2;
-#pragma unroll
-                for (int ks = 0; ks < KW / 16; ++ks) {
-                    const int key = kc0 + 16 * ks + 8 * (mi / 2) + lane % 8;
-                    const uint32_t off = key * 128 + ((chunk ^ (key % 8)) * 16);
-                    stmatrix_x4_trans(p_addr + off, pa[ks]);
-                    stmatrix_x4_trans(ds_addr + off, dsa[ks]);
-                }
-            }
+            store_pds(p_addr, ds_addr, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
-            // dV^T_w += dO_w^T P (an empty group where w has no dV slice), dQ block cw = dS K_cw,
-            // dK^T_w += Q_w^T dS: three commit groups
-            const uint64_t do_mn = sw128_desc(do_addr + cw * (BM * 128), BM * 128, 1024);
-            const uint64_t q_mn = sw128_desc(q_addr + cw * (BM * 128), BM * 128, 1024);
             float dq[32];
-            wgmma_fence();
-            if (DV == DK || cw < C::kVBlocks) {
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks)
-                    wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dvt, desc_advance(do_mn, ks * 2048),
-                                     desc_advance(p_k, ks * 32), 1);
-            }
-            wgmma_commit();
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks)
-                wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, dq, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
-                                 ks > 0 ? 1 : 0);
-            wgmma_commit();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dkt, desc_advance(q_mn, ks * 2048), desc_advance(ds_k, ks * 32), 1);
-            wgmma_commit();
+            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, p_k, ds_k, ds_mn, k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());  // dV^T was this consumer's last read of the tile's dO
             wgmma_wait<1>();
             fence_regs(dq);
-            mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
-            bwd_store_dq_block(sm.dq(cw), dq);
-            fence_proxy_async();
-            mbar_arrive(sm.full_dq(cw));
+            hand_off_dq(dq, it);
             wgmma_wait<0>();
             fence_regs(dkt);
             fence_regs(dvt);
@@ -292,25 +310,9 @@ struct BwdSlicedConsumer {
         const int kc0 = cw * KW;
         const int r0 = 16 * warp + lane / 4;
 
-        mbar_wait(sm.full_kv(), 0);
-        if (n0 + BN > mask.sk) {
-            bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
-            bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
-            fence_proxy_async();
-            named_sync(C::kBarConsumers, C::kConsumerThreads);
-        }
+        zero_kv_tail();
         float s[KW / 2];
-        auto issue_s = [&](int stage) {
-            const uint64_t qk = sw128_desc(smem_addr(sm.q(stage)), 16, 1024);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < DK / 16; ++ks) {
-                const int cb = ks / 4, kk = ks % 4;
-                wgmma_ss<0>(Wgmma<Elem, KW>{}, s, desc_advance(qk, cb * (BM * 128) + kk * 32),
-                            desc_advance(k_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
-            }
-            wgmma_commit();
-        };
+        auto issue_s = [&](int stage) { issue_x_kt<DK>(s, sw128_desc(smem_addr(sm.q(stage)), 16, 1024), k_kw); };
         PipeState<C::kStages> ps;
         auto tile = [&](int it, auto next_tag) {
             constexpr bool kNext = decltype(next_tag)::value;
@@ -327,14 +329,7 @@ struct BwdSlicedConsumer {
             const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(0));
             const uint64_t do_k = sw128_desc(do_addr, 16, 1024);
             float dp[KW / 2];
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < DV / 16; ++ks) {
-                const int cb = ks / 4, kk = ks % 4;
-                wgmma_ss<0>(Wgmma<Elem, KW>{}, dp, desc_advance(do_k, cb * (BM * 128) + kk * 32),
-                            desc_advance(v_kw, cb * (BN * 128) + kk * 32), ks > 0 ? 1 : 0);
-            }
-            wgmma_commit();
+            issue_x_kt<DV>(dp, do_k, v_kw);
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
@@ -365,48 +360,17 @@ struct BwdSlicedConsumer {
 
             if (it > 0 || pad) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs; S of it
             if (pad) bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, pad_lo, pad_hi);
-            {
-                const int mi = lane / 8, chunk = 2 * warp + mi % 2;
-#pragma unroll
-                for (int ks = 0; ks < KW / 16; ++ks) {
-                    const int key = kc0 + 16 * ks + 8 * (mi / 2) + lane % 8;
-                    const uint32_t off = key * 128 + ((chunk ^ (key % 8)) * 16);
-                    stmatrix_x4_trans(p_addr + off, pa[ks]);
-                    stmatrix_x4_trans(ds_addr + off, dsa[ks]);
-                }
-            }
+            store_pds(p_addr, ds_addr, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
-            const uint64_t do_mn = sw128_desc(do_addr + cw * (BM * 128), BM * 128, 1024);
-            const uint64_t q_mn = sw128_desc(q_addr + cw * (BM * 128), BM * 128, 1024);
             float dq[32];
-            wgmma_fence();
-            if constexpr (kHasDv) {
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks)
-                    wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dvt, desc_advance(do_mn, ks * 2048),
-                                     desc_advance(p_k, ks * 32), 1);
-            }
-            wgmma_commit();
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks)
-                wgmma_ss_t<1, 1>(Wgmma<Elem, 64>{}, dq, desc_advance(ds_mn, ks * 2048), desc_advance(k_mn, ks * 2048),
-                                 ks > 0 ? 1 : 0);
-            wgmma_commit();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                wgmma_ss_t<1, 0>(Wgmma<Elem, BN>{}, dkt, desc_advance(q_mn, ks * 2048), desc_advance(ds_k, ks * 32), 1);
-            wgmma_commit();
+            issue_grads(kHasDv, q_addr, do_addr, p_k, ds_k, ds_mn, k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());
             wgmma_wait<1>();
             fence_regs(dq);
-            mbar_wait(sm.empty_dq(cw), (it & 1) ^ 1);
-            bwd_store_dq_block(sm.dq(cw), dq);
-            fence_proxy_async();
-            mbar_arrive(sm.full_dq(cw));
+            hand_off_dq(dq, it);
             if constexpr (kNext) {
                 PipeState<C::kStages> pn = ps;
                 pn.advance();
