@@ -15,7 +15,8 @@
 //   6: ATTN_LAB_FA3_BWD_ALTERNATE_DQ (d = 64: the dQ turns on the same tile, the shipped build before the turns went
 //      one tile behind), ATTN_LAB_FA3_BWD_SHARED_KEYS64 (d = 192: the wide 64-key tiling, the shipped build before
 //      hopper/bwd_sliced.cuh's 96-key tiles).
-//   7: ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY (d = 192: the 96-key tiles with the next tile's S issued behind dK^T).
+//   7: ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY (d = 192: the 96-key tiles with the next tile's S issued behind dK^T),
+//      ATTN_LAB_FA3_BWD_SLICED_PDS_DOUBLE ((192, 128): P^T / dS^T double-buffered, one barrier a tile fewer).
 #pragma once
 #include <stdint.h>
 
@@ -118,7 +119,10 @@ int attn_lab_fa3_fp8_key_tile(const AttnFp8FwdParams* p, int32_t variant, int* k
 // one tile behind). SHARED_KEYS64 (d = 192, dv = 192 or 128): hopper/bwd_wide.cuh's tiling, 64 keys shared by two
 // consumers, TMA dQ (the shipped builds have hopper/bwd_sliced.cuh's 96-key tiles). SLICED_NEXT_S_EARLY (d = 192, dv
 // = 192 or 128): the 96-key tiles with the next tile's S issued right behind dK^T (Fa3BwdSlicedSchedule::next_s_early,
-// BwdSlicedConsumer::run_next_s_early; built and ptxas-clean, not yet run on a device). DEFAULT runs every head dim.
+// BwdSlicedConsumer::run_next_s_early; built and ptxas-clean, not yet run on a device). SLICED_PDS_DOUBLE ((d, dv) =
+// (192, 128) only): P^T / dS^T in two buffers, tile it in buffer it % 2, without the barrier before their writes
+// (Fa3BwdSlicedSchedule::pds_buffers = 2; 24 KB more shared memory than d = dv = 192 has; not yet run on a device).
+// DEFAULT runs every head dim.
 enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_DEFAULT = 0,
     ATTN_LAB_FA3_BWD_ATOMIC_DQ = 1,
@@ -131,6 +135,7 @@ enum AttnLabFa3BwdVariant {
     ATTN_LAB_FA3_BWD_ALTERNATE_DQ = 8,
     ATTN_LAB_FA3_BWD_SHARED_KEYS64 = 9,
     ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY = 10,
+    ATTN_LAB_FA3_BWD_SLICED_PDS_DOUBLE = 11,
 };
 int attn_lab_fa3_bwd(const AttnBwdParams* p, int32_t variant, int32_t deterministic, const AttnLaunch* launch,
                      char* err, int errlen);

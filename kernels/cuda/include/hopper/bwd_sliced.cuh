@@ -50,6 +50,10 @@ struct Fa3BwdSlicedSchedule {
     // The next tile's S issued right behind this tile's dK^T (BwdSlicedConsumer::run_next_s_early); otherwise at the
     // top of the tile's own iteration.
     static constexpr bool next_s_early = false;
+    // P^T / dS^T buffers: with two (tile it in buffer it % 2; 24 KB more, which fit at dv = 128 only) the barrier
+    // before their writes goes: every consumer passes tile it - 1's publishing barrier only after its wgmma_wait<0>
+    // of tile it - 2, the last reads of that buffer. run() only.
+    static constexpr int pds_buffers = 1;
 };
 
 // DK = 192, DV = 192 or 128. The names bwd_wide.cuh's producer, dQ writer and WideSmem read are this config's too.
@@ -83,7 +87,8 @@ struct Fa3BwdSlicedConfig {
     static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
     static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
     static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one Elem [96 keys][64 queries] P^T or dS^T
-    static constexpr int kPdsBufs = 1;
+    static constexpr int kPdsBufs = Schedule::pds_buffers;
+    static_assert(kPdsBufs == 1 || (kPdsBufs == 2 && !kNextSEarly), "P^T / dS^T: one buffer, or two in run()");
     static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * kQBytes + kDoStages * kDOBytes;
     static constexpr uint32_t kDqAreaBytes = kDqBufs * kDqBytes;
     static constexpr int kBarDo = 1 + 2 * kStages + 2 * kDqBlocks;
@@ -264,13 +269,16 @@ struct BwdSlicedConsumer {
             };
             dispatch_cap_mask(capped, need_mask, elementwise);
 
-            if (it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs read them
-            store_pds(p_addr, ds_addr, pa, dsa);
+            // this tile's P^T / dS^T buffer (byte offset from buffer 0); one buffer: tile it - 1's GEMMs read it
+            const uint32_t pb = C::kPdsBufs == 2 ? (it & 1) * C::kTileBytes : 0;
+            if (C::kPdsBufs == 1 && it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);
+            store_pds(p_addr + pb, ds_addr + pb, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
             float dq[32];
-            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, p_k, ds_k, ds_mn, k_mn, dq, dkt, dvt);
+            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, desc_advance(p_k, pb), desc_advance(ds_k, pb),
+                        desc_advance(ds_mn, pb), k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());  // dV^T was this consumer's last read of the tile's dO
             wgmma_wait<1>();
