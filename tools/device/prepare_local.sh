@@ -9,6 +9,8 @@
 #   .whl/           cudnn-frontend for the host's Python (cp312): install
 #   .vendor-fi-xf/  FlashInfer, xformers, curand headers, libcudart.so.12 (vendor_fi_xf.sh): session
 #   build/wheels-min/  pytest, its plugins and hypothesis, taken from .wheels-test: the `carried` stage (build/ is ignored)
+#   build/carry/    with CARRY=1 only: the shipped and the lab library for sm_90a, built here and xz-compressed (the
+#                   `carried` stage; PYTHON, default python3, must import this checkout, e.g. its .venv's; ~7 minutes more)
 # Each folder already there is kept (delete it to make it again). About 5 minutes on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,4 +34,15 @@ if [ ! -d build/wheels-min ]; then
         cp .wheels-test/$w*.whl build/wheels-min/  # unquoted: $w may be a glob (pytest-[0-9])
     done
 fi
-du -sh .vendor .wheels-test .whl .vendor-fi-xf build/wheels-min
+if [ -n "${CARRY:-}" ] && [ ! -d build/carry ]; then
+    py=${PYTHON:-python3}
+    tmp=$(mktemp -d)
+    "$py" -m attention_conformance.kernels.build --arch 90a --out "$tmp/main" --jobs 2
+    "$py" -m attention_conformance.kernels.build --arch 90a --lab --out "$tmp/lab" --jobs 2
+    mkdir -p build/carry.part
+    xz -T2 -c "$tmp/main/libattn_kernels.so" > build/carry.part/libattn_kernels.so.xz
+    xz -T2 -c "$tmp/lab/libattn_kernels_lab.so" > build/carry.part/libattn_kernels_lab.so.xz
+    mv build/carry.part build/carry  # whole or not at all: a cut run leaves no half folder to be kept
+    rm -rf "$tmp"
+fi
+du -sh .vendor .wheels-test .whl .vendor-fi-xf build/wheels-min $([ -d build/carry ] && echo build/carry)
