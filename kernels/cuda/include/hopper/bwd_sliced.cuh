@@ -29,7 +29,9 @@
 //
 // Invariants:
 // - P^T and dS^T single-buffered: a consumer writes them at tile it only after the all-consumer barrier that every
-//   consumer reaches after its wgmma_wait<0> of tile it - 1 (the last reads).
+//   consumer reaches after its wgmma_wait<0> of tile it - 1 (the last reads). Two buffers (Schedule::pds_buffers,
+//   the lab's sliced_pds_double): tile it's are written after tile it - 1's publishing barrier, which every consumer
+//   reaches after its wgmma_wait<0> of tile it - 2, the last reads of buffer it % 2.
 // - Every GEMM reads only zeroed or real rows: K, V rows j >= lk and Q, dO rows i >= lq (inside the tensors) are zeroed
 //   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly. next_s_early: S reads
 //   a padded tile's Q rows before they are zeroed (the mask discards them: P and dS selected to 0); dP, dV^T and dK^T
@@ -121,12 +123,31 @@ struct BwdSlicedConsumer {
     int cw, b, h;
 
     // The steps both loops (run, run_next_s_early) take in the same way.
+    // The shared-memory operands every tile of a consumer reads, the same each tile.
+    struct Operands {
+        uint32_t p_addr, ds_addr;  // P^T, dS^T buffer 0 (stmatrix)
+        uint64_t k_kw, v_kw;       // K_w, V_w K-major (B of S, dP): rows [32 cw, 32 cw + 32) of each 64-column block
+        uint64_t k_mn, ds_mn;      // K's column block cw MN-major (B of dQ = dS K); dS^T MN-major (A of dQ)
+        uint64_t p_k, ds_k;        // P^T, dS^T K-major (B of dV^T, dK^T)
+    };
+    __device__ __forceinline__ Operands operands() const {
+        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
+        const uint32_t p_addr = smem_addr(sm.pt(0)), ds_addr = smem_addr(sm.dst(0));
+        return {p_addr,
+                ds_addr,
+                sw128_desc(k_addr + cw * KW * 128, 16, 1024),
+                sw128_desc(v_addr + cw * KW * 128, 16, 1024),
+                sw128_desc(k_addr + cw * (BN * 128), BN * 128, 1024),
+                sw128_desc(ds_addr, BM * 128, 1024),
+                sw128_desc(p_addr, 16, 1024),
+                sw128_desc(ds_addr, 16, 1024)};
+    }
     // K / V rows past the real length zeroed once the tile is in (dQ = dS K reads every row).
     __device__ __forceinline__ void zero_kv_tail() {
         const SeqMask& mask = T.mask;
         const int n0 = T.n0;
         mbar_wait(sm.full_kv(), 0);
-        if (n0 + BN > mask.sk) {  // key rows past the real length: zero K and V (dQ = dS K reads every row)
+        if (n0 + BN > mask.sk) {
             bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.k(), BN, max(mask.sk - n0, 0), BN);
             bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.v(), BN, max(mask.sk - n0, 0), BN);
             fence_proxy_async();
@@ -204,15 +225,7 @@ struct BwdSlicedConsumer {
         const float sl2 = f.scale * kLog2e;
         const bool capped = f.softcap > 0.f;
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
-        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
-        const uint32_t p_addr = smem_addr(sm.pt(0)), ds_addr = smem_addr(sm.dst(0));
-        // K_w, V_w K-major (B of S, dP): rows [32 cw, 32 cw + 32) of each 64-column block
-        const uint64_t k_kw = sw128_desc(k_addr + cw * KW * 128, 16, 1024);
-        const uint64_t v_kw = sw128_desc(v_addr + cw * KW * 128, 16, 1024);
-        // K's column block cw MN-major (B of dQ = dS K); dS^T MN-major (A of dQ); P^T, dS^T K-major (B of dV^T, dK^T)
-        const uint64_t k_mn = sw128_desc(k_addr + cw * (BN * 128), BN * 128, 1024);
-        const uint64_t ds_mn = sw128_desc(ds_addr, BM * 128, 1024);
-        const uint64_t p_k = sw128_desc(p_addr, 16, 1024), ds_k = sw128_desc(ds_addr, 16, 1024);
+        const Operands o = operands();
         const int kc0 = cw * KW;               // first key of this consumer in the tile
         const int r0 = 16 * warp + lane / 4;  // this thread's query rows r0, r0 + 8 of a tile (S, dP)
 
@@ -236,9 +249,9 @@ struct BwdSlicedConsumer {
 
             // S = Q K_w^T (its own commit group, issued before dO is awaited), dP = dO V_w^T
             float s[KW / 2], dp[KW / 2];
-            issue_x_kt<DK>(s, q_k, k_kw);
+            issue_x_kt<DK>(s, q_k, o.k_kw);
             if (!pad) mbar_wait(sm.full_do(), it & 1);
-            issue_x_kt<DV>(dp, do_k, v_kw);
+            issue_x_kt<DV>(dp, do_k, o.v_kw);
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
@@ -272,13 +285,13 @@ struct BwdSlicedConsumer {
             // this tile's P^T / dS^T buffer (byte offset from buffer 0); one buffer: tile it - 1's GEMMs read it
             const uint32_t pb = C::kPdsBufs == 2 ? (it & 1) * C::kTileBytes : 0;
             if (C::kPdsBufs == 1 && it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);
-            store_pds(p_addr + pb, ds_addr + pb, pa, dsa);
+            store_pds(o.p_addr + pb, o.ds_addr + pb, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
             float dq[32];
-            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, desc_advance(p_k, pb), desc_advance(ds_k, pb),
-                        desc_advance(ds_mn, pb), k_mn, dq, dkt, dvt);
+            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, desc_advance(o.p_k, pb),
+                        desc_advance(o.ds_k, pb), desc_advance(o.ds_mn, pb), o.k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());  // dV^T was this consumer's last read of the tile's dO
             wgmma_wait<1>();
@@ -308,19 +321,13 @@ struct BwdSlicedConsumer {
         const float sl2 = f.scale * kLog2e;
         const bool capped = f.softcap > 0.f;
         const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
-        const uint32_t k_addr = smem_addr(sm.k()), v_addr = smem_addr(sm.v());
-        const uint32_t p_addr = smem_addr(sm.pt(0)), ds_addr = smem_addr(sm.dst(0));
-        const uint64_t k_kw = sw128_desc(k_addr + cw * KW * 128, 16, 1024);
-        const uint64_t v_kw = sw128_desc(v_addr + cw * KW * 128, 16, 1024);
-        const uint64_t k_mn = sw128_desc(k_addr + cw * (BN * 128), BN * 128, 1024);
-        const uint64_t ds_mn = sw128_desc(ds_addr, BM * 128, 1024);
-        const uint64_t p_k = sw128_desc(p_addr, 16, 1024), ds_k = sw128_desc(ds_addr, 16, 1024);
+        const Operands o = operands();
         const int kc0 = cw * KW;
         const int r0 = 16 * warp + lane / 4;
 
         zero_kv_tail();
         float s[KW / 2];
-        auto issue_s = [&](int stage) { issue_x_kt<DK>(s, sw128_desc(smem_addr(sm.q(stage)), 16, 1024), k_kw); };
+        auto issue_s = [&](int stage) { issue_x_kt<DK>(s, sw128_desc(smem_addr(sm.q(stage)), 16, 1024), o.k_kw); };
         PipeState<C::kStages> ps;
         auto tile = [&](int it, auto next_tag) {
             constexpr bool kNext = decltype(next_tag)::value;
@@ -337,7 +344,7 @@ struct BwdSlicedConsumer {
             const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(0));
             const uint64_t do_k = sw128_desc(do_addr, 16, 1024);
             float dp[KW / 2];
-            issue_x_kt<DV>(dp, do_k, v_kw);
+            issue_x_kt<DV>(dp, do_k, o.v_kw);
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
@@ -368,12 +375,12 @@ struct BwdSlicedConsumer {
 
             if (it > 0 || pad) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs; S of it
             if (pad) bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, pad_lo, pad_hi);
-            store_pds(p_addr, ds_addr, pa, dsa);
+            store_pds(o.p_addr, o.ds_addr, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
             float dq[32];
-            issue_grads(kHasDv, q_addr, do_addr, p_k, ds_k, ds_mn, k_mn, dq, dkt, dvt);
+            issue_grads(kHasDv, q_addr, do_addr, o.p_k, o.ds_k, o.ds_mn, o.k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());
             wgmma_wait<1>();
