@@ -352,6 +352,20 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
     return "\n".join(out) + "\n"
 
 
+def join_tables(parts: list[dict], out: Path, prev: dict) -> int:
+    """Write fa3_bwd.json / fa3_bwd.md under ``out`` from tables measured in parts (``--join``)."""
+    rows = [r for p in parts for r in p["bench"]]
+    command = " and ".join(p["command"] for p in parts)
+    env = parts[0]["env"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=[], determinism=[],
+                                                      bench=rows), indent=1, default=str))
+    md = markdown(env, [], [], rows, command, prev.get("bench"), prev.get("env"))
+    (out / "fa3_bwd.md").write_text(md)
+    print(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the checks (and unless ``--no-bench`` the benchmark); write fa3_bwd.json / fa3_bwd.md under --out."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -363,8 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="benchmark only these candidates (comma-separated, e.g. fa3,cudnn)")
     ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds per row (the median is kept)")
     ap.add_argument("--previous", default="", help="an earlier fa3_bwd.json: each row's change against it")
+    ap.add_argument("--join", nargs="+", default=[], metavar="JSON",
+                    help="measure nothing: one table from these fa3_bwd.json files (a table measured in parts, one "
+                         "device call each), their rows in order, the first one's environment")
     args = ap.parse_args(argv)
     prev = json.loads(Path(args.previous).read_text()) if args.previous else {}
+    if args.join:
+        return join_tables([json.loads(Path(j).read_text()) for j in args.join], Path(args.out), prev)
     checks: list[dict] = []
     for i, spec in enumerate([] if args.no_check else FA3_BWD_CASES):
         variants = ["default", "atomic_dq", "other_dq_split", "rows64"]
