@@ -152,15 +152,15 @@ bwd_wide_look() {
 # d = 192 oracle case, both launchers, dv 192 / 128; the deterministic bit identity), their timing beside the shipped
 # build (GPU time, one process, alternating rounds), racecheck and synccheck over the sanitizer cases they build
 # (`carried` with build/carry holding the lab library: `... carried bash tools/device/runner_h200.sh _call
-# bwd_sliced_look $OUT sliced_next_s_early,sliced_pds_double fa3_s_early,fa3_pds2`). More than one call's 600 s for
-# two variants (the 132 tests of two builds took 270 s on the H100): the tests in one call, then the rest in a second
-# with SKIP_STEPS=sliced_tests.
+# bwd_sliced_look $OUT sliced_next_s_early,sliced_pds_double fa3_s_early,fa3_pds2`). The timing first: a call cut
+# short (a session short of device time) still says whether the tests are worth a call. More than one call's 600 s for
+# two variants (the 132 tests of two builds took 270 s on the H100): SKIP_STEPS names what an earlier call ran.
 bwd_sliced_look() {
     local dir=$1 variants=$2 keys=$3 v t
-    step "$dir" sliced_tests 300 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -n 12 -rf \
-        tests/kernels/test_cuda_fa3_bwd_device.py -k "d192 and (${variants//,/ or })"
     step "$dir" sliced_bench 240 env PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}" python3 tools/fa3_bwd_check_bench.py \
         --no-check --head-dims 192,192x128 --only "fa3,$keys" --rounds 5 --out "$dir/bwd"
+    step "$dir" sliced_tests 300 python3 -m pytest -q -p no:cacheprovider -p no:randomly -m gpu -n 12 -rf \
+        tests/kernels/test_cuda_fa3_bwd_device.py -k "d192 and (${variants//,/ or })"
     for v in ${variants//,/ }; do
         for t in racecheck synccheck; do
             step "$dir" "${t}_$v" 150 compute-sanitizer --tool "$t" --error-exitcode 1 \
