@@ -33,3 +33,20 @@ def test_markdown_adds_the_change_table_only_with_a_previous_set():
     assert "Against the set" not in bench.markdown(env, [], [], rows, "cmd")
     md = bench.markdown(env, [], [], rows, "cmd", [_row(64, False, 500.0, 10.0, 9.0)], dict(gpu="NVIDIA H100"))
     assert "## Against the set this one replaces" in md and "the run (clocks, power)" in md
+
+
+def test_join_writes_one_table_from_parts_measured_apart(tmp_path):
+    env = dict(gpu="NVIDIA H200", date="today", driver="x", cuda="13.0", torch="2.11", cudnn=1)
+    parts = [dict(env=env, command="part one", bench=[dict(_row(64, False, 500.0, 10.0, 9.0), bwd_fa3_ms=1.0)]),
+             dict(env=dict(env, date="later"), command="part two",
+                  bench=[dict(_row(192, True, 400.0, 8.0, 7.0), bwd_fa3_ms=2.0)])]
+    files = []
+    for i, p in enumerate(parts):
+        files.append(tmp_path / f"p{i}.json")
+        files[-1].write_text(bench.json.dumps(p))
+    assert bench.main(["--join", *map(str, files), "--out", str(tmp_path / "t")]) == 0
+    joined = bench.json.loads((tmp_path / "t" / "fa3_bwd.json").read_text())
+    assert [r["d"] for r in joined["bench"]] == [64, 192]
+    assert joined["env"]["date"] == "today" and joined["command"] == "part one and part two"
+    md = (tmp_path / "t" / "fa3_bwd.md").read_text()
+    assert "| B4 H16 N8192 d64 | False | 500 |" in md and "| B4 H16 N8192 d192 | True | 400 |" in md
