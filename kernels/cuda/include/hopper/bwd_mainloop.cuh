@@ -1021,11 +1021,18 @@ struct BwdConsumer {
     }
 };
 
-// The CTA's set-up (both backward kernels: this one's and bwd_wide.cuh's): thread 0 initialises the barriers and
-// prefetches the tensor maps the CTA will read (Q, dO and dQ's only when some query tile sees its keys); then every
-// thread waits for it.
-template <class C, class Smem>
-__device__ __forceinline__ void bwd_cta_setup(const Fa3BwdParams& P, const Smem& sm, const BwdTiles& T) {
+// One CTA of a backward kernel (this one's, bwd_wide.cuh's, bwd_sliced.cuh's): its work tile; thread 0 initialises
+// the barriers and prefetches the tensor maps the CTA will read (Q, dO and dQ's only when some query tile sees its
+// keys), every thread waiting for it; then warpgroup 0 gives registers back and, when some query tile sees the keys,
+// runs producer(sm, T, b, h); the others take registers and run consumer(sm, T, consumer index, b, h), also where no
+// query tile sees the keys (their dK / dV are then zeros).
+template <class C, class Smem, class Producer, class Consumer>
+__device__ __forceinline__ void bwd_cta(const Fa3BwdParams& P, Producer&& producer, Consumer&& consumer) {
+    extern __shared__ unsigned char smem_raw[];
+    Smem sm{{align_smem_1k(smem_raw)}};
+    const WorkTile w = P.order.at(blockIdx.x);
+    const int b = w.b, h = w.h;
+    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
     if (threadIdx.x == 0) {
         sm.init();
         tma_prefetch_desc(&P.k.map);
@@ -1037,30 +1044,29 @@ __device__ __forceinline__ void bwd_cta_setup(const Fa3BwdParams& P, const Smem&
         }
     }
     __syncthreads();
+    const int wg = warpgroup_idx();
+    if (wg == 0) {
+        regs_dealloc<C::kProducerRegs>();
+        if (T.n_tiles > 0) producer(sm, T, b, h);
+    } else {
+        regs_alloc<C::kConsumerRegs>();
+        consumer(sm, T, wg - 1, b, h);
+    }
 }
 
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ unsigned char smem_raw[];
-    BwdSmem<C> sm{{align_smem_1k(smem_raw)}};
-    const WorkTile w = P.order.at(blockIdx.x);
-    const int b = w.b, h = w.h;
-    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
-    bwd_cta_setup<C>(P, sm, T);
-    const int wg = warpgroup_idx();
-    if (wg == 0) {
-        regs_dealloc<C::kProducerRegs>();
-        if (T.n_tiles > 0) bwd_producer<C>(P, sm, T, b, h);
-    } else {
-        regs_alloc<C::kConsumerRegs>();
-        BwdConsumer<C> cs{P, sm, T, wg - 1, b, h};
-        float dk[C::kAccDim / 2], dv[C::kAccDim / 2];
+    bwd_cta<C, BwdSmem<C>>(
+        P, [&](const BwdSmem<C>& sm, const BwdTiles& T, int b, int h) { bwd_producer<C>(P, sm, T, b, h); },
+        [&](const BwdSmem<C>& sm, const BwdTiles& T, int cw, int b, int h) {
+            BwdConsumer<C> cs{P, sm, T, cw, b, h};
+            float dk[C::kAccDim / 2], dv[C::kAccDim / 2];
 #pragma unroll
-        for (int e = 0; e < C::kAccDim / 2; ++e) dk[e] = dv[e] = 0.f;
-        if (T.n_tiles > 0) cs.run(dk, dv);
-        cs.store(dk, dv);
-    }
+            for (int e = 0; e < C::kAccDim / 2; ++e) dk[e] = dv[e] = 0.f;
+            if (T.n_tiles > 0) cs.run(dk, dv);
+            cs.store(dk, dv);
+        });
 #endif
 }
 

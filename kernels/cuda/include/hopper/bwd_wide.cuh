@@ -621,25 +621,16 @@ struct BwdWideConsumer {
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_wide_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ unsigned char smem_raw[];
-    WideSmem<C> sm{{align_smem_1k(smem_raw)}};
-    const WorkTile w = P.order.at(blockIdx.x);
-    const int b = w.b, h = w.h;
-    const BwdTiles T = BwdTiles::make<C>(P.p.fwd, b, P.order.num_m - 1 - w.m_block);
-    bwd_cta_setup<C>(P, sm, T);
-    const int wg = warpgroup_idx();
-    if (wg == 0) {
-        regs_dealloc<C::kProducerRegs>();
-        if (T.n_tiles > 0) bwd_wide_producer<C>(P, sm, T, b, h);
-    } else {
-        regs_alloc<C::kConsumerRegs>();
-        BwdWideConsumer<C> cs{P, sm, T, wg - 1, b, h};
-        float acc[C::kHeadDim / 2];
+    bwd_cta<C, WideSmem<C>>(
+        P, [&](const WideSmem<C>& sm, const BwdTiles& T, int b, int h) { bwd_wide_producer<C>(P, sm, T, b, h); },
+        [&](const WideSmem<C>& sm, const BwdTiles& T, int cw, int b, int h) {
+            BwdWideConsumer<C> cs{P, sm, T, cw, b, h};
+            float acc[C::kHeadDim / 2];
 #pragma unroll
-        for (int e = 0; e < C::kHeadDim / 2; ++e) acc[e] = 0.f;
-        if (T.n_tiles > 0) cs.run(acc);
-        cs.store(acc);
-    }
+            for (int e = 0; e < C::kHeadDim / 2; ++e) acc[e] = 0.f;
+            if (T.n_tiles > 0) cs.run(acc);
+            cs.store(acc);
+        });
 #endif
 }
 
