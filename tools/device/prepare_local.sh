@@ -10,8 +10,9 @@
 #   .vendor-fi-xf/  FlashInfer, xformers, curand headers, libcudart.so.12 (vendor_fi_xf.sh): session
 #   build/wheels-min/  pytest, its plugins and hypothesis, taken from .wheels-test: the `carried` stage (build/ is ignored)
 #   build/carry/    with CARRY=1 only: the shipped and the lab library for sm_90a, built here and xz-compressed (the
-#                   `carried` stage; PYTHON, default python3, must import this checkout, e.g. its .venv's; ~7 minutes more)
-# Each folder already there is kept (delete it to make it again). About 5 minutes on a 2-core machine.
+#                   `carried` stage; PYTHON, default python3, must import this checkout, e.g. its .venv's; ~7 minutes
+#                   more): rebuilt whenever the kernel sources change (build/sm90a holds the builds and their stamps)
+# Each other folder already there is kept (delete it to make it again). About 5 minutes on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=tools/device
@@ -34,15 +35,18 @@ if [ ! -d build/wheels-min ]; then
         cp .wheels-test/$w*.whl build/wheels-min/  # unquoted: $w may be a glob (pytest-[0-9])
     done
 fi
-if [ -n "${CARRY:-}" ] && [ ! -d build/carry ]; then
+if [ -n "${CARRY:-}" ]; then
+    # built into build/sm90a, where the build's stamp keeps each library while its sources are unchanged (a folder
+    # kept by its existence alone had carried a lab library older than the last kernel commit); compressed again
+    # whenever a library is newer than its .xz
     py=${PYTHON:-python3}
-    tmp=$(mktemp -d)
-    "$py" -m attention_conformance.kernels.build --arch 90a --out "$tmp/main" --jobs 2
-    "$py" -m attention_conformance.kernels.build --arch 90a --lab --out "$tmp/lab" --jobs 2
-    mkdir -p build/carry.part
-    xz -T2 -c "$tmp/main/libattn_kernels.so" > build/carry.part/libattn_kernels.so.xz
-    xz -T2 -c "$tmp/lab/libattn_kernels_lab.so" > build/carry.part/libattn_kernels_lab.so.xz
-    mv build/carry.part build/carry  # whole or not at all: a cut run leaves no half folder to be kept
-    rm -rf "$tmp"
+    "$py" -m attention_conformance.kernels.build --arch 90a --out build/sm90a --jobs 2
+    "$py" -m attention_conformance.kernels.build --arch 90a --lab --out build/sm90a --jobs 2
+    mkdir -p build/carry
+    for so in libattn_kernels.so libattn_kernels_lab.so; do
+        if [ ! build/carry/$so.xz -nt build/sm90a/$so ]; then
+            xz -T2 -c build/sm90a/$so > build/carry/$so.xz.part && mv build/carry/$so.xz.part build/carry/$so.xz
+        fi
+    done
 fi
 du -sh .vendor .wheels-test .whl .vendor-fi-xf build/wheels-min $([ -d build/carry ] && echo build/carry)
