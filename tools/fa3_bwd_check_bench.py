@@ -169,8 +169,7 @@ def bench_rows(shapes, rounds: int = 3, only: frozenset[str] = frozenset(),
                 both.append(("fa3_alt", _calls(fwd3, bwd3, variant="alternate_dq")))
         if d > max(LAB_DIMS):  # the wide builds' lab variants: dQ by float2 / float4 atomics; TMA dQ, one dO stage
             names = {"atomic_dq": "fa3_atomic", "wide_dq_float4": "fa3_dq_f4",
-                     "wide_tma_dq_one_do_stage": "fa3_dq_tma1", "shared_keys64": "fa3_k64",
-                     "sliced_next_s_early": "fa3_s_early", "sliced_pds_double": "fa3_pds2"}
+                     "wide_tma_dq_one_do_stage": "fa3_dq_tma1", "shared_keys64": "fa3_k64"}
             for variant in fa3_bwd_wide_variants(d, dv_)[1:]:
                 bwd.append((names[variant], _calls(bwd3, variant=variant)))
                 if variant != "atomic_dq":
@@ -309,17 +308,13 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                 "at a time from the accumulators (lab variant direct_dkv; the default build stages them through "
                 "shared memory at d <= 128); FA3 alt dQ: d = 64 with the dQ turns on the same tile (lab variant "
                 "alternate_dq; the default build takes them one tile behind); FA3 k64: d = 192 on 64-key tiles shared "
-                "by two consumers (lab variant shared_keys64; the default build has 96-key tiles, three consumers); "
-                "FA3 S early: d = 192 with the next tile's S issued behind dK^T (lab variant sliced_next_s_early); FA3 "
-                "PdS2: (192, 128) with P^T / dS^T double-buffered (lab variant sliced_pds_double).",
+                "by two consumers (lab variant shared_keys64; the default build has 96-key tiles, three consumers).",
                 "",
                 "| shape | causal | bwd FA3 | FA3 det | FA3 m64 | m64 det | FA3 dQ other | FA3 other | FA3 atomic | "
-                "FA3 atomic det | FA3 dQ f4 | FA3 TMA dQ 1 | FA3 dKV4 | FA3 alt dQ | FA3 k64 | FA3 S early | "
-                "FA3 PdS2 | FA2 | "
+                "FA3 atomic det | FA3 dQ f4 | FA3 TMA dQ 1 | FA3 dKV4 | FA3 alt dQ | FA3 k64 | FA2 | "
                 "flash | cuDNN | fwd+bwd FA3 | FA3 m64 | FA3 dQ other | FA3 dQ f4 | FA3 TMA dQ 1 | FA3 dKV4 | "
-                "FA3 alt dQ | FA3 k64 | FA3 S early | FA3 PdS2 | "
-                "FA2 | flash | cuDNN | FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
-                "|---" * 37 + "|"]
+                "FA3 alt dQ | FA3 k64 | FA2 | flash | cuDNN | FA4 | FA3/flash bwd | FA3/cuDNN bwd | fwd+bwd FA3/FA4 |",
+                "|---" * 33 + "|"]
 
         def g(r: dict, key: str) -> str:
             return f"{r[key]:.0f}" if key in r else "-"
@@ -336,14 +331,12 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
                        f"{g(r, 'bwd_fa3_atomic_det_tflops')} | {g(r, 'bwd_fa3_dq_f4_tflops')} | "
                        f"{g(r, 'bwd_fa3_dq_tma1_tflops')} | {g(r, 'bwd_fa3_dkv4_tflops')} | "
                        f"{g(r, 'bwd_fa3_alt_tflops')} | {g(r, 'bwd_fa3_k64_tflops')} | "
-                       f"{g(r, 'bwd_fa3_s_early_tflops')} | {g(r, 'bwd_fa3_pds2_tflops')} | "
                        f"{g(r, 'bwd_fa2_tflops')} | "
                        f"{g(r, 'bwd_flash_tflops')} | "
                        f"{g(r, 'bwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa3_tflops')} | {g(r, 'fwdbwd_fa3_m64_tflops')} | "
                        f"{g(r, 'fwdbwd_fa3_dq_other_tflops')} | {g(r, 'fwdbwd_fa3_dq_f4_tflops')} | "
                        f"{g(r, 'fwdbwd_fa3_dq_tma1_tflops')} | {g(r, 'fwdbwd_fa3_dkv4_tflops')} | "
                        f"{g(r, 'fwdbwd_fa3_alt_tflops')} | {g(r, 'fwdbwd_fa3_k64_tflops')} | "
-                       f"{g(r, 'fwdbwd_fa3_s_early_tflops')} | {g(r, 'fwdbwd_fa3_pds2_tflops')} | "
                        f"{g(r, 'fwdbwd_fa2_tflops')} | "
                        f"{g(r, 'fwdbwd_flash_tflops')} | {g(r, 'fwdbwd_cudnn_tflops')} | {g(r, 'fwdbwd_fa4_tflops')} | "
                        f"{_ratio(rf)} | {_ratio(rc)} | {_ratio(r4)} |")

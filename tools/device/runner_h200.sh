@@ -152,7 +152,7 @@ bwd_wide_look() {
 # d = 192 oracle case, both launchers, dv 192 / 128; the deterministic bit identity), their timing beside the shipped
 # build (GPU time, one process, alternating rounds), racecheck and synccheck over the sanitizer cases they build
 # (`carried` with build/carry holding the lab library: `... carried bash tools/device/runner_h200.sh _call
-# bwd_sliced_look $OUT sliced_next_s_early,sliced_pds_double fa3_s_early,fa3_pds2`). The timing first: a call cut
+# bwd_sliced_look $OUT shared_keys64 fa3_k64`). The timing first: a call cut
 # short (a session short of device time) still says whether the tests are worth a call. More than one call's 600 s for
 # two variants (the 132 tests of two builds took 270 s on the H100): SKIP_STEPS names what an earlier call ran.
 bwd_sliced_look() {

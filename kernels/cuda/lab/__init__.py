@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: attn_lab.h ATTN_LAB_VERSION
-LAB_VERSION = 7
+LAB_VERSION = 8
 #: attn_lab.h AttnLabFa3FwdVariant, by name ("default": the shipped build of each head dim)
 FA3_FWD_VARIANTS = {"default": 0, "no_pingpong": 1, "no_overlap": 2, "persistent": 3, "no_ws": 4, "stage1": 5,
                     "n176": 6, "stages2": 7, "d64_two_wg": 8, "one_cta_per_tile": 9, "lazy_rescale_one_cta": 10,
@@ -70,8 +70,7 @@ FP8_KMAJOR_VARIANTS = ("row_tiles", "two_wg", "exp_poly4", "exp_poly2", "persist
 #: attn_lab.h AttnLabFa3BwdVariant, by name
 FA3_BWD_VARIANTS = {"default": 0, "atomic_dq": 1, "atomic_dq_other_overlap": 2, "rows64": 3, "other_dq_split": 4,
                     "wide_dq_float4": 5, "wide_tma_dq_one_do_stage": 6, "direct_dkv": 7, "alternate_dq": 8,
-                    "shared_keys64": 9, "sliced_next_s_early": 10,
-                    "sliced_pds_double": 11}
+                    "shared_keys64": 9}
 #: attn_lab.h AttnLabFa2BwdVariant, by name
 FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p": 5, "p2": 6, "bc128": 7, "fa2p": 8}
 
@@ -79,13 +78,10 @@ FA2_BWD_VARIANTS = {"default": 0, "small": 1, "db": 2, "dbp": 3, "w16": 4, "w16p
 def fa3_bwd_wide_variants(d: int, dv: int) -> tuple[str, ...]:
     """The FA3 backward variants with a build at the wide head dims (d, dv) (d = 192, 256, (192, 128); attn_lab.h):
     every one but wide_tma_dq_one_do_stage at d = dv = 192, whose third dQ block alternates between the consumers;
-    shared_keys64 (the 64-key tiling the shipped 96-key one replaced) and sliced_next_s_early (the 96-key tiles with
-    the next tile's S issued behind dK^T) at d = 192 only; sliced_pds_double (P^T / dS^T double-buffered) at
-    (192, 128) only."""
+    shared_keys64 (the 64-key tiling the shipped 96-key one replaced) at d = 192 only."""
     per_consumer = () if (d, dv) == (192, 192) else ("wide_tma_dq_one_do_stage",)
-    d192 = ("shared_keys64", "sliced_next_s_early") if d == 192 else ()
-    pds2 = ("sliced_pds_double",) if (d, dv) == (192, 128) else ()
-    return ("default", "atomic_dq", "wide_dq_float4", *per_consumer, *d192, *pds2)
+    d192 = ("shared_keys64",) if d == 192 else ()
+    return ("default", "atomic_dq", "wide_dq_float4", *per_consumer, *d192)
 
 
 _i32 = ctypes.c_int32

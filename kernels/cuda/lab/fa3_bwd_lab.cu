@@ -53,18 +53,6 @@ struct SharedKeys64 : Fa3BwdWideSchedule {
     static constexpr DqAdd dq_add = DqAdd::kTmaReduce;
 };
 
-// d = 192 and (192, 128) on the 96-key tiles with the next tile's S issued right behind dK^T, while the consumers
-// store dQ and wait (the shipped builds issue each tile's S at the top of its own iteration).
-struct SlicedNextSEarly : Fa3BwdSlicedSchedule {
-    static constexpr bool next_s_early = true;
-};
-
-// (192, 128) on the 96-key tiles with P^T / dS^T in two buffers and one all-consumer barrier a tile instead of two
-// (24 KB more shared memory than d = dv = 192 has).
-struct SlicedPdsDouble : Fa3BwdSlicedSchedule {
-    static constexpr int pds_buffers = 2;
-};
-
 // dQ by the consumers' float2 atomics, dO in the Q ring's stages (the shipped d = 256 build until the TMA reduce-add
 // with one dO stage replaced it).
 template <int D, int DV>
@@ -97,15 +85,8 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
     }
     if constexpr (D == 192) {
         if (variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64) return f(SharedKeys64{});
-        if (variant == ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY) return f(SlicedNextSEarly{});
-    } else if (variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64 || variant == ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY) {
+    } else if (variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64) {
         *why = "is a build of d = 192 only (the shipped d = 256 build has 64-key tiles)";
-        return -1;
-    }
-    if constexpr (D == 192 && DV == 128) {
-        if (variant == ATTN_LAB_FA3_BWD_SLICED_PDS_DOUBLE) return f(SlicedPdsDouble{});
-    } else if (variant == ATTN_LAB_FA3_BWD_SLICED_PDS_DOUBLE) {
-        *why = "is a build of (d, dv) = (192, 128) only (two P^T / dS^T buffers need 24 KB more shared memory)";
         return -1;
     }
     if constexpr (!(D == 192 && DV == 192)) {
@@ -117,7 +98,7 @@ int with_wide_schedule(int variant, F&& f, const char** why) {
     *why = (variant > 0 && variant < ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4) || variant == ATTN_LAB_FA3_BWD_DIRECT_DKV ||
                        variant == ATTN_LAB_FA3_BWD_ALTERNATE_DQ
                ? "is a build of d = dv in {64, 96, 128}"
-                                                                    : "is not a variant (0 to 11)";
+                                                                    : "is not a variant (0 to 9)";
     return -1;
 }
 
@@ -144,10 +125,9 @@ int with_schedule(int variant, F&& f, const char** why) {
     *why = variant == ATTN_LAB_FA3_BWD_ATOMIC_DQ_OTHER_OVERLAP
                ? "is not built deterministic (the deterministic atomics build keeps the head dim's overlap)"
            : (variant == ATTN_LAB_FA3_BWD_WIDE_DQ_FLOAT4 || variant == ATTN_LAB_FA3_BWD_WIDE_TMA_DQ_ONE_DO_STAGE ||
-              variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64 || variant == ATTN_LAB_FA3_BWD_SLICED_NEXT_S_EARLY ||
-              variant == ATTN_LAB_FA3_BWD_SLICED_PDS_DOUBLE)
+              variant == ATTN_LAB_FA3_BWD_SHARED_KEYS64)
                ? "is a build of the wide head dims (d = dv in {192, 256}, (d, dv) = (192, 128))"
-               : "is not a variant (0 to 11)";
+               : "is not a variant (0 to 9)";
     return -1;
 }
 

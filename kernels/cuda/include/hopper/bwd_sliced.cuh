@@ -20,8 +20,6 @@
 //   dQ_i[:, block w] = dS K_w'                 wgmma SS m64n64: A = dS^T MN-major, B = K column block w MN-major,
 //                                              6 k-steps over the 96 keys; to shared memory for the dQ writer
 //   dK^T_w += Q_i^T dS                         wgmma SS m64n96: A = Q column block w MN-major, B = dS^T K-major
-// (Schedule::next_s_early, the lab's sliced_next_s_early: tile i + 1's S issued behind dK^T once dQ is stored;
-// run_next_s_early.)
 // Registers: dK^T, dV^T 48 + 48, dQ 32, S and dP 16 + 16 a thread; 3 x 128 x 160 + 128 x 32 = 65536.
 // Shared memory (dv = 192): K, V 36 KB each, Q two stages of 24 KB, dO one stage (released by every consumer after
 // its dV^T), P^T and dS^T 12 KB each, one buffer (a second all-consumer barrier before they are rewritten), dQ
@@ -29,13 +27,9 @@
 //
 // Invariants:
 // - P^T and dS^T single-buffered: a consumer writes them at tile it only after the all-consumer barrier that every
-//   consumer reaches after its wgmma_wait<0> of tile it - 1 (the last reads). Two buffers (Schedule::pds_buffers,
-//   the lab's sliced_pds_double): tile it's are written after tile it - 1's publishing barrier, which every consumer
-//   reaches after its wgmma_wait<0> of tile it - 2, the last reads of buffer it % 2.
+//   consumer reaches after its wgmma_wait<0> of tile it - 1 (the last reads).
 // - Every GEMM reads only zeroed or real rows: K, V rows j >= lk and Q, dO rows i >= lq (inside the tensors) are zeroed
-//   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly. next_s_early: S reads
-//   a padded tile's Q rows before they are zeroed (the mask discards them: P and dS selected to 0); dP, dV^T and dK^T
-//   read only zeroed or real rows.
+//   in shared memory before the tensor cores read them; masked entries give P = dS = 0 exactly.
 // - dQ block w of a tile is written by consumer w alone (buffer w, its full / empty barriers, waited by parity it % 2:
 //   one hand-off a tile each, and the writer releases block w before the consumer's next hand-off of it).
 // - dK (times the scale) and dV of column block w leave consumer w's registers; GQA as fp32 rows per query head.
@@ -49,13 +43,6 @@ namespace attn::hopper {
 struct Fa3BwdSlicedSchedule {
     static constexpr BwdTiling tiling = BwdTiling::kHeadDimSlices;
     static constexpr bool deterministic = false;
-    // The next tile's S issued right behind this tile's dK^T (BwdSlicedConsumer::run_next_s_early); otherwise at the
-    // top of the tile's own iteration.
-    static constexpr bool next_s_early = false;
-    // P^T / dS^T buffers: with two (tile it in buffer it % 2; 24 KB more, which fit at dv = 128 only) the barrier
-    // before their writes goes: every consumer passes tile it - 1's publishing barrier only after its wgmma_wait<0>
-    // of tile it - 2, the last reads of that buffer. run() only.
-    static constexpr int pds_buffers = 1;
 };
 
 // DK = 192, DV = 192 or 128. The names bwd_wide.cuh's producer, dQ writer and WideSmem read are this config's too.
@@ -67,7 +54,6 @@ struct Fa3BwdSlicedConfig {
     static_assert(DK == 192 && (DV == 192 || DV == 128), "sliced backward: d = 192 (three 64-column slices, three "
                                                          "consumers), dv = 192 or 128");
     static constexpr bool kDeterministic = Schedule::deterministic;
-    static constexpr bool kNextSEarly = Schedule::next_s_early;
     static constexpr bool kTmaDq = true;
     static constexpr int kConsumers = DK / 64;
     static constexpr int kBlockN = 96;          // keys per CTA
@@ -89,8 +75,6 @@ struct Fa3BwdSlicedConfig {
     static constexpr uint32_t kKBytes = kBlockN * DK * 2, kVBytes = kBlockN * DV * 2;
     static constexpr uint32_t kQBytes = kBlockM * DK * 2, kDOBytes = kBlockM * DV * 2;
     static constexpr uint32_t kTileBytes = kBlockN * kBlockM * 2;  // one Elem [96 keys][64 queries] P^T or dS^T
-    static constexpr int kPdsBufs = Schedule::pds_buffers;
-    static_assert(kPdsBufs == 1 || (kPdsBufs == 2 && !kNextSEarly), "P^T / dS^T: one buffer, or two in run()");
     static constexpr uint32_t kRingBytes = kKBytes + kVBytes + kStages * kQBytes + kDoStages * kDOBytes;
     static constexpr uint32_t kDqAreaBytes = kDqBufs * kDqBytes;
     static constexpr int kBarDo = 1 + 2 * kStages + 2 * kDqBlocks;
@@ -100,8 +84,8 @@ struct Fa3BwdSlicedConfig {
     static constexpr uint32_t kOffQ = kOffV + kVBytes;
     static constexpr uint32_t kOffDO = kOffQ + kStages * kQBytes;
     static constexpr uint32_t kOffP = kOffDO + kDoStages * kDOBytes;
-    static constexpr uint32_t kOffDS = kOffP + kPdsBufs * kTileBytes;
-    static constexpr uint32_t kOffDq = kOffDS + kPdsBufs * kTileBytes;
+    static constexpr uint32_t kOffDS = kOffP + kTileBytes;
+    static constexpr uint32_t kOffDq = kOffDS + kTileBytes;
     static constexpr uint32_t kOffLse = kOffDq + kDqAreaBytes;
     static constexpr uint32_t kOffD = kOffLse + kStages * kBlockM * 4;
     static constexpr uint32_t kOffBar = kOffD + kStages * kBlockM * 4;
@@ -122,10 +106,9 @@ struct BwdSlicedConsumer {
     const BwdTiles& T;
     int cw, b, h;
 
-    // The steps both loops (run, run_next_s_early) take in the same way.
     // The shared-memory operands every tile of a consumer reads, the same each tile.
     struct Operands {
-        uint32_t p_addr, ds_addr;  // P^T, dS^T buffer 0 (stmatrix)
+        uint32_t p_addr, ds_addr;  // P^T, dS^T (stmatrix)
         uint64_t k_kw, v_kw;       // K_w, V_w K-major (B of S, dP): rows [32 cw, 32 cw + 32) of each 64-column block
         uint64_t k_mn, ds_mn;      // K's column block cw MN-major (B of dQ = dS K); dS^T MN-major (A of dQ)
         uint64_t p_k, ds_k;        // P^T, dS^T K-major (B of dV^T, dK^T)
@@ -282,16 +265,13 @@ struct BwdSlicedConsumer {
             };
             dispatch_cap_mask(capped, need_mask, elementwise);
 
-            // this tile's P^T / dS^T buffer (byte offset from buffer 0); one buffer: tile it - 1's GEMMs read it
-            const uint32_t pb = C::kPdsBufs == 2 ? (it & 1) * C::kTileBytes : 0;
-            if (C::kPdsBufs == 1 && it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);
-            store_pds(o.p_addr + pb, o.ds_addr + pb, pa, dsa);
+            if (it > 0) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs read P^T / dS^T
+            store_pds(o.p_addr, o.ds_addr, pa, dsa);
             fence_proxy_async();
             named_sync(C::kBarConsumers, C::kConsumerThreads);
 
             float dq[32];
-            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, desc_advance(o.p_k, pb),
-                        desc_advance(o.ds_k, pb), desc_advance(o.ds_mn, pb), o.k_mn, dq, dkt, dvt);
+            issue_grads(DV == DK || cw < C::kVBlocks, q_addr, do_addr, o.p_k, o.ds_k, o.ds_mn, o.k_mn, dq, dkt, dvt);
             wgmma_wait<2>();
             mbar_arrive(sm.empty_do());  // dV^T was this consumer's last read of the tile's dO
             wgmma_wait<1>();
@@ -303,107 +283,6 @@ struct BwdSlicedConsumer {
             mbar_arrive(sm.empty(st));  // Q, LSE, D of this stage are no longer read
             ps.advance();
         }
-    }
-
-    // The same tiles with the next tile's S issued right behind this tile's dK^T (Schedule::next_s_early): S is in
-    // flight at every loop head (a prologue issues the first), the last tile peeled off so that no join sees it both
-    // in flight and not (ptxas serialises the wgmma otherwise). A padded tile's Q rows are zeroed after every
-    // consumer's S has read them (between the two all-consumer barriers, before dK^T reads Q); its S rows there come
-    // from whatever the tensor holds and the mask discards them (P and dS selected to 0).
-    // kHasDv: this consumer holds a dV^T slice (a compile-time branch: at dv = 128 a runtime one around consumer 2's
-    // empty dV^T group made ptxas serialise the wgmma, C7515).
-    template <bool kHasDv>
-    __device__ __forceinline__ void run_next_s_early(float (&dkt)[BN / 2], float (&dvt)[BN / 2]) {
-        const AttnFwdParams& f = P.p.fwd;
-        const SeqMask& mask = T.mask;
-        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-        const int n0 = T.n0;
-        const float sl2 = f.scale * kLog2e;
-        const bool capped = f.softcap > 0.f;
-        const float scale_over_cap = capped ? f.scale / f.softcap : 0.f;
-        const Operands o = operands();
-        const int kc0 = cw * KW;
-        const int r0 = 16 * warp + lane / 4;
-
-        zero_kv_tail();
-        float s[KW / 2];
-        auto issue_s = [&](int stage) { issue_x_kt<DK>(s, sw128_desc(smem_addr(sm.q(stage)), 16, 1024), o.k_kw); };
-        PipeState<C::kStages> ps;
-        auto tile = [&](int it, auto next_tag) {
-            constexpr bool kNext = decltype(next_tag)::value;
-            const int m0 = T.tile(it) * BM;
-            const int st = ps.stage;
-            const bool pad = m0 + BM > mask.sq && mask.sq < f.seqlen_q;
-            const int pad_lo = max(mask.sq - m0, 0), pad_hi = min(BM, f.seqlen_q - m0);
-            mbar_wait(sm.full_do(), it & 1);
-            if (pad) {  // dO's padded rows zeroed before dP reads them (Q's after S has read them, below)
-                bwd_zero_rows<C::kVBlocks, C::kConsumerThreads>(sm.dout(0), BM, pad_lo, pad_hi);
-                fence_proxy_async();
-                named_sync(C::kBarConsumers, C::kConsumerThreads);
-            }
-            const uint32_t q_addr = smem_addr(sm.q(st)), do_addr = smem_addr(sm.dout(0));
-            const uint64_t do_k = sw128_desc(do_addr, 16, 1024);
-            float dp[KW / 2];
-            issue_x_kt<DV>(dp, do_k, o.v_kw);
-            wgmma_wait<0>();
-            fence_regs(s);
-            fence_regs(dp);
-
-            const bool need_mask = !mask.tile_full(m0, m0 + BM, n0 + kc0, n0 + kc0 + KW);
-            const float* lse = sm.lse(st);
-            const float* dd = sm.dd(st);
-            const float lse_r[2] = {lse[r0], lse[r0 + 8]}, d_r[2] = {dd[r0], dd[r0 + 8]};
-            uint32_t pa[KW / 16][4], dsa[KW / 16][4];
-            auto elementwise = [&](auto cap_tag, auto mask_tag) {
-#pragma unroll
-                for (int j = 0; j < KW / 8; ++j) {
-                    float pv[4], dsv[4];
-#pragma unroll
-                    for (int x = 0; x < 4; ++x) {
-                        const int e = 4 * j + x;
-                        const int row = m0 + r0 + 8 * (x / 2), key = n0 + kc0 + 8 * j + 2 * (lane % 4) + x % 2;
-                        float pk = s[e];
-                        pv[x] = bwd_p_elem<decltype(cap_tag)::value, decltype(mask_tag)::value>(
-                            pk, lse_r[x / 2], sl2, scale_over_cap, f.softcap, mask, row, key);
-                        dsv[x] = pv[x] == 0.f ? 0.f : pk * (dp[e] - d_r[x / 2]);
-                    }
-                    bwd_pack_chunk<Elem>(pa, j, pv);
-                    bwd_pack_chunk<Elem>(dsa, j, dsv);
-                }
-            };
-            dispatch_cap_mask(capped, need_mask, elementwise);
-
-            if (it > 0 || pad) named_sync(C::kBarConsumers, C::kConsumerThreads);  // tile it - 1's GEMMs; S of it
-            if (pad) bwd_zero_rows<C::kKBlocks, C::kConsumerThreads>(sm.q(st), BM, pad_lo, pad_hi);
-            store_pds(o.p_addr, o.ds_addr, pa, dsa);
-            fence_proxy_async();
-            named_sync(C::kBarConsumers, C::kConsumerThreads);
-
-            float dq[32];
-            issue_grads(kHasDv, q_addr, do_addr, o.p_k, o.ds_k, o.ds_mn, o.k_mn, dq, dkt, dvt);
-            wgmma_wait<2>();
-            mbar_arrive(sm.empty_do());
-            wgmma_wait<1>();
-            fence_regs(dq);
-            hand_off_dq(dq, it);
-            if constexpr (kNext) {
-                PipeState<C::kStages> pn = ps;
-                pn.advance();
-                mbar_wait(sm.full(pn.stage), pn.phase);
-                issue_s(pn.stage);
-                wgmma_wait<1>();
-            } else {
-                wgmma_wait<0>();
-            }
-            fence_regs(dkt);
-            if constexpr (kHasDv) fence_regs(dvt);
-            mbar_arrive(sm.empty(st));
-            ps.advance();
-        };
-        mbar_wait(sm.full(ps.stage), ps.phase);
-        issue_s(ps.stage);
-        for (int it = 0; it + 1 < T.n_tiles; ++it) tile(it, std::true_type{});
-        tile(T.n_tiles - 1, std::false_type{});
     }
 
     // dK (times the scale) and dV (w < dv / 64), head-dim columns [64 cw, 64 cw + 64) of the CTA's 96 keys, from dK^T
@@ -453,15 +332,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_sliced_kernel(const __
             float dkt[C::kBlockN / 2], dvt[C::kBlockN / 2];
 #pragma unroll
             for (int e = 0; e < C::kBlockN / 2; ++e) dkt[e] = dvt[e] = 0.f;
-            if (T.n_tiles > 0) {
-                if constexpr (C::kNextSEarly) {
-                    if (C::kHeadDimV == C::kHeadDim || cw < C::kVBlocks)
-                        cs.template run_next_s_early<true>(dkt, dvt);
-                    else
-                        cs.template run_next_s_early<false>(dkt, dvt);
-                } else
-                    cs.run(dkt, dvt);
-            }
+            if (T.n_tiles > 0) cs.run(dkt, dvt);
             cs.store(dkt, dvt);
         });
 #endif
