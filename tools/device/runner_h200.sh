@@ -20,6 +20,8 @@
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
 #   fi-session     FlashInfer alone (fi_pipeline below: its JIT modules built with every core, its spellings, its rows
 #                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
+#   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS);
+#                  session-collect (UNTIL=bwd) copies it
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
 #                  call carries .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S,
@@ -432,6 +434,22 @@ fi-session)
 _fi_session)
     . tools/checkout_env.sh
     fi_pipeline ;;
+bwd-table)
+    # the FA3 backward table alone, every row in one process beside torch flash, cuDNN and flash-attn-4 (after park1,
+    # park2 and install), in the background from a snapshot, so that no call's limit cuts it (two foreground calls of
+    # 560 s held half the rows each); the stale rows first (d = 192, (192, 128)); session-collect (UNTIL=bwd) brings
+    # it back, the table written after every row
+    rm -rf /tmp/session && mkdir -p /tmp/session
+    snap=$(snapshot) || exit 1
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bwd_table < /dev/null > /dev/null 2>&1 &)
+    echo "started the backward table in /tmp/session (from the snapshot $snap)" ;;
+_bwd_table)
+    . tools/checkout_env.sh
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
+    step /tmp/session bwd "${BWD_S:-1500}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 \
+        --head-dims "${BWD_DIMS:-192,192x128,256,128,96,64}" --previous reports/benchmarks/fa3_bwd_side_by_side.json \
+        --out /tmp/session/bwd
+    echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;
 session-collect)
