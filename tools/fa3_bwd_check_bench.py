@@ -345,17 +345,21 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
     return "\n".join(out) + "\n"
 
 
+def write_table(out: Path, env: dict, command: str, checks: list[dict], dets: list[dict], rows: list[dict],
+                prev: dict) -> str:
+    """fa3_bwd.json and fa3_bwd.md under ``out`` (``prev``: an earlier fa3_bwd.json, or {}); returns the markdown."""
+    (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=checks, determinism=dets,
+                                                      bench=rows), indent=1, default=str))
+    md = markdown(env, checks, dets, rows, command, prev.get("bench"), prev.get("env"))
+    (out / "fa3_bwd.md").write_text(md)
+    return md
+
+
 def join_tables(parts: list[dict], out: Path, prev: dict) -> int:
     """Write fa3_bwd.json / fa3_bwd.md under ``out`` from tables measured in parts (``--join``)."""
-    rows = [r for p in parts for r in p["bench"]]
-    command = " and ".join(p["command"] for p in parts)
-    env = parts[0]["env"]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command, checks=[], determinism=[],
-                                                      bench=rows), indent=1, default=str))
-    md = markdown(env, [], [], rows, command, prev.get("bench"), prev.get("env"))
-    (out / "fa3_bwd.md").write_text(md)
-    print(md)
+    print(write_table(out, parts[0]["env"], " and ".join(p["command"] for p in parts), [], [],
+                      [r for p in parts for r in p["bench"]], prev))
     return 0
 
 
@@ -411,11 +415,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def write(rows: list[dict]) -> str:
         cut = "" if len(rows) == len(shapes) or args.no_bench else f" (rows so far: {len(rows)} of {len(shapes)})"
-        (out / "fa3_bwd.json").write_text(json.dumps(dict(env=env, command=command + cut, checks=checks,
-                                                          determinism=dets, bench=rows), indent=1, default=str))
-        md = markdown(env, checks, dets, rows, command + cut, prev.get("bench"), prev.get("env"))
-        (out / "fa3_bwd.md").write_text(md)
-        return md
+        return write_table(out, env, command + cut, checks, dets, rows, prev)
 
     rows = [] if args.no_bench else bench_rows(shapes, args.rounds, only, row_done=write)
     print(write(rows))
