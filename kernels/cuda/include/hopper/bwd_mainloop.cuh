@@ -1054,6 +1054,17 @@ __device__ __forceinline__ void bwd_cta(const Fa3BwdParams& P, Producer&& produc
     }
 }
 
+// A consumer's whole work tile where it holds two accumulators of N floats (dK and dV, or dK^T and dV^T): zeroed,
+// run over the query tiles that see its keys (none: they stay zero), stored.
+template <int N, class Consumer>
+__device__ __forceinline__ void consume_pair(Consumer& cs, const BwdTiles& T) {
+    float a[N], b[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) a[e] = b[e] = 0.f;
+    if (T.n_tiles > 0) cs.run(a, b);
+    cs.store(a, b);
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_constant__ Fa3BwdParams P) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1061,11 +1072,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_kernel(const __grid_co
         P, [&](const BwdSmem<C>& sm, const BwdTiles& T, int b, int h) { bwd_producer<C>(P, sm, T, b, h); },
         [&](const BwdSmem<C>& sm, const BwdTiles& T, int cw, int b, int h) {
             BwdConsumer<C> cs{P, sm, T, cw, b, h};
-            float dk[C::kAccDim / 2], dv[C::kAccDim / 2];
-#pragma unroll
-            for (int e = 0; e < C::kAccDim / 2; ++e) dk[e] = dv[e] = 0.f;
-            if (T.n_tiles > 0) cs.run(dk, dv);
-            cs.store(dk, dv);
+            consume_pair<C::kAccDim / 2>(cs, T);
         });
 #endif
 }

@@ -329,11 +329,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fa3_bwd_sliced_kernel(const __
         P, [&](const WideSmem<C>& sm, const BwdTiles& T, int b, int h) { bwd_wide_producer<C>(P, sm, T, b, h); },
         [&](const WideSmem<C>& sm, const BwdTiles& T, int cw, int b, int h) {
             BwdSlicedConsumer<C> cs{P, sm, T, cw, b, h};
-            float dkt[C::kBlockN / 2], dvt[C::kBlockN / 2];
-#pragma unroll
-            for (int e = 0; e < C::kBlockN / 2; ++e) dkt[e] = dvt[e] = 0.f;
-            if (T.n_tiles > 0) cs.run(dkt, dvt);
-            cs.store(dkt, dvt);
+            consume_pair<C::kBlockN / 2>(cs, T);
         });
 #endif
 }
