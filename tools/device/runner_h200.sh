@@ -20,7 +20,8 @@
 #                  FP8 forward, FA3 backward, FA2 forward and split-KV decode); val-collect copies what has finished
 #   fi-session     FlashInfer alone (fi_pipeline below: its JIT modules built with every core, its spellings, its rows
 #                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
-#   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS);
+#   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS,
+#                  BWD_ONLY: the candidates, default fa3,flash,cudnn,fa4);
 #                  session-collect (UNTIL=bwd) copies it
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
@@ -446,9 +447,9 @@ bwd-table)
 _bwd_table)
     . tools/checkout_env.sh
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
-    step /tmp/session bwd "${BWD_S:-1500}" python3 tools/fa3_bwd_check_bench.py --no-check --only fa3,flash,cudnn,fa4 \
-        --head-dims "${BWD_DIMS:-192,192x128,256,128,96,64}" --previous reports/benchmarks/fa3_bwd_side_by_side.json \
-        --out /tmp/session/bwd
+    step /tmp/session bwd "${BWD_S:-1500}" python3 tools/fa3_bwd_check_bench.py --no-check \
+        --only "${BWD_ONLY:-fa3,flash,cudnn,fa4}" --head-dims "${BWD_DIMS:-192,192x128,256,128,96,64}" \
+        --previous reports/benchmarks/fa3_bwd_side_by_side.json --out /tmp/session/bwd
     echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;
