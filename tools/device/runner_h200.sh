@@ -119,9 +119,14 @@ benches() {
         # TMA-dQ variant with one dO stage (fa3_dq_tma1, untimed at (192, 128)) beside them
         local only=fa3,flash,cudnn,fa4
         [ -f build/kernels/libattn_kernels_lab.so ] && only="$only,fa3_dq_tma1"
-        step "$dir" bwd "${BWD_S:-420}" python3 tools/fa3_bwd_check_bench.py --no-check --only "$only" \
-            --head-dims "${BWD_DIMS:-256,64,128,192x128,96,192}" --out "$dir/bwd"
+        bwd_table "$dir" 420 "$only" 256,64,128,192x128,96,192
     )
+}
+# bwd_table DIR LIMIT CANDIDATES DIMS: the FA3 backward table into DIR/bwd, each row against the one in main
+# (--previous); BWD_S, BWD_ONLY and BWD_DIMS override the limit, the candidates and the rows
+bwd_table() {
+    step "$1" bwd "${BWD_S:-$2}" python3 tools/fa3_bwd_check_bench.py --no-check --only "${BWD_ONLY:-$3}" \
+        --head-dims "${BWD_DIMS:-$4}" --previous reports/benchmarks/fa3_bwd_side_by_side.json --out "$1/bwd"
 }
 # ncu_profile DIR KERNEL:D:REGEX[:causal]...: the warps' stall reasons (per SASS line, summed by code region) and the
 # details page of one launch of each FA3-shape kernel (tools/fa3_profile_case.py --kernel KERNEL --d D [--causal]),
@@ -447,9 +452,7 @@ bwd-table)
 _bwd_table)
     . tools/checkout_env.sh
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
-    step /tmp/session bwd "${BWD_S:-1500}" python3 tools/fa3_bwd_check_bench.py --no-check \
-        --only "${BWD_ONLY:-fa3,flash,cudnn,fa4}" --head-dims "${BWD_DIMS:-192,192x128,256,128,96,64}" \
-        --previous reports/benchmarks/fa3_bwd_side_by_side.json --out /tmp/session/bwd
+    bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
     echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;
