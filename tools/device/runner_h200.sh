@@ -21,7 +21,7 @@
 #   fi-session     FlashInfer alone (fi_pipeline below: its JIT modules built with every core, its spellings, its rows
 #                  in the FA3 forward and decode tables); carry .vendor-fi-xf; session-collect brings it back
 #   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS,
-#                  BWD_ONLY: the candidates, default fa3,flash,cudnn,fa4);
+#                  BWD_ONLY: the candidates, default fa3,flash,cudnn,fa4; `bwd-table bench`: tox -e bench before it);
 #                  session-collect (UNTIL=bwd) copies it
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
@@ -445,12 +445,14 @@ bwd-table)
     # park2 and install), in the background from a snapshot, so that no call's limit cuts it (two foreground calls of
     # 560 s held half the rows each); the stale rows first (d = 192, (192, 128)); session-collect (UNTIL=bwd) brings
     # it back, the table written after every row
+    # (`bwd-table bench`: tox -e bench first, ~300 s, whose table comes back whole or not at all)
     rm -rf /tmp/session && mkdir -p /tmp/session
     snap=$(snapshot) || exit 1
-    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bwd_table < /dev/null > /dev/null 2>&1 &)
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bwd_table "$@" < /dev/null > /dev/null 2>&1 &)
     echo "started the backward table in /tmp/session (from the snapshot $snap)" ;;
 _bwd_table)
     . tools/checkout_env.sh
+    if [ "${1:-}" = bench ]; then step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
     bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
     echo done >> /tmp/session/steps ;;
