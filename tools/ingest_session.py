@@ -15,8 +15,8 @@ In order:
    (``reports/gpu/*/``);
 4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`;
    ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``);
-5. regenerates ``reports/index.md`` and the README's figure blocks (``tools/report_index.py``,
-   ``tools/readme_figures.py``).
+5. redraws the bars' picture (``tools/ratio_chart.py``), regenerates ``reports/index.md`` and the README's figure
+   blocks (``tools/report_index.py``, ``tools/readme_figures.py``).
 
 Nothing is committed: review ``git status`` / ``git diff`` and ``git add -f`` the report files (report data is
 git-ignored so that no run lands in the tree by accident). ``--dry-run`` prints what would be written.
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {md.relative_to(ROOT)} from {src} (tools/bench_table.py)")
             if not args.dry_run:
                 md.write_text(bench_table.markdown(json.loads(src.read_text())))
+    run([sys.executable, "tools/ratio_chart.py"], args.dry_run)  # the bars' picture, before the index lists it
     run([sys.executable, "tools/report_index.py"], args.dry_run)
     run([sys.executable, "tools/readme_figures.py"], args.dry_run)
     repros = session / "repros" / "index.md"

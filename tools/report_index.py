@@ -33,7 +33,7 @@ REPORTS_DIR = REPO_ROOT / "reports"
 INDEX = REPORTS_DIR / "index.md"
 #: the most bytes the tracked files under reports/ may hold together
 MAX_TRACKED_BYTES = 5_000_000
-_DATA_SUFFIXES = (".json", ".gz", ".md", ".png")
+_DATA_SUFFIXES = (".json", ".gz", ".md", ".png", ".svg")
 _SKIP_DIRS = {"latest", "__pycache__"}
 _REPORT_NAMES = ("report.json.gz", "report.json")
 
@@ -176,6 +176,12 @@ def _bench_row(path: Path, root: Path) -> list[str]:
     return [link, str(date), _commit(path), versions or "-", f"`{command}`" if command else "-"]
 
 
+def _svg_title(path: Path) -> str:
+    """The first <title> of an SVG (what the chart shows), or its file name."""
+    m = re.search(r"<title>([^<]+)</title>", path.read_text())
+    return m.group(1) if m else path.name
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)]
@@ -206,7 +212,12 @@ def render_index(root: Path = REPORTS_DIR) -> str:
                     [_conformance_row(p, load_json(p), root) for p in conf])
     lines += ["", "## Benchmarks", ""]
     lines += _table(["data", "date", "commit", "versions", "command"], [_bench_row(p, root) for p in bench])
-    listed = {*conf, *bench, *(s for p in conf for s in _siblings(p)), *(p.with_suffix(".md") for p in bench_json)}
+    charts = [p for p in files if p.suffix == ".svg" and p.parent.name == "benchmarks"]
+    if charts:
+        lines += ["", "## Charts (drawn from the benchmark set above)", ""]
+        lines += [f"- {_link(p, root)}: {_svg_title(p)}" for p in charts]
+    listed = {*conf, *bench, *charts, *(s for p in conf for s in _siblings(p)),
+              *(p.with_suffix(".md") for p in bench_json)}
     other = [p for p in files if p not in listed]
     if other:
         lines += ["", "## Other files", ""]

@@ -28,7 +28,7 @@ def test_index_lists_the_current_files():
 def test_every_tracked_report_file_is_in_the_index():
     tracked = [ROOT / p for p in _git("ls-files", "reports").stdout.splitlines()]
     text = index.INDEX.read_text()
-    data = [p for p in tracked if p.suffix in (".json", ".gz", ".md", ".html", ".png") and p != index.INDEX]
+    data = [p for p in tracked if p.suffix in (".json", ".gz", ".md", ".html", ".png", ".svg") and p != index.INDEX]
     unlisted = [str(p.relative_to(ROOT)) for p in data
                 if f"({p.relative_to(index.REPORTS_DIR).as_posix()})" not in text]
     assert not unlisted, f"tracked report files that reports/index.md does not link: {unlisted}"
