@@ -7,6 +7,7 @@
 #                  own list lacks threadpoolctl, a requirement of the project: without it tox's install fails) in /tmp
 #   install        FA4 and cudnn-frontend (.whl/) into the runner's torch venv, tox into /tmp/toxsite, this
 #                  checkout (pip install -e, no index), the kernel library for sm_90a
+#   install-vendor FA4 and cudnn-frontend alone, for a timing call through `carried` (below) short of device time
 #   cli [SPECS]    python -m attention_conformance run --profile gpu over SPECS (default: all) into /tmp/cli_NAME,
 #                  in the background (setsid), so a later call collects it
 #   tox            tox -e gpu exactly as tox.ini says, 8 workers, junit XML for the comparison, in the background
@@ -325,6 +326,15 @@ snapshot() {
     if [ -d build/kernels ]; then cp -a build/kernels $snap/build/; fi
     echo $snap
 }
+# install_vendor: flash-attn-4 with its CUTLASS DSL (the parked parts, .vendor/install.sh) and cudnn-frontend (.whl/)
+# into the runner's torch environment
+install_vendor() {
+    bash .vendor/install.sh || return 1
+    local s
+    s=$(site)
+    cp -r /tmp/site_vendor/. "$s"/ && echo "$s/nvidia_cutlass_dsl/dsl_packages" > "$s/cutlass_dsl_packages.pth"
+    python3 -m pip install -q --no-index --no-deps .whl/nvidia_cudnn_frontend-*.whl
+}
 # wait_for DIR: until DIR/steps has a line for step UNTIL (default done; the whole name: "fi" is not "fi_xf_install"),
 # at most WAIT_S seconds
 wait_for() {
@@ -358,11 +368,15 @@ park1)
     ls /tmp/park | head ;;
 park2)
     cp .vendor/parts/p2/* /tmp/park/ && ls /tmp/park | wc -l ;;
+install-vendor)
+    # flash-attn-4 and cudnn-frontend alone (no tox, no pip install -e, no kernel build): with `carried` (the library
+    # built here, carried xz-compressed) a timing call needs no more, e.g. after park of p1 + p2 + bin, one call
+    # carrying p3, .vendor/wheels, .vendor/bin, .vendor/install.sh, .whl, build/carry/libattn_kernels.so.xz and
+    # build/wheels-min: `install-vendor && BWD_ONLY=fa3,fa4 bash tools/device/runner_h200.sh carried
+    # bash tools/device/runner_h200.sh bwd-table` (not yet run on a machine)
+    install_vendor ;;
 install)
-    bash .vendor/install.sh || exit 1
-    s=$(site)
-    cp -r /tmp/site_vendor/. "$s"/ && echo "$s/nvidia_cutlass_dsl/dsl_packages" > "$s/cutlass_dsl_packages.pth"
-    python3 -m pip install -q --no-index --no-deps .whl/nvidia_cudnn_frontend-*.whl
+    install_vendor || exit 1
     python3 -m pip install -q --no-index --find-links /tmp/park/wheels-test --target /tmp/toxsite tox
     python3 -m pip install -q --no-deps --no-build-isolation -e .
     python3 -c "import flash_attn.cute, cudnn; print('flash-attn-4 and cudnn-frontend import')"
