@@ -62,8 +62,8 @@ def _label(row: dict[str, Any]) -> str:
 
 
 def bars(panel: Panel, data: dict[str, Any]) -> list[tuple[str, bool, float]]:
-    """(head-dim label, causal, ratio) of every row of `data` that has both timings, ordered by head dim (d, then
-    dv) with the non-causal row first."""
+    """(head-dim label, causal, ratio) of every row of `data` that has both timings, ordered by d, then dv from the
+    largest (d192 before d192x128), the non-causal row first."""
     out = []
     for row in data.get(panel.rows_key, []):
         if row.get("kind", "attention") != "attention" or not row.get(panel.other) or not row.get(panel.ours):
