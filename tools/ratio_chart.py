@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench_shapes import dims_label  # tools/, beside this script
+
 __all__ = ["PANELS", "Panel", "bars", "render", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,22 +58,13 @@ PANELS = (
 )
 
 
-def _label(row: dict[str, Any]) -> str:
-    d, dv = row["d"], row.get("dv", row["d"])
-    return f"d{d}" if dv == d else f"d{d}x{dv}"
-
-
 def bars(panel: Panel, data: dict[str, Any]) -> list[tuple[str, bool, float]]:
     """(head-dim label, causal, ratio) of every row of `data` that has both timings, ordered by d, then dv from the
     largest (d192 before d192x128), the non-causal row first."""
-    out = []
-    for row in data.get(panel.rows_key, []):
-        if row.get("kind", "attention") != "attention" or not row.get(panel.other) or not row.get(panel.ours):
-            continue
-        out.append(((row["d"], row.get("dv", row["d"])), _label(row), bool(row["causal"]),
-                    row[panel.other] / row[panel.ours]))
-    out.sort(key=lambda t: (t[0][0], -t[0][1], t[2]))
-    return [(label, causal, ratio) for _, label, causal, ratio in out]
+    rows = [r for r in data.get(panel.rows_key, [])
+            if r.get("kind", "attention") == "attention" and r.get(panel.other) and r.get(panel.ours)]
+    rows.sort(key=lambda r: (r["d"], -r.get("dv", r["d"]), bool(r["causal"])))
+    return [("d" + dims_label(r), bool(r["causal"]), r[panel.other] / r[panel.ours]) for r in rows]
 
 
 def _panel_svg(panel: Panel, data: dict[str, Any], y0: int, width: int, height: int) -> list[str]:

@@ -24,7 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from timing_md import FA3_REFS, by_gpu_time  # tools/, beside this script
+from bench_shapes import dims_label  # tools/, beside these scripts
+from timing_md import FA3_REFS, by_gpu_time
 
 from attention_conformance.verdict.outcomes import OUTCOMES, SHORT
 
@@ -147,7 +148,7 @@ def _fa3(root: Path) -> str:
     for r in rep.get("bench", []):
         ours = r["fa3_tflops"]
         others = [r.get(f"{k}_tflops") for k, _ in FA3_REFS]
-        dims = f"{r['d']}x{r['dv']}" if r.get("dv", r["d"]) != r["d"] else f"{r['d']}"
+        dims = dims_label(r)
         tflops = " | ".join(f"{t:.0f}" if t else "n/a" for t in others)
         rel = " | ".join(f"{ours / t:.2f}x" if t else "n/a"
                          for (_, n), t in zip(FA3_REFS, others) if n != "torch-flash")
