@@ -113,7 +113,9 @@ def _common_key(nvcc: str, flags: list[str], lab: bool = False) -> str:
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     h.update(version.encode())
     h.update(" ".join(flags).replace(str(CUDA_DIR), "<kernels/cuda>").encode())
-    headers = [p for p in (CUDA_DIR / "include").rglob("*") if p.is_file()]
+    # every file of the include folder but Python's bytecode: the folder also holds a generator script
+    # (hopper/gen_wgmma.py), and the __pycache__ its import writes beside it must not make the library stale
+    headers = [p for p in (CUDA_DIR / "include").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     if lab:
         headers += [p for p in LAB_DIR.iterdir() if p.suffix in (".h", ".cuh")]
     for f in sorted(headers):

@@ -76,6 +76,26 @@ def test_a_moved_checkout_finds_its_build_up_to_date(tmp_path, monkeypatch):
     assert kbuild._stamp(nvcc, kbuild.nvcc_flags()) != here
 
 
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found: the stamp hashes its version")
+def test_bytecode_beside_the_wgmma_generator_leaves_the_build_up_to_date(tmp_path, monkeypatch):
+    """Importing hopper/gen_wgmma.py (tests/kernels/test_generated_wgmma.py does) writes a __pycache__ inside the
+    include folder wherever Python writes bytecode (CI does): the stamp ignores it, and still sees a changed header."""
+    import shutil
+
+    nvcc, flags = kbuild.find_nvcc(), kbuild.nvcc_flags()
+    moved = tmp_path / "cuda"
+    shutil.copytree(kbuild.CUDA_DIR, moved, ignore=shutil.ignore_patterns("lab", "__pycache__"))
+    monkeypatch.setattr(kbuild, "CUDA_DIR", moved)
+    before = kbuild._stamp(nvcc, flags)
+    cache = moved / "include" / "hopper" / "__pycache__"
+    cache.mkdir()
+    (cache / "gen_wgmma.cpython-311.pyc").write_bytes(b"\x00bytecode")
+    assert kbuild._stamp(nvcc, flags) == before
+    header = moved / "include" / "attn_params.h"
+    header.write_text(header.read_text() + "\n")
+    assert kbuild._stamp(nvcc, flags) != before
+
+
 def test_library_is_never_built_under_pytest():
     """The plugin sets ATTN_KERNELS_NO_BUILD, so cuda_lib.library() cannot compile inside a test."""
     import os
