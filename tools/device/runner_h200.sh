@@ -24,6 +24,8 @@
 #   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS,
 #                  BWD_ONLY: the candidates, default fa3,flash,cudnn,fa4; `bwd-table bench`: tox -e bench before it);
 #                  session-collect (UNTIL=bwd) copies it
+#   bench          the product's benchmark suite alone (tox -e bench's pytest command, no tox: through `carried`),
+#                  in the background; session-collect (UNTIL=bench) copies its JSON
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
 #                  sanitizers, tox -e gpu alone, the spellings beside xformers and then FlashInfer alone when this
 #                  call carries .vendor-fi-xf, the benchmarks alone, an ncu profile; limits CLI_S, TOX_S, VARIANTS_S,
@@ -75,6 +77,12 @@ tox_bench() {
     mkdir -p "$1"
     env PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/park/wheels-test PYTHONPATH=/tmp/toxsite python3 -m tox -e bench \
         -- --benchmark-json="$1/pytest_bench.json"
+}
+# tox -e bench's pytest command (tox.ini [testenv:bench]) without tox, for a call through `carried` (the library
+# built off-device, no tox environment to make, no kernel build): its JSON into DIR
+bench_suite() {
+    mkdir -p "$1"
+    python3 -m pytest -m benchmark_only --benchmark-enable --benchmark-json="$1/pytest_bench.json"
 }
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
@@ -470,6 +478,18 @@ _bwd_table)
     if [ "${1:-}" = bench ]; then step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
     bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
+    echo done >> /tmp/session/steps ;;
+bench)
+    # the product's benchmark suite alone (bench_suite), in the background from a snapshot, e.g. after parking p1 + p2
+    # + bin: `install-vendor && bash tools/device/runner_h200.sh carried bash tools/device/runner_h200.sh bench`;
+    # `UNTIL=bench session-collect` brings back session/bench/pytest_bench.json for ingest_session.py
+    rm -rf /tmp/session && mkdir -p /tmp/session
+    snap=$(snapshot) || exit 1
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bench < /dev/null > /dev/null 2>&1 &)
+    echo "started the benchmark suite in /tmp/session (from the snapshot $snap)" ;;
+_bench)
+    . tools/checkout_env.sh
+    step /tmp/session bench 540 bench_suite /tmp/session/bench
     echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;

@@ -1,0 +1,31 @@
+"""tools/device/runner_h200.sh: its benchmark stage runs what ``tox -e bench`` runs."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pytest_args(line: str) -> list[str]:
+    """A pytest command line's arguments after ``-m pytest``, without the JSON file's path (each names its own) and
+    tox's ``{posargs}`` (what a caller adds)."""
+    words = shlex.split(line)
+    args = words[words.index("pytest") + 1:]
+    return [w for w in args if not w.startswith("--benchmark-json=") and w != "{posargs}"]
+
+
+def test_the_bench_stage_runs_tox_bench_pytest_command():
+    """``bench_suite`` (the runner's ``bench`` stage, for a call without tox) and tox.ini's [testenv:bench] select and
+    time the same benchmarks: a mark or option added to one and not the other fails here."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    tox_line = next(c for c in tox["testenv:bench"]["commands"].splitlines() if "-m pytest" in c)
+    runner = (ROOT / "tools" / "device" / "runner_h200.sh").read_text()
+    body = re.search(r"^bench_suite\(\) \{\n(.*?)^\}", runner, re.S | re.M)
+    assert body, "runner_h200.sh has no bench_suite function"
+    runner_line = next(c for c in body.group(1).splitlines() if "-m pytest" in c)
+    assert _pytest_args(runner_line) == _pytest_args(tox_line) != []
