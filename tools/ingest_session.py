@@ -83,10 +83,24 @@ def junit_counts(path: Path) -> Counter:
     return counts
 
 
+def without_gpu_figures(b: Bench, session: Path) -> bool:
+    """Whether ``b`` is tox -e bench's pytest-benchmark JSON with no GPU-timed benchmark (``extra_info`` ``gpu_ms``):
+    a run whose GPU benchmarks all skipped (no GPU seen, a library missing) times only the CPU oracle, and must not
+    replace the current table with an empty one."""
+    src = session / b.folder / f"{b.stem}.json"
+    if not (b.table and src.is_file()):
+        return False
+    data = json.loads(src.read_text())
+    return not any("gpu_ms" in x.get("extra_info", {}) for x in data.get("benchmarks", []))
+
+
 def bench_copies(session: Path, root: Path = ROOT) -> list[tuple[Path, Path]]:
-    """(source, destination) of every benchmark file the session brought back: its .md and .json over the current."""
+    """(source, destination) of every benchmark file the session brought back: its .md and .json over the current
+    (not a pytest-benchmark JSON `without_gpu_figures`)."""
     pairs = []
     for b in BENCHES:
+        if without_gpu_figures(b, session):
+            continue
         for ext in (".md", ".json"):
             src = session / b.folder / f"{b.stem}{ext}"
             if src.is_file():
@@ -192,13 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             reports = [current, *reports]
         print("== the GPU report from", ", ".join(str(r) for r in reports))
         join_gpu_report(reports, args.note, ROOT, args.dry_run)
+    for b in BENCHES:
+        if without_gpu_figures(b, session):
+            print(f"== {session / b.folder / b.stem}.json has no GPU-timed benchmark (each GPU benchmark skipped): "
+                  f"reports/benchmarks/{b.current}.* kept")
     for src, dst in bench_copies(session):
         print(f"== {src} -> {dst.relative_to(ROOT)}")
         if not args.dry_run:
             shutil.copyfile(src, dst)
     for b in BENCHES:
         src = session / b.folder / f"{b.stem}.json"
-        if b.table and src.is_file():
+        if b.table and src.is_file() and not without_gpu_figures(b, session):
             md = ROOT / "reports" / "benchmarks" / f"{b.current}.md"
             print(f"== {md.relative_to(ROOT)} from {src} (tools/bench_table.py)")
             if not args.dry_run:

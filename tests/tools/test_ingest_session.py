@@ -29,12 +29,17 @@ def test_junit_counts_read_plain_and_gzip(tmp_path):
         assert (c["passed"], c["failed"], c["error"], c["skipped"], c["xfailed"], c["seconds"]) == (1, 1, 1, 1, 1, 272)
 
 
+# pytest-benchmark JSON of tox -e bench: a GPU-timed benchmark; the CPU oracle's (what a machine without a GPU runs)
+GPU_BENCH = {"benchmarks": [{"name": "test_fwd_8k_d128[full-ours]", "extra_info": {"gpu_ms": 1.5, "host_us": 7.0}}]}
+CPU_ONLY_BENCH = {"benchmarks": [{"name": "test_bench_oracle_forward_vs_gemms", "extra_info": {"ratio": 3.1}}]}
+
+
 def test_each_benchmark_replaces_its_current_file(tmp_path):
     session = tmp_path / "session"
     for b in ingest.BENCHES:
         if b.table:  # its .md is made from the JSON, not brought back
             (session / b.folder).mkdir(parents=True)
-            (session / b.folder / f"{b.stem}.json").write_text("{}")
+            (session / b.folder / f"{b.stem}.json").write_text(json.dumps(GPU_BENCH))
             continue
         (session / b.folder).mkdir(parents=True)
         (session / b.folder / f"{b.stem}.md").write_text("table")
@@ -102,3 +107,22 @@ def test_onto_current_joins_the_session_on_top_of_the_current_gpu_report(tmp_pat
         assert ingest.main([*flags, "--dry-run", str(session)]) == 0
         merge = next(line for line in capsys.readouterr().out.splitlines() if " merge " in line)
         assert merge.split(" merge ", 1)[1].startswith(first + " ")
+
+
+def test_a_bench_run_without_gpu_figures_keeps_the_current_table(tmp_path, capsys, monkeypatch):
+    """tox -e bench where every GPU benchmark skipped (no GPU seen, a library missing) brings back the CPU oracle's
+    benchmark alone: neither its JSON nor a table made from it replaces the current pytest_bench files."""
+    bench = next(b for b in ingest.BENCHES if b.table)
+    session = tmp_path / "session"
+    (session / bench.folder).mkdir(parents=True)
+    (session / bench.folder / f"{bench.stem}.json").write_text(json.dumps(CPU_ONLY_BENCH))
+    assert ingest.without_gpu_figures(bench, session) and ingest.bench_copies(session, root=tmp_path) == []
+    (session / bench.folder / f"{bench.stem}.json").write_text(json.dumps(GPU_BENCH))
+    assert not ingest.without_gpu_figures(bench, session)
+    assert [dst.name for _, dst in ingest.bench_copies(session, root=tmp_path)] == [f"{bench.current}.json"]
+    (session / bench.folder / f"{bench.stem}.json").write_text(json.dumps(CPU_ONLY_BENCH))
+    monkeypatch.setattr(ingest, "ROOT", tmp_path)
+    monkeypatch.setattr(ingest, "run", lambda cmd, dry: 0)  # the chart, index and README are not this test's
+    assert ingest.main([str(session)]) == 0
+    assert "has no GPU-timed benchmark" in capsys.readouterr().out
+    assert not (tmp_path / "reports" / "benchmarks").exists()
