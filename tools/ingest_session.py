@@ -14,7 +14,7 @@ In order:
    screenshot of it (headless chromium, where installed), and removes the folders of reports it supersedes
    (``reports/gpu/*/``);
 4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`;
-   ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``);
+   ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``, unless no benchmark in it was GPU-timed);
 5. redraws the bars' picture (``tools/ratio_chart.py``), regenerates ``reports/index.md`` and the README's figure
    blocks (``tools/report_index.py``, ``tools/readme_figures.py``).
 
