@@ -206,17 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             reports = [current, *reports]
         print("== the GPU report from", ", ".join(str(r) for r in reports))
         join_gpu_report(reports, args.note, ROOT, args.dry_run)
-    for b in BENCHES:
-        if without_gpu_figures(b, session):
-            print(f"== {session / b.folder / b.stem}.json has no GPU-timed benchmark (each GPU benchmark skipped): "
-                  f"reports/benchmarks/{b.current}.* kept")
+    kept_out = [b for b in BENCHES if without_gpu_figures(b, session)]
+    for b in kept_out:
+        print(f"== {session / b.folder / b.stem}.json has no GPU-timed benchmark (each GPU benchmark skipped): "
+              f"reports/benchmarks/{b.current}.* kept")
     for src, dst in bench_copies(session):
         print(f"== {src} -> {dst.relative_to(ROOT)}")
         if not args.dry_run:
             shutil.copyfile(src, dst)
     for b in BENCHES:
         src = session / b.folder / f"{b.stem}.json"
-        if b.table and src.is_file() and not without_gpu_figures(b, session):
+        if b.table and src.is_file() and b not in kept_out:
             md = ROOT / "reports" / "benchmarks" / f"{b.current}.md"
             print(f"== {md.relative_to(ROOT)} from {src} (tools/bench_table.py)")
             if not args.dry_run:

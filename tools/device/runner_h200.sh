@@ -334,6 +334,15 @@ snapshot() {
     if [ -d build/kernels ]; then cp -a build/kernels $snap/build/; fi
     echo $snap
 }
+# from_snapshot WHAT STAGE [ARGS]: this script's STAGE in the background (setsid), from a snapshot of the checkout
+# (a later call's tree replaces the checkout's files under a run that outlasts its call)
+from_snapshot() {
+    local what=$1 snap
+    shift
+    snap=$(snapshot) || return 1
+    (cd "$snap" && setsid bash tools/device/runner_h200.sh "$@" < /dev/null > /dev/null 2>&1 &)
+    echo "started $what in /tmp/session (from the snapshot $snap)"
+}
 # install_vendor: flash-attn-4 with its CUTLASS DSL (the parked parts, .vendor/install.sh) and cudnn-frontend (.whl/)
 # into the runner's torch environment
 install_vendor() {
@@ -447,9 +456,7 @@ session)
         unxz build/carry/libattn_kernels_lab.so.xz /tmp/park/libattn_kernels_lab.so
     fi
     if [ -d .vendor-fi-xf ]; then rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf; fi
-    snap=$(snapshot) || exit 1
-    (cd "$snap" && setsid bash tools/device/runner_h200.sh _session < /dev/null > /dev/null 2>&1 &)
-    echo "started the session pipeline in /tmp/session (from the snapshot $snap)" ;;
+    from_snapshot "the session pipeline" _session || exit 1 ;;
 _session)
     . tools/checkout_env.sh  # the snapshot's package first on the path (its own tox env installs it too)
     session_pipeline ;;
@@ -457,9 +464,7 @@ fi-session)
     # FlashInfer's session (fi_pipeline above) in the background; carry .vendor-fi-xf with this call
     rm -rf /tmp/session && mkdir -p /tmp/session
     rm -rf /tmp/park/fi-xf && cp -r .vendor-fi-xf /tmp/park/fi-xf || exit 1
-    snap=$(snapshot) || exit 1
-    (cd "$snap" && setsid bash tools/device/runner_h200.sh _fi_session < /dev/null > /dev/null 2>&1 &)
-    echo "started FlashInfer's session in /tmp/session (from the snapshot $snap)" ;;
+    from_snapshot "FlashInfer's session" _fi_session || exit 1 ;;
 _fi_session)
     . tools/checkout_env.sh
     fi_pipeline ;;
@@ -470,9 +475,7 @@ bwd-table)
     # it back, the table written after every row
     # (`bwd-table bench`: tox -e bench first, ~300 s, whose table comes back whole or not at all)
     rm -rf /tmp/session && mkdir -p /tmp/session
-    snap=$(snapshot) || exit 1
-    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bwd_table "$@" < /dev/null > /dev/null 2>&1 &)
-    echo "started the backward table in /tmp/session (from the snapshot $snap)" ;;
+    from_snapshot "the backward table" _bwd_table "$@" || exit 1 ;;
 _bwd_table)
     . tools/checkout_env.sh
     if [ "${1:-}" = bench ]; then step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
@@ -484,9 +487,7 @@ bench)
     # + bin: `install-vendor && bash tools/device/runner_h200.sh carried bash tools/device/runner_h200.sh bench`;
     # `UNTIL=bench session-collect` brings back session/bench/pytest_bench.json for ingest_session.py
     rm -rf /tmp/session && mkdir -p /tmp/session
-    snap=$(snapshot) || exit 1
-    (cd "$snap" && setsid bash tools/device/runner_h200.sh _bench < /dev/null > /dev/null 2>&1 &)
-    echo "started the benchmark suite in /tmp/session (from the snapshot $snap)" ;;
+    from_snapshot "the benchmark suite" _bench || exit 1 ;;
 _bench)
     . tools/checkout_env.sh
     step /tmp/session bench 540 bench_suite /tmp/session/bench
