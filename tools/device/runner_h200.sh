@@ -473,12 +473,16 @@ bwd-table)
     # park2 and install), in the background from a snapshot, so that no call's limit cuts it (two foreground calls of
     # 560 s held half the rows each); the stale rows first (d = 192, (192, 128)); session-collect (UNTIL=bwd) brings
     # it back, the table written after every row
-    # (`bwd-table bench`: tox -e bench first, ~300 s, whose table comes back whole or not at all)
+    # (`bwd-table bench`: tox -e bench first, ~300 s, whose table comes back whole or not at all; through `carried`,
+    # bench_suite, its step named bench: UNTIL=bench session-collect brings it back while the table runs)
     rm -rf /tmp/session && mkdir -p /tmp/session
     from_snapshot "the backward table" _bwd_table "$@" || exit 1 ;;
 _bwd_table)
     . tools/checkout_env.sh
-    if [ "${1:-}" = bench ]; then step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
+    if [ "${1:-}" = bench ]; then  # tox -e bench first; through `carried` (no tox environment) its pytest command
+        if [ -n "${ATTN_KERNELS_NO_BUILD:-}" ]; then step /tmp/session bench 540 bench_suite /tmp/session/bench
+        else step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
+    fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
     bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
     echo done >> /tmp/session/steps ;;
