@@ -64,6 +64,8 @@ def header(data: dict) -> list[str]:
     env = info.get("attention_conformance", {})
     commit = data.get("commit_info", {})
     rev = (commit.get("id") or "?")[:7] + (" (dirty tree)" if commit.get("dirty") else "")
+    if commit.get("id") == "unversioned":  # pytest-benchmark's word where the run's folder had no git metadata
+        rev = "unknown (run from a copy without git metadata; reports/index.md names the commit that brought it)"
     # running.environment's entries: {"index", "name", "capability", "memory_gib"} per GPU
     gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) \
         or "no GPU recorded"

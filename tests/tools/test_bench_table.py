@@ -74,3 +74,10 @@ def test_the_header_says_where_when_and_what_each_figure_means():
     for text in ("tox -e bench", "commit 0123456 (dirty tree)", "NVIDIA H200", "driver 580.159.04",
                  "torch 2.11.0+cu130", "flash-attn-4 4.0.0b36", "3 benchmarks", "GPU ms is the headline"):
         assert text in head, (text, head)
+
+
+def test_a_run_outside_a_git_checkout_says_its_commit_is_unknown():
+    """pytest-benchmark writes ``unversioned`` where the run's folder has no git metadata (the device runner's
+    snapshot): the header says the commit is unknown instead of a truncated "unversi"."""
+    head = "\n".join(markdown(dict(DOC, commit_info=dict(id="unversioned", dirty=False))).splitlines()[:8])
+    assert "commit unknown" in head and "unversi" not in head, head
