@@ -84,6 +84,11 @@ bench_suite() {
     mkdir -p "$1"
     python3 -m pytest -m benchmark_only --benchmark-enable --benchmark-json="$1/pytest_bench.json"
 }
+# the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
+# /tmp/session/bench, its step named bench for UNTIL=bench session-collect
+session_bench() {
+    step /tmp/session bench 540 bench_suite /tmp/session/bench
+}
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
 cli_gpu() {
@@ -480,7 +485,7 @@ bwd-table)
 _bwd_table)
     . tools/checkout_env.sh
     if [ "${1:-}" = bench ]; then  # tox -e bench first; through `carried` (no tox environment) its pytest command
-        if [ -n "${ATTN_KERNELS_NO_BUILD:-}" ]; then step /tmp/session bench 540 bench_suite /tmp/session/bench
+        if [ -n "${ATTN_KERNELS_NO_BUILD:-}" ]; then session_bench
         else step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
     fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
@@ -494,7 +499,7 @@ bench)
     from_snapshot "the benchmark suite" _bench || exit 1 ;;
 _bench)
     . tools/checkout_env.sh
-    step /tmp/session bench 540 bench_suite /tmp/session/bench
+    session_bench
     echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;
