@@ -44,3 +44,18 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         except metadata.PackageNotFoundError:
             pass
     machine_info["attention_conformance"] = env
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict) -> None:
+    """A run from a copy without git metadata (the device runner's snapshot of a checkout) has pytest-benchmark's
+    commit ``unversioned``; where the checkout it was copied from wrote its commit to build/carry/commit
+    (tools/device/prepare_local.sh: ``git describe --always --dirty --abbrev=40``, travelling with the carried library),
+    the JSON names that commit instead."""
+    path = config.rootpath / "build" / "carry" / "commit"
+    if commit_info.get("id") != "unversioned" or not path.is_file():
+        return
+    described = path.read_text().strip()
+    commit_info["id"] = described.removesuffix("-dirty")
+    commit_info["dirty"] = described.endswith("-dirty")
+    commit_info["source"] = "build/carry/commit (the copy has no git metadata)"

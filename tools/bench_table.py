@@ -7,8 +7,11 @@ GPU time in ms (``extra_info`` ``gpu_ms``: `kernels.timing`, CUDA-graph replay; 
 ours (ours-fp8-vt, else ours-fp8, in the FP8 groups) relative to each other implementation; where the benchmark also
 timed ours beside it in alternating rounds (``extra_info`` ``paired_ours_over_impl``: the FA3 forward's cuDNN and
 FA4 rows, cudnn-fp8), that paired ratio too. A JSON from before the GPU timer gives its CUDA-event wall time, said so.
+With ``--previous`` (the run this one replaces) a last column says how far each row's GPU time moved: this run's
+over the previous one's, for the rows both runs have.
 
-    python tools/bench_table.py reports/latest/pytest_bench.json > table.md
+    python tools/bench_table.py reports/latest/pytest_bench.json \
+        --previous reports/benchmarks/pytest_bench.json > table.md
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["header", "rows_of", "markdown", "main"]
+__all__ = ["header", "rows_of", "previous_line", "markdown", "main"]
 
 OTHERS = ("torch-flash", "torch-cudnn", "flash-attn-4", "ours-fp8", "ours-bf16", "cudnn-fp8")
 
@@ -57,18 +60,27 @@ def rows_of(data: dict) -> dict[str, dict[str, dict]]:
     return out
 
 
+def _gpus(data: dict) -> str:
+    """The run's GPUs by name (running.environment's entries: {"index", "name", "capability", "memory_gib"} each)."""
+    gpus = data.get("machine_info", {}).get("attention_conformance", {}).get("gpus") or []
+    return ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in gpus) or "no GPU recorded"
+
+
+def _commit(data: dict, long: bool = True) -> str:
+    """The run's commit, short, and whether its tree was dirty."""
+    commit = data.get("commit_info", {})
+    if commit.get("id") == "unversioned":  # pytest-benchmark's word where the run's folder had no git metadata
+        return "unknown" + (" (run from a copy without git metadata; reports/index.md names the commit that brought "
+                            "it)" if long else "")
+    return (commit.get("id") or "?")[:7] + (" (dirty tree)" if commit.get("dirty") else "")
+
+
 def header(data: dict) -> list[str]:
     """What the table is, where and when it was measured (the run's commit, GPU, driver and versions: the JSON's
     machine_info, which tests/conftest.py fills with `running.environment`), and what each figure means."""
     info = data.get("machine_info", {})
     env = info.get("attention_conformance", {})
-    commit = data.get("commit_info", {})
-    rev = (commit.get("id") or "?")[:7] + (" (dirty tree)" if commit.get("dirty") else "")
-    if commit.get("id") == "unversioned":  # pytest-benchmark's word where the run's folder had no git metadata
-        rev = "unknown (run from a copy without git metadata; reports/index.md names the commit that brought it)"
-    # running.environment's entries: {"index", "name", "capability", "memory_gib"} per GPU
-    gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) \
-        or "no GPU recorded"
+    rev, gpus = _commit(data), _gpus(data)
     versions = "; ".join(f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "cudnn", "flash-attn-4",
                                                      "nvidia-cudnn-frontend") if env.get(k))
     return [
@@ -87,12 +99,21 @@ def header(data: dict) -> list[str]:
     ]
 
 
-def markdown(data: dict) -> str:
+def previous_line(data: dict, previous: dict) -> str:
+    """The header line of the *vs previous* column: which run it compares with, and that a change of card is in it."""
+    when = f"{previous.get('datetime', '?')}, {_gpus(previous)}, commit {_commit(previous, long=False)}"
+    cards = "" if _gpus(data) == _gpus(previous) else " The runs used different GPUs: the ratio holds the cards' too."
+    return f"- *vs previous*: this run's GPU ms over that of the run it replaces ({when}), for the rows both have; " \
+        f"< 1: faster now.{cards}"
+
+
+def markdown(data: dict, previous: dict | None = None) -> str:
     rows = rows_of(data)
-    lines = header(data) + [
+    before = rows_of(previous) if previous is not None else None
+    lines = header(data) + ([previous_line(data, previous), ""] if previous is not None else []) + [
         "| shape | impl | GPU ms | rate | host us / call | wall ms | timed by | speed ours / impl | paired "
-        "(alternating rounds) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(alternating rounds) |" + (" vs previous |" if before is not None else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if before is not None else ""),
     ]
     for group, impls in rows.items():
         ours = impls.get("ours") or impls.get("ours-fp8-vt") or impls.get("ours-fp8")
@@ -106,16 +127,22 @@ def markdown(data: dict) -> str:
             if host and r.get("host_queued_us") is not None:
                 host += f" / {r['host_queued_us']:.0f}"
             wall = f"{r['wall_ms']:.3f}" if r.get("wall_ms") is not None else ""
-            lines.append(f"| {group} | {name} | {r['ms']:.3f} | {rate} | {host} | {wall} | {r['method']} | {ratio} "
-                         f"| {paired} |")
+            line = f"| {group} | {name} | {r['ms']:.3f} | {rate} | {host} | {wall} | {r['method']} | {ratio} " \
+                f"| {paired} |"
+            if before is not None:
+                old = before.get(group, {}).get(name)
+                line += f" {r['ms'] / old['ms']:.2f} |" if old and old["ms"] else "  |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", type=Path)
+    ap.add_argument("--previous", type=Path, help="the pytest-benchmark JSON of the run this one replaces")
     args = ap.parse_args(argv)
-    sys.stdout.write(markdown(json.loads(args.json.read_text())))
+    previous = json.loads(args.previous.read_text()) if args.previous else None
+    sys.stdout.write(markdown(json.loads(args.json.read_text()), previous))
     return 0
 
 

@@ -14,7 +14,8 @@ In order:
    screenshot of it (headless chromium, where installed), and removes the folders of reports it supersedes
    (``reports/gpu/*/``);
 4. copies each benchmark's table and data over the current file it replaces in ``reports/benchmarks/`` (`BENCHES`;
-   ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``, unless no benchmark in it was GPU-timed);
+   ``tox -e bench``'s JSON with its table made by ``tools/bench_table.py``, a column against the JSON it replaces,
+   unless no benchmark in it was GPU-timed);
 5. redraws the bars' picture (``tools/ratio_chart.py``), regenerates ``reports/index.md`` and the README's figure
    blocks (``tools/report_index.py``, ``tools/readme_figures.py``).
 
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in kept_out:
         print(f"== {session / b.folder / b.stem}.json has no GPU-timed benchmark (each GPU benchmark skipped): "
               f"reports/benchmarks/{b.current}.* kept")
+    replaced = {b.current: json.loads(path.read_text()) for b in BENCHES  # what each table's *vs previous* reads
+                if b.table and (path := ROOT / "reports" / "benchmarks" / f"{b.current}.json").is_file()}
     for src, dst in bench_copies(session):
         print(f"== {src} -> {dst.relative_to(ROOT)}")
         if not args.dry_run:
@@ -220,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             md = ROOT / "reports" / "benchmarks" / f"{b.current}.md"
             print(f"== {md.relative_to(ROOT)} from {src} (tools/bench_table.py)")
             if not args.dry_run:
-                md.write_text(bench_table.markdown(json.loads(src.read_text())))
+                md.write_text(bench_table.markdown(json.loads(src.read_text()), replaced.get(b.current)))
     run([sys.executable, "tools/ratio_chart.py"], args.dry_run)  # the bars' picture, before the index lists it
     run([sys.executable, "tools/report_index.py"], args.dry_run)
     run([sys.executable, "tools/readme_figures.py"], args.dry_run)

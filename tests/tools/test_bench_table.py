@@ -81,3 +81,48 @@ def test_a_run_outside_a_git_checkout_says_its_commit_is_unknown():
     snapshot): the header says the commit is unknown instead of a truncated "unversi"."""
     head = "\n".join(markdown(dict(DOC, commit_info=dict(id="unversioned", dirty=False))).splitlines()[:8])
     assert "commit unknown" in head and "unversi" not in head, head
+
+
+def test_previous_run_column_says_how_far_each_row_moved():
+    """With the run it replaces, each row gets this run's GPU ms over the previous one's (empty for a row the previous
+    run lacks), and the header names that run and warns when its GPU differs."""
+    h100 = dict(gpus=[dict(name="NVIDIA H100 80GB HBM3")])
+    h200 = dict(gpus=[dict(name="NVIDIA H200")])
+    old = dict(DOC, datetime="2026-12-01", machine_info=dict(attention_conformance=h100),
+               benchmarks=DOC["benchmarks"][:2] + [_bench("test_fa3_fwd_8k[128-full-ours]", "fa3-fwd d64 full", 1.0)])
+    old["benchmarks"][0] = _bench("test_fa3_fwd_8k[128-full-ours]", "fa3-fwd d128 full", 2.5)
+    new = dict(DOC, machine_info=dict(attention_conformance=h200))
+    md = markdown(new, old).splitlines()
+    assert any(line.startswith("| shape |") and line.endswith("| vs previous |") for line in md)
+    ours = next(line for line in md if "| ours |" in line)
+    assert ours.endswith("| 0.80 |"), ours
+    fa4 = next(line for line in md if "| flash-attn-4 |" in line)
+    assert fa4.endswith("|  |"), fa4
+    note = next(line for line in md if line.startswith("- *vs previous*"))
+    assert "2026-12-01, NVIDIA H100 80GB HBM3" in note and "different GPUs" in note
+    assert "different GPUs" not in next(x for x in markdown(new, new).splitlines() if x.startswith("- *vs previous*"))
+    assert "vs previous" not in markdown(new)
+
+
+def test_a_copy_without_git_metadata_names_the_commit_its_checkout_wrote(tmp_path):
+    """tests/conftest.py's commit hook: pytest-benchmark's ``unversioned`` becomes the commit in build/carry/commit
+    (prepare_local.sh's ``git describe --dirty``); a run with git metadata, or without the file, is left as it was."""
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).parents[1] / "conftest.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    config = SimpleNamespace(rootpath=tmp_path)
+    info = dict(id="unversioned", dirty=False)
+    hooks.pytest_benchmark_update_commit_info(config, info)
+    assert info == dict(id="unversioned", dirty=False)
+    (tmp_path / "build" / "carry").mkdir(parents=True)
+    (tmp_path / "build" / "carry" / "commit").write_text("0123456789abcdef0123456789abcdef01234567-dirty\n")
+    hooks.pytest_benchmark_update_commit_info(config, info)
+    assert info["id"] == "0123456789abcdef0123456789abcdef01234567" and info["dirty"] is True
+    assert "commit 0123456 (dirty tree)" in markdown(dict(DOC, commit_info=info))
+    versioned = dict(id="fedcba9876543210", dirty=False)
+    hooks.pytest_benchmark_update_commit_info(config, versioned)
+    assert versioned == dict(id="fedcba9876543210", dirty=False)
