@@ -9,6 +9,8 @@ the rest): the reports carry the recorded properties back to it.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 SUMMARY_KEY = "terminal_summary"
@@ -49,13 +51,16 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict) -> None:
     """A run from a copy without git metadata (the device runner's snapshot of a checkout) has pytest-benchmark's
-    commit ``unversioned``; where the checkout it was copied from wrote its commit to build/carry/commit
-    (tools/device/prepare_local.sh: ``git describe --always --dirty --abbrev=40``, travelling with the carried library),
-    the JSON names that commit instead."""
-    path = config.rootpath / "build" / "carry" / "commit"
-    if commit_info.get("id") != "unversioned" or not path.is_file():
+    commit ``unversioned``; where the checkout it was copied from left its commit (tools/checkout_commit.py: the
+    carried build/carry/commit), the JSON names that commit instead."""
+    tools = str(config.rootpath / "tools")  # a plain script, not installed (tests/tools/conftest.py does the same)
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from checkout_commit import checkout_commit
+
+    described = checkout_commit(config.rootpath) if commit_info.get("id") == "unversioned" else None
+    if described is None:
         return
-    described = path.read_text().strip()
     commit_info["id"] = described.removesuffix("-dirty")
     commit_info["dirty"] = described.endswith("-dirty")
     commit_info["source"] = "build/carry/commit (the copy has no git metadata)"

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from timing_md import TIMING_NOTE, by_gpu_time, host_table
+from checkout_commit import checkout_commit
+from timing_md import TIMING_NOTE, by_gpu_time, env_line, host_table
 from vendor_rows import flashinfer_paged_decode_fn
 
 from attention_conformance.kernels import cuda_lib
@@ -198,12 +199,14 @@ def bench(quick, row_done=None):
 
 
 def env_info():
+    """Where and when a table is measured: date, GPU, driver, versions, the library and the checkout's commit."""
     props = torch.cuda.get_device_properties(0)
     drv = os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null").read().strip()
     return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu=props.name,
                 sms=props.multi_processor_count, driver=drv, cuda=torch.version.cuda, torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version(), python=platform.python_version(),
-                library=str(cuda_lib.library_path()))
+                library=str(cuda_lib.library_path()), commit=checkout_commit())
+
 
 
 def _row_key(r: dict) -> tuple:
@@ -245,8 +248,7 @@ def before_section(env: dict, rows: list[dict], previous: dict) -> list[str]:
 
 def markdown(env, rows, previous: dict | None = None):
     out = [f"# CUDA forward kernels vs torch SDPA ({env['gpu']})", "",
-           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
-           f"cuDNN {env['cudnn']}.", "",
+           env_line(env), "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/cuda_fwd_check_bench.py --out DIR`", "",
            "| kernel | shape | causal | FA2 TFLOPs/s | FA1 | flash | cuDNN | FA2/FA1 | FA2/flash | FA2/cuDNN |",

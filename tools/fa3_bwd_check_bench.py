@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info
-from timing_md import TIMING_NOTE, host_table, replaced_set_note
+from timing_md import TIMING_NOTE, env_line, host_table, replaced_set_note
 
 from attention_conformance.kernels import cuda_bwd_lib, cuda_lib
 from attention_conformance.kernels.check.backward import check_backward, check_determinism
@@ -276,8 +276,7 @@ def markdown(env: dict, checks: list[dict], dets: list[dict], rows: list[dict], 
     """The report: environment, correctness, determinism and the timing table; with ``previous`` (an earlier set's
     rows) each row's change against it (`change_table`)."""
     out = [f"# FA3 backward (sm_90a) vs FA2 backward, torch flash and cuDNN ({env['gpu']})", "",
-           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
-           f"cuDNN {env['cudnn']}.", "", f"Command: `{command}`", ""]
+           env_line(env), "", f"Command: `{command}`", ""]
     if checks:
         out += ["## Correctness (max abs error vs the FP64 oracle; in brackets error / bound, the judge's usage)", "",
                 "| case | launcher | dq err | dk err | dv err | ok |", "|---|---|---|---|---|---|"]

@@ -33,7 +33,7 @@ import torch
 from bench_shapes import dims_label, parse_head_dims, row_key
 from cuda_fwd_check_bench import env_info, sdpa_fn
 from timing_md import FA3_REFS as REFS
-from timing_md import TIMING_NOTE, host_table, replaced_set_note
+from timing_md import TIMING_NOTE, env_line, host_table, replaced_set_note
 from vendor_rows import flashinfer_prefill_fn, xformers_fn
 
 from attention_conformance.kernels import cuda_lib
@@ -315,8 +315,7 @@ def markdown(env, rows, abl, previous: list[dict] | None = None, previous_env: d
     nan = float("nan")
     before = {row_key(r): r for r in previous or []}
     out = [f"# FA3 forward (kernels/cuda/fa3_fwd.cu) vs torch SDPA and flash-attn-4 ({env['gpu']})", "",
-           f"Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
-           f"cuDNN {env['cudnn']}; FA4 {env.get('fa4', 'not installed')}.", "",
+           env_line(env, f"FA4 {env.get('fa4', 'not installed')}"), "",
            "Reproduce: `python -m attention_conformance.kernels.build && "
            "python tools/fa3_check_bench.py --skip-check --out DIR`", "",
            TIMING_NOTE + " Rows: 3 rounds of 25 calls; bf16, TFLOPs/s = 2*B*H*N*N*(d + dv) (halved for causal).", "",

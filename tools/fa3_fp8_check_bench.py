@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from cuda_fwd_check_bench import env_info, time_fn
-from timing_md import TIMING_NOTE, host_table
+from timing_md import TIMING_NOTE, env_line, host_table
 
 from attention_conformance.adapters.cudnn_fp8_timed import CudnnFp8Unavailable, cudnn_fp8
 from attention_conformance.kernels import cuda_lib
@@ -120,7 +120,7 @@ def bench_rows(shapes, rounds: int = 3, probes: bool = False, row_done=None) -> 
 def markdown(env: dict, checks: list[dict], rows: list[dict], command: str) -> str:
     nan = float("nan")
     out = [f"# FA3 FP8 forward on {env.get('gpu', '?')}", "",
-           f"Date {env.get('date')}; driver {env.get('driver')}; CUDA {env.get('cuda')}; torch {env.get('torch')}.", "",
+           env_line(env), "",
            f"Reproduce: `{command}`", ""]
     if checks:
         out += [f"Correctness: {sum(c['ok'] for c in checks)}/{len(checks)} cases OK "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from timing_md import env_line
 
 __all__ = ["main", "measure", "render"]
 
@@ -114,8 +115,7 @@ def render(rep: dict[str, Any]) -> str:
     lines = [
         f"# FP8 input kernels on the {env['gpu']}: Hadamard, quantization, fused",
         "",
-        f"- Date {env['date']}; driver {env['driver']}; CUDA {env['cuda']}; torch {env['torch']}; "
-        f"Python {env['python']}.",
+        "- " + env_line(env, f"Python {env['python']}"),
         "",
         f"- Command: `{rep['command']}`",
         "",

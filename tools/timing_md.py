@@ -3,7 +3,7 @@ time per call beside the GPU time, from the rows `attention_conformance.kernels.
 
 from __future__ import annotations
 
-__all__ = ["FA3_REFS", "TIMING_NOTE", "by_gpu_time", "host_table", "replaced_set_note"]
+__all__ = ["FA3_REFS", "TIMING_NOTE", "by_gpu_time", "env_line", "host_table", "replaced_set_note"]
 
 TIMING_NOTE = (
     "Every figure is **GPU time** per call (`kernels/timing.py` `measure`: CUDA-graph replay of the captured call, "
@@ -16,6 +16,16 @@ TIMING_NOTE = (
 #: the other candidates of the FA3 forward table (tools/fa3_check_bench.py), in its column order: (row key, title)
 FA3_REFS = (("flash", "torch-flash"), ("cudnn", "cuDNN"), ("fa4", "FA4"), ("flashinfer", "FlashInfer"),
             ("xformers", "xformers"))
+
+
+def env_line(env: dict, *more: str) -> str:
+    """A table's header line from tools/cuda_fwd_check_bench.py `env_info` (or a stored set's env): date, commit,
+    driver and versions, then ``more`` ("FA4 4.0.0b36", ...). A set from before the commit was recorded says so."""
+    commit = env.get("commit")
+    rev = f"{commit[:7]}{' (dirty tree)' if commit.endswith('-dirty') else ''}" if commit else "not recorded"
+    parts = [f"Date {env.get('date')}", f"commit {rev}", f"driver {env.get('driver')}", f"CUDA {env.get('cuda')}",
+             f"torch {env.get('torch')}", f"cuDNN {env.get('cudnn')}", *more]
+    return "; ".join(parts) + "."
 
 
 def by_gpu_time(rows: list[dict]) -> bool:

@@ -1,6 +1,8 @@
-"""tools/timing_md.py: which timer a benchmark set was measured by, read from its rows."""
+"""tools/timing_md.py: which timer a benchmark set was measured by, read from its rows; a table's header line and
+the commit it names (tools/checkout_commit.py)."""
 
-from timing_md import by_gpu_time, replaced_set_note
+from checkout_commit import ROOT, checkout_commit
+from timing_md import by_gpu_time, env_line, replaced_set_note
 
 
 def test_a_set_with_a_method_per_candidate_is_gpu_time():
@@ -39,3 +41,25 @@ def test_replaced_set_note_names_the_other_card_and_what_the_change_is_made_of()
 def test_replaced_set_note_of_a_wall_timer_set_says_how_that_timer_charged():
     note = replaced_set_note([{"ours_ms": 1.0}], {}, "H200", "timed by the wall timer")
     assert note == "the set this one replaces, timed by the wall timer."
+
+
+def test_a_tables_header_line_names_its_commit():
+    """env_line: date, commit (short; dirty marked), driver and versions, then the caller's extras; a stored set from
+    before the commit was recorded says "not recorded"."""
+    env = dict(date="2026-12-07 08:00 UTC", driver="580.159.04", cuda="13.0", torch="2.11.0+cu130", cudnn=91900,
+               commit="0123456789abcdef0123456789abcdef01234567-dirty")
+    line = env_line(env, "FA4 4.0.0b36")
+    assert line == ("Date 2026-12-07 08:00 UTC; commit 0123456 (dirty tree); driver 580.159.04; CUDA 13.0; "
+                    "torch 2.11.0+cu130; cuDNN 91900; FA4 4.0.0b36."), line
+    assert "commit not recorded;" in env_line({k: v for k, v in env.items() if k != "commit"})
+
+
+def test_the_commit_comes_from_git_or_from_what_the_checkout_carried(tmp_path):
+    """checkout_commit: git describe in a checkout (this one), build/carry/commit in a copy without git metadata,
+    None where neither is there."""
+    if (ROOT / ".git").exists():
+        assert len(checkout_commit().removesuffix("-dirty")) == 40
+    assert checkout_commit(tmp_path) is None
+    (tmp_path / "build" / "carry").mkdir(parents=True)
+    (tmp_path / "build" / "carry" / "commit").write_text("fedcba9876543210fedcba9876543210fedcba98\n")
+    assert checkout_commit(tmp_path) == "fedcba9876543210fedcba9876543210fedcba98"
