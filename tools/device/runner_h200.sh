@@ -337,6 +337,8 @@ snapshot() {
     tar cf - --exclude=./.vendor --exclude=./.vendor-fi-xf --exclude=./.wheels-test --exclude=./.whl \
         --exclude=./.tox --exclude=./.venv --exclude=./build --exclude=./.git . | tar xf - -C $snap || return 1
     if [ -d build/kernels ]; then cp -a build/kernels $snap/build/; fi
+    # the commit the checkout measured (tools/checkout_commit.py; carried: the copy has no git metadata)
+    if [ -f build/carry/commit ]; then mkdir -p $snap/build/carry && cp build/carry/commit $snap/build/carry/; fi
     echo $snap
 }
 # from_snapshot WHAT STAGE [ARGS]: this script's STAGE in the background (setsid), from a snapshot of the checkout
