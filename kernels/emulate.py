@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from attention_conformance.oracles.formats import GRID, round_once
+
 __all__ = ["FORMATS", "Format", "acc_dtype", "canonical", "fmt_max", "blas_threads", "matmul", "round_exact",
            "round_to"]
 
@@ -59,13 +61,12 @@ class Format:
     saturating: bool
 
 
+#: the formats a reference kernel stores in, their grids from `oracles.formats.GRID` (one table of the formats)
 FORMATS: dict[str, Format] = {
     "float64": Format("float64", 52, -1022, float(np.finfo(np.float64).max), np.float64, False),
-    "float32": Format("float32", 23, -126, float(np.finfo(np.float32).max), np.float32, False),
-    "float16": Format("float16", 10, -14, 65504.0, np.float16, False),
-    "bfloat16": Format("bfloat16", 7, -126, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), ml_dtypes.bfloat16, False),
-    "float8_e4m3fn": Format("float8_e4m3fn", 3, -6, 448.0, ml_dtypes.float8_e4m3fn, True),
-    "float8_e5m2": Format("float8_e5m2", 2, -14, 57344.0, ml_dtypes.float8_e5m2, True),
+    **{name: Format(name, *GRID[name], np_dtype, name.startswith("float8"))
+       for name, np_dtype in (("float32", np.float32), ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
+                              ("float8_e4m3fn", ml_dtypes.float8_e4m3fn), ("float8_e5m2", ml_dtypes.float8_e5m2))},
 }
 _ALIASES = {"e4m3fn": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "fp16": "float16",
             "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
@@ -93,20 +94,14 @@ def acc_dtype(fmt: str) -> type:
 def round_exact(x: np.ndarray, fmt: str) -> np.ndarray:
     """Round float64 ``x`` to ``fmt`` with one RNE rounding and saturation to +-max; float64 result.
 
-    Works on the exact value: the quantum 2**(e - mbits) of the binade of |x| (subnormal binade clamped
-    at ``emin``) scales x by a power of two, so ``np.round`` (half to even) rounds exactly once.
-    NaN stays NaN; +-inf and out-of-range values saturate to +-max (SEMANTICS.md §10).
+    Works on the exact value (`oracles.formats.round_once`): the quantum 2**(e - mbits) of the binade of |x|
+    (subnormal binade clamped at ``emin``) scales x by a power of two, so ``np.round`` (half to even) rounds exactly
+    once. NaN stays NaN; +-inf and out-of-range values saturate to +-max (SEMANTICS.md §10).
     """
-    f = FORMATS[canonical(fmt)]
-    x = np.asarray(x, dtype=np.float64)
-    if f.name == "float64":
-        return x.copy()
-    finite = np.where(np.isfinite(x), x, np.sign(x) * f.max)  # inf saturates; NaN propagates
-    _, ex = np.frexp(np.abs(finite))
-    exponent = np.maximum(ex.astype(np.int64) - 1, f.emin)
-    quantum = np.ldexp(1.0, (exponent - f.mbits).astype(np.int32))
-    rounded = np.round(finite / quantum) * quantum
-    return np.clip(rounded, -f.max, f.max)
+    name = canonical(fmt)
+    if name == "float64":
+        return np.array(x, dtype=np.float64)
+    return round_once(x, name, saturate=True)
 
 
 def round_to(x: np.ndarray, fmt: str) -> np.ndarray:

@@ -11,6 +11,7 @@ Public API (NumPy in, float64 out):
 - `python -m attention_conformance.oracles.selfcheck`, `python -m attention_conformance.oracles.lab`, `python -m
 attention_conformance.oracles.bench`: self-check, seed lab, speed.
 - `fp8` (lazy submodule, written separately): FP8 quantisation and the random Hadamard transform.
+- `formats` (submodule): the formats inputs and kernels are rounded to, and one exact rounding to each (§1, §10).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attention_conformance.oracles.formats import GRID, round_once
 from attention_conformance.oracles.hadamard import fwht, hadamard_matrix, hadamard_signs, random_hadamard
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
 ]
 
 FP8_FORMATS: dict[str, str] = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2"}
-# (mantissa bits, smallest normal exponent, largest finite value) of each format (§10)
-_SPEC: dict[str, tuple[int, int, float]] = {"float8_e4m3fn": (3, -6, 448.0), "float8_e5m2": (2, -14, 57344.0)}
 GRANULARITIES = ("per_tensor", "per_head", "per_tile")
 
 
@@ -60,23 +59,17 @@ def _shapes(**arrays) -> str:
 
 def fp8_max(format: str) -> float:
     """Largest finite value: 448 for e4m3fn, 57344 for e5m2 (§10)."""
-    return _SPEC[_format(format)][2]
+    return GRID[_format(format)][2]
 
 
 def round_fp8(x: np.ndarray, format: str = "e4m3fn") -> np.ndarray:
     """Round to the FP8 grid: one round-to-nearest-even, saturating at +-max; float64 out (§10).
 
-    Exact: within the binade of |x| (clamped at the smallest normal exponent, so subnormals share its
-    quantum) x / 2**(e - mbits) is an exact power-of-two scaling and ``np.round`` rounds half to even.
-    +-inf and anything beyond +-max saturate to +-max; NaN stays NaN.
+    Exact (`oracles.formats.round_once`): within the binade of |x| (clamped at the smallest normal exponent, so
+    subnormals share its quantum) x / 2**(e - mbits) is an exact power-of-two scaling and ``np.round`` rounds half
+    to even. +-inf and anything beyond +-max saturate to +-max; NaN stays NaN.
     """
-    mbits, emin, fmax = _SPEC[_format(format)]
-    x = np.asarray(x, dtype=np.float64)
-    finite = np.where(np.isinf(x), np.sign(x) * fmax, x)
-    _, ex = np.frexp(np.abs(finite))
-    exponent = np.maximum(ex.astype(np.int64) - 1, emin)
-    quantum = np.ldexp(1.0, (exponent - mbits).astype(np.int32))
-    return np.clip(np.round(finite / quantum) * quantum, -fmax, fmax)
+    return round_once(x, _format(format), saturate=True)
 
 
 def _check_rank4(name: str, x: np.ndarray) -> np.ndarray:
@@ -143,7 +136,7 @@ def quantize(x: np.ndarray, *, format: str = "e4m3fn", granularity: str = "per_t
     x = _check_rank4(name, x)
     if tile < 1:
         raise ValueError(f"tile={tile} must be >= 1{shapes}")
-    fmax = _SPEC[fmt][2]
+    fmax = GRID[fmt][2]
     descale = _descale(x, granularity, fmax, group, tile)
     rows = expand_descale(descale, x.shape, group=group, tile=tile)
     # a block holding inf or NaN has a non-finite descale: its codes are NaN (inf / inf, NaN) or 0 (x / inf), as the

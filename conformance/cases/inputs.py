@@ -69,6 +69,7 @@ import numpy as np
 
 from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.cases.case import Case, page_size_of
+from attention_conformance.oracles.formats import GRID, round_once
 
 __all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
            "outlier_channels",
@@ -88,16 +89,16 @@ def numpy_dtype(name: str):
 
 
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round ``x`` to ``dtype`` (round-to-nearest-even) and return float64; FP8 saturates at +-max."""
+    """Round ``x`` to ``dtype`` once (round to nearest, ties to even, from float64) and return float64; FP8 saturates at
+    +-max (SEMANTICS.md §1, §10): `oracles.formats.round_once`, on the format's grid, so that the inputs, and a
+    standalone repro's digest of them, are the same whatever ml_dtypes the machine has."""
     x = np.asarray(x, dtype=np.float64)
     if dtype == "float64":
         return x.copy()
-    if dtype.startswith("float8"):
-        import ml_dtypes
-
-        fmax = float(ml_dtypes.finfo(numpy_dtype(dtype)).max)
-        x = np.clip(x, -fmax, fmax)
-    return x.astype(numpy_dtype(dtype)).astype(np.float64)
+    if dtype not in GRID:
+        raise ValueError(f"dtype={dtype!r} is not a case dtype (float64, float32, float16, bfloat16, float8_e4m3fn, "
+                         "float8_e5m2)")
+    return round_once(x, dtype, saturate=dtype.startswith("float8"))
 
 
 def effective_scale(case: Case) -> float:

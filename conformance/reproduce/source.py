@@ -7,8 +7,9 @@ they implement are the harness's own, written out again because the file must st
 the authority and the tests hold each function to it (input digests equal `conformance.cases.inputs.make_inputs`'s,
 expected values equal `oracles.attention` / `oracles.attention_backward`):
 
-- `round_to`: one round to nearest, ties to even, from float64 (SEMANTICS.md §1, §10), as ``ml_dtypes`` rounds
-  (torch's own float64 -> bfloat16 / float16 conversion rounds through float32 first and breaks ties otherwise);
+- `round_to`: one round to nearest, ties to even, from float64 (SEMANTICS.md §1, §10), as the harness rounds
+  (`oracles.formats.round_once`; torch's own float64 -> bfloat16 / float16 conversion, and some ml_dtypes versions'
+  cast, round through float32 first and break ties otherwise);
 - `input_digest`: SHA-256 over the named input arrays, which the file compares with the harness's before the call;
 - `visible`, `dense_visibility`: which key each query sees (§4 causal alignment, §5 windows, §7 padding, §19 chunks,
   §6 the boolean mask), for the expected values and for the dense masks an SDPA-signature call is handed (§17);

@@ -26,7 +26,7 @@ from attention_conformance import cli, oracles
 from attention_conformance.adapters.registry import load
 from attention_conformance.cases import catalog
 from attention_conformance.cases.case import DISTRIBUTIONS
-from attention_conformance.cases.inputs import make_inputs
+from attention_conformance.cases.inputs import make_inputs, round_to_dtype
 from attention_conformance.reproduce import source as repro_source
 from attention_conformance.reproduce.calls import claim_reason
 from attention_conformance.reproduce.inputs import UnwritableCase, harness_arrays, inputs_source
@@ -100,12 +100,13 @@ def test_input_digest_sees_one_changed_value():
 
 
 def test_round_to_rounds_once_from_float64():
-    """Ties are broken on the float64 value (ml_dtypes' rounding), not after a detour through float32 (torch's)."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    x = np.array([1 + 2**-8 + 2**-30, -(1 + 2**-8 + 2**-30), 3.0e-41, 0.0, -1e-45, np.nan, 1e4])
-    want = x.astype(ml_dtypes.bfloat16).astype(np.float64)
-    got = repro_source.round_to(x, "bfloat16")
-    assert np.array_equal(got, want, equal_nan=True) and got[0] == 1 + 2**-7
+    """Ties are broken on the float64 value, as the harness's `round_to_dtype` breaks them, not after a detour through
+    float32 (torch's conversion, and some ml_dtypes versions' cast)."""
+    x = np.array([1 + 2**-8 + 2**-30, -(1 + 2**-8 + 2**-30), 3.0e-41, 0.0, -1e-45, np.nan, 1e4, 3.3961e38])
+    for dtype in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"):
+        got = repro_source.round_to(x, dtype)
+        assert np.array_equal(got, round_to_dtype(x, dtype), equal_nan=True), dtype
+    assert repro_source.round_to(x[:2], "bfloat16").tolist() == [1 + 2**-7, -(1 + 2**-7)]
 
 
 def test_the_worst_element_line_names_a_finite_one():
