@@ -445,18 +445,21 @@ def _bound_on_gpu(launcher: str, d: int, B: int = 2, H: int = 8, N: int = 1024):
 @pytest.mark.parametrize("launcher, d", BOUND, ids=[f"{n}-d{d}" for n, d in BOUND])
 def test_host_time_of_a_bound_call(launcher, d):
     """Issue 40: one call of our kernels costs <= 30 us of host time. Back-to-back calls of a bound launcher without a
-    synchronisation between them (the launch queue holds them all), the best mean of 5 rounds of 100."""
+    synchronisation between them, the best mean of 20 rounds of 20. A round is short enough that the launch queue
+    never fills (a call's GPU time here is about its host time: with 100 calls a round, on an H100 under tox -e gpu's
+    8 workers, whose kernels share the GPU, the deterministic d = 64 backward read 32.1 us, the host waiting for the
+    queue), and the rounds many, so that one falls where the other workers leave the CPU alone."""
     import time
 
     kc, _ = _bound_on_gpu(launcher, d)
     kc()
     torch.cuda.synchronize()
     best = float("inf")
-    for _ in range(5):
+    for _ in range(20):
         t0 = time.perf_counter()
-        for _ in range(100):
+        for _ in range(20):
             kc()
-        best = min(best, (time.perf_counter() - t0) / 100)
+        best = min(best, (time.perf_counter() - t0) / 20)
         torch.cuda.synchronize()
     print(f"host time per bound call: {launcher} d={d}: {best * 1e6:.1f} us")  # shown with pytest -rP
     assert best <= 30e-6, f"{launcher} d={d}: {best * 1e6:.1f} us of host time per bound call"

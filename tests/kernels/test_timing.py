@@ -401,21 +401,30 @@ def _host_then_kernel(torch, refuse_capture: bool = False, cycles: int | None = 
 
 
 def _charged_as_the_kernel_alone(torch, refuse_capture: bool = False, **kw):
-    """`measure` of the host-work-then-kernel call, and its bounds: the same kernel alone, measured the same way just
-    before and just after it, each within 25%. On a quiet GPU the kernel alone is the calibrated 0.2 ms; under
-    ``tox -e gpu`` the 8 workers' contexts share the GPU by time slices and stretch every GPU time alike (measured on
-    an H100: the kernel charged 0.263 ms, while alone on the same GPU it passed at 0.2), so the reference is taken in
-    the same conditions as the measurement, not assumed. The time slices also vary from one measurement to the next
-    (an H100 under tox -e gpu: 0.476 ms, then 0.244 ms), so the reference itself is only held to what keeps the test
-    able to fail: the kernel ran (at least half its calibrated 0.2 ms) and the band stays clear of the 2 ms of host
-    work a timer that charged it would add."""
+    """`measure` of the host-work-then-kernel call, its bounds and the slowest wall time of the kernel alone: the
+    same kernel alone, measured the same way just before and just after it, each within 25%. On a quiet GPU the kernel
+    alone is the calibrated 0.2 ms; under ``tox -e gpu`` the 8 workers' contexts share the GPU by time slices and
+    stretch every GPU time alike (measured on an H100: the kernel charged 0.263 ms, while alone on the same GPU it
+    passed at 0.2), so the reference is taken in the same conditions as the measurement, not assumed. The time slices
+    also vary from one measurement to the next (an H100 under tox -e gpu: 0.476 ms, then 0.244 ms), so the reference
+    itself is only held to what keeps the test able to fail: the kernel ran (at least half its calibrated 0.2 ms) and
+    the band stays clear of the 2 ms of host work a timer that charged it would add. Sharing the GPU only adds time,
+    so the band's floor is the fastest single sample of the kernel alone, not the median of a reference run (an H100
+    under tox -e gpu: references with medians 0.2835 and 0.4807 ms, then the measurement 0.2016 ms, the kernel's own
+    time, under a floor of 0.75 x 0.2835)."""
     cycles = _sleep_cycles(torch, 0.2)
-    alone = [measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms]
+    alone = [measure(lambda: torch.cuda._sleep(cycles), **kw)]
     t = measure(_host_then_kernel(torch, refuse_capture, cycles), **kw)
-    alone.append(measure(lambda: torch.cuda._sleep(cycles), **kw).gpu_ms)
-    lo, hi = 0.75 * min(alone), 1.25 * max(alone)
-    assert 0.5 * 0.2 <= min(alone) and hi < HOST_WORK_MS, f"the 0.2 ms kernel alone took {alone} ms"
-    return t, lo, hi
+    alone.append(measure(lambda: torch.cuda._sleep(cycles), **kw))
+    fastest = min(min(a.gpu_samples_ms) for a in alone)
+    lo, hi = 0.75 * fastest, 1.25 * max(a.gpu_ms for a in alone)
+    assert 0.5 * 0.2 <= fastest and hi < HOST_WORK_MS, f"the 0.2 ms kernel alone took {[a.describe() for a in alone]}"
+    return t, lo, hi, max(a.wall_ms for a in alone)
+
+
+def _beside_alone(t, lo: float, hi: float) -> str:
+    """A measurement beside the band the kernel alone gave (`_charged_as_the_kernel_alone`)."""
+    return f"{t.describe()}; the kernel alone: fastest {lo / 0.75:.4f}, median up to {hi / 1.25:.4f} ms"
 
 
 @pytest.mark.gpu
@@ -426,23 +435,27 @@ def test_gpu_host_work_before_a_kernel_is_not_gpu_time():
     workers) the 2 ms busy wait itself stretches (measured on the H200: host 5.55 ms, wall 5.69 ms, GPU 0.199 ms),
     so the wall time is bounded by the host time measured in the same call of `measure`, not by 2.2 ms."""
     torch = _torch_cuda()
-    t, lo, hi = _charged_as_the_kernel_alone(torch, reps=15, warmup=3)
+    t, lo, hi, alone_wall_ms = _charged_as_the_kernel_alone(torch, reps=15, warmup=3)
     assert t.method == "cuda_graph", t.describe()
-    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
+    assert lo <= t.gpu_ms <= hi, _beside_alone(t, lo, hi)
     # the host work is host time (under load the thread also waits its turn), behind queued work as well
     assert t.host_us >= HOST_WORK_MS * 1e3, t.describe()
     assert t.host_queued_us is not None and t.host_queued_us >= HOST_WORK_MS * 1e3, t.describe()
+    # wall = host work + kernel, the kernel's part as long as the wall time of the kernel alone in the same conditions
+    # (under other workers' kernels a wall sample's kernel waits its turn: an H100 with 4 workers read wall 2.90 ms
+    # for host 2.01 ms and a GPU time of 0.196 ms)
     host_ms = t.host_us / 1e3
-    assert 0.95 * (HOST_WORK_MS + 0.2) <= t.wall_ms <= 1.25 * (host_ms + 0.2), t.describe()  # wall = host work + kernel
+    assert 0.95 * (HOST_WORK_MS + 0.2) <= t.wall_ms <= 1.25 * (host_ms + max(0.2, alone_wall_ms)), \
+        f"{_beside_alone(t, lo, hi)}; its wall time alone up to {alone_wall_ms:.4f} ms"
     assert (t.sm_clock_mhz is None) == (t.telemetry_reason is not None), t.describe()
 
 
 @pytest.mark.gpu
 def test_gpu_back_to_back_fallback_hides_the_host_time_too():
     torch = _torch_cuda()
-    t, lo, hi = _charged_as_the_kernel_alone(torch, refuse_capture=True, reps=10, warmup=2)
+    t, lo, hi, _ = _charged_as_the_kernel_alone(torch, refuse_capture=True, reps=10, warmup=2)
     assert t.method == "back_to_back" and "refuses to be captured" in t.fallback_reason, t.describe()
-    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
+    assert lo <= t.gpu_ms <= hi, _beside_alone(t, lo, hi)
     # a sample whose enqueueing outlasted the hold (the thread descheduled under load: measured once in 10 on the
     # H200 under tox -e gpu) is counted and lengthens the next hold; the median stays a hidden-host sample
     assert t.host_bound_samples < len(t.gpu_samples_ms) / 2, t.describe()
@@ -451,9 +464,9 @@ def test_gpu_back_to_back_fallback_hides_the_host_time_too():
 @pytest.mark.gpu
 def test_gpu_l2_flush_is_not_charged():
     torch = _torch_cuda()
-    t, lo, hi = _charged_as_the_kernel_alone(torch, reps=10, warmup=2, flush_l2=True)
+    t, lo, hi, _ = _charged_as_the_kernel_alone(torch, reps=10, warmup=2, flush_l2=True)
     assert t.l2_flushed and t.calls_per_sample == 1
-    assert lo <= t.gpu_ms <= hi, f"{t.describe()}; the kernel alone: {lo / 0.75:.4f}-{hi / 1.25:.4f} ms"
+    assert lo <= t.gpu_ms <= hi, _beside_alone(t, lo, hi)
 
 
 @pytest.mark.gpu
