@@ -71,21 +71,12 @@ from attention_conformance.cases.calldata import CaseInputs
 from attention_conformance.cases.case import Case, page_size_of
 from attention_conformance.oracles.formats import GRID, round_once
 
-__all__ = ["make_inputs", "round_to_dtype", "numpy_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
+__all__ = ["make_inputs", "round_to_dtype", "WORKED", "MASKS", "BIASES", "effective_scale",
            "outlier_channels",
            "poison_padding", "paged_storage", "PlantedNaN", "planted_nan", "make_sinks", "kv_append_storage"]
 
 MASKS = ("random", "random_heads", "full_rows", "key_padding", "none_visible")
 BIASES = ("random", "alibi", "neg_inf_rows")
-
-
-def numpy_dtype(name: str):
-    """The NumPy (or ml_dtypes) scalar type of a case dtype name."""
-    if name in ("float64", "float32", "float16"):
-        return np.dtype(name)
-    import ml_dtypes
-
-    return np.dtype(getattr(ml_dtypes, name))
 
 
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
