@@ -24,6 +24,8 @@
 #   bwd-table      the FA3 backward table alone (every row, one process, in the background; BWD_S, BWD_DIMS,
 #                  BWD_ONLY: the candidates, default fa3,flash,cudnn,fa4; `bwd-table bench`: tox -e bench before it);
 #                  session-collect (UNTIL=bwd) copies it
+#   gpu-tests      the GPU tests alone (tox -e gpu's pytest command, no tox: through `carried`), in the background;
+#                  session-collect (UNTIL=gpu_tests) copies its junit XML
 #   bench          the product's benchmark suite alone (tox -e bench's pytest command, no tox: through `carried`),
 #                  in the background; session-collect (UNTIL=bench) copies its JSON
 #   session        all of it in one background pipeline, in phases (session_pipeline below: the CLI beside the
@@ -83,6 +85,15 @@ tox_bench() {
 bench_suite() {
     mkdir -p "$1"
     python3 -m pytest -m benchmark_only --benchmark-enable --benchmark-json="$1/pytest_bench.json"
+}
+# tox -e gpu's pytest command (tox.ini [testenv:gpu], 8 workers) without tox, for a call through `carried` (the
+# library built off-device, the machine's own numpy and ml_dtypes): its junit XML and streamed outcomes into
+# /tmp/tox_run, as tox_gpu writes them (on an H100, 2026-12-07: 363-478 s, too close to a call's 600 s to run in one)
+gpu_suite() {
+    rm -rf /tmp/tox_run && mkdir -p /tmp/tox_run
+    env STREAM_FAILURES=/tmp/tox_run/failures.txt \
+        python3 -m pytest -m gpu --device cuda --profile gpu --impl all -n 8 \
+        --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
 # the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
 # /tmp/session/bench, its step named bench for UNTIL=bench session-collect
@@ -502,6 +513,17 @@ bench)
 _bench)
     . tools/checkout_env.sh
     session_bench
+    echo done >> /tmp/session/steps ;;
+gpu-tests)
+    # the GPU tests alone (gpu_suite: tox -e gpu's pytest command, no tox: through `carried`), in the background from a
+    # snapshot, e.g. after parking p1 + p2 + bin: `install-vendor && bash tools/device/runner_h200.sh carried bash
+    # tools/device/runner_h200.sh gpu-tests`; `UNTIL=gpu_tests session-collect` brings back its junit XML, which
+    # ingest_session.py counts (cut at its limit by SIGINT, so that pytest still writes the XML of what ran)
+    rm -rf /tmp/session && mkdir -p /tmp/session
+    from_snapshot "the GPU tests" _gpu_tests || exit 1 ;;
+_gpu_tests)
+    . tools/checkout_env.sh
+    STEP_SIGNAL=INT step /tmp/session gpu_tests 900 gpu_suite
     echo done >> /tmp/session/steps ;;
 _call)
     "$@" ;;
