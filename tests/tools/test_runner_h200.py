@@ -18,16 +18,23 @@ def _pytest_args(line: str) -> list[str]:
     return [w for w in args if not w.startswith("--benchmark-json=") and w != "{posargs}"]
 
 
+def _commands(env: str, function: str) -> tuple[str, str]:
+    """(tox.ini [testenv:ENV]'s pytest command line, the body of runner_h200.sh's FUNCTION with its continuation lines
+    joined)."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    tox_line = next(c for c in tox[f"testenv:{env}"]["commands"].splitlines() if "-m pytest" in c)
+    runner = (ROOT / "tools" / "device" / "runner_h200.sh").read_text()
+    body = re.search(rf"^{function}\(\) \{{\n(.*?)^\}}", runner, re.S | re.M)
+    assert body, f"runner_h200.sh has no {function} function"
+    return tox_line, body.group(1).replace("\\\n", " ")
+
+
 def test_the_bench_stage_runs_tox_bench_pytest_command():
     """``bench_suite`` (the runner's ``bench`` stage, for a call without tox) and tox.ini's [testenv:bench] select and
     time the same benchmarks: a mark or option added to one and not the other fails here."""
-    tox = configparser.ConfigParser(interpolation=None)
-    tox.read(ROOT / "tox.ini")
-    tox_line = next(c for c in tox["testenv:bench"]["commands"].splitlines() if "-m pytest" in c)
-    runner = (ROOT / "tools" / "device" / "runner_h200.sh").read_text()
-    body = re.search(r"^bench_suite\(\) \{\n(.*?)^\}", runner, re.S | re.M)
-    assert body, "runner_h200.sh has no bench_suite function"
-    runner_line = next(c for c in body.group(1).splitlines() if "-m pytest" in c)
+    tox_line, body = _commands("bench", "bench_suite")
+    runner_line = next(c for c in body.splitlines() if "-m pytest" in c)
     assert _pytest_args(runner_line) == _pytest_args(tox_line) != []
 
 
@@ -35,13 +42,8 @@ def test_the_gpu_tests_stage_runs_tox_gpu_pytest_command():
     """``gpu_suite`` (the runner's ``gpu-tests`` stage, for a call without tox) selects what tox.ini's [testenv:gpu]
     selects: the same marker, device, profile and adapters (its worker count, the junit XML and the outcome stream
     are the runner's own)."""
-    tox = configparser.ConfigParser(interpolation=None)
-    tox.read(ROOT / "tox.ini")
-    tox_line = next(c for c in tox["testenv:gpu"]["commands"].splitlines() if "-m pytest" in c)
-    runner = (ROOT / "tools" / "device" / "runner_h200.sh").read_text()
-    body = re.search(r"^gpu_suite\(\) \{\n(.*?)^\}", runner, re.S | re.M)
-    assert body, "runner_h200.sh has no gpu_suite function"
-    runner_args = shlex.split(body.group(1).replace("\\\n", " ").split("-m pytest", 1)[1])
+    tox_line, body = _commands("gpu", "gpu_suite")
+    runner_args = shlex.split(body.split("-m pytest", 1)[1])
     tox_args = shlex.split(tox_line.split("-m pytest", 1)[1])
     selection = [a for a in tox_args if not a.startswith("{")]  # tox's -n {env:...} and {posargs} are the caller's
     selection = selection[:selection.index("-n")]
