@@ -2,8 +2,9 @@
 
 ``git describe --always --dirty --abbrev=40`` in the checkout; in a copy without git metadata (the device runner's
 snapshot of a checkout) the commit the checkout wrote to ``build/carry/commit`` before the copy was made
-(tools/device/prepare_local.sh), which travels with the carried library. Used by the benchmark tables' environment
-(`cuda_fwd_check_bench.env_info`) and by pytest-benchmark's commit hook (tests/conftest.py).
+(tools/device/prepare_local.sh, by running this script), which travels with the carried library. Used by the
+benchmark tables' environment (`cuda_fwd_check_bench.env_info`) and by pytest-benchmark's commit hook
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -30,4 +31,10 @@ def checkout_commit(root: Path = ROOT) -> str | None:
         if out is not None and out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()
     carried = root / CARRIED
-    return carried.read_text().strip() or None if carried.is_file() else None
+    if not carried.is_file():
+        return None
+    return carried.read_text().strip() or None
+
+
+if __name__ == "__main__":  # what tools/device/prepare_local.sh writes to build/carry/commit
+    print(checkout_commit() or "")

@@ -208,7 +208,6 @@ def env_info():
                 library=str(cuda_lib.library_path()), commit=checkout_commit())
 
 
-
 def _row_key(r: dict) -> tuple:
     if r["kernel"] == "copy":
         return r["kernel"], r["bytes"]

@@ -63,3 +63,14 @@ def test_the_commit_comes_from_git_or_from_what_the_checkout_carried(tmp_path):
     (tmp_path / "build" / "carry").mkdir(parents=True)
     (tmp_path / "build" / "carry" / "commit").write_text("fedcba9876543210fedcba9876543210fedcba98\n")
     assert checkout_commit(tmp_path) == "fedcba9876543210fedcba9876543210fedcba98"
+
+
+def test_the_script_prints_what_prepare_local_carries():
+    """``python tools/checkout_commit.py`` (prepare_local.sh writes its output to build/carry/commit) prints the
+    function's answer for this checkout."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "checkout_commit.py")], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    assert out.strip() == (checkout_commit() or "")

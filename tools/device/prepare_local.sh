@@ -9,7 +9,7 @@
 #   .whl/           cudnn-frontend for the host's Python (cp312): install
 #   .vendor-fi-xf/  FlashInfer, xformers, curand headers, libcudart.so.12 (vendor_fi_xf.sh): session
 #   build/wheels-min/  pytest, its plugins and hypothesis, taken from .wheels-test: the `carried` stage (build/ is ignored)
-#   build/carry/commit  this checkout's commit (`git describe --always --dirty`), which tests/conftest.py puts in
+#   build/carry/commit  this checkout's commit (tools/checkout_commit.py: git describe), which tests/conftest.py puts in
 #                   pytest-benchmark's JSON where the device's copy has no git metadata (carry it with the bench call)
 #   build/carry/    with CARRY=1 only: the shipped and the lab library for sm_90a, built here and xz-compressed (the
 #                   `carried` stage; PYTHON, default python3, must import this checkout, e.g. its .venv's; ~7 minutes
@@ -37,7 +37,7 @@ if [ ! -d build/wheels-min ]; then
         cp .wheels-test/$w*.whl build/wheels-min/  # unquoted: $w may be a glob (pytest-[0-9])
     done
 fi
-mkdir -p build/carry && git describe --always --dirty --abbrev=40 > build/carry/commit
+mkdir -p build/carry && python3 tools/checkout_commit.py > build/carry/commit
 if [ -n "${CARRY:-}" ]; then
     # built into build/sm90a, where the build's stamp keeps each library while its sources are unchanged (a folder
     # kept by its existence alone had carried a lab library older than the last kernel commit); compressed again

@@ -407,8 +407,8 @@ install-vendor)
     # flash-attn-4 and cudnn-frontend alone (no tox, no pip install -e, no kernel build): with `carried` (the library
     # built here, carried xz-compressed) a timing call needs no more, e.g. after park of p1 + p2 + bin, one call
     # carrying p3, .vendor/wheels, .vendor/bin, .vendor/install.sh, .whl, build/carry/libattn_kernels.so.xz,
-    # build/wheels-min and build/carry/commit (the bench JSON's commit: prepare_local.sh): `install-vendor && BWD_ONLY=fa3,fa4 bash tools/device/runner_h200.sh carried
-    # bash tools/device/runner_h200.sh bwd-table` (on an H100 on 2026-12-07: the install 30 s, every row beside
+    # build/wheels-min and build/carry/commit (the tables' commit: prepare_local.sh): `install-vendor &&
+    # BWD_ONLY=fa3,fa4 bash tools/device/runner_h200.sh carried bash tools/device/runner_h200.sh bwd-table` (on an H100 on 2026-12-07: the install 30 s, every row beside
     # torch-flash, cuDNN and flash-attn-4 in 575 s, collected by `UNTIL=bwd WAIT_S=555 ... session-collect`)
     install_vendor ;;
 install)
