@@ -6,7 +6,9 @@ A call that runs out of device memory beside other workers is not the kernel's v
 (`running.parallel`); pytest-xdist has no such later pass, so its workers share the GPU through `GpuShare`: every
 case runs holding the share (`shared`), and the retry of a call that ran out of memory runs `alone`, after the calls
 in flight on the other workers have ended and before any other starts. The verdict of that retry is then what the
-CLI's re-run alone gives.
+CLI's re-run alone gives. The plugin holds the share around every test marked ``gpu`` as well, and a test marked
+``gpu_alone`` (one that times the GPU: other workers' kernels stretch its GPU time, their host work its host time)
+runs `alone` (`pytest_plugin.pytest_runtest_call`).
 
 Two files in a folder the run's processes share (the oracle store's, `running.oracle_store`) carry it, with
 ``flock``: ``gpu.lock``, held shared by each running case and exclusively by the call alone, and ``gpu.gate``, which
@@ -29,6 +31,9 @@ except ImportError:  # pragma: no cover - not POSIX
 
 __all__ = ["GpuShare", "alone", "shared"]
 
+#: `GpuShare.of_run`'s object for each folder, in this process
+_OF_PROCESS: dict[str, GpuShare] = {}
+
 
 class GpuShare:
     """The run's GPU, shared by its processes through ``folder`` (see the module docstring)."""
@@ -40,8 +45,16 @@ class GpuShare:
     @classmethod
     def of_run(cls, folder: str | os.PathLike[str] | None, device: str) -> GpuShare | None:
         """The share of a run whose processes have the folder `folder` in common (pytest-xdist's workers: the oracle
-        store's), on a CUDA device; None for a run of one process (no folder) or on the CPU."""
-        return cls(folder) if folder is not None and str(device).startswith("cuda") else None
+        store's), on a CUDA device; None for a run of one process (no folder) or on the CPU. One object per folder
+        in a process: the plugin's hold around a test, its conformance cases' and the property suite's are the same
+        hold, so a retry `alone` inside any of them gives up this process's hold rather than wait for it."""
+        if folder is None or not str(device).startswith("cuda"):
+            return None
+        key = os.fspath(folder)
+        share = _OF_PROCESS.get(key)
+        if share is None:
+            share = _OF_PROCESS[key] = cls(folder)
+        return share
 
     def _open(self, name: str) -> IO[str]:
         return open(self.folder / name, "a")

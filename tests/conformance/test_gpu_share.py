@@ -139,3 +139,13 @@ def test_the_property_suite_retries_alone_through_the_same_rule(monkeypatch, tmp
     assert v.outcome == "PASS", v.message
     assert share.events == ["alone", "shared again"]
     assert any("run a second time alone" in n for n in v.notes), v.notes
+
+
+def test_one_share_per_folder_in_a_process(tmp_path):
+    """The plugin's hold around a test, its conformance cases' and the property suite's are one object: a retry
+    alone inside a case gives up the hold the plugin took for the test instead of waiting for it (for ever)."""
+    share = GpuShare.of_run(tmp_path, "cuda")
+    assert share is GpuShare.of_run(str(tmp_path), "cuda:0") and share is not GpuShare.of_run(tmp_path / "x", "cuda")
+    assert GpuShare.of_run(tmp_path, "cpu") is None and GpuShare.of_run(None, "cuda") is None
+    with share.shared(), GpuShare.of_run(tmp_path, "cuda").shared(), share.alone():
+        pass  # would block on this process's own shared hold if the two were separate objects

@@ -50,9 +50,11 @@ from attention_conformance.kernels.timing import measure, time_round_robin
 
 torch = pytest.importorskip("torch")
 
-# not marked gpu: the conformance run (pytest -m gpu) runs no benchmark
+# not marked gpu: the conformance run (pytest -m gpu) runs no benchmark; gpu_alone: beside other xdist workers on CUDA
+# it has the GPU to itself (the plugin's pytest_runtest_call)
 pytestmark = [
     pytest.mark.benchmark_only,
+    pytest.mark.gpu_alone,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
 ]
 

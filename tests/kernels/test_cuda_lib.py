@@ -441,6 +441,7 @@ def _bound_on_gpu(launcher: str, d: int, B: int = 2, H: int = 8, N: int = 1024):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_alone
 @_NO_GPU
 @pytest.mark.parametrize("launcher, d", BOUND, ids=[f"{n}-d{d}" for n, d in BOUND])
 def test_host_time_of_a_bound_call(launcher, d):
