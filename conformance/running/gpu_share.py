@@ -13,12 +13,15 @@ runs `alone` (`pytest_plugin.pytest_runtest_call`).
 Two files in a folder the run's processes share (the oracle store's, `running.oracle_store`) carry it, with
 ``flock``: ``gpu.lock``, held shared by each running case and exclusively by the call alone, and ``gpu.gate``, which
 a process waiting to be alone holds exclusively so that no new case slips in ahead of it (a stream of shared holders
-would otherwise keep it waiting for ever). Without ``fcntl`` (not POSIX) both are no-ops.
+would otherwise keep it waiting for ever). Their names carry the GPUs the process sees (``gpu-1.lock`` for a worker
+pinned to GPU 1): the workers of one GPU share it, not those of another. Without ``fcntl`` (not POSIX) both are
+no-ops.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -38,9 +41,12 @@ _OF_PROCESS: dict[str, GpuShare] = {}
 class GpuShare:
     """The run's GPU, shared by its processes through ``folder`` (see the module docstring)."""
 
-    def __init__(self, folder: str | os.PathLike[str]):
+    def __init__(self, folder: str | os.PathLike[str], gpus: str = ""):
         self.folder = Path(folder)
-        self._held: IO[str] | None = None  # this process's shared hold of gpu.lock, while a case runs
+        #: the GPUs this process sees (its ``CUDA_VISIBLE_DEVICES``), in the files' names: workers pinned to other
+        #: GPUs (one per GPU, the plugin's default) hold other files, and one alone on its GPU waits for none of them
+        self.gpus = re.sub(r"[^A-Za-z0-9-]", "_", gpus)
+        self._held: IO[str] | None = None  # this process's shared hold of the lock, while a case runs
 
     @classmethod
     def of_run(cls, folder: str | os.PathLike[str] | None, device: str) -> GpuShare | None:
@@ -53,17 +59,17 @@ class GpuShare:
         key = os.fspath(folder)
         share = _OF_PROCESS.get(key)
         if share is None:
-            share = _OF_PROCESS[key] = cls(folder)
+            share = _OF_PROCESS[key] = cls(folder, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
         return share
 
-    def _open(self, name: str) -> IO[str]:
-        return open(self.folder / name, "a")
+    def _open(self, suffix: str) -> IO[str]:
+        return open(self.folder / f"gpu{'-' + self.gpus if self.gpus else ''}.{suffix}", "a")
 
     def _take_shared(self) -> None:
-        gate = self._open("gpu.gate")
+        gate = self._open("gate")
         try:
             fcntl.flock(gate, fcntl.LOCK_SH)  # waits while a process waits to be alone
-            held = self._open("gpu.lock")
+            held = self._open("lock")
             fcntl.flock(held, fcntl.LOCK_SH)
         finally:
             gate.close()  # closing releases the gate: a later process that wants to be alone may take it
@@ -95,7 +101,7 @@ class GpuShare:
             return
         was_held = self._held is not None
         self._drop_shared()
-        gate, lock = self._open("gpu.gate"), self._open("gpu.lock")
+        gate, lock = self._open("gate"), self._open("lock")
         try:
             fcntl.flock(gate, fcntl.LOCK_EX)  # no new case starts from here on
             fcntl.flock(lock, fcntl.LOCK_EX)  # the cases in flight have ended

@@ -149,3 +149,32 @@ def test_one_share_per_folder_in_a_process(tmp_path):
     assert GpuShare.of_run(tmp_path, "cpu") is None and GpuShare.of_run(None, "cuda") is None
     with share.shared(), GpuShare.of_run(tmp_path, "cuda").shared(), share.alone():
         pass  # would block on this process's own shared hold if the two were separate objects
+
+
+def test_workers_of_another_gpu_do_not_wait(tmp_path, monkeypatch):
+    """Each GPU has its own files: a process alone on GPU 0 waits for no case on GPU 1, and for one on GPU 0."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    mine = GpuShare.of_run(tmp_path / "pinned", "cuda")
+    assert mine.gpus == "0"
+    # forked before any lock is held (a child forked while its parent holds one keeps it: see the first test)
+    ctx = multiprocessing.get_context("fork")
+    go, alone = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_alone_on, args=(str(tmp_path), "0", go, alone))
+    p.start()
+    try:
+        with GpuShare(tmp_path, "1").shared():
+            with GpuShare(tmp_path, "0").alone():  # returns at once: nothing held on GPU 0
+                pass
+            with GpuShare(tmp_path, "0").shared():
+                go.set()
+                time.sleep(0.5)
+                assert not alone.is_set(), "alone on GPU 0 while a case held it"
+            assert alone.wait(10), "still waiting on GPU 0 once its case ended (held back by GPU 1's?)"
+    finally:
+        p.join(10)
+
+
+def _alone_on(folder: str, gpus: str, go, alone) -> None:
+    assert go.wait(10)
+    with GpuShare(folder, gpus).alone():
+        alone.set()
