@@ -32,11 +32,11 @@ side.
   beside our BF16 FA3.
 
 Benchmarks run one after another, so a ratio of two of them also carries whatever the card's clock did between
-them (it sits at its power limit). The FA3 forward's and forward + backward's cuDNN and FA4 benchmarks therefore
-also time ours and that implementation in alternating rounds on the same shape (`kernels.timing.time_round_robin`,
-5 rounds of `measure`, the order reversed every other round): ``extra_info["paired_ours_over_impl"]`` (speed of
-ours relative to it by GPU time, as the table's last column), both spreads, host times and methods; bench_table.py
-prints it beside the sequential ratio.
+them (it sits at its power limit). The FA3 forward's cuDNN and FA4 benchmarks (and the forward + backward's FA4
+one, 3 rounds) therefore also time ours and that implementation in alternating rounds on the same shape
+(`kernels.timing.time_round_robin`, 5 rounds of `measure`, the order reversed every other round):
+``extra_info["paired_ours_over_impl"]`` (speed of ours relative to it by GPU time, as the table's last column),
+both spreads, host times and methods; bench_table.py prints it beside the sequential ratio.
 
 The committed figures with correctness checks next to them come from
 ``tools/cuda_fwd_check_bench.py`` and ``tools/fa3_bwd_check_bench.py`` (its FA2 column)
@@ -334,16 +334,17 @@ def _forward_backward(impl: str, d: int, dv: int, causal: bool):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d, dv", FA3_DIMS, ids=FA3_IDS)
 def test_fa3_fwd_bwd_8k(bench, d, dv, causal, impl):
-    """Forward + backward (issue 40's second bar, >= 0.95x flash-attn-4 on every row): as the forward, cuDNN's and
-    FA4's benchmarks also time ours in alternating rounds on the same shape (``paired_ours_over_impl``)."""
+    """Forward + backward (issue 40's second bar, >= 0.95x flash-attn-4 on every row): FA4's benchmark also times ours
+    and FA4 in 3 alternating rounds on the same shape (``paired_ours_over_impl``; cuDNN's is not paired here, nor
+    are the rounds 5 as the forward's: the d = 256 row's call takes ~36 ms, and the suite stays within ~6 minutes)."""
     if impl == "ours":
         _hopper()
     fn = _forward_backward(impl, d, dv, causal)
     # the forward's 2 B H N^2 (d + dv) and the backward's 2 B H N^2 (3 d + 2 dv): 3.5x 4 B H N^2 d at dv = d
     work = 2 * B * H * N * N * (4 * d + 3 * dv) / (2 if causal else 1)
     _bench(bench, fn, 20, _fa3_group("fa3-fwd+bwd", d, dv, causal), work)
-    if impl in ("torch-cudnn", "flash-attn-4") and _is_hopper() and _missing("ours") is None:
-        _paired(bench, _forward_backward("ours", d, dv, causal), fn, work)
+    if impl == "flash-attn-4" and _is_hopper() and _missing("ours") is None:
+        _paired(bench, _forward_backward("ours", d, dv, causal), fn, work, rounds=3)
 
 
 @pytest.mark.parametrize("impl", ["ours-fp8-vt", "ours-fp8", "ours-bf16", "cudnn-fp8"])

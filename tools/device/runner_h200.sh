@@ -98,7 +98,7 @@ gpu_suite() {
 # the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
 # /tmp/session/bench, its step named bench for UNTIL=bench session-collect
 session_bench() {
-    step /tmp/session bench 540 bench_suite /tmp/session/bench
+    step /tmp/session bench 720 bench_suite /tmp/session/bench
 }
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
