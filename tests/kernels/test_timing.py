@@ -9,8 +9,10 @@ that spend host time and enqueue kernels on it, so every figure of `measure` has
 
 from __future__ import annotations
 
+import ast
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -627,3 +629,47 @@ def test_a_failed_capture_is_ended_and_its_pool_released_by_the_id_given_it(end_
     assert undo == ([("endAllocateToPool", 3, fake.POOL), ("releasePool", 3, fake.POOL)] if end_fails else [])
     assert ("set_stream", True) in fake.calls and ("generator", "before") in fake.calls
     assert fake.calls[-1] == ("empty_cache",) and ("reset",) in fake.calls
+
+
+#: what a test that times the GPU calls (by name, in its own body)
+_TIMERS = frozenset({"measure", "time_round_robin", "round_timing", "perf_counter", "_charged_as_the_kernel_alone"})
+#: gpu tests that call one of them and time nothing, with the reason
+_TIMES_NOTHING = {
+    "test_gpu_a_failed_capture_leaves_the_generator_and_the_memory_as_they_were":
+        "its measure is of a call that cannot be captured, for the state the failed capture leaves",
+}
+
+
+def _marks(nodes) -> set[str]:
+    """The names of the ``pytest.mark.NAME`` among decorator (or pytestmark) expressions."""
+    out = set()
+    for node in nodes:
+        f = node.func if isinstance(node, ast.Call) else node
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and f.value.attr == "mark":
+            out.add(f.attr)
+    return out
+
+
+def test_every_gpu_test_that_times_the_gpu_is_marked_gpu_alone():
+    """A test marked gpu that times the GPU (calls `measure`, `time_round_robin` or a perf counter) is marked
+    gpu_alone too, so that under pytest-xdist on CUDA it has the GPU to itself (conformance/pytest_plugin.py
+    `pytest_runtest_call`): beside 8 workers a timed 0.2 ms kernel read 0.74 ms on an H100."""
+    root = Path(__file__).resolve().parents[1]
+    found, missing = [], []
+    for path in sorted(root.rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+                module |= _marks(node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value])
+        for node in tree.body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")):
+                continue
+            marks = _marks(node.decorator_list) | module
+            names = {getattr(n, "id", None) or getattr(n, "attr", None) for n in ast.walk(node)}
+            if "gpu" in marks and names & _TIMERS and node.name not in _TIMES_NOTHING:
+                found.append(node.name)
+                if "gpu_alone" not in marks:
+                    missing.append(f"{path.relative_to(root)}::{node.name}")
+    assert not missing, f"gpu tests that time the GPU without the gpu_alone marker: {missing}"
+    assert "test_host_time_of_a_bound_call" in found and "test_gpu_l2_flush_is_not_charged" in found, found
