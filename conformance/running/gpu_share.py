@@ -56,7 +56,7 @@ class GpuShare:
         hold, so a retry `alone` inside any of them gives up this process's hold rather than wait for it."""
         if folder is None or not str(device).startswith("cuda"):
             return None
-        key = os.fspath(folder)
+        key = os.fspath(Path(folder))  # one spelling of the folder: the plugin's and a case's name it alike
         share = _OF_PROCESS.get(key)
         if share is None:
             share = _OF_PROCESS[key] = cls(folder, os.environ.get("CUDA_VISIBLE_DEVICES", ""))

@@ -146,6 +146,7 @@ def test_one_share_per_folder_in_a_process(tmp_path):
     alone inside a case gives up the hold the plugin took for the test instead of waiting for it (for ever)."""
     share = GpuShare.of_run(tmp_path, "cuda")
     assert share is GpuShare.of_run(str(tmp_path), "cuda:0") and share is not GpuShare.of_run(tmp_path / "x", "cuda")
+    assert share is GpuShare.of_run(f"{tmp_path}/", "cuda")
     assert GpuShare.of_run(tmp_path, "cpu") is None and GpuShare.of_run(None, "cuda") is None
     with share.shared(), GpuShare.of_run(tmp_path, "cuda").shared(), share.alone():
         pass  # would block on this process's own shared hold if the two were separate objects
