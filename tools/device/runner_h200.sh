@@ -96,7 +96,7 @@ gpu_suite() {
         --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
 # the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
-# /tmp/session/bench, its step named bench for UNTIL=bench session-collect
+# /tmp/session/bench, its step named bench for UNTIL=bench session-collect (504 s of its 720 on an H100, 2026-12-07)
 session_bench() {
     step /tmp/session bench 720 bench_suite /tmp/session/bench
 }
@@ -491,8 +491,8 @@ bwd-table)
     # park2 and install), in the background from a snapshot, so that no call's limit cuts it (two foreground calls of
     # 560 s held half the rows each); the stale rows first (d = 192, (192, 128)); session-collect (UNTIL=bwd) brings
     # it back, the table written after every row
-    # (`bwd-table bench`: tox -e bench first, ~300 s, whose table comes back whole or not at all; through `carried`,
-    # bench_suite, its step named bench: UNTIL=bench session-collect brings it back while the table runs)
+    # (`bwd-table bench`: tox -e bench first, 504 s on an H100 on 2026-12-07, whose table comes back whole or not at
+    # all; through `carried`, bench_suite, its step named bench: UNTIL=bench session-collect brings it back while the table runs)
     rm -rf /tmp/session && mkdir -p /tmp/session
     from_snapshot "the backward table" _bwd_table "$@" || exit 1 ;;
 _bwd_table)
