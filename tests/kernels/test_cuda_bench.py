@@ -7,20 +7,20 @@ cannot measure: pytest-benchmark disabled (pyproject's addopts pass ``--benchmar
 not importable); without CUDA the module skips.
 
 Each benchmark times one call by pytest-benchmark's rounds (its wall clock around the call and a synchronize, >= 20
-rounds after warm-up: the table it prints), then by `kernels.timing.measure` on the same call, whose figures go
-into ``extra_info``: ``gpu_ms`` (the headline: GPU time of one call without host launch overhead, by CUDA-graph
-replay or, where the call cannot be captured, back-to-back launches: ``gpu_method``, ``gpu_fallback_reason``),
-``host_us`` beside it (host time of one call), ``wall_ms`` (event, call, event, synchronize: the former figure, also
-kept as ``cuda_event_median_ms`` for bench_table.py), the SM clock and board power during the samples, and the rate
-by GPU time (``tflops`` or ``TBps``: 4·B·H·Lq·Lk·d FLOPs, halved for causal, backward 2.5x the forward; bytes of K
-and V for decoding; ``*_cuda_event`` and ``*_median`` the same by the wall time and by pytest-benchmark's clock).
-Our kernels are called as a caller that launches them repeatedly would, through `cuda_lib.bind` (the params struct
-filled and the workspace sized once, one foreign call per launch, capturable), as the tables of tools/ do; the FA2
-backward through `cuda_bwd_lib.backward`. The shapes are the issue-6 ones, with torch SDPA's flash backend
-(vendored FA2), cuDNN and, when ``flash_attn.cute`` is importable (flash-attn-4; tools/run_fa4.sh installs it on
-the H200), FA4's ``flash_attn_func`` timed on the same inputs in the same run: each shape is one benchmark *group*
-(``--benchmark-group-by=group``), so the table pytest-benchmark prints puts ours, torch-flash, cuDNN and FA4 side by
-side.
+rounds after warm-up: the table it prints), then by `kernels.timing.measure` on the same call, whose figures go into
+``extra_info``: ``gpu_ms`` (the headline: GPU time of one call without host launch overhead, by CUDA-graph replay
+or, where the call cannot be captured, back-to-back launches: ``gpu_method``, ``gpu_fallback_reason``), ``host_us``
+beside it (host time of one call, the median of ``host_samples_us``), ``wall_ms`` (event, call, event, synchronize:
+the former figure, also kept as ``cuda_event_median_ms`` for bench_table.py), the SM clock and board power during
+the samples, and the rate by GPU time (``tflops`` or ``TBps``: 4·B·H·Lq·Lk·d FLOPs, halved for causal, backward 2.5x
+the forward; bytes of K and V for decoding; ``*_cuda_event`` and ``*_median`` the same by the wall time and by
+pytest-benchmark's clock). Our kernels are called as a caller that launches them repeatedly would, through
+`cuda_lib.bind` (the params struct filled and the workspace sized once, one foreign call per launch, capturable), as
+the tables of tools/ do; the FA2 backward through `cuda_bwd_lib.backward`. The shapes are the issue-6 ones, with
+torch SDPA's flash backend (vendored FA2), cuDNN and, when ``flash_attn.cute`` is importable (flash-attn-4;
+tools/run_fa4.sh installs it on the H200), FA4's ``flash_attn_func`` timed on the same inputs in the same run: each
+shape is one benchmark *group* (``--benchmark-group-by=group``), so the table pytest-benchmark prints puts ours,
+torch-flash, cuDNN and FA4 side by side.
 
 - FA2 forward, B=4, H=16, N=8192, d=128, bf16, causal and not;
 - FA2 backward, same shape (o and LSE from our forward; torch's from its own forward);
@@ -154,6 +154,9 @@ def _bench(benchmark, call, rounds: int, group: str, work: float, unit: str = "t
     t = measure(call, reps=rounds, warmup=1)
     info = benchmark.extra_info
     info.update(gpu_ms=t.gpu_ms, host_us=t.host_us, host_queued_us=t.host_queued_us, wall_ms=t.wall_ms,
+                # the drained host samples, not only their median: a row whose median sits far above the others'
+                # (73 us against 20-35 for our forward + backward pair on an H100, 2026-12-07) shows its spread
+                host_samples_us=[round(x, 2) for x in t.host_samples_us],
                 gpu_method=t.method,
                 calls_per_sample=t.calls_per_sample, host_bound_samples=t.host_bound_samples,
                 sm_clock_mhz=t.sm_clock_mhz, power_w=t.power_w)
