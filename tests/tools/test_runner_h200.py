@@ -1,4 +1,4 @@
-"""tools/device/runner_h200.sh: its benchmark stage runs what ``tox -e bench`` runs."""
+"""tools/device/runner_h200.sh: its bench and gpu-tests stages run what ``tox -e bench`` and ``tox -e gpu`` run."""
 
 from __future__ import annotations
 
@@ -48,3 +48,15 @@ def test_the_gpu_tests_stage_runs_tox_gpu_pytest_command():
     selection = [a for a in tox_args if not a.startswith("{")]  # tox's -n {env:...} and {posargs} are the caller's
     selection = selection[:selection.index("-n")]
     assert runner_args[:len(selection)] == selection != [], (runner_args, selection)
+
+
+def test_every_step_of_the_benchmark_suite_has_its_one_limit():
+    """Each step that runs the benchmark suite (tox_bench, bench_suite) runs under BENCH_S: the suite's JSON comes back
+    whole or not at all, and when it grew to 504 s (an H100, 2026-12-07) one of its three steps had been raised and
+    two still cut it at 300 s."""
+    runner = (ROOT / "tools" / "device" / "runner_h200.sh").read_text()
+    steps = re.findall(r"^\s*(?:else )?step \S+ \S+ (\S+) (tox_bench|bench_suite)\b", runner, re.M)
+    assert len(steps) == 3, steps
+    assert {limit for limit, _ in steps} == {'"$BENCH_S"'}, steps
+    default = re.search(r"^BENCH_S=\$\{BENCH_S:-(\d+)\}$", runner, re.M)
+    assert default and int(default.group(1)) > 504, "BENCH_S's default is below the suite's measured 504 s"

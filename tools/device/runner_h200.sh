@@ -74,6 +74,9 @@ tox_gpu() {
         -x testenv:gpu.interrupt_timeout=150 -x testenv:gpu.terminate_timeout=20 \
         -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
+# the limit of every step that runs the product's benchmark suite (tox_bench, bench_suite), whose JSON comes back
+# whole or not at all: its pytest command took 504 s on an H100 on 2026-12-07
+BENCH_S=${BENCH_S:-720}
 # tox -e bench as tox.ini says (the product's benchmark suite, tests/kernels/test_cuda_bench.py), its JSON into DIR
 tox_bench() {
     mkdir -p "$1"
@@ -96,9 +99,9 @@ gpu_suite() {
         --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
 # the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
-# /tmp/session/bench, its step named bench for UNTIL=bench session-collect (504 s of its 720 on an H100, 2026-12-07)
+# /tmp/session/bench, its step named bench for UNTIL=bench session-collect
 session_bench() {
-    step /tmp/session bench 720 bench_suite /tmp/session/bench
+    step /tmp/session bench "$BENCH_S" bench_suite /tmp/session/bench
 }
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
@@ -138,7 +141,7 @@ benches() {
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check \
             --previous reports/benchmarks/cuda_fwd.json --out "$dir/fwd"
-        step "$dir" tox_bench 300 tox_bench "$dir/bench"
+        step "$dir" tox_bench "$BENCH_S" tox_bench "$dir/bench"
         # without our FA2 backward (58 ms a call at d = 256; the table in main has its column): on an H100 the five
         # candidates reached 7 of the 12 rows in 480 s; with the lab library in place (lab_dims), the wide builds'
         # TMA-dQ variant with one dO stage (fa3_dq_tma1, untimed at (192, 128)) beside them
@@ -279,7 +282,8 @@ print(','.join(v for v in lab.FA3_FWD_VARIANTS if v.split('_')[0] in sys.argv[1:
 # ONE_PASS=1 (a session with less than 25 minutes of device time): the spellings move into A (the CLI over every
 # adapter and every spelling in one run; xformers beside it once installed) and the sanitizers after B, beside
 # FlashInfer's run, so that the correctness runs end ~10 minutes sooner; with NO_SPELLINGS=1 the CLI leaves the
-# spellings out. FA3_S, FP8_S, FWD_S, BWD_S: the benchmarks' limits (each keeps the rows it finished).
+# spellings out. FA3_S, FP8_S, FWD_S, BWD_S: the benchmarks' limits (each keeps the rows it finished); BENCH_S
+# tox -e bench's.
 session_pipeline() {
     local d=/tmp/session
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1  # flash-attn-4's disk cache, as a runner keeps it (README)
@@ -491,15 +495,15 @@ bwd-table)
     # park2 and install), in the background from a snapshot, so that no call's limit cuts it (two foreground calls of
     # 560 s held half the rows each); the stale rows first (d = 192, (192, 128)); session-collect (UNTIL=bwd) brings
     # it back, the table written after every row
-    # (`bwd-table bench`: tox -e bench first, 504 s on an H100 on 2026-12-07, whose table comes back whole or not at
-    # all; through `carried`, bench_suite, its step named bench: UNTIL=bench session-collect brings it back while the table runs)
+    # (`bwd-table bench`: tox -e bench first, under BENCH_S; through `carried`, bench_suite, its step named bench:
+    # UNTIL=bench session-collect brings it back while the table runs)
     rm -rf /tmp/session && mkdir -p /tmp/session
     from_snapshot "the backward table" _bwd_table "$@" || exit 1 ;;
 _bwd_table)
     . tools/checkout_env.sh
     if [ "${1:-}" = bench ]; then  # tox -e bench first; through `carried` (no tox environment) its pytest command
         if [ -n "${ATTN_KERNELS_NO_BUILD:-}" ]; then session_bench
-        else step /tmp/session tox_bench 300 tox_bench /tmp/session/bench; fi
+        else step /tmp/session tox_bench "$BENCH_S" tox_bench /tmp/session/bench; fi
     fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
     bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
