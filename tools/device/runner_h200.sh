@@ -74,8 +74,8 @@ tox_gpu() {
         -x testenv:gpu.interrupt_timeout=150 -x testenv:gpu.terminate_timeout=20 \
         -- --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
-# the limit of every step that runs the product's benchmark suite (tox_bench, bench_suite), whose JSON comes back
-# whole or not at all: its pytest command took 504 s on an H100 on 2026-12-07
+# the limit of the product's benchmark suite (bench_step), whose JSON comes back whole or not at all: its pytest
+# command took 504 s on an H100 on 2026-12-07
 BENCH_S=${BENCH_S:-720}
 # tox -e bench as tox.ini says (the product's benchmark suite, tests/kernels/test_cuda_bench.py), its JSON into DIR
 tox_bench() {
@@ -98,10 +98,15 @@ gpu_suite() {
         python3 -m pytest -m gpu --device cuda --profile gpu --impl all -n 8 \
         --junitxml=/tmp/tox_run/gpu_junit.xml -p no:randomly -p tools.pytest_stream_failures --durations=40 "$@"
 }
+# bench_step DIR NAME RUNNER: the product's benchmark suite (RUNNER: tox_bench or bench_suite) as step NAME of DIR,
+# its JSON into DIR/bench, under BENCH_S (every step that runs the suite is this one)
+bench_step() {
+    step "$1" "$2" "$BENCH_S" "$3" "$1/bench"
+}
 # the session's bench step (the `bench` stage, and `bwd-table bench` through `carried`): bench_suite into
 # /tmp/session/bench, its step named bench for UNTIL=bench session-collect
 session_bench() {
-    step /tmp/session bench "$BENCH_S" bench_suite /tmp/session/bench
+    bench_step /tmp/session bench bench_suite
 }
 # cli_gpu REPORT_DIR WORKERS SPEC...: the gpu profile through SPEC (a call that hangs is a TIMEOUT after 180 s, not a
 # worker lost for the rest of the step)
@@ -141,7 +146,7 @@ benches() {
         step "$dir" fp8 "${FP8_S:-240}" python3 tools/fa3_fp8_check_bench.py --bench --out "$dir/fp8"
         step "$dir" fwd "${FWD_S:-240}" python3 tools/cuda_fwd_check_bench.py --skip-check \
             --previous reports/benchmarks/cuda_fwd.json --out "$dir/fwd"
-        step "$dir" tox_bench "$BENCH_S" tox_bench "$dir/bench"
+        bench_step "$dir" tox_bench tox_bench
         # without our FA2 backward (58 ms a call at d = 256; the table in main has its column): on an H100 the five
         # candidates reached 7 of the 12 rows in 480 s; with the lab library in place (lab_dims), the wide builds'
         # TMA-dQ variant with one dO stage (fa3_dq_tma1, untimed at (192, 128)) beside them
@@ -503,7 +508,7 @@ _bwd_table)
     . tools/checkout_env.sh
     if [ "${1:-}" = bench ]; then  # tox -e bench first; through `carried` (no tox environment) its pytest command
         if [ -n "${ATTN_KERNELS_NO_BUILD:-}" ]; then session_bench
-        else step /tmp/session tox_bench "$BENCH_S" tox_bench /tmp/session/bench; fi
+        else bench_step /tmp/session tox_bench tox_bench; fi
     fi
     export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 PYTHONPATH="tools${PYTHONPATH:+:$PYTHONPATH}"
     bwd_table /tmp/session 1500 fa3,flash,cudnn,fa4 192,192x128,256,128,96,64
