@@ -34,7 +34,7 @@ from typing import Any
 from attention_conformance.cases.case import Case, FP8Spec, page_size_of
 
 __all__ = ["Feature", "Constraint", "FEATURES", "PAIRWISE", "CONSTRAINTS", "feature", "values_of", "labels",
-           "forbidden", "consistent", "realize", "DECODE_MAX_LQ", "DECODE_MIN_LK"]
+           "forbidden", "consistent", "realize", "dv_relation", "DECODE_MAX_LQ", "DECODE_MIN_LK"]
 
 #: a case is a decoding (split-KV) shape when Lq <= DECODE_MAX_LQ and Lk >= max(DECODE_MIN_LK, 8 * Lq)
 DECODE_MAX_LQ = 16
@@ -93,8 +93,13 @@ def _heads_value(case: Case) -> str:
     return "mqa" if case.Hkv == 1 else "gqa"
 
 
+def dv_relation(d: int, dv: int) -> str:
+    """The ``dv`` feature's value for head dims d and dv: "eq", "gt" (dv > d) or "lt"."""
+    return "eq" if dv == d else ("gt" if dv > d else "lt")
+
+
 def _dv_value(case: Case) -> str:
-    return "eq" if case.dv == case.d else ("gt" if case.dv > case.d else "lt")
+    return dv_relation(case.d, case.dv)
 
 
 def _layout_value(case: Case) -> str:

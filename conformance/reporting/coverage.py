@@ -95,12 +95,11 @@ def _head_dim_variants(case: Case, caps: Capabilities) -> Iterable[Case]:
     if caps.head_dims is None:
         yield case
         return
-    want = features.feature("dv").value_of(case)
+    want = features.dv_relation(case.d, case.dv)
     for d in sorted(caps.head_dims):
         for dv in sorted(caps.head_dims):
-            variant = case.replace(d=d, dv=dv)
-            if features.feature("dv").value_of(variant) == want:
-                yield variant
+            if features.dv_relation(d, dv) == want:  # before building the variant: most (d, dv) differ
+                yield case.replace(d=d, dv=dv)
 
 
 def _claims(caps: Capabilities, case: Case, exact: bool) -> bool:
