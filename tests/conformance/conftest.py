@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 
@@ -20,3 +22,28 @@ def toy_path():
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old
+
+
+class CliResult(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys) -> Callable[..., CliResult]:
+    """``python -m attention_conformance ARGS`` in this process (`conformance.cli.main`, whose return value the module
+    passes to sys.exit; argparse's own errors exit 2): what a test reads of a command's output and exit status, without
+    a child interpreter importing torch again. Tests of the process boundary itself run the module in a child."""
+    from attention_conformance.cli import main
+
+    def run(*argv: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run

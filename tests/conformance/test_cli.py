@@ -20,28 +20,29 @@ def _cli(*args, timeout=300):
                           env=env, timeout=timeout)
 
 
-def test_list_names_every_builtin():
+def test_list_names_every_builtin(cli):
     from attention_conformance.adapters import BUILTIN
 
-    p = _cli("list")
+    p = cli("list")
     assert p.returncode == 0, p.stderr
     for name in BUILTIN:
         assert name in p.stdout
 
 
-def test_usage_errors_exit_2(tmp_path):
-    p = _cli("run", "-k", "no-such-case-xyz", "--impl", "reference-fa2", "--report-dir", str(tmp_path))
+def test_usage_errors_exit_2(tmp_path, cli):
+    """In process (test_cli_usage.py runs two through the shell)."""
+    p = cli("run", "-k", "no-such-case-xyz", "--impl", "reference-fa2", "--report-dir", str(tmp_path))
     assert p.returncode == 2
-    assert _cli("repro", "no-such-case").returncode == 2
-    assert _cli("run", "--impl", "no_such_module_xyz:fn", "--report-dir", str(tmp_path)).returncode == 2
+    assert cli("repro", "no-such-case").returncode == 2
+    assert cli("run", "--impl", "no_such_module_xyz:fn", "--report-dir", str(tmp_path)).returncode == 2
     # a built-in named explicitly but unavailable here must not pass silently with every case NOT_SUPPORTED
-    p = _cli("run", "--impl", "torch-sdpa-efficient", "-k", "tile_edges-b1h2x2-q1k129", "--device", "cpu",
-             "--report-dir", str(tmp_path))
+    p = cli("run", "--impl", "torch-sdpa-efficient", "-k", "tile_edges-b1h2x2-q1k129", "--device", "cpu",
+            "--report-dir", str(tmp_path))
     assert p.returncode == 2 and "torch-sdpa-efficient is unavailable" in p.stderr, p.stderr
-    assert _cli("frobnicate").returncode == 2
+    assert cli("frobnicate").returncode == 2
 
 
-def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
+def test_broken_function_fails_with_repro_that_reproduces(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")
     p = _cli("run", "--impl", BROKEN, "-k", "tile_edges and q1k129 or tile_edges-b1h2x2-q64k64", "--report-dir",
              str(tmp_path), "--quiet")
@@ -56,24 +57,25 @@ def test_broken_function_fails_with_repro_that_reproduces(tmp_path):
     rerun = _cli(*cmd[3:])  # the report's command re-runs the case: its verdict, exit 1 while it fails
     assert rerun.returncode == 1 and f"FAIL {failed[0]['case_id']}" in rerun.stdout, rerun.stdout + rerun.stderr
     assert _cli("repro", passed[0]["case_id"], "--impl", BROKEN, "--run").returncode == 0
-    snippet = _cli(*cmd[3:-1])  # without --run: the snippet, to edit and run as a script
-    assert snippet.returncode == 0, snippet.stderr
-    script = tmp_path / "repro.py"
-    script.write_text(snippet.stdout)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 1 and "FAIL" in run.stdout, run.stdout + run.stderr
-    good = _cli("repro", passed[0]["case_id"], "--impl", BROKEN)
-    script.write_text(good.stdout)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0 and "PASS" in run.stdout, run.stdout + run.stderr
+    # without --run: the snippet, to edit and run as a script, is on stdout alone and is the very text --run ran
+    # above in a child interpreter (cli.run_python), so its verdicts stand for the script's (taken in this process)
+    import attention_conformance.cli as cli
+
+    ran: list[str] = []
+    monkeypatch.setattr(cli, "run_python", lambda text, name: ran.append(text) or 0)
+    for case_id in (failed[0]["case_id"], passed[0]["case_id"]):
+        assert cli.main(["repro", case_id, "--impl", BROKEN]) == 0
+        printed = capsys.readouterr().out
+        assert cli.main(["repro", case_id, "--impl", BROKEN, "--run"]) == 0
+        assert printed == ran[-1] and f"{case_id}" in printed
+        compile(printed, "repro.py", "exec")
 
 
-def test_workers_give_the_same_outcomes(tmp_path):
+def test_workers_give_the_same_outcomes(tmp_path, cli):
     pytest.importorskip("torch")
     # the broken function fails on q1k129 (its tail-tile bug), so the comparison covers FAIL as well as PASS
     args = ["--impl", "reference-fa2", BROKEN, "-k", "gqa or masked_rows or tile_edges-b1h2x2-q1k129", "--quiet"]
-    one = _cli("run", *args, "--report-dir", str(tmp_path / "w1"))
+    one = cli("run", *args, "--report-dir", str(tmp_path / "w1"))  # in process; the two workers' run in a child
     two = _cli("run", *args, "--report-dir", str(tmp_path / "w2"), "--workers", "2")
     assert one.returncode == two.returncode == 1, one.stderr + two.stderr
     a, b = (json.loads((tmp_path / w / "report.json").read_text())["results"] for w in ("w1", "w2"))
@@ -124,21 +126,21 @@ def test_standalone_run_exits_as_the_file_does():
     assert math.returncode == 0 and "no defect" in math.stdout, math.stdout + math.stderr
 
 
-def test_failed_in_reruns_only_the_failures_of_a_report(tmp_path):
+def test_failed_in_reruns_only_the_failures_of_a_report(tmp_path, cli):
     """``run --failed-in REPORT`` selects the cases that failed there for an adapter of this run (the loop after a
     fix: re-run the failures, then merge); none for another adapter is a usage error."""
     pytest.importorskip("torch")
     first = tmp_path / "first"
-    p = _cli("run", "--impl", BROKEN, "-k", "tile_edges", "--report-dir", str(first), "--quiet")
+    p = cli("run", "--impl", BROKEN, "-k", "tile_edges", "--report-dir", str(first), "--quiet")
     assert p.returncode == 1, p.stderr
     failed = {r["case_id"] for r in json.loads((first / "report.json").read_text())["results"]
               if r["outcome"] == "FAIL"}
     again = tmp_path / "again"
-    p = _cli("run", "--impl", BROKEN, "--failed-in", str(first / "report.json"), "--report-dir", str(again), "--quiet")
+    p = cli("run", "--impl", BROKEN, "--failed-in", str(first / "report.json"), "--report-dir", str(again), "--quiet")
     rerun = {r["case_id"] for r in json.loads((again / "report.json").read_text())["results"]}
     assert p.returncode == 1 and rerun == failed, (p.stderr, rerun ^ failed)
-    p = _cli("run", "--impl", "torch-sdpa-math", "--failed-in", str(first / "report.json"), "--report-dir",
-             str(tmp_path / "none"))
+    p = cli("run", "--impl", "torch-sdpa-math", "--failed-in", str(first / "report.json"), "--report-dir",
+            str(tmp_path / "none"))
     assert p.returncode == 2 and "no case of this selection failed there for torch-sdpa-math" in p.stderr, p.stderr
-    p = _cli("run", "--impl", BROKEN, "--failed-in", str(tmp_path / "missing.json"), "--report-dir", str(tmp_path))
+    p = cli("run", "--impl", BROKEN, "--failed-in", str(tmp_path / "missing.json"), "--report-dir", str(tmp_path))
     assert p.returncode == 2 and "--failed-in" in p.stderr, p.stderr

@@ -12,8 +12,6 @@ import sys
 
 import pytest
 
-from attention_conformance.cli import main
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASE = "tile_edges-b1h2x2-q1k129"
 
@@ -22,15 +20,6 @@ def _case_id() -> str:
     from attention_conformance.cases import catalog
 
     return catalog.select(catalog.cases("ci"), CASE)[0].id
-
-
-def _main(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 USAGE = {
@@ -75,12 +64,12 @@ USAGE = {
 
 
 @pytest.mark.parametrize("name", sorted(USAGE))
-def test_usage_error_is_one_line_exit_2(name, capsys, tmp_path, monkeypatch):
+def test_usage_error_is_one_line_exit_2(name, cli, tmp_path, monkeypatch):
     argv, needle = USAGE[name]
     argv = [_case_id() if a == "@CASE" else a for a in argv]
     if argv and argv[0] == "run" and "--report-dir" not in argv:
         argv += ["--report-dir", str(tmp_path / "rep")]
-    code, out, err = _main(argv, capsys)
+    code, out, err = cli(*argv)
     lines = err.strip().splitlines()
     assert code == 2, (name, code, err)
     assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
@@ -88,20 +77,20 @@ def test_usage_error_is_one_line_exit_2(name, capsys, tmp_path, monkeypatch):
     assert out == "", out
 
 
-def test_unknown_impl_without_close_match_lists_the_builtins(capsys):
-    code, _, err = _main(["list", "--impl", "qqqqqq"], capsys)
+def test_unknown_impl_without_close_match_lists_the_builtins(cli):
+    code, _, err = cli("list", "--impl", "qqqqqq")
     assert code == 2 and "did you mean" not in err
     from attention_conformance.adapters import BUILTIN
 
     assert all(name in err for name in BUILTIN), err
 
 
-def test_good_arguments_still_work(capsys, tmp_path):
+def test_good_arguments_still_work(cli, tmp_path):
     """The checks reject only what they should: valid values pass and the case runs."""
-    code, _, err = _main(["run", "--impl", "reference-fa2,reference-fa1", "-k", CASE, "--workers", "1", "--timeout",
-                          "0.5", "--report-dir", str(tmp_path), "--quiet"], capsys)
+    code, _, err = cli("run", "--impl", "reference-fa2,reference-fa1", "-k", CASE, "--workers", "1", "--timeout",
+                       "0.5", "--report-dir", str(tmp_path), "--quiet")
     assert code == 0, err
-    code, out, err = _main(["repro", _case_id(), "--impl", "reference-fa2"], capsys)
+    code, out, err = cli("repro", _case_id(), "--impl", "reference-fa2")
     assert code == 0 and "Case.from_dict" in out, err
 
 
