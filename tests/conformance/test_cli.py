@@ -97,20 +97,17 @@ def test_report_records_the_command_of_an_in_process_call(tmp_path):
 
 @pytest.mark.parametrize("toy,needle", [("ZeroLseOnEmptyRows", "lse: fully masked row"),
                                         ("MutatesQ", "inputs changed by the call")])
-def test_repro_reproduces_failures_beyond_out_values(tmp_path, toy, needle):
-    """A case that FAILs on LSE alone, or on a modified input alone, must also FAIL in its repro snippet."""
-    toys = os.path.join(ROOT, "tests", "conformance")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, toys]))
+def test_repro_reproduces_failures_beyond_out_values(tmp_path, toy, needle, cli, toy_path):
+    """A case that FAILs on LSE alone, or on a modified input alone, must also FAIL in its repro snippet (the run and
+    the snippet in process, the snippet's script in a child, as a user runs it)."""
     spec = f"engine_toys:{toy}"
-    case_id = next(c for c in _cli("cases", "-k", "masked_rows and mask-full_rows and f32").stdout.split())
-    run = subprocess.run([sys.executable, "-m", "attention_conformance", "run", "--impl", spec, "-k", case_id,
-                          "--report-dir",
-                          str(tmp_path), "--quiet"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    case_id = next(c for c in cli("cases", "-k", "masked_rows and mask-full_rows and f32").stdout.split())
+    run = cli("run", "--impl", spec, "-k", case_id, "--report-dir", str(tmp_path), "--quiet")
     assert run.returncode == 1, run.stdout + run.stderr
-    snippet = subprocess.run([sys.executable, "-m", "attention_conformance", "repro", case_id, "--impl", spec],
-                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    snippet = cli("repro", case_id, "--impl", spec)
     script = tmp_path / "repro.py"
     script.write_text(snippet.stdout)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ["PYTHONPATH"]]))
     rep = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert rep.returncode == 1 and needle in rep.stdout, rep.stdout + rep.stderr
 
