@@ -185,6 +185,18 @@ def conformance_run_or_skip(config: pytest.Config) -> tuple[Any, Any]:
         return None, pytest.mark.skip(reason=str(exc))
 
 
+def _hands_out_one_at_a_time(config: pytest.Config) -> bool:
+    """Whether xdist's ``--maxschedchunk`` becomes 1 (`pytest_configure`): under ``-n`` without the option given, on
+    CUDA and for the gpu profile's large cases on any device, one test at a time to each xdist worker, so the
+    largest-first order (pytest_collection_modifyitems) holds: by default xdist's --dist load hands each worker a
+    quarter of its share up front, and the first worker would start with every long test (kernels built per shape
+    take seconds each; on 2 CPU cores the gpu profile through 3 adapters took 95 s so, 58 s one at a time, the CLI
+    70 s); a CPU run of the ci or full profile's many short tests keeps xdist's chunks, and with them its module
+    fixtures on one worker (the same wall time either way there)."""
+    return bool(getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None
+                and (device_option(config) == "cuda" or profile_option(config) == "gpu"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     expr = cases_option(config)
     if expr:
@@ -197,14 +209,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     os.environ.setdefault("ATTN_KERNELS_NO_BUILD", "1")
-    if (getattr(config.option, "numprocesses", None) and getattr(config.option, "maxschedchunk", 0) is None
-            and (device_option(config) == "cuda" or profile_option(config) == "gpu")):
-        # on CUDA, and for the gpu profile's large cases on any device, one test at a time to each xdist worker, so
-        # the largest-first order (pytest_collection_modifyitems) holds: by default xdist's --dist load hands each
-        # worker a quarter of its share up front, and the first worker would start with every long test (kernels
-        # built per shape take seconds each; on 2 CPU cores the gpu profile through 3 adapters took 95 s so, 58 s one
-        # at a time, the CLI 70 s); a CPU run of the ci or full profile's many short tests keeps xdist's chunks, and
-        # with them its module fixtures on one worker (the same wall time either way there)
+    if _hands_out_one_at_a_time(config):
         config.option.maxschedchunk = 1
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # N xdist workers share the cores, as run --workers N does (`running.parallel.share_cores`)

@@ -139,9 +139,8 @@ def test_without_xdist_the_order_is_pytests(monkeypatch):
 
 
 def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
-    """``-n 2 --device cuda`` without ``--maxschedchunk``: the plugin sets it to 1, so xdist's first hand-out is not
-    a quarter of each worker's share in collection order; the gpu profile's large cases on the CPU too; a value the
-    user gives stays; a CPU run of another profile keeps xdist's chunks."""
+    """``-n 2 --device cuda`` without ``--maxschedchunk``: the plugin sets it to 1 in pytest_configure and xdist's
+    controller hands out by it (a run of its own: the value the session ends with)."""
     pytest.importorskip("xdist")
     import os
     import subprocess
@@ -154,13 +153,27 @@ def test_under_xdist_the_plugin_hands_out_one_test_at_a_time(tmp_path):
         "        print('MAXSCHEDCHUNK', session.config.option.maxschedchunk)\n")
     (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not a worker of this run's
-    for extra, want in ((["--device", "cuda"], "1"), (["--device", "cuda", "--maxschedchunk", "7"], "7"),
-                        (["--device", "cpu"], "None"), (["--device", "cpu", "--profile", "gpu"], "1"),
-                        (["--device", "cpu", "--profile", "full"], "None")):
-        p = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-s", "-p", "no:randomly",
-                            "-p", "no:cacheprovider", *extra, str(tmp_path)],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
-        assert f"MAXSCHEDCHUNK {want}" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-s", "-p", "no:randomly",
+                        "-p", "no:cacheprovider", "--device", "cuda", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert "MAXSCHEDCHUNK 1" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("device, profile, option, want", [
+    ("cuda", "ci", {}, True), ("cpu", "gpu", {}, True),  # CUDA, or the gpu profile's large cases on any device
+    ("cuda", "ci", {"maxschedchunk": 7}, False),  # a value the user gives stays
+    ("cpu", "ci", {}, False), ("cpu", "full", {}, False),  # a CPU run of another profile keeps xdist's chunks
+    ("cuda", "gpu", {"numprocesses": None}, False),  # no -n: nothing to hand out
+])
+def test_the_one_at_a_time_rule(device, profile, option, want):
+    from types import SimpleNamespace
+
+    from attention_conformance import pytest_plugin
+
+    values = {pytest_plugin._DESTS["device"]: device, pytest_plugin._DESTS["profile"]: profile}
+    config = SimpleNamespace(option=SimpleNamespace(**{"numprocesses": 2, "maxschedchunk": None, **option}),
+                             getoption=values.__getitem__)
+    assert pytest_plugin._hands_out_one_at_a_time(config) is want
 
 
 def test_spread_keeps_a_key_out_of_each_window_and_the_order_otherwise():
