@@ -59,15 +59,15 @@ def test_broken_function_fails_with_repro_that_reproduces(tmp_path, monkeypatch,
     assert _cli("repro", passed[0]["case_id"], "--impl", BROKEN, "--run").returncode == 0
     # without --run: the snippet, to edit and run as a script, is on stdout alone and is the very text --run ran
     # above in a child interpreter (cli.run_python), so its verdicts stand for the script's (taken in this process)
-    import attention_conformance.cli as cli
+    import attention_conformance.cli as cli_module
 
     ran: list[str] = []
-    monkeypatch.setattr(cli, "run_python", lambda text, name: ran.append(text) or 0)
+    monkeypatch.setattr(cli_module, "run_python", lambda text, name: ran.append(text) or 0)
     for case_id in (failed[0]["case_id"], passed[0]["case_id"]):
-        assert cli.main(["repro", case_id, "--impl", BROKEN]) == 0
+        assert cli_module.main(["repro", case_id, "--impl", BROKEN]) == 0
         printed = capsys.readouterr().out
-        assert cli.main(["repro", case_id, "--impl", BROKEN, "--run"]) == 0
-        assert printed == ran[-1] and f"{case_id}" in printed
+        assert cli_module.main(["repro", case_id, "--impl", BROKEN, "--run"]) == 0
+        assert printed == ran[-1] and case_id in printed
         compile(printed, "repro.py", "exec")
 
 
